@@ -1,0 +1,2 @@
+//! leash-context (under construction).
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
