@@ -1,0 +1,3 @@
+//! Integration tests of leash-runtime: one binary, one module per concept.
+
+mod pool;
