@@ -31,6 +31,6 @@ pub use pool::{
     MAX_QUEUE_CAPACITY, MAX_WORKERS, PoolConfig, PoolError, Results, SubmitError, Submitter,
     TaskFailure, TaskId, TaskResult, TrySubmitError, WorkerPool,
 };
-pub use scope::{BoxError, Scope, ScopeError, ScopeHandle, TaskError, cancellable};
+pub use scope::{BoxError, Scope, ScopeError, ScopeHandle, TaskError, cancellable, scoped};
 pub use tokio_util::sync::CancellationToken;
 pub use ttl_cache::TtlCache;

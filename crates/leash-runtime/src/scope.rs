@@ -346,6 +346,25 @@ impl Scope {
         }
     }
 
+    /// Runs `body` with a handle to a new child scope, then joins that child
+    /// on every exit path of `body` (an early `return` or `?` included), and
+    /// returns `body`'s output with the join result. The fix for the
+    /// `createRules` seed as a shape: spawn in a loop, fail midway, and every
+    /// task spawned so far has still finished when this returns.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropping the future drops the child scope, which
+    /// cancels its tasks (this scope's `join` still waits for them).
+    pub async fn scoped<T, F, Fut>(&self, body: F) -> (T, Result<(), ScopeError>)
+    where
+        F: FnOnce(ScopeHandle) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let child = self.child();
+        let out = body(child.handle()).await;
+        (out, child.join().await)
+    }
+
     /// Cancels this scope (and its children), then waits for every task like
     /// [`Scope::join`] and returns the task failures.
     ///
@@ -444,6 +463,22 @@ impl ScopeHandle {
     pub async fn run_until_cancelled<F: Future>(&self, fut: F) -> Option<F::Output> {
         cancellable(&self.node.token, fut).await
     }
+}
+
+/// Runs `body` with a handle to a new root scope, then joins it on every exit
+/// path of `body` (see [`Scope::scoped`]).
+///
+/// # Cancel safety
+/// Not cancel safe: dropping the future drops the scope, which cancels its
+/// tasks without waiting for them.
+pub async fn scoped<T, F, Fut>(body: F) -> (T, Result<(), ScopeError>)
+where
+    F: FnOnce(ScopeHandle) -> Fut,
+    Fut: Future<Output = T>,
+{
+    let scope = Scope::new();
+    let out = body(scope.handle()).await;
+    (out, scope.join().await)
 }
 
 /// Races `fut` against `token`: `Some(output)` if `fut` finishes first, `None`
