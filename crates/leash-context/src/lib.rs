@@ -1,2 +1,52 @@
-//! leash-context (under construction).
+//! leash-context: the global context store.
+//!
+//! Kyverno's `GlobalContextEntry`, kept correctly: each entry mirrors a
+//! Kubernetes resource (kube-runtime watcher + reflector) or polls an HTTP
+//! API (the Kubernetes API server through the client's credentials, or an
+//! external service), and evaluates JMESPath projections over its data.
+//!
+//! - [`ContextEntry`]: a validated entry ([`parse_entries`], [`load_entry_files`],
+//!   [`ContextEntry::from_resource`]); invalid specs are rejected before
+//!   anything starts, naming the entry and the field.
+//! - [`Store`]: add, replace and remove entries while running; readers get an
+//!   immutable [`Snapshot`] (data and projections of the same data, swapped
+//!   whole); failures keep the last good snapshot and show in [`EntryStatus`];
+//!   [`Store::wait_ready`] is bounded; [`Store::changes`] reports updates.
+//! - [`CrdFeeder`]: keeps the store in step with `GlobalContextEntry` objects
+//!   in the cluster.
+//!
+//! Seeds (../shared/seeds/000): the watch error handler's self-join, `Stop()`
+//! holding the entry lock while waiting for the poller, projections written
+//! into the live map one by one, raw cached maps handed out, and reads that
+//! hide the last good data behind a refresh error. Each is ruled out by the
+//! invariants of [`store`](Store), `cell`, `kubernetes` and `api_call`.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
+mod api_call;
+mod cell;
+mod changes;
+mod duration;
+mod entry;
+mod error;
+mod feed;
+mod http;
+mod kubernetes;
+mod parse;
+mod snapshot;
+pub mod spec;
+mod status;
+mod store;
+
+pub use cell::EntryId;
+pub use changes::{Change, ChangeKind, Changes};
+pub use entry::{
+    ApiCallSource, ApiTarget, CompiledProjection, ContextEntry, DEFAULT_REFRESH_INTERVAL,
+    DEFAULT_RETRY_LIMIT, EntrySource, KubernetesSource, ServiceTarget,
+};
+pub use error::{Error, Result};
+pub use feed::{CrdFeeder, global_context_entry_resource};
+pub use parse::{decode_entry, load_entry_files, parse_entries};
+pub use snapshot::Snapshot;
+pub use spec::GlobalContextEntry;
+pub use status::{EntryState, EntryStatus};
+pub use store::{DEFAULT_READY_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, Store, StoreConfig};

@@ -1,0 +1,96 @@
+//! Immutable snapshots: an entry's data and every projection of that same data.
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use jmespath::ToJmespath;
+use serde_json::Value;
+
+use crate::entry::CompiledProjection;
+use crate::error::{Error, Result};
+
+/// One consistent view of an entry: the raw data and every projection
+/// computed from exactly that data. Readers get it as `Arc<Snapshot>`; it is
+/// never modified after it is built (house rule 7), so holding it is safe
+/// for as long as a reader likes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Snapshot {
+    /// The raw data: the list of objects (Kubernetes entries) or the parsed
+    /// JSON response (API calls).
+    pub data: Value,
+    /// Every projection, by name.
+    pub projections: BTreeMap<String, Value>,
+    /// When this snapshot was computed.
+    pub computed_at: SystemTime,
+}
+
+impl Snapshot {
+    /// Evaluate every projection over `data`. Either all succeed and a whole
+    /// snapshot is returned, or the first failure is returned and nothing is
+    /// built (the seed's half-written projection map cannot happen).
+    pub fn compute(data: Value, projections: &[CompiledProjection]) -> Result<Snapshot> {
+        let mut values = BTreeMap::new();
+        if !projections.is_empty() {
+            // Convert once; every projection reads the same variable.
+            let variable = (&data).to_jmespath().map_err(|e| Error::ProjectionFailed {
+                projection: projections[0].name.clone(),
+                reason: e.to_string(),
+            })?;
+            for projection in projections {
+                let result = projection.expression.search(&variable).map_err(|e| {
+                    Error::ProjectionFailed {
+                        projection: projection.name.clone(),
+                        reason: e.to_string(),
+                    }
+                })?;
+                let value =
+                    serde_json::to_value(&*result).map_err(|e| Error::ProjectionFailed {
+                        projection: projection.name.clone(),
+                        reason: e.to_string(),
+                    })?;
+                values.insert(projection.name.clone(), value);
+            }
+        }
+        Ok(Snapshot {
+            data,
+            projections: values,
+            computed_at: SystemTime::now(),
+        })
+    }
+
+    /// A projection's value.
+    pub fn projection(&self, name: &str) -> Option<&Value> {
+        self.projections.get(name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn compiled(name: &str, expr: &str) -> CompiledProjection {
+        CompiledProjection {
+            name: name.to_owned(),
+            expression: jmespath::compile(expr).unwrap(),
+        }
+    }
+
+    #[test]
+    fn all_projections_from_the_same_data() {
+        let p = [compiled("n", "length(@)"), compiled("first", "[0].a")];
+        let s = Snapshot::compute(json!([{"a": 1}, {"a": 2}]), &p).unwrap();
+        assert_eq!(s.projection("n"), Some(&json!(2)));
+        assert_eq!(s.projection("first"), Some(&json!(1)));
+    }
+
+    #[test]
+    fn a_failing_projection_builds_nothing() {
+        let p = [compiled("ok", "@"), compiled("bad", "length(@)")];
+        let err = Snapshot::compute(json!(42), &p).unwrap_err();
+        assert!(
+            matches!(&err, Error::ProjectionFailed { projection, .. } if projection == "bad"),
+            "{err}"
+        );
+    }
+}
