@@ -1,0 +1,336 @@
+//! Discovery: which resources the cluster serves, in kubectl's priority order.
+//!
+//! Aggregated discovery first (`GET /api` and `GET /apis` asking for
+//! `APIGroupDiscoveryList`: two requests for the whole cluster); a server that
+//! answers with the legacy `APIVersions` / `APIGroupList` documents is then
+//! asked for each preferred group version's `APIResourceList`.
+//!
+//! Only each group's preferred version is used (kubectl resolves names to the
+//! preferred version too); subresources are dropped. The order is kubectl's
+//! priority: the core group first, then the other groups in the order the
+//! server lists them.
+
+use std::sync::Arc;
+
+use futures::{StreamExt, TryStreamExt};
+use http::StatusCode;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{APIGroupList, APIResourceList, APIVersions};
+use kube::client::{APIGroupDiscoveryList, APIResourceDiscovery};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::Result;
+use crate::fetch::Fetcher;
+use crate::kind::ResolvedKind;
+
+/// kubectl's Accept for discovery: aggregated v2, v2beta1, else legacy JSON.
+const ACCEPT_DISCOVERY: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,\
+application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
+
+/// Legacy discovery documents are fetched this many at a time.
+const LEGACY_CONCURRENCY: usize = 8;
+
+/// Every resource the cluster serves, in resolution priority order.
+#[derive(Clone, Debug, Default)]
+pub struct Catalog {
+    kinds: Vec<Arc<ResolvedKind>>,
+}
+
+impl Catalog {
+    /// A catalog from resources already in priority order (for tests and
+    /// callers that cache discovery).
+    pub fn from_kinds(kinds: Vec<ResolvedKind>) -> Self {
+        Catalog {
+            kinds: kinds.into_iter().map(Arc::new).collect(),
+        }
+    }
+
+    /// The resources, highest priority first.
+    pub fn kinds(&self) -> &[Arc<ResolvedKind>] {
+        &self.kinds
+    }
+}
+
+/// The top-level answer of `/api` or `/apis`: aggregated or legacy.
+enum TopLevel {
+    Aggregated(APIGroupDiscoveryList),
+    LegacyCore(APIVersions),
+    LegacyGroups(APIGroupList),
+}
+
+fn parse_top_level(body: &[u8]) -> serde_json::Result<TopLevel> {
+    #[derive(serde::Deserialize)]
+    struct KindOnly {
+        #[serde(default)]
+        kind: String,
+    }
+    let head: KindOnly = serde_json::from_slice(body)?;
+    Ok(match head.kind.as_str() {
+        "APIGroupDiscoveryList" => TopLevel::Aggregated(serde_json::from_slice(body)?),
+        "APIVersions" => TopLevel::LegacyCore(serde_json::from_slice(body)?),
+        // `APIGroupList`, or a server that omits `kind`.
+        _ => TopLevel::LegacyGroups(serde_json::from_slice(body)?),
+    })
+}
+
+/// Run discovery: 2 requests against an aggregated-discovery server, 2 + one
+/// per group against a legacy one. Each request is retried per the policy.
+///
+/// # Cancel safety
+/// Cancel-safe; returns `Error::Cancelled` when `token` fires.
+pub(crate) async fn discover(
+    fetcher: &Fetcher,
+    token: &CancellationToken,
+    retries: &mut u64,
+) -> Result<Catalog> {
+    let core = get_top_level(fetcher, "/api", token, retries).await?;
+    let groups = get_top_level(fetcher, "/apis", token, retries).await?;
+    let mut kinds = Vec::new();
+    let mut legacy_paths: Vec<(String, String, String)> = Vec::new(); // (path, group, version)
+    for top in [core, groups] {
+        match top {
+            TopLevel::Aggregated(list) => kinds.extend(kinds_from_aggregated(&list)),
+            TopLevel::LegacyCore(versions) => {
+                if let Some(v) = versions.versions.first() {
+                    legacy_paths.push((format!("/api/{v}"), String::new(), v.clone()));
+                }
+            }
+            TopLevel::LegacyGroups(list) => {
+                for group in &list.groups {
+                    let preferred = group
+                        .preferred_version
+                        .as_ref()
+                        .or_else(|| group.versions.first());
+                    if let Some(gv) = preferred {
+                        legacy_paths.push((
+                            format!("/apis/{}", gv.group_version),
+                            group.name.clone(),
+                            gv.version.clone(),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    if !legacy_paths.is_empty() {
+        let docs: Vec<(u64, Vec<ResolvedKind>)> = futures::stream::iter(legacy_paths)
+            .map(|(path, group, version)| async move {
+                let mut r = 0;
+                let list: APIResourceList = fetcher
+                    .get(
+                        &path,
+                        "application/json",
+                        &format!("discovery GET {path}"),
+                        &[],
+                        token,
+                        &mut r,
+                        |a| serde_json::from_slice(&a.body),
+                    )
+                    .await?;
+                Ok::<_, crate::Error>((r, kinds_from_legacy(&group, &version, &list)))
+            })
+            .buffered(LEGACY_CONCURRENCY)
+            .try_collect()
+            .await?;
+        for (r, found) in docs {
+            *retries += r;
+            kinds.extend(found);
+        }
+    }
+    Ok(Catalog::from_kinds(prioritise(kinds)))
+}
+
+async fn get_top_level(
+    fetcher: &Fetcher,
+    path: &str,
+    token: &CancellationToken,
+    retries: &mut u64,
+) -> Result<TopLevel> {
+    fetcher
+        .get(
+            path,
+            ACCEPT_DISCOVERY,
+            &format!("discovery GET {path}"),
+            &[StatusCode::NOT_FOUND],
+            token,
+            retries,
+            |a| {
+                if a.status == StatusCode::NOT_FOUND {
+                    // A server without the core group, or without any group.
+                    Ok(TopLevel::LegacyGroups(APIGroupList { groups: vec![] }))
+                } else {
+                    parse_top_level(&a.body)
+                }
+            },
+        )
+        .await
+}
+
+/// Resources of each group's preferred (first) version.
+fn kinds_from_aggregated(list: &APIGroupDiscoveryList) -> Vec<ResolvedKind> {
+    let mut out = Vec::new();
+    for group in &list.items {
+        let name = group
+            .metadata
+            .as_ref()
+            .and_then(|m| m.name.clone())
+            .unwrap_or_default();
+        let Some(version) = group.versions.first() else {
+            continue;
+        };
+        let version_name = version.version.clone().unwrap_or_default();
+        for resource in &version.resources {
+            if let Some(kind) = kind_from_aggregated(&name, &version_name, resource) {
+                out.push(kind);
+            }
+        }
+    }
+    out
+}
+
+fn kind_from_aggregated(
+    group: &str,
+    version: &str,
+    r: &APIResourceDiscovery,
+) -> Option<ResolvedKind> {
+    let plural = r.resource.clone()?;
+    let kind = r.response_kind.as_ref().and_then(|k| k.kind.clone())?;
+    let singular = r
+        .singular_resource
+        .clone()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| kind.to_lowercase());
+    Some(ResolvedKind {
+        group: group.to_owned(),
+        version: version.to_owned(),
+        kind,
+        plural,
+        singular,
+        namespaced: r.scope.as_deref() != Some("Cluster"),
+        verbs: r.verbs.clone(),
+        short_names: r.short_names.clone(),
+    })
+}
+
+fn kinds_from_legacy(group: &str, version: &str, list: &APIResourceList) -> Vec<ResolvedKind> {
+    list.resources
+        .iter()
+        .filter(|r| !r.name.contains('/'))
+        .map(|r| ResolvedKind {
+            group: r
+                .group
+                .clone()
+                .filter(|g| !g.is_empty())
+                .unwrap_or_else(|| group.to_owned()),
+            version: r
+                .version
+                .clone()
+                .filter(|v| !v.is_empty())
+                .unwrap_or_else(|| version.to_owned()),
+            kind: r.kind.clone(),
+            plural: r.name.clone(),
+            singular: if r.singular_name.is_empty() {
+                r.kind.to_lowercase()
+            } else {
+                r.singular_name.clone()
+            },
+            namespaced: r.namespaced,
+            verbs: r.verbs.clone(),
+            short_names: r.short_names.clone().unwrap_or_default(),
+        })
+        .collect()
+}
+
+/// Core group first (stable sort keeps the server's order otherwise); one
+/// entry per (group, plural).
+fn prioritise(mut kinds: Vec<ResolvedKind>) -> Vec<ResolvedKind> {
+    kinds.sort_by_key(|k| !k.group.is_empty());
+    let mut seen = std::collections::HashSet::new();
+    kinds.retain(|k| seen.insert((k.group.clone(), k.plural.clone())));
+    kinds
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const AGGREGATED_APIS: &str = r#"{
+      "kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {},
+      "items": [
+        {"metadata": {"name": "apps"}, "versions": [
+          {"version": "v1", "resources": [
+            {"resource": "deployments", "responseKind": {"group": "apps", "version": "v1", "kind": "Deployment"},
+             "scope": "Namespaced", "singularResource": "deployment", "verbs": ["get", "list"], "shortNames": ["deploy"],
+             "subresources": [{"subresource": "scale", "verbs": ["get"]}]}
+          ]}
+        ]},
+        {"metadata": {"name": "example.leash.dev"}, "versions": [
+          {"version": "v2", "resources": [
+            {"resource": "widgets", "responseKind": {"group": "example.leash.dev", "version": "v2", "kind": "Widget"},
+             "scope": "Cluster", "singularResource": "widget", "verbs": ["list"]}
+          ]},
+          {"version": "v1", "resources": [
+            {"resource": "oldwidgets", "responseKind": {"kind": "OldWidget"}, "scope": "Cluster", "verbs": ["list"]}
+          ]}
+        ]}
+      ]
+    }"#;
+
+    const LEGACY_CORE: &str =
+        r#"{"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}"#;
+    const LEGACY_GROUPS: &str = r#"{"kind": "APIGroupList", "apiVersion": "v1", "groups": [
+      {"name": "apps", "versions": [{"groupVersion": "apps/v1", "version": "v1"}],
+       "preferredVersion": {"groupVersion": "apps/v1", "version": "v1"}}
+    ]}"#;
+    const LEGACY_CORE_RESOURCES: &str = r#"{"kind": "APIResourceList", "groupVersion": "v1", "resources": [
+      {"name": "pods", "singularName": "pod", "namespaced": true, "kind": "Pod", "verbs": ["get", "list"], "shortNames": ["po"]},
+      {"name": "pods/log", "singularName": "", "namespaced": true, "kind": "Pod", "verbs": ["get"]},
+      {"name": "namespaces", "singularName": "", "namespaced": false, "kind": "Namespace", "verbs": ["list"]}
+    ]}"#;
+
+    #[test]
+    fn aggregated_uses_preferred_versions_and_skips_subresources() {
+        let TopLevel::Aggregated(list) = parse_top_level(AGGREGATED_APIS.as_bytes()).unwrap()
+        else {
+            panic!("not aggregated")
+        };
+        let kinds = kinds_from_aggregated(&list);
+        let names: Vec<_> = kinds.iter().map(|k| k.qualified_name()).collect();
+        assert_eq!(names, ["deployments.apps", "widgets.example.leash.dev"]);
+        assert_eq!(kinds[0].short_names, ["deploy"]);
+        assert!(kinds[0].namespaced);
+        assert!(!kinds[1].namespaced);
+        assert_eq!(kinds[1].version, "v2");
+    }
+
+    #[test]
+    fn legacy_documents_are_recognised() {
+        assert!(matches!(
+            parse_top_level(LEGACY_CORE.as_bytes()).unwrap(),
+            TopLevel::LegacyCore(_)
+        ));
+        let TopLevel::LegacyGroups(groups) = parse_top_level(LEGACY_GROUPS.as_bytes()).unwrap()
+        else {
+            panic!("not legacy groups")
+        };
+        assert_eq!(groups.groups[0].name, "apps");
+        let list: APIResourceList = serde_json::from_str(LEGACY_CORE_RESOURCES).unwrap();
+        let kinds = kinds_from_legacy("", "v1", &list);
+        let names: Vec<_> = kinds.iter().map(|k| k.qualified_name()).collect();
+        assert_eq!(names, ["pods", "namespaces"]);
+        assert_eq!(kinds[1].singular, "namespace");
+        assert!(!kinds[1].namespaced);
+    }
+
+    #[test]
+    fn core_group_comes_first() {
+        use crate::kind::tests::kind;
+        let kinds = prioritise(vec![
+            kind("apps", "v1", "Deployment", "deployments", true),
+            kind("", "v1", "Pod", "pods", true),
+            kind("x.dev", "v1", "Pod", "pods", true),
+            kind("", "v1", "Pod", "pods", true),
+        ]);
+        let names: Vec<_> = kinds.iter().map(|k| k.qualified_name()).collect();
+        assert_eq!(names, ["pods", "deployments.apps", "pods.x.dev"]);
+    }
+}

@@ -1,0 +1,300 @@
+//! One GET with the loader's retry policy, raced against cancellation.
+//!
+//! # Invariants
+//! 1. Every attempt's request, its body, and every backoff wait are raced
+//!    against the caller's token: cancellation drops the in-flight request
+//!    (hyper closes its connection) and returns [`Error::Cancelled`] at once.
+//! 2. A response counts only once its whole body has arrived: a body cut short
+//!    is a transport error of that attempt and is retried like a reset.
+//! 3. At most `1 + max_retries` attempts per call; `retries` is incremented
+//!    once per retry actually made, so callers can report it.
+
+use bytes::Bytes;
+use http::{StatusCode, header};
+use kube::client::Body;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{Error, Result};
+use crate::retry::{RetryPolicy, Verdict};
+
+/// A successful answer (2xx, or one of the statuses the caller accepts).
+#[derive(Debug)]
+pub(crate) struct Answer {
+    /// The HTTP status.
+    pub(crate) status: StatusCode,
+    /// The whole body.
+    pub(crate) body: Bytes,
+}
+
+/// A failed attempt: retried or turned into an [`Error`].
+enum AttemptError {
+    Status {
+        status: StatusCode,
+        retry_after: Option<String>,
+        body: Bytes,
+    },
+    Transport(Box<dyn std::error::Error + Send + Sync>),
+    Auth(kube::Error),
+}
+
+/// Sends GETs with retries. Cheap to clone (the kube client is a handle).
+#[derive(Clone)]
+pub(crate) struct Fetcher {
+    client: kube::Client,
+    policy: RetryPolicy,
+}
+
+/// How a body that parsed badly is handled: the caller's parse closure
+/// returns `Err(serde_json::Error)` and the attempt is retried.
+pub(crate) type ParseResult<T> = std::result::Result<T, serde_json::Error>;
+
+impl std::fmt::Debug for Fetcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fetcher")
+            .field("policy", &self.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Fetcher {
+    pub(crate) fn new(client: kube::Client, policy: RetryPolicy) -> Self {
+        Fetcher { client, policy }
+    }
+
+    /// GET `path_and_query` with `accept`, retrying per the policy, and parse
+    /// the answer with `parse` (a parse failure of a 2xx answer is retried
+    /// too: the body may have been corrupted in transit). Statuses in
+    /// `accepted` (besides 2xx) are handed to `parse` instead of failing.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: dropping the future drops the in-flight request; nothing
+    /// is left half-done.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn get<T, F>(
+        &self,
+        path_and_query: &str,
+        accept: &str,
+        operation: &str,
+        accepted: &[StatusCode],
+        token: &CancellationToken,
+        retries: &mut u64,
+        mut parse: F,
+    ) -> Result<T>
+    where
+        F: FnMut(&Answer) -> ParseResult<T>,
+    {
+        let mut attempt: u32 = 0;
+        loop {
+            attempt += 1;
+            let outcome = match token
+                .run_until_cancelled(self.attempt(path_and_query, accept))
+                .await
+            {
+                None => return Err(Error::Cancelled),
+                Some(outcome) => outcome,
+            };
+            let after = match outcome {
+                Ok(answer) if answer.status.is_success() || accepted.contains(&answer.status) => {
+                    match parse(&answer) {
+                        Ok(value) => return Ok(value),
+                        Err(source) if attempt > self.policy.max_retries => {
+                            return Err(Error::MalformedResponse {
+                                operation: operation.to_owned(),
+                                attempts: attempt,
+                                source,
+                            });
+                        }
+                        Err(source) => {
+                            tracing::debug!(path = path_and_query, %source, "malformed answer; retrying");
+                            None
+                        }
+                    }
+                }
+                Ok(answer) => {
+                    // A non-2xx status that was not accepted (e.g. 410 where
+                    // the caller cannot continue): fail without retry.
+                    return Err(status_error(
+                        operation.to_owned(),
+                        answer.status,
+                        &answer.body,
+                        attempt,
+                    ));
+                }
+                Err(AttemptError::Auth(err)) => return Err(Error::Client(err)),
+                Err(AttemptError::Status {
+                    status,
+                    retry_after,
+                    body,
+                }) => match self.policy.classify_status(status, retry_after.as_deref()) {
+                    Verdict::Fail => {
+                        return Err(status_error(operation.to_owned(), status, &body, attempt));
+                    }
+                    Verdict::Retry { .. } if attempt > self.policy.max_retries => {
+                        return Err(status_error(operation.to_owned(), status, &body, attempt));
+                    }
+                    Verdict::Retry { after } => {
+                        tracing::debug!(path = path_and_query, %status, "retrying");
+                        after
+                    }
+                },
+                Err(AttemptError::Transport(source)) => {
+                    if attempt > self.policy.max_retries {
+                        return Err(Error::Transport {
+                            operation: operation.to_owned(),
+                            attempts: attempt,
+                            source,
+                        });
+                    }
+                    tracing::debug!(path = path_and_query, error = %source, "transport error; retrying");
+                    None
+                }
+            };
+            *retries += 1;
+            let wait = self.policy.jittered_delay(attempt, after);
+            if token
+                .run_until_cancelled(tokio::time::sleep(wait))
+                .await
+                .is_none()
+            {
+                return Err(Error::Cancelled);
+            }
+        }
+    }
+
+    /// One request and its whole body.
+    async fn attempt(&self, path_and_query: &str, accept: &str) -> Result<Answer, AttemptError> {
+        let request = http::Request::get(path_and_query)
+            .header(header::ACCEPT, accept)
+            .body(Body::empty())
+            .map_err(|e| AttemptError::Transport(Box::new(e)))?;
+        let response = match self.client.send(request).await {
+            Ok(response) => response,
+            Err(err @ kube::Error::Auth(_)) => return Err(AttemptError::Auth(err)),
+            Err(err) => return Err(AttemptError::Transport(Box::new(err))),
+        };
+        let status = response.status();
+        let retry_after = response
+            .headers()
+            .get(header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let body = response
+            .into_body()
+            .collect_bytes()
+            .await
+            .map_err(|e| AttemptError::Transport(Box::new(e)))?;
+        if status.is_success() || status == StatusCode::GONE {
+            Ok(Answer { status, body })
+        } else {
+            Err(AttemptError::Status {
+                status,
+                retry_after,
+                body,
+            })
+        }
+    }
+}
+
+/// The fields of a `metav1.Status` that errors report.
+#[derive(Debug, Default, serde::Deserialize)]
+pub(crate) struct StatusBody {
+    #[serde(default)]
+    pub(crate) reason: String,
+    #[serde(default)]
+    pub(crate) message: String,
+    #[serde(default)]
+    pub(crate) metadata: StatusMeta,
+}
+
+/// `Status.metadata`: a 410 Expired carries the fresh continue token here.
+#[derive(Debug, Default, serde::Deserialize)]
+pub(crate) struct StatusMeta {
+    #[serde(default, rename = "continue")]
+    pub(crate) continue_token: Option<String>,
+}
+
+/// Parse a Status body, or describe a non-Status body (APF's 429 is plain text).
+pub(crate) fn parse_status(status: StatusCode, body: &[u8]) -> StatusBody {
+    match serde_json::from_slice::<StatusBody>(body) {
+        Ok(parsed) if !parsed.reason.is_empty() || !parsed.message.is_empty() => parsed,
+        _ => {
+            let text = String::from_utf8_lossy(body);
+            let text = text.trim();
+            let message: String = text.chars().take(200).collect();
+            StatusBody {
+                reason: status.canonical_reason().unwrap_or("").to_owned(),
+                message,
+                metadata: StatusMeta::default(),
+            }
+        }
+    }
+}
+
+fn status_error(operation: String, status: StatusCode, body: &[u8], attempts: u32) -> Error {
+    let parsed = parse_status(status, body);
+    match status {
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Error::Unauthorized {
+            operation,
+            code: status.as_u16(),
+            reason: parsed.reason,
+            message: parsed.message,
+        },
+        StatusCode::BAD_REQUEST => Error::BadRequest {
+            operation,
+            reason: parsed.reason,
+            message: parsed.message,
+        },
+        _ => Error::Status {
+            operation,
+            code: status.as_u16(),
+            reason: parsed.reason,
+            message: parsed.message,
+            attempts,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_bodies_parse_or_fall_back_to_text() {
+        let s = parse_status(
+            StatusCode::GONE,
+            br#"{"kind":"Status","apiVersion":"v1","metadata":{"continue":"abc"},"status":"Failure","message":"too old","reason":"Expired","code":410}"#,
+        );
+        assert_eq!(s.reason, "Expired");
+        assert_eq!(s.metadata.continue_token.as_deref(), Some("abc"));
+
+        let s = parse_status(
+            StatusCode::TOO_MANY_REQUESTS,
+            b"Too many requests, please try again later.\n",
+        );
+        assert_eq!(s.reason, "Too Many Requests");
+        assert_eq!(s.message, "Too many requests, please try again later.");
+    }
+
+    #[test]
+    fn statuses_map_to_errors() {
+        let e = status_error("list pods".into(), StatusCode::UNAUTHORIZED, b"{}", 1);
+        assert!(matches!(e, Error::Unauthorized { code: 401, .. }));
+        assert!(e.is_configuration());
+        let e = status_error(
+            "list pods".into(),
+            StatusCode::BAD_REQUEST,
+            br#"{"kind":"Status","reason":"BadRequest","message":"unable to parse requirement"}"#,
+            1,
+        );
+        assert!(e.is_configuration());
+        assert!(e.to_string().contains("unable to parse requirement"), "{e}");
+        let e = status_error(
+            "list pods".into(),
+            StatusCode::INTERNAL_SERVER_ERROR,
+            b"boom",
+            6,
+        );
+        assert!(!e.is_configuration());
+        assert!(e.to_string().contains("after 6 attempts"), "{e}");
+    }
+}

@@ -1,0 +1,234 @@
+//! One list task: every page of one kind (in one namespace), in order.
+//!
+//! # Invariants
+//! 1. Complete or failed, never silently partial: the task returns `Ok` only
+//!    after a page without a continue token; every other exit is an `Err`
+//!    that the report carries for the kind.
+//! 2. Exactly once: an object is handed to the stream only if its identity
+//!    (uid, else namespace/name) was not handed out before by this task, so a
+//!    list resumed or restarted after a 410 never repeats an object.
+//! 3. A page counts only once it arrived whole and parsed; a failed attempt
+//!    contributes nothing and is retried (see `fetch`).
+//! 4. Every wait (request, backoff, room in the object channel) is raced
+//!    against the task's token.
+//! 5. The next page is requested while the previous page waits for room in
+//!    the object channel (both in one `join!`, no extra task), so a slow
+//!    consumer and a slow server overlap instead of adding up.
+//! 6. The task's [`Tally`] is updated after each page under a short
+//!    `std::sync::Mutex` (never held across an await), so a task dropped by
+//!    cancellation still has its counts reported.
+
+use std::sync::Mutex;
+use std::time::Instant;
+
+use http::StatusCode;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{Error, Result};
+use crate::fetch::{Fetcher, parse_status};
+use crate::load::LoadTarget;
+use crate::object::{LoadedObject, SeenSet, parse_page};
+use crate::report::Progress;
+
+/// What a task did so far.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Tally {
+    pub(crate) objects: u64,
+    pub(crate) pages: u64,
+    pub(crate) retries: u64,
+    pub(crate) restarts: u32,
+    pub(crate) across_snapshots: bool,
+    pub(crate) started: Option<Instant>,
+    pub(crate) finished: Option<Instant>,
+}
+
+/// What one task needs.
+pub(crate) struct ListContext<'a> {
+    pub(crate) fetcher: &'a Fetcher,
+    pub(crate) target: &'a LoadTarget,
+    /// `limit=...&labelSelector=...` (no continue).
+    pub(crate) query: &'a str,
+    pub(crate) consistent: bool,
+    pub(crate) max_restarts: u32,
+    pub(crate) tally: &'a Mutex<Tally>,
+    pub(crate) progress: &'a Progress,
+}
+
+/// The answer to one page request.
+enum PageAnswer {
+    Page(crate::object::ParsedPage),
+    /// 410 Expired, with the fresh token if the server gave one.
+    Expired(Option<String>),
+}
+
+impl ListContext<'_> {
+    fn update(&self, f: impl FnOnce(&mut Tally)) {
+        let mut tally = self
+            .tally
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(&mut tally);
+    }
+
+    /// List every page, handing objects to `pages` as they arrive.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: objects already handed out stay handed out; the tally
+    /// says how many.
+    pub(crate) async fn run(
+        &self,
+        pages: mpsc::Sender<Vec<LoadedObject>>,
+        token: &CancellationToken,
+    ) -> Result<()> {
+        self.update(|t| t.started = Some(Instant::now()));
+        let result = self.pages(pages, token).await;
+        self.update(|t| t.finished = Some(Instant::now()));
+        result
+    }
+
+    async fn pages(
+        &self,
+        pages: mpsc::Sender<Vec<LoadedObject>>,
+        token: &CancellationToken,
+    ) -> Result<()> {
+        let kind = &self.target.kind;
+        let base = kind.list_path(self.target.namespace.as_deref());
+        let operation = format!("list {}", self.target.label());
+        let mut seen = SeenSet::default();
+        let mut continue_token: Option<String> = None;
+        let mut pending: Option<Vec<LoadedObject>> = None;
+        loop {
+            let send = async {
+                match pending.take() {
+                    None => Ok(()),
+                    Some(batch) => match token.run_until_cancelled(pages.send(batch)).await {
+                        None => Err(Error::Cancelled),
+                        Some(Ok(())) => Ok(()),
+                        Some(Err(_)) => Err(Error::OutputClosed),
+                    },
+                }
+            };
+            let fetch = self.fetch_page(&base, &operation, continue_token.as_deref(), token);
+            let (sent, fetched) = tokio::join!(send, fetch);
+            sent?;
+            let (answer, retries) = fetched;
+            self.progress.retried(retries);
+            self.update(|t| t.retries += retries);
+            match answer? {
+                PageAnswer::Page(page) => {
+                    let mut objects = page.objects;
+                    objects.retain(|o| seen.insert(o));
+                    let count = objects.len() as u64;
+                    self.update(|t| {
+                        t.pages += 1;
+                        t.objects += count;
+                    });
+                    self.progress.page(count);
+                    if !objects.is_empty() {
+                        pending = Some(objects);
+                    }
+                    match page.next {
+                        Some(next) if continue_token.as_deref() == Some(next.as_str()) => {
+                            return Err(Error::InconsistentList {
+                                kind: self.target.label(),
+                                message: "the server returned the same continue token twice".into(),
+                            });
+                        }
+                        Some(next) => continue_token = Some(next),
+                        None => break,
+                    }
+                }
+                PageAnswer::Expired(fresh) => {
+                    tracing::debug!(kind = %self.target.label(), consistent = self.consistent, "list expired (410)");
+                    match fresh {
+                        Some(fresh) if !self.consistent => {
+                            self.update(|t| t.across_snapshots = true);
+                            continue_token = Some(fresh);
+                        }
+                        _ => {
+                            let restarts = {
+                                let mut restarts = 0;
+                                self.update(|t| {
+                                    t.restarts += 1;
+                                    restarts = t.restarts;
+                                    // Objects of the abandoned snapshot were handed out already.
+                                    if !self.consistent {
+                                        t.across_snapshots = true;
+                                    }
+                                });
+                                restarts
+                            };
+                            if restarts > self.max_restarts {
+                                return Err(Error::ExpiredTooOften {
+                                    kind: self.target.label(),
+                                    restarts: restarts - 1,
+                                });
+                            }
+                            continue_token = None;
+                        }
+                    }
+                }
+            }
+        }
+        // The last page's objects.
+        if let Some(batch) = pending.take() {
+            match token.run_until_cancelled(pages.send(batch)).await {
+                None => return Err(Error::Cancelled),
+                Some(Err(_)) => return Err(Error::OutputClosed),
+                Some(Ok(())) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// One page (with retries). Returns the retries made whatever the outcome.
+    async fn fetch_page(
+        &self,
+        base: &str,
+        operation: &str,
+        continue_token: Option<&str>,
+        token: &CancellationToken,
+    ) -> (Result<PageAnswer>, u64) {
+        let url = match continue_token {
+            None => format!("{base}?{}", self.query),
+            Some(c) => format!(
+                "{base}?{}&continue={}",
+                self.query,
+                crate::options::percent_encode(c)
+            ),
+        };
+        // A 410 is expected only when continuing; on a first page it is an error.
+        let accepted: &[StatusCode] = if continue_token.is_some() {
+            &[StatusCode::GONE]
+        } else {
+            &[]
+        };
+        let kind = &self.target.kind;
+        let mut retries = 0;
+        let answer = self
+            .fetcher
+            .get(
+                &url,
+                "application/json",
+                operation,
+                accepted,
+                token,
+                &mut retries,
+                |answer| {
+                    if answer.status == StatusCode::GONE {
+                        Ok(PageAnswer::Expired(
+                            parse_status(answer.status, &answer.body)
+                                .metadata
+                                .continue_token
+                                .filter(|t| !t.is_empty()),
+                        ))
+                    } else {
+                        parse_page(kind, &answer.body).map(PageAnswer::Page)
+                    }
+                },
+            )
+            .await;
+        (answer, retries)
+    }
+}
