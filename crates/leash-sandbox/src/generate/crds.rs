@@ -38,7 +38,6 @@ pub(super) fn definition(seed: u64, i: usize) -> Value {
         "kind": "CustomResourceDefinition",
         "metadata": {
             "name": name,
-            "uid": uid_for(seed, "CustomResourceDefinition", "", &name),
             "labels": { "app.kubernetes.io/part-of": "leash-sandbox" },
         },
         "spec": {
@@ -109,7 +108,6 @@ pub(super) fn widget(ctx: &Context<'_>, i: usize, j: usize) -> Value {
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "uid": uid_for(ctx.seed, &kind(i), namespace, &name),
             "labels": { "widget.example.leash.dev/color": color, "widget.example.leash.dev/index": j.to_string() },
         },
         "spec": {

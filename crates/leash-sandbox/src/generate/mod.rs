@@ -10,10 +10,12 @@
 //! Objects look like what a real cluster returns (defaults filled in,
 //! status populated): a pod is 2-6 KB of JSON with labels, annotations, an
 //! owner reference, 1-3 containers (image, ports, env, resources, probes,
-//! volume mounts), volumes and a running status. `resourceVersion` and
-//! `creationTimestamp` are left to the server; `metadata.uid` is set to a
-//! value derived from the seed, kind, namespace and name, so owner references
-//! agree with their owners.
+//! volume mounts), volumes and a running status. `uid`, `resourceVersion`
+//! and `creationTimestamp` are left to the server, which assigns them on
+//! create (it ignores client-supplied ones, as Kubernetes does). Owner
+//! references and events' `involvedObject` carry uids derived from the seed
+//! and the referenced object's kind, namespace and name; they do not match
+//! the uids the server assigns (nothing in the sandbox collects garbage).
 //!
 //! The output is a pure function of the spec: the same spec gives
 //! byte-identical JSON on every run and machine (per-object seeded

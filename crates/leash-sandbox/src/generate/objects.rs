@@ -74,7 +74,6 @@ pub(super) fn configmap(ctx: &Context<'_>, index: usize) -> Value {
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "uid": uid_for(ctx.seed, "ConfigMap", namespace, &name),
             "labels": { "app.kubernetes.io/name": app, "app.kubernetes.io/managed-by": "helm" },
             "annotations": {
                 "meta.helm.sh/release-name": format!("{app}-prod"),
@@ -124,7 +123,6 @@ pub(super) fn secret(ctx: &Context<'_>, index: usize) -> Value {
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "uid": uid_for(ctx.seed, "Secret", namespace, &name),
             "labels": { "app.kubernetes.io/name": app },
         },
         "type": kind,
@@ -149,7 +147,6 @@ pub(super) fn service(ctx: &Context<'_>, index: usize) -> Value {
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "uid": uid_for(ctx.seed, "Service", namespace, &name),
             "labels": { "app.kubernetes.io/name": app, "app.kubernetes.io/managed-by": "helm" },
         },
         "spec": {
@@ -185,7 +182,6 @@ pub(super) fn serviceaccount(ctx: &Context<'_>, index: usize) -> Value {
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "uid": uid_for(ctx.seed, "ServiceAccount", namespace, &name),
             "labels": { "app.kubernetes.io/name": app },
             "annotations": {
                 "eks.amazonaws.com/role-arn": format!("arn:aws:iam::{}:role/{app}", 100_000_000_000 + rng.u64(..900_000_000_000)),
@@ -221,7 +217,6 @@ pub(super) fn event(ctx: &Context<'_>, index: usize) -> Value {
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "uid": uid_for(ctx.seed, "Event", namespace, &name),
         },
         "involvedObject": {
             "apiVersion": "v1",
@@ -283,7 +278,6 @@ pub(super) fn node(ctx: &Context<'_>, index: usize) -> Value {
         "kind": "Node",
         "metadata": {
             "name": name,
-            "uid": uid_for(ctx.seed, "Node", "", &name),
             "labels": {
                 "beta.kubernetes.io/arch": "amd64",
                 "beta.kubernetes.io/os": "linux",
@@ -360,7 +354,6 @@ pub(super) fn namespace(seed: u64, name: &str) -> Value {
         "kind": "Namespace",
         "metadata": {
             "name": name,
-            "uid": uid_for(seed, "Namespace", "", name),
             "labels": { "kubernetes.io/metadata.name": name },
         },
         "spec": { "finalizers": ["kubernetes"] },

@@ -138,7 +138,6 @@ pub(super) fn pod(ctx: &Context<'_>, index: usize) -> Value {
             "name": name,
             "generateName": format!("{owner_name}-"),
             "namespace": namespace,
-            "uid": uid_for(ctx.seed, "Pod", namespace, &name),
             "labels": labels,
             "annotations": {
                 "kubectl.kubernetes.io/default-container": app,
@@ -192,7 +191,6 @@ pub(super) fn deployment(ctx: &Context<'_>, index: usize) -> Value {
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "uid": uid_for(ctx.seed, "Deployment", namespace, &name),
             "generation": 1,
             "labels": app_labels(app, "server"),
             "annotations": { "deployment.kubernetes.io/revision": "1" },
@@ -253,7 +251,6 @@ pub(super) fn replicaset(ctx: &Context<'_>, index: usize) -> Value {
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "uid": uid_for(ctx.seed, "ReplicaSet", namespace, &name),
             "generation": 1,
             "labels": labels,
             "annotations": {
@@ -310,7 +307,6 @@ pub(super) fn statefulset(ctx: &Context<'_>, index: usize) -> Value {
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "uid": uid_for(ctx.seed, "StatefulSet", namespace, &name),
             "generation": 1,
             "labels": app_labels(app, "database"),
         },
@@ -378,7 +374,6 @@ pub(super) fn daemonset(ctx: &Context<'_>, index: usize) -> Value {
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "uid": uid_for(ctx.seed, "DaemonSet", namespace, &name),
             "generation": 1,
             "labels": app_labels(app, "agent"),
             "annotations": { "deprecated.daemonset.template.generation": "1" },
@@ -413,7 +408,6 @@ pub(super) fn job(ctx: &Context<'_>, index: usize) -> Value {
         "{app}-migrate-{}",
         unique_token(ctx.seed, "jobs", index, ctx.token_len)
     );
-    let uid = uid_for(ctx.seed, "Job", namespace, &name);
     let started = rng.u64(..30 * 86_400);
     let finished = started + 5 + rng.u64(..600);
     json!({
@@ -422,11 +416,10 @@ pub(super) fn job(ctx: &Context<'_>, index: usize) -> Value {
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "uid": uid,
             "generation": 1,
             "labels": app_labels(app, "migration"),
         },
-        "spec": job_spec(&mut rng, app, &name, &uid),
+        "spec": job_spec(&mut rng, app, &name),
         "status": {
             "startTime": timestamp(started),
             "completionTime": timestamp(finished),
@@ -460,7 +453,7 @@ pub(super) fn cronjob(ctx: &Context<'_>, index: usize) -> Value {
         unique_token(ctx.seed, "cronjobs", index, ctx.token_len)
     );
     let last = rng.u64(..30 * 86_400);
-    let mut spec = job_spec(&mut rng, app, &name, "");
+    let mut spec = job_spec(&mut rng, app, &name);
     let spec_map = spec.as_object_mut().expect("job_spec builds an object");
     spec_map.remove("selector");
     spec_map.remove("manualSelector");
@@ -470,7 +463,6 @@ pub(super) fn cronjob(ctx: &Context<'_>, index: usize) -> Value {
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "uid": uid_for(ctx.seed, "CronJob", namespace, &name),
             "generation": 1,
             "labels": app_labels(app, "batch"),
         },
@@ -490,30 +482,27 @@ pub(super) fn cronjob(ctx: &Context<'_>, index: usize) -> Value {
     })
 }
 
-fn job_spec(rng: &mut fastrand::Rng, app: &str, name: &str, uid: &str) -> Value {
+fn job_spec(rng: &mut fastrand::Rng, app: &str, name: &str) -> Value {
     let mut template = pod_template(rng, app, name);
     template["spec"]["restartPolicy"] = json!("Never");
     let labels = template["metadata"]["labels"]
         .as_object_mut()
         .expect("labels is an object");
     labels.insert("batch.kubernetes.io/job-name".into(), json!(name));
-    if !uid.is_empty() {
-        labels.insert("batch.kubernetes.io/controller-uid".into(), json!(uid));
-    }
-    let mut spec = json!({
+    // The API server would select on a `controller-uid` label with the uid
+    // it assigns; a generated job cannot know that uid, so it selects its
+    // pods by the template's own labels (`manualSelector`).
+    json!({
         "parallelism": 1,
         "completions": 1,
         "backoffLimit": 6,
         "completionMode": "NonIndexed",
         "suspend": false,
         "podReplacementPolicy": "TerminatingOrFailed",
-        "manualSelector": false,
+        "manualSelector": true,
+        "selector": { "matchLabels": selector(app, name) },
         "template": template,
-    });
-    if !uid.is_empty() {
-        spec["selector"] = json!({ "matchLabels": { "batch.kubernetes.io/controller-uid": uid } });
-    }
-    spec
+    })
 }
 
 /// A pod template (workload `spec.template`) labelled for `owner`.
