@@ -10,7 +10,7 @@
 use serde_json::{Value, json};
 
 use super::Context;
-use super::entropy::{object_rng, pick, uid_for};
+use super::entropy::{object_rng, pick};
 
 /// The API group of every generated custom kind.
 pub const GROUP: &str = "example.leash.dev";
@@ -31,7 +31,7 @@ pub fn object_name(i: usize, j: usize) -> String {
 }
 
 /// The CustomResourceDefinition of custom resource `i`.
-pub(super) fn definition(seed: u64, i: usize) -> Value {
+pub(super) fn definition(i: usize) -> Value {
     let name = format!("{}.{GROUP}", plural(i));
     json!({
         "apiVersion": "apiextensions.k8s.io/v1",

@@ -154,12 +154,8 @@ pub fn generate(spec: &GenerateSpec) -> Result<Vec<Value>> {
     };
 
     let mut out = Vec::with_capacity(requested as usize);
-    out.extend(
-        namespaces
-            .iter()
-            .map(|name| objects::namespace(spec.seed, name)),
-    );
-    out.extend((0..crd_kinds).map(|i| crds::definition(spec.seed, i)));
+    out.extend(namespaces.iter().map(|name| objects::namespace(name)));
+    out.extend((0..crd_kinds).map(crds::definition));
     for (kind, count) in &kinds {
         let build: fn(&Context<'_>, usize) -> Value = match kind.kind {
             "Namespace" => idle_namespace,
@@ -221,8 +217,8 @@ impl Context<'_> {
 }
 
 /// An extra, empty namespace from `--generate namespaces=N`.
-fn idle_namespace(ctx: &Context<'_>, index: usize) -> Value {
-    objects::namespace(ctx.seed, &format!("ns-idle-{index:04}"))
+fn idle_namespace(_ctx: &Context<'_>, index: usize) -> Value {
+    objects::namespace(&format!("ns-idle-{index:04}"))
 }
 
 /// Resolve every kind name, rejecting unknown names and duplicates.

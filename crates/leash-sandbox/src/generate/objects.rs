@@ -348,7 +348,7 @@ pub(super) fn node_name(index: usize) -> String {
 }
 
 /// An active Namespace named `name`.
-pub(super) fn namespace(seed: u64, name: &str) -> Value {
+pub(super) fn namespace(name: &str) -> Value {
     json!({
         "apiVersion": "v1",
         "kind": "Namespace",
