@@ -15,6 +15,10 @@
 //! 2. Cancellation reaches in-flight tasks: each task runs with a child token
 //!    of the pool's token, and the worker races the task against that token,
 //!    so a task that ignores its token is dropped at its next `.await`.
+//!    Consecutive tasks of one worker share that child token until a task
+//!    cancels it; the worker then takes a fresh child before the next task,
+//!    so a task cancelling its own token never affects another task or the
+//!    pool (a task must not keep its token after it returned).
 //! 3. No deadlock on shutdown: a worker's result send is raced against the
 //!    pool's token, and after cancellation results are only `try_send`; a
 //!    dropped [`Results`] closes the channel (sends fail) and cancels the pool.
@@ -27,7 +31,8 @@
 //!    the worker survives.
 //! 6. At most one worker waits on the queue at a time (the receiver sits in a
 //!    `tokio::sync::Mutex`); the guard is held across that `recv` only, never
-//!    across a task or a result send.
+//!    across a task or a result send. What the holder waits for (a submit, a
+//!    close, a cancellation) never needs the lock, so it cannot deadlock.
 //!
 //! Built only from tokio / tokio-util primitives (`mpsc`, `tokio::sync::Mutex`,
 //! `CancellationToken`) plus one `AtomicU64` id counter and one `AtomicU64`
@@ -232,7 +237,9 @@ impl<T, R> fmt::Debug for WorkerPool<T, R> {
 
 impl<T: Send + 'static, R: Send + 'static> WorkerPool<T, R> {
     /// A pool that runs `handler(task, token)` for each task, where `token` is
-    /// a child of the pool's token. Validates `config`; starts nothing.
+    /// a child of the pool's token (cancelled when the pool or an enclosing
+    /// scope is; see invariant 2 for its reuse across one worker's tasks).
+    /// Validates `config`; starts nothing.
     pub fn new<H, Fut>(config: PoolConfig, handler: H) -> Result<Self, PoolError>
     where
         H: Fn(T, CancellationToken) -> Fut + Send + Sync + 'static,
@@ -276,7 +283,9 @@ impl<T: Send + 'static, R: Send + 'static> WorkerPool<T, R> {
         let (task_tx, task_rx) = mpsc::channel(self.config.queue_capacity);
         let (result_tx, result_rx) =
             mpsc::channel(self.config.workers + self.config.queue_capacity);
-        let closed = CancellationToken::new();
+        // A child of the pool's token, so one check covers closed and
+        // cancelled on the submit fast path.
+        let closed = pool_scope.token().child_token();
         let undelivered = Arc::new(AtomicU64::new(0));
         (self.spawn_workers)(WorkerStart {
             scope: pool_scope.handle(),
@@ -316,8 +325,11 @@ impl<T, H> Workers<T, H> {
         H: Fn(T, CancellationToken) -> Fut,
         Fut: Future<Output = R>,
     {
-        while let Some((id, task)) = self.next_job().await {
-            let token = self.cancel.child_token();
+        // One child token per worker, shared by its consecutive tasks until
+        // one of them cancels it (invariant 2): a child token per task would
+        // lock the pool token's node, shared by every worker, twice per task.
+        let mut token = self.cancel.child_token();
+        while let Some((id, task)) = self.next_job(&token).await {
             let handler_token = token.clone();
             // The handler is called inside the caught future, so a panic in
             // its synchronous part is caught too (invariant 5).
@@ -328,7 +340,13 @@ impl<T, H> Workers<T, H> {
                 Some(Err(payload)) => Err(TaskFailure::Panicked(panic_message(payload.as_ref()))),
                 None => Err(TaskFailure::Cancelled),
             };
-            self.deliver(&results, TaskResult { id, outcome }).await;
+            if token.is_cancelled() {
+                // The task cancelled its own token, or the pool was
+                // cancelled (then the new child is born cancelled).
+                token = self.cancel.child_token();
+            }
+            self.deliver(&token, &results, TaskResult { id, outcome })
+                .await;
         }
         if self.cancel.is_cancelled() {
             self.drain_cancelled(&results).await;
@@ -337,12 +355,20 @@ impl<T, H> Workers<T, H> {
 
     /// The next task, or `None` when the queue is closed and empty or the
     /// pool is cancelled.
-    async fn next_job(&self) -> Option<Job<T>> {
-        let mut queue = self.cancel.run_until_cancelled(self.queue.lock()).await?;
+    async fn next_job(&self, token: &CancellationToken) -> Option<Job<T>> {
+        // Fast path: the queue is free and holds a task. (Taken even after
+        // cancellation: the task's race then reports it `Cancelled` at once.)
+        let mut queue = match self.queue.try_lock() {
+            Ok(queue) => queue,
+            Err(_) => token.run_until_cancelled(self.queue.lock()).await?,
+        };
+        if let Ok(job) = queue.try_recv() {
+            return Some(job);
+        }
         loop {
             tokio::select! {
                 biased;
-                () = self.cancel.cancelled() => return None,
+                () = token.cancelled() => return None,
                 job = queue.recv() => return job,
                 // Submitter::close: close the channel for senders, keep
                 // draining what is buffered (invariant 4).
@@ -370,7 +396,12 @@ impl<T, H> Workers<T, H> {
 
     /// Sends a result, waiting for room unless the pool is cancelled
     /// (invariant 3).
-    async fn deliver<R>(&self, results: &mpsc::Sender<TaskResult<R>>, result: TaskResult<R>) {
+    async fn deliver<R>(
+        &self,
+        token: &CancellationToken,
+        results: &mpsc::Sender<TaskResult<R>>,
+        result: TaskResult<R>,
+    ) {
         tokio::select! {
             biased;
             permit = results.reserve() => {
@@ -379,7 +410,7 @@ impl<T, H> Workers<T, H> {
                 }
                 // Err: Results was dropped; nobody wants the result.
             }
-            () = self.cancel.cancelled() => self.deliver_now(results, result),
+            () = token.cancelled() => self.deliver_now(results, result),
         }
     }
 
@@ -444,8 +475,19 @@ impl<T> Submitter<T> {
     /// Cancel safe: if the returned future is dropped before it completes,
     /// the task was not queued (and is dropped with the future).
     pub async fn submit(&self, task: T) -> Result<TaskId, SubmitError<T>> {
-        if self.cancel.is_cancelled() || self.closed.is_cancelled() {
+        // `closed` is a child of `cancel`: this covers both.
+        if self.closed.is_cancelled() {
             return Err(self.refusal(task));
+        }
+        // Fast path: room now. No waiter is registered on either token.
+        match self.tx.try_reserve() {
+            Ok(permit) => {
+                let id = self.next_id();
+                permit.send((id, task));
+                return Ok(id);
+            }
+            Err(mpsc::error::TrySendError::Closed(())) => return Err(self.refusal(task)),
+            Err(mpsc::error::TrySendError::Full(())) => {}
         }
         tokio::select! {
             biased;
@@ -466,7 +508,7 @@ impl<T> Submitter<T> {
     /// [`TrySubmitError::Full`] or (closed or cancelled)
     /// [`TrySubmitError::Closed`].
     pub fn try_submit(&self, task: T) -> Result<TaskId, TrySubmitError<T>> {
-        if self.cancel.is_cancelled() || self.closed.is_cancelled() {
+        if self.closed.is_cancelled() {
             return Err(TrySubmitError::Closed(task));
         }
         match self.tx.try_reserve() {
@@ -487,7 +529,7 @@ impl<T> Submitter<T> {
 
     /// Whether [`Submitter::close`] was called (or the pool was cancelled).
     pub fn is_closed(&self) -> bool {
-        self.closed.is_cancelled() || self.cancel.is_cancelled()
+        self.closed.is_cancelled()
     }
 
     /// Cancels the pool: running tasks see their token cancelled and are
