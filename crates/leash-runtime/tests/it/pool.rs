@@ -209,7 +209,7 @@ async fn seed_close_deadlock() {
         1 + buffered.len() as u64 + results.undelivered(),
         accepted as u64
     );
-    settle_alive_tasks(baseline, Duration::from_secs(1)).await;
+    settle_alive_tasks(baseline, Duration::from_secs(2)).await;
 }
 
 /// Close without cancel, consumer not reading: `Results::join` drains and
@@ -233,7 +233,7 @@ async fn close_then_join_completes_without_a_reader() {
         .await
         .unwrap()
         .unwrap();
-    settle_alive_tasks(baseline, Duration::from_secs(1)).await;
+    settle_alive_tasks(baseline, Duration::from_secs(2)).await;
     scope.join().await.unwrap();
 }
 
@@ -422,7 +422,7 @@ async fn dropping_results_cancels_the_pool() {
         .await
         .unwrap()
         .unwrap();
-    settle_alive_tasks(baseline, Duration::from_secs(1)).await;
+    settle_alive_tasks(baseline, Duration::from_secs(2)).await;
 }
 
 /// All submitters dropped (never closed): the stream ends, workers exit.
@@ -442,7 +442,7 @@ async fn results_end_when_every_submitter_is_dropped() {
         .unwrap();
     out.sort_unstable();
     assert_eq!(out, [2, 4]);
-    settle_alive_tasks(baseline, Duration::from_secs(1)).await;
+    settle_alive_tasks(baseline, Duration::from_secs(2)).await;
     scope.join().await.unwrap();
 }
 
@@ -469,5 +469,5 @@ async fn parent_shutdown_stops_a_running_pool() {
         .unwrap();
     assert!(submitter.is_closed());
     drop(results);
-    settle_alive_tasks(baseline, Duration::from_secs(1)).await;
+    settle_alive_tasks(baseline, Duration::from_secs(2)).await;
 }

@@ -101,7 +101,7 @@ async fn seed_early_return_skips_join() {
     let mut at_return = rules.lock().unwrap().clone();
     at_return.sort_unstable();
     assert_eq!(at_return, (0..60).collect::<Vec<_>>());
-    settle_alive_tasks(baseline, Duration::from_millis(500)).await;
+    settle_alive_tasks(baseline, Duration::from_secs(2)).await;
     // No writer is left to touch the vector after the producer returned.
     tokio::time::sleep(Duration::from_millis(60)).await;
     assert_eq!(rules.lock().unwrap().len(), 60);
@@ -243,7 +243,7 @@ async fn run_until_cancelled_stops_pending_awaits() {
         .unwrap()
         .unwrap();
     assert!(started.elapsed() < Duration::from_secs(1));
-    settle_alive_tasks(baseline, Duration::from_secs(1)).await;
+    settle_alive_tasks(baseline, Duration::from_secs(2)).await;
 
     let token = tokio_util::sync::CancellationToken::new();
     assert_eq!(cancellable(&token, async { 7 }).await, Some(7));
