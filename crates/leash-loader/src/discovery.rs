@@ -72,8 +72,8 @@ fn parse_top_level(body: &[u8]) -> serde_json::Result<TopLevel> {
     })
 }
 
-/// Run discovery: 2 requests against an aggregated-discovery server, 2 + one
-/// per group against a legacy one. Each request is retried per the policy.
+/// Run discovery: 2 concurrent requests against an aggregated-discovery
+/// server, then one per group (8 at a time) against a legacy one. Each request is retried per the policy.
 ///
 /// # Cancel safety
 /// Cancel-safe; returns `Error::Cancelled` when `token` fires.
@@ -82,8 +82,14 @@ pub(crate) async fn discover(
     token: &CancellationToken,
     retries: &mut u64,
 ) -> Result<Catalog> {
-    let core = get_top_level(fetcher, "/api", token, retries).await?;
-    let groups = get_top_level(fetcher, "/apis", token, retries).await?;
+    // Both top-level documents at once: discovery costs one round trip.
+    let (mut core_retries, mut group_retries) = (0, 0);
+    let (core, groups) = tokio::join!(
+        get_top_level(fetcher, "/api", token, &mut core_retries),
+        get_top_level(fetcher, "/apis", token, &mut group_retries),
+    );
+    *retries += core_retries + group_retries;
+    let (core, groups) = (core?, groups?);
     let mut kinds = Vec::new();
     let mut legacy_paths: Vec<(String, String, String)> = Vec::new(); // (path, group, version)
     for top in [core, groups] {
