@@ -613,3 +613,59 @@ impl<R> Results<R> {
         self.join().await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_hand_the_task_back() {
+        assert_eq!(SubmitError::Closed(1).into_inner(), 1);
+        assert_eq!(SubmitError::Cancelled(2).into_inner(), 2);
+        assert_eq!(TrySubmitError::Full(3).into_inner(), 3);
+        assert_eq!(TrySubmitError::Closed(4).into_inner(), 4);
+    }
+
+    #[test]
+    fn config_bounds() {
+        assert!(PoolConfig::default().validate().is_ok());
+        assert!(PoolConfig::new(1, MAX_QUEUE_CAPACITY).validate().is_ok());
+        assert_eq!(
+            PoolConfig::new(1, MAX_QUEUE_CAPACITY + 1).validate(),
+            Err(PoolError::InvalidQueueCapacity {
+                got: MAX_QUEUE_CAPACITY + 1,
+                max: MAX_QUEUE_CAPACITY
+            })
+        );
+        assert_eq!(
+            PoolError::InvalidWorkers { got: 0, max: 256 }.to_string(),
+            "worker count 0 is outside 1..=256"
+        );
+    }
+
+    /// Cancelled with the consumer not reading: results that find no room
+    /// are counted, never waited for (invariants 1, 3).
+    #[tokio::test]
+    async fn undelivered_results_are_counted_after_cancel() {
+        let scope = Scope::new();
+        let pool = WorkerPool::new(PoolConfig::new(1, 8), |n: u32, _| async move { n }).unwrap();
+        let (submitter, results) = pool.start(&scope);
+        // Result channel holds 1 + 8 = 9. Queue 8 tasks, let them run, then
+        // queue 8 more so 7 results cannot fit once cancelled.
+        for n in 0..8 {
+            submitter.submit(n).await.unwrap();
+        }
+        while results.rx.len() < 8 {
+            tokio::task::yield_now().await;
+        }
+        for n in 8..16 {
+            submitter.try_submit(n).unwrap();
+        }
+        submitter.cancel();
+        scope.shutdown().await.unwrap();
+        // 8 buffered before cancel, 1 more fit, 7 queued-then-cancelled
+        // results found the channel full.
+        assert_eq!(results.rx.len(), 9);
+        assert_eq!(results.undelivered(), 7);
+    }
+}

@@ -492,3 +492,39 @@ where
 pub async fn cancellable<F: Future>(token: &CancellationToken, fut: F) -> Option<F::Output> {
     token.run_until_cancelled(fut).await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn panic_message_reads_str_and_string_payloads() {
+        let s: Box<dyn Any + Send> = Box::new("static");
+        assert_eq!(panic_message(s.as_ref()), "static");
+        let s: Box<dyn Any + Send> = Box::new(format!("owned {}", 1));
+        assert_eq!(panic_message(s.as_ref()), "owned 1");
+        let s: Box<dyn Any + Send> = Box::new(42u8);
+        assert_eq!(panic_message(s.as_ref()), "non-string panic payload");
+    }
+
+    #[test]
+    fn scope_error_lists_every_failure() {
+        let err = ScopeError {
+            errors: vec![
+                TaskError::Failed {
+                    name: "a".into(),
+                    source: "io".into(),
+                },
+                TaskError::Panicked {
+                    name: "b".into(),
+                    message: "boom".into(),
+                },
+            ],
+        };
+        assert_eq!(
+            err.to_string(),
+            "2 task(s) failed: task `a` failed: io; task `b` panicked: boom"
+        );
+        assert_eq!(err.source().unwrap().to_string(), "task `a` failed: io");
+    }
+}
