@@ -130,23 +130,7 @@ impl CrdFeeder {
                 return;
             };
             let uid = object.metadata.uid.clone();
-            let mut value = match serde_json::to_value(&object) {
-                Ok(value) => value,
-                Err(err) => {
-                    tracing::warn!(entry = %name, error = %err, "cannot encode GlobalContextEntry");
-                    return;
-                }
-            };
-            if let serde_json::Value::Object(map) = &mut value {
-                map.entry("apiVersion").or_insert_with(|| {
-                    serde_json::Value::String(format!("{GROUP}/{STORAGE_VERSION}"))
-                });
-                map.entry("kind")
-                    .or_insert_with(|| serde_json::Value::String(KIND.to_owned()));
-                // Status is not part of the definition.
-                map.remove("status");
-            }
-            let entry = match decode_entry(value).and_then(ContextEntry::from_resource) {
+            let entry = match entry_from_object(object) {
                 Ok(entry) => entry,
                 Err(err) => {
                     tracing::warn!(entry = %name, error = %chain(&err), "invalid GlobalContextEntry in the cluster; keeping what runs");
@@ -216,4 +200,49 @@ impl CrdFeeder {
             }
         })
     }
+}
+
+/// Validate a `GlobalContextEntry` read from the cluster (its status is ignored).
+pub fn entry_from_object(object: DynamicObject) -> crate::Result<ContextEntry> {
+    let mut value = serde_json::to_value(&object).map_err(|e| crate::Error::InvalidEntry {
+        entry: object.metadata.name.clone().unwrap_or_default(),
+        field: "<object>".to_owned(),
+        reason: e.to_string(),
+    })?;
+    if let serde_json::Value::Object(map) = &mut value {
+        map.entry("apiVersion")
+            .or_insert_with(|| serde_json::Value::String(format!("{GROUP}/{STORAGE_VERSION}")));
+        map.entry("kind")
+            .or_insert_with(|| serde_json::Value::String(KIND.to_owned()));
+        map.remove("status");
+    }
+    decode_entry(value).and_then(ContextEntry::from_resource)
+}
+
+/// List the cluster's `GlobalContextEntry` objects once (for `--once`):
+/// the valid entries, and one error per invalid object.
+///
+/// # Cancel safety
+/// Cancel safe: it only reads.
+pub async fn list_cluster_entries(
+    client: &kube::Client,
+) -> crate::Result<(Vec<ContextEntry>, Vec<crate::Error>)> {
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &global_context_entry_resource());
+    let list =
+        api.list(&Default::default())
+            .await
+            .map_err(|source| crate::Error::RequestFailed {
+                method: "GET".to_owned(),
+                path: format!("/apis/{GROUP}/{STORAGE_VERSION}/{PLURAL}"),
+                source,
+            })?;
+    let mut entries = Vec::new();
+    let mut errors = Vec::new();
+    for object in list.items {
+        match entry_from_object(object) {
+            Ok(entry) => entries.push(entry),
+            Err(err) => errors.push(err),
+        }
+    }
+    Ok((entries, errors))
 }

@@ -36,6 +36,7 @@ pub(crate) async fn run(
     cell: Arc<EntryCell>,
     source: KubernetesSource,
     client: kube::Client,
+    watch_timeout: Duration,
     token: CancellationToken,
 ) -> Result<()> {
     let mut backoff = Backoff::new();
@@ -60,10 +61,11 @@ pub(crate) async fn run(
     };
     let writer = Writer::new(resource.clone());
     let reader = writer.as_reader();
-    let stream = reflector::reflector(
-        writer,
-        watcher(api, watcher::Config::default()).default_backoff(),
-    );
+    let timeout_secs = u32::try_from(watch_timeout.as_secs())
+        .unwrap_or(u32::MAX)
+        .max(1);
+    let config = watcher::Config::default().timeout(timeout_secs);
+    let stream = reflector::reflector(writer, watcher(api, config).default_backoff());
     let mut stream = std::pin::pin!(stream);
     let label = source.to_string();
     let mut synced = false;

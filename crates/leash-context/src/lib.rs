@@ -44,9 +44,11 @@ pub use entry::{
     DEFAULT_RETRY_LIMIT, EntrySource, KubernetesSource, ServiceTarget,
 };
 pub use error::{Error, Result};
-pub use feed::{CrdFeeder, global_context_entry_resource};
+pub use feed::{CrdFeeder, entry_from_object, global_context_entry_resource, list_cluster_entries};
 pub use parse::{decode_entry, load_entry_files, parse_entries};
 pub use snapshot::Snapshot;
 pub use spec::GlobalContextEntry;
 pub use status::{EntryState, EntryStatus};
-pub use store::{DEFAULT_READY_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, Store, StoreConfig};
+pub use store::{
+    DEFAULT_READY_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, DEFAULT_WATCH_TIMEOUT, Store, StoreConfig,
+};

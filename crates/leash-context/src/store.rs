@@ -39,6 +39,8 @@ use crate::{api_call, kubernetes};
 
 /// Kyverno's cache-sync timeout.
 pub const DEFAULT_READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// kube-runtime's watch timeout.
+pub const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(290);
 /// Bound on one API call attempt.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -52,6 +54,10 @@ pub struct StoreConfig {
     pub ready_timeout: Duration,
     /// Bound on one API call attempt.
     pub request_timeout: Duration,
+    /// Server-side timeout of each watch request of Kubernetes entries
+    /// (`timeoutSeconds`, whole seconds, at least 1); the watcher then
+    /// re-watches. Default 290 s, kube-runtime's.
+    pub watch_timeout: Duration,
 }
 
 impl Default for StoreConfig {
@@ -60,6 +66,7 @@ impl Default for StoreConfig {
             max_entries: 0,
             ready_timeout: DEFAULT_READY_TIMEOUT,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            watch_timeout: DEFAULT_WATCH_TIMEOUT,
         }
     }
 }
@@ -284,9 +291,12 @@ impl Store {
                 let client = self.inner.client.clone();
                 let cell = cell.clone();
                 let token = token.clone();
+                let watch_timeout = self.inner.config.watch_timeout;
                 scope.spawn(format!("context entry {name}: watch"), async move {
                     match client {
-                        Some(client) => kubernetes::run(cell, source, client, token).await,
+                        Some(client) => {
+                            kubernetes::run(cell, source, client, watch_timeout, token).await
+                        }
                         None => Err(Error::ClientRequired(cell.name().to_owned())),
                     }
                 });

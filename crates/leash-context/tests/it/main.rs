@@ -5,4 +5,7 @@
 
 mod api_call;
 mod common;
+mod feed;
+mod kubernetes;
+mod sandbox;
 mod spec;

@@ -1,0 +1,185 @@
+//! `--watch-crds`: the shipped CRD loads into the sandbox, and the feeder
+//! adds, replaces and removes entries as GlobalContextEntry objects change.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use leash_context::{CrdFeeder, Store, StoreConfig};
+use leash_runtime::Scope;
+use serde_json::{Value, json};
+
+use crate::common::{HANG_BOUND, eventually, service_entry, start_service, within};
+use crate::sandbox;
+
+fn crd_manifest() -> Value {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../deploy/crds/kyverno.io_globalcontextentries.yaml");
+    let objects = leash_sandbox::manifests::load_manifests(&[path]).unwrap();
+    assert_eq!(objects.len(), 1);
+    objects.into_iter().next().unwrap()
+}
+
+fn gctx(name: &str, url: &str, projection: &str) -> Value {
+    json!({
+        "apiVersion": "kyverno.io/v2beta1",
+        "kind": "GlobalContextEntry",
+        "metadata": {"name": name},
+        "spec": {
+            "apiCall": {"service": {"url": url}, "refreshInterval": "1h"},
+            "projections": [{"name": "p", "jmesPath": projection}]
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_crds_adds_replaces_and_removes_entries() {
+    let scope = Scope::new();
+    let (url, _service) = start_service(&scope, json!({"a": 1, "b": 2})).await;
+    let sandbox = sandbox::start(vec![crd_manifest(), gctx("from-cluster", &url, "a")]).await;
+    let store = Store::new(
+        StoreConfig {
+            ready_timeout: Duration::from_secs(5),
+            ..StoreConfig::default()
+        },
+        Some(sandbox::client(&sandbox)),
+    );
+    // A file entry whose name a cluster object will also use.
+    store
+        .add(service_entry("from-file", &url, "1h", &[("p", "b")]))
+        .unwrap();
+    let feeder_scope = scope.child();
+    let feeder = CrdFeeder::new(store.clone(), sandbox::client(&sandbox));
+    let token = feeder_scope.token().clone();
+    feeder_scope.spawn("feeder", feeder.run(token));
+
+    // Listed at start.
+    eventually("the listed entry", HANG_BOUND, || {
+        store
+            .projection("from-cluster", "p")
+            .ok()
+            .filter(|v| v == &json!(1))
+    })
+    .await;
+    let first_id = store.entry_id("from-cluster").unwrap();
+
+    // Status-only change: not restarted.
+    let mut object = sandbox
+        .store()
+        .get(
+            "kyverno.io/v2beta1",
+            "GlobalContextEntry",
+            None,
+            "from-cluster",
+        )
+        .unwrap();
+    object["status"] = json!({"lastRefreshTime": "2026-01-01T00:00:00Z"});
+    sandbox.store().update(object).unwrap();
+    // A later change proves the status event was processed before it.
+    sandbox.store().create(gctx("second", &url, "b")).unwrap();
+    eventually("the added entry", HANG_BOUND, || {
+        store
+            .projection("second", "p")
+            .ok()
+            .filter(|v| v == &json!(2))
+    })
+    .await;
+    assert_eq!(
+        store.entry_id("from-cluster"),
+        Some(first_id),
+        "status change restarted the entry"
+    );
+
+    // Spec change: replaced.
+    let mut object = sandbox
+        .store()
+        .get(
+            "kyverno.io/v2beta1",
+            "GlobalContextEntry",
+            None,
+            "from-cluster",
+        )
+        .unwrap();
+    object["spec"]["projections"][0]["jmesPath"] = json!("b");
+    sandbox.store().update(object).unwrap();
+    eventually("the replaced entry", HANG_BOUND, || {
+        store
+            .projection("from-cluster", "p")
+            .ok()
+            .filter(|v| v == &json!(2))
+    })
+    .await;
+    assert_ne!(store.entry_id("from-cluster"), Some(first_id));
+
+    // Invalid spec in the cluster: the running entry is kept.
+    sandbox
+        .store()
+        .create(gctx("from-file", &url, "a"))
+        .unwrap();
+    let mut bad = gctx("bad", &url, "a");
+    bad["spec"]["projections"][0]["jmesPath"] = json!("[?");
+    sandbox.store().create(bad).unwrap();
+
+    // Deletion: removed.
+    sandbox
+        .store()
+        .delete("kyverno.io/v2beta1", "GlobalContextEntry", None, "second")
+        .unwrap();
+    eventually("the removal", HANG_BOUND, || {
+        store.entry_id("second").is_none().then_some(())
+    })
+    .await;
+    // The file entry of the same name as a cluster object was left alone,
+    // and deleting that cluster object does not remove it either.
+    assert_eq!(store.projection("from-file", "p").unwrap(), json!(2));
+    sandbox
+        .store()
+        .delete(
+            "kyverno.io/v2beta1",
+            "GlobalContextEntry",
+            None,
+            "from-file",
+        )
+        .unwrap();
+    assert!(
+        store.entry_id("bad").is_none(),
+        "an invalid entry was added"
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(store.names(), ["from-cluster", "from-file"]);
+
+    within("feeder stop", HANG_BOUND, feeder_scope.shutdown())
+        .await
+        .unwrap();
+    within("store shutdown", HANG_BOUND, store.shutdown())
+        .await
+        .unwrap();
+    sandbox.shutdown().await.unwrap();
+    scope.shutdown().await.unwrap();
+}
+
+/// `leash context --once --watch-crds` reads the cluster's entries once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_cluster_entries_reads_every_version() {
+    let sandbox = sandbox::start(vec![crd_manifest()]).await;
+    for (name, version) in [("a", "v2alpha1"), ("b", "v2beta1"), ("c", "v2")] {
+        let mut object = gctx(name, "http://127.0.0.1:9/x", "@");
+        object["apiVersion"] = json!(format!("kyverno.io/{version}"));
+        sandbox.store().create(object).unwrap();
+    }
+    let mut bad = gctx("bad", "http://127.0.0.1:9/x", "@");
+    bad["spec"]["projections"][0]["jmesPath"] = json!("[?");
+    sandbox.store().create(bad).unwrap();
+    let (entries, errors) = leash_context::list_cluster_entries(&sandbox::client(&sandbox))
+        .await
+        .unwrap();
+    let mut names: Vec<&str> = entries.iter().map(|e| e.name()).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["a", "b", "c"]);
+    assert_eq!(errors.len(), 1);
+    let text = errors[0].to_string();
+    assert!(
+        text.contains("\"bad\"") && text.contains("spec.projections[0].jmesPath"),
+        "{text}"
+    );
+    sandbox.shutdown().await.unwrap();
+}

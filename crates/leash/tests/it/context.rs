@@ -1,0 +1,444 @@
+//! `leash context` as a process against an in-process sandbox and a local
+//! JSON service: `--once` output and exit codes, `--serve` answering
+//! `/entries/...` (404 for unknown names), exit 2 for invalid entries and an
+//! unreachable server.
+
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use leash_runtime::Scope;
+use leash_sandbox::{Sandbox, SandboxConfig};
+use serde_json::{Value, json};
+
+/// Hang bound (debug build, shared CPU).
+const BOUND: Duration = Duration::from_secs(60);
+
+/// A multi-thread runtime serving the sandbox and a JSON service while the
+/// test thread drives the `leash` process.
+struct Cluster {
+    runtime: tokio::runtime::Runtime,
+    sandbox: Option<Sandbox>,
+    scope: Option<Scope>,
+    service_url: String,
+}
+
+impl Cluster {
+    fn start() -> Cluster {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let (sandbox, scope, service_url) = runtime.block_on(async {
+            let ns = |name: &str| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+            let sandbox = Sandbox::start(SandboxConfig {
+                objects: vec![
+                    ns("x"),
+                    ns("y"),
+                    deployment("x", "a"),
+                    deployment("x", "b"),
+                    deployment("y", "c"),
+                ],
+                ..SandboxConfig::default()
+            })
+            .await
+            .unwrap();
+            let scope = Scope::new();
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let url = format!("http://{}/config", listener.local_addr().unwrap());
+            let router = axum::Router::new().route(
+                "/config",
+                axum::routing::get(|| async {
+                    (
+                        [("content-type", "application/json")],
+                        r#"{"allowed": ["nginx", "redis"], "limit": 3}"#,
+                    )
+                }),
+            );
+            let token = scope.token().clone();
+            scope.spawn("json service", async move {
+                axum::serve(listener, router)
+                    .with_graceful_shutdown(token.cancelled_owned())
+                    .await
+            });
+            (sandbox, scope, url)
+        });
+        Cluster {
+            runtime,
+            sandbox: Some(sandbox),
+            scope: Some(scope),
+            service_url,
+        }
+    }
+
+    fn url(&self) -> String {
+        self.sandbox.as_ref().unwrap().url()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let sandbox = self.sandbox.take();
+        let scope = self.scope.take();
+        self.runtime.block_on(async {
+            if let Some(s) = sandbox {
+                let _ = s.shutdown().await;
+            }
+            if let Some(s) = scope {
+                let _ = s.shutdown().await;
+            }
+        });
+    }
+}
+
+fn deployment(namespace: &str, name: &str) -> Value {
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"app": name}},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}},
+                         "spec": {"containers": [{"name": "main", "image": "nginx"}]}}
+        }
+    })
+}
+
+fn entries_yaml(service_url: &str) -> String {
+    format!(
+        r#"apiVersion: kyverno.io/v2beta1
+kind: GlobalContextEntry
+metadata:
+  name: deployments
+spec:
+  kubernetesResource:
+    group: apps
+    version: v1
+    resource: deployments
+  projections:
+  - name: in-x
+    jmesPath: "[?metadata.namespace=='x'] | length(@)"
+---
+apiVersion: kyverno.io/v2alpha1
+kind: GlobalContextEntry
+metadata:
+  name: deployments-api
+spec:
+  apiCall:
+    urlPath: /apis/apps/v1/deployments
+    refreshInterval: 1h
+  projections:
+  - name: names
+    jmesPath: "sort(items[].metadata.name)"
+---
+apiVersion: kyverno.io/v2
+kind: GlobalContextEntry
+metadata:
+  name: service
+spec:
+  apiCall:
+    service:
+      url: {service_url}
+  projections:
+  - name: first
+    jmesPath: "allowed[0]"
+  - name: limit
+    jmesPath: "limit"
+"#
+    )
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Run `leash context ARGS` to completion, bounded.
+fn leash_context(args: &[&str]) -> Output {
+    let child = Command::new(env!("CARGO_BIN_EXE_leash"))
+        .arg("context")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run leash context");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    rx.recv_timeout(BOUND)
+        .expect("leash context did not exit in time")
+        .unwrap()
+}
+
+#[test]
+fn context_once_prints_every_projection() {
+    let cluster = Cluster::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        dir.path(),
+        "entries.yaml",
+        &entries_yaml(&cluster.service_url),
+    );
+    let url = cluster.url();
+    let out = leash_context(&["-f", file.to_str().unwrap(), "--once", "--server", &url]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(stdout.lines().count(), 1, "one JSON object: {stdout}");
+    let printed: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        printed,
+        json!({
+            "deployments": {"in-x": 2},
+            "deployments-api": {"names": ["a", "b", "c"]},
+            "service": {"first": "nginx", "limit": 3}
+        })
+    );
+}
+
+#[test]
+fn context_once_names_failed_entries() {
+    let cluster = Cluster::start();
+    let dir = tempfile::tempdir().unwrap();
+    // A port with nothing listening: bind, note it, close it.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead_url = format!("http://{}/nothing", closed.local_addr().unwrap());
+    drop(closed);
+    let yaml = format!(
+        "{}---
+apiVersion: kyverno.io/v2beta1
+kind: GlobalContextEntry
+metadata: {{name: unreachable}}
+spec:
+  apiCall:
+    service: {{url: '{dead_url}'}}
+    retryLimit: 1
+    refreshInterval: 100ms
+",
+        entries_yaml(&cluster.service_url)
+    );
+    let file = write(dir.path(), "entries.yaml", &yaml);
+    let url = cluster.url();
+    let out = leash_context(&[
+        "-f",
+        file.to_str().unwrap(),
+        "--once",
+        "--server",
+        &url,
+        "--ready-timeout",
+        "1s",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("\"unreachable\""),
+        "names the failed entry: {stderr}"
+    );
+    assert!(stderr.contains("not ready within"), "{stderr}");
+    assert!(!stderr.contains("\"service\" failed"), "{stderr}");
+    // The entries that are ready are still printed.
+    let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(printed["service"]["limit"], json!(3));
+    assert!(printed.get("unreachable").is_none());
+}
+
+#[test]
+fn context_rejects_invalid_entries_and_unreachable_servers_with_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = write(
+        dir.path(),
+        "bad.yaml",
+        "apiVersion: kyverno.io/v2beta1\nkind: GlobalContextEntry\nmetadata: {name: broken}\nspec:\n  apiCall: {urlPath: /x, refreshInterval: 0s}\n",
+    );
+    let out = leash_context(&[
+        "-f",
+        bad.to_str().unwrap(),
+        "--once",
+        "--server",
+        "http://127.0.0.1:9",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("broken") && stderr.contains("spec.apiCall.refreshInterval"),
+        "{stderr}"
+    );
+
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let good = write(
+        dir.path(),
+        "good.yaml",
+        "apiVersion: kyverno.io/v2beta1\nkind: GlobalContextEntry\nmetadata: {name: pods}\nspec:\n  kubernetesResource: {version: v1, resource: pods}\n",
+    );
+    let out = leash_context(&["-f", good.to_str().unwrap(), "--once", "--server", &dead]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("cannot reach"), "{stderr}");
+
+    let out = leash_context(&["--once"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "no entries at all is a usage error"
+    );
+}
+
+/// One HTTP/1.0 GET: (status, body).
+fn get(addr: &str, path: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(BOUND)).unwrap();
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response[9..12].parse().unwrap();
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+#[test]
+fn context_serve_answers_entries_and_prints_updates() {
+    let cluster = Cluster::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        dir.path(),
+        "entries.yaml",
+        &entries_yaml(&cluster.service_url),
+    );
+    let url = cluster.url();
+    let mut child = ChildGuard(
+        Command::new(env!("CARGO_BIN_EXE_leash"))
+            .args([
+                "context",
+                "-f",
+                file.to_str().unwrap(),
+                "--serve",
+                "127.0.0.1:0",
+                "--server",
+                &url,
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let stdout = child.0.stdout.take().unwrap();
+    let stderr = child.0.stderr.take().unwrap();
+    let (addr_tx, addr_rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if let Some(addr) = line.strip_prefix("leash: serving on http://") {
+                let _ = addr_tx.send(addr.to_owned());
+            }
+        }
+    });
+    let (line_tx, line_rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            let _ = line_tx.send(line);
+        }
+    });
+    let addr = addr_rx.recv_timeout(BOUND).expect("a 'serving on' line");
+    // Wait for every entry's first data through the update lines.
+    let mut ready = std::collections::BTreeSet::new();
+    while ready.len() < 3 {
+        let line = line_rx.recv_timeout(BOUND).expect("an update line");
+        let update: Value = serde_json::from_str(&line).unwrap();
+        if update.get("projections").is_some() {
+            assert_eq!(update["state"], "ready", "{line}");
+            ready.insert(update["entry"].as_str().unwrap().to_owned());
+        }
+    }
+
+    let (status, body) = get(&addr, "/entries/deployments/in-x");
+    assert_eq!((status, body.as_str()), (200, "2"));
+    let (status, body) = get(&addr, "/entries/service");
+    assert_eq!(status, 200);
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap(),
+        json!({"allowed": ["nginx", "redis"], "limit": 3})
+    );
+    let (status, body) = get(&addr, "/entries/deployments");
+    assert_eq!(status, 200);
+    assert_eq!(
+        serde_json::from_str::<Value>(&body)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+    let (status, body) = get(&addr, "/entries/deployments-api/names");
+    assert_eq!(
+        (status, serde_json::from_str::<Value>(&body).unwrap()),
+        (200, json!(["a", "b", "c"]))
+    );
+    assert_eq!(get(&addr, "/entries/nope").0, 404);
+    assert_eq!(get(&addr, "/entries/nope/in-x").0, 404);
+    assert_eq!(get(&addr, "/entries/deployments/nope").0, 404);
+
+    // A Kubernetes change is printed as an update line.
+    cluster
+        .sandbox
+        .as_ref()
+        .unwrap()
+        .store()
+        .create(deployment("x", "d"))
+        .unwrap();
+    loop {
+        let line = line_rx
+            .recv_timeout(BOUND)
+            .expect("an update after the change");
+        let update: Value = serde_json::from_str(&line).unwrap();
+        if update["entry"] == "deployments" && update["projections"]["in-x"] == json!(3) {
+            break;
+        }
+    }
+    assert_eq!(get(&addr, "/entries/deployments/in-x").1, "3");
+
+    // Ctrl-C: a clean stop with the interrupted exit code.
+    let signalled = Command::new("kill")
+        .args(["-INT", &child.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(signalled.success());
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            start.elapsed() < BOUND,
+            "leash context did not stop after SIGINT"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(130));
+}
+
+/// Kills the child if the test fails before it exits.
+struct ChildGuard(std::process::Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}

@@ -1,0 +1,4 @@
+//! Integration tests of the `leash` binary (one test binary, one module per
+//! subcommand).
+
+mod context;
