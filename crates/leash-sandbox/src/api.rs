@@ -1,0 +1,623 @@
+//! The HTTP API: one handler that parses the path itself and answers discovery,
+//! CRUD, list and watch requests, behind fault injection and bearer-token auth.
+//!
+//! # Invariants
+//! 1. Every request gets an answer: a success, or a metav1 `Status` with the right
+//!    code (the injected 429 is plain text, as APF's is). Nothing in here panics on input.
+//! 2. Waits (fault latency, reading the body) are raced against the server's
+//!    cancellation token, and the body read against a deadline, so no request hangs
+//!    and shutdown is never held up by a slow client.
+//! 3. No lock is held across an await: the store and snapshot table are used
+//!    through synchronous calls that lock and unlock inside.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::Query;
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::discovery::{self, Format};
+use crate::faults::{self, Action, FaultInjector};
+use crate::list::{ListParams, Selection, Snapshots, list};
+use crate::object::{json_patch, merge_patch};
+use crate::resources::ResourceType;
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::status::ApiError;
+use crate::store::{Part, Store};
+use crate::watch::{WatchParams, watch};
+
+/// Largest accepted request body (the API server's limit).
+pub(crate) const MAX_BODY: usize = 3 * 1024 * 1024;
+/// How long a client may take to send a request body.
+const BODY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Shared state of the server.
+#[derive(Debug)]
+pub(crate) struct App {
+    pub(crate) store: Store,
+    pub(crate) snapshots: Snapshots,
+    pub(crate) faults: FaultInjector,
+    pub(crate) token: Option<String>,
+    pub(crate) cancel: CancellationToken,
+    /// `host:port`, for `/api`'s serverAddressByClientCIDRs.
+    pub(crate) server: String,
+}
+
+type Reply = Result<Response<Body>, ApiError>;
+
+fn json_response(code: StatusCode, body: impl Into<Body>) -> Response<Body> {
+    let mut r = Response::new(body.into());
+    *r.status_mut() = code;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+fn error_response(e: &ApiError) -> Response<Body> {
+    let code = StatusCode::from_u16(e.code()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    json_response(code, e.to_bytes())
+}
+
+fn value_response(code: StatusCode, v: &Value) -> Response<Body> {
+    json_response(code, Bytes::from(v.to_string()))
+}
+
+/// Discovery and `/version`: paths with no resource in them.
+fn is_discovery(segments: &[&str]) -> bool {
+    matches!(
+        segments,
+        ["version"] | ["api"] | ["api", "v1"] | ["apis"] | ["apis", _] | ["apis", _, _]
+    ) || segments.first() == Some(&"openapi")
+}
+
+impl App {
+    /// Answers one request.
+    ///
+    /// # Cancel safety
+    /// Dropping the future abandons the request; nothing half-written is left (store
+    /// writes are synchronous and whole).
+    pub(crate) async fn handle(self: Arc<Self>, req: Request<Body>) -> Response<Body> {
+        let path = req.uri().path().to_string();
+        let segments: Vec<&str> = path
+            .trim_start_matches('/')
+            .trim_end_matches('/')
+            .split('/')
+            .collect();
+        if matches!(segments.as_slice(), ["healthz"] | ["livez"] | ["readyz"]) {
+            return Response::new(Body::from("ok"));
+        }
+        let (delay, action) = self.faults.decide(is_discovery(&segments));
+        if !delay.is_zero()
+            && self
+                .cancel
+                .run_until_cancelled(tokio::time::sleep(delay))
+                .await
+                .is_none()
+        {
+            return error_response(&ApiError::new(
+                503,
+                "ServiceUnavailable",
+                "the server is shutting down",
+            ));
+        }
+        match action {
+            Action::Fail => return error_response(&faults::failed()),
+            Action::Throttle(secs) => return faults::throttled(secs),
+            Action::Serve | Action::Reset => {}
+        }
+        if let Some(expected) = &self.token {
+            let ok = req
+                .headers()
+                .get(header::AUTHORIZATION)
+                .and_then(|h| h.to_str().ok())
+                .and_then(|h| h.strip_prefix("Bearer "))
+                .is_some_and(|t| t.trim() == expected);
+            if !ok {
+                return error_response(&ApiError::new(401, "Unauthorized", "Unauthorized"));
+            }
+        }
+        let response = match self.route(&segments, req).await {
+            Ok(r) => r,
+            Err(e) => error_response(&e),
+        };
+        if action == Action::Reset {
+            faults::reset(response)
+        } else {
+            response
+        }
+    }
+
+    async fn route(&self, segments: &[&str], req: Request<Body>) -> Reply {
+        let get_only = |m: &Method| {
+            if m == Method::GET || m == Method::HEAD {
+                Ok(())
+            } else {
+                Err(ApiError::method_not_allowed(m.as_str()))
+            }
+        };
+        let accept = req
+            .headers()
+            .get(header::ACCEPT)
+            .and_then(|h| h.to_str().ok());
+        let format = Format::negotiate(accept);
+        let discovery_reply = |v: Value, format: Format| {
+            let mut r = value_response(StatusCode::OK, &v);
+            if let Ok(ct) = HeaderValue::from_str(&format.content_type()) {
+                r.headers_mut().insert(header::CONTENT_TYPE, ct);
+            }
+            r
+        };
+        match segments {
+            ["version"] => {
+                get_only(req.method())?;
+                Ok(value_response(StatusCode::OK, &discovery::version()))
+            }
+            ["api"] => {
+                get_only(req.method())?;
+                Ok(match format {
+                    Format::Legacy => {
+                        discovery_reply(discovery::api_versions(&self.server), format)
+                    }
+                    Format::Aggregated(v) => discovery_reply(
+                        discovery::aggregated(&self.store.registry(), true, v),
+                        format,
+                    ),
+                })
+            }
+            ["apis"] => {
+                get_only(req.method())?;
+                Ok(match format {
+                    Format::Legacy => {
+                        discovery_reply(discovery::api_group_list(&self.store.registry()), format)
+                    }
+                    Format::Aggregated(v) => discovery_reply(
+                        discovery::aggregated(&self.store.registry(), false, v),
+                        format,
+                    ),
+                })
+            }
+            ["api", "v1"] => {
+                get_only(req.method())?;
+                let doc = discovery::api_resource_list(&self.store.registry(), "", "v1")
+                    .ok_or_else(ApiError::no_route)?;
+                Ok(discovery_reply(doc, Format::Legacy))
+            }
+            ["apis", group] => {
+                get_only(req.method())?;
+                let doc = discovery::api_group(&self.store.registry(), group)
+                    .ok_or_else(ApiError::no_route)?;
+                Ok(discovery_reply(doc, Format::Legacy))
+            }
+            ["apis", group, version] => {
+                get_only(req.method())?;
+                let doc = discovery::api_resource_list(&self.store.registry(), group, version)
+                    .ok_or_else(ApiError::no_route)?;
+                Ok(discovery_reply(doc, Format::Legacy))
+            }
+            ["openapi", "v3"] => {
+                get_only(req.method())?;
+                Ok(value_response(
+                    StatusCode::OK,
+                    &crate::openapi::root(&self.store.registry()),
+                ))
+            }
+            ["openapi", "v3", "api", version] | ["openapi", "v3", "apis", "", version] => {
+                get_only(req.method())?;
+                let doc = crate::openapi::group_version(&self.store.registry(), "", version)
+                    .ok_or_else(ApiError::no_route)?;
+                Ok(value_response(StatusCode::OK, &doc))
+            }
+            ["openapi", "v3", "apis", group, version] => {
+                get_only(req.method())?;
+                let doc = crate::openapi::group_version(&self.store.registry(), group, version)
+                    .ok_or_else(ApiError::no_route)?;
+                Ok(value_response(StatusCode::OK, &doc))
+            }
+            ["api", "v1", rest @ ..] => self.resource("", "v1", rest, req).await,
+            ["apis", group, version, rest @ ..] => self.resource(group, version, rest, req).await,
+            _ => Err(ApiError::no_route()),
+        }
+    }
+
+    async fn resource(
+        &self,
+        group: &str,
+        version: &str,
+        rest: &[&str],
+        req: Request<Body>,
+    ) -> Reply {
+        let (legacy_watch, rest) = match rest {
+            ["watch", rest @ ..] => (true, rest),
+            _ => (false, rest),
+        };
+        // [namespaces, ns, plural, name?, sub?] or [plural, name?, sub?]
+        let (ns, plural, name, sub) = match rest {
+            ["namespaces", ns, plural, tail @ ..]
+                if !(tail.is_empty() && matches!(*plural, "status" | "finalize")) =>
+            {
+                match tail {
+                    [] => (Some(*ns), *plural, None, None),
+                    [name] => (Some(*ns), *plural, Some(*name), None),
+                    [name, sub] => (Some(*ns), *plural, Some(*name), Some(*sub)),
+                    _ => return Err(ApiError::no_route()),
+                }
+            }
+            [plural] => (None, *plural, None, None),
+            [plural, name] => (None, *plural, Some(*name), None),
+            [plural, name, sub] => (None, *plural, Some(*name), Some(*sub)),
+            _ => return Err(ApiError::no_route()),
+        };
+        let rt = self
+            .store
+            .registry()
+            .by_path(group, version, plural)
+            .ok_or_else(ApiError::no_route)?;
+        if ns.is_some() && !rt.namespaced {
+            return Err(ApiError::no_route());
+        }
+        if rt.namespaced && ns.is_none() && name.is_some() {
+            return Err(ApiError::no_route());
+        }
+        if name.is_some_and(str::is_empty) || ns.is_some_and(str::is_empty) {
+            return Err(ApiError::no_route());
+        }
+        let part = match sub {
+            None => Part::Main,
+            Some("status") if rt.has_status() => Part::Status,
+            Some(_) => return Err(ApiError::no_route()),
+        };
+        let query = Query::<Vec<(String, String)>>::try_from_uri(req.uri())
+            .map_err(|e| ApiError::bad_request(format!("invalid query string: {e}")))?
+            .0;
+        let q: HashMap<String, String> = query.into_iter().collect();
+        let dry_run = match q.get("dryRun").map(String::as_str) {
+            None | Some("") => false,
+            Some("All") => true,
+            Some(other) => {
+                return Err(ApiError::bad_request(format!(
+                    "dryRun: Unsupported value: {other:?}: supported values: \"All\""
+                )));
+            }
+        };
+        let bool_param = |k: &str| -> Result<Option<bool>, ApiError> {
+            match q.get(k).map(String::as_str) {
+                None | Some("") => Ok(None),
+                Some("true") | Some("1") => Ok(Some(true)),
+                Some("false") | Some("0") => Ok(Some(false)),
+                Some(v) => Err(ApiError::bad_request(format!(
+                    "invalid value {v:?} for {k}"
+                ))),
+            }
+        };
+        let is_watch = legacy_watch || bool_param("watch")?.unwrap_or(false);
+        let method = req.method().clone();
+        let ns_owned = ns.map(str::to_string);
+        let obj_ns = if rt.namespaced { ns.unwrap_or("") } else { "" };
+
+        match (&method, name) {
+            (&Method::GET, None) | (&Method::HEAD, None) => {
+                let sel = selection(&rt, ns_owned, &q)?;
+                if is_watch {
+                    self.watch(
+                        rt,
+                        sel,
+                        &q,
+                        bool_param("allowWatchBookmarks")?,
+                        bool_param("sendInitialEvents")?,
+                    )
+                } else {
+                    let params = ListParams {
+                        limit: match q.get("limit").map(String::as_str) {
+                            None | Some("") => 0,
+                            Some(l) => l
+                                .parse::<i64>()
+                                .map_err(|_| ApiError::bad_request(format!("invalid limit {l:?}")))?
+                                .max(0) as usize,
+                        },
+                        continue_token: q.get("continue").filter(|c| !c.is_empty()).cloned(),
+                        resource_version: q.get("resourceVersion").cloned(),
+                        resource_version_match: q.get("resourceVersionMatch").cloned(),
+                    };
+                    let ttl = self.faults.get().continue_ttl;
+                    let body = list(&self.store, &self.snapshots, &rt, &sel, &params, ttl)?;
+                    Ok(json_response(StatusCode::OK, body))
+                }
+            }
+            (&Method::GET, Some(name)) | (&Method::HEAD, Some(name)) => {
+                if is_watch {
+                    let mut sel = selection(&rt, ns_owned, &q)?;
+                    sel.fields = FieldSelector::parse(&format!("metadata.name={name}"), &[])?;
+                    return self.watch(
+                        rt,
+                        sel,
+                        &q,
+                        bool_param("allowWatchBookmarks")?,
+                        bool_param("sendInitialEvents")?,
+                    );
+                }
+                let entry = self.store.get_in(&rt, obj_ns, name)?;
+                Ok(json_response(StatusCode::OK, entry.json.clone()))
+            }
+            (&Method::POST, None) if part == Part::Main && !is_watch => {
+                if rt.namespaced && ns.is_none() {
+                    return Err(ApiError::method_not_allowed("POST"));
+                }
+                let body = self.read_json(req).await?;
+                let entry = self.store.create_in(&rt, ns, body, dry_run)?;
+                Ok(json_response(StatusCode::CREATED, entry.json.clone()))
+            }
+            (&Method::PUT, Some(name)) if !is_watch => {
+                let body = self.read_json(req).await?;
+                let entry =
+                    self.store
+                        .modify(&rt, obj_ns, name, part, false, dry_run, move |_| Ok(body))?;
+                Ok(json_response(StatusCode::OK, entry.json.clone()))
+            }
+            (&Method::PATCH, Some(name)) if !is_watch => {
+                self.patch(&rt, obj_ns, name, part, dry_run, req).await
+            }
+            (&Method::DELETE, Some(name)) if part == Part::Main && !is_watch => {
+                let opts = self.read_optional_json(req).await?;
+                let pre = opts.as_ref().and_then(|o| o.get("preconditions")).map(|p| {
+                    let s = |k| p.get(k).and_then(Value::as_str).map(str::to_string);
+                    (s("uid"), s("resourceVersion"))
+                });
+                let dry_run = dry_run || body_dry_run(opts.as_ref());
+                let entry = self.store.delete_in(&rt, obj_ns, name, pre, dry_run)?;
+                Ok(json_response(StatusCode::OK, entry.json.clone()))
+            }
+            (&Method::DELETE, None) if !is_watch => {
+                let opts = self.read_optional_json(req).await?;
+                let dry_run = dry_run || body_dry_run(opts.as_ref());
+                let sel = selection(&rt, ns_owned, &q)?;
+                let (objects, rv) = self.store.snapshot(&rt);
+                let mut items = Vec::new();
+                for e in sel.range(&objects, None).filter(|e| sel.matches(e)) {
+                    match self
+                        .store
+                        .delete_in(&rt, &e.namespace, &e.name, None, dry_run)
+                    {
+                        Ok(deleted) => items.push(deleted),
+                        Err(err) if err.code() == 404 => {}
+                        Err(err) => return Err(err),
+                    }
+                }
+                let mut body = format!(
+                    "{{\"kind\":\"{}\",\"apiVersion\":\"{}\",\"metadata\":{{\"resourceVersion\":\"{rv}\"}},\"items\":[",
+                    rt.list_kind,
+                    rt.api_version()
+                )
+                .into_bytes();
+                for (i, e) in items.iter().enumerate() {
+                    if i > 0 {
+                        body.push(b',');
+                    }
+                    body.extend_from_slice(&e.json);
+                }
+                body.extend_from_slice(b"]}");
+                Ok(json_response(StatusCode::OK, body))
+            }
+            (m, _) => Err(ApiError::method_not_allowed(m.as_str())),
+        }
+    }
+
+    fn watch(
+        &self,
+        rt: Arc<ResourceType>,
+        sel: Selection,
+        q: &HashMap<String, String>,
+        allow_bookmarks: Option<bool>,
+        send_initial_events: Option<bool>,
+    ) -> Reply {
+        let timeout = match q.get("timeoutSeconds").map(String::as_str) {
+            None | Some("") => None,
+            Some(t) => Some(Duration::from_secs(t.parse::<u64>().map_err(|_| {
+                ApiError::bad_request(format!("invalid timeoutSeconds {t:?}"))
+            })?)),
+        };
+        let params = WatchParams {
+            resource_version: q.get("resourceVersion").cloned(),
+            send_initial_events,
+            allow_bookmarks: allow_bookmarks.unwrap_or(false),
+            timeout,
+        };
+        let stream = watch(&self.store, rt, sel, &params, self.cancel.clone())?;
+        let mut r = json_response(StatusCode::OK, Body::from_stream(stream));
+        r.headers_mut().insert(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static("no-cache, private"),
+        );
+        Ok(r)
+    }
+
+    async fn patch(
+        &self,
+        rt: &ResourceType,
+        ns: &str,
+        name: &str,
+        part: Part,
+        dry_run: bool,
+        req: Request<Body>,
+    ) -> Reply {
+        let content_type = content_type(req.headers());
+        let kind = match content_type.as_str() {
+            "application/merge-patch+json" | "application/strategic-merge-patch+json" => {
+                PatchKind::Merge
+            }
+            "application/json-patch+json" => PatchKind::Json,
+            "application/apply-patch+yaml" | "application/apply-patch+json" => PatchKind::Apply,
+            other => {
+                return Err(ApiError::new(
+                    415,
+                    "UnsupportedMediaType",
+                    format!(
+                        "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {other:?})"
+                    ),
+                ));
+            }
+        };
+        let patch = self.read_json(req).await?;
+        if kind != PatchKind::Json && !patch.is_object() {
+            return Err(ApiError::bad_request("a merge patch must be a JSON object"));
+        }
+        let create = kind == PatchKind::Apply && part == Part::Main;
+        let mut created = false;
+        let entry = self
+            .store
+            .modify(rt, ns, name, part, create, dry_run, |current| {
+                let Some(mut obj) = current else {
+                    created = true;
+                    return Ok(patch);
+                };
+                // The patch's resourceVersion (if any) is a precondition; the object's own is not.
+                if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+                    m.remove("resourceVersion");
+                }
+                match kind {
+                    PatchKind::Json => json_patch(&mut obj, &patch)?,
+                    PatchKind::Merge | PatchKind::Apply => merge_patch(&mut obj, &patch),
+                }
+                Ok(obj)
+            })?;
+        let code = if created {
+            StatusCode::CREATED
+        } else {
+            StatusCode::OK
+        };
+        Ok(json_response(code, entry.json.clone()))
+    }
+
+    async fn read_body(&self, req: Request<Body>) -> Result<Bytes, ApiError> {
+        let too_large = || {
+            ApiError::new(
+                413,
+                "RequestEntityTooLarge",
+                format!("Request entity too large: limit is {MAX_BODY}"),
+            )
+        };
+        if let Some(len) = req
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+            && len > MAX_BODY as u64
+        {
+            return Err(too_large());
+        }
+        let limited = Limited::new(req.into_body(), MAX_BODY);
+        let read = tokio::time::timeout(BODY_TIMEOUT, limited.collect());
+        match self.cancel.run_until_cancelled(read).await {
+            None => Err(ApiError::new(
+                503,
+                "ServiceUnavailable",
+                "the server is shutting down",
+            )),
+            Some(Err(_)) => Err(ApiError::new(
+                408,
+                "Timeout",
+                "timed out reading the request body",
+            )),
+            Some(Ok(Err(e))) if e.downcast_ref::<LengthLimitError>().is_some() => Err(too_large()),
+            Some(Ok(Err(e))) => Err(ApiError::bad_request(format!(
+                "unable to read the request body: {e}"
+            ))),
+            Some(Ok(Ok(collected))) => Ok(collected.to_bytes()),
+        }
+    }
+
+    async fn read_json(&self, req: Request<Body>) -> Result<Value, ApiError> {
+        let ct = content_type(req.headers());
+        if ct.contains("protobuf") || ct.contains("cbor") {
+            return Err(unsupported_media_type(&ct));
+        }
+        let yaml = ct.contains("yaml");
+        let bytes = self.read_body(req).await?;
+        parse_body(&bytes, yaml)
+    }
+
+    async fn read_optional_json(&self, req: Request<Body>) -> Result<Option<Value>, ApiError> {
+        let ct = content_type(req.headers());
+        if ct.contains("protobuf") || ct.contains("cbor") {
+            return Err(unsupported_media_type(&ct));
+        }
+        let yaml = ct.contains("yaml");
+        let bytes = self.read_body(req).await?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(None);
+        }
+        parse_body(&bytes, yaml).map(Some)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PatchKind {
+    Merge,
+    Json,
+    Apply,
+}
+
+fn unsupported_media_type(ct: &str) -> ApiError {
+    ApiError::new(
+        415,
+        "UnsupportedMediaType",
+        format!(
+            "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got {ct:?})"
+        ),
+    )
+}
+
+fn content_type(h: &HeaderMap) -> String {
+    h.get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase()
+}
+
+fn parse_body(bytes: &[u8], yaml: bool) -> Result<Value, ApiError> {
+    let unknown = |e: String| {
+        ApiError::bad_request(format!(
+            "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml: {e}"
+        ))
+    };
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(v) => Ok(v),
+        Err(e) if !yaml => Err(unknown(e.to_string())),
+        Err(_) => {
+            let text = std::str::from_utf8(bytes).map_err(|e| unknown(e.to_string()))?;
+            serde_saphyr::from_str::<Value>(text).map_err(|e| unknown(e.to_string()))
+        }
+    }
+}
+
+fn body_dry_run(opts: Option<&Value>) -> bool {
+    opts.and_then(|o| o.get("dryRun"))
+        .and_then(Value::as_array)
+        .is_some_and(|a| a.iter().any(|v| v == "All"))
+}
+
+fn selection(
+    rt: &ResourceType,
+    namespace: Option<String>,
+    q: &HashMap<String, String>,
+) -> Result<Selection, ApiError> {
+    Ok(Selection {
+        namespace,
+        labels: LabelSelector::parse(q.get("labelSelector").map(String::as_str).unwrap_or(""))?,
+        fields: FieldSelector::parse(
+            q.get("fieldSelector").map(String::as_str).unwrap_or(""),
+            rt.fields,
+        )?,
+    })
+}

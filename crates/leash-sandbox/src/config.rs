@@ -1,0 +1,74 @@
+//! Sandbox settings: where to listen, auth, initial objects, faults.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+/// How a [`Sandbox`](crate::Sandbox) is started.
+#[derive(Debug, Clone)]
+pub struct SandboxConfig {
+    /// Address to bind. Default `127.0.0.1:0` (an ephemeral loopback port).
+    pub listen: SocketAddr,
+    /// Bearer token; when set, every request without `Authorization: Bearer <token>` gets 401
+    /// (except `/healthz`, `/livez`, `/readyz`).
+    pub token: Option<String>,
+    /// Initial objects, created in order before the server accepts connections. CRDs register
+    /// their kinds; namespaced objects need their namespace (the four default namespaces exist).
+    pub objects: Vec<serde_json::Value>,
+    /// Fault injection (none by default).
+    pub faults: Faults,
+    /// Seed for every random choice (faults, generated names and uids).
+    pub seed: u64,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+            token: None,
+            objects: Vec::new(),
+            faults: Faults::default(),
+            seed: 0,
+        }
+    }
+}
+
+/// Fault injection settings. Changeable at run time with
+/// [`Sandbox::set_faults`](crate::Sandbox::set_faults).
+///
+/// Rates are probabilities in `0.0..=1.0` (values outside are clamped), drawn in this order
+/// for each request: failure (500), throttling (429), connection reset.
+#[derive(Clone, Debug)]
+pub struct Faults {
+    /// Added to every request before it is handled.
+    pub latency: Duration,
+    /// Uniformly random extra latency in `0..=latency_jitter`.
+    pub latency_jitter: Duration,
+    /// Probability of a 500 `InternalError` Status.
+    pub fail_rate: f64,
+    /// Probability of a 429 with `Retry-After` and a plain-text body, as API Priority and Fairness answers.
+    pub throttle_rate: f64,
+    /// The `Retry-After` value in seconds (default 1).
+    pub retry_after_secs: u64,
+    /// Probability that the connection is dropped in the middle of the response body.
+    pub reset_rate: f64,
+    /// How long a list's continue tokens stay valid, counted from its first page (default 5 min).
+    pub continue_ttl: Duration,
+    /// Discovery (`/api`, `/apis`, their group/version documents) and `/version` always obey
+    /// latency; the failure rates apply to them only when this is set.
+    pub fail_discovery: bool,
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Self {
+            latency: Duration::ZERO,
+            latency_jitter: Duration::ZERO,
+            fail_rate: 0.0,
+            throttle_rate: 0.0,
+            retry_after_secs: 1,
+            reset_rate: 0.0,
+            continue_ttl: Duration::from_secs(300),
+            fail_discovery: false,
+        }
+    }
+}

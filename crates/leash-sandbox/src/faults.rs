@@ -1,0 +1,165 @@
+//! Fault injection: latency, 500s, 429s with Retry-After, and connection resets,
+//! drawn from one seeded random generator so a sequential client sees the same
+//! faults on every run.
+//!
+//! # Invariants
+//! 1. The settings are swapped whole (an `Arc<Faults>` replaced under a mutex held
+//!    only for the swap or the clone); a request uses one consistent copy.
+//! 2. The generator's mutex is held only for the draws of one request, never across
+//!    an await; each request draws the same number of values in the same order
+//!    (jitter, failure, throttling, reset), so sequences are reproducible per seed.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Body;
+use bytes::Bytes;
+use futures::StreamExt;
+use http::{HeaderValue, Response, StatusCode, header};
+
+use crate::config::Faults;
+use crate::status::ApiError;
+
+/// What to do with one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Action {
+    Serve,
+    Fail,
+    Throttle(u64),
+    Reset,
+}
+
+/// The live fault settings and the generator.
+#[derive(Debug)]
+pub(crate) struct FaultInjector {
+    current: Mutex<Arc<Faults>>,
+    rng: Mutex<fastrand::Rng>,
+}
+
+impl FaultInjector {
+    pub(crate) fn new(faults: Faults, seed: u64) -> Self {
+        Self {
+            current: Mutex::new(Arc::new(faults)),
+            rng: Mutex::new(fastrand::Rng::with_seed(seed)),
+        }
+    }
+
+    pub(crate) fn set(&self, faults: Faults) {
+        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(faults);
+    }
+
+    pub(crate) fn get(&self) -> Arc<Faults> {
+        self.current
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The delay and the action for one request. `discovery` requests get failures only
+    /// with `fail_discovery`.
+    pub(crate) fn decide(&self, discovery: bool) -> (Duration, Action) {
+        let f = self.get();
+        let (jitter, fail, throttle, reset) = {
+            let mut rng = self.rng.lock().unwrap_or_else(|e| e.into_inner());
+            (rng.f64(), rng.f64(), rng.f64(), rng.f64())
+        };
+        let delay = f.latency + f.latency_jitter.mul_f64(jitter);
+        let action = if discovery && !f.fail_discovery {
+            Action::Serve
+        } else if fail < f.fail_rate.clamp(0.0, 1.0) {
+            Action::Fail
+        } else if throttle < f.throttle_rate.clamp(0.0, 1.0) {
+            Action::Throttle(f.retry_after_secs)
+        } else if reset < f.reset_rate.clamp(0.0, 1.0) {
+            Action::Reset
+        } else {
+            Action::Serve
+        };
+        (delay, action)
+    }
+}
+
+/// The injected 429, as API Priority and Fairness sends it.
+pub(crate) fn throttled(retry_after: u64) -> Response<Body> {
+    let mut r = Response::new(Body::from("Too many requests, please try again later.\n"));
+    *r.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    h.insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
+    r
+}
+
+/// The injected 500.
+pub(crate) fn failed() -> ApiError {
+    ApiError::internal("Internal error occurred: injected fault (leash sandbox --fail-rate)")
+}
+
+/// `response` with a body that stops after part of its first chunk with an error, which
+/// makes hyper abort the connection mid-response.
+pub(crate) fn reset(response: Response<Body>) -> Response<Body> {
+    let (mut parts, body) = response.into_parts();
+    parts.headers.remove(header::CONTENT_LENGTH);
+    let mut data = body.into_data_stream();
+    let stream = futures::stream::once(async move {
+        match data.next().await {
+            Some(Ok(chunk)) => chunk.slice(..chunk.len() / 2),
+            _ => Bytes::new(),
+        }
+    })
+    .map(Ok::<_, std::io::Error>)
+    .chain(futures::stream::once(async {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "injected connection reset (leash sandbox --reset-rate)",
+        ))
+    }));
+    Response::from_parts(parts, Body::from_stream(stream))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seeded_and_reproducible() {
+        let faults = Faults {
+            fail_rate: 0.3,
+            throttle_rate: 0.3,
+            reset_rate: 0.3,
+            ..Faults::default()
+        };
+        let a = FaultInjector::new(faults.clone(), 7);
+        let b = FaultInjector::new(faults, 7);
+        let xs: Vec<_> = (0..200).map(|_| a.decide(false).1).collect();
+        let ys: Vec<_> = (0..200).map(|_| b.decide(false).1).collect();
+        assert_eq!(xs, ys);
+        for action in [
+            Action::Serve,
+            Action::Fail,
+            Action::Throttle(1),
+            Action::Reset,
+        ] {
+            assert!(xs.contains(&action), "{action:?} never drawn");
+        }
+        assert!((0..100).all(|_| a.decide(true).1 == Action::Serve));
+    }
+
+    #[test]
+    fn latency_and_jitter() {
+        let f = FaultInjector::new(
+            Faults {
+                latency: Duration::from_millis(10),
+                latency_jitter: Duration::from_millis(5),
+                ..Faults::default()
+            },
+            1,
+        );
+        for _ in 0..50 {
+            let (d, _) = f.decide(false);
+            assert!(d >= Duration::from_millis(10) && d <= Duration::from_millis(15));
+        }
+    }
+}

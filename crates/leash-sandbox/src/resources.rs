@@ -1,0 +1,508 @@
+//! The kinds the sandbox serves: built-in types and the ones CRDs register.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::status::ApiError;
+
+/// Verbs of every served resource (all are implemented).
+pub(crate) const VERBS: [&str; 8] = [
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
+
+/// One served resource in one group version.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ResourceType {
+    pub(crate) group: String,
+    pub(crate) version: String,
+    pub(crate) plural: String,
+    pub(crate) singular: String,
+    pub(crate) kind: String,
+    pub(crate) list_kind: String,
+    pub(crate) namespaced: bool,
+    pub(crate) short_names: Vec<String>,
+    pub(crate) categories: Vec<String>,
+    /// Served subresources (`status`).
+    pub(crate) subresources: Vec<String>,
+    /// Field paths usable in a fieldSelector besides metadata.name and metadata.namespace.
+    pub(crate) fields: &'static [&'static str],
+    /// The CRD that registered it, if any.
+    pub(crate) crd: Option<String>,
+}
+
+/// Identifies a collection of objects: `plural` or `plural.group`. All served versions of a
+/// kind share it.
+pub(crate) type CollectionKey = Arc<str>;
+
+impl ResourceType {
+    /// `v1` or `group/version`.
+    pub(crate) fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// The collection this resource's objects live in.
+    pub(crate) fn collection(&self) -> CollectionKey {
+        Arc::from(crate::status::qualified(&self.group, &self.plural))
+    }
+
+    pub(crate) fn has_status(&self) -> bool {
+        self.subresources.iter().any(|s| s == "status")
+    }
+}
+
+const POD_FIELDS: &[&str] = &[
+    "spec.nodeName",
+    "spec.restartPolicy",
+    "spec.schedulerName",
+    "spec.serviceAccountName",
+    "status.phase",
+    "status.podIP",
+    "status.nominatedNodeName",
+];
+const EVENT_FIELDS: &[&str] = &[
+    "involvedObject.kind",
+    "involvedObject.namespace",
+    "involvedObject.name",
+    "involvedObject.uid",
+    "involvedObject.apiVersion",
+    "involvedObject.resourceVersion",
+    "involvedObject.fieldPath",
+    "reason",
+    "reportingComponent",
+    "source",
+    "type",
+];
+
+#[allow(clippy::too_many_arguments)]
+fn builtin(
+    group: &str,
+    version: &str,
+    plural: &str,
+    kind: &str,
+    namespaced: bool,
+    short: &[&str],
+    all: bool,
+    subresources: &[&str],
+    fields: &'static [&'static str],
+) -> ResourceType {
+    ResourceType {
+        group: group.into(),
+        version: version.into(),
+        plural: plural.into(),
+        singular: kind.to_lowercase(),
+        kind: kind.into(),
+        list_kind: format!("{kind}List"),
+        namespaced,
+        short_names: short.iter().map(|s| s.to_string()).collect(),
+        categories: if all { vec!["all".into()] } else { Vec::new() },
+        subresources: subresources.iter().map(|s| s.to_string()).collect(),
+        fields,
+        crd: None,
+    }
+}
+
+/// The built-in resources, in discovery order.
+pub(crate) fn builtins() -> Vec<ResourceType> {
+    let st: &[&str] = &["status"];
+    vec![
+        builtin(
+            "",
+            "v1",
+            "configmaps",
+            "ConfigMap",
+            true,
+            &["cm"],
+            false,
+            &[],
+            &[],
+        ),
+        builtin(
+            "",
+            "v1",
+            "events",
+            "Event",
+            true,
+            &["ev"],
+            false,
+            &[],
+            EVENT_FIELDS,
+        ),
+        builtin(
+            "",
+            "v1",
+            "namespaces",
+            "Namespace",
+            false,
+            &["ns"],
+            false,
+            st,
+            &["status.phase"],
+        ),
+        builtin(
+            "",
+            "v1",
+            "nodes",
+            "Node",
+            false,
+            &["no"],
+            false,
+            st,
+            &["spec.unschedulable"],
+        ),
+        builtin("", "v1", "pods", "Pod", true, &["po"], true, st, POD_FIELDS),
+        builtin(
+            "",
+            "v1",
+            "secrets",
+            "Secret",
+            true,
+            &[],
+            false,
+            &[],
+            &["type"],
+        ),
+        builtin(
+            "",
+            "v1",
+            "serviceaccounts",
+            "ServiceAccount",
+            true,
+            &["sa"],
+            false,
+            &[],
+            &[],
+        ),
+        builtin(
+            "",
+            "v1",
+            "services",
+            "Service",
+            true,
+            &["svc"],
+            true,
+            st,
+            &[],
+        ),
+        builtin(
+            "apps",
+            "v1",
+            "daemonsets",
+            "DaemonSet",
+            true,
+            &["ds"],
+            true,
+            st,
+            &[],
+        ),
+        builtin(
+            "apps",
+            "v1",
+            "deployments",
+            "Deployment",
+            true,
+            &["deploy"],
+            true,
+            st,
+            &[],
+        ),
+        builtin(
+            "apps",
+            "v1",
+            "replicasets",
+            "ReplicaSet",
+            true,
+            &["rs"],
+            true,
+            st,
+            &[],
+        ),
+        builtin(
+            "apps",
+            "v1",
+            "statefulsets",
+            "StatefulSet",
+            true,
+            &["sts"],
+            true,
+            st,
+            &[],
+        ),
+        builtin(
+            "batch",
+            "v1",
+            "cronjobs",
+            "CronJob",
+            true,
+            &["cj"],
+            true,
+            st,
+            &[],
+        ),
+        builtin("batch", "v1", "jobs", "Job", true, &[], true, st, &[]),
+        builtin(
+            "coordination.k8s.io",
+            "v1",
+            "leases",
+            "Lease",
+            true,
+            &[],
+            false,
+            &[],
+            &[],
+        ),
+        builtin(
+            "apiextensions.k8s.io",
+            "v1",
+            "customresourcedefinitions",
+            "CustomResourceDefinition",
+            false,
+            &["crd", "crds"],
+            false,
+            st,
+            &[],
+        ),
+    ]
+}
+
+/// The resource types a CRD object defines (one per served version), validated.
+pub(crate) fn from_crd(crd: &Value) -> Result<Vec<ResourceType>, ApiError> {
+    let name = crd
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let invalid = |msg: &str| ApiError::invalid("CustomResourceDefinition", name, msg.to_string());
+    let spec = crd
+        .get("spec")
+        .ok_or_else(|| invalid("spec: Required value"))?;
+    let s = |p: &str| {
+        spec.pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    let group = s("/group");
+    let plural = s("/names/plural");
+    let kind = s("/names/kind");
+    if group.is_empty() || !group.contains('.') {
+        return Err(invalid(
+            "spec.group: Invalid value: should be a domain with at least one dot",
+        ));
+    }
+    if plural.is_empty() || !is_dns_label(&plural) {
+        return Err(invalid(
+            "spec.names.plural: Invalid value: must be a lowercase DNS label",
+        ));
+    }
+    if kind.is_empty() {
+        return Err(invalid("spec.names.kind: Required value"));
+    }
+    if name != format!("{plural}.{group}") {
+        return Err(invalid(
+            "metadata.name: Invalid value: must be spec.names.plural+\".\"+spec.group",
+        ));
+    }
+    let singular = match s("/names/singular") {
+        x if x.is_empty() => kind.to_lowercase(),
+        x => x,
+    };
+    let list_kind = match s("/names/listKind") {
+        x if x.is_empty() => format!("{kind}List"),
+        x => x,
+    };
+    let namespaced = match s("/scope").as_str() {
+        "Namespaced" => true,
+        "Cluster" => false,
+        _ => {
+            return Err(invalid(
+                "spec.scope: Unsupported value: supported values: \"Cluster\", \"Namespaced\"",
+            ));
+        }
+    };
+    let strings = |p: &str| -> Vec<String> {
+        spec.pointer(p)
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let short_names = strings("/names/shortNames");
+    let categories = strings("/names/categories");
+    let versions = spec
+        .get("versions")
+        .and_then(Value::as_array)
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| invalid("spec.versions: Invalid value: must have exactly one version marked as storage version"))?;
+    let mut out = Vec::new();
+    for v in versions {
+        let vname = v.get("name").and_then(Value::as_str).unwrap_or_default();
+        if vname.is_empty() || !is_dns_label(vname) {
+            return Err(invalid(
+                "spec.versions[].name: Invalid value: must be a DNS label",
+            ));
+        }
+        if v.get("served").and_then(Value::as_bool) != Some(true) {
+            continue;
+        }
+        let mut subresources = Vec::new();
+        if v.pointer("/subresources/status").is_some() {
+            subresources.push("status".to_string());
+        }
+        out.push(ResourceType {
+            group: group.clone(),
+            version: vname.to_string(),
+            plural: plural.clone(),
+            singular: singular.clone(),
+            kind: kind.clone(),
+            list_kind: list_kind.clone(),
+            namespaced,
+            short_names: short_names.clone(),
+            categories: categories.clone(),
+            subresources,
+            fields: &[],
+            crd: Some(name.to_string()),
+        });
+    }
+    Ok(out)
+}
+
+/// A lowercase RFC 1123 label: `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most 63 characters.
+pub(crate) fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// A lowercase RFC 1123 subdomain: dot-separated labels, at most 253 characters.
+pub(crate) fn is_dns_subdomain(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns_label)
+}
+
+/// Every served resource type, indexed for the lookups requests need. Immutable:
+/// registering a CRD builds a new registry (copy on write).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Registry {
+    /// `(group, version, plural)` → type.
+    by_path: BTreeMap<(String, String, String), Arc<ResourceType>>,
+}
+
+impl Registry {
+    pub(crate) fn with_builtins() -> Self {
+        let mut r = Self::default();
+        for t in builtins() {
+            r.insert(t);
+        }
+        r
+    }
+
+    pub(crate) fn insert(&mut self, t: ResourceType) {
+        self.by_path.insert(
+            (t.group.clone(), t.version.clone(), t.plural.clone()),
+            Arc::new(t),
+        );
+    }
+
+    /// Removes every version registered by `crd`.
+    pub(crate) fn remove_crd(&mut self, crd: &str) {
+        self.by_path.retain(|_, t| t.crd.as_deref() != Some(crd));
+    }
+
+    /// True if some type already serves `(group, plural)` and was not registered by `crd`.
+    pub(crate) fn taken(&self, group: &str, plural: &str, crd: &str) -> bool {
+        self.by_path
+            .values()
+            .any(|t| t.group == group && t.plural == plural && t.crd.as_deref() != Some(crd))
+    }
+
+    pub(crate) fn by_path(
+        &self,
+        group: &str,
+        version: &str,
+        plural: &str,
+    ) -> Option<Arc<ResourceType>> {
+        self.by_path
+            .get(&(group.to_string(), version.to_string(), plural.to_string()))
+            .cloned()
+    }
+
+    /// The type for an object's `apiVersion` and `kind`.
+    pub(crate) fn by_kind(&self, api_version: &str, kind: &str) -> Option<Arc<ResourceType>> {
+        let (group, version) = match api_version.split_once('/') {
+            Some((g, v)) => (g, v),
+            None => ("", api_version),
+        };
+        self.by_path
+            .values()
+            .find(|t| t.group == group && t.version == version && t.kind == kind)
+            .cloned()
+    }
+
+    /// All types, ordered by group, version, plural.
+    pub(crate) fn all(&self) -> impl Iterator<Item = &Arc<ResourceType>> {
+        self.by_path.values()
+    }
+
+    /// Whether `group/version` is served at all.
+    pub(crate) fn serves(&self, group: &str, version: &str) -> bool {
+        self.by_path
+            .keys()
+            .any(|(g, v, _)| g == group && v == version)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn crd_versions_become_types() {
+        let crd = json!({"metadata": {"name": "widgets.example.leash.dev"}, "spec": {
+            "group": "example.leash.dev", "scope": "Namespaced",
+            "names": {"plural": "widgets", "kind": "Widget", "shortNames": ["wg"]},
+            "versions": [{"name": "v1", "served": true, "storage": true, "subresources": {"status": {}}},
+                         {"name": "v2", "served": false, "storage": false}]}});
+        let types = from_crd(&crd).unwrap();
+        assert_eq!(types.len(), 1);
+        assert_eq!(types[0].singular, "widget");
+        assert_eq!(types[0].list_kind, "WidgetList");
+        assert_eq!(types[0].short_names, vec!["wg"]);
+        assert!(types[0].has_status());
+    }
+
+    #[test]
+    fn crd_name_must_match() {
+        let crd = json!({"metadata": {"name": "x.example.leash.dev"}, "spec": {
+            "group": "example.leash.dev", "scope": "Namespaced",
+            "names": {"plural": "widgets", "kind": "Widget"},
+            "versions": [{"name": "v1", "served": true, "storage": true}]}});
+        assert_eq!(from_crd(&crd).unwrap_err().code(), 422);
+    }
+
+    #[test]
+    fn dns_names() {
+        assert!(is_dns_subdomain("a.b-c.d"));
+        assert!(!is_dns_subdomain("A"));
+        assert!(!is_dns_subdomain("a..b"));
+        assert!(!is_dns_label("-a"));
+    }
+}

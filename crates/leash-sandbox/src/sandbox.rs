@@ -1,0 +1,154 @@
+//! [`Sandbox`]: the server's lifecycle (start, address, faults, shutdown).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use leash_runtime::Scope;
+use serde_json::Value;
+use tokio::net::TcpListener;
+
+use crate::api::App;
+use crate::config::{Faults, SandboxConfig};
+use crate::faults::FaultInjector;
+use crate::list::Snapshots;
+use crate::store::Store;
+use crate::{Error, Result};
+
+/// A running in-memory Kubernetes API server.
+///
+/// Dropping it without [`Sandbox::shutdown`] cancels its tasks without waiting for them.
+#[derive(Debug)]
+pub struct Sandbox {
+    addr: SocketAddr,
+    app: Arc<App>,
+    scope: Scope,
+}
+
+impl Sandbox {
+    /// Binds `config.listen`, creates `config.objects` in order, and starts serving
+    /// (the accept loop and connections run in a scope owned by the returned value).
+    ///
+    /// # Errors
+    /// [`Error::BindFailed`], or [`Error::InitialObjectRejected`] naming the first object
+    /// the store refused (nothing is served then).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: nothing is spawned before the last await.
+    pub async fn start(config: SandboxConfig) -> Result<Sandbox> {
+        let listener =
+            TcpListener::bind(config.listen)
+                .await
+                .map_err(|source| Error::BindFailed {
+                    addr: config.listen,
+                    source,
+                })?;
+        let addr = listener.local_addr().map_err(|source| Error::BindFailed {
+            addr: config.listen,
+            source,
+        })?;
+        let store = Store::new(config.seed);
+        for (index, obj) in config.objects.into_iter().enumerate() {
+            let what = describe(&obj);
+            store
+                .create(obj)
+                .map_err(|e| Error::InitialObjectRejected {
+                    index,
+                    what,
+                    source: Box::new(e),
+                })?;
+        }
+        let scope = Scope::new();
+        let app = Arc::new(App {
+            store,
+            snapshots: Snapshots::default(),
+            faults: FaultInjector::new(config.faults, config.seed),
+            token: config.token,
+            cancel: scope.token().clone(),
+            server: addr.to_string(),
+        });
+        scope.spawn(
+            "sandbox-accept",
+            crate::server::accept_loop(listener, app.clone(), scope.handle()),
+        );
+        Ok(Sandbox { addr, app, scope })
+    }
+
+    /// The base URL, `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Replaces the fault settings; requests that start afterwards use them.
+    pub fn set_faults(&self, faults: Faults) {
+        self.app.faults.set(faults);
+    }
+
+    /// The current fault settings.
+    pub fn faults(&self) -> Faults {
+        (*self.app.faults.get()).clone()
+    }
+
+    /// A kubeconfig (YAML) whose current context points at this server, with the bearer
+    /// token if one is set.
+    pub fn kubeconfig_yaml(&self) -> String {
+        let user = match &self.app.token {
+            // A JSON string is a valid YAML double-quoted scalar.
+            Some(t) => format!("\n    token: {}", Value::String(t.clone())),
+            None => " {}".to_string(),
+        };
+        format!(
+            "apiVersion: v1
+kind: Config
+clusters:
+- name: leash-sandbox
+  cluster:
+    server: {url}
+users:
+- name: leash-sandbox
+  user:{user}
+contexts:
+- name: leash-sandbox
+  context:
+    cluster: leash-sandbox
+    user: leash-sandbox
+    namespace: default
+current-context: leash-sandbox
+preferences: {{}}
+",
+            url = self.url()
+        )
+    }
+
+    /// The object store, for direct access without HTTP or faults.
+    pub fn store(&self) -> &Store {
+        &self.app.store
+    }
+
+    /// Stops accepting, ends open watches, lets in-flight requests finish (bounded), and
+    /// joins every task.
+    ///
+    /// # Errors
+    /// [`Error::ServerFailed`] if a server task failed or panicked.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropping the future cancels the tasks without waiting for them.
+    pub async fn shutdown(self) -> Result<()> {
+        self.scope
+            .shutdown()
+            .await
+            .map_err(|e| Error::ServerFailed(e.to_string()))
+    }
+}
+
+fn describe(obj: &Value) -> String {
+    let s = |p: &str| obj.pointer(p).and_then(Value::as_str).unwrap_or("?");
+    match obj.pointer("/metadata/namespace").and_then(Value::as_str) {
+        Some(ns) => format!("{} {ns}/{}", s("/kind"), s("/metadata/name")),
+        None => format!("{} {}", s("/kind"), s("/metadata/name")),
+    }
+}

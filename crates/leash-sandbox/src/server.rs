@@ -1,0 +1,93 @@
+//! The accept loop and per-connection HTTP/1 serving, every task in the sandbox's scope.
+//!
+//! # Invariants
+//! 1. The accept loop and every connection task are spawned into the sandbox's
+//!    [`Scope`](leash_runtime::Scope); shutdown cancels its token and joins them all.
+//! 2. Accepting is raced against the token: the loop ends as soon as it is cancelled.
+//! 3. A connection serves until the client closes it or the token is cancelled; then
+//!    it shuts down gracefully (in-flight responses finish; open watches end by
+//!    themselves on the same token), bounded by [`DRAIN_TIMEOUT`]. Header reads are
+//!    bounded by [`HEADER_TIMEOUT`], so an idle half-open client cannot pin a task.
+
+use std::convert::Infallible;
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use leash_runtime::ScopeHandle;
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+
+use crate::api::App;
+
+/// How long a client may take to send request headers.
+pub(crate) const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long in-flight requests may take to finish after shutdown starts.
+pub(crate) const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Accepts connections until the scope is cancelled.
+///
+/// # Cancel safety
+/// Cancel safe: dropping it stops accepting; connections already spawned stay in the scope.
+pub(crate) async fn accept_loop(
+    listener: TcpListener,
+    app: Arc<App>,
+    scope: ScopeHandle,
+) -> Result<(), Infallible> {
+    let token = scope.token().clone();
+    loop {
+        let accepted = tokio::select! {
+            _ = token.cancelled() => break,
+            r = listener.accept() => r,
+        };
+        match accepted {
+            Ok((stream, _)) => {
+                let app = app.clone();
+                let token = token.clone();
+                scope.spawn("sandbox-connection", async move {
+                    serve_connection(stream, app, token).await;
+                    Ok::<(), Infallible>(())
+                });
+            }
+            Err(e) => {
+                // Out of file descriptors and the like: back off briefly, keep serving.
+                tracing::warn!(error = %e, "sandbox: accept failed");
+                if token
+                    .run_until_cancelled(tokio::time::sleep(Duration::from_millis(50)))
+                    .await
+                    .is_none()
+                {
+                    break;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn serve_connection(stream: TcpStream, app: Arc<App>, token: CancellationToken) {
+    let _ = stream.set_nodelay(true);
+    let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
+        let app = app.clone();
+        async move { Ok::<_, Infallible>(app.handle(req.map(Body::new)).await) }
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT);
+    let mut conn = pin!(builder.serve_connection(TokioIo::new(stream), service));
+    tokio::select! {
+        r = conn.as_mut() => {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "sandbox: connection ended with an error");
+            }
+        }
+        _ = token.cancelled() => {
+            conn.as_mut().graceful_shutdown();
+            let _ = tokio::time::timeout(DRAIN_TIMEOUT, conn).await;
+        }
+    }
+}

@@ -1,0 +1,918 @@
+//! The object store: per-collection persistent ordered maps, one global
+//! resourceVersion, and a bounded history of change events for watches.
+//!
+//! # Invariants
+//! 1. Every write happens under the `state` mutex. Each stored change (create,
+//!    update, delete) takes the next resourceVersion (`rv + 1`); an [`Entry`]'s
+//!    `rv` is the version of the write that stored it and is also the
+//!    `metadata.resourceVersion` inside its JSON. Dry runs take no version.
+//! 2. `history` holds, in strictly increasing rv order, one [`Event`] for every
+//!    write with `rv > floor`; evicting the oldest event raises `floor` to its rv.
+//!    So a watch from version `v` is exact iff `v >= floor`.
+//! 3. Readers clone a collection's `OrdMap` (O(1), structurally shared) together
+//!    with `rv` under the mutex: a snapshot is the whole collection exactly at `rv`.
+//! 4. The mutex is never held across an `.await` or a channel send: `notify` is
+//!    updated after the guard is dropped, with `max`, so its value never goes
+//!    back even when two writers notify out of order. Watchers only use it as a
+//!    wake-up and read events from `history`.
+//! 5. `registry` is immutable behind an `Arc` and replaced whole when a CRD is
+//!    created, changed or deleted, in the same critical section as the CRD object.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::SystemTime;
+
+use imbl::OrdMap;
+use serde_json::{Map, Value, json};
+
+use crate::object::{Entry, check_name, check_namespace, check_type};
+use crate::resources::{CollectionKey, Registry, ResourceType, from_crd};
+use crate::status::ApiError;
+use crate::{Error, Result};
+
+/// A collection: `(namespace, name)` → entry; namespace is "" for cluster-scoped kinds.
+pub(crate) type Objects = OrdMap<(String, String), Arc<Entry>>;
+
+/// How many change events the store keeps for resuming watches.
+pub(crate) const HISTORY_CAPACITY: usize = 10_000;
+
+/// The namespaces a fresh cluster has.
+pub(crate) const DEFAULT_NAMESPACES: [&str; 4] =
+    ["default", "kube-node-lease", "kube-public", "kube-system"];
+
+/// A watch event type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EventKind {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventKind {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Added => "ADDED",
+            Self::Modified => "MODIFIED",
+            Self::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One stored change.
+#[derive(Debug)]
+pub(crate) struct Event {
+    pub(crate) rv: u64,
+    pub(crate) coll: CollectionKey,
+    pub(crate) kind: EventKind,
+    /// The object as of this event (for DELETED: its last state, at the deletion's version).
+    pub(crate) entry: Arc<Entry>,
+}
+
+/// The requested watch version is older than the history reaches.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TooOld {
+    pub(crate) floor: u64,
+}
+
+/// What an update changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Part {
+    /// The object; its status is kept when the type has a status subresource.
+    Main,
+    /// Only `.status`.
+    Status,
+}
+
+struct State {
+    rv: u64,
+    registry: Arc<Registry>,
+    collections: HashMap<CollectionKey, Objects>,
+    history: VecDeque<Arc<Event>>,
+    floor: u64,
+    rng: fastrand::Rng,
+    count: usize,
+}
+
+struct Inner {
+    state: Mutex<State>,
+    notify: tokio::sync::watch::Sender<u64>,
+}
+
+/// The sandbox's objects. Cheap to clone (a shared handle); usable without HTTP and
+/// without faults (for tests and loaders of initial data).
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("resource_version", &self.resource_version())
+            .field("objects", &self.object_count())
+            .finish()
+    }
+}
+
+impl Store {
+    /// A store holding the built-in kinds and the four default namespaces.
+    pub(crate) fn new(seed: u64) -> Self {
+        let store = Self {
+            inner: Arc::new(Inner {
+                state: Mutex::new(State {
+                    rv: 0,
+                    registry: Arc::new(Registry::with_builtins()),
+                    collections: HashMap::new(),
+                    history: VecDeque::new(),
+                    floor: 0,
+                    rng: fastrand::Rng::with_seed(seed),
+                    count: 0,
+                }),
+                notify: tokio::sync::watch::channel(0).0,
+            }),
+        };
+        for ns in DEFAULT_NAMESPACES {
+            let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+            store
+                .create(obj)
+                .expect("a default namespace is valid and new");
+        }
+        store
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave a half-written state: every
+        // mutation is a sequence of whole-value replacements done after validation.
+        self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn notify(&self, rv: u64) {
+        self.inner.notify.send_modify(|v| *v = (*v).max(rv));
+    }
+
+    /// A receiver woken after every write (its value: the latest version written).
+    pub(crate) fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.notify.subscribe()
+    }
+
+    // ----- public API (no HTTP, no faults) -----
+
+    /// Creates an object, like a POST: assigns uid, resourceVersion and creationTimestamp
+    /// (and a name from `generateName`). A namespaced object without a namespace goes to
+    /// `default`; its namespace must exist. Creating a CRD registers its kinds.
+    ///
+    /// Errors are [`Error::Api`] with the code the server would answer (404, 409, 422, 400).
+    pub fn create(&self, obj: Value) -> Result<Value> {
+        let rt = self.type_of(&obj)?;
+        Ok(self.create_in(&rt, None, obj, false)?.value())
+    }
+
+    /// Replaces an object, like a PUT. With `metadata.resourceVersion` set, a stale version
+    /// is a 409 Conflict; without it the update is unconditional.
+    pub fn update(&self, obj: Value) -> Result<Value> {
+        let rt = self.type_of(&obj)?;
+        let meta = obj.get("metadata");
+        let s = |k| {
+            meta.and_then(|m| m.get(k))
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string()
+        };
+        let ns = if rt.namespaced {
+            Some(s("namespace"))
+                .filter(|n| !n.is_empty())
+                .unwrap_or_else(|| "default".into())
+        } else {
+            String::new()
+        };
+        let name = s("name");
+        let entry = self.modify(&rt, &ns, &name, Part::Main, false, false, |_| Ok(obj))?;
+        Ok(entry.value())
+    }
+
+    /// Deletes an object. Deleting a namespace deletes everything in it; deleting a CRD
+    /// unregisters its kinds and deletes their objects.
+    pub fn delete(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<()> {
+        let rt = self.type_by_kind(api_version, kind)?;
+        let ns = if rt.namespaced {
+            namespace.unwrap_or("default")
+        } else {
+            ""
+        };
+        self.delete_in(&rt, ns, name, None, false)?;
+        Ok(())
+    }
+
+    /// The object, if it exists.
+    pub fn get(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Value> {
+        let rt = self.type_by_kind(api_version, kind)?;
+        let ns = if rt.namespaced {
+            namespace.unwrap_or("default")
+        } else {
+            ""
+        };
+        Ok(self.get_in(&rt, ns, name)?.value())
+    }
+
+    /// How many objects are stored (all kinds, including namespaces and CRDs).
+    pub fn object_count(&self) -> usize {
+        self.lock().count
+    }
+
+    /// The latest resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.lock().rv
+    }
+
+    fn type_of(&self, obj: &Value) -> Result<Arc<ResourceType>> {
+        let s = |k| obj.get(k).and_then(Value::as_str).unwrap_or("");
+        self.type_by_kind(s("apiVersion"), s("kind"))
+    }
+
+    fn type_by_kind(&self, api_version: &str, kind: &str) -> Result<Arc<ResourceType>> {
+        self.lock()
+            .registry
+            .by_kind(api_version, kind)
+            .ok_or_else(|| {
+                Error::Api(ApiError::new(
+                    404,
+                    "NotFound",
+                    format!("no matches for kind \"{kind}\" in version \"{api_version}\""),
+                ))
+            })
+    }
+
+    // ----- operations used by the HTTP API -----
+
+    /// The current registry (served types).
+    pub(crate) fn registry(&self) -> Arc<Registry> {
+        self.lock().registry.clone()
+    }
+
+    /// The collection of `rt` exactly at the returned version.
+    pub(crate) fn snapshot(&self, rt: &ResourceType) -> (Objects, u64) {
+        let st = self.lock();
+        let objects = st
+            .collections
+            .get(&rt.collection())
+            .cloned()
+            .unwrap_or_default();
+        (objects, st.rv)
+    }
+
+    pub(crate) fn get_in(
+        &self,
+        rt: &ResourceType,
+        ns: &str,
+        name: &str,
+    ) -> Result<Arc<Entry>, ApiError> {
+        let st = self.lock();
+        st.collections
+            .get(&rt.collection())
+            .and_then(|c| c.get(&(ns.to_string(), name.to_string())))
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))
+    }
+
+    /// Creates `obj` as a `rt` (POST). `path_ns` is the namespace in the URL, if any.
+    pub(crate) fn create_in(
+        &self,
+        rt: &ResourceType,
+        path_ns: Option<&str>,
+        mut obj: Value,
+        dry_run: bool,
+    ) -> Result<Arc<Entry>, ApiError> {
+        let meta = check_type(rt, &mut obj)?;
+        let ns = check_namespace(rt, meta, path_ns)?;
+        for k in [
+            "resourceVersion",
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "managedFields",
+            "generation",
+        ] {
+            meta.remove(k);
+        }
+        let mut name = meta
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let generate = meta
+            .get("generateName")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        if name.is_empty() && generate.is_empty() {
+            return Err(ApiError::invalid(
+                &rt.kind,
+                "",
+                "metadata.name: Required value: name or generateName is required",
+            ));
+        }
+        let coll = rt.collection();
+        let mut st = self.lock();
+        if rt.namespaced && !st.exists(&Arc::from("namespaces"), "", &ns) {
+            return Err(ApiError::not_found("", "namespaces", &ns));
+        }
+        if name.is_empty() {
+            for _ in 0..16 {
+                let candidate = format!("{generate}{}", st.suffix());
+                if !st.exists(&coll, &ns, &candidate) {
+                    name = candidate;
+                    break;
+                }
+            }
+            if name.is_empty() {
+                return Err(ApiError::new(
+                    409,
+                    "AlreadyExists",
+                    format!("no unique name could be generated from {generate:?}"),
+                ));
+            }
+        }
+        check_name(rt, &name)?;
+        if st.exists(&coll, &ns, &name) {
+            return Err(ApiError::already_exists(&rt.group, &rt.plural, &name));
+        }
+        let meta = obj["metadata"].as_object_mut().expect("checked above");
+        meta.insert("name".into(), Value::String(name.clone()));
+        let mut new_types = None;
+        if rt.crd.is_none() && rt.plural == "customresourcedefinitions" {
+            let types = from_crd(&obj)?;
+            if let Some(t) = types.first()
+                && st.registry.taken(&t.group, &t.plural, &name)
+            {
+                return Err(ApiError::invalid(
+                    &rt.kind,
+                    &name,
+                    format!(
+                        "spec.names.plural: Invalid value: \"{}\": already served",
+                        t.plural
+                    ),
+                ));
+            }
+            set_crd_status(&mut obj);
+            new_types = Some(types);
+        }
+        if rt.group.is_empty() && rt.plural == "namespaces" {
+            if obj.pointer("/spec/finalizers").is_none() {
+                obj["spec"] = json!({"finalizers": ["kubernetes"]});
+            }
+            obj["status"] = json!({"phase": "Active"});
+        }
+        let rv = st.rv + 1;
+        let uid = st.uid();
+        let meta = obj["metadata"].as_object_mut().expect("checked above");
+        meta.insert("uid".into(), Value::String(uid));
+        meta.insert("resourceVersion".into(), Value::String(rv.to_string()));
+        meta.insert("creationTimestamp".into(), Value::String(now()));
+        if obj.get("spec").is_some() && rt.plural != "namespaces" {
+            obj["metadata"]["generation"] = json!(1);
+        }
+        let entry = Arc::new(Entry::new(rt, &obj, rv));
+        if dry_run {
+            return Ok(entry);
+        }
+        st.commit(coll, EventKind::Added, entry.clone());
+        if let Some(types) = new_types {
+            let mut registry = (*st.registry).clone();
+            for t in types {
+                registry.insert(t);
+            }
+            st.registry = Arc::new(registry);
+        }
+        drop(st);
+        self.notify(rv);
+        Ok(entry)
+    }
+
+    /// Changes an existing object: `change` gets the current object (or `None` if it does not
+    /// exist and `create_missing`) and returns the new one, which is then checked and stored
+    /// as an update of `part`. A `metadata.resourceVersion` in the result must match the
+    /// current one (optimistic concurrency). An unchanged object is not written again.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn modify(
+        &self,
+        rt: &ResourceType,
+        ns: &str,
+        name: &str,
+        part: Part,
+        create_missing: bool,
+        dry_run: bool,
+        change: impl FnOnce(Option<Value>) -> Result<Value, ApiError>,
+    ) -> Result<Arc<Entry>, ApiError> {
+        let coll = rt.collection();
+        // The whole read-modify-write happens under the lock (it is CPU work only), so a
+        // request without a precondition never fails because of a concurrent writer.
+        let mut st = self.lock();
+        let Some(current) = st.get(&coll, ns, name) else {
+            drop(st);
+            if create_missing {
+                let mut obj = change(None)?;
+                if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+                    m.entry("name")
+                        .or_insert_with(|| Value::String(name.to_string()));
+                }
+                let path_ns = rt.namespaced.then_some(ns);
+                return self.create_in(rt, path_ns, obj, dry_run);
+            }
+            return Err(ApiError::not_found(&rt.group, &rt.plural, name));
+        };
+        let old = current.value();
+        let mut new = change(Some(old.clone()))?;
+        let meta = check_type(rt, &mut new)?;
+        check_namespace(rt, meta, rt.namespaced.then_some(ns))?;
+        match meta.get("name").and_then(Value::as_str) {
+            None | Some("") => {
+                meta.insert("name".into(), Value::String(name.to_string()));
+            }
+            Some(n) if n == name => {}
+            Some(n) => {
+                return Err(ApiError::bad_request(format!(
+                    "the name of the object ({n}) does not match the name on the URL ({name})"
+                )));
+            }
+        }
+        let precondition = match meta.get("resourceVersion") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) if s.is_empty() => None,
+            Some(Value::String(s)) => Some(
+                s.parse::<u64>()
+                    .map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {s:?}")))?,
+            ),
+            Some(_) => {
+                return Err(ApiError::bad_request(
+                    "metadata.resourceVersion must be a string",
+                ));
+            }
+        };
+        if precondition.is_some_and(|rv| rv != current.rv) {
+            return Err(ApiError::conflict(
+                &rt.group,
+                &rt.plural,
+                name,
+                "the object has been modified; please apply your changes to the latest version and try again",
+            ));
+        }
+        let mut new = merge_part(rt, &old, new, part);
+        for k in [
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "generation",
+        ] {
+            match old["metadata"].get(k) {
+                Some(v) => new["metadata"][k] = v.clone(),
+                None => {
+                    if let Some(m) = new["metadata"].as_object_mut() {
+                        m.remove(k);
+                    }
+                }
+            }
+        }
+        if let Some(m) = new["metadata"].as_object_mut() {
+            m.remove("managedFields");
+        }
+        if old.get("spec") != new.get("spec")
+            && let Some(g) = old["metadata"].get("generation").and_then(Value::as_i64)
+        {
+            new["metadata"]["generation"] = json!(g + 1);
+        }
+        let is_crd = rt.crd.is_none() && rt.plural == "customresourcedefinitions";
+        new["metadata"]["resourceVersion"] = Value::String(current.rv.to_string());
+        if new == old {
+            return Ok(current);
+        }
+        let mut new_types = None;
+        if is_crd {
+            let types = from_crd(&new)?;
+            if types.first().map(|t| (&t.group, &t.plural))
+                != from_crd(&old)
+                    .ok()
+                    .as_ref()
+                    .and_then(|o| o.first())
+                    .map(|t| (&t.group, &t.plural))
+            {
+                return Err(ApiError::invalid(
+                    &rt.kind,
+                    name,
+                    "spec.names.plural, spec.group: field is immutable",
+                ));
+            }
+            set_crd_status(&mut new);
+            new_types = Some(types);
+        }
+        let rv = st.rv + 1;
+        new["metadata"]["resourceVersion"] = Value::String(rv.to_string());
+        let entry = Arc::new(Entry::new(rt, &new, rv));
+        if dry_run {
+            return Ok(entry);
+        }
+        st.commit(coll, EventKind::Modified, entry.clone());
+        if let Some(types) = new_types {
+            let mut registry = (*st.registry).clone();
+            registry.remove_crd(name);
+            for t in types {
+                registry.insert(t);
+            }
+            st.registry = Arc::new(registry);
+        }
+        drop(st);
+        self.notify(rv);
+        Ok(entry)
+    }
+
+    /// Deletes one object; returns its last state (at the deletion's version).
+    /// `preconditions` are DeleteOptions' `(uid, resourceVersion)`.
+    pub(crate) fn delete_in(
+        &self,
+        rt: &ResourceType,
+        ns: &str,
+        name: &str,
+        preconditions: Option<(Option<String>, Option<String>)>,
+        dry_run: bool,
+    ) -> Result<Arc<Entry>, ApiError> {
+        let coll = rt.collection();
+        let mut st = self.lock();
+        let current = st
+            .get(&coll, ns, name)
+            .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
+        if let Some((uid, rv)) = preconditions {
+            let obj = current.value();
+            let cur_uid = obj["metadata"]["uid"].as_str().unwrap_or("");
+            if let Some(uid) = uid.filter(|u| u != cur_uid) {
+                return Err(ApiError::conflict(
+                    &rt.group,
+                    &rt.plural,
+                    name,
+                    &format!(
+                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {cur_uid}"
+                    ),
+                ));
+            }
+            if let Some(rv) = rv.filter(|r| *r != current.rv.to_string()) {
+                return Err(ApiError::conflict(
+                    &rt.group,
+                    &rt.plural,
+                    name,
+                    &format!(
+                        "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                        current.rv
+                    ),
+                ));
+            }
+        }
+        if rt.group.is_empty()
+            && rt.plural == "namespaces"
+            && ["default", "kube-system", "kube-public"].contains(&name)
+        {
+            return Err(ApiError::new(
+                403,
+                "Forbidden",
+                format!("namespaces \"{name}\" is forbidden: this namespace may not be deleted"),
+            ));
+        }
+        if dry_run {
+            return Ok(current);
+        }
+        let registry = st.registry.clone();
+        if rt.group.is_empty() && rt.plural == "namespaces" {
+            // Everything in the namespace goes first, as the namespace controller would.
+            for t in registry.all().filter(|t| t.namespaced) {
+                let c = t.collection();
+                let keys: Vec<_> = st
+                    .collections
+                    .get(&c)
+                    .map(|objs| {
+                        objs.range((name.to_string(), String::new())..)
+                            .take_while(|((n, _), _)| n == name)
+                            .map(|(k, _)| k.clone())
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                for (n, o) in keys {
+                    st.remove(t, &c, &n, &o);
+                }
+            }
+        }
+        if rt.crd.is_none() && rt.plural == "customresourcedefinitions" {
+            let mut next = (*registry).clone();
+            if let Some(t) = registry.all().find(|t| t.crd.as_deref() == Some(name)) {
+                let c = t.collection();
+                let keys: Vec<_> = st
+                    .collections
+                    .get(&c)
+                    .map(|objs| objs.keys().cloned().collect())
+                    .unwrap_or_default();
+                for (n, o) in keys {
+                    st.remove(t, &c, &n, &o);
+                }
+                st.collections.remove(&c);
+            }
+            next.remove_crd(name);
+            st.registry = Arc::new(next);
+        }
+        let deleted = st
+            .remove(rt, &coll, ns, name)
+            .expect("present: checked under this lock");
+        let rv = st.rv;
+        drop(st);
+        self.notify(rv);
+        Ok(deleted)
+    }
+
+    /// Reads up to `max` events after version `after` that pass `filter`.
+    /// Returns them and the version up to which the history was scanned.
+    pub(crate) fn events_after(
+        &self,
+        after: u64,
+        max: usize,
+        filter: impl Fn(&Event) -> bool,
+    ) -> Result<(Vec<Arc<Event>>, u64), TooOld> {
+        let st = self.lock();
+        if after < st.floor {
+            return Err(TooOld { floor: st.floor });
+        }
+        let start = st.history.partition_point(|e| e.rv <= after);
+        let mut out = Vec::new();
+        let mut cursor = after;
+        for e in st.history.range(start..) {
+            cursor = e.rv;
+            if filter(e) {
+                out.push(e.clone());
+                if out.len() >= max {
+                    break;
+                }
+            }
+        }
+        if out.len() < max {
+            cursor = cursor.max(st.rv);
+        }
+        Ok((out, cursor))
+    }
+}
+
+impl State {
+    fn get(&self, coll: &CollectionKey, ns: &str, name: &str) -> Option<Arc<Entry>> {
+        self.collections
+            .get(coll)
+            .and_then(|c| c.get(&(ns.to_string(), name.to_string())))
+            .cloned()
+    }
+
+    fn exists(&self, coll: &CollectionKey, ns: &str, name: &str) -> bool {
+        self.collections
+            .get(coll)
+            .is_some_and(|c| c.contains_key(&(ns.to_string(), name.to_string())))
+    }
+
+    /// Stores `entry` (which carries the next version) and records its event.
+    fn commit(&mut self, coll: CollectionKey, kind: EventKind, entry: Arc<Entry>) {
+        debug_assert_eq!(entry.rv, self.rv + 1);
+        self.rv = entry.rv;
+        let key = (entry.namespace.clone(), entry.name.clone());
+        let objects = self.collections.entry(coll.clone()).or_default();
+        if kind == EventKind::Deleted {
+            if objects.remove(&key).is_some() {
+                self.count -= 1;
+            }
+        } else if objects.insert(key, entry.clone()).is_none() {
+            self.count += 1;
+        }
+        self.history.push_back(Arc::new(Event {
+            rv: entry.rv,
+            coll,
+            kind,
+            entry,
+        }));
+        while self.history.len() > HISTORY_CAPACITY {
+            if let Some(old) = self.history.pop_front() {
+                self.floor = old.rv;
+            }
+        }
+    }
+
+    /// Deletes one object as a new version; returns its last state at that version.
+    fn remove(
+        &mut self,
+        rt: &ResourceType,
+        coll: &CollectionKey,
+        ns: &str,
+        name: &str,
+    ) -> Option<Arc<Entry>> {
+        let current = self.get(coll, ns, name)?;
+        let rv = self.rv + 1;
+        let mut obj = current.value();
+        obj["metadata"]["resourceVersion"] = Value::String(rv.to_string());
+        let entry = Arc::new(Entry::new(rt, &obj, rv));
+        self.commit(coll.clone(), EventKind::Deleted, entry.clone());
+        Some(entry)
+    }
+
+    fn suffix(&mut self) -> String {
+        const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+        (0..5)
+            .map(|_| ALPHABET[self.rng.usize(..ALPHABET.len())] as char)
+            .collect()
+    }
+
+    fn uid(&mut self) -> String {
+        let r = &mut self.rng;
+        format!(
+            "{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}",
+            r.u32(..),
+            r.u16(..),
+            r.u16(..0x1000),
+            r.u16(0x8000..0xc000),
+            r.u64(..1 << 48)
+        )
+    }
+}
+
+/// The object a write of `part` stores, given the old and the requested new object.
+fn merge_part(rt: &ResourceType, old: &Value, new: Value, part: Part) -> Value {
+    match part {
+        Part::Status => {
+            let mut out = old.clone();
+            match new.get("status") {
+                Some(s) => out["status"] = s.clone(),
+                None => {
+                    if let Some(m) = out.as_object_mut() {
+                        m.remove("status");
+                    }
+                }
+            }
+            // The precondition travels with the request's metadata.
+            if let Some(rv) = new.pointer("/metadata/resourceVersion") {
+                out["metadata"]["resourceVersion"] = rv.clone();
+            }
+            out
+        }
+        Part::Main if rt.has_status() => {
+            let mut out = new;
+            match old.get("status") {
+                Some(s) => out["status"] = s.clone(),
+                None => {
+                    if let Some(m) = out.as_object_mut() {
+                        m.remove("status");
+                    }
+                }
+            }
+            out
+        }
+        Part::Main => new,
+    }
+}
+
+fn set_crd_status(crd: &mut Value) {
+    let names = crd
+        .pointer("/spec/names")
+        .cloned()
+        .unwrap_or(Value::Object(Map::new()));
+    let now = now();
+    let cond = |t: &str, reason: &str, msg: &str| json!({"type": t, "status": "True", "lastTransitionTime": now, "reason": reason, "message": msg});
+    let stored: Vec<Value> = crd
+        .pointer("/spec/versions")
+        .and_then(Value::as_array)
+        .map(|vs| {
+            vs.iter()
+                .filter(|v| v.get("storage").and_then(Value::as_bool) == Some(true))
+                .filter_map(|v| v.get("name").cloned())
+                .collect()
+        })
+        .unwrap_or_default();
+    crd["status"] = json!({
+        "acceptedNames": names,
+        "conditions": [
+            cond("NamesAccepted", "NoConflicts", "no conflicts found"),
+            cond("Established", "InitialNamesAccepted", "the initial names have been accepted"),
+        ],
+        "storedVersions": stored,
+    });
+}
+
+/// The current time as RFC 3339 with seconds, as the API server writes timestamps.
+pub(crate) fn now() -> String {
+    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cm(ns: &str, name: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns}, "data": {"a": "1"}})
+    }
+
+    #[test]
+    fn fresh_store_has_default_namespaces() {
+        let s = Store::new(0);
+        assert_eq!(s.object_count(), 4);
+        assert_eq!(s.resource_version(), 4);
+        assert!(s.get("v1", "Namespace", None, "kube-system").is_ok());
+    }
+
+    #[test]
+    fn create_update_delete() {
+        let s = Store::new(1);
+        let created = s.create(cm("default", "a")).unwrap();
+        assert_eq!(created["metadata"]["resourceVersion"], "5");
+        assert!(created["metadata"]["uid"].as_str().unwrap().len() == 36);
+        let Err(Error::Api(e)) = s.create(cm("default", "a")) else {
+            panic!()
+        };
+        assert_eq!((e.code(), e.reason()), (409, "AlreadyExists"));
+        let Err(Error::Api(e)) = s.create(cm("nope", "a")) else {
+            panic!()
+        };
+        assert_eq!(
+            (e.code(), e.message()),
+            (404, "namespaces \"nope\" not found")
+        );
+        let mut stale = created.clone();
+        stale["metadata"]["resourceVersion"] = json!("4");
+        let Err(Error::Api(e)) = s.update(stale) else {
+            panic!()
+        };
+        assert_eq!(e.reason(), "Conflict");
+        let mut next = created.clone();
+        next["data"]["a"] = json!("2");
+        let updated = s.update(next).unwrap();
+        assert_eq!(updated["metadata"]["resourceVersion"], "6");
+        assert_eq!(updated["metadata"]["uid"], created["metadata"]["uid"]);
+        // An unchanged update writes nothing.
+        assert_eq!(
+            s.update(updated.clone()).unwrap()["metadata"]["resourceVersion"],
+            "6"
+        );
+        s.delete("v1", "ConfigMap", Some("default"), "a").unwrap();
+        assert_eq!(s.object_count(), 4);
+        let (events, cursor) = s.events_after(4, 100, |_| true).unwrap();
+        let kinds: Vec<_> = events.iter().map(|e| e.kind).collect();
+        assert_eq!(
+            kinds,
+            [EventKind::Added, EventKind::Modified, EventKind::Deleted]
+        );
+        assert_eq!(cursor, 7);
+    }
+
+    #[test]
+    fn namespace_delete_cascades_and_crd_registers() {
+        let s = Store::new(2);
+        s.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "x"}}))
+            .unwrap();
+        s.create(cm("x", "a")).unwrap();
+        s.delete("v1", "Namespace", None, "x").unwrap();
+        assert_eq!(s.object_count(), 4);
+        let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "widgets.example.leash.dev"}, "spec": {"group": "example.leash.dev",
+            "scope": "Namespaced", "names": {"plural": "widgets", "kind": "Widget"},
+            "versions": [{"name": "v1", "served": true, "storage": true}]}});
+        s.create(crd).unwrap();
+        s.create(json!({"apiVersion": "example.leash.dev/v1", "kind": "Widget", "metadata": {"name": "w"}}))
+            .unwrap();
+        s.delete(
+            "apiextensions.k8s.io/v1",
+            "CustomResourceDefinition",
+            None,
+            "widgets.example.leash.dev",
+        )
+        .unwrap();
+        assert_eq!(s.object_count(), 4);
+        assert!(s.get("example.leash.dev/v1", "Widget", None, "w").is_err());
+    }
+
+    #[test]
+    fn generate_name_and_history_floor() {
+        let s = Store::new(3);
+        let o = s
+            .create(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"generateName": "x-"}}))
+            .unwrap();
+        assert!(o["metadata"]["name"].as_str().unwrap().starts_with("x-"));
+        for i in 0..HISTORY_CAPACITY {
+            s.create(cm("default", &format!("c{i}"))).unwrap();
+        }
+        assert!(s.events_after(3, 1, |_| true).is_err());
+        assert!(
+            s.events_after(s.resource_version() - 10, 100, |_| true)
+                .unwrap()
+                .0
+                .len()
+                == 10
+        );
+    }
+}

@@ -1,0 +1,271 @@
+//! Create, get, update, patch, delete through kube-rs and raw HTTP: assigned
+//! metadata, 409s, missing namespaces, dry runs, subresources, bearer tokens.
+
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use leash_sandbox::{Sandbox, SandboxConfig};
+use serde_json::json;
+
+use crate::common::{client, configmap, raw, start};
+
+fn cm(name: &str) -> ConfigMap {
+    serde_json::from_value(configmap("default", name, json!({"app": "x"}))).unwrap()
+}
+
+fn api_code(e: &kube::Error) -> (u16, String) {
+    match e {
+        kube::Error::Api(s) => (s.code, s.reason.clone()),
+        other => panic!("not an API error: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn create_assigns_metadata_and_conflicts_are_409() {
+    let sb = start(vec![]).await;
+    let api: Api<ConfigMap> = Api::namespaced(client(&sb), "default");
+    let created = api.create(&PostParams::default(), &cm("a")).await.unwrap();
+    let meta = &created.metadata;
+    assert_eq!(meta.uid.as_ref().map(String::len), Some(36));
+    assert!(
+        meta.resource_version
+            .as_deref()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            > 4
+    );
+    assert!(meta.creation_timestamp.is_some());
+    assert_eq!(meta.namespace.as_deref(), Some("default"));
+
+    let err = api
+        .create(&PostParams::default(), &cm("a"))
+        .await
+        .unwrap_err();
+    assert_eq!(api_code(&err), (409, "AlreadyExists".into()));
+
+    // Optimistic concurrency: an update with the old version loses.
+    let mut first = created.clone();
+    first.data = Some([("k".to_string(), "1".to_string())].into());
+    let updated = api
+        .replace("a", &PostParams::default(), &first)
+        .await
+        .unwrap();
+    assert_ne!(
+        updated.metadata.resource_version,
+        created.metadata.resource_version
+    );
+    assert_eq!(updated.metadata.uid, created.metadata.uid);
+    let mut stale = created.clone();
+    stale.data = Some([("k".to_string(), "2".to_string())].into());
+    let err = api
+        .replace("a", &PostParams::default(), &stale)
+        .await
+        .unwrap_err();
+    assert_eq!(api_code(&err), (409, "Conflict".into()));
+
+    // generateName.
+    let mut g = cm("");
+    g.metadata.name = None;
+    g.metadata.generate_name = Some("gen-".into());
+    let made = api.create(&PostParams::default(), &g).await.unwrap();
+    let name = made.metadata.name.unwrap();
+    assert!(name.starts_with("gen-") && name.len() == 9, "{name}");
+
+    // Delete, then it is gone.
+    api.delete("a", &DeleteParams::default()).await.unwrap();
+    let err = api.get("a").await.unwrap_err();
+    assert_eq!(api_code(&err), (404, "NotFound".into()));
+    sb.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn missing_namespace_is_404_and_namespace_deletion_cascades() {
+    let sb = start(vec![]).await;
+    let c = client(&sb);
+    let api: Api<ConfigMap> = Api::namespaced(c.clone(), "nope");
+    let mut obj = cm("a");
+    obj.metadata.namespace = Some("nope".into());
+    let err = api.create(&PostParams::default(), &obj).await.unwrap_err();
+    assert_eq!(api_code(&err), (404, "NotFound".into()));
+    let nss: Api<Namespace> = Api::all(c.clone());
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "nope"}})).unwrap();
+    let ns = nss.create(&PostParams::default(), &ns).await.unwrap();
+    assert_eq!(ns.status.and_then(|s| s.phase).as_deref(), Some("Active"));
+    api.create(&PostParams::default(), &obj)
+        .await
+        .expect("namespace exists now");
+    nss.delete("nope", &DeleteParams::default()).await.unwrap();
+    assert_eq!(api_code(&api.get("a").await.unwrap_err()).0, 404);
+    let err = nss
+        .delete("default", &DeleteParams::default())
+        .await
+        .unwrap_err();
+    assert_eq!(api_code(&err), (403, "Forbidden".into()));
+    sb.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn dry_run_all_never_persists() {
+    let sb = start(vec![]).await;
+    let api: Api<ConfigMap> = Api::namespaced(client(&sb), "default");
+    let before = sb.store().resource_version();
+    let made = api
+        .create(
+            &PostParams {
+                dry_run: true,
+                ..Default::default()
+            },
+            &cm("dry"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(made.metadata.name.as_deref(), Some("dry"));
+    assert_eq!(api_code(&api.get("dry").await.unwrap_err()).0, 404);
+    api.create(&PostParams::default(), &cm("real"))
+        .await
+        .unwrap();
+    let rv = sb.store().resource_version();
+    let pp = PatchParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    api.patch(
+        "real",
+        &pp,
+        &Patch::Merge(json!({"data": {"k": "changed"}})),
+    )
+    .await
+    .unwrap();
+    let dp = DeleteParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    api.delete("real", &dp).await.unwrap();
+    let got = api.get("real").await.unwrap();
+    assert_eq!(got.data.unwrap()["k"], "v");
+    assert_eq!(sb.store().resource_version(), rv);
+    assert_eq!(rv, before + 1);
+    sb.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn patches_merge_json_and_status_subresource() {
+    let sb = start(vec![]).await;
+    let c = client(&sb);
+    let api: Api<ConfigMap> = Api::namespaced(c.clone(), "default");
+    api.create(&PostParams::default(), &cm("p")).await.unwrap();
+    let pp = PatchParams::default();
+    let merged = api
+        .patch(
+            "p",
+            &pp,
+            &Patch::Merge(
+                json!({"metadata": {"labels": {"app": null, "new": "1"}}, "data": {"x": "y"}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let labels = merged.metadata.labels.unwrap();
+    assert_eq!(labels.get("new").map(String::as_str), Some("1"));
+    assert!(!labels.contains_key("app"));
+    let ops = json!([{"op": "remove", "path": "/data/x"}, {"op": "add", "path": "/data/j", "value": "1"}]);
+    let r = raw(
+        sb.addr(),
+        "PATCH",
+        "/api/v1/namespaces/default/configmaps/p",
+        &[("Content-Type", "application/json-patch+json")],
+        ops.to_string().as_bytes(),
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let data = api.get("p").await.unwrap().data.unwrap();
+    assert!(!data.contains_key("x"));
+    assert_eq!(data["j"], "1");
+    // A stale resourceVersion in a patch is a precondition failure.
+    let err = api
+        .patch(
+            "p",
+            &pp,
+            &Patch::Merge(json!({"metadata": {"resourceVersion": "1"}, "data": {"z": "1"}})),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(api_code(&err), (409, "Conflict".into()));
+    // Server-side apply creates when missing (treated as a merge patch).
+    let applied = api
+        .patch(
+            "applied",
+            &PatchParams::apply("test"),
+            &Patch::Apply(configmap("default", "applied", json!({}))),
+        )
+        .await
+        .unwrap();
+    assert_eq!(applied.metadata.name.as_deref(), Some("applied"));
+
+    // Pods have a status subresource: the main resource ignores status, /status only status.
+    let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
+    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "image": "i"}]}, "status": {"phase": "Pending"}}))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let after = pods
+        .patch(
+            "p",
+            &pp,
+            &Patch::Merge(json!({"status": {"phase": "Running"}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(after.status.unwrap().phase.as_deref(), Some("Pending"));
+    let after = pods
+        .patch_status(
+            "p",
+            &pp,
+            &Patch::Merge(json!({"status": {"phase": "Running"}, "spec": {"nodeName": "n"}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(after.status.unwrap().phase.as_deref(), Some("Running"));
+    assert_eq!(after.spec.unwrap().node_name, None);
+    sb.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn bearer_token_is_required_when_set() {
+    let sb = Sandbox::start(SandboxConfig {
+        token: Some("s3cret".into()),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let r = raw(sb.addr(), "GET", "/api/v1/namespaces", &[], b"").await;
+    r.assert_status(401, "Unauthorized");
+    let r = raw(
+        sb.addr(),
+        "GET",
+        "/api/v1/namespaces",
+        &[("Authorization", "Bearer wrong")],
+        b"",
+    )
+    .await;
+    r.assert_status(401, "Unauthorized");
+    let r = raw(
+        sb.addr(),
+        "GET",
+        "/api/v1/namespaces",
+        &[("Authorization", "Bearer s3cret")],
+        b"",
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["items"].as_array().unwrap().len(), 4);
+    // The kubeconfig carries the token, and a kube client built from it works.
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&sb.kubeconfig_yaml()).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    let c = kube::Client::try_from(config).unwrap();
+    let nss: Api<Namespace> = Api::all(c);
+    assert_eq!(nss.list(&Default::default()).await.unwrap().items.len(), 4);
+    sb.shutdown().await.unwrap();
+}
