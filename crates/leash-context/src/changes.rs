@@ -6,6 +6,14 @@
 //! was removed. Intermediate states superseded before the consumer looked
 //! are not repeated; the latest one always is. Nothing is queued, so a slow
 //! consumer cannot make the store wait or grow memory.
+//!
+//! # Invariants
+//! 1. The store's change counter is marked seen (`borrow_and_update`)
+//!    *before* the entries are scanned, so a change made during or after a
+//!    scan wakes the next `changed().await`: no update is missed.
+//! 2. A scan takes the store's map lock only to copy the entry list, and
+//!    each entry's status lock only to copy its status (no lock is held
+//!    while the caller awaits).
 
 use std::collections::HashMap;
 use std::sync::Arc;

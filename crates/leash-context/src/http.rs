@@ -6,6 +6,10 @@
 //! socket at once. TLS is rustls with the `ring` provider passed explicitly,
 //! so no process-wide provider is needed (FACTS: a second provider makes
 //! rustls panic); `caBundle` replaces the system roots for that service.
+//!
+//! # Invariants
+//! 1. No task is spawned: the connection future lives and dies with the call.
+//! 2. The system roots are loaded once (`OnceLock`), outside any lock of ours.
 
 use std::sync::{Arc, OnceLock};
 

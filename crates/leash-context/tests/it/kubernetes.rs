@@ -48,6 +48,26 @@ async fn kubernetes_resource_counts_deployments_and_follows_watch() {
     .await;
     let store = Store::new(config(), Some(sandbox::client(&sandbox)));
     store.add(entry(DEPLOYMENTS_ENTRY)).unwrap();
+    // The same resource limited to one namespace.
+    store
+        .add(entry(
+            "apiVersion: kyverno.io/v2beta1
+kind: GlobalContextEntry
+metadata: {name: deployments-in-y}
+spec:
+  kubernetesResource: {group: apps, version: v1, resource: deployments, namespace: 'y'}
+  projections: [{name: names, jmesPath: '[].metadata.name'}]
+",
+        ))
+        .unwrap();
+    let in_y = within(
+        "first sync",
+        HANG_BOUND,
+        store.wait_ready("deployments-in-y"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(in_y.projections["names"], json!(["c"]));
     let first = within("first sync", HANG_BOUND, store.wait_ready("deployments"))
         .await
         .unwrap();

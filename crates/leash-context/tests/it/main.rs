@@ -9,3 +9,4 @@ mod feed;
 mod kubernetes;
 mod sandbox;
 mod spec;
+mod tls;
