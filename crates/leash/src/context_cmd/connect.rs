@@ -14,11 +14,11 @@ pub(crate) struct ConnectionArgs {
     /// Kubeconfig context to use.
     #[arg(long, value_name = "NAME")]
     pub(crate) context: Option<String>,
-    /// API server URL; overrides the kubeconfig (no kubeconfig is read).
-    #[arg(long, value_name = "URL")]
+    /// API server URL, without a kubeconfig (for example a `leash sandbox`).
+    #[arg(long, value_name = "URL", conflicts_with_all = ["kubeconfig", "context"])]
     pub(crate) server: Option<String>,
     /// Bearer token; overrides the kubeconfig's credentials.
-    #[arg(long, value_name = "T", env = "LEASH_TOKEN", hide_env_values = true)]
+    #[arg(long, value_name = "T")]
     pub(crate) token: Option<String>,
     /// Do not verify the API server's TLS certificate.
     #[arg(long)]

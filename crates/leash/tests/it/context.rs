@@ -28,6 +28,10 @@ struct Cluster {
 
 impl Cluster {
     fn start() -> Cluster {
+        Cluster::start_with(Vec::new())
+    }
+
+    fn start_with(extra: Vec<Value>) -> Cluster {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -35,14 +39,16 @@ impl Cluster {
             .unwrap();
         let (sandbox, scope, service_url) = runtime.block_on(async {
             let ns = |name: &str| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+            let mut objects = vec![
+                ns("x"),
+                ns("y"),
+                deployment("x", "a"),
+                deployment("x", "b"),
+                deployment("y", "c"),
+            ];
+            objects.extend(extra);
             let sandbox = Sandbox::start(SandboxConfig {
-                objects: vec![
-                    ns("x"),
-                    ns("y"),
-                    deployment("x", "a"),
-                    deployment("x", "b"),
-                    deployment("y", "c"),
-                ],
+                objects,
                 ..SandboxConfig::default()
             })
             .await
@@ -308,6 +314,88 @@ fn get(addr: &str, path: &str) -> (u16, String) {
     (status, body)
 }
 
+/// A running `leash context` (killed on drop if a test fails first).
+struct ContextProcess {
+    child: ChildGuard,
+    lines: mpsc::Receiver<String>,
+    serving: mpsc::Receiver<String>,
+}
+
+impl ContextProcess {
+    fn spawn(args: &[&str]) -> ContextProcess {
+        let mut child = ChildGuard(
+            Command::new(env!("CARGO_BIN_EXE_leash"))
+                .arg("context")
+                .args(args)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+        let stdout = child.0.stdout.take().unwrap();
+        let stderr = child.0.stderr.take().unwrap();
+        let (addr_tx, serving) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if let Some(addr) = line.strip_prefix("leash: serving on http://") {
+                    let _ = addr_tx.send(addr.to_owned());
+                }
+            }
+        });
+        let (line_tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let _ = line_tx.send(line);
+            }
+        });
+        ContextProcess {
+            child,
+            lines,
+            serving,
+        }
+    }
+
+    /// The next update line, parsed.
+    fn next_update(&self) -> Value {
+        let line = self.lines.recv_timeout(BOUND).expect("an update line");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"))
+    }
+
+    /// Reads update lines until `pred` holds for one; returns it.
+    fn until(&self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        loop {
+            let update = self.next_update();
+            if pred(&update) {
+                return update;
+            }
+            eprintln!("({what}) skipping {update}");
+        }
+    }
+
+    /// Ctrl-C, then the exit status (bounded).
+    fn interrupt(mut self) -> std::process::ExitStatus {
+        let signalled = Command::new("kill")
+            .args(["-INT", &self.child.0.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(signalled.success());
+        let start = std::time::Instant::now();
+        loop {
+            if let Some(status) = self.child.0.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                start.elapsed() < BOUND,
+                "leash context did not stop after SIGINT"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
 #[test]
 fn context_serve_answers_entries_and_prints_updates() {
     let cluster = Cluster::start();
@@ -318,49 +406,24 @@ fn context_serve_answers_entries_and_prints_updates() {
         &entries_yaml(&cluster.service_url),
     );
     let url = cluster.url();
-    let mut child = ChildGuard(
-        Command::new(env!("CARGO_BIN_EXE_leash"))
-            .args([
-                "context",
-                "-f",
-                file.to_str().unwrap(),
-                "--serve",
-                "127.0.0.1:0",
-                "--server",
-                &url,
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let stdout = child.0.stdout.take().unwrap();
-    let stderr = child.0.stderr.take().unwrap();
-    let (addr_tx, addr_rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            if let Some(addr) = line.strip_prefix("leash: serving on http://") {
-                let _ = addr_tx.send(addr.to_owned());
-            }
-        }
-    });
-    let (line_tx, line_rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            let _ = line_tx.send(line);
-        }
-    });
-    let addr = addr_rx.recv_timeout(BOUND).expect("a 'serving on' line");
+    let process = ContextProcess::spawn(&[
+        "-f",
+        file.to_str().unwrap(),
+        "--serve",
+        "127.0.0.1:0",
+        "--server",
+        &url,
+    ]);
+    let addr = process
+        .serving
+        .recv_timeout(BOUND)
+        .expect("a 'serving on' line");
     // Wait for every entry's first data through the update lines.
     let mut ready = std::collections::BTreeSet::new();
     while ready.len() < 3 {
-        let line = line_rx.recv_timeout(BOUND).expect("an update line");
-        let update: Value = serde_json::from_str(&line).unwrap();
+        let update = process.next_update();
         if update.get("projections").is_some() {
-            assert_eq!(update["state"], "ready", "{line}");
+            assert_eq!(update["state"], "ready", "{update}");
             ready.insert(update["entry"].as_str().unwrap().to_owned());
         }
     }
@@ -400,35 +463,68 @@ fn context_serve_answers_entries_and_prints_updates() {
         .store()
         .create(deployment("x", "d"))
         .unwrap();
-    loop {
-        let line = line_rx
-            .recv_timeout(BOUND)
-            .expect("an update after the change");
-        let update: Value = serde_json::from_str(&line).unwrap();
-        if update["entry"] == "deployments" && update["projections"]["in-x"] == json!(3) {
-            break;
-        }
-    }
+    process.until("the change", |u| {
+        u["entry"] == "deployments" && u["projections"]["in-x"] == json!(3)
+    });
     assert_eq!(get(&addr, "/entries/deployments/in-x").1, "3");
 
     // Ctrl-C: a clean stop with the interrupted exit code.
-    let signalled = Command::new("kill")
-        .args(["-INT", &child.0.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(signalled.success());
-    let start = std::time::Instant::now();
-    let status = loop {
-        if let Some(status) = child.0.try_wait().unwrap() {
-            break status;
+    assert_eq!(process.interrupt().code(), Some(130));
+}
+
+fn gctx(name: &str, service_url: &str, projection: &str) -> Value {
+    json!({
+        "apiVersion": "kyverno.io/v2beta1",
+        "kind": "GlobalContextEntry",
+        "metadata": {"name": name},
+        "spec": {
+            "apiCall": {"service": {"url": service_url}, "refreshInterval": "1h"},
+            "projections": [{"name": "p", "jmesPath": projection}]
         }
-        assert!(
-            start.elapsed() < BOUND,
-            "leash context did not stop after SIGINT"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert_eq!(status.code(), Some(130));
+    })
+}
+
+/// `--watch-crds` with the shipped CRD manifest loaded into the sandbox:
+/// entries follow GlobalContextEntry objects (added, then removed).
+#[test]
+fn context_watch_crds_follows_cluster_entries() {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../deploy/crds/kyverno.io_globalcontextentries.yaml");
+    let crd = leash_sandbox::manifests::load_manifests(&[manifest]).unwrap();
+    // The service URL is only known once the cluster runs: add entries then.
+    let cluster = Cluster::start_with(crd);
+    let store = cluster.sandbox.as_ref().unwrap().store();
+    store
+        .create(gctx("limits", &cluster.service_url, "limit"))
+        .unwrap();
+    let url = cluster.url();
+    let process = ContextProcess::spawn(&["--watch-crds", "--server", &url]);
+    process.until("the listed entry", |u| {
+        u["entry"] == "limits" && u["projections"]["p"] == json!(3)
+    });
+    store
+        .create(gctx("first", &cluster.service_url, "allowed[0]"))
+        .unwrap();
+    process.until("the added entry", |u| {
+        u["entry"] == "first" && u["projections"]["p"] == json!("nginx")
+    });
+    store
+        .delete("kyverno.io/v2beta1", "GlobalContextEntry", None, "limits")
+        .unwrap();
+    process.until("the removal", |u| {
+        u["entry"] == "limits" && u["removed"] == json!(true)
+    });
+    assert_eq!(process.interrupt().code(), Some(130));
+
+    // --once --watch-crds reads the cluster's entries once.
+    let out = leash_context(&["--watch-crds", "--once", "--server", &url]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(printed, json!({"first": {"p": "nginx"}}));
 }
 
 /// Kills the child if the test fails before it exits.
