@@ -11,9 +11,11 @@
 //!    contributes nothing and is retried (see `fetch`).
 //! 4. Every wait (request, backoff, room in the object channel) is raced
 //!    against the task's token.
-//! 5. The next page is requested while the previous page waits for room in
-//!    the object channel (both in one `join!`, no extra task), so a slow
-//!    consumer and a slow server overlap instead of adding up.
+//! 5. The next page is requested as soon as the previous one is indexed (its
+//!    continue token known); building the previous page's objects and
+//!    waiting for room in the object channel run meanwhile (one `join!`, no
+//!    extra task), so the client's work, the server's and the consumer's
+//!    overlap instead of adding up.
 //! 6. The task's [`Tally`] is updated after each page under a short
 //!    `std::sync::Mutex` (never held across an await), so a task dropped by
 //!    cancellation still has its counts reported.
@@ -28,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::{Error, Result};
 use crate::fetch::{Fetcher, parse_status};
 use crate::load::LoadTarget;
-use crate::object::{LoadedObject, SeenSet, parse_page};
+use crate::object::{LoadedObject, PageIndex, SeenSet, index_page};
 use crate::report::Progress;
 
 /// What a task did so far.
@@ -57,7 +59,7 @@ pub(crate) struct ListContext<'a> {
 
 /// The answer to one page request.
 enum PageAnswer {
-    Page(crate::object::ParsedPage),
+    Page(PageIndex),
     /// 410 Expired, with the fresh token if the server gave one.
     Expired(Option<String>),
 }
@@ -97,38 +99,23 @@ impl ListContext<'_> {
         let operation = format!("list {}", self.target.label());
         let mut seen = SeenSet::default();
         let mut continue_token: Option<String> = None;
-        let mut pending: Option<Vec<LoadedObject>> = None;
+        // A page received and indexed, whose objects are not yet handed out.
+        let mut pending: Option<PageIndex> = None;
         loop {
-            let send = async {
-                match pending.take() {
-                    None => Ok(()),
-                    Some(batch) => match token.run_until_cancelled(pages.send(batch)).await {
-                        None => Err(Error::Cancelled),
-                        Some(Ok(())) => Ok(()),
-                        Some(Err(_)) => Err(Error::OutputClosed),
-                    },
-                }
-            };
+            let deliver = self.deliver(pending.take(), &mut seen, &pages, &operation, token);
             let fetch = self.fetch_page(&base, &operation, continue_token.as_deref(), token);
-            let (sent, fetched) = tokio::join!(send, fetch);
-            sent?;
+            let (delivered, fetched) = tokio::join!(deliver, fetch);
+            delivered?;
             let (answer, retries) = fetched;
             self.progress.retried(retries);
             self.update(|t| t.retries += retries);
             match answer? {
                 PageAnswer::Page(page) => {
-                    let mut objects = page.objects;
-                    objects.retain(|o| seen.insert(o));
-                    let count = objects.len() as u64;
-                    self.update(|t| {
-                        t.pages += 1;
-                        t.objects += count;
-                    });
-                    self.progress.page(count);
-                    if !objects.is_empty() {
-                        pending = Some(objects);
-                    }
-                    match page.next {
+                    self.update(|t| t.pages += 1);
+                    self.progress.page();
+                    let next = page.next.clone();
+                    pending = Some(page);
+                    match next {
                         Some(next) if continue_token.as_deref() == Some(next.as_str()) => {
                             return Err(Error::InconsistentList {
                                 kind: self.target.label(),
@@ -147,18 +134,17 @@ impl ListContext<'_> {
                             continue_token = Some(fresh);
                         }
                         _ => {
-                            let restarts = {
-                                let mut restarts = 0;
-                                self.update(|t| {
-                                    t.restarts += 1;
-                                    restarts = t.restarts;
-                                    // Objects of the abandoned snapshot were handed out already.
-                                    if !self.consistent {
-                                        t.across_snapshots = true;
-                                    }
-                                });
-                                restarts
-                            };
+                            let mut restarts = 0;
+                            self.update(|t| {
+                                t.restarts += 1;
+                                restarts = t.restarts;
+                                // Without a fresh token even the default mode
+                                // restarts; objects already handed out came
+                                // from the abandoned snapshot.
+                                if !self.consistent {
+                                    t.across_snapshots = true;
+                                }
+                            });
                             if restarts > self.max_restarts {
                                 return Err(Error::ExpiredTooOften {
                                     kind: self.target.label(),
@@ -172,13 +158,40 @@ impl ListContext<'_> {
             }
         }
         // The last page's objects.
-        if let Some(batch) = pending.take() {
-            match token.run_until_cancelled(pages.send(batch)).await {
-                None => return Err(Error::Cancelled),
-                Some(Err(_)) => return Err(Error::OutputClosed),
-                Some(Ok(())) => {}
-            }
+        self.deliver(pending.take(), &mut seen, &pages, &operation, token)
+            .await
+    }
+
+    /// Build `page`'s objects, drop those already handed out, and send the
+    /// rest (waiting for room, raced against the token).
+    async fn deliver(
+        &self,
+        page: Option<PageIndex>,
+        seen: &mut SeenSet,
+        pages: &mpsc::Sender<Vec<LoadedObject>>,
+        operation: &str,
+        token: &CancellationToken,
+    ) -> Result<()> {
+        let Some(page) = page else { return Ok(()) };
+        let mut objects =
+            page.into_objects(&self.target.kind)
+                .map_err(|source| Error::MalformedResponse {
+                    operation: operation.to_owned(),
+                    attempts: 1,
+                    source,
+                })?;
+        objects.retain(|o| seen.insert(o));
+        let count = objects.len() as u64;
+        if objects.is_empty() {
+            return Ok(());
         }
+        match token.run_until_cancelled(pages.send(objects)).await {
+            None => return Err(Error::Cancelled),
+            Some(Err(_)) => return Err(Error::OutputClosed),
+            Some(Ok(())) => {}
+        }
+        self.update(|t| t.objects += count);
+        self.progress.objects(count);
         Ok(())
     }
 
@@ -204,7 +217,6 @@ impl ListContext<'_> {
         } else {
             &[]
         };
-        let kind = &self.target.kind;
         let mut retries = 0;
         let answer = self
             .fetcher
@@ -224,7 +236,7 @@ impl ListContext<'_> {
                                 .filter(|t| !t.is_empty()),
                         ))
                     } else {
-                        parse_page(kind, &answer.body).map(PageAnswer::Page)
+                        index_page(&answer.body).map(PageAnswer::Page)
                     }
                 },
             )

@@ -8,7 +8,10 @@
 use std::borrow::Cow;
 use std::collections::HashSet;
 use std::fmt;
+use std::ops::Range;
 use std::sync::Arc;
+
+use bytes::Bytes;
 
 use serde::Deserialize;
 use serde::de::IgnoredAny;
@@ -24,7 +27,9 @@ pub struct LoadedObject {
     namespace: Option<String>,
     name: String,
     uid: Option<String>,
-    json: String,
+    /// Valid UTF-8, one JSON object: a slice of the page's body when the
+    /// item already had `kind` and `apiVersion` (no copy), else a new buffer.
+    json: Bytes,
 }
 
 impl fmt::Debug for LoadedObject {
@@ -63,24 +68,40 @@ impl LoadedObject {
     /// The object's JSON text: one JSON object, exactly as the server sent
     /// it, with `kind` and `apiVersion` first if the list item lacked them.
     pub fn json(&self) -> &str {
+        // Validated as UTF-8 when the object was built; cannot fail.
+        std::str::from_utf8(&self.json).unwrap_or_default()
+    }
+
+    /// The object's JSON text as bytes (valid UTF-8), without re-checking.
+    pub fn json_bytes(&self) -> &[u8] {
         &self.json
+    }
+
+    /// The object's JSON text as shared bytes (valid UTF-8; cheap to clone).
+    pub fn to_bytes(&self) -> Bytes {
+        self.json.clone()
     }
 
     /// The object as a `serde_json::Value`.
     pub fn to_value(&self) -> serde_json::Result<serde_json::Value> {
-        serde_json::from_str(&self.json)
+        serde_json::from_slice(&self.json)
     }
 
     /// Deserialize the object into `T`.
     pub fn deserialize<'a, T: Deserialize<'a>>(&'a self) -> serde_json::Result<T> {
-        serde_json::from_str(&self.json)
+        serde_json::from_slice(&self.json)
     }
 }
 
-/// One page of a list, parsed.
+/// One page of a list, indexed but not yet turned into objects: the body
+/// and where each item is in it. Indexing validates the whole body as JSON
+/// (a body cut short fails here and the request is retried); building the
+/// objects reads each item's metadata, which can then overlap with the
+/// request for the next page.
 #[derive(Debug)]
-pub(crate) struct ParsedPage {
-    pub(crate) objects: Vec<LoadedObject>,
+pub(crate) struct PageIndex {
+    body: Bytes,
+    items: Vec<Range<usize>>,
     /// `metadata.continue` (empty or absent: last page).
     pub(crate) next: Option<String>,
 }
@@ -112,39 +133,74 @@ struct ItemHead<'a> {
 
 #[derive(Deserialize)]
 struct ItemMeta<'a> {
-    #[serde(default, borrow)]
-    name: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    name: Cow<'a, str>,
     #[serde(default, borrow)]
     namespace: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     uid: Option<Cow<'a, str>>,
 }
 
-/// Parse a list page's body. An error means the body is not a list (the
-/// attempt is retried by the caller).
-pub(crate) fn parse_page(kind: &Arc<ResolvedKind>, body: &[u8]) -> serde_json::Result<ParsedPage> {
+/// Index a list page's body. An error means the body is not a list (the
+/// caller retries the request).
+pub(crate) fn index_page(body: &Bytes) -> serde_json::Result<PageIndex> {
     let head: ListHead<'_> = serde_json::from_slice(body)?;
-    let items = head.items.unwrap_or_default();
-    let mut objects = Vec::with_capacity(items.len());
-    let prefix = KindPrefix::new(kind);
-    for raw in items {
-        let item: ItemHead<'_> = serde_json::from_str(raw.get())?;
-        let text = raw.get().trim();
-        let json = prefix.inject(text, item.kind.is_some(), item.api_version.is_some());
-        objects.push(LoadedObject {
-            kind: kind.clone(),
-            namespace: item.metadata.namespace.map(Cow::into_owned),
-            name: item.metadata.name.map(Cow::into_owned).unwrap_or_default(),
-            uid: item.metadata.uid.map(Cow::into_owned),
-            json,
-        });
-    }
+    let base = body.as_ptr() as usize;
+    let items = head
+        .items
+        .unwrap_or_default()
+        .into_iter()
+        .map(|raw| {
+            // `raw` borrows from `body`: its offset is a pointer difference.
+            let text = raw.get();
+            let start = text.as_ptr() as usize - base;
+            start..start + text.len()
+        })
+        .collect();
     let next = head
         .metadata
         .continue_token
         .map(Cow::into_owned)
         .filter(|t| !t.is_empty());
-    Ok(ParsedPage { objects, next })
+    Ok(PageIndex {
+        body: body.clone(),
+        items,
+        next,
+    })
+}
+
+impl PageIndex {
+    /// Build the page's objects. Fails if an item is not an object with
+    /// `metadata.name` (a server bug: the kind fails loudly).
+    pub(crate) fn into_objects(
+        self,
+        kind: &Arc<ResolvedKind>,
+    ) -> serde_json::Result<Vec<LoadedObject>> {
+        let prefix = KindPrefix::new(kind);
+        let mut objects = Vec::with_capacity(self.items.len());
+        for range in self.items {
+            let bytes = &self.body[range.clone()];
+            let text = std::str::from_utf8(bytes).map_err(serde::de::Error::custom)?;
+            let item: ItemHead<'_> = serde_json::from_str(text)?;
+            let json = if item.kind.is_some() && item.api_version.is_some() {
+                self.body.slice(range)
+            } else {
+                Bytes::from(prefix.inject(
+                    text.trim(),
+                    item.kind.is_some(),
+                    item.api_version.is_some(),
+                ))
+            };
+            objects.push(LoadedObject {
+                kind: kind.clone(),
+                namespace: item.metadata.namespace.map(Cow::into_owned),
+                name: item.metadata.name.into_owned(),
+                uid: item.metadata.uid.map(Cow::into_owned),
+                json,
+            });
+        }
+        Ok(objects)
+    }
 }
 
 /// The `"kind":"..."` and `"apiVersion":"..."` members to put in front of
@@ -256,6 +312,20 @@ mod tests {
 
     fn pods() -> Arc<ResolvedKind> {
         Arc::new(kind("", "v1", "Pod", "pods", true))
+    }
+
+    struct Parsed {
+        objects: Vec<LoadedObject>,
+        next: Option<String>,
+    }
+
+    fn parse_page(kind: &Arc<ResolvedKind>, body: &[u8]) -> serde_json::Result<Parsed> {
+        let index = index_page(&Bytes::copy_from_slice(body))?;
+        let next = index.next.clone();
+        Ok(Parsed {
+            objects: index.into_objects(kind)?,
+            next,
+        })
     }
 
     #[test]

@@ -136,9 +136,11 @@ impl Progress {
     pub(crate) fn kind_done(&self) {
         self.kinds_done.fetch_add(1, Ordering::Relaxed);
     }
-    pub(crate) fn page(&self, objects: u64) {
+    pub(crate) fn page(&self) {
         self.pages.fetch_add(1, Ordering::Relaxed);
-        self.objects.fetch_add(objects, Ordering::Relaxed);
+    }
+    pub(crate) fn objects(&self, n: u64) {
+        self.objects.fetch_add(n, Ordering::Relaxed);
     }
     pub(crate) fn retried(&self, n: u64) {
         if n > 0 {

@@ -1,0 +1,203 @@
+//! Faulty servers: 500s, 429s and connection resets are retried; every
+//! object still arrives exactly once; what is not retried fails loudly.
+
+use std::time::Duration;
+
+use leash_loader::{Error, KindSelection, LoadOptions, Loader, NamespaceSelection};
+use leash_sandbox::{Faults, Sandbox, SandboxConfig};
+use tokio_util::sync::CancellationToken;
+
+use crate::support::{assert_exactly_once, client, crd_name, crds, fast_retry, load_all, sandbox};
+
+/// Seed 001, "partial pages thrown away on error, no retry": with 20% 500s,
+/// 10% 429s and 5% connection resets mid-body, 20 seeded runs each load
+/// every object exactly once (retries are counted, so the faults did hit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_partial_pages_discarded() {
+    let faults = Faults {
+        fail_rate: 0.20,
+        throttle_rate: 0.10,
+        retry_after_secs: 1, // the loader's cap (5 ms here) keeps the test fast
+        reset_rate: 0.05,
+        ..Faults::default()
+    };
+    let mut total_retries = 0;
+    for seed in 0..20 {
+        let sb = sandbox(crds(3, 40), faults.clone(), seed).await;
+        let options = LoadOptions {
+            kinds: KindSelection::Names((0..3).map(crd_name).collect()),
+            namespaces: NamespaceSelection::All,
+            page_size: 7,
+            concurrency: 3,
+            // P(a page fails 13 times in a row) < 0.35^13 ~ 1e-6.
+            retry: fast_retry(12),
+            ..LoadOptions::default()
+        };
+        let (objects, report) = load_all(client(&sb), options).await;
+        assert!(
+            report.is_complete(),
+            "seed {seed}: {:?}",
+            report.failed().collect::<Vec<_>>()
+        );
+        assert_eq!(assert_exactly_once(&objects), 120, "seed {seed}");
+        assert_eq!(objects.len(), 120, "seed {seed}");
+        assert!(
+            report.kinds.iter().all(|k| k.objects == 40 && k.pages == 6),
+            "seed {seed}: {:?}",
+            report.kinds
+        );
+        total_retries += report.retries();
+        sb.shutdown().await.unwrap();
+    }
+    // ~18 pages x 20 runs at a 35% fault rate: far more than 20 retries.
+    assert!(
+        total_retries > 20,
+        "faults were not injected? {total_retries} retries"
+    );
+}
+
+/// Retries are bounded: a server that always fails makes the kind fail
+/// with the last status after 1 + retries attempts, not hang.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_run_out_and_fail_loudly() {
+    let sb = sandbox(crds(1, 3), Faults::default(), 3).await;
+    let loader = Loader::new(
+        client(&sb),
+        LoadOptions {
+            kinds: KindSelection::Names(vec![crd_name(0)]),
+            namespaces: NamespaceSelection::All,
+            retry: fast_retry(3),
+            ..LoadOptions::default()
+        },
+    )
+    .unwrap();
+    let token = CancellationToken::new();
+    let kinds = loader.resolve(&token).await.unwrap();
+    sb.set_faults(Faults {
+        fail_rate: 1.0,
+        ..Faults::default()
+    });
+    let load = loader.load(kinds, token);
+    let (report, ()) = tokio::join!(load.report, async {
+        let mut objects = load.objects;
+        while objects.next_page().await.is_some() {}
+    });
+    let kind = &report.kinds[0];
+    assert_eq!(kind.retries, 3);
+    match &kind.error {
+        Some(Error::Status {
+            code: 500,
+            attempts: 4,
+            ..
+        }) => {}
+        other => panic!("expected a 500 after 4 attempts, got {other:?}"),
+    }
+    assert!(!report.is_complete());
+    sb.shutdown().await.unwrap();
+}
+
+/// 401 (wrong or missing token) is a configuration error, never retried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unauthorized_is_a_configuration_error() {
+    let sb = Sandbox::start(SandboxConfig {
+        token: Some("right".into()),
+        ..SandboxConfig::default()
+    })
+    .await
+    .unwrap();
+    let mut config = kube::Config::new(sb.url().parse().unwrap());
+    config.auth_info.token = Some("wrong".to_owned().into());
+    let client = leash_loader::client_from_config(config).unwrap();
+    let loader = Loader::new(
+        client,
+        LoadOptions {
+            kinds: KindSelection::Names(vec!["pods".into()]),
+            ..LoadOptions::default()
+        },
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let err = loader.resolve(&CancellationToken::new()).await.unwrap_err();
+    assert!(
+        matches!(err, Error::Unauthorized { code: 401, .. }),
+        "{err}"
+    );
+    assert!(err.is_configuration());
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "401 was retried"
+    );
+    sb.shutdown().await.unwrap();
+}
+
+/// A throttled kind waits what Retry-After says (capped), then completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_after_is_honoured() {
+    let sb = sandbox(crds(1, 2), Faults::default(), 4).await;
+    let mut retry = fast_retry(2);
+    retry.max_retry_after = Duration::from_millis(300);
+    let loader = Loader::new(
+        client(&sb),
+        LoadOptions {
+            kinds: KindSelection::Names(vec![crd_name(0)]),
+            namespaces: NamespaceSelection::All,
+            retry,
+            ..LoadOptions::default()
+        },
+    )
+    .unwrap();
+    let token = CancellationToken::new();
+    let kinds = loader.resolve(&token).await.unwrap();
+    sb.set_faults(Faults {
+        throttle_rate: 1.0,
+        retry_after_secs: 1,
+        ..Faults::default()
+    });
+    let started = std::time::Instant::now();
+    let load = loader.load(kinds, token);
+    let (report, ()) = tokio::join!(load.report, async {
+        let mut objects = load.objects;
+        while objects.next_page().await.is_some() {}
+    });
+    // 1 + 2 attempts, two waits of min(1 s, 300 ms) each.
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(600),
+        "did not wait for Retry-After: {took:?}"
+    );
+    assert!(
+        took < Duration::from_secs(2),
+        "Retry-After not capped: {took:?}"
+    );
+    assert!(
+        matches!(report.kinds[0].error, Some(Error::Status { code: 429, .. })),
+        "{:?}",
+        report.kinds[0].error
+    );
+    sb.shutdown().await.unwrap();
+}
+
+/// The load tolerates faulty discovery too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_is_retried() {
+    let faults = Faults {
+        fail_rate: 0.3,
+        reset_rate: 0.1,
+        fail_discovery: true,
+        ..Faults::default()
+    };
+    let sb = sandbox(crds(2, 4), faults, 5).await;
+    let (objects, report) = load_all(
+        client(&sb),
+        LoadOptions {
+            kinds: KindSelection::Names(vec![crd_name(0), crd_name(1)]),
+            namespaces: NamespaceSelection::All,
+            retry: fast_retry(12),
+            ..LoadOptions::default()
+        },
+    )
+    .await;
+    assert!(report.is_complete());
+    assert_eq!(assert_exactly_once(&objects), 8);
+    sb.shutdown().await.unwrap();
+}

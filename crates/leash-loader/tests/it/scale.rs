@@ -1,0 +1,63 @@
+//! Many kinds on a small pool: no task is ever dropped.
+
+use std::time::{Duration, Instant};
+
+use leash_loader::{KindSelection, LoadOptions, NamespaceSelection};
+use leash_sandbox::Faults;
+
+use crate::support::{assert_exactly_once, client, crd_name, crds, load_all, sandbox};
+
+/// Seed 001, "pool drops tasks beyond 2x concurrency, then 5 min timeout per
+/// missing result": 300 kinds at concurrency 2 (150x the queue the seed
+/// had) must all load, every object, in seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_pool_drops_tasks() {
+    let sb = sandbox(crds(300, 5), Faults::default(), 1).await;
+    let options = LoadOptions {
+        kinds: KindSelection::Names((0..300).map(crd_name).collect()),
+        namespaces: NamespaceSelection::All,
+        concurrency: 2,
+        ..LoadOptions::default()
+    };
+    let start = Instant::now();
+    let (objects, report) = load_all(client(&sb), options).await;
+    let took = start.elapsed();
+    assert!(
+        report.is_complete(),
+        "{:?}",
+        report.failed().collect::<Vec<_>>()
+    );
+    assert_eq!(report.kinds.len(), 300);
+    assert!(
+        report.kinds.iter().all(|k| k.objects == 5),
+        "a kind lost objects"
+    );
+    assert_eq!(assert_exactly_once(&objects), 1500);
+    assert!(
+        took < Duration::from_secs(20),
+        "300 small kinds took {took:?}"
+    );
+    sb.shutdown().await.unwrap();
+}
+
+/// 1,000 kinds at concurrency 1 complete (the seed's pool could not even
+/// queue them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thousand_kinds_at_concurrency_one() {
+    let sb = sandbox(crds(1000, 1), Faults::default(), 2).await;
+    let options = LoadOptions {
+        kinds: KindSelection::Names((0..1000).map(crd_name).collect()),
+        namespaces: NamespaceSelection::All,
+        concurrency: 1,
+        ..LoadOptions::default()
+    };
+    let (objects, report) = load_all(client(&sb), options).await;
+    assert!(
+        report.is_complete(),
+        "{:?}",
+        report.failed().collect::<Vec<_>>()
+    );
+    assert_eq!(report.kinds.len(), 1000);
+    assert_eq!(assert_exactly_once(&objects), 1000);
+    sb.shutdown().await.unwrap();
+}

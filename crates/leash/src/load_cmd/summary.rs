@@ -1,0 +1,125 @@
+//! What goes to stderr: the progress bar while loading, the summary after.
+
+use std::fmt::Write as _;
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use leash_loader::{LoadReport, ProgressSnapshot};
+
+use super::args::ProgressMode;
+
+/// The progress bar (hidden unless enabled).
+#[derive(Debug)]
+pub(crate) struct ProgressView {
+    bar: Option<ProgressBar>,
+}
+
+impl ProgressView {
+    /// A bar on stderr if `mode` says so (auto: stderr is a terminal).
+    pub(crate) fn new(mode: ProgressMode) -> Self {
+        let show = match mode {
+            ProgressMode::Always => true,
+            ProgressMode::Never => false,
+            ProgressMode::Auto => std::io::stderr().is_terminal(),
+        };
+        if !show {
+            return ProgressView { bar: None };
+        }
+        let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
+        bar.set_style(
+            ProgressStyle::with_template("{elapsed:>4} [{bar:30}] {pos}/{len} kinds  {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+        );
+        ProgressView { bar: Some(bar) }
+    }
+
+    /// Show the counters.
+    pub(crate) fn update(&self, p: ProgressSnapshot) {
+        if let Some(bar) = &self.bar {
+            bar.set_length(p.kinds_total);
+            bar.set_position(p.kinds_done);
+            bar.set_message(format!(
+                "{} objects  {} pages  {} retries",
+                p.objects, p.pages, p.retries
+            ));
+        }
+    }
+
+    /// Remove the bar.
+    pub(crate) fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+/// The summary table: one row per kind (and namespace), then totals.
+pub(crate) fn summary(report: &LoadReport, discovery: Duration) -> String {
+    let rows: Vec<[String; 6]> = report
+        .kinds
+        .iter()
+        .map(|k| {
+            [
+                k.label(),
+                k.objects.to_string(),
+                k.pages.to_string(),
+                k.retries.to_string(),
+                k.restarts.to_string(),
+                format!("{:.2}", k.elapsed.as_secs_f64()),
+            ]
+        })
+        .collect();
+    let notes: Vec<String> = report
+        .kinds
+        .iter()
+        .map(|k| {
+            let mut note = Vec::new();
+            if k.across_snapshots {
+                note.push("across snapshots".to_owned());
+            }
+            if let Some(err) = &k.error {
+                note.push(format!("INCOMPLETE: {err}"));
+            }
+            note.join("; ")
+        })
+        .collect();
+    let header = ["KIND", "OBJECTS", "PAGES", "RETRIES", "RESTARTS", "SECONDS"];
+    let complete = report.kinds.iter().filter(|k| k.is_complete()).count();
+    let total = [
+        format!("TOTAL ({complete}/{} complete)", report.kinds.len()),
+        report.objects().to_string(),
+        report.pages().to_string(),
+        report.retries().to_string(),
+        report.restarts().to_string(),
+        format!("{:.2}", report.elapsed.as_secs_f64()),
+    ];
+    let mut widths = header.map(str::len);
+    for row in rows.iter().chain(std::iter::once(&total)) {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let line = |out: &mut String, cells: &[String], note: &str| {
+        let _ = write!(out, "{:<w$}", cells[0], w = widths[0]);
+        for (cell, w) in cells[1..].iter().zip(&widths[1..]) {
+            let _ = write!(out, "  {cell:>w$}");
+        }
+        if !note.is_empty() {
+            let _ = write!(out, "  {note}");
+        }
+        out.push('\n');
+    };
+    line(&mut out, &header.map(str::to_owned), "NOTE");
+    for (row, note) in rows.iter().zip(&notes) {
+        line(&mut out, row, note);
+    }
+    line(
+        &mut out,
+        &total,
+        &format!("discovery {:.2}s", discovery.as_secs_f64()),
+    );
+    out
+}

@@ -1,0 +1,473 @@
+//! `leash load` as a process: exit codes, output formats, namespaces,
+//! selectors, Ctrl-C, against `--sandbox` (in-process demo data) or a
+//! `leash sandbox` process (latency, token).
+
+use std::collections::HashSet;
+use std::io::{BufRead as _, BufReader, Read as _};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// Hang bound for anything that should take seconds (debug build, shared CPU).
+const BOUND: Duration = Duration::from_secs(60);
+
+fn leash() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leash"));
+    cmd.env_remove("KUBECONFIG")
+        .env("LEASH_LOG", "warn")
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// Run `leash load ARGS` to completion.
+fn load(args: &[&str]) -> Output {
+    leash()
+        .arg("load")
+        .args(args)
+        .output()
+        .expect("run leash load")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[track_caller]
+fn assert_exit(out: &Output, code: i32) {
+    assert_eq!(out.status.code(), Some(code), "stderr:\n{}", stderr(out));
+}
+
+/// The in-process demo sandbox: 30 pods, 10 configmaps, 3 deployments, 2
+/// custom kinds of 3 objects, over ns-0000..ns-0003.
+const SMALL: [&str; 3] = [
+    "--sandbox=pods=30,configmaps=10,deployments.apps=3",
+    "--sandbox-crds",
+    "2:3",
+];
+
+fn small(args: &[&str]) -> Output {
+    let mut all: Vec<&str> = SMALL.to_vec();
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--progress", "never"]);
+    load(&all)
+}
+
+fn ndjson(out: &Output) -> Vec<Value> {
+    stdout(out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+fn uids(objects: &[Value]) -> HashSet<String> {
+    objects
+        .iter()
+        .map(|o| o["metadata"]["uid"].as_str().expect("uid").to_owned())
+        .collect()
+}
+
+/// A `leash sandbox` process; killed on drop.
+struct SandboxProcess {
+    child: Child,
+    url: String,
+}
+
+impl SandboxProcess {
+    fn start(args: &[&str]) -> SandboxProcess {
+        let mut child = leash()
+            .arg("sandbox")
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("run leash sandbox");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            let _ = tx.send(lines.next());
+            for _ in lines {}
+        });
+        let url = match rx.recv_timeout(BOUND) {
+            Ok(Some(Ok(line))) => line,
+            other => {
+                let _ = child.kill();
+                panic!("no URL from leash sandbox: {other:?}");
+            }
+        };
+        SandboxProcess { child, url }
+    }
+}
+
+impl Drop for SandboxProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Seed 001, "RESTMapping failure yields zero resources and success": an
+/// unknown kind is exit 2, naming it, and nothing is written.
+#[test]
+fn seed_zero_resources_on_mapping_error() {
+    let out = small(&["pods", "nosuchkind", "-A"]);
+    assert_exit(&out, 2);
+    assert!(stderr(&out).contains("\"nosuchkind\""), "{}", stderr(&out));
+    assert!(
+        ndjson(&out).is_empty(),
+        "objects were written: {}",
+        stdout(&out)
+    );
+}
+
+/// Seed 001, "pool drops tasks beyond 2x concurrency": 300 kinds x 5
+/// objects at --concurrency 2, every object, in seconds.
+#[test]
+fn seed_pool_drops_tasks() {
+    let started = Instant::now();
+    let out = load(&[
+        "--sandbox=pods=0",
+        "--sandbox-crds",
+        "300:5",
+        "--all",
+        "-A",
+        "--concurrency",
+        "2",
+        "--progress",
+        "never",
+    ]);
+    let took = started.elapsed();
+    assert_exit(&out, 0);
+    let widgets: Vec<Value> = ndjson(&out)
+        .into_iter()
+        .filter(|o| o["kind"].as_str().unwrap().starts_with("Widget"))
+        .collect();
+    assert_eq!(widgets.len(), 1500);
+    assert_eq!(uids(&widgets).len(), 1500);
+    assert!(took < Duration::from_secs(30), "took {took:?}");
+    assert!(
+        stderr(&out).contains("TOTAL ("),
+        "no summary: {}",
+        stderr(&out)
+    );
+}
+
+/// Seed 001, "workers ignore cancellation": SIGINT while every request waits
+/// on a 5 s latency exits 130 within a second, both during discovery and
+/// during the lists.
+#[test]
+fn seed_workers_ignore_cancel() {
+    let sandbox = SandboxProcess::start(&["--crds", "4:2", "--latency", "5s"]);
+    // During discovery (its requests wait 5 s).
+    let child = leash()
+        .args([
+            "load",
+            "--server",
+            &sandbox.url,
+            "pods",
+            "-A",
+            "--progress",
+            "never",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    interrupt_and_expect_130(child, "discovery");
+
+    // During the lists: wait for the line that says discovery is done.
+    let mut child = leash()
+        .env("LEASH_LOG", "info")
+        .args([
+            "load",
+            "--server",
+            &sandbox.url,
+            "--all",
+            "-A",
+            "--progress",
+            "never",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if line.contains("resolved; loading") {
+                let _ = tx.send(());
+            }
+        }
+    });
+    rx.recv_timeout(BOUND).expect("discovery finished");
+    std::thread::sleep(Duration::from_millis(300));
+    interrupt_and_expect_130(child, "lists");
+}
+
+fn interrupt_and_expect_130(mut child: Child, phase: &str) {
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "{phase}: exited before SIGINT"
+    );
+    let sent = Instant::now();
+    let kill = Command::new("kill")
+        .arg("-INT")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if sent.elapsed() > BOUND {
+            let _ = child.kill();
+            panic!("{phase}: no exit after SIGINT");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let took = sent.elapsed();
+    assert_eq!(status.code(), Some(130), "{phase}: {status:?}");
+    assert!(
+        took < Duration::from_secs(1),
+        "{phase}: exit took {took:?} after SIGINT"
+    );
+}
+
+/// A wrong token is the server's 401: exit 2, naming it.
+#[test]
+fn unauthorized_exits_2() {
+    let sandbox = SandboxProcess::start(&["--token", "right"]);
+    let out = load(&[
+        "--server",
+        &sandbox.url,
+        "--token",
+        "wrong",
+        "pods",
+        "--progress",
+        "never",
+    ]);
+    assert_exit(&out, 2);
+    assert!(stderr(&out).contains("401"), "{}", stderr(&out));
+    let out = load(&[
+        "--server",
+        &sandbox.url,
+        "--token",
+        "right",
+        "pods",
+        "--progress",
+        "never",
+    ]);
+    assert_exit(&out, 0);
+}
+
+/// A server nobody listens on is exit 2 naming it.
+#[test]
+fn unreachable_server_exits_2() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}");
+    let out = load(&[
+        "--server",
+        &url,
+        "pods",
+        "--retries",
+        "1",
+        "--progress",
+        "never",
+    ]);
+    assert_exit(&out, 2);
+    assert!(stderr(&out).contains("cannot reach"), "{}", stderr(&out));
+}
+
+/// Bad flag values and a bad selector (the server's 400) are exit 2.
+#[test]
+fn usage_errors_exit_2() {
+    for args in [
+        &["pods", "--concurrency", "0"][..],
+        &["pods", "--concurrency", "33"],
+        &["pods", "-o", "xml"],
+        &["--all", "pods"],
+        &[],
+    ] {
+        let out = small(args);
+        assert_exit(&out, 2);
+    }
+    let out = small(&["cm", "-A", "-l", "tier in ("]);
+    assert_exit(&out, 2);
+    assert!(stderr(&out).contains("400"), "{}", stderr(&out));
+}
+
+/// Every format parses and carries the same objects: ndjson lines, one v1
+/// List, YAML documents, kind.group/name lines.
+#[test]
+fn output_formats_parse() {
+    let kinds = ["po,cm", "wg0001", "deploy", "-A"];
+    let out = small(&kinds);
+    assert_exit(&out, 0);
+    let objects = ndjson(&out);
+    assert_eq!(objects.len(), 30 + 10 + 3 + 3);
+    assert_eq!(uids(&objects).len(), objects.len());
+    for o in &objects {
+        assert!(o["kind"].is_string() && o["apiVersion"].is_string(), "{o}");
+    }
+
+    let out = small(&[&kinds[..], &["-o", "json"]].concat());
+    assert_exit(&out, 0);
+    let list: Value = serde_json::from_str(&stdout(&out)).expect("-o json is one JSON document");
+    assert_eq!(list["kind"], "List");
+    assert_eq!(list["apiVersion"], "v1");
+    let items = list["items"].as_array().unwrap();
+    assert_eq!(uids(items), uids(&objects));
+
+    let out = small(&[&kinds[..], &["-o", "yaml"]].concat());
+    assert_exit(&out, 0);
+    let text = stdout(&out);
+    let docs: Vec<Value> = text
+        .split("---\n")
+        .filter(|d| !d.trim().is_empty())
+        .map(|d| serde_saphyr::from_str(d).unwrap_or_else(|e| panic!("{e}: {d}")))
+        .collect();
+    assert_eq!(uids(&docs), uids(&objects));
+
+    let out = small(&[&kinds[..], &["-o", "name"]].concat());
+    assert_exit(&out, 0);
+    let names: Vec<String> = stdout(&out).lines().map(str::to_owned).collect();
+    assert_eq!(names.len(), objects.len());
+    for prefix in [
+        "pod/",
+        "configmap/",
+        "widget0001.example.leash.dev/",
+        "deployment.apps/",
+    ] {
+        assert!(
+            names.iter().any(|n| n.starts_with(prefix)),
+            "no {prefix} in {names:?}"
+        );
+    }
+    let pod = objects.iter().find(|o| o["kind"] == "Pod").unwrap();
+    assert!(names.contains(&format!(
+        "pod/{}",
+        pod["metadata"]["name"].as_str().unwrap()
+    )));
+}
+
+/// -n (repeatable and comma-separated), the default namespace, -A, -l, and
+/// cluster-scoped kinds (which ignore -n).
+#[test]
+fn namespaces_selectors_and_cluster_scope() {
+    let namespace_of = |o: &Value| o["metadata"]["namespace"].as_str().unwrap_or("").to_owned();
+    let all = ndjson(&small(&["pods", "-A"]));
+    assert_eq!(all.len(), 30);
+    let some = ndjson(&small(&["pods", "-n", "ns-0000,ns-0001", "-n", "ns-0002"]));
+    assert!(
+        some.iter()
+            .all(|o| ["ns-0000", "ns-0001", "ns-0002"].contains(&namespace_of(o).as_str()))
+    );
+    let expected = all.iter().filter(|o| namespace_of(o) != "ns-0003").count();
+    assert_eq!(some.len(), expected);
+    // No -n: the default namespace, where the demo data has no pods.
+    assert!(ndjson(&small(&["pods"])).is_empty());
+
+    let app = all[0]["metadata"]["labels"]["app.kubernetes.io/name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let selected = ndjson(&small(&[
+        "pods",
+        "-A",
+        "-l",
+        &format!("app.kubernetes.io/name={app}"),
+    ]));
+    let expected = all
+        .iter()
+        .filter(|o| o["metadata"]["labels"]["app.kubernetes.io/name"] == app.as_str())
+        .count();
+    assert!(expected > 0 && expected < 30);
+    assert_eq!(selected.len(), expected);
+
+    let namespaces = ndjson(&small(&["ns", "-n", "ns-0000"]));
+    let names: HashSet<&str> = namespaces
+        .iter()
+        .map(|o| o["metadata"]["name"].as_str().unwrap())
+        .collect();
+    for want in ["default", "kube-system", "ns-0000", "ns-0003"] {
+        assert!(names.contains(want), "{want} missing: {names:?}");
+    }
+}
+
+/// --output-dir: one file per kind, named after plural.group, each valid.
+#[test]
+fn output_dir_has_one_file_per_kind() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_str().unwrap();
+    let out = small(&[
+        "po,deploy,wg0000,secrets",
+        "-A",
+        "-o",
+        "json",
+        "--output-dir",
+        path,
+    ]);
+    assert_exit(&out, 0);
+    assert!(stdout(&out).is_empty());
+    for (file, count) in [
+        ("pods.json", 30),
+        ("deployments.apps.json", 3),
+        ("widget0000s.example.leash.dev.json", 3),
+        ("secrets.json", 0),
+    ] {
+        let text = std::fs::read_to_string(dir.path().join(file))
+            .unwrap_or_else(|e| panic!("{file}: {e}"));
+        let list: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{file}: {e}"));
+        assert_eq!(list["items"].as_array().unwrap().len(), count, "{file}");
+    }
+}
+
+/// A closed stdout pipe (`leash load | head -1`) ends the load quietly.
+#[test]
+fn closed_pipe_ends_quietly() {
+    let mut child = leash()
+        .args([
+            "load",
+            "--sandbox=pods=3000",
+            "--sandbox-crds",
+            "0:0",
+            "pods",
+            "-A",
+            "--progress",
+            "never",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    stdout.read_line(&mut first).unwrap();
+    assert!(first.starts_with('{'));
+    drop(stdout);
+    let started = Instant::now();
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(started.elapsed() < BOUND);
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert!(!err.contains("error"), "{err}");
+}
