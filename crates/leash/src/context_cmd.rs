@@ -143,9 +143,11 @@ async fn run_once(settings: &Settings, store: &Store) -> anyhow::Result<ExitCode
     if settings.watch_crds
         && let Some(client) = &settings.client
     {
-        let (entries, invalid) = leash_context::list_cluster_entries(client)
-            .await
-            .context("listing GlobalContextEntry objects")?;
+        let listed = tokio::select! {
+            listed = leash_context::list_cluster_entries(client) => listed,
+            _ = tokio::signal::ctrl_c() => return Ok(ExitCode::from(EXIT_INTERRUPTED)),
+        };
+        let (entries, invalid) = listed.context("listing GlobalContextEntry objects")?;
         for err in invalid {
             failed.push(err.to_string());
         }

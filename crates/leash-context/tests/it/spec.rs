@@ -273,3 +273,12 @@ fn files_load_and_duplicate_names_across_files_are_rejected() {
     assert!(matches!(err, Error::ReadFailed { .. }), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn shipped_examples_parse() {
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../deploy/examples/globalcontextentries.yaml");
+    let entries = load_entry_files(&[path]).unwrap();
+    let names: Vec<&str> = entries.iter().map(|e| e.name()).collect();
+    assert_eq!(names, ["deployments", "deployments-api"]);
+}
