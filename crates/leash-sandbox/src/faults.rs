@@ -111,6 +111,9 @@ pub(crate) fn reset(response: Response<Body>) -> Response<Body> {
     })
     .map(Ok::<_, std::io::Error>)
     .chain(futures::stream::once(async {
+        // Let hyper flush the head and the partial chunk first, so the client sees a
+        // response that breaks off (not an empty connection).
+        tokio::time::sleep(Duration::from_millis(20)).await;
         Err(std::io::Error::new(
             std::io::ErrorKind::ConnectionReset,
             "injected connection reset (leash sandbox --reset-rate)",

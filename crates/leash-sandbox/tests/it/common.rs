@@ -1,6 +1,5 @@
 //! Helpers shared by the integration tests: starting sandboxes, kube clients,
 //! a raw HTTP/1.1 client for requests kube cannot send, and object builders.
-#![allow(dead_code)] // helpers for the watch and fault modules being added
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -105,7 +104,10 @@ async fn raw_inner(
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
-    if !body.is_empty() || matches!(method, "POST" | "PUT" | "PATCH") {
+    let chunked = headers
+        .iter()
+        .any(|(k, _)| k.eq_ignore_ascii_case("transfer-encoding"));
+    if !chunked && (!body.is_empty() || matches!(method, "POST" | "PUT" | "PATCH")) {
         req.push_str(&format!("Content-Length: {}\r\n", body.len()));
     }
     req.push_str("\r\n");
@@ -118,10 +120,15 @@ async fn raw_inner(
 }
 
 fn parse_response(buf: &[u8], read_ok: bool) -> Raw {
-    let split = buf
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .unwrap_or_else(|| panic!("no response head in {:?}", String::from_utf8_lossy(buf)));
+    let Some(split) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+        // The connection closed before a whole response head arrived.
+        return Raw {
+            status: 0,
+            headers: Vec::new(),
+            body: buf.to_vec(),
+            truncated: true,
+        };
+    };
     let head = String::from_utf8_lossy(&buf[..split]).to_string();
     let mut lines = head.split("\r\n");
     let status: u16 = lines

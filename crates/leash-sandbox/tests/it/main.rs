@@ -1,6 +1,10 @@
 //! leash-sandbox integration tests: one binary, one module per concern.
 
+mod bad_input;
 mod common;
 mod crud;
 mod discovery;
+mod faults;
+mod kubectl;
 mod list;
+mod watch;

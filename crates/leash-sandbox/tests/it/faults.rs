@@ -1,0 +1,152 @@
+//! Fault injection: latency, 500s, 429s with Retry-After, connection resets,
+//! discovery exemptions, run-time changes and seeded reproducibility.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ListParams};
+use leash_sandbox::{Faults, Sandbox, SandboxConfig};
+
+use crate::common::{client, raw, start};
+
+const LIST: &str = "/api/v1/namespaces";
+
+#[tokio::test]
+async fn throttling_is_429_with_retry_after_and_plain_text() {
+    let sb = start(vec![]).await;
+    sb.set_faults(Faults {
+        throttle_rate: 1.0,
+        retry_after_secs: 3,
+        ..Faults::default()
+    });
+    let r = raw(sb.addr(), "GET", LIST, &[], b"").await;
+    assert_eq!(r.status, 429);
+    assert_eq!(r.header("retry-after"), Some("3"));
+    assert!(r.header("content-type").unwrap().starts_with("text/plain"));
+    assert!(
+        serde_json::from_slice::<serde_json::Value>(&r.body).is_err(),
+        "plain text, as APF sends"
+    );
+    // Discovery and /version are exempt unless fail_discovery.
+    for path in ["/version", "/api", "/apis", "/api/v1", "/apis/apps/v1"] {
+        assert_eq!(
+            raw(sb.addr(), "GET", path, &[], b"").await.status,
+            200,
+            "{path}"
+        );
+    }
+    sb.set_faults(Faults {
+        throttle_rate: 1.0,
+        fail_discovery: true,
+        ..Faults::default()
+    });
+    assert_eq!(
+        raw(sb.addr(), "GET", "/version", &[], b"").await.status,
+        429
+    );
+    sb.set_faults(Faults::default());
+    assert_eq!(
+        raw(sb.addr(), "GET", LIST, &[], b"").await.status,
+        200,
+        "faults change at run time"
+    );
+    sb.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn failures_are_500_statuses() {
+    let sb = start(vec![]).await;
+    sb.set_faults(Faults {
+        fail_rate: 1.0,
+        ..Faults::default()
+    });
+    let r = raw(sb.addr(), "GET", LIST, &[], b"").await;
+    r.assert_status(500, "InternalError");
+    assert_eq!(raw(sb.addr(), "GET", "/api", &[], b"").await.status, 200);
+    // Writes fail without effect.
+    let before = sb.store().object_count();
+    let body = br#"{"metadata":{"name":"x"}}"#;
+    let r = raw(
+        sb.addr(),
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        &[("Content-Type", "application/json")],
+        body,
+    )
+    .await;
+    r.assert_status(500, "InternalError");
+    assert_eq!(sb.store().object_count(), before);
+    sb.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn resets_drop_the_connection_mid_response() {
+    let sb = start(vec![]).await;
+    sb.set_faults(Faults {
+        reset_rate: 1.0,
+        ..Faults::default()
+    });
+    let r = raw(sb.addr(), "GET", LIST, &[], b"").await;
+    assert!(r.truncated, "the body was cut off: {r:?}");
+    assert_eq!(r.status, 200, "the head was sent, then the body broke off");
+    assert!(!r.body.is_empty(), "part of the body arrived");
+    assert!(serde_json::from_slice::<serde_json::Value>(&r.body).is_err());
+    let api: Api<ConfigMap> = Api::all(client(&sb));
+    assert!(
+        api.list(&ListParams::default()).await.is_err(),
+        "a client sees a failed request"
+    );
+    sb.set_faults(Faults::default());
+    assert!(api.list(&ListParams::default()).await.is_ok());
+    sb.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn latency_applies_to_every_request_including_discovery() {
+    let sb = start(vec![]).await;
+    sb.set_faults(Faults {
+        latency: Duration::from_millis(150),
+        latency_jitter: Duration::from_millis(50),
+        ..Faults::default()
+    });
+    for path in ["/version", "/api", LIST] {
+        let t = Instant::now();
+        assert_eq!(raw(sb.addr(), "GET", path, &[], b"").await.status, 200);
+        assert!(
+            t.elapsed() >= Duration::from_millis(150),
+            "{path} took {:?}",
+            t.elapsed()
+        );
+    }
+    sb.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_same_seed_gives_the_same_faults() {
+    let faults = Faults {
+        fail_rate: 0.3,
+        throttle_rate: 0.3,
+        ..Faults::default()
+    };
+    let mut runs = Vec::new();
+    for seed in [7, 7, 8] {
+        let sb = Sandbox::start(SandboxConfig {
+            faults: faults.clone(),
+            seed,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let mut codes = Vec::new();
+        for _ in 0..40 {
+            codes.push(raw(sb.addr(), "GET", LIST, &[], b"").await.status);
+        }
+        sb.shutdown().await.unwrap();
+        runs.push(codes);
+    }
+    assert_eq!(runs[0], runs[1], "same seed, same sequence");
+    assert_ne!(runs[0], runs[2], "another seed, another sequence");
+    for code in [200, 429, 500] {
+        assert!(runs[0].contains(&code), "{code} drawn in {:?}", runs[0]);
+    }
+}

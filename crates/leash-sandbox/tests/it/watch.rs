@@ -1,0 +1,303 @@
+//! Watches: kube-rs watcher and reflector, streaming lists, too-old versions,
+//! timeouts, and shutdown with open watches.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::Api;
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use leash_sandbox::Sandbox;
+use serde_json::{Value, json};
+
+use crate::common::{BOUND, client, configmap, eventually, raw, settles_to, start};
+
+fn lines(body: &[u8]) -> Vec<Value> {
+    body.split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_slice(l).expect("each line is JSON"))
+        .collect()
+}
+
+fn rv_of(v: &Value) -> u64 {
+    v["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn watcher_and_reflector_see_every_write() {
+    let initial: Vec<_> = (0..50)
+        .map(|i| configmap("default", &format!("cm-{i:03}"), json!({})))
+        .collect();
+    let sb = start(initial).await;
+    let api: Api<ConfigMap> = Api::namespaced(client(&sb), "default");
+    let (reader, writer) = reflector::store();
+    let seen: Arc<Mutex<BTreeSet<u64>>> = Arc::default();
+    let seen_in_stream = seen.clone();
+    let stream = reflector(writer, watcher(api, watcher::Config::default()))
+        .default_backoff()
+        .try_for_each(move |event| {
+            let seen = seen_in_stream.clone();
+            async move {
+                let mut seen = seen.lock().unwrap();
+                match event {
+                    watcher::Event::Apply(o) | watcher::Event::Delete(o) => {
+                        seen.insert(o.metadata.resource_version.unwrap().parse().unwrap());
+                    }
+                    _ => {}
+                }
+                Ok(())
+            }
+        });
+    let store = sb.store().clone();
+    let test = async {
+        reader.wait_until_ready().await.expect("initial list");
+        assert_eq!(reader.len(), 50);
+        let mut writes = Vec::new();
+        for i in 0..150 {
+            let name = format!("cm-{:03}", i % 60);
+            let rv = match i % 3 {
+                0 => rv_of(
+                    &store
+                        .create(configmap("default", &format!("new-{i:03}"), json!({})))
+                        .unwrap(),
+                ),
+                1 => {
+                    let mut obj = store
+                        .get("v1", "ConfigMap", Some("default"), &name)
+                        .unwrap_or_else(|_| {
+                            store
+                                .create(configmap("default", &name, json!({})))
+                                .unwrap()
+                        });
+                    obj["data"]["k"] = json!(format!("v{i}"));
+                    rv_of(&store.update(obj).unwrap())
+                }
+                _ => match store.delete("v1", "ConfigMap", Some("default"), &name) {
+                    Ok(()) => store.resource_version(),
+                    Err(_) => continue,
+                },
+            };
+            writes.push(rv);
+            if i % 10 == 0 {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+        let expected = writes.clone();
+        eventually("every write seen by the watcher", || {
+            let seen = seen.lock().unwrap();
+            expected.iter().all(|rv| seen.contains(rv))
+        })
+        .await;
+        // The reflector's cache equals the store.
+        let want: BTreeMap<String, String> = sb_configmaps(&store);
+        eventually("reflector converges", || {
+            let got: BTreeMap<String, String> = reader
+                .state()
+                .iter()
+                .map(|c| {
+                    (
+                        c.metadata.name.clone().unwrap(),
+                        c.metadata.resource_version.clone().unwrap(),
+                    )
+                })
+                .collect();
+            got == want
+        })
+        .await;
+    };
+    tokio::select! {
+        r = stream => panic!("watch stream ended: {r:?}"),
+        () = test => {}
+    }
+    sb.shutdown().await.unwrap();
+}
+
+/// name → resourceVersion of every ConfigMap in `default`, read through the store.
+fn sb_configmaps(store: &leash_sandbox::Store) -> BTreeMap<String, String> {
+    // The store has no list call; walk the names the test can produce.
+    let mut out = BTreeMap::new();
+    for name in (0..60)
+        .map(|i| format!("cm-{i:03}"))
+        .chain((0..150).map(|i| format!("new-{i:03}")))
+    {
+        if let Ok(v) = store.get("v1", "ConfigMap", Some("default"), &name) {
+            out.insert(
+                name,
+                v["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            );
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn streaming_list_sends_initial_events_then_the_end_bookmark() {
+    let initial: Vec<_> = (0..30)
+        .map(|i| configmap("kube-system", &format!("s-{i:02}"), json!({})))
+        .collect();
+    let sb = start(initial).await;
+    // kube-rs's streaming watcher gets Init, 30 InitApply, InitDone (from the bookmark), then live events.
+    let api: Api<ConfigMap> = Api::namespaced(client(&sb), "kube-system");
+    let mut events = watcher(api, watcher::Config::default().streaming_lists()).boxed();
+    let mut applied = 0;
+    loop {
+        match tokio::time::timeout(BOUND, events.next())
+            .await
+            .expect("bounded")
+            .unwrap()
+            .unwrap()
+        {
+            watcher::Event::Init => {}
+            watcher::Event::InitApply(_) => applied += 1,
+            watcher::Event::InitDone => break,
+            other => panic!("unexpected {other:?} before InitDone"),
+        }
+    }
+    assert_eq!(applied, 30);
+    sb.store()
+        .create(configmap("kube-system", "live", json!({})))
+        .unwrap();
+    match tokio::time::timeout(BOUND, events.next())
+        .await
+        .expect("bounded")
+        .unwrap()
+        .unwrap()
+    {
+        watcher::Event::Apply(o) => assert_eq!(o.metadata.name.as_deref(), Some("live")),
+        other => panic!("expected the live object, got {other:?}"),
+    }
+    drop(events);
+
+    // On the wire: ADDED for each object, the annotated BOOKMARK, and the stream ends at timeoutSeconds.
+    let r = raw(
+        sb.addr(),
+        "GET",
+        "/api/v1/namespaces/kube-system/configmaps?watch=1&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&timeoutSeconds=1",
+        &[],
+        b"",
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert!(!r.truncated, "the watch ended cleanly at its timeout");
+    let events = lines(&r.body);
+    assert_eq!(events.len(), 32, "31 ADDED + 1 BOOKMARK");
+    assert!(events[..31].iter().all(|e| e["type"] == "ADDED"));
+    let bookmark = &events[31];
+    assert_eq!(bookmark["type"], "BOOKMARK");
+    assert_eq!(
+        bookmark["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"],
+        "true"
+    );
+    assert_eq!(bookmark["object"]["kind"], "ConfigMap");
+    let bm_meta = bookmark["object"]["metadata"].as_object().unwrap();
+    assert_eq!(
+        bm_meta.len(),
+        2,
+        "a bookmark carries only resourceVersion (and the annotation)"
+    );
+    assert_eq!(rv_of(&bookmark["object"]), sb.store().resource_version());
+    sb.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn watch_from_a_too_old_version_gets_one_410_error_event() {
+    let sb = start(vec![]).await;
+    for i in 0..10_010 {
+        sb.store()
+            .create(configmap("default", &format!("c{i:05}"), json!({})))
+            .unwrap();
+    }
+    let r = raw(
+        sb.addr(),
+        "GET",
+        "/api/v1/configmaps?watch=true&resourceVersion=3",
+        &[],
+        b"",
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let events = lines(&r.body);
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["type"], "ERROR");
+    assert_eq!(events[0]["object"]["kind"], "Status");
+    assert_eq!(events[0]["object"]["code"], 410);
+    assert_eq!(events[0]["object"]["reason"], "Expired");
+    // A recent version still resumes exactly.
+    let recent = sb.store().resource_version() - 2;
+    let r = raw(
+        sb.addr(),
+        "GET",
+        &format!("/api/v1/configmaps?watch=true&resourceVersion={recent}&timeoutSeconds=1"),
+        &[],
+        b"",
+    )
+    .await;
+    let events = lines(&r.body);
+    let names: Vec<_> = events
+        .iter()
+        .map(|e| e["object"]["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["c10008", "c10009"]);
+    sb.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn shutdown_ends_open_watches_and_joins_every_task() {
+    let baseline = tokio::runtime::Handle::current()
+        .metrics()
+        .num_alive_tasks();
+    let sb = Sandbox::start(Default::default()).await.unwrap();
+    let addr = sb.addr();
+    let watching = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let watches = (0..3).map(|_| {
+        let watching = watching.clone();
+        async move {
+            watching.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            raw(
+                addr,
+                "GET",
+                "/api/v1/namespaces?watch=1&timeoutSeconds=600",
+                &[],
+                b"",
+            )
+            .await
+        }
+    });
+    let watches = futures::future::join_all(watches);
+    let stop = async {
+        eventually("watches open", || {
+            watching.load(std::sync::atomic::Ordering::SeqCst) == 3
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let started = std::time::Instant::now();
+        tokio::time::timeout(BOUND, sb.shutdown())
+            .await
+            .expect("shutdown is bounded")
+            .unwrap();
+        started.elapsed()
+    };
+    let (results, took) = tokio::join!(watches, stop);
+    assert!(took < Duration::from_secs(5), "shutdown took {took:?}");
+    for r in results {
+        assert_eq!(r.status, 200);
+        assert!(!r.truncated, "the watch ended cleanly");
+        assert_eq!(
+            lines(&r.body).len(),
+            4,
+            "the initial ADDED events of the 4 namespaces"
+        );
+    }
+    settles_to(baseline).await;
+    // The port is closed.
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+}
