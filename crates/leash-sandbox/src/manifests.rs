@@ -143,7 +143,12 @@ fn parse_yaml(path: &Path, text: &str) -> Result<Vec<(usize, Value)>> {
     let documents =
         serde_saphyr::from_multiple_with_options::<serde_saphyr::Spanned<Value>>(text, options)
             .map_err(|err| {
+                let message = err.to_string();
                 let position = match err.location() {
+                    // The message usually gives the line and column itself.
+                    Some(at) if message.contains(&format!("line {}", at.line())) => {
+                        format!("document {}", document_at(&starts, at.line()))
+                    }
                     Some(at) => format!(
                         "document {} (line {}, column {})",
                         document_at(&starts, at.line()),
@@ -152,7 +157,7 @@ fn parse_yaml(path: &Path, text: &str) -> Result<Vec<(usize, Value)>> {
                     ),
                     None => "YAML".to_owned(),
                 };
-                invalid(path, format!("{position}: {err}"))
+                invalid(path, format!("{position}: {message}"))
             })?;
     Ok(documents
         .into_iter()
@@ -432,7 +437,8 @@ mod tests {
         );
         let message = error_text(std::slice::from_ref(&file));
         assert!(message.contains("broken.yaml"), "{message}");
-        assert!(message.contains("document 3 (line 9"), "{message}");
+        assert!(message.contains("document 3: "), "{message}");
+        assert!(message.contains("line 9"), "{message}");
         assert!(!message.contains('\n'), "one line expected: {message}");
     }
 

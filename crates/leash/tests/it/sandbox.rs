@@ -1,0 +1,336 @@
+//! `leash sandbox` as a process: the URL on the first stdout line, serving
+//! generated objects over HTTP, a kubeconfig, graceful exit 0 on
+//! SIGINT/SIGTERM, and exit 2 naming the bad value for bad flags.
+
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// Hang bound for start-up and shutdown (generous: debug build, shared CPU).
+const BOUND: Duration = Duration::from_secs(60);
+
+/// A running `leash sandbox`; killed on drop if a test failed before it exited.
+struct SandboxProcess {
+    child: Child,
+    url: String,
+    stderr: mpsc::Receiver<String>,
+}
+
+impl SandboxProcess {
+    /// Start `leash sandbox ARGS` and wait for the URL on stdout.
+    fn start(args: &[&str]) -> SandboxProcess {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_leash"))
+            .arg("sandbox")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run leash sandbox");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let (line_tx, line_rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            let _ = line_tx.send(lines.next());
+            // Keep draining so the child never blocks on a full pipe.
+            for _ in lines {}
+        });
+        let (err_tx, err_rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = BufReader::new(stderr).read_to_string(&mut text);
+            let _ = err_tx.send(text);
+        });
+        let mut process = SandboxProcess {
+            child,
+            url: String::new(),
+            stderr: err_rx,
+        };
+        match line_rx.recv_timeout(BOUND) {
+            Ok(Some(Ok(line))) => process.url = line,
+            other => {
+                let _ = process.child.kill();
+                let _ = process.child.wait();
+                let stderr = process.stderr.recv_timeout(BOUND).unwrap_or_default();
+                panic!("no URL line from leash sandbox ({other:?}); stderr:\n{stderr}");
+            }
+        }
+        process
+    }
+
+    /// Send `signal` (`INT`, `TERM`) with kill(1) and wait for the exit.
+    fn signal_and_wait(mut self, signal: &str) -> (ExitStatus, String) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} failed");
+        let deadline = Instant::now() + BOUND;
+        let exit = loop {
+            if let Some(exit) = self.child.try_wait().expect("try_wait") {
+                break exit;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "leash sandbox did not exit within {BOUND:?} of SIG{signal}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let stderr = self.stderr.recv_timeout(BOUND).unwrap_or_default();
+        (exit, stderr)
+    }
+}
+
+impl Drop for SandboxProcess {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A plain HTTP/1.1 GET of `path` (with an optional bearer token): status
+/// and body (de-chunked if needed).
+fn http_get(url: &str, path: &str, token: Option<&str>) -> (u16, Vec<u8>) {
+    let authority = url.strip_prefix("http://").expect("http URL");
+    let mut stream = TcpStream::connect(authority).expect("connect to the sandbox");
+    stream.set_read_timeout(Some(BOUND)).unwrap();
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {authority}\r\nAccept: application/json\r\n{auth}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).expect("read the response");
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("end of headers");
+    let head = String::from_utf8_lossy(&raw[..split]).to_ascii_lowercase();
+    let status: u16 = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("status code");
+    let body = &raw[split + 4..];
+    let body = if head.contains("transfer-encoding: chunked") {
+        dechunk(body)
+    } else {
+        body.to_vec()
+    };
+    (status, body)
+}
+
+fn dechunk(mut body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let line_end = body
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .expect("chunk size line");
+        let size_text = String::from_utf8_lossy(&body[..line_end]);
+        let size = usize::from_str_radix(size_text.split(';').next().unwrap().trim(), 16)
+            .expect("hex chunk size");
+        body = &body[line_end + 2..];
+        if size == 0 {
+            return out;
+        }
+        out.extend_from_slice(&body[..size]);
+        body = &body[size + 2..];
+    }
+}
+
+fn get_json(url: &str, path: &str, token: Option<&str>) -> Value {
+    let (status, body) = http_get(url, path, token);
+    assert_eq!(
+        status,
+        200,
+        "GET {path}: {}",
+        String::from_utf8_lossy(&body)
+    );
+    serde_json::from_slice(&body).expect("JSON body")
+}
+
+#[test]
+fn sandbox_prints_its_url_serves_generated_pods_and_exits_0_on_sigint() {
+    let sandbox = SandboxProcess::start(&["--generate", "pods=50", "--seed", "3"]);
+    assert!(
+        sandbox.url.starts_with("http://127.0.0.1:") && !sandbox.url.ends_with(":0"),
+        "first stdout line is not the base URL: {:?}",
+        sandbox.url
+    );
+    let list = get_json(&sandbox.url, "/api/v1/pods", None);
+    assert_eq!(list["kind"], "PodList");
+    let items = list["items"].as_array().expect("items");
+    assert_eq!(items.len(), 50);
+    let namespaces: std::collections::BTreeSet<&str> = items
+        .iter()
+        .map(|p| p["metadata"]["namespace"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        namespaces.len(),
+        4,
+        "pods spread over the 4 default generated namespaces"
+    );
+
+    let (exit, stderr) = sandbox.signal_and_wait("INT");
+    assert_eq!(
+        exit.code(),
+        Some(0),
+        "exit after SIGINT: {exit:?}; stderr:\n{stderr}"
+    );
+    assert!(
+        stderr.contains("Pod 50"),
+        "summary lacks the pod count:\n{stderr}"
+    );
+    assert!(stderr.contains("SIGINT"), "{stderr}");
+}
+
+#[test]
+fn sandbox_writes_a_kubeconfig_requires_its_token_loads_data_and_exits_0_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::write(
+        data.join("team.yaml"),
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: team-a\n---\n\
+         apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  namespace: team-a\ndata:\n  color: blue\n",
+    )
+    .unwrap();
+    let sandbox = SandboxProcess::start(&[
+        "--token",
+        "s3cret-token",
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--data",
+        data.to_str().unwrap(),
+    ]);
+    let written = std::fs::read_to_string(&kubeconfig).expect("kubeconfig written before the URL");
+    assert!(
+        written.contains(&sandbox.url),
+        "kubeconfig lacks {}:\n{written}",
+        sandbox.url
+    );
+    assert!(
+        written.contains("s3cret-token"),
+        "kubeconfig lacks the token:\n{written}"
+    );
+    assert_private(&kubeconfig);
+
+    let (status, _) = http_get(
+        &sandbox.url,
+        "/api/v1/namespaces/team-a/configmaps/settings",
+        None,
+    );
+    assert_eq!(status, 401, "a request without the token must be refused");
+    let cm = get_json(
+        &sandbox.url,
+        "/api/v1/namespaces/team-a/configmaps/settings",
+        Some("s3cret-token"),
+    );
+    assert_eq!(cm["data"]["color"], "blue");
+
+    let (exit, stderr) = sandbox.signal_and_wait("TERM");
+    assert_eq!(
+        exit.code(),
+        Some(0),
+        "exit after SIGTERM: {exit:?}; stderr:\n{stderr}"
+    );
+}
+
+#[cfg(unix)]
+fn assert_private(path: &Path) {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(path).unwrap().permissions().mode();
+    assert_eq!(
+        mode & 0o077,
+        0,
+        "the kubeconfig holds a token: mode {mode:o}"
+    );
+}
+
+#[cfg(not(unix))]
+fn assert_private(_path: &Path) {}
+
+#[test]
+fn sandbox_bad_flags_exit_2_naming_the_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-manifests");
+    let broken = dir.path().join("broken.yaml");
+    std::fs::write(
+        &broken,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: [unclosed\n",
+    )
+    .unwrap();
+    let homeless = dir.path().join("homeless.yaml");
+    std::fs::write(
+        &homeless,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: lost\n  namespace: no-such-namespace\n",
+    )
+    .unwrap();
+    let cases: Vec<(Vec<String>, Vec<String>)> = vec![
+        (args(&["--fail-rate", "1.5"]), args(&["--fail-rate", "1.5"])),
+        (
+            args(&["--throttle-rate", "lots"]),
+            args(&["--throttle-rate", "lots"]),
+        ),
+        (args(&["--latency", "20"]), args(&["--latency", "20"])),
+        (
+            args(&["--listen", "localhost:80:80"]),
+            args(&["--listen", "localhost:80:80"]),
+        ),
+        (
+            args(&["--generate", "gizmos=3"]),
+            args(&["gizmos", "deployments.apps"]),
+        ),
+        (args(&["--crds", "ten"]), args(&["--crds", "ten"])),
+        (
+            vec!["--data".into(), missing.display().to_string()],
+            vec![missing.display().to_string()],
+        ),
+        (
+            vec!["--data".into(), broken.display().to_string()],
+            vec![broken.display().to_string(), "document 1".into()],
+        ),
+        (
+            vec!["--data".into(), homeless.display().to_string()],
+            args(&["no-such-namespace", "object 1 of those loaded by --data"]),
+        ),
+    ];
+    for (argv, needles) in cases {
+        let output = Command::new(env!("CARGO_BIN_EXE_leash"))
+            .arg("sandbox")
+            .args(&argv)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run leash sandbox");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{argv:?}: {:?}\n{stderr}",
+            output.status
+        );
+        assert!(output.stdout.is_empty(), "{argv:?} printed on stdout");
+        for needle in needles {
+            assert!(
+                stderr.contains(&needle),
+                "{argv:?}: stderr lacks {needle:?}:\n{stderr}"
+            );
+        }
+    }
+}
+
+fn args(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| (*s).to_owned()).collect()
+}
