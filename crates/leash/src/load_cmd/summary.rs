@@ -123,3 +123,75 @@ pub(crate) fn summary(report: &LoadReport, discovery: Duration) -> String {
     );
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use leash_loader::{KindReport, ResolvedKind};
+
+    use super::*;
+
+    fn kind(plural: &str, group: &str) -> Arc<ResolvedKind> {
+        Arc::new(ResolvedKind {
+            group: group.into(),
+            version: "v1".into(),
+            kind: "K".into(),
+            plural: plural.into(),
+            singular: "k".into(),
+            namespaced: true,
+            verbs: vec!["list".into()],
+            short_names: vec![],
+        })
+    }
+
+    #[test]
+    fn rows_notes_and_totals() {
+        let report = LoadReport {
+            kinds: vec![
+                KindReport {
+                    kind: kind("pods", ""),
+                    namespace: Some("a".into()),
+                    objects: 1200,
+                    pages: 3,
+                    retries: 2,
+                    restarts: 0,
+                    elapsed: Duration::from_millis(1500),
+                    across_snapshots: true,
+                    error: None,
+                },
+                KindReport {
+                    kind: kind("widgets", "example.dev"),
+                    namespace: None,
+                    objects: 5,
+                    pages: 1,
+                    retries: 5,
+                    restarts: 1,
+                    elapsed: Duration::from_millis(20),
+                    across_snapshots: false,
+                    error: Some(leash_loader::Error::Cancelled),
+                },
+            ],
+            elapsed: Duration::from_secs(2),
+            ..LoadReport::default()
+        };
+        let text = summary(&report, Duration::from_millis(30));
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 4, "{text}");
+        assert!(lines[0].starts_with("KIND") && lines[0].ends_with("NOTE"));
+        assert!(
+            lines[1].starts_with("pods -n a")
+                && lines[1].contains("1200")
+                && lines[1].contains("across snapshots")
+        );
+        assert!(
+            lines[2].starts_with("widgets.example.dev")
+                && lines[2].contains("INCOMPLETE: cancelled")
+        );
+        assert!(
+            lines[3].starts_with("TOTAL (1/2 complete)")
+                && lines[3].contains("1205")
+                && lines[3].contains("discovery 0.03s")
+        );
+    }
+}

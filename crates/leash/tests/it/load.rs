@@ -471,3 +471,71 @@ fn closed_pipe_ends_quietly() {
     assert_eq!(status.code(), Some(0), "{err}");
     assert!(!err.contains("error"), "{err}");
 }
+
+/// The same objects and `-o name` lines as kubectl, through a kubeconfig
+/// (skipped, saying why, when kubectl is not installed).
+#[test]
+fn matches_kubectl() {
+    if Command::new("kubectl")
+        .arg("version")
+        .arg("--client")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: kubectl is not installed (Debian package kubernetes-client)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    let kubeconfig = kubeconfig.to_str().unwrap();
+    let _sandbox = SandboxProcess::start(&["--crds", "2:3", "--kubeconfig", kubeconfig]);
+    let kinds = "cm,wg0001,ns,crd";
+    let kubectl = |args: &[&str]| {
+        let out = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "kubectl {args:?}: {}", stderr(&out));
+        stdout(&out)
+    };
+    let sorted = |text: String| {
+        let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+        lines.sort();
+        lines
+    };
+    let out = load(&[
+        "--kubeconfig",
+        kubeconfig,
+        kinds,
+        "-A",
+        "-o",
+        "name",
+        "--progress",
+        "never",
+    ]);
+    assert_exit(&out, 0);
+    let theirs = sorted(kubectl(&["get", kinds, "-A", "-o", "name"]));
+    assert!(theirs.len() > 10);
+    assert_eq!(sorted(stdout(&out)), theirs);
+
+    let out = load(&[
+        "--kubeconfig",
+        kubeconfig,
+        kinds,
+        "-A",
+        "-o",
+        "json",
+        "--progress",
+        "never",
+    ]);
+    assert_exit(&out, 0);
+    let ours: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let theirs: Value =
+        serde_json::from_str(&kubectl(&["get", kinds, "-A", "-o", "json"])).unwrap();
+    assert_eq!(
+        uids(ours["items"].as_array().unwrap()),
+        uids(theirs["items"].as_array().unwrap())
+    );
+}
