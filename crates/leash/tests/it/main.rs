@@ -2,3 +2,5 @@
 //! subcommand).
 
 mod context;
+mod load;
+mod sandbox;
