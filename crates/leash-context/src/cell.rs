@@ -154,6 +154,24 @@ impl EntryCell {
         true
     }
 
+    /// The refresh task ended although nobody stopped the entry (an error
+    /// or a panic): the entry is `Failed` with the reason, data kept.
+    pub(crate) fn mark_stopped(&self, why: &str) {
+        tracing::error!(
+            entry = self.name(),
+            reason = why,
+            "global context entry stopped refreshing"
+        );
+        {
+            let mut status = self.lock_status();
+            status.state = EntryState::Failed;
+            status.reason = Some(format!("stopped refreshing: {why}"));
+            status.last_error = Some(why.to_owned());
+            status.last_error_time = Some(SystemTime::now());
+        }
+        self.notify();
+    }
+
     fn notify(&self) {
         self.version.send_modify(|v| *v += 1);
         self.store_changes.send_modify(|v| *v += 1);

@@ -15,6 +15,37 @@
 //! - [`CrdFeeder`]: keeps the store in step with `GlobalContextEntry` objects
 //!   in the cluster.
 //!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use leash_context::{Store, StoreConfig, parse_entries};
+//!
+//! let entries = parse_entries(
+//!     r#"
+//! apiVersion: kyverno.io/v2beta1
+//! kind: GlobalContextEntry
+//! metadata: {name: deployments}
+//! spec:
+//!   kubernetesResource: {group: apps, version: v1, resource: deployments}
+//!   projections:
+//!   - {name: in-x, jmesPath: "[?metadata.namespace=='x'] | length(@)"}
+//! "#,
+//!     "inline",
+//! )?;
+//! let store = Store::new(StoreConfig::default(), Some(kube::Client::try_default().await?));
+//! for entry in entries {
+//!     store.add(entry)?;
+//! }
+//! // Bounded by StoreConfig::ready_timeout (30 s by default).
+//! let snapshot = store.wait_ready("deployments").await?;
+//! println!("{}", snapshot.projections["in-x"]);
+//! // Policies' "deployments.in-x":
+//! let value = store.projection("deployments", "in-x")?;
+//! # let _ = value;
+//! store.shutdown().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! Seeds (../shared/seeds/000): the watch error handler's self-join, `Stop()`
 //! holding the entry lock while waiting for the poller, projections written
 //! into the live map one by one, raw cached maps handed out, and reads that

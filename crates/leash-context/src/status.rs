@@ -16,8 +16,10 @@ pub enum EntryState {
     /// Has data, but the latest refresh or projection failed: readers get the
     /// last good snapshot, `last_error` says what failed.
     Stale,
-    /// No data within the readiness bound; `reason` says why. Still
-    /// retrying: it becomes `Ready` if data arrives later.
+    /// No data within the readiness bound (still retrying: it becomes
+    /// `Ready` if data arrives later), or the refresh task stopped on an
+    /// error or a panic (a snapshot it had stays readable). `reason` says
+    /// which.
     Failed,
 }
 
@@ -28,7 +30,8 @@ pub enum EntryState {
 pub struct EntryStatus {
     /// Life stage.
     pub state: EntryState,
-    /// Why the entry is `Failed` (readiness timeout and the last error).
+    /// Why the entry is `Failed` (readiness timeout and the last error, or
+    /// why its refresh task stopped).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// When the current snapshot was swapped in.
@@ -50,13 +53,6 @@ pub struct EntryStatus {
     pub updates: u64,
     /// Failed refreshes so far.
     pub errors: u64,
-}
-
-impl EntryStatus {
-    /// True when readers get data (`Ready` or `Stale`).
-    pub fn has_data(&self) -> bool {
-        matches!(self.state, EntryState::Ready | EntryState::Stale)
-    }
 }
 
 #[allow(clippy::ref_option)] // serde's `serialize_with` passes `&Option<T>`

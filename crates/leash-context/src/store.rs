@@ -22,10 +22,13 @@
 //! [`EntryCell::status`] while scanning); the root-scope lock is taken alone.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use futures::FutureExt;
 use leash_runtime::{Scope, ScopeError, ScopeHandle, TaskError, cancellable};
 use serde_json::Value;
 use tokio::sync::watch;
@@ -161,7 +164,8 @@ impl Store {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Add a new entry and start it. Errors: [`Error::AlreadyExists`],
+    /// Add a new entry and start it (call it inside a tokio runtime: it
+    /// spawns the entry's tasks). Errors: [`Error::AlreadyExists`],
     /// [`Error::StoreFull`], [`Error::ClientRequired`], [`Error::ShutDown`].
     pub fn add(&self, entry: ContextEntry) -> Result<EntryId> {
         self.check_client(&entry)?;
@@ -286,31 +290,49 @@ impl Store {
         let scope = self.inner.spawner.child();
         let token = scope.token().clone();
         let name = entry.name().to_owned();
-        match entry.source().clone() {
+        let runner: std::pin::Pin<Box<dyn Future<Output = Result<()>> + Send>> = match entry
+            .source()
+            .clone()
+        {
             EntrySource::Kubernetes(source) => {
                 let client = self.inner.client.clone();
                 let cell = cell.clone();
                 let token = token.clone();
                 let watch_timeout = self.inner.config.watch_timeout;
-                scope.spawn(format!("context entry {name}: watch"), async move {
+                Box::pin(async move {
                     match client {
                         Some(client) => {
                             kubernetes::run(cell, source, client, watch_timeout, token).await
                         }
                         None => Err(Error::ClientRequired(cell.name().to_owned())),
                     }
-                });
+                })
             }
             EntrySource::ApiCall(source) => {
                 let client = self.inner.client.clone();
                 let timeout = self.inner.config.request_timeout;
                 let cell = cell.clone();
                 let token = token.clone();
-                scope.spawn(format!("context entry {name}: poll"), async move {
-                    api_call::run(cell, source, client, timeout, token).await
-                });
+                Box::pin(async move { api_call::run(cell, source, client, timeout, token).await })
             }
-        }
+        };
+        // A runner only returns when cancelled. If it fails or panics, the
+        // entry would silently stop refreshing while still in the map: say
+        // so in its status (then report the failure to the scope's owner).
+        let watched = cell.clone();
+        scope.spawn(format!("context entry {name}: refresh"), async move {
+            match AssertUnwindSafe(runner).catch_unwind().await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(err)) => {
+                    watched.mark_stopped(&crate::error::chain(&err));
+                    Err(err)
+                }
+                Err(panic) => {
+                    watched.mark_stopped("the refresh task panicked");
+                    std::panic::resume_unwind(panic)
+                }
+            }
+        });
         let bound = self.inner.config.ready_timeout;
         let watched = cell.clone();
         scope.spawn(format!("context entry {name}: readiness"), async move {
