@@ -131,14 +131,13 @@ pub(super) fn pod(ctx: &Context<'_>, index: usize) -> Value {
         .iter()
         .map(|container| container_status(&mut rng, container, started + 5))
         .collect();
-    json!({
+    let mut pod = json!({
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
             "name": name,
             "generateName": format!("{owner_name}-"),
             "namespace": namespace,
-            "labels": labels,
             "annotations": {
                 "kubectl.kubernetes.io/default-container": app,
                 "prometheus.io/scrape": "true",
@@ -153,7 +152,6 @@ pub(super) fn pod(ctx: &Context<'_>, index: usize) -> Value {
                 "blockOwnerDeletion": true,
             }],
         },
-        "spec": spec,
         "status": {
             "phase": "Running",
             "conditions": [
@@ -167,10 +165,13 @@ pub(super) fn pod(ctx: &Context<'_>, index: usize) -> Value {
             "podIP": pod_ip,
             "podIPs": [{ "ip": pod_ip }],
             "startTime": timestamp(started),
-            "containerStatuses": statuses,
             "qosClass": "Burstable",
         },
-    })
+    });
+    put(&mut pod["metadata"], "labels", labels);
+    put(&mut pod, "spec", spec);
+    put(&mut pod["status"], "containerStatuses", statuses);
+    pod
 }
 
 /// A Deployment with its pod template and a settled rollout status.
@@ -185,7 +186,7 @@ pub(super) fn deployment(ctx: &Context<'_>, index: usize) -> Value {
     let replicas = 1 + rng.u32(..5);
     let created = rng.u64(..30 * 86_400);
     let template = pod_template(&mut rng, app, &name);
-    json!({
+    let mut object = json!({
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {
@@ -198,7 +199,6 @@ pub(super) fn deployment(ctx: &Context<'_>, index: usize) -> Value {
         "spec": {
             "replicas": replicas,
             "selector": { "matchLabels": selector(app, &name) },
-            "template": template,
             "strategy": {
                 "type": "RollingUpdate",
                 "rollingUpdate": { "maxUnavailable": "25%", "maxSurge": "25%" },
@@ -227,7 +227,9 @@ pub(super) fn deployment(ctx: &Context<'_>, index: usize) -> Value {
                 },
             ],
         },
-    })
+    });
+    put(&mut object["spec"], "template", template);
+    object
 }
 
 /// A ReplicaSet owned by a Deployment.
@@ -245,7 +247,7 @@ pub(super) fn replicaset(ctx: &Context<'_>, index: usize) -> Value {
     match_labels.insert("pod-template-hash".into(), json!(token));
     let mut labels = app_labels(app, "server");
     labels.insert("pod-template-hash".into(), json!(token));
-    json!({
+    let mut object = json!({
         "apiVersion": "apps/v1",
         "kind": "ReplicaSet",
         "metadata": {
@@ -263,7 +265,6 @@ pub(super) fn replicaset(ctx: &Context<'_>, index: usize) -> Value {
         "spec": {
             "replicas": replicas,
             "selector": { "matchLabels": match_labels },
-            "template": template,
         },
         "status": {
             "replicas": replicas,
@@ -272,7 +273,9 @@ pub(super) fn replicaset(ctx: &Context<'_>, index: usize) -> Value {
             "availableReplicas": replicas,
             "observedGeneration": 1,
         },
-    })
+    });
+    put(&mut object["spec"], "template", template);
+    object
 }
 
 /// A StatefulSet with a volume claim template.
@@ -301,7 +304,7 @@ pub(super) fn statefulset(ctx: &Context<'_>, index: usize) -> Value {
         .expect("volumeMounts is an array")
         .push(json!({ "name": "data", "mountPath": "/var/lib/data" }));
     let revision = format!("{name}-{}", hex(&mut rng, 10));
-    json!({
+    let mut object = json!({
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
         "metadata": {
@@ -314,7 +317,6 @@ pub(super) fn statefulset(ctx: &Context<'_>, index: usize) -> Value {
             "replicas": replicas,
             "serviceName": format!("{name}-headless"),
             "selector": { "matchLabels": selector(app, &name) },
-            "template": template,
             "volumeClaimTemplates": [{
                 "apiVersion": "v1",
                 "kind": "PersistentVolumeClaim",
@@ -343,7 +345,9 @@ pub(super) fn statefulset(ctx: &Context<'_>, index: usize) -> Value {
             "updateRevision": revision,
             "collisionCount": 0,
         },
-    })
+    });
+    put(&mut object["spec"], "template", template);
+    object
 }
 
 /// A DaemonSet (one pod per node).
@@ -368,7 +372,7 @@ pub(super) fn daemonset(ctx: &Context<'_>, index: usize) -> Value {
     let mut template = pod_template(&mut rng, app, &name);
     template["spec"]["tolerations"] = json!([{ "operator": "Exists" }]);
     template["spec"]["hostNetwork"] = json!(true);
-    json!({
+    let mut object = json!({
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
         "metadata": {
@@ -380,7 +384,6 @@ pub(super) fn daemonset(ctx: &Context<'_>, index: usize) -> Value {
         },
         "spec": {
             "selector": { "matchLabels": selector(app, &name) },
-            "template": template,
             "updateStrategy": {
                 "type": "RollingUpdate",
                 "rollingUpdate": { "maxUnavailable": 1, "maxSurge": 0 },
@@ -396,7 +399,9 @@ pub(super) fn daemonset(ctx: &Context<'_>, index: usize) -> Value {
             "updatedNumberScheduled": nodes,
             "numberAvailable": nodes,
         },
-    })
+    });
+    put(&mut object["spec"], "template", template);
+    object
 }
 
 /// A completed Job.
@@ -410,7 +415,8 @@ pub(super) fn job(ctx: &Context<'_>, index: usize) -> Value {
     );
     let started = rng.u64(..30 * 86_400);
     let finished = started + 5 + rng.u64(..600);
-    json!({
+    let spec = job_spec(&mut rng, app, &name);
+    let mut object = json!({
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
@@ -419,7 +425,6 @@ pub(super) fn job(ctx: &Context<'_>, index: usize) -> Value {
             "generation": 1,
             "labels": app_labels(app, "migration"),
         },
-        "spec": job_spec(&mut rng, app, &name),
         "status": {
             "startTime": timestamp(started),
             "completionTime": timestamp(finished),
@@ -440,7 +445,9 @@ pub(super) fn job(ctx: &Context<'_>, index: usize) -> Value {
                 },
             ],
         },
-    })
+    });
+    put(&mut object, "spec", spec);
+    object
 }
 
 /// A CronJob with its job template.
@@ -457,7 +464,7 @@ pub(super) fn cronjob(ctx: &Context<'_>, index: usize) -> Value {
     let spec_map = spec.as_object_mut().expect("job_spec builds an object");
     spec_map.remove("selector");
     spec_map.remove("manualSelector");
-    json!({
+    let mut object = json!({
         "apiVersion": "batch/v1",
         "kind": "CronJob",
         "metadata": {
@@ -473,13 +480,15 @@ pub(super) fn cronjob(ctx: &Context<'_>, index: usize) -> Value {
             "suspend": false,
             "successfulJobsHistoryLimit": 3,
             "failedJobsHistoryLimit": 1,
-            "jobTemplate": { "metadata": {}, "spec": spec },
+            "jobTemplate": { "metadata": {} },
         },
         "status": {
             "lastScheduleTime": timestamp(last),
             "lastSuccessfulTime": timestamp(last + 42),
         },
-    })
+    });
+    put(&mut object["spec"]["jobTemplate"], "spec", spec);
+    object
 }
 
 fn job_spec(rng: &mut fastrand::Rng, app: &str, name: &str) -> Value {
@@ -492,7 +501,7 @@ fn job_spec(rng: &mut fastrand::Rng, app: &str, name: &str) -> Value {
     // The API server would select on a `controller-uid` label with the uid
     // it assigns; a generated job cannot know that uid, so it selects its
     // pods by the template's own labels (`manualSelector`).
-    json!({
+    let mut spec = json!({
         "parallelism": 1,
         "completions": 1,
         "backoffLimit": 6,
@@ -501,8 +510,9 @@ fn job_spec(rng: &mut fastrand::Rng, app: &str, name: &str) -> Value {
         "podReplacementPolicy": "TerminatingOrFailed",
         "manualSelector": true,
         "selector": { "matchLabels": selector(app, name) },
-        "template": template,
-    })
+    });
+    put(&mut spec, "template", template);
+    spec
 }
 
 /// A pod template (workload `spec.template`) labelled for `owner`.
@@ -510,13 +520,18 @@ fn pod_template(rng: &mut fastrand::Rng, app: &str, owner: &str) -> Value {
     let container_count = 1 + rng.usize(..2);
     let mut labels = app_labels(app, "server");
     labels.extend(selector(app, owner));
-    json!({
+    let mut template = json!({
         "metadata": {
-            "labels": labels,
             "annotations": { "kubectl.kubernetes.io/default-container": app },
         },
-        "spec": pod_spec(rng, app, container_count, false),
-    })
+    });
+    put(&mut template["metadata"], "labels", labels);
+    put(
+        &mut template,
+        "spec",
+        pod_spec(rng, app, container_count, false),
+    );
+    template
 }
 
 /// A pod spec with `container_count` containers; `bound` adds what the API
@@ -547,8 +562,6 @@ fn pod_spec(rng: &mut fastrand::Rng, app: &str, container_count: usize, bound: b
         }));
     }
     let mut spec = json!({
-        "containers": containers,
-        "volumes": volumes,
         "restartPolicy": "Always",
         "terminationGracePeriodSeconds": 30,
         "dnsPolicy": "ClusterFirst",
@@ -556,6 +569,8 @@ fn pod_spec(rng: &mut fastrand::Rng, app: &str, container_count: usize, bound: b
         "securityContext": { "runAsNonRoot": true, "seccompProfile": { "type": "RuntimeDefault" } },
         "schedulerName": "default-scheduler",
     });
+    put(&mut spec, "containers", containers);
+    put(&mut spec, "volumes", volumes);
     if bound {
         spec["serviceAccount"] = json!(app);
         spec["enableServiceLinks"] = json!(true);
@@ -589,18 +604,19 @@ fn container(
         if let Some(volume) = token_volume {
             mounts.push(json!({ "name": volume, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true }));
         }
-        return json!({
+        let mut sidecar = json!({
             "name": name,
             "image": image,
             "imagePullPolicy": "IfNotPresent",
             "ports": [{ "name": "admin", "containerPort": port, "protocol": "TCP" }],
             "resources": { "requests": { "cpu": "10m", "memory": "32Mi" }, "limits": { "memory": "64Mi" } },
-            "volumeMounts": mounts,
             "terminationMessagePath": "/dev/termination-log",
             "terminationMessagePolicy": "File",
         });
+        put(&mut sidecar, "volumeMounts", mounts);
+        return sidecar;
     }
-    let env = [
+    let env = vec![
         json!({ "name": "APP_NAME", "value": app }),
         json!({ "name": "LOG_LEVEL", "value": pick(rng, LOG_LEVELS) }),
         json!({ "name": "POD_NAME", "valueFrom": { "fieldRef": { "apiVersion": "v1", "fieldPath": "metadata.name" } } }),
@@ -616,12 +632,11 @@ fn container(
     }
     let cpu = rng.usize(..CPU_REQUESTS.len());
     let memory = rng.usize(..MEMORY_REQUESTS.len());
-    json!({
+    let mut main = json!({
         "name": name,
         "image": image,
         "imagePullPolicy": "IfNotPresent",
         "ports": [{ "name": "http", "containerPort": port, "protocol": "TCP" }],
-        "env": env,
         "resources": {
             "requests": { "cpu": CPU_REQUESTS[cpu], "memory": MEMORY_REQUESTS[memory] },
             "limits": {
@@ -629,13 +644,15 @@ fn container(
                 "memory": MEMORY_REQUESTS[(memory + 1).min(MEMORY_REQUESTS.len() - 1)],
             },
         },
-        "livenessProbe": probe("/healthz", port, 10),
-        "readinessProbe": probe("/readyz", port, 5),
-        "volumeMounts": mounts,
         "terminationMessagePath": "/dev/termination-log",
         "terminationMessagePolicy": "File",
         "securityContext": { "allowPrivilegeEscalation": false, "capabilities": { "drop": ["ALL"] } },
-    })
+    });
+    put(&mut main, "env", env);
+    put(&mut main, "livenessProbe", probe("/healthz", port, 10));
+    put(&mut main, "readinessProbe", probe("/readyz", port, 5));
+    put(&mut main, "volumeMounts", mounts);
+    main
 }
 
 fn probe(path: &str, port: u16, period: u32) -> Value {
@@ -654,7 +671,7 @@ fn container_status(rng: &mut fastrand::Rng, container: &Value, started: u64) ->
     let image = container["image"].as_str().unwrap_or_default();
     let repository = image.rsplit_once(':').map_or(image, |(repo, _)| repo);
     json!({
-        "name": container["name"],
+        "name": container["name"].as_str().unwrap_or_default(),
         "state": { "running": { "startedAt": timestamp(started) } },
         "lastState": {},
         "ready": true,
@@ -702,4 +719,14 @@ fn owner_reference(kind: &str, name: &str, seed: u64, namespace: &str) -> Value 
         "controller": true,
         "blockOwnerDeletion": true,
     })
+}
+
+/// Move `value` into the object `object` at `key`. (`json!` would copy an
+/// interpolated `Value` by serializing it again; for pods that copying was
+/// most of the generator's time.)
+fn put(object: &mut Value, key: &str, value: impl Into<Value>) {
+    object
+        .as_object_mut()
+        .expect("put into an object")
+        .insert(key.to_owned(), value.into());
 }
