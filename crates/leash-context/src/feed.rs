@@ -3,7 +3,7 @@
 //!
 //! # Invariants
 //! 1. [`CrdFeeder::new`] starts nothing; [`CrdFeeder::run`] watches until its
-//!    token is cancelled, every await raced against it.
+//!    token is cancelled, every await raced against it. It spawns nothing.
 //! 2. The feeder only touches entries it added: it remembers, per name, the
 //!    object's UID and the [`EntryId`] the store gave it, and replaces or
 //!    removes an entry only while the store still holds that incarnation
@@ -13,9 +13,15 @@
 //!    restart their entry.
 //! 4. After each (re)list (`InitDone`), entries whose object no longer exists
 //!    are removed, so a deletion missed while disconnected is not kept.
-//! 5. Watch errors are logged and retried by the watcher's backoff.
+//! 5. Nothing is dropped silently: an object refused because the store is
+//!    full is kept aside, logged, and retried after every removal and every
+//!    retry interval (Kyverno requeues after a minute) until it fits or its
+//!    object is deleted. Invalid objects are logged; a running entry of that
+//!    name keeps running.
+//! 6. Watch errors are logged and retried by the watcher's backoff.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Duration;
 
 use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject};
@@ -24,16 +30,21 @@ use leash_runtime::{CancellationToken, cancellable};
 
 use crate::cell::EntryId;
 use crate::entry::ContextEntry;
-use crate::error::chain;
+use crate::error::{Error, chain};
 use crate::parse::decode_entry;
 use crate::spec::{GROUP, GlobalContextEntrySpec, KIND, PLURAL, STORAGE_VERSION};
 use crate::store::Store;
+
+/// Kyverno's requeue delay when the store is full.
+pub const DEFAULT_FULL_RETRY: Duration = Duration::from_secs(60);
 
 /// Watches `GlobalContextEntry` objects and keeps the store in step.
 pub struct CrdFeeder {
     store: Store,
     client: kube::Client,
     owned: HashMap<String, Owned>,
+    deferred: BTreeMap<String, DynamicObject>,
+    full_retry: Duration,
 }
 
 impl std::fmt::Debug for CrdFeeder {
@@ -41,6 +52,8 @@ impl std::fmt::Debug for CrdFeeder {
         f.debug_struct("CrdFeeder")
             .field("store", &self.store)
             .field("owned", &self.owned)
+            .field("deferred", &self.deferred.keys().collect::<Vec<_>>())
+            .field("full_retry", &self.full_retry)
             .finish_non_exhaustive()
     }
 }
@@ -70,7 +83,17 @@ impl CrdFeeder {
             store,
             client,
             owned: HashMap::new(),
+            deferred: BTreeMap::new(),
+            full_retry: DEFAULT_FULL_RETRY,
         }
+    }
+
+    /// How long to wait before retrying objects refused by a full store
+    /// (default [`DEFAULT_FULL_RETRY`]; they are also retried after every
+    /// removal).
+    pub fn full_retry(mut self, after: Duration) -> CrdFeeder {
+        self.full_retry = after;
+        self
     }
 
     /// Watch until `token` is cancelled. Entries it added stay in the store
@@ -86,119 +109,142 @@ impl CrdFeeder {
         let mut stream = std::pin::pin!(stream);
         let mut listed: HashSet<String> = HashSet::new();
         loop {
-            let Some(next) = cancellable(&token, stream.next()).await else {
-                return Ok(());
+            let retry_delay = if self.deferred.is_empty() {
+                None
+            } else {
+                Some(self.full_retry)
+            };
+            let next = tokio::select! {
+                () = token.cancelled() => return Ok(()),
+                next = stream.next() => next,
+                () = sleep_or_never(retry_delay) => {
+                    if cancellable(&token, self.retry_deferred()).await.is_none() {
+                        return Ok(());
+                    }
+                    continue;
+                }
             };
             let Some(event) = next else {
                 token.cancelled().await;
                 return Ok(());
             };
-            let outcome = match event {
-                Ok(watcher::Event::Init) => {
-                    listed.clear();
-                    None
-                }
-                Ok(watcher::Event::InitApply(object)) => {
-                    if let Some(name) = object.metadata.name.clone() {
-                        listed.insert(name);
+            let work = async {
+                match event {
+                    Ok(watcher::Event::Init) => listed.clear(),
+                    Ok(watcher::Event::InitApply(object)) => {
+                        if let Some(name) = object.metadata.name.clone() {
+                            listed.insert(name);
+                        }
+                        self.apply(object).await;
                     }
-                    Some(self.apply(object))
-                }
-                Ok(watcher::Event::InitDone) => Some(self.prune(&listed)),
-                Ok(watcher::Event::Apply(object)) => Some(self.apply(object)),
-                Ok(watcher::Event::Delete(object)) => Some(self.delete(object)),
-                Err(err) => {
-                    tracing::warn!(error = %chain(&err), "watch of GlobalContextEntry objects failed; retrying");
-                    None
+                    Ok(watcher::Event::InitDone) => self.prune(&listed).await,
+                    Ok(watcher::Event::Apply(object)) => self.apply(object).await,
+                    Ok(watcher::Event::Delete(object)) => self.delete(object).await,
+                    Err(err) => {
+                        tracing::warn!(error = %chain(&err), "watch of GlobalContextEntry objects failed; retrying");
+                    }
                 }
             };
-            if let Some(work) = outcome
-                && cancellable(&token, work).await.is_none()
-            {
+            if cancellable(&token, work).await.is_none() {
                 return Ok(());
             }
         }
     }
 
-    /// Returns a future so that the caller races it against the token.
-    fn apply(
-        &mut self,
-        object: DynamicObject,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
-        Box::pin(async move {
-            let Some(name) = object.metadata.name.clone() else {
+    async fn apply(&mut self, object: DynamicObject) {
+        let Some(name) = object.metadata.name.clone() else {
+            return;
+        };
+        let uid = object.metadata.uid.clone();
+        let entry = match entry_from_object(object.clone()) {
+            Ok(entry) => entry,
+            Err(err) => {
+                self.deferred.remove(&name);
+                tracing::warn!(entry = %name, error = %chain(&err), "invalid GlobalContextEntry in the cluster; keeping what runs");
                 return;
-            };
-            let uid = object.metadata.uid.clone();
-            let entry = match entry_from_object(object) {
-                Ok(entry) => entry,
-                Err(err) => {
-                    tracing::warn!(entry = %name, error = %chain(&err), "invalid GlobalContextEntry in the cluster; keeping what runs");
-                    return;
-                }
-            };
-            let current = self.store.entry_id(&name);
-            match (self.owned.get(&name), current) {
-                (Some(owned), Some(id)) if owned.id == id => {
-                    if owned.uid == uid && owned.spec == entry.resource().spec {
-                        return; // status or metadata change only
-                    }
-                }
-                (_, Some(_)) => {
-                    tracing::warn!(entry = %name, "a GlobalContextEntry has the name of an entry from a file; ignoring the cluster's");
-                    self.owned.remove(&name);
-                    return;
-                }
-                (_, None) => {}
             }
-            let spec = entry.resource().spec.clone();
-            match self.store.replace(entry).await {
-                Ok(id) => {
-                    self.owned.insert(name, Owned { uid, id, spec });
-                }
-                Err(err) => {
-                    self.owned.remove(&name);
-                    tracing::warn!(entry = %name, error = %chain(&err), "cannot add GlobalContextEntry from the cluster");
+        };
+        match (self.owned.get(&name), self.store.entry_id(&name)) {
+            (Some(owned), Some(id)) if owned.id == id => {
+                if owned.uid == uid && owned.spec == entry.resource().spec {
+                    return; // status or metadata change only
                 }
             }
-        })
+            (_, Some(_)) => {
+                tracing::warn!(entry = %name, "a GlobalContextEntry has the name of an entry from a file; ignoring the cluster's");
+                self.owned.remove(&name);
+                self.deferred.remove(&name);
+                return;
+            }
+            (_, None) => {}
+        }
+        let spec = entry.resource().spec.clone();
+        match self.store.replace(entry).await {
+            Ok(id) => {
+                self.deferred.remove(&name);
+                self.owned.insert(name, Owned { uid, id, spec });
+            }
+            Err(err @ Error::StoreFull { .. }) => {
+                self.owned.remove(&name);
+                tracing::warn!(entry = %name, error = %err, retry_in = ?self.full_retry, "GlobalContextEntry deferred until the store has room");
+                self.deferred.insert(name, object);
+            }
+            Err(err) => {
+                self.owned.remove(&name);
+                self.deferred.remove(&name);
+                tracing::warn!(entry = %name, error = %chain(&err), "cannot add GlobalContextEntry from the cluster");
+            }
+        }
     }
 
-    fn delete(
-        &mut self,
-        object: DynamicObject,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
-        Box::pin(async move {
-            let Some(name) = object.metadata.name.clone() else {
-                return;
-            };
-            let matches = self
-                .owned
-                .get(&name)
-                .is_some_and(|owned| owned.uid.is_none() || owned.uid == object.metadata.uid);
-            if matches && let Some(owned) = self.owned.remove(&name) {
+    async fn delete(&mut self, object: DynamicObject) {
+        let Some(name) = object.metadata.name.clone() else {
+            return;
+        };
+        self.deferred.remove(&name);
+        let matches = self
+            .owned
+            .get(&name)
+            .is_some_and(|owned| owned.uid.is_none() || owned.uid == object.metadata.uid);
+        if matches
+            && let Some(owned) = self.owned.remove(&name)
+            && self.store.remove_exact(&name, owned.id).await
+        {
+            self.retry_deferred().await;
+        }
+    }
+
+    async fn prune(&mut self, listed: &HashSet<String>) {
+        self.deferred.retain(|name, _| listed.contains(name));
+        let gone: Vec<String> = self
+            .owned
+            .keys()
+            .filter(|name| !listed.contains(*name))
+            .cloned()
+            .collect();
+        for name in gone {
+            if let Some(owned) = self.owned.remove(&name) {
                 self.store.remove_exact(&name, owned.id).await;
             }
-        })
+        }
+        self.retry_deferred().await;
     }
 
-    fn prune<'a>(
-        &'a mut self,
-        listed: &'a HashSet<String>,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
-        Box::pin(async move {
-            let gone: Vec<String> = self
-                .owned
-                .keys()
-                .filter(|name| !listed.contains(*name))
-                .cloned()
-                .collect();
-            for name in gone {
-                if let Some(owned) = self.owned.remove(&name) {
-                    self.store.remove_exact(&name, owned.id).await;
-                }
-            }
-        })
+    /// Try every deferred object again (each is deferred again if the store
+    /// is still full).
+    async fn retry_deferred(&mut self) {
+        let deferred = std::mem::take(&mut self.deferred);
+        for (_, object) in deferred {
+            self.apply(object).await;
+        }
+    }
+}
+
+/// Sleeps for `delay`, or forever when there is nothing to wait for.
+async fn sleep_or_never(delay: Option<Duration>) {
+    match delay {
+        Some(delay) => tokio::time::sleep(delay).await,
+        None => std::future::pending().await,
     }
 }
 

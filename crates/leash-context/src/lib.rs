@@ -75,7 +75,10 @@ pub use entry::{
     DEFAULT_RETRY_LIMIT, EntrySource, KubernetesSource, ServiceTarget,
 };
 pub use error::{Error, Result};
-pub use feed::{CrdFeeder, entry_from_object, global_context_entry_resource, list_cluster_entries};
+pub use feed::{
+    CrdFeeder, DEFAULT_FULL_RETRY, entry_from_object, global_context_entry_resource,
+    list_cluster_entries,
+};
 pub use parse::{decode_entry, load_entry_files, parse_entries};
 pub use snapshot::Snapshot;
 pub use spec::GlobalContextEntry;

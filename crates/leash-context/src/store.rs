@@ -18,8 +18,9 @@
 //! 6. Once shut down, the store accepts no entries.
 //!
 //! # Lock order
-//! `state` (the entry map), then an entry's status lock (only through
-//! [`EntryCell::status`] while scanning); the root-scope lock is taken alone.
+//! No nesting: the map lock (`state`) is released before any entry's status
+//! lock is taken (readers copy the entry's `Arc` out first), and the
+//! root-scope lock is taken alone, once, by `shutdown`.
 
 use std::collections::HashMap;
 use std::future::Future;

@@ -183,3 +183,60 @@ async fn list_cluster_entries_reads_every_version() {
     );
     sandbox.shutdown().await.unwrap();
 }
+
+/// Kyverno requeues entries refused by a full store; here they are kept
+/// aside and retried after a removal and on a timer, never dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_crds_retries_entries_refused_by_a_full_store() {
+    let scope = Scope::new();
+    let (url, _service) = start_service(&scope, json!({"a": 1, "b": 2})).await;
+    let sandbox = sandbox::start(vec![crd_manifest()]).await;
+    let store = Store::new(
+        StoreConfig {
+            max_entries: 1,
+            ready_timeout: Duration::from_secs(5),
+            ..StoreConfig::default()
+        },
+        Some(sandbox::client(&sandbox)),
+    );
+    // The only slot is taken by a file entry.
+    store
+        .add(service_entry("from-file", &url, "1h", &[("p", "b")]))
+        .unwrap();
+    sandbox.store().create(gctx("one", &url, "a")).unwrap();
+    let feeder_scope = scope.child();
+    let feeder = CrdFeeder::new(store.clone(), sandbox::client(&sandbox))
+        .full_retry(Duration::from_millis(200));
+    let token = feeder_scope.token().clone();
+    feeder_scope.spawn("feeder", feeder.run(token));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(store.names(), ["from-file"], "the store is full");
+
+    // Room appears outside the feeder: the timer retry adds the entry.
+    store.remove("from-file").await.unwrap();
+    eventually("the deferred entry", HANG_BOUND, || {
+        store.projection("one", "p").ok().filter(|v| v == &json!(1))
+    })
+    .await;
+
+    // Full again; a removal through the feeder admits the waiting one.
+    sandbox.store().create(gctx("two", &url, "b")).unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(store.names(), ["one"]);
+    sandbox
+        .store()
+        .delete("kyverno.io/v2beta1", "GlobalContextEntry", None, "one")
+        .unwrap();
+    eventually("the second deferred entry", HANG_BOUND, || {
+        store.projection("two", "p").ok().filter(|v| v == &json!(2))
+    })
+    .await;
+    assert_eq!(store.names(), ["two"]);
+
+    within("feeder stop", HANG_BOUND, feeder_scope.shutdown())
+        .await
+        .unwrap();
+    store.shutdown().await.unwrap();
+    sandbox.shutdown().await.unwrap();
+    scope.shutdown().await.unwrap();
+}
