@@ -6,6 +6,9 @@
 //! name `wg{i:04}`, list kind `Widget{i:04}List`, CRD name
 //! `widget{i:04}s.example.leash.dev`, version `v1`, namespaced; objects
 //! `widget{i:04}-{j:05}` spread round-robin over the namespaces.
+//!
+//! Every generated CRD is in the category `widgets` (so `kubectl get
+//! widgets -A` lists all custom objects), not in `all`.
 
 use serde_json::{Value, json};
 
@@ -48,7 +51,7 @@ pub(super) fn definition(i: usize) -> Value {
                 "plural": plural(i),
                 "singular": format!("widget{i:04}"),
                 "shortNames": [format!("wg{i:04}")],
-                "categories": ["all", "widgets"],
+                "categories": ["widgets"],
             },
             "scope": "Namespaced",
             "versions": [{
@@ -89,7 +92,7 @@ pub(super) fn definition(i: usize) -> Value {
                 "plural": plural(i),
                 "singular": format!("widget{i:04}"),
                 "shortNames": [format!("wg{i:04}")],
-                "categories": ["all", "widgets"],
+                "categories": ["widgets"],
             },
             "storedVersions": ["v1"],
         },

@@ -308,6 +308,10 @@ async fn kubectl_gets_custom_resources_of_registered_crds() {
         4,
         "11 objects round-robin over 3 namespaces: 4, 4, 3"
     );
+
+    // The `widgets` category spans every generated custom kind.
+    let category = block(|| kubectl.ok(&["get", "widgets", "-A", "-o", "name"]));
+    assert_eq!(category.lines().count(), 3 * 11, "{category}");
     sandbox.shutdown().await.expect("shutdown");
 }
 
