@@ -78,10 +78,16 @@ pub(super) fn token_len(count: usize) -> u32 {
     len
 }
 
+/// A random number in `0..n`, the same on 32- and 64-bit platforms
+/// (`Rng::usize` draws differently on each).
+pub(super) fn below(rng: &mut fastrand::Rng, n: usize) -> usize {
+    rng.u64(..n as u64) as usize
+}
+
 /// `len` random suffix characters (not unique; for decoration only).
 pub(super) fn suffix(rng: &mut fastrand::Rng, len: usize) -> String {
     (0..len)
-        .map(|_| char::from(SUFFIX_ALPHABET[rng.usize(..SUFFIX_ALPHABET.len())]))
+        .map(|_| char::from(SUFFIX_ALPHABET[below(rng, SUFFIX_ALPHABET.len())]))
         .collect()
 }
 
@@ -122,7 +128,7 @@ pub(super) fn timestamp(offset_secs: u64) -> String {
 
 /// An element of `items` chosen by `rng`.
 pub(super) fn pick<'a, T: ?Sized>(rng: &mut fastrand::Rng, items: &[&'a T]) -> &'a T {
-    items[rng.usize(..items.len())]
+    items[below(rng, items.len())]
 }
 
 #[cfg(test)]

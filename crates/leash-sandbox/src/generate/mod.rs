@@ -19,7 +19,9 @@
 //!
 //! The output is a pure function of the spec: the same spec gives
 //! byte-identical JSON on every run and machine (per-object seeded
-//! `fastrand` streams, a fixed base timestamp, no maps with random order).
+//! `fastrand` streams drawn the same way on 32- and 64-bit targets, a fixed
+//! base timestamp, no maps with random order). A unit test pins a digest of
+//! one spec's output, so a change to what is generated is a deliberate one.
 //! An object depends only on the seed, its kind, its index and the number of
 //! namespaces (and, for pods, events and daemon sets, the number of nodes),
 //! so adding another kind to the spec leaves the others unchanged.
@@ -69,6 +71,10 @@ pub struct GenerateSpec {
 /// Parse a `--generate` value, `"pods=1000,deployments.apps=50"`, into kinds
 /// (canonical names: `pods`, `deployments.apps`) and counts, in the order
 /// given. Every kind must be known, and no kind may appear twice.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] naming the entry, count or kind that is wrong
+/// (an unknown kind's message lists every valid name).
 pub fn parse_generate(s: &str) -> Result<Vec<(String, usize)>> {
     if s.trim().is_empty() {
         return Err(invalid(
@@ -103,6 +109,9 @@ pub fn parse_generate(s: &str) -> Result<Vec<(String, usize)>> {
 }
 
 /// Parse a `--crds` value, `"K:M"`: K custom kinds with M objects each.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] naming the value and what is wrong with it.
 pub fn parse_crds(s: &str) -> Result<(usize, usize)> {
     let malformed = |reason: &str| {
         invalid(format!(
@@ -124,6 +133,11 @@ pub fn parse_crds(s: &str) -> Result<(usize, usize)> {
 /// Generate the objects `spec` describes, in creation order (namespaces and
 /// CustomResourceDefinitions first). Deterministic: the same spec always
 /// gives byte-identical objects.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for an unknown or repeated kind, or a spec
+/// asking for more than [`MAX_OBJECTS`] objects (checked before anything is
+/// built).
 pub fn generate(spec: &GenerateSpec) -> Result<Vec<Value>> {
     let kinds = resolve_kinds(&spec.kinds)?;
     let (crd_kinds, crd_objects) = spec.crds.unwrap_or((0, 0));

@@ -6,7 +6,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Value, json};
 
 use super::Context;
-use super::entropy::{hex, object_rng, pick, suffix, timestamp, uid_for, unique_token};
+use super::entropy::{below, hex, object_rng, pick, suffix, timestamp, uid_for, unique_token};
 
 const APPS: &[&str] = &[
     "web",
@@ -197,8 +197,8 @@ pub(super) fn event(ctx: &Context<'_>, index: usize) -> Value {
     let namespace = ctx.namespace_for(index);
     let app = pick(&mut rng, APPS);
     let pod = format!("{app}-{}-{}", suffix(&mut rng, 10), suffix(&mut rng, 5));
-    let node = ctx.node_name(rng.usize(..ctx.node_pool()));
-    let (kind, reason, template) = EVENT_REASONS[rng.usize(..EVENT_REASONS.len())];
+    let node = ctx.node_name(below(&mut rng, ctx.node_pool()));
+    let (kind, reason, template) = EVENT_REASONS[below(&mut rng, EVENT_REASONS.len())];
     let message = template
         .replace("{ns}", namespace)
         .replace("{pod}", &pod)
@@ -248,7 +248,7 @@ pub(super) fn node(ctx: &Context<'_>, index: usize) -> Value {
         ("m5.xlarge", 4, 16),
         ("m5.2xlarge", 8, 32),
         ("c5.4xlarge", 16, 32),
-    ][rng.usize(..3)];
+    ][below(&mut rng, 3)];
     let ip = node_ip(index);
     let since = rng.u64(..86_400);
     let heartbeat = since + 30 * 86_400;

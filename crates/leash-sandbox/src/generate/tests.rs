@@ -403,3 +403,22 @@ fn oversized_specs_are_refused_before_allocating() {
     let err = generate(&spec(&[], 4, Some((usize::MAX, usize::MAX)), 0)).unwrap_err();
     assert!(err.to_string().contains("more than the limit"), "{err}");
 }
+
+#[test]
+fn output_is_pinned_so_benchmarks_stay_comparable() {
+    // If this fails, the generator's output changed: update the digest only
+    // if the change is intended (runs on either side of it generate
+    // different objects, so their benchmark figures are not comparable).
+    let objects = generate(&spec(&all_kinds(20), 3, Some((2, 10)), 2026)).unwrap();
+    let text = json_text(&objects);
+    let digest = entropy::fnv1a(text.as_bytes());
+    eprintln!(
+        "{} objects, {} bytes, digest {digest:#018x}",
+        objects.len(),
+        text.len()
+    );
+    assert_eq!(
+        (objects.len(), text.len(), digest),
+        (305, 598_016, 0xd1fd_bafa_e89b_9bbe)
+    );
+}

@@ -8,7 +8,9 @@
 use serde_json::{Map, Value, json};
 
 use super::Context;
-use super::entropy::{hex, keyed_rng, object_rng, pick, suffix, timestamp, uid_for, unique_token};
+use super::entropy::{
+    below, hex, keyed_rng, object_rng, pick, suffix, timestamp, uid_for, unique_token,
+};
 
 /// Application names workloads are drawn from.
 const APPS: &[&str] = &[
@@ -118,9 +120,9 @@ pub(super) fn pod(ctx: &Context<'_>, index: usize) -> Value {
         labels.insert("pod-template-generation".into(), json!("1"));
     }
     let started = rng.u64(..30 * 86_400);
-    let container_count = 1 + rng.usize(..3);
+    let container_count = 1 + below(&mut rng, 3);
     let mut spec = pod_spec(&mut rng, app, container_count, true);
-    let node = ctx.node_name(rng.usize(..ctx.node_pool()));
+    let node = ctx.node_name(below(&mut rng, ctx.node_pool()));
     let spec_map = spec.as_object_mut().expect("pod_spec builds an object");
     spec_map.insert("nodeName".into(), json!(node));
     let host_ip = format!("10.0.{}.{}", rng.u8(..16), 1 + rng.u8(..250));
@@ -517,7 +519,7 @@ fn job_spec(rng: &mut fastrand::Rng, app: &str, name: &str) -> Value {
 
 /// A pod template (workload `spec.template`) labelled for `owner`.
 fn pod_template(rng: &mut fastrand::Rng, app: &str, owner: &str) -> Value {
-    let container_count = 1 + rng.usize(..2);
+    let container_count = 1 + below(rng, 2);
     let mut labels = app_labels(app, "server");
     labels.extend(selector(app, owner));
     let mut template = json!({
@@ -630,8 +632,8 @@ fn container(
             "readOnly": true,
         }));
     }
-    let cpu = rng.usize(..CPU_REQUESTS.len());
-    let memory = rng.usize(..MEMORY_REQUESTS.len());
+    let cpu = below(rng, CPU_REQUESTS.len());
+    let memory = below(rng, MEMORY_REQUESTS.len());
     let mut main = json!({
         "name": name,
         "image": image,
