@@ -63,7 +63,7 @@ impl FaultInjector {
             let mut rng = self.rng.lock().unwrap_or_else(|e| e.into_inner());
             (rng.f64(), rng.f64(), rng.f64(), rng.f64())
         };
-        let delay = f.latency + f.latency_jitter.mul_f64(jitter);
+        let delay = f.latency.saturating_add(f.latency_jitter.mul_f64(jitter));
         let action = if discovery && !f.fail_discovery {
             Action::Serve
         } else if fail < f.fail_rate.clamp(0.0, 1.0) {

@@ -181,11 +181,13 @@ impl Snapshots {
             .map(|r| r.objects.clone())
     }
 
-    fn retain(&self, coll: &CollectionKey, rv: u64, objects: &Objects) {
+    fn retain(&self, coll: &CollectionKey, rv: u64, objects: &Objects, ttl: Duration) {
         let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
         if table.iter().any(|r| r.rv == rv && r.coll == *coll) {
             return;
         }
+        // Expired snapshots can never be used again: free them first.
+        table.retain(|r| r.created.elapsed() <= ttl);
         if table.len() >= SNAPSHOT_CAPACITY {
             table.pop_front();
         }
@@ -308,7 +310,7 @@ pub(crate) fn list(
         } else {
             None
         };
-        snapshots.retain(&coll, rv, &objects);
+        snapshots.retain(&coll, rv, &objects, ttl);
         let token = encode(
             rv as i64,
             format!("{}\0", relative_key(sel, last)),

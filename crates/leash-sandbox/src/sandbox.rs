@@ -1,4 +1,11 @@
 //! [`Sandbox`]: the server's lifecycle (start, address, faults, shutdown).
+//!
+//! # Invariants
+//! 1. Nothing is spawned before the listener is bound and every initial object is
+//!    stored; then exactly one task (the accept loop) is spawned into the sandbox's
+//!    scope, and it spawns each connection into the same scope.
+//! 2. [`Sandbox::shutdown`] cancels that scope and joins every task; dropping the
+//!    `Sandbox` instead cancels them without waiting (the scope's `Drop`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -134,7 +134,7 @@ impl Store {
         for ns in DEFAULT_NAMESPACES {
             let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
             store
-                .create(obj)
+                .load(obj)
                 .expect("a default namespace is valid and new");
         }
         store
@@ -163,8 +163,13 @@ impl Store {
     ///
     /// Errors are [`Error::Api`] with the code the server would answer (404, 409, 422, 400).
     pub fn create(&self, obj: Value) -> Result<Value> {
+        Ok(self.load(obj)?.value())
+    }
+
+    /// [`Store::create`] without parsing the stored object back (bulk loading).
+    pub(crate) fn load(&self, obj: Value) -> Result<Arc<Entry>> {
         let rt = self.type_of(&obj)?;
-        Ok(self.create_in(&rt, None, obj, false)?.value())
+        Ok(self.create_in(&rt, None, obj, false)?)
     }
 
     /// Replaces an object, like a PUT. With `metadata.resourceVersion` set, a stale version

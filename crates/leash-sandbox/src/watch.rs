@@ -201,6 +201,11 @@ impl WatchState {
                 Phase::Live => {
                     // Mark the wake-up seen before reading: a later write wakes us.
                     self.rx.borrow_and_update();
+                    // Checked before reading: a CRD's removal and its objects' DELETED events
+                    // are one critical section, so if it is gone now, the read sees them all.
+                    let gone = (self.store.registry())
+                        .by_path(&self.rt.group, &self.rt.version, &self.rt.plural)
+                        .is_none();
                     let coll = self.rt.collection();
                     let sel = &self.sel;
                     match self.store.events_after(self.cursor, BATCH, |e| {
@@ -221,6 +226,10 @@ impl WatchState {
                                 return Some(Bytes::from(out));
                             }
                         }
+                    }
+                    if gone {
+                        // The kind's CRD was deleted and every event before that is sent.
+                        return None;
                     }
                     let wake_at = if self.bookmarks {
                         self.deadline.min(self.next_bookmark)

@@ -301,3 +301,38 @@ async fn shutdown_ends_open_watches_and_joins_every_task() {
     // The port is closed.
     assert!(tokio::net::TcpStream::connect(addr).await.is_err());
 }
+
+#[tokio::test]
+async fn deleting_a_crd_sends_deleted_events_and_ends_its_watches() {
+    let sb = start(vec![
+        crate::common::crd("gadgets", "Gadget", "gd"),
+        json!({"apiVersion": "example.leash.dev/v1", "kind": "Gadget", "metadata": {"name": "g1", "namespace": "default"}}),
+    ])
+    .await;
+    let addr = sb.addr();
+    let rv = sb.store().resource_version();
+    let target = format!(
+        "/apis/example.leash.dev/v1/gadgets?watch=1&resourceVersion={rv}&timeoutSeconds=600"
+    );
+    let watch = raw(addr, "GET", &target, &[], b"");
+    let delete = async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        sb.store()
+            .delete(
+                "apiextensions.k8s.io/v1",
+                "CustomResourceDefinition",
+                None,
+                "gadgets.example.leash.dev",
+            )
+            .unwrap();
+    };
+    let (r, ()) = tokio::time::timeout(BOUND, async { tokio::join!(watch, delete) })
+        .await
+        .expect("the watch ends when its kind is gone");
+    assert!(!r.truncated);
+    let events = lines(&r.body);
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["type"], "DELETED");
+    assert_eq!(events[0]["object"]["metadata"]["name"], "g1");
+    sb.shutdown().await.unwrap();
+}
