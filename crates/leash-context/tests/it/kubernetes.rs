@@ -306,3 +306,42 @@ async fn seed_watch_error_self_join() {
     assert!(now <= baseline, "alive tasks {now} > baseline {baseline}");
     sandbox.shutdown().await.unwrap();
 }
+
+/// A resource the server does not have: discovery fails, the entry retries
+/// and, after the readiness bound, is failed with the discovery error as
+/// the reason (not hung).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_resource_fails_readiness_with_the_reason() {
+    let sandbox = sandbox::start(Vec::new()).await;
+    let store = Store::new(
+        StoreConfig {
+            ready_timeout: Duration::from_secs(1),
+            ..StoreConfig::default()
+        },
+        Some(sandbox::client(&sandbox)),
+    );
+    store
+        .add(entry(
+            "apiVersion: kyverno.io/v2beta1
+kind: GlobalContextEntry
+metadata: {name: ghosts}
+spec:
+  kubernetesResource: {group: example.leash.dev, version: v1, resource: ghosts}
+",
+        ))
+        .unwrap();
+    let err = within("wait_ready", HANG_BOUND, store.wait_ready("ghosts"))
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("not ready within 1s"), "{text}");
+    assert!(
+        text.contains("discovery of example.leash.dev/v1/ghosts failed"),
+        "{text}"
+    );
+    assert_eq!(store.status("ghosts").unwrap().state, EntryState::Failed);
+    within("store shutdown", HANG_BOUND, store.shutdown())
+        .await
+        .unwrap();
+    sandbox.shutdown().await.unwrap();
+}
