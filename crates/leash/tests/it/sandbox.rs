@@ -181,6 +181,15 @@ fn sandbox_prints_its_url_serves_generated_pods_and_exits_0_on_sigint() {
         4,
         "pods spread over the 4 default generated namespaces"
     );
+    // An open watch must not keep the server from shutting down, and must
+    // end cleanly (the chunked body's last chunk), not be cut off.
+    let rv = list["metadata"]["resourceVersion"]
+        .as_str()
+        .expect("list rv");
+    let mut watch = open_stream(
+        &sandbox.url,
+        &format!("/api/v1/pods?watch=true&resourceVersion={rv}"),
+    );
 
     let (exit, stderr) = sandbox.signal_and_wait("INT");
     assert_eq!(
@@ -193,6 +202,40 @@ fn sandbox_prints_its_url_serves_generated_pods_and_exits_0_on_sigint() {
         "summary lacks the pod count:\n{stderr}"
     );
     assert!(stderr.contains("SIGINT"), "{stderr}");
+    let mut rest = Vec::new();
+    watch
+        .read_to_end(&mut rest)
+        .expect("read the end of the watch");
+    assert!(
+        rest.ends_with(b"0\r\n\r\n"),
+        "the watch was cut off instead of ended: {:?}",
+        String::from_utf8_lossy(&rest)
+    );
+}
+
+/// Send a GET for a streaming `path` and return the connection once the
+/// response headers (status 200, chunked) have arrived.
+fn open_stream(url: &str, path: &str) -> TcpStream {
+    let authority = url.strip_prefix("http://").expect("http URL");
+    let mut stream = TcpStream::connect(authority).expect("connect to the sandbox");
+    stream.set_read_timeout(Some(BOUND)).unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {authority}\r\nAccept: application/json\r\n\r\n"
+    )
+    .unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        stream
+            .read_exact(&mut byte)
+            .expect("read the watch headers");
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(head.contains("transfer-encoding: chunked"), "{head}");
+    stream
 }
 
 #[test]
