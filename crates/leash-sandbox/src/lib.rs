@@ -1,8 +1,56 @@
 //! leash-sandbox: an in-memory Kubernetes API server for demos, tests and benchmarks.
 //!
-//! [`Sandbox::start`] binds a loopback port and serves discovery, CRUD, paginated
-//! lists over consistent snapshots, and watches, with optional fault injection.
-//! [`Sandbox::store`] gives tests direct access to the objects without HTTP.
+//! [`Sandbox::start`] binds a loopback port and serves JSON over HTTP/1.1 that kubectl
+//! and kube-rs use unchanged; [`Sandbox::store`] gives tests direct access to the
+//! objects (no HTTP, no faults).
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use leash_sandbox::{Sandbox, SandboxConfig};
+//! use serde_json::json;
+//!
+//! let sandbox = Sandbox::start(SandboxConfig::default()).await?;
+//! sandbox.store().create(json!({
+//!     "apiVersion": "v1", "kind": "ConfigMap",
+//!     "metadata": {"name": "demo", "namespace": "default"},
+//! }))?;
+//! assert_eq!(sandbox.store().object_count(), 5); // the 4 default namespaces + 1
+//! let client = kube::Client::try_from(kube::Config::new(sandbox.url().parse()?))?;
+//! let cms: kube::Api<k8s_openapi::api::core::v1::ConfigMap> = kube::Api::namespaced(client, "default");
+//! assert_eq!(cms.get("demo").await?.metadata.name.as_deref(), Some("demo"));
+//! sandbox.shutdown().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # What is served
+//! - `/version`; discovery, aggregated (`apidiscovery.k8s.io` v2 and v2beta1 on `/api`
+//!   and `/apis`, chosen by `Accept`) and legacy (`/api`, `/api/v1`, `/apis`,
+//!   `/apis/{g}`, `/apis/{g}/{v}`); a minimal `/openapi/v3` (group-version-kinds and
+//!   PATCH parameters only, enough for kubectl's server-side field validation check);
+//!   `/healthz`, `/livez`, `/readyz` (no auth).
+//! - Built-in kinds: namespaces, pods, configmaps, secrets, services, serviceaccounts,
+//!   events, nodes (v1); deployments, statefulsets, daemonsets, replicasets (apps/v1);
+//!   jobs, cronjobs (batch/v1); leases (coordination.k8s.io/v1);
+//!   customresourcedefinitions (apiextensions.k8s.io/v1). Creating a CRD registers every
+//!   served version of its kind; deleting it removes the kind and its objects.
+//! - Verbs: get, list, watch, create, update (PUT), patch (merge, strategic merge treated
+//!   as merge, JSON patch, apply treated as a merge patch that creates), delete,
+//!   deletecollection; the `status` subresource where the kind has one.
+//! - Lists: `labelSelector`, `fieldSelector` (metadata.name, metadata.namespace, and a
+//!   few per-kind fields such as pods' `spec.nodeName`/`status.phase`), `limit` and
+//!   `continue` over consistent snapshots, `remainingItemCount`, `resourceVersion` and
+//!   `resourceVersionMatch`; expired continue tokens get 410 with a fresh token.
+//! - Watches: `resourceVersion`, `allowWatchBookmarks`, `timeoutSeconds`,
+//!   `sendInitialEvents` (ending in the `k8s.io/initial-events-end` bookmark), 410 ERROR
+//!   events when the version is older than the event history (10,000 events).
+//!
+//! # What is not
+//! Protobuf and CBOR request bodies (415), Table output (`as=Table` gets a plain list),
+//! schema validation, defaulting and admission, finalizers and graceful deletion (deletes
+//! are immediate), owner-reference garbage collection, conversion between CRD versions,
+//! `scale` and other subresources, field managers (`managedFields`), HTTP/2 and TLS.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 mod api;

@@ -449,6 +449,35 @@ mod tests {
     }
 
     #[test]
+    fn resource_version_semantics() {
+        let (store, rt) = setup(3);
+        let snaps = Snapshots::default();
+        let sel = Selection::default();
+        let latest = store.resource_version();
+        let at = |rv: &str, m: Option<&str>| {
+            let p = ListParams {
+                resource_version: Some(rv.into()),
+                resource_version_match: m.map(str::to_string),
+                ..Default::default()
+            };
+            list(&store, &snaps, &rt, &sel, &p, Duration::from_secs(60))
+        };
+        for rv in ["", "0", "1"] {
+            let v: Value = serde_json::from_slice(&at(rv, None).unwrap()).unwrap();
+            assert_eq!(
+                v["metadata"]["resourceVersion"],
+                latest.to_string(),
+                "rv {rv:?} serves the latest"
+            );
+        }
+        assert_eq!(at(&(latest + 5).to_string(), None).unwrap_err().code(), 504);
+        assert_eq!(at(&latest.to_string(), Some("Exact")).map(|_| ()), Ok(()));
+        assert_eq!(at("1", Some("Exact")).unwrap_err().code(), 410);
+        assert_eq!(at("1", Some("Sometimes")).unwrap_err().code(), 400);
+        assert_eq!(at("x", None).unwrap_err().code(), 400);
+    }
+
+    #[test]
     fn expired_token_gets_fresh_one() {
         let (store, rt) = setup(5);
         let snaps = Snapshots::default();

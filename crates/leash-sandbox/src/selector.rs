@@ -29,7 +29,7 @@ impl LabelSelector {
         while !rest.is_empty() {
             // One requirement ends at a comma outside parentheses.
             let mut depth = 0usize;
-            let mut end = rest.len();
+            let mut comma = None;
             for (i, c) in rest.char_indices() {
                 match c {
                     '(' => depth += 1,
@@ -39,21 +39,28 @@ impl LabelSelector {
                             .ok_or_else(|| bad("unbalanced parenthesis"))?
                     }
                     ',' if depth == 0 => {
-                        end = i;
+                        comma = Some(i);
                         break;
                     }
                     _ => {}
                 }
             }
+            let end = comma.unwrap_or(rest.len());
             let req = rest[..end].trim();
-            rest = rest.get(end + 1..).unwrap_or("").trim_start();
             if req.is_empty() {
                 return Err(bad("found ',', expected: identifier"));
             }
             reqs.push(parse_requirement(req).map_err(|w| bad(&w))?);
-            if end == s.trim().len() {
-                break;
-            }
+            rest = match comma {
+                Some(i) => {
+                    let next = rest[i + 1..].trim_start();
+                    if next.is_empty() {
+                        return Err(bad("found '', expected: identifier after ','"));
+                    }
+                    next
+                }
+                None => "",
+            };
         }
         Ok(Self { reqs })
     }

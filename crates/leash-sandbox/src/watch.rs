@@ -335,6 +335,41 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_watcher_that_falls_behind_the_history_gets_410_and_ends() {
+        let store = Store::new(0);
+        let rt = store.registry().by_path("", "v1", "configmaps").unwrap();
+        let params = WatchParams {
+            resource_version: Some(store.resource_version().to_string()),
+            ..Default::default()
+        };
+        let s = watch(
+            &store,
+            rt,
+            Selection::default(),
+            &params,
+            CancellationToken::new(),
+        )
+        .unwrap();
+        futures::pin_mut!(s);
+        store.create(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "first", "namespace": "default"}})).unwrap();
+        let first = lines(&s.next().await.unwrap().unwrap());
+        assert_eq!(first[0]["object"]["metadata"]["name"], "first");
+        // The reader stalls while more writes than the history holds happen.
+        for i in 0..crate::store::HISTORY_CAPACITY + 1 {
+            store
+                .create(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("c{i}"), "namespace": "default"}}))
+                .unwrap();
+        }
+        let e = lines(&s.next().await.unwrap().unwrap());
+        assert_eq!(e.len(), 1);
+        assert_eq!(
+            (e[0]["type"].as_str(), e[0]["object"]["code"].as_u64()),
+            (Some("ERROR"), Some(410))
+        );
+        assert!(s.next().await.is_none());
+    }
+
+    #[tokio::test]
     async fn cancellation_ends_the_stream() {
         let store = Store::new(0);
         let rt = store.registry().by_path("", "v1", "pods").unwrap();
