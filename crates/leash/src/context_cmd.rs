@@ -151,7 +151,17 @@ async fn run_once(settings: &Settings, store: &Store) -> anyhow::Result<ExitCode
         for err in invalid {
             failed.push(err.to_string());
         }
-        add_all(store, entries)?;
+        for entry in entries {
+            let name = entry.name().to_owned();
+            match store.add(entry) {
+                Ok(_) => {}
+                // As with the continuous feeder: the file's entry wins.
+                Err(leash_context::Error::AlreadyExists(_)) => eprintln!(
+                    "leash: warning: GlobalContextEntry {name:?} in the cluster has the name of an entry from a file; using the file's"
+                ),
+                Err(err) => failed.push(format!("entry {name:?} from the cluster: {err}")),
+            }
+        }
     }
     let waits = tokio::select! {
         results = store.wait_all_ready() => results,
