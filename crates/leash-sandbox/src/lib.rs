@@ -32,7 +32,8 @@
 //!   `/healthz`, `/livez`, `/readyz` (no auth).
 //! - Built-in kinds: namespaces, pods, configmaps, secrets, services, serviceaccounts,
 //!   events, nodes (v1); deployments, statefulsets, daemonsets, replicasets (apps/v1);
-//!   jobs, cronjobs (batch/v1); leases (coordination.k8s.io/v1);
+//!   jobs, cronjobs (batch/v1); leases (coordination.k8s.io/v1); events (events.k8s.io/v1,
+//!   stored apart from v1 events: no conversion between the two);
 //!   customresourcedefinitions (apiextensions.k8s.io/v1). Creating a CRD registers every
 //!   served version of its kind; deleting it removes the kind and its objects.
 //! - Verbs: get, list, watch, create, update (PUT), patch (merge, strategic merge treated

@@ -6,8 +6,8 @@
 //! 2. Accepting is raced against the token: the loop ends as soon as it is cancelled.
 //! 3. A connection serves until the client closes it or the token is cancelled; then
 //!    it shuts down gracefully (in-flight responses finish; open watches end by
-//!    themselves on the same token), bounded by [`DRAIN_TIMEOUT`]. Header reads are
-//!    bounded by [`HEADER_TIMEOUT`], so an idle half-open client cannot pin a task.
+//!    themselves on the same token), bounded by [`DRAIN_TIMEOUT`]. Header reads (and idle
+//!    keep-alive) are bounded by [`HEADER_TIMEOUT`], so a silent client cannot pin a task.
 
 use std::convert::Infallible;
 use std::pin::pin;
@@ -23,8 +23,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::App;
 
-/// How long a client may take to send request headers.
-pub(crate) const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a client may take to send request headers. hyper also applies it to idle
+/// keep-alive connections, so it is longer than the idle timeouts of client pools
+/// (90 s in hyper-util and client-go): the client, not the server, closes an idle
+/// connection, and a request never races the server's close.
+pub(crate) const HEADER_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long in-flight requests may take to finish after shutdown starts.
 pub(crate) const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
