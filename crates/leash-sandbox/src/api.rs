@@ -419,9 +419,13 @@ impl App {
     ) -> Reply {
         let timeout = match q.get("timeoutSeconds").map(String::as_str) {
             None | Some("") => None,
-            Some(t) => Some(Duration::from_secs(t.parse::<u64>().map_err(|_| {
-                ApiError::bad_request(format!("invalid timeoutSeconds {t:?}"))
-            })?)),
+            Some(t) => {
+                let secs = t
+                    .parse::<u64>()
+                    .map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds {t:?}")))?;
+                // 0 means the server's default, as in the API server.
+                (secs > 0).then(|| Duration::from_secs(secs))
+            }
         };
         let params = WatchParams {
             resource_version: q.get("resourceVersion").cloned(),

@@ -31,6 +31,8 @@ use crate::store::{Objects, Store};
 
 /// Default watch duration when `timeoutSeconds` is absent (the server's min-request-timeout).
 pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
+/// The longest watch (larger `timeoutSeconds` are capped).
+pub(crate) const MAX_TIMEOUT: Duration = Duration::from_secs(365 * 24 * 3600);
 /// How often an idle watch with `allowWatchBookmarks=true` gets a BOOKMARK.
 pub(crate) const BOOKMARK_INTERVAL: Duration = Duration::from_secs(5);
 /// Events per history read (and per initial-events frame).
@@ -107,7 +109,8 @@ pub(crate) fn watch(
         phase,
         rx,
         token,
-        deadline: now + params.timeout.unwrap_or(DEFAULT_TIMEOUT),
+        // A huge timeoutSeconds must not overflow the clock: cap it at a year.
+        deadline: now + params.timeout.unwrap_or(DEFAULT_TIMEOUT).min(MAX_TIMEOUT),
         bookmarks: params.allow_bookmarks,
         next_bookmark: now + BOOKMARK_INTERVAL,
     };
@@ -374,8 +377,10 @@ mod tests {
         let store = Store::new(0);
         let rt = store.registry().by_path("", "v1", "pods").unwrap();
         let token = CancellationToken::new();
+        // A timeout too large for the clock is capped, not a panic.
         let params = WatchParams {
             resource_version: Some("4".into()),
+            timeout: Some(Duration::MAX),
             ..Default::default()
         };
         let s = watch(&store, rt, Selection::default(), &params, token.clone()).unwrap();
