@@ -30,7 +30,7 @@ use crate::status::ApiError;
 use crate::store::{Objects, Store};
 
 /// How many list snapshots are retained for continue tokens.
-pub(crate) const SNAPSHOT_CAPACITY: usize = 256;
+pub(crate) const SNAPSHOT_CAPACITY: usize = 1024;
 
 /// What a list or watch selects.
 #[derive(Debug, Clone, Default)]

@@ -1,6 +1,5 @@
 //! The kinds the sandbox serves: built-in types and the ones CRDs register.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -397,12 +396,15 @@ pub(crate) fn is_dns_subdomain(s: &str) -> bool {
     !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns_label)
 }
 
-/// Every served resource type, indexed for the lookups requests need. Immutable:
-/// registering a CRD builds a new registry (copy on write).
+/// Every served resource type, indexed for the lookups requests need. Immutable once
+/// shared: registering a CRD changes a clone (persistent maps: the clone is O(1) and
+/// each change O(log n), so hundreds of CRDs stay cheap).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Registry {
     /// `(group, version, plural)` → type.
-    by_path: BTreeMap<(String, String, String), Arc<ResourceType>>,
+    by_path: imbl::OrdMap<(String, String, String), Arc<ResourceType>>,
+    /// `(group, version, kind)` → type.
+    by_kind: imbl::OrdMap<(String, String, String), Arc<ResourceType>>,
 }
 
 impl Registry {
@@ -415,22 +417,37 @@ impl Registry {
     }
 
     pub(crate) fn insert(&mut self, t: ResourceType) {
-        self.by_path.insert(
-            (t.group.clone(), t.version.clone(), t.plural.clone()),
-            Arc::new(t),
+        let t = Arc::new(t);
+        self.by_kind.insert(
+            (t.group.clone(), t.version.clone(), t.kind.clone()),
+            t.clone(),
         );
+        self.by_path
+            .insert((t.group.clone(), t.version.clone(), t.plural.clone()), t);
     }
 
     /// Removes every version registered by `crd`.
     pub(crate) fn remove_crd(&mut self, crd: &str) {
-        self.by_path.retain(|_, t| t.crd.as_deref() != Some(crd));
+        let gone: Vec<Arc<ResourceType>> = self
+            .by_path
+            .values()
+            .filter(|t| t.crd.as_deref() == Some(crd))
+            .cloned()
+            .collect();
+        for t in gone {
+            self.by_path
+                .remove(&(t.group.clone(), t.version.clone(), t.plural.clone()));
+            self.by_kind
+                .remove(&(t.group.clone(), t.version.clone(), t.kind.clone()));
+        }
     }
 
-    /// True if some type already serves `(group, plural)` and was not registered by `crd`.
-    pub(crate) fn taken(&self, group: &str, plural: &str, crd: &str) -> bool {
+    /// True if a type not registered by `crd` already serves `(group, plural)` or `(group, kind)`.
+    pub(crate) fn taken(&self, group: &str, plural: &str, kind: &str, crd: &str) -> bool {
         self.by_path
-            .values()
-            .any(|t| t.group == group && t.plural == plural && t.crd.as_deref() != Some(crd))
+            .range((group.to_string(), String::new(), String::new())..)
+            .take_while(|((g, _, _), _)| g == group)
+            .any(|(_, t)| (t.plural == plural || t.kind == kind) && t.crd.as_deref() != Some(crd))
     }
 
     pub(crate) fn by_path(
@@ -450,9 +467,8 @@ impl Registry {
             Some((g, v)) => (g, v),
             None => ("", api_version),
         };
-        self.by_path
-            .values()
-            .find(|t| t.group == group && t.version == version && t.kind == kind)
+        self.by_kind
+            .get(&(group.to_string(), version.to_string(), kind.to_string()))
             .cloned()
     }
 
@@ -464,8 +480,9 @@ impl Registry {
     /// Whether `group/version` is served at all.
     pub(crate) fn serves(&self, group: &str, version: &str) -> bool {
         self.by_path
-            .keys()
-            .any(|(g, v, _)| g == group && v == version)
+            .range((group.to_string(), version.to_string(), String::new())..)
+            .next()
+            .is_some_and(|((g, v, _), _)| g == group && v == version)
     }
 }
 

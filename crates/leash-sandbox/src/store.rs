@@ -359,14 +359,14 @@ impl Store {
         if rt.crd.is_none() && rt.plural == "customresourcedefinitions" {
             let types = from_crd(&obj)?;
             if let Some(t) = types.first()
-                && st.registry.taken(&t.group, &t.plural, &name)
+                && st.registry.taken(&t.group, &t.plural, &t.kind, &name)
             {
                 return Err(ApiError::invalid(
                     &rt.kind,
                     &name,
                     format!(
-                        "spec.names.plural: Invalid value: \"{}\": already served",
-                        t.plural
+                        "spec.names: Invalid value: \"{}\" (kind {}): already served in group {}",
+                        t.plural, t.kind, t.group
                     ),
                 ));
             }
@@ -888,6 +888,15 @@ mod tests {
             "scope": "Namespaced", "names": {"plural": "widgets", "kind": "Widget"},
             "versions": [{"name": "v1", "served": true, "storage": true}]}});
         s.create(crd).unwrap();
+        // Another CRD for the same group and kind is refused.
+        let clash = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "widgetz.example.leash.dev"}, "spec": {"group": "example.leash.dev",
+            "scope": "Namespaced", "names": {"plural": "widgetz", "kind": "Widget"},
+            "versions": [{"name": "v1", "served": true, "storage": true}]}});
+        let Err(Error::Api(e)) = s.create(clash) else {
+            panic!("clash accepted")
+        };
+        assert_eq!(e.code(), 422);
         s.create(json!({"apiVersion": "example.leash.dev/v1", "kind": "Widget", "metadata": {"name": "w"}}))
             .unwrap();
         s.delete(
