@@ -8,31 +8,35 @@
 //!    is a transport error of that attempt and is retried like a reset.
 //! 3. At most `1 + max_retries` attempts per call; `retries` is incremented
 //!    once per retry actually made, so callers can report it.
+//! 4. With request slots (a load's semaphore of `concurrency` permits), a
+//!    permit is held from sending a request to the end of its body and never
+//!    across a backoff or `Retry-After` wait, so at most `concurrency`
+//!    requests are in flight and a throttled kind does not idle a slot.
+
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{StatusCode, header};
 use kube::client::Body;
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
 use crate::retry::{RetryPolicy, Verdict};
 
-/// A successful answer (2xx, or one of the statuses the caller accepts).
+/// A whole response: status, `Retry-After`, body.
 #[derive(Debug)]
 pub(crate) struct Answer {
     /// The HTTP status.
     pub(crate) status: StatusCode,
+    /// The `Retry-After` header, if any.
+    pub(crate) retry_after: Option<String>,
     /// The whole body.
     pub(crate) body: Bytes,
 }
 
-/// A failed attempt: retried or turned into an [`Error`].
+/// An attempt that got no response: retried or turned into an [`Error`].
 enum AttemptError {
-    Status {
-        status: StatusCode,
-        retry_after: Option<String>,
-        body: Bytes,
-    },
     Transport(Box<dyn std::error::Error + Send + Sync>),
     Auth(kube::Error),
 }
@@ -42,6 +46,9 @@ enum AttemptError {
 pub(crate) struct Fetcher {
     client: kube::Client,
     policy: RetryPolicy,
+    /// Request slots: when set, each attempt holds a permit from the request
+    /// to the end of its body, and no permit while waiting to retry.
+    slots: Option<Arc<Semaphore>>,
 }
 
 /// How a body that parsed badly is handled: the caller's parse closure
@@ -58,7 +65,20 @@ impl std::fmt::Debug for Fetcher {
 
 impl Fetcher {
     pub(crate) fn new(client: kube::Client, policy: RetryPolicy) -> Self {
-        Fetcher { client, policy }
+        Fetcher {
+            client,
+            policy,
+            slots: None,
+        }
+    }
+
+    /// The same fetcher, limited to `slots.available_permits()` requests in
+    /// flight (shared with every clone).
+    pub(crate) fn with_slots(&self, slots: Arc<Semaphore>) -> Self {
+        Fetcher {
+            slots: Some(slots),
+            ..self.clone()
+        }
     }
 
     /// GET `path_and_query` with `accept`, retrying per the policy, and parse
@@ -87,7 +107,7 @@ impl Fetcher {
         loop {
             attempt += 1;
             let outcome = match token
-                .run_until_cancelled(self.attempt(path_and_query, accept))
+                .run_until_cancelled(self.attempt_in_slot(path_and_query, accept))
                 .await
             {
                 None => return Err(Error::Cancelled),
@@ -110,33 +130,32 @@ impl Fetcher {
                         }
                     }
                 }
-                Ok(answer) => {
-                    // A non-2xx status that was not accepted (e.g. 410 where
-                    // the caller cannot continue): fail without retry.
-                    return Err(status_error(
-                        operation.to_owned(),
-                        answer.status,
-                        &answer.body,
-                        attempt,
-                    ));
-                }
-                Err(AttemptError::Auth(err)) => return Err(Error::Client(err)),
-                Err(AttemptError::Status {
-                    status,
-                    retry_after,
-                    body,
-                }) => match self.policy.classify_status(status, retry_after.as_deref()) {
+                Ok(answer) => match self
+                    .policy
+                    .classify_status(answer.status, answer.retry_after.as_deref())
+                {
                     Verdict::Fail => {
-                        return Err(status_error(operation.to_owned(), status, &body, attempt));
+                        return Err(status_error(
+                            operation.to_owned(),
+                            answer.status,
+                            &answer.body,
+                            attempt,
+                        ));
                     }
                     Verdict::Retry { .. } if attempt > self.policy.max_retries => {
-                        return Err(status_error(operation.to_owned(), status, &body, attempt));
+                        return Err(status_error(
+                            operation.to_owned(),
+                            answer.status,
+                            &answer.body,
+                            attempt,
+                        ));
                     }
                     Verdict::Retry { after } => {
-                        tracing::debug!(path = path_and_query, %status, "retrying");
+                        tracing::debug!(path = path_and_query, status = %answer.status, "retrying");
                         after
                     }
                 },
+                Err(AttemptError::Auth(err)) => return Err(Error::Client(err)),
                 Err(AttemptError::Transport(source)) => {
                     if attempt > self.policy.max_retries {
                         return Err(Error::Transport {
@@ -161,6 +180,20 @@ impl Fetcher {
         }
     }
 
+    /// One attempt, holding a request slot (if limited) until its body is in.
+    async fn attempt_in_slot(
+        &self,
+        path_and_query: &str,
+        accept: &str,
+    ) -> Result<Answer, AttemptError> {
+        let _permit = match &self.slots {
+            // The semaphore is never closed; `Err` cannot happen.
+            Some(slots) => slots.acquire().await.ok(),
+            None => None,
+        };
+        self.attempt(path_and_query, accept).await
+    }
+
     /// One request and its whole body.
     async fn attempt(&self, path_and_query: &str, accept: &str) -> Result<Answer, AttemptError> {
         let request = http::Request::get(path_and_query)
@@ -183,15 +216,11 @@ impl Fetcher {
             .collect_bytes()
             .await
             .map_err(|e| AttemptError::Transport(Box::new(e)))?;
-        if status.is_success() || status == StatusCode::GONE {
-            Ok(Answer { status, body })
-        } else {
-            Err(AttemptError::Status {
-                status,
-                retry_after,
-                body,
-            })
-        }
+        Ok(Answer {
+            status,
+            retry_after,
+            body,
+        })
     }
 }
 

@@ -11,14 +11,18 @@
 //! 3. One deadline for the whole load; the deadline, the caller's token and
 //!    the first failure (with `fail_fast`) all cancel one token, which every
 //!    request, backoff and channel send of every task races against.
-//! 4. Memory is bounded: the object channel holds at most `concurrency`
-//!    pages, and each task holds at most two more (one being sent, one
-//!    arriving), so at most `3 x concurrency x page_size` objects are in
+//! 4. At most `concurrency` requests are in flight (a semaphore whose
+//!    permit a request holds until its body is in, never while waiting to
+//!    retry). The pool runs `2 x concurrency` list tasks, so a kind waiting
+//!    out a `Retry-After` or a backoff leaves its request slot to another.
+//! 5. Memory is bounded: the object channel holds at most `concurrency`
+//!    pages, and each task holds at most two more (one being delivered, one
+//!    arriving), so at most `5 x concurrency x page_size` objects are in
 //!    memory whatever the cluster's size.
-//! 5. The object stream ends after the report future has joined every task:
+//! 6. The object stream ends after the report future has joined every task:
 //!    tasks hold the only senders besides the driver's, which is dropped
 //!    once the pool is joined.
-//! 6. Locks: `tallies` and `submitted` are `std::sync::Mutex`es locked for
+//! 7. Locks: `tallies` and `submitted` are `std::sync::Mutex`es locked for
 //!    a few statements, never across an await; no code holds two at once.
 
 use std::collections::HashMap;
@@ -30,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
 use leash_runtime::{PoolConfig, Scope, WorkerPool};
-use tokio::sync::mpsc;
+use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::discovery::{Catalog, discover};
@@ -248,8 +252,9 @@ impl Loader {
         let (tx, rx) = mpsc::channel(self.options.concurrency);
         let progress = Arc::new(Progress::default());
         progress.set_total(targets.len() as u64);
+        let slots = Arc::new(Semaphore::new(self.options.concurrency));
         let shared = Arc::new(Shared {
-            fetcher: self.fetcher.clone(),
+            fetcher: self.fetcher.with_slots(slots),
             query: self.options.list_query(),
             consistent: self.options.consistent,
             max_restarts: self.options.max_restarts,
@@ -279,6 +284,9 @@ impl Loader {
         }
     }
 }
+
+/// List tasks per request slot (invariant 4).
+const TASKS_PER_SLOT: usize = 2;
 
 /// What the list tasks share.
 struct Shared {
@@ -346,8 +354,9 @@ impl Driver {
         let mut stop: Option<StopReason> = None;
 
         let scope = Scope::with_parent_token(&run_token);
+        // Twice the request slots (invariant 4).
         let config = PoolConfig {
-            workers: self.concurrency,
+            workers: self.concurrency * TASKS_PER_SLOT,
             queue_capacity: self.concurrency,
         };
         let handler = {

@@ -61,3 +61,40 @@ async fn thousand_kinds_at_concurrency_one() {
     assert_eq!(assert_exactly_once(&objects), 1000);
     sb.shutdown().await.unwrap();
 }
+
+/// `concurrency` bounds requests in flight (not just tasks): 8 one-page
+/// kinds at concurrency 2 with 100 ms per request take 4 rounds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrency_bounds_requests_in_flight() {
+    let sb = sandbox(crds(8, 1), Faults::default(), 3).await;
+    let loader = leash_loader::Loader::new(
+        client(&sb),
+        LoadOptions {
+            kinds: KindSelection::Names((0..8).map(crd_name).collect()),
+            namespaces: NamespaceSelection::All,
+            concurrency: 2,
+            ..LoadOptions::default()
+        },
+    )
+    .unwrap();
+    let token = tokio_util::sync::CancellationToken::new();
+    let kinds = loader.resolve(&token).await.unwrap();
+    sb.set_faults(Faults {
+        latency: Duration::from_millis(100),
+        ..Faults::default()
+    });
+    let start = Instant::now();
+    let load = loader.load(kinds, token);
+    let (report, ()) = tokio::join!(load.report, async {
+        let mut objects = load.objects;
+        while objects.next_page().await.is_some() {}
+    });
+    let took = start.elapsed();
+    assert!(report.is_complete());
+    assert!(
+        took >= Duration::from_millis(390),
+        "more than 2 requests in flight: {took:?}"
+    );
+    assert!(took < Duration::from_millis(1500), "{took:?}");
+    sb.shutdown().await.unwrap();
+}

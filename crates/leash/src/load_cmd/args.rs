@@ -174,9 +174,9 @@ impl Format {
 /// When to show the progress bar.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum ProgressMode {
-    /// When stderr is a terminal.
+    /// A bar when stderr is a terminal.
     Auto,
-    /// Always.
+    /// A bar on a terminal, else one progress line per second.
     Always,
     /// Never.
     Never,

@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 use std::io::IsTerminal;
 use std::time::Duration;
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle, TermLike};
 use leash_loader::{LoadReport, ProgressSnapshot};
 
 use super::args::ProgressMode;
@@ -26,7 +26,14 @@ impl ProgressView {
         if !show {
             return ProgressView { bar: None };
         }
-        let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
+        // indicatif draws nothing to a non-terminal; `always` then prints
+        // one progress line per second instead.
+        let target = if std::io::stderr().is_terminal() {
+            ProgressDrawTarget::stderr()
+        } else {
+            ProgressDrawTarget::term_like_with_hz(Box::new(PlainLines), 1)
+        };
+        let bar = ProgressBar::with_draw_target(Some(0), target);
         bar.set_style(
             ProgressStyle::with_template("{elapsed:>4} [{bar:30}] {pos}/{len} kinds  {msg}")
                 .unwrap_or_else(|_| ProgressStyle::default_bar())
@@ -52,6 +59,43 @@ impl ProgressView {
         if let Some(bar) = &self.bar {
             bar.finish_and_clear();
         }
+    }
+}
+
+/// A "terminal" that prints each progress line as a line of its own.
+#[derive(Debug)]
+struct PlainLines;
+
+impl TermLike for PlainLines {
+    fn width(&self) -> u16 {
+        100
+    }
+    fn move_cursor_up(&self, _: usize) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn move_cursor_down(&self, _: usize) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn move_cursor_right(&self, _: usize) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn move_cursor_left(&self, _: usize) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn write_line(&self, s: &str) -> std::io::Result<()> {
+        if !s.trim().is_empty() {
+            eprintln!("{s}");
+        }
+        Ok(())
+    }
+    fn write_str(&self, s: &str) -> std::io::Result<()> {
+        self.write_line(s)
+    }
+    fn clear_line(&self) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
