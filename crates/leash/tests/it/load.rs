@@ -539,3 +539,28 @@ fn matches_kubectl() {
         uids(theirs["items"].as_array().unwrap())
     );
 }
+
+/// --timeout is one deadline for the whole load: with every request waiting
+/// 5 s, `--timeout 1s` exits 1 about a second in, saying so.
+#[test]
+fn timeout_is_one_deadline() {
+    let sandbox = SandboxProcess::start(&["--crds", "2:2", "--latency", "5s"]);
+    let started = Instant::now();
+    let out = load(&[
+        "--server",
+        &sandbox.url,
+        "pods",
+        "-A",
+        "--timeout",
+        "1s",
+        "--progress",
+        "never",
+    ]);
+    let took = started.elapsed();
+    assert_exit(&out, 1);
+    assert!(stderr(&out).contains("deadline"), "{}", stderr(&out));
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(3),
+        "took {took:?}"
+    );
+}
