@@ -59,11 +59,13 @@ async fn load(
     deadline: Option<Instant>,
     interrupt: &mut Interrupt,
 ) -> anyhow::Result<ExitCode> {
-    let mut sink = match &settings.output_dir {
-        Some(dir) => Sink::dir(settings.format, dir).map_err(|e| {
+    // A bad --output-dir is reported before any request; stdout gets
+    // nothing (not even a List header) unless discovery succeeds.
+    let dir_sink = match &settings.output_dir {
+        Some(dir) => Some(Sink::dir(settings.format, dir).map_err(|e| {
             cli_error::usage(format!("cannot use --output-dir {}: {e}", dir.display()))
-        })?,
-        None => Sink::stdout(settings.format).context("writing to stdout")?,
+        })?),
+        None => None,
     };
     let mut options = settings.options.clone();
     let token = CancellationToken::new();
@@ -85,6 +87,10 @@ async fn load(
         }
     };
     let kinds = resolved.map_err(|err| resolve_error(err, server))?;
+    let mut sink = match dir_sink {
+        Some(sink) => sink,
+        None => Sink::stdout(settings.format).context("writing to stdout")?,
+    };
     let discovery = discovery_started.elapsed();
     tracing::info!(kinds = kinds.len(), ?discovery, "resolved; loading");
 
@@ -115,7 +121,7 @@ async fn load(
         }
     };
     view.finish();
-    written?;
+    written.context("writing the output")?;
     sink.finish(&kinds).context("writing the output")?;
 
     eprint!("{}", summary(&report, discovery));

@@ -116,14 +116,16 @@ impl Drop for SandboxProcess {
 /// unknown kind is exit 2, naming it, and nothing is written.
 #[test]
 fn seed_zero_resources_on_mapping_error() {
-    let out = small(&["pods", "nosuchkind", "-A"]);
-    assert_exit(&out, 2);
-    assert!(stderr(&out).contains("\"nosuchkind\""), "{}", stderr(&out));
-    assert!(
-        ndjson(&out).is_empty(),
-        "objects were written: {}",
-        stdout(&out)
-    );
+    for format in ["ndjson", "json"] {
+        let out = small(&["pods", "nosuchkind", "-A", "-o", format]);
+        assert_exit(&out, 2);
+        assert!(stderr(&out).contains("\"nosuchkind\""), "{}", stderr(&out));
+        assert!(
+            stdout(&out).is_empty(),
+            "{format}: output written: {}",
+            stdout(&out)
+        );
+    }
 }
 
 /// Seed 001, "pool drops tasks beyond 2x concurrency": 300 kinds x 5
