@@ -61,9 +61,14 @@ fn main() -> ExitCode {
     }
 }
 
+/// Default log filter. kube's HTTP trace layer logs every 5xx and transport
+/// error at ERROR level, even those leash retries and reports itself (`leash
+/// load`'s summary counts them), so its events are off unless `LEASH_LOG` says.
+const DEFAULT_LOG_FILTER: &str = "warn,kube_client::client::builder=off";
+
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("LEASH_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
