@@ -1,4 +1,9 @@
 //! What a load did: per kind and in total.
+//!
+//! # Invariants
+//! 1. [`Progress`] counters are statistics only: every update and read is
+//!    `Ordering::Relaxed` and synchronizes nothing; the authoritative counts
+//!    are in [`LoadReport`], built after every task is joined.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
