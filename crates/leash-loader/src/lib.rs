@@ -10,7 +10,9 @@
 //!   kubectl's name resolution; an unknown kind is [`Error::UnknownKind`].
 //! - [`Loader::load`]: one list task per kind (per kind and namespace when
 //!   several namespaces are selected) on a `leash_runtime::WorkerPool`;
-//!   pages of a kind are sequential, kinds run concurrently. Objects stream
+//!   pages of a kind are sequential, kinds run concurrently, and at most
+//!   [`LoadOptions::concurrency`] requests are in flight (a kind waiting to
+//!   retry does not hold a request slot). Objects stream
 //!   out page by page through a bounded channel ([`Objects`]); the report
 //!   ([`LoadReport`]) says, per kind, objects, pages, retries, restarts,
 //!   time, whether it was read across snapshots, and why it is incomplete.

@@ -30,7 +30,8 @@ pub struct LoadOptions {
     pub label_selector: Option<String>,
     /// `fieldSelector` sent with every list.
     pub field_selector: Option<String>,
-    /// Lists running at once (1..=32).
+    /// List requests in flight at once (1..=32); the pool runs twice as many
+    /// list tasks so that kinds waiting to retry leave their slot to others.
     pub concurrency: usize,
     /// Objects per page (`limit`).
     pub page_size: u32,

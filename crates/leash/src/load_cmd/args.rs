@@ -91,7 +91,7 @@ pub(crate) struct Args {
     #[arg(long)]
     insecure_skip_tls_verify: bool,
 
-    /// Lists running at once (1..=32).
+    /// List requests in flight at once (1..=32): kinds load concurrently, the pages of a kind in order.
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = parse_concurrency)]
     concurrency: usize,
 
