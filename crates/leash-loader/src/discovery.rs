@@ -82,11 +82,22 @@ pub(crate) async fn discover(
     token: &CancellationToken,
     retries: &mut u64,
 ) -> Result<Catalog> {
+    discover_with(fetcher, ACCEPT_DISCOVERY, token, retries).await
+}
+
+/// [`discover`] with a chosen top-level Accept (tests force the legacy path
+/// with plain `application/json`).
+async fn discover_with(
+    fetcher: &Fetcher,
+    accept: &str,
+    token: &CancellationToken,
+    retries: &mut u64,
+) -> Result<Catalog> {
     // Both top-level documents at once: discovery costs one round trip.
     let (mut core_retries, mut group_retries) = (0, 0);
     let (core, groups) = tokio::join!(
-        get_top_level(fetcher, "/api", token, &mut core_retries),
-        get_top_level(fetcher, "/apis", token, &mut group_retries),
+        get_top_level(fetcher, "/api", accept, token, &mut core_retries),
+        get_top_level(fetcher, "/apis", accept, token, &mut group_retries),
     );
     *retries += core_retries + group_retries;
     let (core, groups) = (core?, groups?);
@@ -148,13 +159,14 @@ pub(crate) async fn discover(
 async fn get_top_level(
     fetcher: &Fetcher,
     path: &str,
+    accept: &str,
     token: &CancellationToken,
     retries: &mut u64,
 ) -> Result<TopLevel> {
     fetcher
         .get(
             path,
-            ACCEPT_DISCOVERY,
+            accept,
             &format!("discovery GET {path}"),
             &[StatusCode::NOT_FOUND],
             token,
@@ -325,6 +337,62 @@ mod tests {
         assert_eq!(names, ["pods", "namespaces"]);
         assert_eq!(kinds[1].singular, "namespace");
         assert!(!kinds[1].namespaced);
+    }
+
+    /// Against the sandbox, legacy discovery (one document per group) finds
+    /// the same kinds, scopes, verbs and short names as aggregated discovery.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn legacy_and_aggregated_discovery_agree() {
+        let objects = leash_sandbox::generate::generate(&leash_sandbox::generate::GenerateSpec {
+            kinds: vec![],
+            namespaces: 1,
+            crds: Some((3, 1)),
+            seed: 0,
+        })
+        .unwrap();
+        let sb = leash_sandbox::Sandbox::start(leash_sandbox::SandboxConfig {
+            objects,
+            ..leash_sandbox::SandboxConfig::default()
+        })
+        .await
+        .unwrap();
+        let client =
+            crate::client_from_config(kube::Config::new(sb.url().parse().unwrap())).unwrap();
+        let fetcher = Fetcher::new(client, crate::RetryPolicy::default());
+        let token = CancellationToken::new();
+        let mut retries = 0;
+        let aggregated = discover(&fetcher, &token, &mut retries).await.unwrap();
+        let legacy = discover_with(&fetcher, "application/json", &token, &mut retries)
+            .await
+            .unwrap();
+        let key = |c: &Catalog| {
+            let mut kinds: Vec<_> = c
+                .kinds()
+                .iter()
+                .map(|k| {
+                    let mut short = k.short_names.clone();
+                    short.sort();
+                    let mut verbs = k.verbs.clone();
+                    verbs.sort();
+                    (
+                        k.qualified_name(),
+                        k.version.clone(),
+                        k.kind.clone(),
+                        k.singular.clone(),
+                        k.namespaced,
+                        short,
+                        verbs,
+                    )
+                })
+                .collect();
+            kinds.sort();
+            kinds
+        };
+        assert!(aggregated.kinds().len() > 10);
+        assert!(aggregated.kinds().iter().any(|k| k.plural == "widget0002s"));
+        assert_eq!(key(&aggregated), key(&legacy));
+        assert!(legacy.kinds()[0].group.is_empty(), "core group first");
+        sb.shutdown().await.unwrap();
     }
 
     #[test]
