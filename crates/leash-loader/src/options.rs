@@ -38,7 +38,10 @@ pub struct LoadOptions {
     /// Retries per request.
     pub retry: RetryPolicy,
     /// On 410 Expired, restart the kind from a new snapshot instead of
-    /// continuing with the server's fresh token.
+    /// continuing with the server's fresh token. Objects already handed out
+    /// from the abandoned snapshot are not handed out again (nor retracted):
+    /// the pages read after a restart all come from one snapshot, but an
+    /// object deleted between the snapshots may still have been handed out.
     pub consistent: bool,
     /// Restarts per kind before it fails (410s in consistent mode, or
     /// expiries without a fresh token).
