@@ -11,6 +11,7 @@
 //!    through synchronous calls that lock and unlock inside.
 
 use std::collections::HashMap;
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -328,7 +329,14 @@ impl App {
                     };
                     let ttl = self.faults.get().continue_ttl;
                     let body = list(&self.store, &self.snapshots, &rt, &sel, &params, ttl)?;
-                    Ok(json_response(StatusCode::OK, body))
+                    let len = body.len;
+                    let pieces =
+                        futures::stream::iter(body.pieces.into_iter().map(Ok::<_, Infallible>));
+                    let mut r = json_response(StatusCode::OK, Body::from_stream(pieces));
+                    // With the length known, hyper writes the pieces as they are (no chunking).
+                    r.headers_mut()
+                        .insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+                    Ok(r)
                 }
             }
             (&Method::GET, Some(name)) | (&Method::HEAD, Some(name)) => {

@@ -213,7 +213,7 @@ pub(crate) fn list(
     sel: &Selection,
     params: &ListParams,
     ttl: Duration,
-) -> Result<Bytes, ApiError> {
+) -> Result<ListBody, ApiError> {
     let coll = rt.collection();
     let (objects, rv, after, known_remaining) = match &params.continue_token {
         Some(token) => {
@@ -327,17 +327,40 @@ pub(crate) fn list(
         rt.list_kind,
         rt.api_version()
     );
-    let size = head.len() + 2 + items.iter().map(|e| e.json.len() + 1).sum::<usize>();
-    let mut body = Vec::with_capacity(size);
-    body.extend_from_slice(head.as_bytes());
+    // The items' stored bytes are shared, not copied: the body is a sequence of
+    // `Bytes` pieces (head, item, ",", item, ..., "]}") with its exact length.
+    let mut pieces = Vec::with_capacity(items.len() * 2 + 2);
+    pieces.push(Bytes::from(head));
     for (i, e) in items.iter().enumerate() {
         if i > 0 {
-            body.push(b',');
+            pieces.push(Bytes::from_static(b","));
         }
-        body.extend_from_slice(&e.json);
+        pieces.push(e.json.clone());
     }
-    body.extend_from_slice(b"]}");
-    Ok(Bytes::from(body))
+    pieces.push(Bytes::from_static(b"]}"));
+    Ok(ListBody::new(pieces))
+}
+
+/// A list response body: pieces that share the stored objects' bytes.
+#[derive(Debug)]
+pub(crate) struct ListBody {
+    pub(crate) len: usize,
+    pub(crate) pieces: Vec<Bytes>,
+}
+
+impl ListBody {
+    fn new(pieces: Vec<Bytes>) -> Self {
+        Self {
+            len: pieces.iter().map(Bytes::len).sum(),
+            pieces,
+        }
+    }
+
+    /// The whole body in one buffer (tests).
+    #[cfg(test)]
+    pub(crate) fn to_vec(&self) -> Vec<u8> {
+        self.pieces.concat()
+    }
 }
 
 #[cfg(test)]
@@ -365,8 +388,8 @@ mod tests {
         sel: &Selection,
         p: &ListParams,
     ) -> Value {
-        serde_json::from_slice(&list(store, snaps, rt, sel, p, Duration::from_secs(60)).unwrap())
-            .unwrap()
+        let body = list(store, snaps, rt, sel, p, Duration::from_secs(60)).unwrap();
+        serde_json::from_slice(&body.to_vec()).unwrap()
     }
 
     #[test]
@@ -463,7 +486,7 @@ mod tests {
             list(&store, &snaps, &rt, &sel, &p, Duration::from_secs(60))
         };
         for rv in ["", "0", "1"] {
-            let v: Value = serde_json::from_slice(&at(rv, None).unwrap()).unwrap();
+            let v: Value = serde_json::from_slice(&at(rv, None).unwrap().to_vec()).unwrap();
             assert_eq!(
                 v["metadata"]["resourceVersion"],
                 latest.to_string(),
