@@ -1,0 +1,425 @@
+//! The store's writes: create, modify (update, patch, apply) and delete, with the
+//! metadata rules the API server applies. The invariants are the store's (see the
+//! parent module): every change happens under its mutex and takes the next version.
+
+use std::sync::Arc;
+
+use serde_json::{Map, Value, json};
+
+use super::{EventKind, Part, Store, now};
+use crate::object::{Entry, check_name, check_namespace, check_type};
+use crate::resources::{ResourceType, from_crd};
+use crate::status::ApiError;
+
+impl Store {
+    /// Creates `obj` as a `rt` (POST). `path_ns` is the namespace in the URL, if any.
+    pub(crate) fn create_in(
+        &self,
+        rt: &ResourceType,
+        path_ns: Option<&str>,
+        mut obj: Value,
+        dry_run: bool,
+    ) -> Result<Arc<Entry>, ApiError> {
+        let meta = check_type(rt, &mut obj)?;
+        let ns = check_namespace(rt, meta, path_ns)?;
+        for k in [
+            "resourceVersion",
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "managedFields",
+            "generation",
+        ] {
+            meta.remove(k);
+        }
+        let mut name = meta
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let generate = meta
+            .get("generateName")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        if name.is_empty() && generate.is_empty() {
+            return Err(ApiError::invalid(
+                &rt.kind,
+                "",
+                "metadata.name: Required value: name or generateName is required",
+            ));
+        }
+        let coll = rt.collection();
+        let mut st = self.lock();
+        if rt.namespaced && !st.exists(&Arc::from("namespaces"), "", &ns) {
+            return Err(ApiError::not_found("", "namespaces", &ns));
+        }
+        if name.is_empty() {
+            for _ in 0..16 {
+                let candidate = format!("{generate}{}", st.suffix());
+                if !st.exists(&coll, &ns, &candidate) {
+                    name = candidate;
+                    break;
+                }
+            }
+            if name.is_empty() {
+                return Err(ApiError::new(
+                    409,
+                    "AlreadyExists",
+                    format!("no unique name could be generated from {generate:?}"),
+                ));
+            }
+        }
+        check_name(rt, &name)?;
+        if st.exists(&coll, &ns, &name) {
+            return Err(ApiError::already_exists(&rt.group, &rt.plural, &name));
+        }
+        let meta = obj["metadata"].as_object_mut().expect("checked above");
+        meta.insert("name".into(), Value::String(name.clone()));
+        let mut new_types = None;
+        if rt.crd.is_none() && rt.plural == "customresourcedefinitions" {
+            let types = from_crd(&obj)?;
+            if let Some(t) = types.first()
+                && st.registry.taken(&t.group, &t.plural, &t.kind, &name)
+            {
+                return Err(ApiError::invalid(
+                    &rt.kind,
+                    &name,
+                    format!(
+                        "spec.names: Invalid value: \"{}\" (kind {}): already served in group {}",
+                        t.plural, t.kind, t.group
+                    ),
+                ));
+            }
+            set_crd_status(&mut obj);
+            new_types = Some(types);
+        }
+        if rt.group.is_empty() && rt.plural == "namespaces" {
+            if obj.pointer("/spec/finalizers").is_none() {
+                obj["spec"] = json!({"finalizers": ["kubernetes"]});
+            }
+            obj["status"] = json!({"phase": "Active"});
+        }
+        let rv = st.rv + 1;
+        let uid = st.uid();
+        let meta = obj["metadata"].as_object_mut().expect("checked above");
+        meta.insert("uid".into(), Value::String(uid));
+        meta.insert("resourceVersion".into(), Value::String(rv.to_string()));
+        meta.insert("creationTimestamp".into(), Value::String(now()));
+        if obj.get("spec").is_some() && rt.plural != "namespaces" {
+            obj["metadata"]["generation"] = json!(1);
+        }
+        let entry = Arc::new(Entry::new(rt, &obj, rv));
+        if dry_run {
+            return Ok(entry);
+        }
+        st.commit(coll, EventKind::Added, entry.clone());
+        if let Some(types) = new_types {
+            let mut registry = (*st.registry).clone();
+            for t in types {
+                registry.insert(t);
+            }
+            st.registry = Arc::new(registry);
+        }
+        drop(st);
+        self.notify(rv);
+        Ok(entry)
+    }
+
+    /// Changes an existing object: `change` gets the current object (or `None` if it does not
+    /// exist and `create_missing`) and returns the new one, which is then checked and stored
+    /// as an update of `part`. A `metadata.resourceVersion` in the result must match the
+    /// current one (optimistic concurrency). An unchanged object is not written again.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn modify(
+        &self,
+        rt: &ResourceType,
+        ns: &str,
+        name: &str,
+        part: Part,
+        create_missing: bool,
+        dry_run: bool,
+        change: impl FnOnce(Option<Value>) -> Result<Value, ApiError>,
+    ) -> Result<Arc<Entry>, ApiError> {
+        let coll = rt.collection();
+        // The whole read-modify-write happens under the lock (it is CPU work only), so a
+        // request without a precondition never fails because of a concurrent writer.
+        let mut st = self.lock();
+        let Some(current) = st.get(&coll, ns, name) else {
+            drop(st);
+            if create_missing {
+                let mut obj = change(None)?;
+                if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+                    m.entry("name")
+                        .or_insert_with(|| Value::String(name.to_string()));
+                }
+                let path_ns = rt.namespaced.then_some(ns);
+                return self.create_in(rt, path_ns, obj, dry_run);
+            }
+            return Err(ApiError::not_found(&rt.group, &rt.plural, name));
+        };
+        let old = current.value();
+        let mut new = change(Some(old.clone()))?;
+        let meta = check_type(rt, &mut new)?;
+        check_namespace(rt, meta, rt.namespaced.then_some(ns))?;
+        match meta.get("name").and_then(Value::as_str) {
+            None | Some("") => {
+                meta.insert("name".into(), Value::String(name.to_string()));
+            }
+            Some(n) if n == name => {}
+            Some(n) => {
+                return Err(ApiError::bad_request(format!(
+                    "the name of the object ({n}) does not match the name on the URL ({name})"
+                )));
+            }
+        }
+        let precondition = match meta.get("resourceVersion") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) if s.is_empty() => None,
+            Some(Value::String(s)) => Some(
+                s.parse::<u64>()
+                    .map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {s:?}")))?,
+            ),
+            Some(_) => {
+                return Err(ApiError::bad_request(
+                    "metadata.resourceVersion must be a string",
+                ));
+            }
+        };
+        if precondition.is_some_and(|rv| rv != current.rv) {
+            return Err(ApiError::conflict(
+                &rt.group,
+                &rt.plural,
+                name,
+                "the object has been modified; please apply your changes to the latest version and try again",
+            ));
+        }
+        let mut new = merge_part(rt, &old, new, part);
+        for k in [
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "generation",
+        ] {
+            match old["metadata"].get(k) {
+                Some(v) => new["metadata"][k] = v.clone(),
+                None => {
+                    if let Some(m) = new["metadata"].as_object_mut() {
+                        m.remove(k);
+                    }
+                }
+            }
+        }
+        if let Some(m) = new["metadata"].as_object_mut() {
+            m.remove("managedFields");
+        }
+        if old.get("spec") != new.get("spec")
+            && let Some(g) = old["metadata"].get("generation").and_then(Value::as_i64)
+        {
+            new["metadata"]["generation"] = json!(g + 1);
+        }
+        let is_crd = rt.crd.is_none() && rt.plural == "customresourcedefinitions";
+        new["metadata"]["resourceVersion"] = Value::String(current.rv.to_string());
+        if new == old {
+            return Ok(current);
+        }
+        let mut new_types = None;
+        if is_crd {
+            let types = from_crd(&new)?;
+            if types.first().map(|t| (&t.group, &t.plural))
+                != from_crd(&old)
+                    .ok()
+                    .as_ref()
+                    .and_then(|o| o.first())
+                    .map(|t| (&t.group, &t.plural))
+            {
+                return Err(ApiError::invalid(
+                    &rt.kind,
+                    name,
+                    "spec.names.plural, spec.group: field is immutable",
+                ));
+            }
+            set_crd_status(&mut new);
+            new_types = Some(types);
+        }
+        let rv = st.rv + 1;
+        new["metadata"]["resourceVersion"] = Value::String(rv.to_string());
+        let entry = Arc::new(Entry::new(rt, &new, rv));
+        if dry_run {
+            return Ok(entry);
+        }
+        st.commit(coll, EventKind::Modified, entry.clone());
+        if let Some(types) = new_types {
+            let mut registry = (*st.registry).clone();
+            registry.remove_crd(name);
+            for t in types {
+                registry.insert(t);
+            }
+            st.registry = Arc::new(registry);
+        }
+        drop(st);
+        self.notify(rv);
+        Ok(entry)
+    }
+
+    /// Deletes one object; returns its last state (at the deletion's version).
+    /// `preconditions` are DeleteOptions' `(uid, resourceVersion)`.
+    pub(crate) fn delete_in(
+        &self,
+        rt: &ResourceType,
+        ns: &str,
+        name: &str,
+        preconditions: Option<(Option<String>, Option<String>)>,
+        dry_run: bool,
+    ) -> Result<Arc<Entry>, ApiError> {
+        let coll = rt.collection();
+        let mut st = self.lock();
+        let current = st
+            .get(&coll, ns, name)
+            .ok_or_else(|| ApiError::not_found(&rt.group, &rt.plural, name))?;
+        if let Some((uid, rv)) = preconditions {
+            let obj = current.value();
+            let cur_uid = obj["metadata"]["uid"].as_str().unwrap_or("");
+            if let Some(uid) = uid.filter(|u| u != cur_uid) {
+                return Err(ApiError::conflict(
+                    &rt.group,
+                    &rt.plural,
+                    name,
+                    &format!(
+                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {cur_uid}"
+                    ),
+                ));
+            }
+            if let Some(rv) = rv.filter(|r| *r != current.rv.to_string()) {
+                return Err(ApiError::conflict(
+                    &rt.group,
+                    &rt.plural,
+                    name,
+                    &format!(
+                        "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                        current.rv
+                    ),
+                ));
+            }
+        }
+        if rt.group.is_empty()
+            && rt.plural == "namespaces"
+            && ["default", "kube-system", "kube-public"].contains(&name)
+        {
+            return Err(ApiError::new(
+                403,
+                "Forbidden",
+                format!("namespaces \"{name}\" is forbidden: this namespace may not be deleted"),
+            ));
+        }
+        if dry_run {
+            return Ok(current);
+        }
+        let registry = st.registry.clone();
+        if rt.group.is_empty() && rt.plural == "namespaces" {
+            // Everything in the namespace goes first, as the namespace controller would.
+            for t in registry.all().filter(|t| t.namespaced) {
+                let c = t.collection();
+                let keys: Vec<_> = st
+                    .collections
+                    .get(&c)
+                    .map(|objs| {
+                        objs.range((name.to_string(), String::new())..)
+                            .take_while(|((n, _), _)| n == name)
+                            .map(|(k, _)| k.clone())
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                for (n, o) in keys {
+                    st.remove(t, &c, &n, &o);
+                }
+            }
+        }
+        if rt.crd.is_none() && rt.plural == "customresourcedefinitions" {
+            let mut next = (*registry).clone();
+            if let Some(t) = registry.all().find(|t| t.crd.as_deref() == Some(name)) {
+                let c = t.collection();
+                let keys: Vec<_> = st
+                    .collections
+                    .get(&c)
+                    .map(|objs| objs.keys().cloned().collect())
+                    .unwrap_or_default();
+                for (n, o) in keys {
+                    st.remove(t, &c, &n, &o);
+                }
+                st.collections.remove(&c);
+            }
+            next.remove_crd(name);
+            st.registry = Arc::new(next);
+        }
+        let deleted = st
+            .remove(rt, &coll, ns, name)
+            .expect("present: checked under this lock");
+        let rv = st.rv;
+        drop(st);
+        self.notify(rv);
+        Ok(deleted)
+    }
+}
+
+/// The object a write of `part` stores, given the old and the requested new object.
+fn merge_part(rt: &ResourceType, old: &Value, new: Value, part: Part) -> Value {
+    match part {
+        Part::Status => {
+            let mut out = old.clone();
+            match new.get("status") {
+                Some(s) => out["status"] = s.clone(),
+                None => {
+                    if let Some(m) = out.as_object_mut() {
+                        m.remove("status");
+                    }
+                }
+            }
+            // The precondition travels with the request's metadata.
+            if let Some(rv) = new.pointer("/metadata/resourceVersion") {
+                out["metadata"]["resourceVersion"] = rv.clone();
+            }
+            out
+        }
+        Part::Main if rt.has_status() => {
+            let mut out = new;
+            match old.get("status") {
+                Some(s) => out["status"] = s.clone(),
+                None => {
+                    if let Some(m) = out.as_object_mut() {
+                        m.remove("status");
+                    }
+                }
+            }
+            out
+        }
+        Part::Main => new,
+    }
+}
+
+fn set_crd_status(crd: &mut Value) {
+    let names = crd
+        .pointer("/spec/names")
+        .cloned()
+        .unwrap_or(Value::Object(Map::new()));
+    let now = now();
+    let cond = |t: &str, reason: &str, msg: &str| json!({"type": t, "status": "True", "lastTransitionTime": now, "reason": reason, "message": msg});
+    let stored: Vec<Value> = crd
+        .pointer("/spec/versions")
+        .and_then(Value::as_array)
+        .map(|vs| {
+            vs.iter()
+                .filter(|v| v.get("storage").and_then(Value::as_bool) == Some(true))
+                .filter_map(|v| v.get("name").cloned())
+                .collect()
+        })
+        .unwrap_or_default();
+    crd["status"] = json!({
+        "acceptedNames": names,
+        "conditions": [
+            cond("NamesAccepted", "NoConflicts", "no conflicts found"),
+            cond("Established", "InitialNamesAccepted", "the initial names have been accepted"),
+        ],
+        "storedVersions": stored,
+    });
+}
