@@ -233,6 +233,23 @@ impl Store {
         Ok(self.get_in(&rt, ns, name)?.value())
     }
 
+    /// Every object of a kind (in one namespace, or all), ordered by namespace and name,
+    /// from one consistent snapshot.
+    pub fn list(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+    ) -> Result<Vec<Value>> {
+        let rt = self.type_by_kind(api_version, kind)?;
+        let (objects, _) = self.snapshot(&rt);
+        Ok(objects
+            .values()
+            .filter(|e| namespace.is_none_or(|ns| e.namespace == ns))
+            .map(|e| e.value())
+            .collect())
+    }
+
     /// How many objects are stored (all kinds, including namespaces and CRDs).
     pub fn object_count(&self) -> usize {
         self.lock().count
@@ -455,6 +472,9 @@ mod tests {
             s.update(updated.clone()).unwrap()["metadata"]["resourceVersion"],
             "6"
         );
+        assert_eq!(s.list("v1", "ConfigMap", Some("default")).unwrap().len(), 1);
+        assert_eq!(s.list("v1", "ConfigMap", Some("other")).unwrap().len(), 0);
+        assert_eq!(s.list("v1", "Namespace", None).unwrap().len(), 4);
         s.delete("v1", "ConfigMap", Some("default"), "a").unwrap();
         assert_eq!(s.object_count(), 4);
         let (events, cursor) = s.events_after(4, 100, |_| true).unwrap();

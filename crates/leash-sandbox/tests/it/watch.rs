@@ -120,23 +120,21 @@ async fn watcher_and_reflector_see_every_write() {
 
 /// name → resourceVersion of every ConfigMap in `default`, read through the store.
 fn sb_configmaps(store: &leash_sandbox::Store) -> BTreeMap<String, String> {
-    // The store has no list call; walk the names the test can produce.
-    let mut out = BTreeMap::new();
-    for name in (0..60)
-        .map(|i| format!("cm-{i:03}"))
-        .chain((0..150).map(|i| format!("new-{i:03}")))
-    {
-        if let Ok(v) = store.get("v1", "ConfigMap", Some("default"), &name) {
-            out.insert(
+    store
+        .list("v1", "ConfigMap", Some("default"))
+        .unwrap()
+        .into_iter()
+        .map(|v| {
+            let name = v["metadata"]["name"].as_str().unwrap().to_string();
+            (
                 name,
                 v["metadata"]["resourceVersion"]
                     .as_str()
                     .unwrap()
                     .to_string(),
-            );
-        }
-    }
-    out
+            )
+        })
+        .collect()
 }
 
 #[tokio::test]
