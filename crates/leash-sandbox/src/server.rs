@@ -4,6 +4,8 @@
 //! 1. The accept loop and every connection task are spawned into the sandbox's
 //!    [`Scope`](leash_runtime::Scope); shutdown cancels its token and joins them all.
 //! 2. Accepting is raced against the token: the loop ends as soon as it is cancelled.
+//!    At most [`MAX_CONNECTIONS`] connections are served at once (a semaphore permit
+//!    lives as long as its connection task).
 //! 3. A connection serves until the client closes it or the token is cancelled; then
 //!    it shuts down gracefully (in-flight responses finish; open watches end by
 //!    themselves on the same token), bounded by [`DRAIN_TIMEOUT`]. Header reads (and idle
@@ -28,6 +30,9 @@ use crate::api::App;
 /// (90 s in hyper-util and client-go): the client, not the server, closes an idle
 /// connection, and a request never races the server's close.
 pub(crate) const HEADER_TIMEOUT: Duration = Duration::from_secs(120);
+/// At most this many connections are served at once; further clients wait in the
+/// listen backlog until one closes (backpressure instead of unbounded tasks).
+pub(crate) const MAX_CONNECTIONS: usize = 4096;
 /// How long in-flight requests may take to finish after shutdown starts.
 pub(crate) const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -41,17 +46,22 @@ pub(crate) async fn accept_loop(
     scope: ScopeHandle,
 ) -> Result<(), Infallible> {
     let token = scope.token().clone();
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
         let accepted = tokio::select! {
             _ = token.cancelled() => break,
-            r = listener.accept() => r,
+            r = async {
+                let slot = slots.clone().acquire_owned().await.expect("never closed");
+                listener.accept().await.map(|(stream, _)| (stream, slot))
+            } => r,
         };
         match accepted {
-            Ok((stream, _)) => {
+            Ok((stream, slot)) => {
                 let app = app.clone();
                 let token = token.clone();
                 scope.spawn("sandbox-connection", async move {
                     serve_connection(stream, app, token).await;
+                    drop(slot);
                     Ok::<(), Infallible>(())
                 });
             }
