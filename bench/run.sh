@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# leash load vs kubectl, same sandbox data, same run, interleaved (A B A B ...).
+#
+#   bench/run.sh [--quick] [--reps N]
+#
+# Scenario 1: many kinds, latency-bound (K custom kinds x M objects, page size
+# 100, 20 ms per request): leash at concurrency 1/4/16/32 vs the limit, a
+# kubectl loop (one process per kind) and one kubectl call for every kind.
+# Scenario 2: one big kind (P pods, no latency, page size 500): wall time and
+# peak RSS of leash and kubectl; leash's peak RSS at P/10 vs P pods.
+# Scenario 3: scenario 1's data with 5% 500s and 5% 429s: every uid once, time
+# against the fault-free run.
+# Prints medians and ratios; needs kubectl, python3 and GNU time (/usr/bin/time).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+quick=0 reps=3
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) quick=1 ;;
+    --reps) reps="$2"; shift ;;
+    *) echo "usage: bench/run.sh [--quick] [--reps N]" >&2; exit 2 ;;
+  esac
+  shift
+done
+if [ "$quick" = 1 ]; then K=40 M=200 P=10000 KL=10; else K=200 M=200 P=100000 KL=200; fi
+
+cargo build --release --locked -p leash >&2
+LEASH=${CARGO_TARGET_DIR:-target}/release/leash
+out=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$out"' EXIT
+export HOME="$out/home" && mkdir -p "$HOME"
+
+start_sandbox() { # args: sandbox flags; sets URL and SB_PID
+  "$LEASH" sandbox --seed 1 "$@" > "$out/url" 2> "$out/sandbox.err" &
+  SB_PID=$!
+  for _ in $(seq 1 600); do [ -s "$out/url" ] && break; sleep 0.2; done
+  URL=$(head -1 "$out/url")
+}
+stop_sandbox() { kill -INT "$SB_PID"; wait "$SB_PID" || true; : > "$out/url"; }
+now() { date +%s.%N; }
+median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+timed() { # name cmd...: appends seconds to $out/t.name
+  local name=$1; shift
+  local t0; t0=$(now)
+  "$@" > /dev/null 2>> "$out/err.$name" || echo "  ($name exited $?)" >&2
+  echo "$(now) - $t0" | bc -l >> "$out/t.$name"
+}
+rss() { # cmd... : prints peak RSS in MB
+  /usr/bin/time -f '%M' -o "$out/rss" "$@" > /dev/null 2>> "$out/err.rss" || true
+  echo "$(tail -1 "$out/rss") / 1024" | bc
+}
+med() { median < "$out/t.$1"; }
+kubectl_() { kubectl --server "$URL" --cache-dir "$out/kcache" "$@"; }
+
+echo "# leash bench: $(date -u +%F), $(nproc) cores, quick=$quick, reps=$reps"
+
+# ---------------- scenario 1 ----------------
+start_sandbox --crds "$K:$M" --namespaces 4 --latency 20ms
+kinds=$(seq 0 $((K - 1)) | awk '{printf "widget%04ds.example.leash.dev\n", $1}')
+kinds_csv=$(echo "$kinds" | head -n "$KL" | paste -sd, -)
+kubectl_ get "$(echo "$kinds" | head -1)" -A -o name > /dev/null # warm kubectl's discovery cache
+for _ in $(seq 1 "$reps"); do
+  for c in 1 4 16 32; do
+    timed "leash_c$c" "$LEASH" load --server "$URL" --all -A --page-size 100 --concurrency "$c" --progress never -o ndjson
+  done
+  timed kubectl_loop bash -c "for k in $(echo "$kinds" | head -n "$KL" | paste -sd' ' -); do kubectl --server $URL --cache-dir $out/kcache get \$k -A -o json --chunk-size=100 > /dev/null || exit 1; done"
+  timed kubectl_one kubectl_ get "$kinds_csv" -A -o json --chunk-size=100
+done
+"$LEASH" load --server "$URL" --all -A --page-size 100 --concurrency 16 --progress never -o ndjson > "$out/s1.ndjson" 2> "$out/s1.summary"
+# the limit from the pages leash reported, at 20 ms each
+pages=$(python3 - "$out/s1.ndjson" "$M" <<'PY'
+import json, sys, collections, math
+per = collections.Counter()
+for line in open(sys.argv[1]):
+    o = json.loads(line)
+    per[(o["apiVersion"], o["kind"])] += 1
+pages = [max(1, math.ceil(n / 100)) for n in per.values()]
+print(max(pages), sum(pages), sum(per.values()))
+PY
+)
+read -r longest total objects <<< "$pages"
+echo
+echo "## Scenario 1: $K kinds x $M objects, page size 100, 20 ms per request ($objects objects, $total pages, longest kind $longest pages)"
+for c in 1 4 16 32; do
+  limit=$(echo "l=$longest*0.02; t=$total*0.02/$c; if (l>t) l else t" | bc -l)
+  m=$(med "leash_c$c")
+  printf "leash --concurrency %-2s  median %6.2fs  limit %6.2fs  leash/limit %.2f\n" "$c" "$m" "$limit" "$(echo "$m/$limit" | bc -l)"
+done
+l16=$(med leash_c16)
+printf "kubectl loop over %s kinds  median %6.2fs  kubectl/leash(c16) %.1fx%s\n" "$KL" "$(med kubectl_loop)" "$(echo "$(med kubectl_loop)/$l16" | bc -l)" "$([ "$KL" != "$K" ] && echo " (kubectl on $KL of $K kinds)")"
+printf "kubectl one call, %s kinds  median %6.2fs  kubectl/leash(c16) %.1fx\n" "$KL" "$(med kubectl_one)" "$(echo "$(med kubectl_one)/$l16" | bc -l)"
+
+# ---------------- scenario 3 (same data, faults) ----------------
+stop_sandbox
+start_sandbox --crds "$K:$M" --namespaces 4 --latency 20ms --fail-rate 0.05 --throttle-rate 0.05
+for _ in $(seq 1 "$reps"); do
+  timed faulty_c16 "$LEASH" load --server "$URL" --all -A --page-size 100 --concurrency 16 --progress never -o ndjson
+done
+"$LEASH" load --server "$URL" --all -A --page-size 100 --concurrency 16 --progress never -o ndjson > "$out/s3.ndjson" 2>/dev/null
+uids=$(python3 -c 'import json,sys; u=[json.loads(l)["metadata"]["uid"] for l in open(sys.argv[1])]; print(len(u), len(set(u)))' "$out/s3.ndjson")
+kstatus=0; kubectl_ get "$kinds_csv" -A -o json --chunk-size=100 > "$out/k3.json" 2> "$out/k3.err" || kstatus=$?
+kitems=$(python3 -c 'import json,sys
+try: print(len(json.load(open(sys.argv[1]))["items"]))
+except Exception as e: print("unparseable")' "$out/k3.json")
+echo
+echo "## Scenario 3: scenario 1 with 5% 500s and 5% 429s"
+printf "leash --concurrency 16  median %6.2fs  vs fault-free %.2fx; objects written / unique uids: %s (fault-free: %s)\n" \
+  "$(med faulty_c16)" "$(echo "$(med faulty_c16)/$l16" | bc -l)" "$uids" "$objects"
+echo "kubectl one call over $KL kinds: exit $kstatus, items $kitems; last stderr line: $(tail -1 "$out/k3.err")"
+stop_sandbox
+
+# ---------------- scenario 2 ----------------
+echo
+echo "## Scenario 2: one big kind, page size 500, no latency"
+for n in $((P / 10)) "$P"; do
+  start_sandbox --generate "pods=$n" --namespaces 20
+  for _ in $(seq 1 "$reps"); do
+    timed "leash_p$n" "$LEASH" load --server "$URL" pods -A --page-size 500 --progress never -o ndjson
+    [ "$n" = "$P" ] && timed "kubectl_p$n" kubectl_ get pods -A -o json --chunk-size=500
+  done
+  lr=$(rss "$LEASH" load --server "$URL" pods -A --page-size 500 --progress never -o ndjson)
+  echo "$lr" > "$out/rss.leash.$n"
+  if [ "$n" = "$P" ]; then
+    kr=$(rss kubectl --server "$URL" --cache-dir "$out/kcache" get pods -A -o json --chunk-size=500)
+    printf "%s pods: leash median %6.2fs, peak RSS %s MB; kubectl median %6.2fs, peak RSS %s MB; kubectl/leash time %.1fx, RSS %.1fx\n" \
+      "$n" "$(med "leash_p$n")" "$lr" "$(med "kubectl_p$n")" "$kr" "$(echo "$(med "kubectl_p$n")/$(med "leash_p$n")" | bc -l)" "$(echo "$kr/$lr" | bc -l)"
+  else
+    printf "%s pods: leash median %6.2fs, peak RSS %s MB\n" "$n" "$(med "leash_p$n")" "$lr"
+  fi
+  stop_sandbox
+done
+printf "leash peak RSS %s pods / %s pods: %.2fx\n" "$P" "$((P / 10))" "$(echo "$(cat "$out/rss.leash.$P")/$(cat "$out/rss.leash.$((P / 10))")" | bc -l)"
