@@ -8,8 +8,8 @@
 # kubectl loop (one process per kind) and one kubectl call for every kind.
 # Scenario 2: one big kind (P pods, no latency, page size 500): wall time and
 # peak RSS of leash and kubectl; leash's peak RSS at P/10 vs P pods.
-# Scenario 3: scenario 1's data with 5% 500s and 5% 429s: every uid once, time
-# against the fault-free run.
+# Scenario 3: scenario 1's data with 5% 500s and 5% 429s (Retry-After 1, and
+# 0): every uid once, time against the fault-free run, interleaved.
 # Prints medians and ratios; needs kubectl, python3 and GNU time (/usr/bin/time).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -31,13 +31,18 @@ out=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$out"' EXIT
 export HOME="$out/home" && mkdir -p "$HOME"
 
-start_sandbox() { # args: sandbox flags; sets URL and SB_PID
-  "$LEASH" sandbox --seed 1 "$@" > "$out/url" 2> "$out/sandbox.err" &
-  SB_PID=$!
-  for _ in $(seq 1 600); do [ -s "$out/url" ] && break; sleep 0.2; done
-  URL=$(head -1 "$out/url")
+start_sandbox() { # var flags...: starts a sandbox; sets $var to its URL and PID_$var to its pid
+  local var=$1; shift
+  "$LEASH" sandbox --seed 1 "$@" > "$out/url.$var" 2> "$out/sandbox.$var.err" &
+  printf -v "PID_$var" %s $!
+  for _ in $(seq 1 600); do [ -s "$out/url.$var" ] && break; sleep 0.2; done
+  [ -s "$out/url.$var" ] || { echo "sandbox $var did not start:" >&2; cat "$out/sandbox.$var.err" >&2; exit 1; }
+  printf -v "$var" %s "$(head -1 "$out/url.$var")"
 }
-stop_sandbox() { kill -INT "$SB_PID"; wait "$SB_PID" || true; : > "$out/url"; }
+stop_sandbox() { # var
+  local pid="PID_$1"
+  kill -INT "${!pid}"; wait "${!pid}" || true
+}
 now() { date +%s.%N; }
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 timed() { # name cmd...: appends seconds to $out/t.name
@@ -56,7 +61,7 @@ kubectl_() { kubectl --server "$URL" --cache-dir "$out/kcache" "$@"; }
 echo "# leash bench: $(date -u +%F), $(nproc) cores, quick=$quick, reps=$reps"
 
 # ---------------- scenario 1 ----------------
-start_sandbox --crds "$K:$M" --namespaces 4 --latency 20ms
+start_sandbox URL --crds "$K:$M" --namespaces 4 --latency 20ms
 kinds=$(seq 0 $((K - 1)) | awk '{printf "widget%04ds.example.leash.dev\n", $1}')
 kinds_csv=$(echo "$kinds" | head -n "$KL" | paste -sd, -)
 kubectl_ get "$(echo "$kinds" | head -1)" -A -o name > /dev/null # warm kubectl's discovery cache
@@ -92,29 +97,51 @@ printf "kubectl loop over %s kinds  median %6.2fs  kubectl/leash(c16) %.1fx%s\n"
 printf "kubectl one call, %s kinds  median %6.2fs  kubectl/leash(c16) %.1fx\n" "$KL" "$(med kubectl_one)" "$(echo "$(med kubectl_one)/$l16" | bc -l)"
 
 # ---------------- scenario 3 (same data, faults) ----------------
-stop_sandbox
-start_sandbox --crds "$K:$M" --namespaces 4 --latency 20ms --fail-rate 0.05 --throttle-rate 0.05
-for _ in $(seq 1 "$reps"); do
-  timed faulty_c16 "$LEASH" load --server "$URL" --all -A --page-size 100 --concurrency 16 --progress never -o ndjson
+# The fault-free sandbox of scenario 1 stays up; two faulty ones join it and
+# the three are loaded in turn. 429s carry Retry-After: 1 (what API Priority
+# and Fairness sends) in one, Retry-After: 0 (the wait left to leash's own
+# backoff) in the other. S3 runs are short, so they get 3x the repetitions.
+start_sandbox URL_RA1 --crds "$K:$M" --namespaces 4 --latency 20ms --fail-rate 0.05 --throttle-rate 0.05 --retry-after 1
+start_sandbox URL_RA0 --crds "$K:$M" --namespaces 4 --latency 20ms --fail-rate 0.05 --throttle-rate 0.05 --retry-after 0
+load16() { "$LEASH" load --server "$1" --all -A --page-size 100 --concurrency 16 --progress never -o ndjson; }
+for _ in $(seq 1 $((reps * 3))); do
+  timed clean_c16 load16 "$URL"
+  timed faulty_ra1 load16 "$URL_RA1"
+  timed faulty_ra0 load16 "$URL_RA0"
 done
-"$LEASH" load --server "$URL" --all -A --page-size 100 --concurrency 16 --progress never -o ndjson > "$out/s3.ndjson" 2>/dev/null
-uids=$(python3 -c 'import json,sys; u=[json.loads(l)["metadata"]["uid"] for l in open(sys.argv[1])]; print(len(u), len(set(u)))' "$out/s3.ndjson")
-kstatus=0; kubectl_ get "$kinds_csv" -A -o json --chunk-size=100 > "$out/k3.json" 2> "$out/k3.err" || kstatus=$?
+uniq_uids() { # url: "objects unique-uids retries" of one more load
+  load16 "$1" > "$out/s3.ndjson" 2> "$out/s3.summary" || echo "  (load of $1 exited $?)" >&2
+  python3 - "$out/s3.ndjson" "$out/s3.summary" <<'PY'
+import json, sys
+u = [json.loads(l)["metadata"]["uid"] for l in open(sys.argv[1])]
+total = [l.split() for l in open(sys.argv[2]) if l.startswith("TOTAL")][0]
+print(f"{len(u)} objects, {len(set(u))} unique uids, {total[5]} retries")
+PY
+}
+u1=$(uniq_uids "$URL_RA1"); u0=$(uniq_uids "$URL_RA0")
+kstatus=0; kubectl --server "$URL_RA1" --cache-dir "$out/kcache" get "$kinds_csv" -A -o json --chunk-size=100 > "$out/k3.json" 2> "$out/k3.err" || kstatus=$?
 kitems=$(python3 -c 'import json,sys
 try: print(len(json.load(open(sys.argv[1]))["items"]))
 except Exception as e: print("unparseable")' "$out/k3.json")
+c=$(med clean_c16)
 echo
-echo "## Scenario 3: scenario 1 with 5% 500s and 5% 429s"
-printf "leash --concurrency 16  median %6.2fs  vs fault-free %.2fx; objects written / unique uids: %s (fault-free: %s)\n" \
-  "$(med faulty_c16)" "$(echo "$(med faulty_c16)/$l16" | bc -l)" "$uids" "$objects"
-echo "kubectl one call over $KL kinds: exit $kstatus, items $kitems; last stderr line: $(tail -1 "$out/k3.err")"
-stop_sandbox
+echo "## Scenario 3: scenario 1 with 5% 500s and 5% 429s, leash --concurrency 16 ($objects objects fault-free)"
+printf "fault-free               median %6.2fs
+" "$c"
+printf "429 Retry-After: 1       median %6.2fs  vs fault-free %.2fx  (floor for a client that honours it: 1 s + %s pages x 20 ms = %.2fx)  %s
+" \
+  "$(med faulty_ra1)" "$(echo "$(med faulty_ra1)/$c" | bc -l)" "$longest" "$(echo "(1+$longest*0.02)/$c" | bc -l)" "$u1"
+printf "429 Retry-After: 0       median %6.2fs  vs fault-free %.2fx  %s
+" \
+  "$(med faulty_ra0)" "$(echo "$(med faulty_ra0)/$c" | bc -l)" "$u0"
+echo "kubectl one call over $KL kinds (Retry-After: 1): exit $kstatus, items $kitems; last stderr line: $(tail -1 "$out/k3.err")"
+stop_sandbox URL_RA1; stop_sandbox URL_RA0; stop_sandbox URL
 
 # ---------------- scenario 2 ----------------
 echo
 echo "## Scenario 2: one big kind, page size 500, no latency"
 for n in $((P / 10)) "$P"; do
-  start_sandbox --generate "pods=$n" --namespaces 20
+  start_sandbox URL --generate "pods=$n" --namespaces 20
   for _ in $(seq 1 "$reps"); do
     timed "leash_p$n" "$LEASH" load --server "$URL" pods -A --page-size 500 --progress never -o ndjson
     [ "$n" = "$P" ] && timed "kubectl_p$n" kubectl_ get pods -A -o json --chunk-size=500
@@ -128,6 +155,6 @@ for n in $((P / 10)) "$P"; do
   else
     printf "%s pods: leash median %6.2fs, peak RSS %s MB\n" "$n" "$(med "leash_p$n")" "$lr"
   fi
-  stop_sandbox
+  stop_sandbox URL
 done
 printf "leash peak RSS %s pods / %s pods: %.2fx\n" "$P" "$((P / 10))" "$(echo "$(cat "$out/rss.leash.$P")/$(cat "$out/rss.leash.$((P / 10))")" | bc -l)"

@@ -2,10 +2,11 @@
 //!
 //! Exponential backoff with full jitter (AWS architecture blog, "Exponential
 //! Backoff And Jitter"): before retry `n` (1-based) wait a uniformly random
-//! duration in `[0, min(max_backoff, base * 2^(n-1))]`. A 429 with a
-//! `Retry-After` header waits what the server asked, capped by
-//! `max_retry_after`, because the server knows its own load better than the
-//! client does.
+//! duration in `[0, min(max_backoff, base * 2^(n-1))]`. A `Retry-After`
+//! header (429s, and 5xx that carry one) makes that wait at least what the
+//! server asked, capped by `max_retry_after`, because the server knows its own
+//! load better than the client does; `Retry-After: 0` leaves the backoff as
+//! it is, so no answer makes the client retry in a tight loop.
 
 use std::time::Duration;
 
@@ -73,17 +74,16 @@ impl RetryPolicy {
     }
 
     /// The wait before retry number `retry` (1-based), given the server's
-    /// capped `Retry-After` if any and a uniform random sample in `[0, 1)`.
+    /// capped `Retry-After` if any and a uniform random sample in `[0, 1)`:
+    /// the jittered backoff, or the `Retry-After` if that is longer.
     pub(crate) fn delay(&self, retry: u32, retry_after: Option<Duration>, unit: f64) -> Duration {
-        if let Some(after) = retry_after {
-            return after;
-        }
         let exp = retry.saturating_sub(1).min(31);
         let ceiling = self
             .base_backoff
             .saturating_mul(1u32 << exp)
             .min(self.max_backoff);
-        ceiling.mul_f64(unit.clamp(0.0, 1.0))
+        let backoff = ceiling.mul_f64(unit.clamp(0.0, 1.0));
+        retry_after.map_or(backoff, |after| after.max(backoff))
     }
 
     /// The wait before retry number `retry` with fresh jitter.
@@ -170,6 +170,26 @@ mod tests {
         );
         assert_eq!(
             p.delay(1, Some(Duration::from_secs(2)), 0.1),
+            Duration::from_secs(2)
+        );
+    }
+
+    #[test]
+    fn retry_after_is_a_floor_not_a_replacement_for_the_backoff() {
+        let p = policy();
+        // Retry-After: 0 keeps the jittered backoff (no tight retry loop).
+        assert_eq!(
+            p.delay(3, Some(Duration::ZERO), 0.5),
+            Duration::from_millis(200)
+        );
+        // A Retry-After shorter than the backoff drawn: the backoff wins.
+        assert_eq!(
+            p.delay(5, Some(Duration::from_millis(300)), 1.0),
+            Duration::from_secs(1)
+        );
+        // Longer: the server's wait wins.
+        assert_eq!(
+            p.delay(5, Some(Duration::from_secs(2)), 1.0),
             Duration::from_secs(2)
         );
     }

@@ -80,8 +80,8 @@ pub(crate) struct Args {
     #[arg(long, value_name = "P", allow_negative_numbers = true, value_parser = parse_probability)]
     throttle_rate: Option<f64>,
 
-    /// The Retry-After seconds of throttled responses (1 to 3600).
-    #[arg(long, value_name = "SECS", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    /// The Retry-After seconds of throttled responses (0 to 3600; API Priority and Fairness sends 1; 0 leaves the wait to the client's backoff).
+    #[arg(long, value_name = "SECS", default_value_t = 1, value_parser = clap::value_parser!(u64).range(0..=3600))]
     retry_after: u64,
 
     /// Probability (0 to 1) that the connection is dropped in the middle of a response.
@@ -331,7 +331,7 @@ mod tests {
             ),
             (&["--generate", "pods"], &["--generate", "malformed"]),
             (&["--crds", "3"], &["--crds", "\"3\""]),
-            (&["--retry-after", "0"], &["--retry-after", "0"]),
+            (&["--retry-after", "3601"], &["--retry-after", "3601"]),
             (&["--token", ""], &["--token", "empty"]),
             (&["--namespaces", "0"], &["--namespaces 0"]),
         ] {
