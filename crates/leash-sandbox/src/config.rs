@@ -3,6 +3,8 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
+use crate::generate::GenerateSpec;
+
 /// How a [`Sandbox`](crate::Sandbox) is started.
 #[derive(Debug, Clone)]
 pub struct SandboxConfig {
@@ -11,8 +13,12 @@ pub struct SandboxConfig {
     /// Bearer token; when set, every request without `Authorization: Bearer <token>` gets 401
     /// (except `/healthz`, `/livez`, `/readyz`).
     pub token: Option<String>,
-    /// Initial objects, created in order before the server accepts connections. CRDs register
-    /// their kinds; namespaced objects need their namespace (the four default namespaces exist).
+    /// Synthetic objects, generated and created one at a time before `objects` (so a
+    /// sandbox of 100,000 generated pods never holds them all as parsed JSON).
+    pub generate: Option<GenerateSpec>,
+    /// Initial objects, created in order (after the generated ones) before the server accepts
+    /// connections. CRDs register their kinds; namespaced objects need their namespace (the
+    /// four default namespaces exist).
     pub objects: Vec<serde_json::Value>,
     /// Fault injection (none by default).
     pub faults: Faults,
@@ -25,6 +31,7 @@ impl Default for SandboxConfig {
         Self {
             listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
             token: None,
+            generate: None,
             objects: Vec::new(),
             faults: Faults::default(),
             seed: 0,

@@ -46,13 +46,16 @@ impl Entry {
             .iter()
             .map(|path| (*path, field_value(obj, path)))
             .collect();
+        let mut json = serde_json::to_vec(obj).unwrap_or_default();
+        // serde grows the buffer by doubling; stored for the object's life, it is trimmed.
+        json.shrink_to_fit();
         Self {
             namespace: s("namespace"),
             name: s("name"),
             rv,
             labels,
             fields,
-            json: Bytes::from(serde_json::to_vec(obj).unwrap_or_default()),
+            json: Bytes::from(json),
         }
     }
 

@@ -17,6 +17,7 @@ use tokio::net::TcpListener;
 use crate::api::App;
 use crate::config::{Faults, SandboxConfig};
 use crate::faults::FaultInjector;
+use crate::generate;
 use crate::list::Snapshots;
 use crate::store::Store;
 use crate::{Error, Result};
@@ -32,12 +33,14 @@ pub struct Sandbox {
 }
 
 impl Sandbox {
-    /// Binds `config.listen`, creates `config.objects` in order, and starts serving
-    /// (the accept loop and connections run in a scope owned by the returned value).
+    /// Binds `config.listen`, creates the objects of `config.generate` and then
+    /// `config.objects` in order, and starts serving (the accept loop and connections run in
+    /// a scope owned by the returned value).
     ///
     /// # Errors
-    /// [`Error::BindFailed`], or [`Error::InitialObjectRejected`] naming the first object
-    /// the store refused (nothing is served then).
+    /// [`Error::BindFailed`], [`Error::InvalidArgument`] for a bad `config.generate`, or
+    /// [`Error::InitialObjectRejected`] naming the first object the store refused, counted
+    /// over the generated objects and then `config.objects` (nothing is served then).
     ///
     /// # Cancel safety
     /// Cancel safe: nothing is spawned before the last await.
@@ -54,15 +57,19 @@ impl Sandbox {
             source,
         })?;
         let store = Store::new(config.seed);
-        for (index, obj) in config.objects.into_iter().enumerate() {
+        let generated = config
+            .generate
+            .as_ref()
+            .map(generate::generate_iter)
+            .transpose()?;
+        let objects = generated.into_iter().flatten().chain(config.objects);
+        for (index, obj) in objects.enumerate() {
             let what = describe(&obj);
-            store
-                .create(obj)
-                .map_err(|e| Error::InitialObjectRejected {
-                    index,
-                    what,
-                    source: Box::new(e),
-                })?;
+            store.load(obj).map_err(|e| Error::InitialObjectRejected {
+                index,
+                what,
+                source: Box::new(e),
+            })?;
         }
         let scope = Scope::new();
         let app = Arc::new(App {

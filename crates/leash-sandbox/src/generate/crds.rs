@@ -100,7 +100,7 @@ pub(super) fn definition(i: usize) -> Value {
 }
 
 /// Object `j` of custom resource `i`.
-pub(super) fn widget(ctx: &Context<'_>, i: usize, j: usize) -> Value {
+pub(super) fn widget(ctx: &Context, i: usize, j: usize) -> Value {
     let mut rng = object_rng(ctx.seed, &plural(i), j);
     let namespace = ctx.namespace_for(j);
     let name = object_name(i, j);

@@ -37,6 +37,9 @@ mod kinds;
 mod objects;
 mod workloads;
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
 use serde_json::Value;
 
 use crate::{Error, Result};
@@ -132,13 +135,24 @@ pub fn parse_crds(s: &str) -> Result<(usize, usize)> {
 
 /// Generate the objects `spec` describes, in creation order (namespaces and
 /// CustomResourceDefinitions first). Deterministic: the same spec always
-/// gives byte-identical objects.
+/// gives byte-identical objects. Holds them all at once; a sandbox streams
+/// them instead ([`generate_iter`], [`SandboxConfig::generate`](crate::SandboxConfig::generate)).
+///
+/// # Errors
+/// As [`generate_iter`].
+pub fn generate(spec: &GenerateSpec) -> Result<Vec<Value>> {
+    Ok(generate_iter(spec)?.collect())
+}
+
+/// The objects `spec` describes, in the order of [`generate`], built one at
+/// a time as the iterator is advanced: creating 100,000 pods from it never
+/// holds more than one of them as a [`Value`].
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] for an unknown or repeated kind, or a spec
 /// asking for more than [`MAX_OBJECTS`] objects (checked before anything is
 /// built).
-pub fn generate(spec: &GenerateSpec) -> Result<Vec<Value>> {
+pub fn generate_iter(spec: &GenerateSpec) -> Result<Generated> {
     let kinds = resolve_kinds(&spec.kinds)?;
     let (crd_kinds, crd_objects) = spec.crds.unwrap_or((0, 0));
     let requested = spec.namespaces as u128
@@ -149,7 +163,6 @@ pub fn generate(spec: &GenerateSpec) -> Result<Vec<Value>> {
             "the generate spec asks for {requested} objects, more than the limit of {MAX_OBJECTS}"
         )));
     }
-    let namespaces: Vec<String> = (0..spec.namespaces).map(|k| format!("ns-{k:04}")).collect();
     let node_count = kinds
         .iter()
         .find(|(kind, _)| kind.kind == "Node")
@@ -160,53 +173,120 @@ pub fn generate(spec: &GenerateSpec) -> Result<Vec<Value>> {
         .chain([crd_objects])
         .max()
         .unwrap_or(0);
-    let ctx = Context {
+    let ctx = Arc::new(Context {
         seed: spec.seed,
-        namespaces: &namespaces,
+        namespaces: (0..spec.namespaces).map(|k| format!("ns-{k:04}")).collect(),
         node_count,
         token_len: entropy::token_len(largest),
-    };
+    });
 
-    let mut out = Vec::with_capacity(requested as usize);
-    out.extend(namespaces.iter().map(|name| objects::namespace(name)));
-    out.extend((0..crd_kinds).map(crds::definition));
-    for (kind, count) in &kinds {
-        let build: fn(&Context<'_>, usize) -> Value = match kind.kind {
-            "Namespace" => idle_namespace,
-            "Node" => objects::node,
-            "Pod" => workloads::pod,
-            "ConfigMap" => objects::configmap,
-            "Secret" => objects::secret,
-            "Service" => objects::service,
-            "ServiceAccount" => objects::serviceaccount,
-            "Event" => objects::event,
-            "Deployment" => workloads::deployment,
-            "StatefulSet" => workloads::statefulset,
-            "DaemonSet" => workloads::daemonset,
-            "ReplicaSet" => workloads::replicaset,
-            "Job" => workloads::job,
-            "CronJob" => workloads::cronjob,
-            other => unreachable!("kinds::BUILTIN_KINDS lists {other} but generate has no builder"),
-        };
-        out.extend((0..*count).map(|index| build(&ctx, index)));
+    let mut counts = BTreeMap::new();
+    let mut count = |kind: &str, n: usize| {
+        if n > 0 {
+            *counts.entry(kind.to_owned()).or_insert(0) += n;
+        }
+    };
+    count("Namespace", spec.namespaces);
+    count("CustomResourceDefinition", crd_kinds);
+    let spread = Arc::clone(&ctx);
+    let mut objects: Box<dyn Iterator<Item = Value> + Send> = Box::new(
+        (0..spec.namespaces)
+            .map(move |k| objects::namespace(&spread.namespaces[k]))
+            .chain((0..crd_kinds).map(crds::definition)),
+    );
+    for (kind, n) in kinds {
+        count(kind.kind, n);
+        let build = builder(kind.kind);
+        let ctx = Arc::clone(&ctx);
+        objects = Box::new(objects.chain((0..n).map(move |index| build(&ctx, index))));
     }
     for i in 0..crd_kinds {
-        out.extend((0..crd_objects).map(|j| crds::widget(&ctx, i, j)));
+        count(&crds::kind(i), crd_objects);
     }
-    Ok(out)
+    objects = Box::new(objects.chain((0..crd_kinds).flat_map(move |i| {
+        let ctx = Arc::clone(&ctx);
+        (0..crd_objects).map(move |j| crds::widget(&ctx, i, j))
+    })));
+    Ok(Generated {
+        objects,
+        remaining: requested as usize,
+        counts,
+    })
+}
+
+/// The builder of a built-in kind's objects.
+fn builder(kind: &str) -> fn(&Context, usize) -> Value {
+    match kind {
+        "Namespace" => idle_namespace,
+        "Node" => objects::node,
+        "Pod" => workloads::pod,
+        "ConfigMap" => objects::configmap,
+        "Secret" => objects::secret,
+        "Service" => objects::service,
+        "ServiceAccount" => objects::serviceaccount,
+        "Event" => objects::event,
+        "Deployment" => workloads::deployment,
+        "StatefulSet" => workloads::statefulset,
+        "DaemonSet" => workloads::daemonset,
+        "ReplicaSet" => workloads::replicaset,
+        "Job" => workloads::job,
+        "CronJob" => workloads::cronjob,
+        other => unreachable!("kinds::BUILTIN_KINDS lists {other} but generate has no builder"),
+    }
+}
+
+/// The objects of a [`GenerateSpec`], built as they are taken (see
+/// [`generate_iter`]).
+pub struct Generated {
+    objects: Box<dyn Iterator<Item = Value> + Send>,
+    remaining: usize,
+    counts: BTreeMap<String, usize>,
+}
+
+impl Generated {
+    /// How many objects of each kind the spec makes, by `kind` (all of them,
+    /// however many were taken already).
+    pub fn kind_counts(&self) -> &BTreeMap<String, usize> {
+        &self.counts
+    }
+}
+
+impl Iterator for Generated {
+    type Item = Value;
+
+    fn next(&mut self) -> Option<Value> {
+        let object = self.objects.next()?;
+        self.remaining -= 1;
+        Some(object)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.remaining, Some(self.remaining))
+    }
+}
+
+impl ExactSizeIterator for Generated {}
+
+impl std::fmt::Debug for Generated {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Generated")
+            .field("remaining", &self.remaining)
+            .field("counts", &self.counts)
+            .finish_non_exhaustive()
+    }
 }
 
 /// What every builder needs besides its index.
 #[derive(Debug)]
-struct Context<'a> {
+struct Context {
     seed: u64,
-    namespaces: &'a [String],
+    namespaces: Vec<String>,
     node_count: usize,
     /// Length of unique name tokens (5, or more for huge counts).
     token_len: u32,
 }
 
-impl Context<'_> {
+impl Context {
     /// The namespace of namespaced object `index`: round-robin.
     fn namespace_for(&self, index: usize) -> &str {
         if self.namespaces.is_empty() {
@@ -231,7 +311,7 @@ impl Context<'_> {
 }
 
 /// An extra, empty namespace from `--generate namespaces=N`.
-fn idle_namespace(_ctx: &Context<'_>, index: usize) -> Value {
+fn idle_namespace(_ctx: &Context, index: usize) -> Value {
     objects::namespace(&format!("ns-idle-{index:04}"))
 }
 

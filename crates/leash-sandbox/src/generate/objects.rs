@@ -51,7 +51,7 @@ const EVENT_REASONS: &[(&str, &str, &str)] = &[
 ];
 
 /// A ConfigMap holding an application config file and a few flags.
-pub(super) fn configmap(ctx: &Context<'_>, index: usize) -> Value {
+pub(super) fn configmap(ctx: &Context, index: usize) -> Value {
     let mut rng = object_rng(ctx.seed, "configmaps", index);
     let namespace = ctx.namespace_for(index);
     let app = pick(&mut rng, APPS);
@@ -90,7 +90,7 @@ pub(super) fn configmap(ctx: &Context<'_>, index: usize) -> Value {
 }
 
 /// A Secret: Opaque credentials or a TLS pair (random bytes, base64).
-pub(super) fn secret(ctx: &Context<'_>, index: usize) -> Value {
+pub(super) fn secret(ctx: &Context, index: usize) -> Value {
     let mut rng = object_rng(ctx.seed, "secrets", index);
     let namespace = ctx.namespace_for(index);
     let app = pick(&mut rng, APPS);
@@ -131,7 +131,7 @@ pub(super) fn secret(ctx: &Context<'_>, index: usize) -> Value {
 }
 
 /// A ClusterIP Service selecting an app's pods.
-pub(super) fn service(ctx: &Context<'_>, index: usize) -> Value {
+pub(super) fn service(ctx: &Context, index: usize) -> Value {
     let mut rng = object_rng(ctx.seed, "services", index);
     let namespace = ctx.namespace_for(index);
     let app = pick(&mut rng, APPS);
@@ -168,7 +168,7 @@ pub(super) fn service(ctx: &Context<'_>, index: usize) -> Value {
 }
 
 /// A ServiceAccount.
-pub(super) fn serviceaccount(ctx: &Context<'_>, index: usize) -> Value {
+pub(super) fn serviceaccount(ctx: &Context, index: usize) -> Value {
     let mut rng = object_rng(ctx.seed, "serviceaccounts", index);
     let namespace = ctx.namespace_for(index);
     let app = pick(&mut rng, APPS);
@@ -192,7 +192,7 @@ pub(super) fn serviceaccount(ctx: &Context<'_>, index: usize) -> Value {
 }
 
 /// A core/v1 Event about a pod.
-pub(super) fn event(ctx: &Context<'_>, index: usize) -> Value {
+pub(super) fn event(ctx: &Context, index: usize) -> Value {
     let mut rng = object_rng(ctx.seed, "events", index);
     let namespace = ctx.namespace_for(index);
     let app = pick(&mut rng, APPS);
@@ -240,7 +240,7 @@ pub(super) fn event(ctx: &Context<'_>, index: usize) -> Value {
 }
 
 /// A ready worker node with capacity, conditions, addresses and images.
-pub(super) fn node(ctx: &Context<'_>, index: usize) -> Value {
+pub(super) fn node(ctx: &Context, index: usize) -> Value {
     let mut rng = object_rng(ctx.seed, "nodes", index);
     let name = ctx.node_name(index);
     let zone = pick(&mut rng, &["us-east-1a", "us-east-1b", "us-east-1c"]);

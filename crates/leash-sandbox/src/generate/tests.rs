@@ -422,3 +422,30 @@ fn output_is_pinned_so_benchmarks_stay_comparable() {
         (305, 598_016, 0xd1fd_bafa_e89b_9bbe)
     );
 }
+
+#[test]
+fn the_iterator_knows_its_length_and_kinds_before_building_anything() {
+    let s = spec(
+        &[("pods", 7), ("namespaces", 2), ("cm", 3)],
+        3,
+        Some((2, 4)),
+        1,
+    );
+    let generated = generate_iter(&s).unwrap();
+    let counts = generated.kind_counts().clone();
+    assert_eq!(generated.len(), 3 + 2 + 7 + 2 + 3 + 2 * 4);
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    let mut left = generated.len();
+    for object in generated {
+        *seen.entry(str_at(&object, "/kind").to_owned()).or_default() += 1;
+        left -= 1;
+    }
+    assert_eq!(left, 0);
+    assert_eq!(seen, counts);
+    assert_eq!(
+        counts["Namespace"],
+        3 + 2,
+        "spread and idle namespaces add up"
+    );
+    assert_eq!(counts["Widget0001"], 4);
+}

@@ -82,7 +82,7 @@ enum PodOwner {
 }
 
 /// A pod, as a Deployment's ReplicaSet or a DaemonSet would have created it.
-pub(super) fn pod(ctx: &Context<'_>, index: usize) -> Value {
+pub(super) fn pod(ctx: &Context, index: usize) -> Value {
     let mut rng = object_rng(ctx.seed, "pods", index);
     let namespace = ctx.namespace_for(index);
     let app = pick(&mut rng, APPS);
@@ -177,7 +177,7 @@ pub(super) fn pod(ctx: &Context<'_>, index: usize) -> Value {
 }
 
 /// A Deployment with its pod template and a settled rollout status.
-pub(super) fn deployment(ctx: &Context<'_>, index: usize) -> Value {
+pub(super) fn deployment(ctx: &Context, index: usize) -> Value {
     let mut rng = object_rng(ctx.seed, "deployments", index);
     let namespace = ctx.namespace_for(index);
     let app = pick(&mut rng, APPS);
@@ -235,7 +235,7 @@ pub(super) fn deployment(ctx: &Context<'_>, index: usize) -> Value {
 }
 
 /// A ReplicaSet owned by a Deployment.
-pub(super) fn replicaset(ctx: &Context<'_>, index: usize) -> Value {
+pub(super) fn replicaset(ctx: &Context, index: usize) -> Value {
     let mut rng = object_rng(ctx.seed, "replicasets", index);
     let namespace = ctx.namespace_for(index);
     let app = pick(&mut rng, APPS);
@@ -281,7 +281,7 @@ pub(super) fn replicaset(ctx: &Context<'_>, index: usize) -> Value {
 }
 
 /// A StatefulSet with a volume claim template.
-pub(super) fn statefulset(ctx: &Context<'_>, index: usize) -> Value {
+pub(super) fn statefulset(ctx: &Context, index: usize) -> Value {
     let mut rng = object_rng(ctx.seed, "statefulsets", index);
     let namespace = ctx.namespace_for(index);
     let app = pick(
@@ -353,7 +353,7 @@ pub(super) fn statefulset(ctx: &Context<'_>, index: usize) -> Value {
 }
 
 /// A DaemonSet (one pod per node).
-pub(super) fn daemonset(ctx: &Context<'_>, index: usize) -> Value {
+pub(super) fn daemonset(ctx: &Context, index: usize) -> Value {
     let mut rng = object_rng(ctx.seed, "daemonsets", index);
     let namespace = ctx.namespace_for(index);
     let app = pick(
@@ -407,7 +407,7 @@ pub(super) fn daemonset(ctx: &Context<'_>, index: usize) -> Value {
 }
 
 /// A completed Job.
-pub(super) fn job(ctx: &Context<'_>, index: usize) -> Value {
+pub(super) fn job(ctx: &Context, index: usize) -> Value {
     let mut rng = object_rng(ctx.seed, "jobs", index);
     let namespace = ctx.namespace_for(index);
     let app = pick(&mut rng, APPS);
@@ -453,7 +453,7 @@ pub(super) fn job(ctx: &Context<'_>, index: usize) -> Value {
 }
 
 /// A CronJob with its job template.
-pub(super) fn cronjob(ctx: &Context<'_>, index: usize) -> Value {
+pub(super) fn cronjob(ctx: &Context, index: usize) -> Value {
     let mut rng = object_rng(ctx.seed, "cronjobs", index);
     let namespace = ctx.namespace_for(index);
     let app = pick(&mut rng, APPS);

@@ -269,3 +269,57 @@ async fn bearer_token_is_required_when_set() {
     assert_eq!(nss.list(&Default::default()).await.unwrap().items.len(), 4);
     sb.shutdown().await.unwrap();
 }
+
+/// Generated objects are created first, then `objects` (which may use the
+/// generated namespaces); a rejected object is counted over both; a bad spec
+/// is an invalid argument.
+#[tokio::test]
+async fn generated_objects_come_first_and_errors_count_over_both() {
+    use leash_sandbox::Error;
+    use leash_sandbox::generate::GenerateSpec;
+    let spec = GenerateSpec {
+        kinds: vec![("pods".into(), 5)],
+        namespaces: 2,
+        crds: None,
+        seed: 3,
+    };
+    let sb = Sandbox::start(SandboxConfig {
+        generate: Some(spec.clone()),
+        objects: vec![configmap("ns-0001", "mine", json!({}))],
+        ..SandboxConfig::default()
+    })
+    .await
+    .expect("starts");
+    let pods: Api<Pod> = Api::all(client(&sb));
+    assert_eq!(pods.list(&Default::default()).await.unwrap().items.len(), 5);
+    let cms: Api<ConfigMap> = Api::namespaced(client(&sb), "ns-0001");
+    assert!(cms.get("mine").await.is_ok());
+    sb.shutdown().await.unwrap();
+
+    let rejected = Sandbox::start(SandboxConfig {
+        generate: Some(spec.clone()),
+        objects: vec![configmap("absent", "x", json!({}))],
+        ..SandboxConfig::default()
+    })
+    .await
+    .expect_err("the namespace does not exist");
+    // 2 namespaces + 5 pods generated, so the configmap is object #7.
+    assert!(
+        matches!(rejected, Error::InitialObjectRejected { index: 7, .. }),
+        "{rejected:?}"
+    );
+
+    let bad = Sandbox::start(SandboxConfig {
+        generate: Some(GenerateSpec {
+            kinds: vec![("gizmos".into(), 1)],
+            ..spec
+        }),
+        ..SandboxConfig::default()
+    })
+    .await
+    .expect_err("unknown kind");
+    assert!(
+        matches!(&bad, Error::InvalidArgument(m) if m.contains("gizmos")),
+        "{bad:?}"
+    );
+}

@@ -2,7 +2,7 @@
 
 use anyhow::Context as _;
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use leash_sandbox::generate::{GenerateSpec, generate};
+use leash_sandbox::generate::GenerateSpec;
 use leash_sandbox::{Sandbox, SandboxConfig};
 
 use super::args::Connection;
@@ -31,14 +31,17 @@ pub(crate) async fn connect(connection: &Connection) -> anyhow::Result<Connected
                 crds: Some(*crds),
                 seed: 0,
             };
-            let objects =
-                generate(&spec).map_err(|e| cli_error::usage(format!("--sandbox: {e}")))?;
             let sandbox = Sandbox::start(SandboxConfig {
-                objects,
+                generate: Some(spec),
                 ..SandboxConfig::default()
             })
             .await
-            .context("cannot start the in-process sandbox")?;
+            .map_err(|e| match e {
+                leash_sandbox::Error::InvalidArgument(_) => {
+                    cli_error::usage(format!("--sandbox: {e}"))
+                }
+                e => anyhow::Error::new(e).context("cannot start the in-process sandbox"),
+            })?;
             let url = sandbox.url().parse().context("the sandbox's URL")?;
             (kube::Config::new(url), Some(sandbox))
         }

@@ -14,18 +14,22 @@ use crate::cli_error;
 
 /// Run the sandbox described by `settings` until a signal stops it.
 pub(crate) async fn serve(settings: Settings) -> anyhow::Result<ExitCode> {
-    let mut objects = match &settings.generate {
-        Some(spec) => generate::generate(spec).map_err(|err| cli_error::usage(format!("{err}")))?,
-        None => Vec::new(),
-    };
-    let generated = objects.len();
-    // Generated objects first: loaded manifests may use generated namespaces.
-    objects.extend(
-        manifests::load_manifests(&settings.data)
-            .map_err(|err| cli_error::usage(format!("--data: {}", error_chain(&err))))?,
-    );
-    let loaded = objects.len() - generated;
-    let kinds = count_kinds(&objects);
+    // Checked (and counted) here, generated one at a time by the sandbox.
+    let generated = settings
+        .generate
+        .as_ref()
+        .map(generate::generate_iter)
+        .transpose()
+        .map_err(|err| cli_error::usage(format!("{err}")))?;
+    // Loaded manifests come after the generated objects: they may use generated namespaces.
+    let objects = manifests::load_manifests(&settings.data)
+        .map_err(|err| cli_error::usage(format!("--data: {}", error_chain(&err))))?;
+    let mut kinds = count_kinds(&objects);
+    for (kind, count) in generated.iter().flat_map(generate::Generated::kind_counts) {
+        *kinds.entry(kind.clone()).or_default() += count;
+    }
+    let loaded = objects.len();
+    let generated = generated.map_or(0, |g| g.len());
     if !settings.listen.ip().is_loopback() && settings.token.is_none() {
         tracing::warn!(
             "listening on {} without --token: anyone who can reach it can read and change every object",
@@ -36,6 +40,7 @@ pub(crate) async fn serve(settings: Settings) -> anyhow::Result<ExitCode> {
     let config = SandboxConfig {
         listen: settings.listen,
         token: settings.token.clone(),
+        generate: settings.generate.clone(),
         objects,
         faults: settings.faults.clone(),
         seed: settings.seed,
