@@ -8,6 +8,8 @@
 # kubectl loop (one process per kind) and one kubectl call for every kind.
 # Scenario 2: one big kind (P pods, no latency, page size 500): wall time and
 # peak RSS of leash and kubectl; leash's peak RSS at P/10 vs P pods.
+# Scenario 4: the same list read by a plain HTTP client (bench/plain_list.py):
+# how fast the sandbox serves it, against leash's time.
 # Scenario 3: scenario 1's data with 5% 500s and 5% 429s (Retry-After 1, and
 # 0): every uid once, time against the fault-free run, interleaved.
 # Prints medians and ratios; needs kubectl, python3 and GNU time (/usr/bin/time).
@@ -48,11 +50,13 @@ median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a
 timed() { # name cmd...: appends seconds to $out/t.name
   local name=$1; shift
   local t0; t0=$(now)
-  "$@" > /dev/null 2>> "$out/err.$name" || echo "  ($name exited $?)" >&2
+  "$@" > /dev/null 2>> "$out/err.$name" || echo "NOTE: a '$name' run exited $?: $(tail -1 "$out/err.$name")" >> "$out/notes"
   echo "$(now) - $t0" | bc -l >> "$out/t.$name"
 }
-rss() { # cmd... : prints peak RSS in MB
-  /usr/bin/time -f '%M' -o "$out/rss" "$@" > /dev/null 2>> "$out/err.rss" || true
+rss() { # cmd... : prints peak RSS in MB; a failed run is noted (printed at the end)
+  local status=0
+  /usr/bin/time -f '%M' -o "$out/rss" "$@" > /dev/null 2> "$out/err.rss" || status=$?
+  [ "$status" = 0 ] || echo "NOTE: peak-RSS run of '$*' exited $status: $(grep -v '^Command' "$out/err.rss" | tail -1)" >> "$out/notes"
   echo "$(tail -1 "$out/rss") / 1024" | bc
 }
 med() { median < "$out/t.$1"; }
@@ -144,7 +148,10 @@ for n in $((P / 10)) "$P"; do
   start_sandbox URL --generate "pods=$n" --namespaces 20
   for _ in $(seq 1 "$reps"); do
     timed "leash_p$n" "$LEASH" load --server "$URL" pods -A --page-size 500 --progress never -o ndjson
-    [ "$n" = "$P" ] && timed "kubectl_p$n" kubectl_ get pods -A -o json --chunk-size=500
+    if [ "$n" = "$P" ]; then
+      timed "kubectl_p$n" kubectl_ get pods -A -o json --chunk-size=500
+      python3 bench/plain_list.py "$URL" /api/v1/pods 500 "$n" | awk '{print $2}' >> "$out/t.plain_p$n"
+    fi
   done
   lr=$(rss "$LEASH" load --server "$URL" pods -A --page-size 500 --progress never -o ndjson)
   echo "$lr" > "$out/rss.leash.$n"
@@ -158,3 +165,10 @@ for n in $((P / 10)) "$P"; do
   stop_sandbox URL
 done
 printf "leash peak RSS %s pods / %s pods: %.2fx\n" "$P" "$((P / 10))" "$(echo "$(cat "$out/rss.leash.$P")/$(cat "$out/rss.leash.$((P / 10))")" | bc -l)"
+
+echo
+echo "## Scenario 4: the sandbox alone, $P pods in pages of 500 to a plain HTTP client (bench/plain_list.py)"
+printf "plain client median %6.2fs (%.0f objects/s); leash/plain %.2fx\n" \
+  "$(med "plain_p$P")" "$(echo "$P/$(med "plain_p$P")" | bc -l)" "$(echo "$(med "leash_p$P")/$(med "plain_p$P")" | bc -l)"
+[ -s "$out/notes" ] && { echo; cat "$out/notes"; }
+exit 0
