@@ -156,7 +156,8 @@ struct Retained {
     coll: CollectionKey,
     rv: u64,
     objects: Objects,
-    created: Instant,
+    /// When the latest list at this version served its first page.
+    renewed: Instant,
 }
 
 /// Snapshots retained for continue tokens.
@@ -177,17 +178,27 @@ impl Snapshots {
         table
             .iter()
             .find(|r| r.rv == rv && r.coll == *coll)
-            .filter(|r| r.created.elapsed() <= ttl)
+            .filter(|r| r.renewed.elapsed() <= ttl)
             .map(|r| r.objects.clone())
     }
 
-    fn retain(&self, coll: &CollectionKey, rv: u64, objects: &Objects, ttl: Duration) {
+    /// Keeps `objects` for continue tokens at `rv` for `ttl` from now. The
+    /// first page of a list at a version already kept (`renew`) renews it:
+    /// every list gets its tokens' whole `ttl` from its own first page, even
+    /// when an earlier list at the same version (nothing written between them)
+    /// began long ago. Later pages leave the time alone.
+    fn retain(&self, coll: &CollectionKey, rv: u64, objects: &Objects, ttl: Duration, renew: bool) {
         let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
-        if table.iter().any(|r| r.rv == rv && r.coll == *coll) {
+        if let Some(at) = table.iter().position(|r| r.rv == rv && r.coll == *coll) {
+            if renew {
+                let mut kept = table.remove(at).expect("position is in range");
+                kept.renewed = Instant::now();
+                table.push_back(kept);
+            }
             return;
         }
         // Expired snapshots can never be used again: free them first.
-        table.retain(|r| r.created.elapsed() <= ttl);
+        table.retain(|r| r.renewed.elapsed() <= ttl);
         if table.len() >= SNAPSHOT_CAPACITY {
             table.pop_front();
         }
@@ -195,7 +206,7 @@ impl Snapshots {
             coll: coll.clone(),
             rv,
             objects: objects.clone(),
-            created: Instant::now(),
+            renewed: Instant::now(),
         });
     }
 }
@@ -215,6 +226,9 @@ pub(crate) fn list(
     ttl: Duration,
 ) -> Result<ListBody, ApiError> {
     let coll = rt.collection();
+    // A list's first page: no token, or the fresh token of a 410 (a new list at the latest
+    // version); it gives the version's snapshot a whole TTL again.
+    let mut first_page = true;
     let (objects, rv, after, known_remaining) = match &params.continue_token {
         Some(token) => {
             if !matches!(
@@ -232,6 +246,7 @@ pub(crate) fn list(
                 (objects, rv, Some(after), None)
             } else {
                 let rv = t.rv as u64;
+                first_page = false;
                 match snapshots.get(&coll, rv, ttl) {
                     Some(objects) => (objects, rv, Some(after), t.r),
                     None => {
@@ -310,7 +325,7 @@ pub(crate) fn list(
         } else {
             None
         };
-        snapshots.retain(&coll, rv, &objects, ttl);
+        snapshots.retain(&coll, rv, &objects, ttl, first_page);
         let token = encode(
             rv as i64,
             format!("{}\0", relative_key(sel, last)),

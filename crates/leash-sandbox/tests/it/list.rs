@@ -104,6 +104,43 @@ async fn paginated_list_racing_a_writer_returns_exactly_the_snapshot() {
     sb.shutdown().await.unwrap();
 }
 
+/// Each list's tokens last the TTL from its own first page, even when an
+/// earlier list at the same resourceVersion (nothing written since) began
+/// longer ago than that.
+#[tokio::test]
+async fn a_new_list_at_the_same_version_gets_the_whole_ttl() {
+    let objects: Vec<_> = (0..10)
+        .map(|i| configmap("default", &format!("cm-{i}"), json!({})))
+        .collect();
+    let sb = start(objects).await;
+    let ttl = Duration::from_millis(1000);
+    sb.set_faults(Faults {
+        continue_ttl: ttl,
+        ..Faults::default()
+    });
+    let path = "/api/v1/namespaces/default/configmaps?limit=4";
+    let first = raw(sb.addr(), "GET", path, &[], b"").await.json();
+    tokio::time::sleep(ttl * 2 / 3).await;
+    let second = raw(sb.addr(), "GET", path, &[], b"").await.json();
+    assert_eq!(
+        first["metadata"]["resourceVersion"], second["metadata"]["resourceVersion"],
+        "both lists are at the same version"
+    );
+    // Past the first list's TTL, within the second's.
+    tokio::time::sleep(ttl * 2 / 3).await;
+    let token = second["metadata"]["continue"].as_str().unwrap();
+    let r = raw(
+        sb.addr(),
+        "GET",
+        &format!("{path}&continue={token}"),
+        &[],
+        b"",
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    sb.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn expired_continue_gets_410_expired_with_a_working_fresh_token() {
     let objects: Vec<_> = (0..10)
