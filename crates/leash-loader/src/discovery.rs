@@ -3,12 +3,16 @@
 //! Aggregated discovery first (`GET /api` and `GET /apis` asking for
 //! `APIGroupDiscoveryList`: two requests for the whole cluster); a server that
 //! answers with the legacy `APIVersions` / `APIGroupList` documents is then
-//! asked for each preferred group version's `APIResourceList`.
+//! asked for each group version's `APIResourceList`.
 //!
-//! Only each group's preferred version is used (kubectl resolves names to the
-//! preferred version too); subresources are dropped. The order is kubectl's
-//! priority: the core group first, then the other groups in the order the
-//! server lists them.
+//! Each resource is read at one version, as client-go's
+//! `ServerPreferredResources` (behind `kubectl api-resources` and kubectl's
+//! name resolution) chooses it: the group's preferred version, or, for a
+//! resource its preferred version does not serve, the first other version
+//! that does. Its other versions are kept apart, for KIND arguments that name
+//! a version (`deployments.v1beta1.apps`). Subresources are dropped. The
+//! order is kubectl's priority: the core group first, then the other groups
+//! in the order the server lists them.
 
 use std::sync::Arc;
 
@@ -33,20 +37,54 @@ const LEGACY_CONCURRENCY: usize = 8;
 #[derive(Clone, Debug, Default)]
 pub struct Catalog {
     kinds: Vec<Arc<ResolvedKind>>,
+    other_versions: Vec<Arc<ResolvedKind>>,
 }
 
 impl Catalog {
-    /// A catalog from resources already in priority order (for tests and
-    /// callers that cache discovery).
+    /// A catalog from resources already in priority order, one version each
+    /// (for tests and callers that cache discovery).
     pub fn from_kinds(kinds: Vec<ResolvedKind>) -> Self {
         Catalog {
             kinds: kinds.into_iter().map(Arc::new).collect(),
+            other_versions: Vec::new(),
         }
     }
 
-    /// The resources, highest priority first.
+    /// A catalog from every (group, version, resource) discovery found, each
+    /// group's versions in the server's order (preferred first): the first
+    /// version of each resource is the one it is read at, the others are
+    /// [`Catalog::other_versions`]. The core group goes first.
+    pub fn from_discovered(mut found: Vec<ResolvedKind>) -> Self {
+        found.sort_by_key(|k| !k.group.is_empty());
+        let mut versions = std::collections::HashSet::new();
+        let mut resources = std::collections::HashSet::new();
+        let mut catalog = Catalog::default();
+        for kind in found {
+            if versions.insert((
+                kind.group.clone(),
+                kind.plural.clone(),
+                kind.version.clone(),
+            )) {
+                let list = if resources.insert((kind.group.clone(), kind.plural.clone())) {
+                    &mut catalog.kinds
+                } else {
+                    &mut catalog.other_versions
+                };
+                list.push(Arc::new(kind));
+            }
+        }
+        catalog
+    }
+
+    /// The resources, one version each, highest priority first.
     pub fn kinds(&self) -> &[Arc<ResolvedKind>] {
         &self.kinds
+    }
+
+    /// The resources' other served versions, used only when a KIND argument
+    /// names the version.
+    pub fn other_versions(&self) -> &[Arc<ResolvedKind>] {
+        &self.other_versions
     }
 }
 
@@ -107,17 +145,22 @@ async fn discover_with(
         match top {
             TopLevel::Aggregated(list) => kinds.extend(kinds_from_aggregated(&list)),
             TopLevel::LegacyCore(versions) => {
-                if let Some(v) = versions.versions.first() {
+                for v in &versions.versions {
                     legacy_paths.push((format!("/api/{v}"), String::new(), v.clone()));
                 }
             }
             TopLevel::LegacyGroups(list) => {
                 for group in &list.groups {
+                    // The preferred version first, then the others in the server's order.
                     let preferred = group
                         .preferred_version
                         .as_ref()
                         .or_else(|| group.versions.first());
-                    if let Some(gv) = preferred {
+                    let others = group
+                        .versions
+                        .iter()
+                        .filter(|gv| Some(&gv.version) != preferred.map(|p| &p.version));
+                    for gv in preferred.into_iter().chain(others) {
                         legacy_paths.push((
                             format!("/apis/{}", gv.group_version),
                             group.name.clone(),
@@ -153,7 +196,7 @@ async fn discover_with(
             kinds.extend(found);
         }
     }
-    Ok(Catalog::from_kinds(prioritise(kinds)))
+    Ok(Catalog::from_discovered(kinds))
 }
 
 async fn get_top_level(
@@ -183,7 +226,8 @@ async fn get_top_level(
         .await
 }
 
-/// Resources of each group's preferred (first) version.
+/// Resources of every version of every group, each group's versions in the
+/// server's order (the preferred one first, as aggregated discovery lists it).
 fn kinds_from_aggregated(list: &APIGroupDiscoveryList) -> Vec<ResolvedKind> {
     let mut out = Vec::new();
     for group in &list.items {
@@ -192,13 +236,12 @@ fn kinds_from_aggregated(list: &APIGroupDiscoveryList) -> Vec<ResolvedKind> {
             .as_ref()
             .and_then(|m| m.name.clone())
             .unwrap_or_default();
-        let Some(version) = group.versions.first() else {
-            continue;
-        };
-        let version_name = version.version.clone().unwrap_or_default();
-        for resource in &version.resources {
-            if let Some(kind) = kind_from_aggregated(&name, &version_name, resource) {
-                out.push(kind);
+        for version in &group.versions {
+            let version_name = version.version.clone().unwrap_or_default();
+            for resource in &version.resources {
+                if let Some(kind) = kind_from_aggregated(&name, &version_name, resource) {
+                    out.push(kind);
+                }
             }
         }
     }
@@ -258,15 +301,6 @@ fn kinds_from_legacy(group: &str, version: &str, list: &APIResourceList) -> Vec<
         .collect()
 }
 
-/// Core group first (stable sort keeps the server's order otherwise); one
-/// entry per (group, plural).
-fn prioritise(mut kinds: Vec<ResolvedKind>) -> Vec<ResolvedKind> {
-    kinds.sort_by_key(|k| !k.group.is_empty());
-    let mut seen = std::collections::HashSet::new();
-    kinds.retain(|k| seen.insert((k.group.clone(), k.plural.clone())));
-    kinds
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -287,6 +321,8 @@ mod tests {
              "scope": "Cluster", "singularResource": "widget", "verbs": ["list"]}
           ]},
           {"version": "v1", "resources": [
+            {"resource": "widgets", "responseKind": {"group": "example.leash.dev", "version": "v1", "kind": "Widget"},
+             "scope": "Cluster", "singularResource": "widget", "verbs": ["list"]},
             {"resource": "oldwidgets", "responseKind": {"kind": "OldWidget"}, "scope": "Cluster", "verbs": ["list"]}
           ]}
         ]}
@@ -306,18 +342,37 @@ mod tests {
     ]}"#;
 
     #[test]
-    fn aggregated_uses_preferred_versions_and_skips_subresources() {
+    fn aggregated_prefers_the_first_version_and_skips_subresources() {
         let TopLevel::Aggregated(list) = parse_top_level(AGGREGATED_APIS.as_bytes()).unwrap()
         else {
             panic!("not aggregated")
         };
-        let kinds = kinds_from_aggregated(&list);
-        let names: Vec<_> = kinds.iter().map(|k| k.qualified_name()).collect();
-        assert_eq!(names, ["deployments.apps", "widgets.example.leash.dev"]);
+        let catalog = Catalog::from_discovered(kinds_from_aggregated(&list));
+        let read_at: Vec<_> = catalog
+            .kinds()
+            .iter()
+            .map(|k| format!("{} {}", k.qualified_name(), k.version))
+            .collect();
+        // oldwidgets is served only by v1, which is not preferred: it is
+        // still read (as ServerPreferredResources does), at v1.
+        assert_eq!(
+            read_at,
+            [
+                "deployments.apps v1",
+                "widgets.example.leash.dev v2",
+                "oldwidgets.example.leash.dev v1"
+            ]
+        );
+        let kinds = catalog.kinds();
         assert_eq!(kinds[0].short_names, ["deploy"]);
         assert!(kinds[0].namespaced);
         assert!(!kinds[1].namespaced);
-        assert_eq!(kinds[1].version, "v2");
+        let others: Vec<_> = catalog
+            .other_versions()
+            .iter()
+            .map(|k| format!("{} {}", k.qualified_name(), k.version))
+            .collect();
+        assert_eq!(others, ["widgets.example.leash.dev v1"]);
     }
 
     #[test]
@@ -343,15 +398,26 @@ mod tests {
     /// the same kinds, scopes, verbs and short names as aggregated discovery.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn legacy_and_aggregated_discovery_agree() {
-        let objects = leash_sandbox::generate::generate(&leash_sandbox::generate::GenerateSpec {
-            kinds: vec![],
-            namespaces: 1,
-            crds: Some((3, 1)),
-            seed: 0,
-        })
-        .unwrap();
+        // One CRD served at two versions, so both paths must find a second version.
+        let two_versions = serde_json::json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "gadgets.example.leash.dev"},
+            "spec": {"group": "example.leash.dev", "scope": "Namespaced",
+                "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
+                "versions": [
+                    {"name": "v1", "served": true, "storage": true,
+                     "schema": {"openAPIV3Schema": {"type": "object"}}},
+                    {"name": "v1beta1", "served": true, "storage": false,
+                     "schema": {"openAPIV3Schema": {"type": "object"}}}]}
+        });
         let sb = leash_sandbox::Sandbox::start(leash_sandbox::SandboxConfig {
-            objects,
+            generate: Some(leash_sandbox::generate::GenerateSpec {
+                kinds: vec![],
+                namespaces: 1,
+                crds: Some((3, 1)),
+                seed: 0,
+            }),
+            objects: vec![two_versions],
             ..leash_sandbox::SandboxConfig::default()
         })
         .await
@@ -369,6 +435,7 @@ mod tests {
             let mut kinds: Vec<_> = c
                 .kinds()
                 .iter()
+                .chain(c.other_versions())
                 .map(|k| {
                     let mut short = k.short_names.clone();
                     short.sort();
@@ -391,20 +458,37 @@ mod tests {
         assert!(aggregated.kinds().len() > 10);
         assert!(aggregated.kinds().iter().any(|k| k.plural == "widget0002s"));
         assert_eq!(key(&aggregated), key(&legacy));
+        let gadgets = |c: &Catalog| {
+            let at = |list: &[Arc<ResolvedKind>]| {
+                list.iter()
+                    .filter(|k| k.plural == "gadgets")
+                    .map(|k| k.version.clone())
+                    .collect::<Vec<_>>()
+            };
+            (at(c.kinds()), at(c.other_versions()))
+        };
+        assert_eq!(
+            gadgets(&aggregated),
+            (vec!["v1".into()], vec!["v1beta1".into()])
+        );
+        assert_eq!(gadgets(&legacy), gadgets(&aggregated));
         assert!(legacy.kinds()[0].group.is_empty(), "core group first");
         sb.shutdown().await.unwrap();
     }
 
     #[test]
-    fn core_group_comes_first() {
+    fn core_group_comes_first_and_duplicates_collapse() {
         use crate::kind::tests::kind;
-        let kinds = prioritise(vec![
+        let catalog = Catalog::from_discovered(vec![
             kind("apps", "v1", "Deployment", "deployments", true),
             kind("", "v1", "Pod", "pods", true),
             kind("x.dev", "v1", "Pod", "pods", true),
             kind("", "v1", "Pod", "pods", true),
+            kind("apps", "v1beta1", "Deployment", "deployments", true),
         ]);
-        let names: Vec<_> = kinds.iter().map(|k| k.qualified_name()).collect();
+        let names: Vec<_> = catalog.kinds().iter().map(|k| k.qualified_name()).collect();
         assert_eq!(names, ["pods", "deployments.apps", "pods.x.dev"]);
+        assert_eq!(catalog.other_versions().len(), 1);
+        assert_eq!(catalog.other_versions()[0].version, "v1beta1");
     }
 }

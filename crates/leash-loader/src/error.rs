@@ -23,6 +23,23 @@ pub enum Error {
         /// The argument as given.
         name: String,
     },
+    /// Two KIND arguments name one resource at different versions (its
+    /// objects are the same; reading them twice would write each twice).
+    #[error(
+        "\"{first}\" and \"{second}\" name the same resource {resource} at versions {first_version} and {second_version}: name one version"
+    )]
+    TwoVersions {
+        /// The resource (`widgets.example.leash.dev`).
+        resource: String,
+        /// The first argument.
+        first: String,
+        /// The version it resolved to.
+        first_version: String,
+        /// The second argument.
+        second: String,
+        /// The version it resolved to.
+        second_version: String,
+    },
     /// The options are invalid (concurrency out of range, page size 0, ...).
     #[error("invalid load options: {0}")]
     InvalidOptions(String),
@@ -140,6 +157,7 @@ impl Error {
             self,
             Error::UnknownKind { .. }
                 | Error::NotListable { .. }
+                | Error::TwoVersions { .. }
                 | Error::InvalidOptions(_)
                 | Error::Unauthorized { .. }
                 | Error::BadRequest { .. }

@@ -7,7 +7,8 @@
 pub struct ResolvedKind {
     /// API group (`""` for the core group).
     pub group: String,
-    /// The group's preferred version that serves it.
+    /// The version it is read at: the group's preferred version, or the first
+    /// other one that serves it, or the version a KIND argument named.
     pub version: String,
     /// `Pod`, `Deployment`.
     pub kind: String,

@@ -6,8 +6,11 @@
 //! Matching follows kubectl's order: short names first (its shortcut
 //! expander), then plural or singular resource names, then the kind. Among
 //! several matches the catalog's priority decides (core group first, then
-//! groups in discovery order). Unknown names are an error naming them: a
-//! kind that cannot be mapped never yields an empty success (seed 001).
+//! groups in discovery order); a resource's other served versions match
+//! only after that, so `deployments.v1beta1.apps` reads v1beta1 while
+//! `deployments` reads the preferred version. Unknown names are an error
+//! naming them: a kind that cannot be mapped never yields an empty success
+//! (seed 001).
 
 use std::sync::Arc;
 
@@ -38,6 +41,7 @@ impl Default for KindSelection {
 
 /// Resolve a selection against the catalog. Duplicates (`pods po Pod`)
 /// collapse to the first occurrence; the order of the arguments is kept.
+/// One resource named at two versions is an error ([`Error::TwoVersions`]).
 pub fn resolve(catalog: &Catalog, selection: &KindSelection) -> Result<Vec<Arc<ResolvedKind>>> {
     match selection {
         KindSelection::All { include_events } => Ok(catalog
@@ -47,17 +51,30 @@ pub fn resolve(catalog: &Catalog, selection: &KindSelection) -> Result<Vec<Arc<R
             .cloned()
             .collect()),
         KindSelection::Names(names) => {
-            let mut out: Vec<Arc<ResolvedKind>> = Vec::with_capacity(names.len());
+            let mut out: Vec<(Arc<ResolvedKind>, &String)> = Vec::with_capacity(names.len());
             for name in names {
                 let kind = resolve_one(catalog, name)?;
                 if !kind.is_listable() {
                     return Err(Error::NotListable { name: name.clone() });
                 }
-                if !out.iter().any(|k| Arc::ptr_eq(k, &kind)) {
-                    out.push(kind);
+                let same = out
+                    .iter()
+                    .find(|(k, _)| k.group == kind.group && k.plural == kind.plural);
+                match same {
+                    None => out.push((kind, name)),
+                    Some((k, _)) if k.version == kind.version => {}
+                    Some((k, first)) => {
+                        return Err(Error::TwoVersions {
+                            resource: kind.qualified_name(),
+                            first: (*first).clone(),
+                            first_version: k.version.clone(),
+                            second: name.clone(),
+                            second_version: kind.version.clone(),
+                        });
+                    }
                 }
             }
-            Ok(out)
+            Ok(out.into_iter().map(|(kind, _)| kind).collect())
         }
     }
 }
@@ -90,7 +107,8 @@ pub fn resolve_one(catalog: &Catalog, arg: &str) -> Result<Arc<ResolvedKind>> {
         &|k| k.kind.eq_ignore_ascii_case(name),
     ];
     for matches in matchers {
-        if let Some(kind) = catalog.kinds().iter().find(|k| in_group(k) && matches(k)) {
+        let mut candidates = catalog.kinds().iter().chain(catalog.other_versions());
+        if let Some(kind) = candidates.find(|k| in_group(k) && matches(k)) {
             return Ok(kind.clone());
         }
     }
@@ -186,6 +204,45 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("\"nosuchkind\""), "{err}");
+    }
+
+    #[test]
+    fn named_versions_reach_other_served_versions() {
+        let catalog = Catalog::from_discovered(vec![
+            kind("apps", "v1", "Deployment", "deployments", true),
+            kind("apps", "v1beta1", "Deployment", "deployments", true),
+        ]);
+        let at = |arg: &str| {
+            resolve_one(&catalog, arg)
+                .map(|k| k.version.clone())
+                .unwrap_or_else(|e| e.to_string())
+        };
+        assert_eq!(at("deployments"), "v1");
+        assert_eq!(at("deployments.apps"), "v1");
+        assert_eq!(at("deployments.v1.apps"), "v1");
+        assert_eq!(at("deployments.v1beta1.apps"), "v1beta1");
+        assert_eq!(at("Deployment.v1beta1.apps"), "v1beta1");
+        assert!(at("deployments.v2.apps").contains("doesn't have"));
+        // --all reads each resource once, at its preferred version.
+        let all = resolve(&catalog, &KindSelection::default()).unwrap();
+        assert_eq!(all.len(), 1);
+        assert_eq!(all[0].version, "v1");
+        // The same version twice collapses; two versions are refused.
+        let names =
+            |args: &[&str]| KindSelection::Names(args.iter().map(|a| (*a).to_owned()).collect());
+        let same = resolve(&catalog, &names(&["deployments.v1.apps", "deployment"])).unwrap();
+        assert_eq!(same.len(), 1);
+        let err = resolve(
+            &catalog,
+            &names(&["deployments.v1beta1.apps", "deployment"]),
+        )
+        .unwrap_err();
+        assert!(matches!(err, Error::TwoVersions { .. }), "{err}");
+        assert!(err.is_configuration());
+        assert_eq!(
+            err.to_string(),
+            "\"deployments.v1beta1.apps\" and \"deployment\" name the same resource deployments.apps at versions v1beta1 and v1: name one version"
+        );
     }
 
     #[test]
