@@ -6,7 +6,7 @@ use leash_loader::{Error, KindSelection, LoadOptions, Loader, NamespaceSelection
 use leash_sandbox::Faults;
 use tokio_util::sync::CancellationToken;
 
-use crate::support::{alive_tasks, client, crd_name, crds, sandbox, wait_for_tasks_at_most};
+use crate::support::{alive_tasks, client, crd_name, crds, drain, sandbox, wait_for_tasks_at_most};
 
 /// Seed 001, "workers ignore cancellation": with every request waiting on a
 /// 3 s latency, cancelling the token ends the load within a second (every
@@ -93,11 +93,7 @@ async fn the_deadline_covers_the_whole_load() {
         ..Faults::default()
     });
     let started = Instant::now();
-    let load = loader.load(kinds, token);
-    let (report, ()) = tokio::join!(load.report, async {
-        let mut objects = load.objects;
-        while objects.next_page().await.is_some() {}
-    });
+    let report = drain(loader.load(kinds, token)).await;
     let took = started.elapsed();
     assert!(
         took < Duration::from_millis(1400),
@@ -146,11 +142,7 @@ async fn first_failure_cancels_unless_continue_on_error() {
             latency: Duration::from_millis(100),
             ..Faults::default()
         });
-        let load = loader.load(kinds, token);
-        let (report, ()) = tokio::join!(load.report, async {
-            let mut objects = load.objects;
-            while objects.next_page().await.is_some() {}
-        });
+        let report = drain(loader.load(kinds, token)).await;
         sb.set_faults(Faults::default());
         assert!(
             matches!(report.kinds[0].error, Some(Error::Status { code: 404, .. })),

@@ -7,7 +7,9 @@ use leash_loader::{Error, KindSelection, LoadOptions, Loader, NamespaceSelection
 use leash_sandbox::{Faults, Sandbox, SandboxConfig};
 use tokio_util::sync::CancellationToken;
 
-use crate::support::{assert_exactly_once, client, crd_name, crds, fast_retry, load_all, sandbox};
+use crate::support::{
+    assert_exactly_once, client, crd_name, crds, drain, fast_retry, load_all, sandbox,
+};
 
 /// Seed 001, "partial pages thrown away on error, no retry": with 20% 500s,
 /// 10% 429s and 5% connection resets mid-body, 20 seeded runs each load
@@ -77,11 +79,7 @@ async fn retries_run_out_and_fail_loudly() {
         fail_rate: 1.0,
         ..Faults::default()
     });
-    let load = loader.load(kinds, token);
-    let (report, ()) = tokio::join!(load.report, async {
-        let mut objects = load.objects;
-        while objects.next_page().await.is_some() {}
-    });
+    let report = drain(loader.load(kinds, token)).await;
     let kind = &report.kinds[0];
     assert_eq!(kind.retries, 3);
     match &kind.error {
@@ -154,11 +152,7 @@ async fn retry_after_is_honoured() {
         ..Faults::default()
     });
     let started = std::time::Instant::now();
-    let load = loader.load(kinds, token);
-    let (report, ()) = tokio::join!(load.report, async {
-        let mut objects = load.objects;
-        while objects.next_page().await.is_some() {}
-    });
+    let report = drain(loader.load(kinds, token)).await;
     // 1 + 2 attempts, two waits of min(1 s, 300 ms) each.
     let took = started.elapsed();
     assert!(

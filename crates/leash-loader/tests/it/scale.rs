@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use leash_loader::{KindSelection, LoadOptions, NamespaceSelection};
 use leash_sandbox::Faults;
 
-use crate::support::{assert_exactly_once, client, crd_name, crds, load_all, sandbox};
+use crate::support::{assert_exactly_once, client, crd_name, crds, drain, load_all, sandbox};
 
 /// Seed 001, "pool drops tasks beyond 2x concurrency, then 5 min timeout per
 /// missing result": 300 kinds at concurrency 2 (150x the queue the seed
@@ -84,11 +84,7 @@ async fn concurrency_bounds_requests_in_flight() {
         ..Faults::default()
     });
     let start = Instant::now();
-    let load = loader.load(kinds, token);
-    let (report, ()) = tokio::join!(load.report, async {
-        let mut objects = load.objects;
-        while objects.next_page().await.is_some() {}
-    });
+    let report = drain(loader.load(kinds, token)).await;
     let took = start.elapsed();
     assert!(report.is_complete());
     assert!(

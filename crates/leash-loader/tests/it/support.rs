@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use futures::StreamExt;
-use leash_loader::{LoadOptions, LoadReport, LoadedObject, Loader, RetryPolicy};
+use leash_loader::{Load, LoadOptions, LoadReport, LoadedObject, Loader, RetryPolicy};
 use leash_sandbox::generate::{GenerateSpec, generate};
 use leash_sandbox::{Faults, Sandbox, SandboxConfig};
 use serde_json::{Value, json};
@@ -87,6 +87,15 @@ pub(crate) async fn load_all(
     };
     let (report, all) = tokio::join!(load.report, collect);
     (all, report)
+}
+
+/// Run `load` to its end, discarding the objects page by page; its report.
+pub(crate) async fn drain(load: Load) -> LoadReport {
+    let mut objects = load.objects;
+    let (report, ()) = tokio::join!(load.report, async {
+        while objects.next_page().await.is_some() {}
+    });
+    report
 }
 
 /// Objects per uid: every value must be 1 for "exactly once".
