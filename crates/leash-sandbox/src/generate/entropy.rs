@@ -13,6 +13,37 @@
 
 use std::time::{Duration, UNIX_EPOCH};
 
+/// Application names generated objects are named after. Workloads draw
+/// from all of them; configuration, networking and event objects from
+/// [`CORE_APPS`], the first 14.
+pub(super) const APPS: &[&str] = &[
+    "web",
+    "api",
+    "frontend",
+    "backend",
+    "worker",
+    "cache",
+    "auth",
+    "billing",
+    "checkout",
+    "search",
+    "gateway",
+    "orders",
+    "payments",
+    "inventory",
+    "notifications",
+    "metrics",
+    "ingest",
+    "scheduler",
+    "reports",
+    "catalog",
+];
+
+/// The application names core/v1 objects (ConfigMap, Secret, Service,
+/// ServiceAccount, Event) draw from: the first 14 of [`APPS`]. (A shorter
+/// list than the workloads'; changing either changes the generated output.)
+pub(super) const CORE_APPS: &[&str] = APPS.split_at(14).0;
+
 /// The characters Kubernetes uses for generated name suffixes (no vowels, no
 /// look-alikes): `k8s.io/apimachinery/pkg/util/rand`.
 const SUFFIX_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";

@@ -6,24 +6,9 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Value, json};
 
 use super::Context;
-use super::entropy::{below, hex, object_rng, pick, suffix, timestamp, uid_for, unique_token};
-
-const APPS: &[&str] = &[
-    "web",
-    "api",
-    "frontend",
-    "backend",
-    "worker",
-    "cache",
-    "auth",
-    "billing",
-    "checkout",
-    "search",
-    "gateway",
-    "orders",
-    "payments",
-    "inventory",
-];
+use super::entropy::{
+    CORE_APPS, below, hex, object_rng, pick, suffix, timestamp, uid_for, unique_token,
+};
 
 const EVENT_REASONS: &[(&str, &str, &str)] = &[
     (
@@ -54,7 +39,7 @@ const EVENT_REASONS: &[(&str, &str, &str)] = &[
 pub(super) fn configmap(ctx: &Context, index: usize) -> Value {
     let mut rng = object_rng(ctx.seed, "configmaps", index);
     let namespace = ctx.namespace_for(index);
-    let app = pick(&mut rng, APPS);
+    let app = pick(&mut rng, CORE_APPS);
     let name = format!(
         "{app}-config-{}",
         unique_token(ctx.seed, "configmaps", index, ctx.token_len)
@@ -93,7 +78,7 @@ pub(super) fn configmap(ctx: &Context, index: usize) -> Value {
 pub(super) fn secret(ctx: &Context, index: usize) -> Value {
     let mut rng = object_rng(ctx.seed, "secrets", index);
     let namespace = ctx.namespace_for(index);
-    let app = pick(&mut rng, APPS);
+    let app = pick(&mut rng, CORE_APPS);
     let token = unique_token(ctx.seed, "secrets", index, ctx.token_len);
     let mut random = |len: usize| {
         let mut bytes = vec![0u8; len];
@@ -134,7 +119,7 @@ pub(super) fn secret(ctx: &Context, index: usize) -> Value {
 pub(super) fn service(ctx: &Context, index: usize) -> Value {
     let mut rng = object_rng(ctx.seed, "services", index);
     let namespace = ctx.namespace_for(index);
-    let app = pick(&mut rng, APPS);
+    let app = pick(&mut rng, CORE_APPS);
     let name = format!(
         "{app}-{}",
         unique_token(ctx.seed, "services", index, ctx.token_len)
@@ -171,7 +156,7 @@ pub(super) fn service(ctx: &Context, index: usize) -> Value {
 pub(super) fn serviceaccount(ctx: &Context, index: usize) -> Value {
     let mut rng = object_rng(ctx.seed, "serviceaccounts", index);
     let namespace = ctx.namespace_for(index);
-    let app = pick(&mut rng, APPS);
+    let app = pick(&mut rng, CORE_APPS);
     let name = format!(
         "{app}-{}",
         unique_token(ctx.seed, "serviceaccounts", index, ctx.token_len)
@@ -195,7 +180,7 @@ pub(super) fn serviceaccount(ctx: &Context, index: usize) -> Value {
 pub(super) fn event(ctx: &Context, index: usize) -> Value {
     let mut rng = object_rng(ctx.seed, "events", index);
     let namespace = ctx.namespace_for(index);
-    let app = pick(&mut rng, APPS);
+    let app = pick(&mut rng, CORE_APPS);
     let pod = format!("{app}-{}-{}", suffix(&mut rng, 10), suffix(&mut rng, 5));
     let node = ctx.node_name(below(&mut rng, ctx.node_pool()));
     let (kind, reason, template) = EVENT_REASONS[below(&mut rng, EVENT_REASONS.len())];

@@ -9,32 +9,8 @@ use serde_json::{Map, Value, json};
 
 use super::Context;
 use super::entropy::{
-    below, hex, keyed_rng, object_rng, pick, suffix, timestamp, uid_for, unique_token,
+    APPS, below, hex, keyed_rng, object_rng, pick, suffix, timestamp, uid_for, unique_token,
 };
-
-/// Application names workloads are drawn from.
-const APPS: &[&str] = &[
-    "web",
-    "api",
-    "frontend",
-    "backend",
-    "worker",
-    "cache",
-    "auth",
-    "billing",
-    "checkout",
-    "search",
-    "gateway",
-    "orders",
-    "payments",
-    "inventory",
-    "notifications",
-    "metrics",
-    "ingest",
-    "scheduler",
-    "reports",
-    "catalog",
-];
 
 /// Main-container images (registry, repository and tag).
 const IMAGES: &[&str] = &[
