@@ -13,7 +13,7 @@
 use serde_json::{Value, json};
 
 use super::Context;
-use super::entropy::{object_rng, pick};
+use super::entropy::pick;
 
 /// The API group of every generated custom kind.
 pub const GROUP: &str = "example.leash.dev";
@@ -101,7 +101,7 @@ pub(super) fn definition(i: usize) -> Value {
 
 /// Object `j` of custom resource `i`.
 pub(super) fn widget(ctx: &Context, i: usize, j: usize) -> Value {
-    let mut rng = object_rng(ctx.seed, &plural(i), j);
+    let mut rng = ctx.rng(&plural(i), j);
     let namespace = ctx.namespace_for(j);
     let name = object_name(i, j);
     let color = pick(&mut rng, &["red", "green", "blue", "amber", "violet"]);

@@ -129,6 +129,14 @@ pub(super) fn hex(rng: &mut fastrand::Rng, len: usize) -> String {
         .collect()
 }
 
+/// A pinned reference to `image` with a random digest,
+/// `repository@sha256:<64 hex digits>`, as nodes and container statuses
+/// show images.
+pub(super) fn image_digest(rng: &mut fastrand::Rng, image: &str) -> String {
+    let repository = image.rsplit_once(':').map_or(image, |(repo, _)| repo);
+    format!("{repository}@sha256:{}", hex(rng, 64))
+}
+
 /// A random RFC 4122 version-4 UUID.
 pub(super) fn uuid(rng: &mut fastrand::Rng) -> String {
     let variant = char::from_digit(8 + rng.u32(..4), 16).expect("digit < 16");

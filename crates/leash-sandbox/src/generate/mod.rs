@@ -287,6 +287,17 @@ struct Context {
 }
 
 impl Context {
+    /// The random stream of object `index` of the kind tagged `tag`.
+    fn rng(&self, tag: &str, index: usize) -> fastrand::Rng {
+        entropy::object_rng(self.seed, tag, index)
+    }
+
+    /// The name token of object `index` of the kind tagged `tag`, unique
+    /// within the kind.
+    fn token(&self, tag: &str, index: usize) -> String {
+        entropy::unique_token(self.seed, tag, index, self.token_len)
+    }
+
     /// The namespace of namespaced object `index`: round-robin.
     fn namespace_for(&self, index: usize) -> &str {
         if self.namespaces.is_empty() {

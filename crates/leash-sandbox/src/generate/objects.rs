@@ -6,9 +6,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Value, json};
 
 use super::Context;
-use super::entropy::{
-    CORE_APPS, below, hex, object_rng, pick, suffix, timestamp, uid_for, unique_token,
-};
+use super::entropy::{CORE_APPS, below, hex, image_digest, pick, suffix, timestamp, uid_for};
 
 const EVENT_REASONS: &[(&str, &str, &str)] = &[
     (
@@ -37,13 +35,10 @@ const EVENT_REASONS: &[(&str, &str, &str)] = &[
 
 /// A ConfigMap holding an application config file and a few flags.
 pub(super) fn configmap(ctx: &Context, index: usize) -> Value {
-    let mut rng = object_rng(ctx.seed, "configmaps", index);
+    let mut rng = ctx.rng("configmaps", index);
     let namespace = ctx.namespace_for(index);
     let app = pick(&mut rng, CORE_APPS);
-    let name = format!(
-        "{app}-config-{}",
-        unique_token(ctx.seed, "configmaps", index, ctx.token_len)
-    );
+    let name = format!("{app}-config-{}", ctx.token("configmaps", index));
     let port = 8000 + rng.u32(..1000);
     let config = format!(
         "server:\n  port: {port}\n  readTimeout: 30s\n  writeTimeout: 30s\nlogging:\n  level: info\n  format: json\n\
@@ -76,10 +71,10 @@ pub(super) fn configmap(ctx: &Context, index: usize) -> Value {
 
 /// A Secret: Opaque credentials or a TLS pair (random bytes, base64).
 pub(super) fn secret(ctx: &Context, index: usize) -> Value {
-    let mut rng = object_rng(ctx.seed, "secrets", index);
+    let mut rng = ctx.rng("secrets", index);
     let namespace = ctx.namespace_for(index);
     let app = pick(&mut rng, CORE_APPS);
-    let token = unique_token(ctx.seed, "secrets", index, ctx.token_len);
+    let token = ctx.token("secrets", index);
     let mut random = |len: usize| {
         let mut bytes = vec![0u8; len];
         rng.fill(&mut bytes);
@@ -117,13 +112,10 @@ pub(super) fn secret(ctx: &Context, index: usize) -> Value {
 
 /// A ClusterIP Service selecting an app's pods.
 pub(super) fn service(ctx: &Context, index: usize) -> Value {
-    let mut rng = object_rng(ctx.seed, "services", index);
+    let mut rng = ctx.rng("services", index);
     let namespace = ctx.namespace_for(index);
     let app = pick(&mut rng, CORE_APPS);
-    let name = format!(
-        "{app}-{}",
-        unique_token(ctx.seed, "services", index, ctx.token_len)
-    );
+    let name = format!("{app}-{}", ctx.token("services", index));
     // Bijective in the index, so no two services share a cluster IP.
     let ip = format!("10.96.{}.{}", (index / 250) % 256, 1 + index % 250);
     json!({
@@ -154,13 +146,10 @@ pub(super) fn service(ctx: &Context, index: usize) -> Value {
 
 /// A ServiceAccount.
 pub(super) fn serviceaccount(ctx: &Context, index: usize) -> Value {
-    let mut rng = object_rng(ctx.seed, "serviceaccounts", index);
+    let mut rng = ctx.rng("serviceaccounts", index);
     let namespace = ctx.namespace_for(index);
     let app = pick(&mut rng, CORE_APPS);
-    let name = format!(
-        "{app}-{}",
-        unique_token(ctx.seed, "serviceaccounts", index, ctx.token_len)
-    );
+    let name = format!("{app}-{}", ctx.token("serviceaccounts", index));
     json!({
         "apiVersion": "v1",
         "kind": "ServiceAccount",
@@ -178,7 +167,7 @@ pub(super) fn serviceaccount(ctx: &Context, index: usize) -> Value {
 
 /// A core/v1 Event about a pod.
 pub(super) fn event(ctx: &Context, index: usize) -> Value {
-    let mut rng = object_rng(ctx.seed, "events", index);
+    let mut rng = ctx.rng("events", index);
     let namespace = ctx.namespace_for(index);
     let app = pick(&mut rng, CORE_APPS);
     let pod = format!("{app}-{}-{}", suffix(&mut rng, 10), suffix(&mut rng, 5));
@@ -226,7 +215,7 @@ pub(super) fn event(ctx: &Context, index: usize) -> Value {
 
 /// A ready worker node with capacity, conditions, addresses and images.
 pub(super) fn node(ctx: &Context, index: usize) -> Value {
-    let mut rng = object_rng(ctx.seed, "nodes", index);
+    let mut rng = ctx.rng("nodes", index);
     let name = ctx.node_name(index);
     let zone = pick(&mut rng, &["us-east-1a", "us-east-1b", "us-east-1c"]);
     let (instance, cpu, memory_gib) = [
@@ -251,9 +240,8 @@ pub(super) fn node(ctx: &Context, index: usize) -> Value {
     ]
     .iter()
     .map(|image| {
-        let repository = image.rsplit_once(':').map_or(*image, |(repo, _)| repo);
         json!({
-            "names": [format!("{repository}@sha256:{}", hex(&mut rng, 64)), image],
+            "names": [image_digest(&mut rng, image), image],
             "sizeBytes": 10_000_000 + rng.u64(..90_000_000),
         })
     })

@@ -9,7 +9,7 @@ use serde_json::{Map, Value, json};
 
 use super::Context;
 use super::entropy::{
-    APPS, below, hex, keyed_rng, object_rng, pick, suffix, timestamp, uid_for, unique_token,
+    APPS, below, hex, image_digest, keyed_rng, pick, suffix, timestamp, uid_for, unique_token,
 };
 
 /// Main-container images (registry, repository and tag).
@@ -59,7 +59,7 @@ enum PodOwner {
 
 /// A pod, as a Deployment's ReplicaSet or a DaemonSet would have created it.
 pub(super) fn pod(ctx: &Context, index: usize) -> Value {
-    let mut rng = object_rng(ctx.seed, "pods", index);
+    let mut rng = ctx.rng("pods", index);
     let namespace = ctx.namespace_for(index);
     let app = pick(&mut rng, APPS);
     let owner_kind = if rng.u32(..10) < 8 {
@@ -70,7 +70,7 @@ pub(super) fn pod(ctx: &Context, index: usize) -> Value {
     // Pods of one app in one namespace share their owner and template hash.
     let mut app_rng = keyed_rng(ctx.seed, &format!("{namespace}/{app}"));
     let template_hash = suffix(&mut app_rng, 10);
-    let token = unique_token(ctx.seed, "pods", index, ctx.token_len);
+    let token = ctx.token("pods", index);
     let (name, owner_ref_kind, owner_name) = match owner_kind {
         PodOwner::ReplicaSet => (
             format!("{app}-{template_hash}-{token}"),
@@ -121,14 +121,7 @@ pub(super) fn pod(ctx: &Context, index: usize) -> Value {
                 "prometheus.io/scrape": "true",
                 "prometheus.io/port": "8080",
             },
-            "ownerReferences": [{
-                "apiVersion": "apps/v1",
-                "kind": owner_ref_kind,
-                "name": owner_name,
-                "uid": uid_for(ctx.seed, owner_ref_kind, namespace, &owner_name),
-                "controller": true,
-                "blockOwnerDeletion": true,
-            }],
+            "ownerReferences": [owner_reference(owner_ref_kind, &owner_name, ctx.seed, namespace)],
         },
         "status": {
             "phase": "Running",
@@ -154,13 +147,10 @@ pub(super) fn pod(ctx: &Context, index: usize) -> Value {
 
 /// A Deployment with its pod template and a settled rollout status.
 pub(super) fn deployment(ctx: &Context, index: usize) -> Value {
-    let mut rng = object_rng(ctx.seed, "deployments", index);
+    let mut rng = ctx.rng("deployments", index);
     let namespace = ctx.namespace_for(index);
     let app = pick(&mut rng, APPS);
-    let name = format!(
-        "{app}-{}",
-        unique_token(ctx.seed, "deployments", index, ctx.token_len)
-    );
+    let name = format!("{app}-{}", ctx.token("deployments", index));
     let replicas = 1 + rng.u32(..5);
     let created = rng.u64(..30 * 86_400);
     let template = pod_template(&mut rng, app, &name);
@@ -212,7 +202,7 @@ pub(super) fn deployment(ctx: &Context, index: usize) -> Value {
 
 /// A ReplicaSet owned by a Deployment.
 pub(super) fn replicaset(ctx: &Context, index: usize) -> Value {
-    let mut rng = object_rng(ctx.seed, "replicasets", index);
+    let mut rng = ctx.rng("replicasets", index);
     let namespace = ctx.namespace_for(index);
     let app = pick(&mut rng, APPS);
     let token = unique_token(ctx.seed, "replicasets", index, ctx.token_len + 5);
@@ -258,7 +248,7 @@ pub(super) fn replicaset(ctx: &Context, index: usize) -> Value {
 
 /// A StatefulSet with a volume claim template.
 pub(super) fn statefulset(ctx: &Context, index: usize) -> Value {
-    let mut rng = object_rng(ctx.seed, "statefulsets", index);
+    let mut rng = ctx.rng("statefulsets", index);
     let namespace = ctx.namespace_for(index);
     let app = pick(
         &mut rng,
@@ -271,10 +261,7 @@ pub(super) fn statefulset(ctx: &Context, index: usize) -> Value {
             "elasticsearch",
         ],
     );
-    let name = format!(
-        "{app}-{}",
-        unique_token(ctx.seed, "statefulsets", index, ctx.token_len)
-    );
+    let name = format!("{app}-{}", ctx.token("statefulsets", index));
     let replicas = 1 + rng.u32(..5);
     let mut template = pod_template(&mut rng, app, &name);
     template["spec"]["containers"][0]["volumeMounts"]
@@ -330,7 +317,7 @@ pub(super) fn statefulset(ctx: &Context, index: usize) -> Value {
 
 /// A DaemonSet (one pod per node).
 pub(super) fn daemonset(ctx: &Context, index: usize) -> Value {
-    let mut rng = object_rng(ctx.seed, "daemonsets", index);
+    let mut rng = ctx.rng("daemonsets", index);
     let namespace = ctx.namespace_for(index);
     let app = pick(
         &mut rng,
@@ -342,10 +329,7 @@ pub(super) fn daemonset(ctx: &Context, index: usize) -> Value {
             "csi-node",
         ],
     );
-    let name = format!(
-        "{app}-{}",
-        unique_token(ctx.seed, "daemonsets", index, ctx.token_len)
-    );
+    let name = format!("{app}-{}", ctx.token("daemonsets", index));
     let nodes = ctx.node_pool() as u32;
     let mut template = pod_template(&mut rng, app, &name);
     template["spec"]["tolerations"] = json!([{ "operator": "Exists" }]);
@@ -384,13 +368,10 @@ pub(super) fn daemonset(ctx: &Context, index: usize) -> Value {
 
 /// A completed Job.
 pub(super) fn job(ctx: &Context, index: usize) -> Value {
-    let mut rng = object_rng(ctx.seed, "jobs", index);
+    let mut rng = ctx.rng("jobs", index);
     let namespace = ctx.namespace_for(index);
     let app = pick(&mut rng, APPS);
-    let name = format!(
-        "{app}-migrate-{}",
-        unique_token(ctx.seed, "jobs", index, ctx.token_len)
-    );
+    let name = format!("{app}-migrate-{}", ctx.token("jobs", index));
     let started = rng.u64(..30 * 86_400);
     let finished = started + 5 + rng.u64(..600);
     let spec = job_spec(&mut rng, app, &name);
@@ -430,13 +411,10 @@ pub(super) fn job(ctx: &Context, index: usize) -> Value {
 
 /// A CronJob with its job template.
 pub(super) fn cronjob(ctx: &Context, index: usize) -> Value {
-    let mut rng = object_rng(ctx.seed, "cronjobs", index);
+    let mut rng = ctx.rng("cronjobs", index);
     let namespace = ctx.namespace_for(index);
     let app = pick(&mut rng, APPS);
-    let name = format!(
-        "{app}-nightly-{}",
-        unique_token(ctx.seed, "cronjobs", index, ctx.token_len)
-    );
+    let name = format!("{app}-nightly-{}", ctx.token("cronjobs", index));
     let last = rng.u64(..30 * 86_400);
     let mut spec = job_spec(&mut rng, app, &name);
     let spec_map = spec.as_object_mut().expect("job_spec builds an object");
@@ -578,10 +556,7 @@ fn container(
     };
     if position > 0 {
         // Sidecars are leaner: one port, no probes, no app configuration.
-        let mut mounts = Vec::new();
-        if let Some(volume) = token_volume {
-            mounts.push(json!({ "name": volume, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true }));
-        }
+        let mounts: Vec<Value> = token_volume.map(token_mount).into_iter().collect();
         let mut sidecar = json!({
             "name": name,
             "image": image,
@@ -601,13 +576,7 @@ fn container(
         json!({ "name": "DATABASE_URL", "valueFrom": { "secretKeyRef": { "name": format!("{app}-db"), "key": "url" } } }),
     ];
     let mut mounts = vec![json!({ "name": "config", "mountPath": "/etc/app", "readOnly": true })];
-    if let Some(volume) = token_volume {
-        mounts.push(json!({
-            "name": volume,
-            "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
-            "readOnly": true,
-        }));
-    }
+    mounts.extend(token_volume.map(token_mount));
     let cpu = below(rng, CPU_REQUESTS.len());
     let memory = below(rng, MEMORY_REQUESTS.len());
     let mut main = json!({
@@ -633,6 +602,15 @@ fn container(
     main
 }
 
+/// The mount of the service-account token volume `volume`.
+fn token_mount(volume: &str) -> Value {
+    json!({
+        "name": volume,
+        "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+        "readOnly": true,
+    })
+}
+
 fn probe(path: &str, port: u16, period: u32) -> Value {
     json!({
         "httpGet": { "path": path, "port": port, "scheme": "HTTP" },
@@ -647,7 +625,6 @@ fn probe(path: &str, port: u16, period: u32) -> Value {
 /// The running status of `container` (its name and image).
 fn container_status(rng: &mut fastrand::Rng, container: &Value, started: u64) -> Value {
     let image = container["image"].as_str().unwrap_or_default();
-    let repository = image.rsplit_once(':').map_or(image, |(repo, _)| repo);
     json!({
         "name": container["name"].as_str().unwrap_or_default(),
         "state": { "running": { "startedAt": timestamp(started) } },
@@ -655,7 +632,7 @@ fn container_status(rng: &mut fastrand::Rng, container: &Value, started: u64) ->
         "ready": true,
         "restartCount": rng.u32(..3),
         "image": image,
-        "imageID": format!("{repository}@sha256:{}", hex(rng, 64)),
+        "imageID": image_digest(rng, image),
         "containerID": format!("containerd://{}", hex(rng, 64)),
         "started": true,
     })
