@@ -36,6 +36,14 @@ pub fn object_name(i: usize, j: usize) -> String {
 /// The CustomResourceDefinition of custom resource `i`.
 pub(super) fn definition(i: usize) -> Value {
     let name = format!("{}.{GROUP}", plural(i));
+    let names = json!({
+        "kind": kind(i),
+        "listKind": format!("{}List", kind(i)),
+        "plural": plural(i),
+        "singular": format!("widget{i:04}"),
+        "shortNames": [format!("wg{i:04}")],
+        "categories": ["widgets"],
+    });
     json!({
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -45,14 +53,7 @@ pub(super) fn definition(i: usize) -> Value {
         },
         "spec": {
             "group": GROUP,
-            "names": {
-                "kind": kind(i),
-                "listKind": format!("{}List", kind(i)),
-                "plural": plural(i),
-                "singular": format!("widget{i:04}"),
-                "shortNames": [format!("wg{i:04}")],
-                "categories": ["widgets"],
-            },
+            "names": names.clone(),
             "scope": "Namespaced",
             "versions": [{
                 "name": "v1",
@@ -86,14 +87,7 @@ pub(super) fn definition(i: usize) -> Value {
             "conversion": { "strategy": "None" },
         },
         "status": {
-            "acceptedNames": {
-                "kind": kind(i),
-                "listKind": format!("{}List", kind(i)),
-                "plural": plural(i),
-                "singular": format!("widget{i:04}"),
-                "shortNames": [format!("wg{i:04}")],
-                "categories": ["widgets"],
-            },
+            "acceptedNames": names,
             "storedVersions": ["v1"],
         },
     })
