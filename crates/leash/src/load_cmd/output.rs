@@ -156,12 +156,8 @@ impl Sink {
                 started,
                 buf,
             } => {
-                let path = kind_file(dir, first_object.kind(), encoder.format);
-                let (mut file, fresh) = open_kind_file(&path, started)?;
-                buf.clear();
-                if fresh {
-                    encoder.header(buf);
-                }
+                let (mut file, fresh) =
+                    start_kind_file(dir, first_object.kind(), encoder, started, buf)?;
                 for (i, object) in objects.iter().enumerate() {
                     encoder.object(object, fresh && i == 0, buf)?;
                 }
@@ -189,12 +185,7 @@ impl Sink {
                 buf,
             } => {
                 for kind in kinds {
-                    let path = kind_file(dir, kind, encoder.format);
-                    let (mut file, fresh) = open_kind_file(&path, started)?;
-                    buf.clear();
-                    if fresh {
-                        encoder.header(buf);
-                    }
+                    let (mut file, _) = start_kind_file(dir, kind, encoder, started, buf)?;
                     encoder.footer(buf);
                     file.write_all(buf)?;
                 }
@@ -207,6 +198,24 @@ impl Sink {
 /// `DIR/deployments.apps.ndjson`.
 fn kind_file(dir: &Path, kind: &ResolvedKind, format: Format) -> PathBuf {
     dir.join(format!("{}.{}", kind.qualified_name(), format.extension()))
+}
+
+/// Open `kind`'s file in `dir` (see [`open_kind_file`]) and start `buf` for
+/// it: cleared, then the List header if the file is fresh.
+fn start_kind_file(
+    dir: &Path,
+    kind: &ResolvedKind,
+    encoder: &Encoder,
+    started: &mut HashSet<PathBuf>,
+    buf: &mut Vec<u8>,
+) -> io::Result<(File, bool)> {
+    let path = kind_file(dir, kind, encoder.format);
+    let (file, fresh) = open_kind_file(&path, started)?;
+    buf.clear();
+    if fresh {
+        encoder.header(buf);
+    }
+    Ok((file, fresh))
 }
 
 /// Open for appending; the first open in this run truncates (fresh = true).
