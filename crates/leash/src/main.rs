@@ -7,6 +7,8 @@
 
 mod cli_error;
 mod context_cmd;
+#[cfg(test)]
+mod flag_tests;
 mod load_cmd;
 mod sandbox_cmd;
 

@@ -342,21 +342,10 @@ fn is_dns_label(s: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
-
     use super::*;
 
-    #[derive(Debug, Parser)]
-    struct Cli {
-        #[command(flatten)]
-        args: Args,
-    }
-
     fn parse(argv: &[&str]) -> Result<Settings, String> {
-        let mut full = vec!["load"];
-        full.extend_from_slice(argv);
-        let cli = Cli::try_parse_from(full).map_err(|e| e.to_string())?;
-        cli.args.into_settings().map_err(|e| format!("{e:#}"))
+        crate::flag_tests::parse_settings("load", argv, Args::into_settings)
     }
 
     #[test]

@@ -223,20 +223,10 @@ fn parse_probability(s: &str) -> Result<f64, String> {
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
-
     use super::*;
 
-    #[derive(Debug, Parser)]
-    struct Cli {
-        #[command(flatten)]
-        args: Args,
-    }
-
     fn parse(argv: &[&str]) -> Result<Settings, String> {
-        let cli = Cli::try_parse_from(std::iter::once("sandbox").chain(argv.iter().copied()))
-            .map_err(|err| err.to_string())?;
-        cli.args.into_settings().map_err(|err| format!("{err:#}"))
+        crate::flag_tests::parse_settings("sandbox", argv, Args::into_settings)
     }
 
     #[test]
