@@ -273,24 +273,33 @@ mod tests {
             .collect()
     }
 
+    /// A watch of every object of the core/v1 resource `plural`.
+    fn watch_all(
+        store: &Store,
+        plural: &str,
+        params: &WatchParams,
+        token: CancellationToken,
+    ) -> impl Stream<Item = Result<Bytes, Infallible>> {
+        let rt = store.registry().by_path("", "v1", plural).unwrap();
+        watch(store, rt, Selection::default(), params, token).unwrap()
+    }
+
+    fn create_configmap(store: &Store, name: &str) {
+        store
+            .create(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "default"}}))
+            .unwrap();
+    }
+
     #[tokio::test]
     async fn initial_events_then_live_then_timeout() {
         let store = Store::new(0);
-        let rt = store.registry().by_path("", "v1", "namespaces").unwrap();
         let params = WatchParams {
             send_initial_events: Some(true),
             allow_bookmarks: true,
             timeout: Some(Duration::from_millis(300)),
             ..Default::default()
         };
-        let s = watch(
-            &store,
-            rt,
-            Selection::default(),
-            &params,
-            CancellationToken::new(),
-        )
-        .unwrap();
+        let s = watch_all(&store, "namespaces", &params, CancellationToken::new());
         futures::pin_mut!(s);
         let first = lines(&s.next().await.unwrap().unwrap());
         assert_eq!(first.len(), 5);
@@ -313,23 +322,13 @@ mod tests {
     async fn too_old_is_an_error_event() {
         let store = Store::new(0);
         for i in 0..crate::store::HISTORY_CAPACITY + 5 {
-            store
-                .create(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("c{i}"), "namespace": "default"}}))
-                .unwrap();
+            create_configmap(&store, &format!("c{i}"));
         }
-        let rt = store.registry().by_path("", "v1", "configmaps").unwrap();
         let params = WatchParams {
             resource_version: Some("2".into()),
             ..Default::default()
         };
-        let s = watch(
-            &store,
-            rt,
-            Selection::default(),
-            &params,
-            CancellationToken::new(),
-        )
-        .unwrap();
+        let s = watch_all(&store, "configmaps", &params, CancellationToken::new());
         futures::pin_mut!(s);
         let e = lines(&s.next().await.unwrap().unwrap());
         assert_eq!(e[0]["type"], "ERROR");
@@ -340,28 +339,18 @@ mod tests {
     #[tokio::test]
     async fn a_watcher_that_falls_behind_the_history_gets_410_and_ends() {
         let store = Store::new(0);
-        let rt = store.registry().by_path("", "v1", "configmaps").unwrap();
         let params = WatchParams {
             resource_version: Some(store.resource_version().to_string()),
             ..Default::default()
         };
-        let s = watch(
-            &store,
-            rt,
-            Selection::default(),
-            &params,
-            CancellationToken::new(),
-        )
-        .unwrap();
+        let s = watch_all(&store, "configmaps", &params, CancellationToken::new());
         futures::pin_mut!(s);
-        store.create(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "first", "namespace": "default"}})).unwrap();
+        create_configmap(&store, "first");
         let first = lines(&s.next().await.unwrap().unwrap());
         assert_eq!(first[0]["object"]["metadata"]["name"], "first");
         // The reader stalls while more writes than the history holds happen.
         for i in 0..crate::store::HISTORY_CAPACITY + 1 {
-            store
-                .create(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("c{i}"), "namespace": "default"}}))
-                .unwrap();
+            create_configmap(&store, &format!("c{i}"));
         }
         let e = lines(&s.next().await.unwrap().unwrap());
         assert_eq!(e.len(), 1);
@@ -375,7 +364,6 @@ mod tests {
     #[tokio::test]
     async fn cancellation_ends_the_stream() {
         let store = Store::new(0);
-        let rt = store.registry().by_path("", "v1", "pods").unwrap();
         let token = CancellationToken::new();
         // A timeout too large for the clock is capped, not a panic.
         let params = WatchParams {
@@ -383,7 +371,7 @@ mod tests {
             timeout: Some(Duration::MAX),
             ..Default::default()
         };
-        let s = watch(&store, rt, Selection::default(), &params, token.clone()).unwrap();
+        let s = watch_all(&store, "pods", &params, token.clone());
         futures::pin_mut!(s);
         token.cancel();
         assert!(s.next().await.is_none());
