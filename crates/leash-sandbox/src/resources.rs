@@ -85,195 +85,67 @@ const EVENT_FIELDS: &[&str] = &[
     "type",
 ];
 
-#[allow(clippy::too_many_arguments)]
-fn builtin(
-    group: &str,
-    version: &str,
-    plural: &str,
-    kind: &str,
-    namespaced: bool,
-    short: &[&str],
-    all: bool,
-    subresources: &[&str],
-    fields: &'static [&'static str],
-) -> ResourceType {
-    ResourceType {
-        group: group.into(),
-        version: version.into(),
-        plural: plural.into(),
-        singular: kind.to_lowercase(),
-        kind: kind.into(),
-        list_kind: format!("{kind}List"),
-        namespaced,
-        short_names: short.iter().map(|s| s.to_string()).collect(),
-        categories: if all { vec!["all".into()] } else { Vec::new() },
-        subresources: subresources.iter().map(|s| s.to_string()).collect(),
-        fields,
-        crd: None,
-    }
-}
+/// A built-in resource, as a row of [`BUILTINS`]: group, plural, kind,
+/// namespaced, short names, in the category `all`, has a `status`
+/// subresource, extra field-selector paths. Every one is version `v1`.
+type BuiltinRow = (
+    &'static str,
+    &'static str,
+    &'static str,
+    bool,
+    &'static [&'static str],
+    bool,
+    bool,
+    &'static [&'static str],
+);
+
+/// The built-in resources, in discovery order (columns as [`BuiltinRow`]).
+#[rustfmt::skip]
+const BUILTINS: &[BuiltinRow] = &[
+    // group, plural, kind, namespaced, short names, in `all`, status, field selectors
+    ("", "configmaps", "ConfigMap", true, &["cm"], false, false, &[]),
+    ("", "events", "Event", true, &["ev"], false, false, EVENT_FIELDS),
+    ("", "namespaces", "Namespace", false, &["ns"], false, true, &["status.phase"]),
+    ("", "nodes", "Node", false, &["no"], false, true, &["spec.unschedulable"]),
+    ("", "pods", "Pod", true, &["po"], true, true, POD_FIELDS),
+    ("", "secrets", "Secret", true, &[], false, false, &["type"]),
+    ("", "serviceaccounts", "ServiceAccount", true, &["sa"], false, false, &[]),
+    ("", "services", "Service", true, &["svc"], true, true, &[]),
+    ("apps", "daemonsets", "DaemonSet", true, &["ds"], true, true, &[]),
+    ("apps", "deployments", "Deployment", true, &["deploy"], true, true, &[]),
+    ("apps", "replicasets", "ReplicaSet", true, &["rs"], true, true, &[]),
+    ("apps", "statefulsets", "StatefulSet", true, &["sts"], true, true, &[]),
+    ("batch", "cronjobs", "CronJob", true, &["cj"], true, true, &[]),
+    ("batch", "jobs", "Job", true, &[], true, true, &[]),
+    ("coordination.k8s.io", "leases", "Lease", true, &[], false, false, &[]),
+    ("apiextensions.k8s.io", "customresourcedefinitions", "CustomResourceDefinition", false, &["crd", "crds"], false, true, &[]),
+];
 
 /// The built-in resources, in discovery order.
 pub(crate) fn builtins() -> Vec<ResourceType> {
-    let st: &[&str] = &["status"];
-    vec![
-        builtin(
-            "",
-            "v1",
-            "configmaps",
-            "ConfigMap",
-            true,
-            &["cm"],
-            false,
-            &[],
-            &[],
-        ),
-        builtin(
-            "",
-            "v1",
-            "events",
-            "Event",
-            true,
-            &["ev"],
-            false,
-            &[],
-            EVENT_FIELDS,
-        ),
-        builtin(
-            "",
-            "v1",
-            "namespaces",
-            "Namespace",
-            false,
-            &["ns"],
-            false,
-            st,
-            &["status.phase"],
-        ),
-        builtin(
-            "",
-            "v1",
-            "nodes",
-            "Node",
-            false,
-            &["no"],
-            false,
-            st,
-            &["spec.unschedulable"],
-        ),
-        builtin("", "v1", "pods", "Pod", true, &["po"], true, st, POD_FIELDS),
-        builtin(
-            "",
-            "v1",
-            "secrets",
-            "Secret",
-            true,
-            &[],
-            false,
-            &[],
-            &["type"],
-        ),
-        builtin(
-            "",
-            "v1",
-            "serviceaccounts",
-            "ServiceAccount",
-            true,
-            &["sa"],
-            false,
-            &[],
-            &[],
-        ),
-        builtin(
-            "",
-            "v1",
-            "services",
-            "Service",
-            true,
-            &["svc"],
-            true,
-            st,
-            &[],
-        ),
-        builtin(
-            "apps",
-            "v1",
-            "daemonsets",
-            "DaemonSet",
-            true,
-            &["ds"],
-            true,
-            st,
-            &[],
-        ),
-        builtin(
-            "apps",
-            "v1",
-            "deployments",
-            "Deployment",
-            true,
-            &["deploy"],
-            true,
-            st,
-            &[],
-        ),
-        builtin(
-            "apps",
-            "v1",
-            "replicasets",
-            "ReplicaSet",
-            true,
-            &["rs"],
-            true,
-            st,
-            &[],
-        ),
-        builtin(
-            "apps",
-            "v1",
-            "statefulsets",
-            "StatefulSet",
-            true,
-            &["sts"],
-            true,
-            st,
-            &[],
-        ),
-        builtin(
-            "batch",
-            "v1",
-            "cronjobs",
-            "CronJob",
-            true,
-            &["cj"],
-            true,
-            st,
-            &[],
-        ),
-        builtin("batch", "v1", "jobs", "Job", true, &[], true, st, &[]),
-        builtin(
-            "coordination.k8s.io",
-            "v1",
-            "leases",
-            "Lease",
-            true,
-            &[],
-            false,
-            &[],
-            &[],
-        ),
-        builtin(
-            "apiextensions.k8s.io",
-            "v1",
-            "customresourcedefinitions",
-            "CustomResourceDefinition",
-            false,
-            &["crd", "crds"],
-            false,
-            st,
-            &[],
-        ),
-    ]
+    BUILTINS
+        .iter()
+        .map(
+            |&(group, plural, kind, namespaced, short, all, status, fields)| ResourceType {
+                group: group.into(),
+                version: "v1".into(),
+                plural: plural.into(),
+                singular: kind.to_lowercase(),
+                kind: kind.into(),
+                list_kind: format!("{kind}List"),
+                namespaced,
+                short_names: short.iter().map(|s| s.to_string()).collect(),
+                categories: if all { vec!["all".into()] } else { Vec::new() },
+                subresources: if status {
+                    vec!["status".into()]
+                } else {
+                    Vec::new()
+                },
+                fields,
+                crd: None,
+            },
+        )
+        .collect()
 }
 
 /// The resource types a CRD object defines (one per served version), validated.
