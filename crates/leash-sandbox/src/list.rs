@@ -407,15 +407,28 @@ mod tests {
         serde_json::from_slice(&body.to_vec()).unwrap()
     }
 
+    /// The parameters of a first page of at most `n` items.
+    fn limit(n: usize) -> ListParams {
+        ListParams {
+            limit: n,
+            ..Default::default()
+        }
+    }
+
+    /// The parameters of the page after the one that returned `token`.
+    fn continuing(token: String) -> ListParams {
+        ListParams {
+            continue_token: Some(token),
+            ..Default::default()
+        }
+    }
+
     #[test]
     fn pages_cover_snapshot_exactly() {
         let (store, rt) = setup(25);
         let snaps = Snapshots::default();
         let sel = Selection::default();
-        let mut p = ListParams {
-            limit: 7,
-            ..Default::default()
-        };
+        let mut p = limit(7);
         let mut names = Vec::new();
         let mut rvs = Vec::new();
         loop {
@@ -458,29 +471,11 @@ mod tests {
             labels: LabelSelector::parse("i=1").unwrap(),
             ..Default::default()
         };
-        let v = page(
-            &store,
-            &snaps,
-            &rt,
-            &sel,
-            &ListParams {
-                limit: 1,
-                ..Default::default()
-            },
-        );
+        let v = page(&store, &snaps, &rt, &sel, &limit(1));
         assert_eq!(v["items"].as_array().unwrap().len(), 1);
         assert!(v["metadata"].get("remainingItemCount").is_none());
         let c = v["metadata"]["continue"].as_str().unwrap().to_string();
-        let v2 = page(
-            &store,
-            &snaps,
-            &rt,
-            &sel,
-            &ListParams {
-                continue_token: Some(c),
-                ..Default::default()
-            },
-        );
+        let v2 = page(&store, &snaps, &rt, &sel, &continuing(c));
         // i in 0..12, odd i (kube-system) with i%3==1: 1, 7
         assert_eq!(v2["items"].as_array().unwrap().len(), 1);
         assert_eq!(v2["items"][0]["metadata"]["name"], "cm-007");
@@ -520,37 +515,15 @@ mod tests {
         let (store, rt) = setup(5);
         let snaps = Snapshots::default();
         let sel = Selection::default();
-        let v = page(
-            &store,
-            &snaps,
-            &rt,
-            &sel,
-            &ListParams {
-                limit: 2,
-                ..Default::default()
-            },
-        );
+        let v = page(&store, &snaps, &rt, &sel, &limit(2));
         let c = v["metadata"]["continue"].as_str().unwrap().to_string();
-        let p = ListParams {
-            continue_token: Some(c),
-            ..Default::default()
-        };
-        let e = list(&store, &snaps, &rt, &sel, &p, Duration::ZERO).unwrap_err();
+        let e = list(&store, &snaps, &rt, &sel, &continuing(c), Duration::ZERO).unwrap_err();
         assert_eq!((e.code(), e.reason()), (410, "Expired"));
         let fresh = e.to_status()["metadata"]["continue"]
             .as_str()
             .unwrap()
             .to_string();
-        let v2 = page(
-            &store,
-            &snaps,
-            &rt,
-            &sel,
-            &ListParams {
-                continue_token: Some(fresh),
-                ..Default::default()
-            },
-        );
+        let v2 = page(&store, &snaps, &rt, &sel, &continuing(fresh));
         assert_eq!(v2["items"].as_array().unwrap().len(), 3);
         let bad = ListParams {
             continue_token: Some("x".into()),
