@@ -6,16 +6,14 @@
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 use std::sync::mpsc;
-use std::time::Duration;
 
 use leash_runtime::Scope;
 use leash_sandbox::{Sandbox, SandboxConfig};
 use serde_json::{Value, json};
 
-/// Hang bound (debug build, shared CPU).
-const BOUND: Duration = Duration::from_secs(60);
+use crate::support::{BOUND, ChildGuard, leash_piped, send_signal, wait_exit};
 
 /// A multi-thread runtime serving the sandbox and a JSON service while the
 /// test thread drives the `leash` process.
@@ -165,14 +163,14 @@ fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     path
 }
 
+/// `DIR/entries.yaml` with [`entries_yaml`] for `cluster`'s service.
+fn write_entries(dir: &Path, cluster: &Cluster) -> PathBuf {
+    write(dir, "entries.yaml", &entries_yaml(&cluster.service_url))
+}
+
 /// Run `leash context ARGS` to completion, bounded.
 fn leash_context(args: &[&str]) -> Output {
-    let child = Command::new(env!("CARGO_BIN_EXE_leash"))
-        .arg("context")
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+    let child = leash_piped("context", args)
         .spawn()
         .expect("run leash context");
     let (tx, rx) = mpsc::channel();
@@ -188,11 +186,7 @@ fn leash_context(args: &[&str]) -> Output {
 fn context_once_prints_every_projection() {
     let cluster = Cluster::start();
     let dir = tempfile::tempdir().unwrap();
-    let file = write(
-        dir.path(),
-        "entries.yaml",
-        &entries_yaml(&cluster.service_url),
-    );
+    let file = write_entries(dir.path(), &cluster);
     let url = cluster.url();
     let out = leash_context(&["-f", file.to_str().unwrap(), "--once", "--server", &url]);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -323,16 +317,7 @@ struct ContextProcess {
 
 impl ContextProcess {
     fn spawn(args: &[&str]) -> ContextProcess {
-        let mut child = ChildGuard(
-            Command::new(env!("CARGO_BIN_EXE_leash"))
-                .arg("context")
-                .args(args)
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap(),
-        );
+        let mut child = ChildGuard(leash_piped("context", args).spawn().unwrap());
         let stdout = child.0.stdout.take().unwrap();
         let stderr = child.0.stderr.take().unwrap();
         let (addr_tx, serving) = mpsc::channel();
@@ -377,22 +362,8 @@ impl ContextProcess {
 
     /// Ctrl-C, then the exit status (bounded).
     fn interrupt(mut self) -> std::process::ExitStatus {
-        let signalled = Command::new("kill")
-            .args(["-INT", &self.child.0.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(signalled.success());
-        let start = std::time::Instant::now();
-        loop {
-            if let Some(status) = self.child.0.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                start.elapsed() < BOUND,
-                "leash context did not stop after SIGINT"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        send_signal(&self.child.0, "INT");
+        wait_exit(&mut self.child.0, BOUND, "leash context stop after SIGINT")
     }
 }
 
@@ -400,11 +371,7 @@ impl ContextProcess {
 fn context_serve_answers_entries_and_prints_updates() {
     let cluster = Cluster::start();
     let dir = tempfile::tempdir().unwrap();
-    let file = write(
-        dir.path(),
-        "entries.yaml",
-        &entries_yaml(&cluster.service_url),
-    );
+    let file = write_entries(dir.path(), &cluster);
     let url = cluster.url();
     let process = ContextProcess::spawn(&[
         "-f",
@@ -525,16 +492,4 @@ fn context_watch_crds_follows_cluster_entries() {
     );
     let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(printed, json!({"first": {"p": "nginx"}}));
-}
-
-/// Kills the child if the test fails before it exits.
-struct ChildGuard(std::process::Child);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        if matches!(self.0.try_wait(), Ok(None)) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
 }

@@ -10,32 +10,18 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-/// Hang bound for anything that should take seconds (debug build, shared CPU).
-const BOUND: Duration = Duration::from_secs(60);
+use crate::support::{BOUND, SandboxProcess, leash, send_signal, stderr, stdout, wait_exit};
 
-fn leash() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leash"));
-    cmd.env_remove("KUBECONFIG")
-        .env_remove("LEASH_LOG")
-        .stdin(Stdio::null());
+/// `leash load ARGS --progress never`.
+fn load_command(args: &[&str]) -> Command {
+    let mut cmd = leash();
+    cmd.arg("load").args(args).args(["--progress", "never"]);
     cmd
 }
 
-/// Run `leash load ARGS` to completion.
+/// Run `leash load ARGS --progress never` to completion.
 fn load(args: &[&str]) -> Output {
-    leash()
-        .arg("load")
-        .args(args)
-        .output()
-        .expect("run leash load")
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    load_command(args).output().expect("run leash load")
 }
 
 #[track_caller]
@@ -54,7 +40,6 @@ const SMALL: [&str; 3] = [
 fn small(args: &[&str]) -> Output {
     let mut all: Vec<&str> = SMALL.to_vec();
     all.extend_from_slice(args);
-    all.extend_from_slice(&["--progress", "never"]);
     load(&all)
 }
 
@@ -65,51 +50,19 @@ fn ndjson(out: &Output) -> Vec<Value> {
         .collect()
 }
 
+/// The objects of the generated custom kinds (`Widget…`) in ndjson output.
+fn custom_objects(out: &Output) -> Vec<Value> {
+    ndjson(out)
+        .into_iter()
+        .filter(|o| o["kind"].as_str().unwrap().starts_with("Widget"))
+        .collect()
+}
+
 fn uids(objects: &[Value]) -> HashSet<String> {
     objects
         .iter()
         .map(|o| o["metadata"]["uid"].as_str().expect("uid").to_owned())
         .collect()
-}
-
-/// A `leash sandbox` process; killed on drop.
-struct SandboxProcess {
-    child: Child,
-    url: String,
-}
-
-impl SandboxProcess {
-    fn start(args: &[&str]) -> SandboxProcess {
-        let mut child = leash()
-            .arg("sandbox")
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("run leash sandbox");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut lines = BufReader::new(stdout).lines();
-            let _ = tx.send(lines.next());
-            for _ in lines {}
-        });
-        let url = match rx.recv_timeout(BOUND) {
-            Ok(Some(Ok(line))) => line,
-            other => {
-                let _ = child.kill();
-                panic!("no URL from leash sandbox: {other:?}");
-            }
-        };
-        SandboxProcess { child, url }
-    }
-}
-
-impl Drop for SandboxProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// Seed 001, "RESTMapping failure yields zero resources and success": an
@@ -141,15 +94,10 @@ fn seed_pool_drops_tasks() {
         "-A",
         "--concurrency",
         "2",
-        "--progress",
-        "never",
     ]);
     let took = started.elapsed();
     assert_exit(&out, 0);
-    let widgets: Vec<Value> = ndjson(&out)
-        .into_iter()
-        .filter(|o| o["kind"].as_str().unwrap().starts_with("Widget"))
-        .collect();
+    let widgets = custom_objects(&out);
     assert_eq!(widgets.len(), 1500);
     assert_eq!(uids(&widgets).len(), 1500);
     assert!(took < Duration::from_secs(30), "took {took:?}");
@@ -167,39 +115,14 @@ fn seed_pool_drops_tasks() {
 fn seed_workers_ignore_cancel() {
     let sandbox = SandboxProcess::start(&["--crds", "4:2", "--latency", "5s"]);
     // During discovery (its requests wait 5 s).
-    let child = leash()
-        .args([
-            "load",
-            "--server",
-            &sandbox.url,
-            "pods",
-            "-A",
-            "--progress",
-            "never",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_quiet(&mut load_command(&["--server", &sandbox.url, "pods", "-A"]));
     std::thread::sleep(Duration::from_millis(700));
     interrupt_and_expect_130(child, "discovery");
 
     // During the lists: wait for the line that says discovery is done.
-    let mut child = leash()
-        .env("LEASH_LOG", "info")
-        .args([
-            "load",
-            "--server",
-            &sandbox.url,
-            "--all",
-            "-A",
-            "--progress",
-            "never",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_quiet(
+        load_command(&["--server", &sandbox.url, "--all", "-A"]).env("LEASH_LOG", "info"),
+    );
     let stderr = child.stderr.take().unwrap();
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -214,28 +137,22 @@ fn seed_workers_ignore_cancel() {
     interrupt_and_expect_130(child, "lists");
 }
 
+/// Spawn with stdout discarded and stderr piped.
+fn spawn_quiet(cmd: &mut Command) -> Child {
+    cmd.stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 fn interrupt_and_expect_130(mut child: Child, phase: &str) {
     assert!(
         child.try_wait().unwrap().is_none(),
         "{phase}: exited before SIGINT"
     );
     let sent = Instant::now();
-    let kill = Command::new("kill")
-        .arg("-INT")
-        .arg(child.id().to_string())
-        .status()
-        .unwrap();
-    assert!(kill.success());
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if sent.elapsed() > BOUND {
-            let _ = child.kill();
-            panic!("{phase}: no exit after SIGINT");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    send_signal(&child, "INT");
+    let status = wait_exit(&mut child, BOUND, &format!("{phase}: exit after SIGINT"));
     let took = sent.elapsed();
     assert_eq!(status.code(), Some(130), "{phase}: {status:?}");
     assert!(
@@ -248,26 +165,10 @@ fn interrupt_and_expect_130(mut child: Child, phase: &str) {
 #[test]
 fn unauthorized_exits_2() {
     let sandbox = SandboxProcess::start(&["--token", "right"]);
-    let out = load(&[
-        "--server",
-        &sandbox.url,
-        "--token",
-        "wrong",
-        "pods",
-        "--progress",
-        "never",
-    ]);
+    let out = load(&["--server", &sandbox.url, "--token", "wrong", "pods"]);
     assert_exit(&out, 2);
     assert!(stderr(&out).contains("401"), "{}", stderr(&out));
-    let out = load(&[
-        "--server",
-        &sandbox.url,
-        "--token",
-        "right",
-        "pods",
-        "--progress",
-        "never",
-    ]);
+    let out = load(&["--server", &sandbox.url, "--token", "right", "pods"]);
     assert_exit(&out, 0);
 }
 
@@ -280,15 +181,7 @@ fn unreachable_server_exits_2() {
         .unwrap()
         .port();
     let url = format!("http://127.0.0.1:{port}");
-    let out = load(&[
-        "--server",
-        &url,
-        "pods",
-        "--retries",
-        "1",
-        "--progress",
-        "never",
-    ]);
+    let out = load(&["--server", &url, "pods", "--retries", "1"]);
     assert_exit(&out, 2);
     assert!(stderr(&out).contains("cannot reach"), "{}", stderr(&out));
 }
@@ -440,17 +333,7 @@ fn output_dir_has_one_file_per_kind() {
 /// A closed stdout pipe (`leash load | head -1`) ends the load quietly.
 #[test]
 fn closed_pipe_ends_quietly() {
-    let mut child = leash()
-        .args([
-            "load",
-            "--sandbox=pods=3000",
-            "--sandbox-crds",
-            "0:0",
-            "pods",
-            "-A",
-            "--progress",
-            "never",
-        ])
+    let mut child = load_command(&["--sandbox=pods=3000", "--sandbox-crds", "0:0", "pods", "-A"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -507,31 +390,13 @@ fn matches_kubectl() {
         lines.sort();
         lines
     };
-    let out = load(&[
-        "--kubeconfig",
-        kubeconfig,
-        kinds,
-        "-A",
-        "-o",
-        "name",
-        "--progress",
-        "never",
-    ]);
+    let out = load(&["--kubeconfig", kubeconfig, kinds, "-A", "-o", "name"]);
     assert_exit(&out, 0);
     let theirs = sorted(kubectl(&["get", kinds, "-A", "-o", "name"]));
     assert!(theirs.len() > 10);
     assert_eq!(sorted(stdout(&out)), theirs);
 
-    let out = load(&[
-        "--kubeconfig",
-        kubeconfig,
-        kinds,
-        "-A",
-        "-o",
-        "json",
-        "--progress",
-        "never",
-    ]);
+    let out = load(&["--kubeconfig", kubeconfig, kinds, "-A", "-o", "json"]);
     assert_exit(&out, 0);
     let ours: Value = serde_json::from_str(&stdout(&out)).unwrap();
     let theirs: Value =
@@ -548,16 +413,7 @@ fn matches_kubectl() {
 fn timeout_is_one_deadline() {
     let sandbox = SandboxProcess::start(&["--crds", "2:2", "--latency", "5s"]);
     let started = Instant::now();
-    let out = load(&[
-        "--server",
-        &sandbox.url,
-        "pods",
-        "-A",
-        "--timeout",
-        "1s",
-        "--progress",
-        "never",
-    ]);
+    let out = load(&["--server", &sandbox.url, "pods", "-A", "--timeout", "1s"]);
     let took = started.elapsed();
     assert_exit(&out, 1);
     assert!(stderr(&out).contains("deadline"), "{}", stderr(&out));
@@ -600,14 +456,9 @@ fn seed_partial_pages_discarded() {
         "12",
         "--concurrency",
         "8",
-        "--progress",
-        "never",
     ]);
     assert_exit(&out, 0);
-    let widgets: Vec<Value> = ndjson(&out)
-        .into_iter()
-        .filter(|o| o["kind"].as_str().unwrap().starts_with("Widget"))
-        .collect();
+    let widgets = custom_objects(&out);
     assert_eq!(widgets.len(), 120);
     assert_eq!(uids(&widgets).len(), 120);
     let err = stderr(&out);

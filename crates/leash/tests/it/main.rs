@@ -4,3 +4,4 @@
 mod context;
 mod load;
 mod sandbox;
+mod support;

@@ -2,100 +2,13 @@
 //! generated objects over HTTP, a kubeconfig, graceful exit 0 on
 //! SIGINT/SIGTERM, and exit 2 naming the bad value for bad flags.
 
-use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-/// Hang bound for start-up and shutdown (generous: debug build, shared CPU).
-const BOUND: Duration = Duration::from_secs(60);
-
-/// A running `leash sandbox`; killed on drop if a test failed before it exited.
-struct SandboxProcess {
-    child: Child,
-    url: String,
-    stderr: mpsc::Receiver<String>,
-}
-
-impl SandboxProcess {
-    /// Start `leash sandbox ARGS` and wait for the URL on stdout.
-    fn start(args: &[&str]) -> SandboxProcess {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_leash"))
-            .arg("sandbox")
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("run leash sandbox");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let stderr = child.stderr.take().expect("piped stderr");
-        let (line_tx, line_rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut lines = BufReader::new(stdout).lines();
-            let _ = line_tx.send(lines.next());
-            // Keep draining so the child never blocks on a full pipe.
-            for _ in lines {}
-        });
-        let (err_tx, err_rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut text = String::new();
-            let _ = BufReader::new(stderr).read_to_string(&mut text);
-            let _ = err_tx.send(text);
-        });
-        let mut process = SandboxProcess {
-            child,
-            url: String::new(),
-            stderr: err_rx,
-        };
-        match line_rx.recv_timeout(BOUND) {
-            Ok(Some(Ok(line))) => process.url = line,
-            other => {
-                let _ = process.child.kill();
-                let _ = process.child.wait();
-                let stderr = process.stderr.recv_timeout(BOUND).unwrap_or_default();
-                panic!("no URL line from leash sandbox ({other:?}); stderr:\n{stderr}");
-            }
-        }
-        process
-    }
-
-    /// Send `signal` (`INT`, `TERM`) with kill(1) and wait for the exit.
-    fn signal_and_wait(mut self, signal: &str) -> (ExitStatus, String) {
-        let status = Command::new("kill")
-            .arg(format!("-{signal}"))
-            .arg(self.child.id().to_string())
-            .status()
-            .expect("run kill");
-        assert!(status.success(), "kill -{signal} failed");
-        let deadline = Instant::now() + BOUND;
-        let exit = loop {
-            if let Some(exit) = self.child.try_wait().expect("try_wait") {
-                break exit;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "leash sandbox did not exit within {BOUND:?} of SIG{signal}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let stderr = self.stderr.recv_timeout(BOUND).unwrap_or_default();
-        (exit, stderr)
-    }
-}
-
-impl Drop for SandboxProcess {
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
+use crate::support::{BOUND, SandboxProcess, leash};
 
 /// A plain HTTP/1.1 GET of `path` (with an optional bearer token): status
 /// and body (de-chunked if needed).
@@ -351,10 +264,9 @@ fn sandbox_bad_flags_exit_2_naming_the_value() {
         ),
     ];
     for (argv, needles) in cases {
-        let output = Command::new(env!("CARGO_BIN_EXE_leash"))
+        let output = leash()
             .arg("sandbox")
             .args(&argv)
-            .stdin(Stdio::null())
             .output()
             .expect("run leash sandbox");
         let stderr = String::from_utf8_lossy(&output.stderr);

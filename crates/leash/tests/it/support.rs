@@ -1,0 +1,136 @@
+//! Shared by the subcommand modules: the `leash` command, output text,
+//! signals and bounded waits, and a `leash sandbox` process.
+
+use std::io::{BufRead as _, BufReader, Read as _};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// Hang bound for anything that should take seconds (generous: debug build,
+/// shared CPU).
+pub(crate) const BOUND: Duration = Duration::from_secs(60);
+
+/// The `leash` binary with no stdin, and no `KUBECONFIG` or `LEASH_LOG` from
+/// the environment the tests run in.
+pub(crate) fn leash() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leash"));
+    cmd.env_remove("KUBECONFIG")
+        .env_remove("LEASH_LOG")
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// `leash SUBCOMMAND ARGS` with stdout and stderr piped.
+pub(crate) fn leash_piped(subcommand: &str, args: &[&str]) -> Command {
+    let mut cmd = leash();
+    cmd.arg(subcommand)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+pub(crate) fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+pub(crate) fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Send `-SIGNAL` (`INT`, `TERM`) to `child` with kill(1).
+pub(crate) fn send_signal(child: &Child, signal: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(child.id().to_string())
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{signal} failed");
+}
+
+/// Poll every 10 ms until `child` exits; after `bound`, kill it and panic
+/// saying `what` did not happen.
+pub(crate) fn wait_exit(child: &mut Child, bound: Duration, what: &str) -> ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status;
+        }
+        if start.elapsed() > bound {
+            let _ = child.kill();
+            panic!("no {what} within {bound:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Kills the child if a test fails before it exits.
+pub(crate) struct ChildGuard(pub(crate) Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// A running `leash sandbox` (killed on drop if a test fails before it
+/// exits), its URL, and its whole stderr once it has exited.
+pub(crate) struct SandboxProcess {
+    pub(crate) child: ChildGuard,
+    pub(crate) url: String,
+    stderr: mpsc::Receiver<String>,
+}
+
+impl SandboxProcess {
+    /// Start `leash sandbox ARGS` and wait for the URL on stdout.
+    pub(crate) fn start(args: &[&str]) -> SandboxProcess {
+        let mut child = ChildGuard(
+            leash_piped("sandbox", args)
+                .spawn()
+                .expect("run leash sandbox"),
+        );
+        let stdout = child.0.stdout.take().expect("piped stdout");
+        let stderr = child.0.stderr.take().expect("piped stderr");
+        let (line_tx, line_rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            let _ = line_tx.send(lines.next());
+            // Keep draining so the child never blocks on a full pipe.
+            for _ in lines {}
+        });
+        let (err_tx, err_rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = BufReader::new(stderr).read_to_string(&mut text);
+            let _ = err_tx.send(text);
+        });
+        match line_rx.recv_timeout(BOUND) {
+            Ok(Some(Ok(url))) => SandboxProcess {
+                child,
+                url,
+                stderr: err_rx,
+            },
+            other => {
+                drop(child);
+                let stderr = err_rx.recv_timeout(BOUND).unwrap_or_default();
+                panic!("no URL line from leash sandbox ({other:?}); stderr:\n{stderr}");
+            }
+        }
+    }
+
+    /// Send `signal` (`INT`, `TERM`) and wait for the exit: its status and
+    /// the whole stderr.
+    pub(crate) fn signal_and_wait(mut self, signal: &str) -> (ExitStatus, String) {
+        send_signal(&self.child.0, signal);
+        let exit = wait_exit(
+            &mut self.child.0,
+            BOUND,
+            &format!("leash sandbox exit after SIG{signal}"),
+        );
+        let stderr = self.stderr.recv_timeout(BOUND).unwrap_or_default();
+        (exit, stderr)
+    }
+}
