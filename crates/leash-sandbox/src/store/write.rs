@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
-use super::{EventKind, Part, Store, now};
+use super::{EventKind, Part, State, Store, now};
 use crate::object::{Entry, check_name, check_namespace, check_type};
 use crate::resources::{ResourceType, from_crd};
 use crate::status::ApiError;
@@ -115,11 +115,7 @@ impl Store {
         }
         st.commit(coll, EventKind::Added, entry.clone());
         if let Some(types) = new_types {
-            let mut registry = (*st.registry).clone();
-            for t in types {
-                registry.insert(t);
-            }
-            st.registry = Arc::new(registry);
+            st.serve_crd(&name, types);
         }
         drop(st);
         self.notify(rv);
@@ -250,12 +246,7 @@ impl Store {
         }
         st.commit(coll, EventKind::Modified, entry.clone());
         if let Some(types) = new_types {
-            let mut registry = (*st.registry).clone();
-            registry.remove_crd(name);
-            for t in types {
-                registry.insert(t);
-            }
-            st.registry = Arc::new(registry);
+            st.serve_crd(name, types);
         }
         drop(st);
         self.notify(rv);
@@ -362,19 +353,25 @@ impl Store {
     }
 }
 
+impl State {
+    /// Makes the CRD `crd` serve `types` (its versions) in place of what it served
+    /// before, if anything; the registry is replaced whole (invariant 5).
+    fn serve_crd(&mut self, crd: &str, types: Vec<ResourceType>) {
+        let mut registry = (*self.registry).clone();
+        registry.remove_crd(crd);
+        for t in types {
+            registry.insert(t);
+        }
+        self.registry = Arc::new(registry);
+    }
+}
+
 /// The object a write of `part` stores, given the old and the requested new object.
 fn merge_part(rt: &ResourceType, old: &Value, new: Value, part: Part) -> Value {
     match part {
         Part::Status => {
             let mut out = old.clone();
-            match new.get("status") {
-                Some(s) => out["status"] = s.clone(),
-                None => {
-                    if let Some(m) = out.as_object_mut() {
-                        m.remove("status");
-                    }
-                }
-            }
+            copy_status(&mut out, &new);
             // The precondition travels with the request's metadata.
             if let Some(rv) = new.pointer("/metadata/resourceVersion") {
                 out["metadata"]["resourceVersion"] = rv.clone();
@@ -383,17 +380,22 @@ fn merge_part(rt: &ResourceType, old: &Value, new: Value, part: Part) -> Value {
         }
         Part::Main if rt.has_status() => {
             let mut out = new;
-            match old.get("status") {
-                Some(s) => out["status"] = s.clone(),
-                None => {
-                    if let Some(m) = out.as_object_mut() {
-                        m.remove("status");
-                    }
-                }
-            }
+            copy_status(&mut out, old);
             out
         }
         Part::Main => new,
+    }
+}
+
+/// Gives `out` the `status` of `from`, or no `status` if `from` has none.
+fn copy_status(out: &mut Value, from: &Value) {
+    match from.get("status") {
+        Some(s) => out["status"] = s.clone(),
+        None => {
+            if let Some(m) = out.as_object_mut() {
+                m.remove("status");
+            }
+        }
     }
 }
 
