@@ -170,19 +170,12 @@ impl Store {
     /// [`Error::StoreFull`], [`Error::ClientRequired`], [`Error::ShutDown`].
     pub fn add(&self, entry: ContextEntry) -> Result<EntryId> {
         self.check_client(&entry)?;
-        let mut state = self.lock_state();
-        if state.closed {
-            return Err(Error::ShutDown);
-        }
+        let mut state = self.lock_open_state()?;
         if state.entries.contains_key(entry.name()) {
             return Err(Error::AlreadyExists(entry.name().to_owned()));
         }
         self.check_capacity(&state, &entry)?;
-        let running = self.start(entry);
-        let id = running.cell.id;
-        state
-            .entries
-            .insert(running.cell.name().to_owned(), running);
+        let id = self.start_into(&mut state, entry);
         drop(state);
         self.notify();
         Ok(id)
@@ -199,20 +192,12 @@ impl Store {
     pub async fn replace(&self, entry: ContextEntry) -> Result<EntryId> {
         self.check_client(&entry)?;
         let (id, old) = {
-            let mut state = self.lock_state();
-            if state.closed {
-                return Err(Error::ShutDown);
-            }
+            let mut state = self.lock_open_state()?;
             let old = state.entries.remove(entry.name());
             if old.is_none() {
                 self.check_capacity(&state, &entry)?;
             }
-            let running = self.start(entry);
-            let id = running.cell.id;
-            state
-                .entries
-                .insert(running.cell.name().to_owned(), running);
-            (id, old)
+            (self.start_into(&mut state, entry), old)
         };
         self.notify();
         if let Some(old) = old {
@@ -229,14 +214,7 @@ impl Store {
     /// the future early cancels its tasks without waiting for them.
     pub async fn remove(&self, name: &str) -> Result<bool> {
         let old = self.lock_state().entries.remove(name);
-        match old {
-            Some(old) => {
-                self.notify();
-                let _ = old.stop().await;
-                Ok(true)
-            }
-            None => Ok(false),
-        }
+        Ok(self.stop_removed(old).await)
     }
 
     /// Remove `name` only if it is still the incarnation `id` (house rule 8).
@@ -251,6 +229,12 @@ impl Store {
                 _ => None,
             }
         };
+        self.stop_removed(old).await
+    }
+
+    /// After an entry was taken out of the map (lock released): notify, then
+    /// stop it. Whether there was one.
+    async fn stop_removed(&self, old: Option<Running>) -> bool {
         match old {
             Some(old) => {
                 self.notify();
@@ -259,6 +243,25 @@ impl Store {
             }
             None => false,
         }
+    }
+
+    /// The map lock, unless the store is shut down (invariant 6).
+    fn lock_open_state(&self) -> Result<MutexGuard<'_, State>> {
+        let state = self.lock_state();
+        if state.closed {
+            return Err(Error::ShutDown);
+        }
+        Ok(state)
+    }
+
+    /// Start `entry` and put it in the map (the caller holds the lock).
+    fn start_into(&self, state: &mut State, entry: ContextEntry) -> EntryId {
+        let running = self.start(entry);
+        let id = running.cell.id;
+        state
+            .entries
+            .insert(running.cell.name().to_owned(), running);
+        id
     }
 
     fn check_client(&self, entry: &ContextEntry) -> Result<()> {
