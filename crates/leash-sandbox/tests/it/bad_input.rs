@@ -18,6 +18,41 @@ type Case = (
     &'static str,
 );
 
+/// A request with no headers and no body.
+fn bare(method: &'static str, target: impl Into<String>, code: u16, reason: &'static str) -> Case {
+    (method, target.into(), vec![], vec![], code, reason)
+}
+
+/// A request with an `application/json` body.
+fn json_body(
+    method: &'static str,
+    target: impl Into<String>,
+    body: impl AsRef<[u8]>,
+    code: u16,
+    reason: &'static str,
+) -> Case {
+    with_body(method, target, "application/json", body, code, reason)
+}
+
+/// A request with a body of type `content_type`.
+fn with_body(
+    method: &'static str,
+    target: impl Into<String>,
+    content_type: &'static str,
+    body: impl AsRef<[u8]>,
+    code: u16,
+    reason: &'static str,
+) -> Case {
+    (
+        method,
+        target.into(),
+        vec![("Content-Type", content_type)],
+        body.as_ref().to_vec(),
+        code,
+        reason,
+    )
+}
+
 /// The server still answers a list.
 async fn alive(addr: SocketAddr) -> usize {
     let r = raw(addr, "GET", "/api/v1/namespaces", &[], b"").await;
@@ -31,294 +66,44 @@ async fn bad_requests_get_the_right_status_and_the_server_keeps_serving() {
     let a = sb.addr();
     let cms = "/api/v1/namespaces/default/configmaps";
     let json_ct = [("Content-Type", "application/json")];
+    // method, target, [content type,] body, expected code and reason
+    #[rustfmt::skip]
     let cases: Vec<Case> = vec![
-        (
-            "POST",
-            cms.into(),
-            json_ct.to_vec(),
-            b"{not json".to_vec(),
-            400,
-            "BadRequest",
-        ),
-        (
-            "POST",
-            cms.into(),
-            json_ct.to_vec(),
-            b"[1,2]".to_vec(),
-            400,
-            "BadRequest",
-        ),
-        (
-            "POST",
-            cms.into(),
-            json_ct.to_vec(),
-            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}})
-                .to_string()
-                .into_bytes(),
-            400,
-            "BadRequest",
-        ),
-        (
-            "POST",
-            cms.into(),
-            json_ct.to_vec(),
-            json!({"metadata": {"name": "Bad_Name"}})
-                .to_string()
-                .into_bytes(),
-            422,
-            "Invalid",
-        ),
-        (
-            "POST",
-            cms.into(),
-            json_ct.to_vec(),
-            json!({"metadata": {}}).to_string().into_bytes(),
-            422,
-            "Invalid",
-        ),
-        (
-            "POST",
-            cms.into(),
-            json_ct.to_vec(),
-            json!({"metadata": {"name": "x", "labels": {"a": 1}}})
-                .to_string()
-                .into_bytes(),
-            400,
-            "BadRequest",
-        ),
-        (
-            "POST",
-            cms.into(),
-            json_ct.to_vec(),
-            json!({"metadata": {"name": "exists"}})
-                .to_string()
-                .into_bytes(),
-            409,
-            "AlreadyExists",
-        ),
-        (
-            "POST",
-            cms.into(),
-            vec![("Content-Type", "application/vnd.kubernetes.protobuf")],
-            b"k8s\0".to_vec(),
-            415,
-            "UnsupportedMediaType",
-        ),
-        (
-            "GET",
-            format!("{cms}?labelSelector=a%20in%20(b"),
-            vec![],
-            vec![],
-            400,
-            "BadRequest",
-        ),
-        (
-            "GET",
-            format!("{cms}?labelSelector=%3D%3D"),
-            vec![],
-            vec![],
-            400,
-            "BadRequest",
-        ),
-        (
-            "GET",
-            format!("{cms}?fieldSelector=spec.nope%3Dx"),
-            vec![],
-            vec![],
-            400,
-            "BadRequest",
-        ),
-        (
-            "GET",
-            format!("{cms}?limit=abc"),
-            vec![],
-            vec![],
-            400,
-            "BadRequest",
-        ),
-        (
-            "GET",
-            format!("{cms}?continue=%21%21notbase64"),
-            vec![],
-            vec![],
-            400,
-            "BadRequest",
-        ),
-        (
-            "GET",
-            format!("{cms}?watch=1&timeoutSeconds=-1"),
-            vec![],
-            vec![],
-            400,
-            "BadRequest",
-        ),
-        (
-            "GET",
-            format!("{cms}?resourceVersion=abc"),
-            vec![],
-            vec![],
-            400,
-            "BadRequest",
-        ),
-        (
-            "POST",
-            format!("{cms}?dryRun=Some"),
-            json_ct.to_vec(),
-            b"{}".to_vec(),
-            400,
-            "BadRequest",
-        ),
-        (
-            "GET",
-            format!("{cms}/missing"),
-            vec![],
-            vec![],
-            404,
-            "NotFound",
-        ),
-        (
-            "GET",
-            "/api/v1/widgets".into(),
-            vec![],
-            vec![],
-            404,
-            "NotFound",
-        ),
-        (
-            "GET",
-            "/apis/nope.example/v1/things".into(),
-            vec![],
-            vec![],
-            404,
-            "NotFound",
-        ),
-        (
-            "GET",
-            "/apis/nope.example/v1".into(),
-            vec![],
-            vec![],
-            404,
-            "NotFound",
-        ),
-        ("GET", "/nonsense".into(), vec![], vec![], 404, "NotFound"),
-        (
-            "GET",
-            "/api/v1/namespaces/default/nodes".into(),
-            vec![],
-            vec![],
-            404,
-            "NotFound",
-        ),
-        (
-            "GET",
-            "/api/v1/pods/cluster-path-with-name".into(),
-            vec![],
-            vec![],
-            404,
-            "NotFound",
-        ),
-        (
-            "GET",
-            format!("{cms}/exists/scale"),
-            vec![],
-            vec![],
-            404,
-            "NotFound",
-        ),
-        (
-            "PUT",
-            cms.into(),
-            json_ct.to_vec(),
-            b"{}".to_vec(),
-            405,
-            "MethodNotAllowed",
-        ),
-        (
-            "POST",
-            format!("{cms}/exists"),
-            json_ct.to_vec(),
-            b"{}".to_vec(),
-            405,
-            "MethodNotAllowed",
-        ),
-        (
-            "POST",
-            "/api/v1/configmaps".into(),
-            json_ct.to_vec(),
-            b"{}".to_vec(),
-            405,
-            "MethodNotAllowed",
-        ),
-        (
-            "DELETE",
-            "/version".into(),
-            vec![],
-            vec![],
-            405,
-            "MethodNotAllowed",
-        ),
-        (
-            "OPTIONS",
-            cms.into(),
-            vec![],
-            vec![],
-            405,
-            "MethodNotAllowed",
-        ),
-        (
-            "PUT",
-            format!("{cms}/exists"),
-            json_ct.to_vec(),
-            json!({"metadata": {"name": "other"}})
-                .to_string()
-                .into_bytes(),
-            400,
-            "BadRequest",
-        ),
-        (
-            "PUT",
-            format!("{cms}/missing"),
-            json_ct.to_vec(),
-            json!({"metadata": {"name": "missing"}})
-                .to_string()
-                .into_bytes(),
-            404,
-            "NotFound",
-        ),
-        (
-            "PATCH",
-            format!("{cms}/exists"),
-            vec![("Content-Type", "text/plain")],
-            b"x".to_vec(),
-            415,
-            "UnsupportedMediaType",
-        ),
-        (
-            "PATCH",
-            format!("{cms}/exists"),
-            vec![("Content-Type", "application/merge-patch+json")],
-            b"[]".to_vec(),
-            400,
-            "BadRequest",
-        ),
-        (
-            "PATCH",
-            format!("{cms}/exists"),
-            vec![("Content-Type", "application/json-patch+json")],
-            br#"[{"op":"replace","path":"/nope","value":1}]"#.to_vec(),
-            422,
-            "Invalid",
-        ),
-        (
-            "DELETE",
-            format!("{cms}/exists"),
-            json_ct.to_vec(),
-            json!({"preconditions": {"uid": "other"}})
-                .to_string()
-                .into_bytes(),
-            409,
-            "Conflict",
-        ),
+        json_body("POST", cms, b"{not json", 400, "BadRequest"),
+        json_body("POST", cms, b"[1,2]", 400, "BadRequest"),
+        json_body("POST", cms, json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}}).to_string(), 400, "BadRequest"),
+        json_body("POST", cms, json!({"metadata": {"name": "Bad_Name"}}).to_string(), 422, "Invalid"),
+        json_body("POST", cms, json!({"metadata": {}}).to_string(), 422, "Invalid"),
+        json_body("POST", cms, json!({"metadata": {"name": "x", "labels": {"a": 1}}}).to_string(), 400, "BadRequest"),
+        json_body("POST", cms, json!({"metadata": {"name": "exists"}}).to_string(), 409, "AlreadyExists"),
+        with_body("POST", cms, "application/vnd.kubernetes.protobuf", b"k8s\0", 415, "UnsupportedMediaType"),
+        bare("GET", format!("{cms}?labelSelector=a%20in%20(b"), 400, "BadRequest"),
+        bare("GET", format!("{cms}?labelSelector=%3D%3D"), 400, "BadRequest"),
+        bare("GET", format!("{cms}?fieldSelector=spec.nope%3Dx"), 400, "BadRequest"),
+        bare("GET", format!("{cms}?limit=abc"), 400, "BadRequest"),
+        bare("GET", format!("{cms}?continue=%21%21notbase64"), 400, "BadRequest"),
+        bare("GET", format!("{cms}?watch=1&timeoutSeconds=-1"), 400, "BadRequest"),
+        bare("GET", format!("{cms}?resourceVersion=abc"), 400, "BadRequest"),
+        json_body("POST", format!("{cms}?dryRun=Some"), b"{}", 400, "BadRequest"),
+        bare("GET", format!("{cms}/missing"), 404, "NotFound"),
+        bare("GET", "/api/v1/widgets", 404, "NotFound"),
+        bare("GET", "/apis/nope.example/v1/things", 404, "NotFound"),
+        bare("GET", "/apis/nope.example/v1", 404, "NotFound"),
+        bare("GET", "/nonsense", 404, "NotFound"),
+        bare("GET", "/api/v1/namespaces/default/nodes", 404, "NotFound"),
+        bare("GET", "/api/v1/pods/cluster-path-with-name", 404, "NotFound"),
+        bare("GET", format!("{cms}/exists/scale"), 404, "NotFound"),
+        json_body("PUT", cms, b"{}", 405, "MethodNotAllowed"),
+        json_body("POST", format!("{cms}/exists"), b"{}", 405, "MethodNotAllowed"),
+        json_body("POST", "/api/v1/configmaps", b"{}", 405, "MethodNotAllowed"),
+        bare("DELETE", "/version", 405, "MethodNotAllowed"),
+        bare("OPTIONS", cms, 405, "MethodNotAllowed"),
+        json_body("PUT", format!("{cms}/exists"), json!({"metadata": {"name": "other"}}).to_string(), 400, "BadRequest"),
+        json_body("PUT", format!("{cms}/missing"), json!({"metadata": {"name": "missing"}}).to_string(), 404, "NotFound"),
+        with_body("PATCH", format!("{cms}/exists"), "text/plain", b"x", 415, "UnsupportedMediaType"),
+        with_body("PATCH", format!("{cms}/exists"), "application/merge-patch+json", b"[]", 400, "BadRequest"),
+        with_body("PATCH", format!("{cms}/exists"), "application/json-patch+json", br#"[{"op":"replace","path":"/nope","value":1}]"#, 422, "Invalid"),
+        json_body("DELETE", format!("{cms}/exists"), json!({"preconditions": {"uid": "other"}}).to_string(), 409, "Conflict"),
     ];
     for (method, path, headers, body, code, reason) in cases {
         let r = raw(a, method, &path, &headers, &body).await;
