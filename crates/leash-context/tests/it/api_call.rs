@@ -10,7 +10,8 @@ use leash_runtime::Scope;
 use serde_json::json;
 
 use crate::common::{
-    HANG_BOUND, entry, eventually, service_entry, settle_to, stable_baseline, start_service, within,
+    HANG_BOUND, entry, eventually, first_data, service_entry, settle_to, shutdown_store,
+    stable_baseline, start_service, when_projection, within,
 };
 
 fn config() -> StoreConfig {
@@ -35,21 +36,18 @@ async fn refresh_api_data_after_interval() {
             &[("v", "v"), ("count", "length(items)")],
         ))
         .unwrap();
-    let first = within("first data", HANG_BOUND, store.wait_ready("e"))
-        .await
-        .unwrap();
+    let first = first_data(&store, "e").await;
     assert_eq!(first.data, json!({"v": 1, "items": [1, 2]}));
     assert_eq!(first.projections["v"], json!(1));
     assert_eq!(first.projections["count"], json!(2));
 
     let changed_at = Instant::now();
     service.set_answer(json!({"v": 2, "items": [1, 2, 3]}));
-    let second = eventually("new data", Duration::from_secs(5), || {
-        store
-            .get("e")
-            .ok()
-            .filter(|s| s.projections["v"] == json!(2))
-    })
+    let second = eventually(
+        "new data",
+        Duration::from_secs(5),
+        when_projection(&store, "e", "v", json!(2)),
+    )
     .await;
     // Whole: projections of the same data.
     assert_eq!(second.projections["count"], json!(3));
@@ -70,9 +68,7 @@ async fn refresh_api_data_after_interval() {
     assert_eq!(status.state, EntryState::Ready);
     assert!(status.last_error.is_none());
 
-    within("store shutdown", HANG_BOUND, store.shutdown())
-        .await
-        .unwrap();
+    shutdown_store(&store).await;
     scope.shutdown().await.unwrap();
 }
 
@@ -99,9 +95,7 @@ spec:
 "
         )))
         .unwrap();
-    within("first data", HANG_BOUND, store.wait_ready("poster"))
-        .await
-        .unwrap();
+    first_data(&store, "poster").await;
     let (method, headers, body) = service.last.lock().unwrap().clone().unwrap();
     assert_eq!(method, "POST");
     assert_eq!(headers["x-leash"], "yes-please");
@@ -127,9 +121,7 @@ async fn seed_stop_holds_lock() {
     store
         .add(service_entry("e", &url, "100ms", &[("v", "v")]))
         .unwrap();
-    let held = within("first data", HANG_BOUND, store.wait_ready("e"))
-        .await
-        .unwrap();
+    let held = first_data(&store, "e").await;
     assert_eq!(held.projections["v"], json!(1));
 
     // From now on the service answers after 60 s: every poll hangs mid-request.
@@ -204,9 +196,7 @@ async fn seed_partial_projection() {
             &[("first", "[0]"), ("count", "length(@)")],
         ))
         .unwrap();
-    let good = within("first data", HANG_BOUND, store.wait_ready("e"))
-        .await
-        .unwrap();
+    let good = first_data(&store, "e").await;
     assert_eq!(good.projections["first"], json!(10));
     assert_eq!(good.projections["count"], json!(3));
 
@@ -230,12 +220,11 @@ async fn seed_partial_projection() {
     assert_eq!(store.projection("e", "first").unwrap(), json!(10));
 
     service.set_answer(json!([1, 2]));
-    let recovered = eventually("recovery", Duration::from_secs(5), || {
-        store
-            .get("e")
-            .ok()
-            .filter(|s| s.projections["count"] == json!(2))
-    })
+    let recovered = eventually(
+        "recovery",
+        Duration::from_secs(5),
+        when_projection(&store, "e", "count", json!(2)),
+    )
     .await;
     assert_eq!(recovered.projections["first"], json!(1));
     let status = store.status("e").unwrap();
@@ -283,9 +272,7 @@ async fn churn_leaves_no_tasks() {
         "alive tasks {now} > baseline {baseline} after churn"
     );
 
-    within("store shutdown", HANG_BOUND, store.shutdown())
-        .await
-        .unwrap();
+    shutdown_store(&store).await;
     let now = settle_to(baseline).await;
     assert!(
         now <= baseline,

@@ -8,7 +8,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::any;
-use leash_context::{ContextEntry, parse_entries};
+use leash_context::{ContextEntry, Snapshot, Store, parse_entries};
 use leash_runtime::Scope;
 use serde_json::Value;
 
@@ -122,6 +122,40 @@ spec:
         }
     }
     entry(&yaml)
+}
+
+/// `name`'s first data, waited for at most [`HANG_BOUND`].
+pub(crate) async fn first_data(store: &Store, name: &str) -> Arc<Snapshot> {
+    within(
+        &format!("first data of {name}"),
+        HANG_BOUND,
+        store.wait_ready(name),
+    )
+    .await
+    .unwrap()
+}
+
+/// For [`eventually`]: `entry`'s snapshot once its projection `projection`
+/// is `want`.
+pub(crate) fn when_projection<'a>(
+    store: &'a Store,
+    entry: &'a str,
+    projection: &'a str,
+    want: Value,
+) -> impl FnMut() -> Option<Arc<Snapshot>> + 'a {
+    move || {
+        store
+            .get(entry)
+            .ok()
+            .filter(|s| s.projections[projection] == want)
+    }
+}
+
+/// Shut the store down, within [`HANG_BOUND`].
+pub(crate) async fn shutdown_store(store: &Store) {
+    within("store shutdown", HANG_BOUND, store.shutdown())
+        .await
+        .unwrap();
 }
 
 pub(crate) fn alive_tasks() -> usize {

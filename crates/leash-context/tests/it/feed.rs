@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use leash_context::{CrdFeeder, Store, StoreConfig};
 use leash_runtime::Scope;
+use leash_sandbox::Sandbox;
 use serde_json::{Value, json};
 
-use crate::common::{HANG_BOUND, eventually, service_entry, start_service, within};
+use crate::common::{HANG_BOUND, eventually, service_entry, shutdown_store, start_service, within};
 use crate::sandbox;
 
 fn crd_manifest() -> Value {
@@ -31,58 +32,78 @@ fn gctx(name: &str, url: &str, projection: &str) -> Value {
     })
 }
 
+/// A store on `sandbox` (readiness bound 5 s; at most `max_entries`, 0 for
+/// no limit) holding the file entry `from-file` (`p` projects `b`).
+fn store_with_file_entry(sandbox: &Sandbox, url: &str, max_entries: usize) -> Store {
+    let store = Store::new(
+        StoreConfig {
+            max_entries,
+            ready_timeout: Duration::from_secs(5),
+            ..StoreConfig::default()
+        },
+        Some(sandbox::client(sandbox)),
+    );
+    store
+        .add(service_entry("from-file", url, "1h", &[("p", "b")]))
+        .unwrap();
+    store
+}
+
+/// Run `feeder` in a child scope of `scope`; shutting that scope down stops it.
+fn start_feeder(scope: &Scope, feeder: CrdFeeder) -> Scope {
+    let feeder_scope = scope.child();
+    let token = feeder_scope.token().clone();
+    feeder_scope.spawn("feeder", feeder.run(token));
+    feeder_scope
+}
+
+/// Waits until `entry`'s projection `p` is `want`.
+async fn projection_becomes(store: &Store, what: &str, entry: &str, want: Value) {
+    eventually(what, HANG_BOUND, || {
+        store.projection(entry, "p").ok().filter(|v| v == &want)
+    })
+    .await;
+}
+
+/// The cluster's GlobalContextEntry object `name`.
+fn cluster_entry(sandbox: &Sandbox, name: &str) -> Value {
+    sandbox
+        .store()
+        .get("kyverno.io/v2beta1", "GlobalContextEntry", None, name)
+        .unwrap()
+}
+
+/// Delete the cluster's GlobalContextEntry object `name`.
+fn delete_cluster_entry(sandbox: &Sandbox, name: &str) {
+    sandbox
+        .store()
+        .delete("kyverno.io/v2beta1", "GlobalContextEntry", None, name)
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_crds_adds_replaces_and_removes_entries() {
     let scope = Scope::new();
     let (url, _service) = start_service(&scope, json!({"a": 1, "b": 2})).await;
     let sandbox = sandbox::start(vec![crd_manifest(), gctx("from-cluster", &url, "a")]).await;
-    let store = Store::new(
-        StoreConfig {
-            ready_timeout: Duration::from_secs(5),
-            ..StoreConfig::default()
-        },
-        Some(sandbox::client(&sandbox)),
-    );
     // A file entry whose name a cluster object will also use.
-    store
-        .add(service_entry("from-file", &url, "1h", &[("p", "b")]))
-        .unwrap();
-    let feeder_scope = scope.child();
-    let feeder = CrdFeeder::new(store.clone(), sandbox::client(&sandbox));
-    let token = feeder_scope.token().clone();
-    feeder_scope.spawn("feeder", feeder.run(token));
+    let store = store_with_file_entry(&sandbox, &url, 0);
+    let feeder_scope = start_feeder(
+        &scope,
+        CrdFeeder::new(store.clone(), sandbox::client(&sandbox)),
+    );
 
     // Listed at start.
-    eventually("the listed entry", HANG_BOUND, || {
-        store
-            .projection("from-cluster", "p")
-            .ok()
-            .filter(|v| v == &json!(1))
-    })
-    .await;
+    projection_becomes(&store, "the listed entry", "from-cluster", json!(1)).await;
     let first_id = store.entry_id("from-cluster").unwrap();
 
     // Status-only change: not restarted.
-    let mut object = sandbox
-        .store()
-        .get(
-            "kyverno.io/v2beta1",
-            "GlobalContextEntry",
-            None,
-            "from-cluster",
-        )
-        .unwrap();
+    let mut object = cluster_entry(&sandbox, "from-cluster");
     object["status"] = json!({"lastRefreshTime": "2026-01-01T00:00:00Z"});
     sandbox.store().update(object).unwrap();
     // A later change proves the status event was processed before it.
     sandbox.store().create(gctx("second", &url, "b")).unwrap();
-    eventually("the added entry", HANG_BOUND, || {
-        store
-            .projection("second", "p")
-            .ok()
-            .filter(|v| v == &json!(2))
-    })
-    .await;
+    projection_becomes(&store, "the added entry", "second", json!(2)).await;
     assert_eq!(
         store.entry_id("from-cluster"),
         Some(first_id),
@@ -90,24 +111,10 @@ async fn watch_crds_adds_replaces_and_removes_entries() {
     );
 
     // Spec change: replaced.
-    let mut object = sandbox
-        .store()
-        .get(
-            "kyverno.io/v2beta1",
-            "GlobalContextEntry",
-            None,
-            "from-cluster",
-        )
-        .unwrap();
+    let mut object = cluster_entry(&sandbox, "from-cluster");
     object["spec"]["projections"][0]["jmesPath"] = json!("b");
     sandbox.store().update(object).unwrap();
-    eventually("the replaced entry", HANG_BOUND, || {
-        store
-            .projection("from-cluster", "p")
-            .ok()
-            .filter(|v| v == &json!(2))
-    })
-    .await;
+    projection_becomes(&store, "the replaced entry", "from-cluster", json!(2)).await;
     assert_ne!(store.entry_id("from-cluster"), Some(first_id));
 
     // Invalid spec in the cluster: the running entry is kept.
@@ -120,10 +127,7 @@ async fn watch_crds_adds_replaces_and_removes_entries() {
     sandbox.store().create(bad).unwrap();
 
     // Deletion: removed.
-    sandbox
-        .store()
-        .delete("kyverno.io/v2beta1", "GlobalContextEntry", None, "second")
-        .unwrap();
+    delete_cluster_entry(&sandbox, "second");
     eventually("the removal", HANG_BOUND, || {
         store.entry_id("second").is_none().then_some(())
     })
@@ -131,15 +135,7 @@ async fn watch_crds_adds_replaces_and_removes_entries() {
     // The file entry of the same name as a cluster object was left alone,
     // and deleting that cluster object does not remove it either.
     assert_eq!(store.projection("from-file", "p").unwrap(), json!(2));
-    sandbox
-        .store()
-        .delete(
-            "kyverno.io/v2beta1",
-            "GlobalContextEntry",
-            None,
-            "from-file",
-        )
-        .unwrap();
+    delete_cluster_entry(&sandbox, "from-file");
     assert!(
         store.entry_id("bad").is_none(),
         "an invalid entry was added"
@@ -150,9 +146,7 @@ async fn watch_crds_adds_replaces_and_removes_entries() {
     within("feeder stop", HANG_BOUND, feeder_scope.shutdown())
         .await
         .unwrap();
-    within("store shutdown", HANG_BOUND, store.shutdown())
-        .await
-        .unwrap();
+    shutdown_store(&store).await;
     sandbox.shutdown().await.unwrap();
     scope.shutdown().await.unwrap();
 }
@@ -191,46 +185,27 @@ async fn watch_crds_retries_entries_refused_by_a_full_store() {
     let scope = Scope::new();
     let (url, _service) = start_service(&scope, json!({"a": 1, "b": 2})).await;
     let sandbox = sandbox::start(vec![crd_manifest()]).await;
-    let store = Store::new(
-        StoreConfig {
-            max_entries: 1,
-            ready_timeout: Duration::from_secs(5),
-            ..StoreConfig::default()
-        },
-        Some(sandbox::client(&sandbox)),
-    );
     // The only slot is taken by a file entry.
-    store
-        .add(service_entry("from-file", &url, "1h", &[("p", "b")]))
-        .unwrap();
+    let store = store_with_file_entry(&sandbox, &url, 1);
     sandbox.store().create(gctx("one", &url, "a")).unwrap();
-    let feeder_scope = scope.child();
-    let feeder = CrdFeeder::new(store.clone(), sandbox::client(&sandbox))
-        .full_retry(Duration::from_millis(200));
-    let token = feeder_scope.token().clone();
-    feeder_scope.spawn("feeder", feeder.run(token));
+    let feeder_scope = start_feeder(
+        &scope,
+        CrdFeeder::new(store.clone(), sandbox::client(&sandbox))
+            .full_retry(Duration::from_millis(200)),
+    );
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(store.names(), ["from-file"], "the store is full");
 
     // Room appears outside the feeder: the timer retry adds the entry.
     store.remove("from-file").await.unwrap();
-    eventually("the deferred entry", HANG_BOUND, || {
-        store.projection("one", "p").ok().filter(|v| v == &json!(1))
-    })
-    .await;
+    projection_becomes(&store, "the deferred entry", "one", json!(1)).await;
 
     // Full again; a removal through the feeder admits the waiting one.
     sandbox.store().create(gctx("two", &url, "b")).unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(store.names(), ["one"]);
-    sandbox
-        .store()
-        .delete("kyverno.io/v2beta1", "GlobalContextEntry", None, "one")
-        .unwrap();
-    eventually("the second deferred entry", HANG_BOUND, || {
-        store.projection("two", "p").ok().filter(|v| v == &json!(2))
-    })
-    .await;
+    delete_cluster_entry(&sandbox, "one");
+    projection_becomes(&store, "the second deferred entry", "two", json!(2)).await;
     assert_eq!(store.names(), ["two"]);
 
     within("feeder stop", HANG_BOUND, feeder_scope.shutdown())

@@ -6,7 +6,10 @@ use std::time::Duration;
 use leash_context::{EntryState, Store, StoreConfig};
 use serde_json::json;
 
-use crate::common::{HANG_BOUND, entry, eventually, settle_to, stable_baseline, within};
+use crate::common::{
+    HANG_BOUND, entry, eventually, first_data, settle_to, shutdown_store, stable_baseline,
+    when_projection, within,
+};
 use crate::sandbox::{self, WIDGET_CRD, deployment, namespace, widget, widget_crd};
 
 fn config() -> StoreConfig {
@@ -60,17 +63,9 @@ spec:
 ",
         ))
         .unwrap();
-    let in_y = within(
-        "first sync",
-        HANG_BOUND,
-        store.wait_ready("deployments-in-y"),
-    )
-    .await
-    .unwrap();
+    let in_y = first_data(&store, "deployments-in-y").await;
     assert_eq!(in_y.projections["names"], json!(["c"]));
-    let first = within("first sync", HANG_BOUND, store.wait_ready("deployments"))
-        .await
-        .unwrap();
+    let first = first_data(&store, "deployments").await;
     assert_eq!(first.projections["in-x"], json!(2));
     assert_eq!(first.projections["names"], json!(["a", "b", "c"]));
     // The data is the list of objects, with their kind filled in.
@@ -80,12 +75,11 @@ spec:
     assert_eq!(data[0]["apiVersion"], "apps/v1");
 
     sandbox.store().create(deployment("x", "d")).unwrap();
-    let after_add = eventually("the added deployment", HANG_BOUND, || {
-        store
-            .get("deployments")
-            .ok()
-            .filter(|s| s.projections["in-x"] == json!(3))
-    })
+    let after_add = eventually(
+        "the added deployment",
+        HANG_BOUND,
+        when_projection(&store, "deployments", "in-x", json!(3)),
+    )
     .await;
     assert_eq!(after_add.projections["names"], json!(["a", "b", "d", "c"]));
 
@@ -97,12 +91,11 @@ spec:
         .store()
         .delete("apps/v1", "Deployment", Some("y"), "c")
         .unwrap();
-    let after_delete = eventually("the deletions", HANG_BOUND, || {
-        store
-            .get("deployments")
-            .ok()
-            .filter(|s| s.projections["names"] == json!(["b", "d"]))
-    })
+    let after_delete = eventually(
+        "the deletions",
+        HANG_BOUND,
+        when_projection(&store, "deployments", "names", json!(["b", "d"])),
+    )
     .await;
     assert_eq!(after_delete.projections["in-x"], json!(2));
     assert_eq!(
@@ -110,9 +103,7 @@ spec:
         EntryState::Ready
     );
 
-    within("store shutdown", HANG_BOUND, store.shutdown())
-        .await
-        .unwrap();
+    shutdown_store(&store).await;
     sandbox.shutdown().await.unwrap();
 }
 
@@ -157,28 +148,19 @@ spec:
 "#,
         ))
         .unwrap();
-    let snapshot = within(
-        "first data",
-        HANG_BOUND,
-        store.wait_ready("deployments-api"),
-    )
-    .await
-    .unwrap();
+    let snapshot = first_data(&store, "deployments-api").await;
     assert_eq!(snapshot.projections["x-names"], json!(["a", "b"]));
     assert_eq!(snapshot.projections["total"], json!(3));
     assert_eq!(snapshot.data["kind"], "DeploymentList");
 
     sandbox.store().create(deployment("x", "e")).unwrap();
-    eventually("the next poll", HANG_BOUND, || {
-        store
-            .get("deployments-api")
-            .ok()
-            .filter(|s| s.projections["total"] == json!(4))
-    })
+    eventually(
+        "the next poll",
+        HANG_BOUND,
+        when_projection(&store, "deployments-api", "total", json!(4)),
+    )
     .await;
-    within("store shutdown", HANG_BOUND, store.shutdown())
-        .await
-        .unwrap();
+    shutdown_store(&store).await;
     sandbox.shutdown().await.unwrap();
 }
 
@@ -226,9 +208,7 @@ async fn seed_watch_error_self_join() {
         Some(client),
     );
     store.add(entry(WIDGETS_ENTRY)).unwrap();
-    let good = within("first sync", HANG_BOUND, store.wait_ready("widgets"))
-        .await
-        .unwrap();
+    let good = first_data(&store, "widgets").await;
     assert_eq!(good.projections["count"], json!(2));
 
     // The resource disappears: its CRD is deleted (and with it the widgets,
@@ -285,12 +265,11 @@ async fn seed_watch_error_self_join() {
     sandbox.store().create(widget("w", "three", 3)).unwrap();
     sandbox.store().create(widget("w", "four", 4)).unwrap();
     sandbox.store().create(widget("w", "five", 5)).unwrap();
-    let recovered = eventually("recovery", Duration::from_secs(60), || {
-        store
-            .get("widgets")
-            .ok()
-            .filter(|s| s.projections["count"] == json!(3))
-    })
+    let recovered = eventually(
+        "recovery",
+        Duration::from_secs(60),
+        when_projection(&store, "widgets", "count", json!(3)),
+    )
     .await;
     assert_eq!(recovered.projections["sizes"], json!([5, 4, 3]));
     let status = store.status("widgets").unwrap();
@@ -298,9 +277,7 @@ async fn seed_watch_error_self_join() {
     assert!(status.last_error.is_none());
 
     // Stopping does not hang, and every task is gone afterwards.
-    within("store shutdown", HANG_BOUND, store.shutdown())
-        .await
-        .unwrap();
+    shutdown_store(&store).await;
     drop(store);
     let now = settle_to(baseline).await;
     assert!(now <= baseline, "alive tasks {now} > baseline {baseline}");
@@ -340,8 +317,6 @@ spec:
         "{text}"
     );
     assert_eq!(store.status("ghosts").unwrap().state, EntryState::Failed);
-    within("store shutdown", HANG_BOUND, store.shutdown())
-        .await
-        .unwrap();
+    shutdown_store(&store).await;
     sandbox.shutdown().await.unwrap();
 }
