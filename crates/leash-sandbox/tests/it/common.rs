@@ -87,36 +87,30 @@ pub(crate) async fn raw(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> Raw {
-    tokio::time::timeout(BOUND, raw_inner(addr, method, target, headers, body))
+    let exchange = async {
+        let mut stream = TcpStream::connect(addr).await.expect("connect");
+        let mut req =
+            format!("{method} {target} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+        for (k, v) in headers {
+            req.push_str(&format!("{k}: {v}\r\n"));
+        }
+        let chunked = headers
+            .iter()
+            .any(|(k, _)| k.eq_ignore_ascii_case("transfer-encoding"));
+        if !chunked && (!body.is_empty() || matches!(method, "POST" | "PUT" | "PATCH")) {
+            req.push_str(&format!("Content-Length: {}\r\n", body.len()));
+        }
+        req.push_str("\r\n");
+        stream.write_all(req.as_bytes()).await.expect("write head");
+        // A server may answer (413) and close before reading a large body: ignore write errors.
+        let _ = stream.write_all(body).await;
+        let mut buf = Vec::new();
+        let read_ok = stream.read_to_end(&mut buf).await.is_ok();
+        parse_response(&buf, read_ok)
+    };
+    tokio::time::timeout(BOUND, exchange)
         .await
         .expect("raw request bounded")
-}
-
-async fn raw_inner(
-    addr: SocketAddr,
-    method: &str,
-    target: &str,
-    headers: &[(&str, &str)],
-    body: &[u8],
-) -> Raw {
-    let mut stream = TcpStream::connect(addr).await.expect("connect");
-    let mut req = format!("{method} {target} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    let chunked = headers
-        .iter()
-        .any(|(k, _)| k.eq_ignore_ascii_case("transfer-encoding"));
-    if !chunked && (!body.is_empty() || matches!(method, "POST" | "PUT" | "PATCH")) {
-        req.push_str(&format!("Content-Length: {}\r\n", body.len()));
-    }
-    req.push_str("\r\n");
-    stream.write_all(req.as_bytes()).await.expect("write head");
-    // A server may answer (413) and close before reading a large body: ignore write errors.
-    let _ = stream.write_all(body).await;
-    let mut buf = Vec::new();
-    let read_ok = stream.read_to_end(&mut buf).await.is_ok();
-    parse_response(&buf, read_ok)
 }
 
 fn parse_response(buf: &[u8], read_ok: bool) -> Raw {
