@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
-use crate::common::{Raw, configmap, raw, start};
+use crate::common::{Raw, configmap, get, raw, start};
 
 /// method, target, headers, body, expected code, expected reason.
 type Case = (
@@ -55,7 +55,7 @@ fn with_body(
 
 /// The server still answers a list.
 async fn alive(addr: SocketAddr) -> usize {
-    let r = raw(addr, "GET", "/api/v1/namespaces", &[], b"").await;
+    let r = get(addr, "/api/v1/namespaces").await;
     assert_eq!(r.status, 200, "server still serves");
     r.json()["items"].as_array().unwrap().len()
 }

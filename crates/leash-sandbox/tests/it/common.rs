@@ -33,6 +33,11 @@ pub(crate) fn configmap(ns: &str, name: &str, labels: Value) -> Value {
            "metadata": {"name": name, "namespace": ns, "labels": labels}, "data": {"k": "v"}})
 }
 
+/// `n` unlabelled ConfigMaps in `ns`, object `i` named `name(i)`.
+pub(crate) fn configmaps(ns: &str, n: usize, name: impl Fn(usize) -> String) -> Vec<Value> {
+    (0..n).map(|i| configmap(ns, &name(i), json!({}))).collect()
+}
+
 pub(crate) fn crd(plural: &str, kind: &str, short: &str) -> Value {
     json!({
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
@@ -111,6 +116,11 @@ pub(crate) async fn raw(
     tokio::time::timeout(BOUND, exchange)
         .await
         .expect("raw request bounded")
+}
+
+/// A `GET` of `target` through [`raw`].
+pub(crate) async fn get(addr: SocketAddr, target: &str) -> Raw {
+    raw(addr, "GET", target, &[], b"").await
 }
 
 fn parse_response(buf: &[u8], read_ok: bool) -> Raw {

@@ -6,7 +6,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use leash_sandbox::{Sandbox, SandboxConfig};
 use serde_json::json;
 
-use crate::common::{client, configmap, raw, start};
+use crate::common::{client, configmap, get, raw, start};
 
 fn cm(name: &str) -> ConfigMap {
     serde_json::from_value(configmap("default", name, json!({"app": "x"}))).unwrap()
@@ -238,7 +238,7 @@ async fn bearer_token_is_required_when_set() {
     })
     .await
     .unwrap();
-    let r = raw(sb.addr(), "GET", "/api/v1/namespaces", &[], b"").await;
+    let r = get(sb.addr(), "/api/v1/namespaces").await;
     r.assert_status(401, "Unauthorized");
     let r = raw(
         sb.addr(),

@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams};
 use leash_sandbox::{Faults, Sandbox, SandboxConfig};
 
-use crate::common::{client, raw, start};
+use crate::common::{client, get, raw, start};
 
 const LIST: &str = "/api/v1/namespaces";
 
@@ -19,7 +19,7 @@ async fn throttling_is_429_with_retry_after_and_plain_text() {
         retry_after_secs: 3,
         ..Faults::default()
     });
-    let r = raw(sb.addr(), "GET", LIST, &[], b"").await;
+    let r = get(sb.addr(), LIST).await;
     assert_eq!(r.status, 429);
     assert_eq!(r.header("retry-after"), Some("3"));
     assert!(r.header("content-type").unwrap().starts_with("text/plain"));
@@ -29,24 +29,17 @@ async fn throttling_is_429_with_retry_after_and_plain_text() {
     );
     // Discovery and /version are exempt unless fail_discovery.
     for path in ["/version", "/api", "/apis", "/api/v1", "/apis/apps/v1"] {
-        assert_eq!(
-            raw(sb.addr(), "GET", path, &[], b"").await.status,
-            200,
-            "{path}"
-        );
+        assert_eq!(get(sb.addr(), path).await.status, 200, "{path}");
     }
     sb.set_faults(Faults {
         throttle_rate: 1.0,
         fail_discovery: true,
         ..Faults::default()
     });
-    assert_eq!(
-        raw(sb.addr(), "GET", "/version", &[], b"").await.status,
-        429
-    );
+    assert_eq!(get(sb.addr(), "/version").await.status, 429);
     sb.set_faults(Faults::default());
     assert_eq!(
-        raw(sb.addr(), "GET", LIST, &[], b"").await.status,
+        get(sb.addr(), LIST).await.status,
         200,
         "faults change at run time"
     );
@@ -60,9 +53,9 @@ async fn failures_are_500_statuses() {
         fail_rate: 1.0,
         ..Faults::default()
     });
-    let r = raw(sb.addr(), "GET", LIST, &[], b"").await;
+    let r = get(sb.addr(), LIST).await;
     r.assert_status(500, "InternalError");
-    assert_eq!(raw(sb.addr(), "GET", "/api", &[], b"").await.status, 200);
+    assert_eq!(get(sb.addr(), "/api").await.status, 200);
     // Writes fail without effect.
     let before = sb.store().object_count();
     let body = br#"{"metadata":{"name":"x"}}"#;
@@ -86,7 +79,7 @@ async fn resets_drop_the_connection_mid_response() {
         reset_rate: 1.0,
         ..Faults::default()
     });
-    let r = raw(sb.addr(), "GET", LIST, &[], b"").await;
+    let r = get(sb.addr(), LIST).await;
     assert!(r.truncated, "the body was cut off: {r:?}");
     assert_eq!(r.status, 200, "the head was sent, then the body broke off");
     assert!(!r.body.is_empty(), "part of the body arrived");
@@ -111,7 +104,7 @@ async fn latency_applies_to_every_request_including_discovery() {
     });
     for path in ["/version", "/api", LIST] {
         let t = Instant::now();
-        assert_eq!(raw(sb.addr(), "GET", path, &[], b"").await.status, 200);
+        assert_eq!(get(sb.addr(), path).await.status, 200);
         assert!(
             t.elapsed() >= Duration::from_millis(150),
             "{path} took {:?}",
@@ -139,7 +132,7 @@ async fn the_same_seed_gives_the_same_faults() {
         .unwrap();
         let mut codes = Vec::new();
         for _ in 0..40 {
-            codes.push(raw(sb.addr(), "GET", LIST, &[], b"").await.status);
+            codes.push(get(sb.addr(), LIST).await.status);
         }
         sb.shutdown().await.unwrap();
         runs.push(codes);

@@ -9,7 +9,7 @@ use kube::api::{Api, ListParams};
 use leash_sandbox::Faults;
 use serde_json::json;
 
-use crate::common::{client, configmap, raw, start};
+use crate::common::{client, configmap, configmaps, get, start};
 
 #[tokio::test]
 async fn paginated_list_racing_a_writer_returns_exactly_the_snapshot() {
@@ -109,19 +109,16 @@ async fn paginated_list_racing_a_writer_returns_exactly_the_snapshot() {
 /// longer ago than that.
 #[tokio::test]
 async fn a_new_list_at_the_same_version_gets_the_whole_ttl() {
-    let objects: Vec<_> = (0..10)
-        .map(|i| configmap("default", &format!("cm-{i}"), json!({})))
-        .collect();
-    let sb = start(objects).await;
+    let sb = start(configmaps("default", 10, |i| format!("cm-{i}"))).await;
     let ttl = Duration::from_millis(1000);
     sb.set_faults(Faults {
         continue_ttl: ttl,
         ..Faults::default()
     });
     let path = "/api/v1/namespaces/default/configmaps?limit=4";
-    let first = raw(sb.addr(), "GET", path, &[], b"").await.json();
+    let first = get(sb.addr(), path).await.json();
     tokio::time::sleep(ttl * 2 / 3).await;
-    let second = raw(sb.addr(), "GET", path, &[], b"").await.json();
+    let second = get(sb.addr(), path).await.json();
     assert_eq!(
         first["metadata"]["resourceVersion"], second["metadata"]["resourceVersion"],
         "both lists are at the same version"
@@ -129,36 +126,19 @@ async fn a_new_list_at_the_same_version_gets_the_whole_ttl() {
     // Past the first list's TTL, within the second's.
     tokio::time::sleep(ttl * 2 / 3).await;
     let token = second["metadata"]["continue"].as_str().unwrap();
-    let r = raw(
-        sb.addr(),
-        "GET",
-        &format!("{path}&continue={token}"),
-        &[],
-        b"",
-    )
-    .await;
+    let r = get(sb.addr(), &format!("{path}&continue={token}")).await;
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
     sb.shutdown().await.unwrap();
 }
 
 #[tokio::test]
 async fn expired_continue_gets_410_expired_with_a_working_fresh_token() {
-    let objects: Vec<_> = (0..10)
-        .map(|i| configmap("default", &format!("cm-{i}"), json!({})))
-        .collect();
-    let sb = start(objects).await;
+    let sb = start(configmaps("default", 10, |i| format!("cm-{i}"))).await;
     sb.set_faults(Faults {
         continue_ttl: Duration::from_millis(50),
         ..Faults::default()
     });
-    let r = raw(
-        sb.addr(),
-        "GET",
-        "/api/v1/namespaces/default/configmaps?limit=4",
-        &[],
-        b"",
-    )
-    .await;
+    let r = get(sb.addr(), "/api/v1/namespaces/default/configmaps?limit=4").await;
     let first = r.json();
     let token = first["metadata"]["continue"].as_str().unwrap().to_string();
     // A new object after the already-listed ones appears in the fresh (latest-state) list.
@@ -166,12 +146,9 @@ async fn expired_continue_gets_410_expired_with_a_working_fresh_token() {
         .create(configmap("default", "cm-99", json!({})))
         .unwrap();
     tokio::time::sleep(Duration::from_millis(120)).await;
-    let r = raw(
+    let r = get(
         sb.addr(),
-        "GET",
         &format!("/api/v1/namespaces/default/configmaps?limit=4&continue={token}"),
-        &[],
-        b"",
     )
     .await;
     r.assert_status(410, "Expired");
@@ -204,12 +181,9 @@ async fn expired_continue_gets_410_expired_with_a_working_fresh_token() {
         "resumes after the last key, nothing skipped or repeated"
     );
     // continue together with a resourceVersion is a 400.
-    let r = raw(
+    let r = get(
         sb.addr(),
-        "GET",
         &format!("/api/v1/configmaps?continue={fresh}&resourceVersion=5"),
-        &[],
-        b"",
     )
     .await;
     r.assert_status(400, "BadRequest");
@@ -274,14 +248,7 @@ async fn label_and_field_selectors_filter_lists() {
     assert_eq!(page.items.len(), 2);
     assert!(page.metadata.continue_.is_some());
     assert!(page.metadata.remaining_item_count.is_none());
-    let r = raw(
-        sb.addr(),
-        "GET",
-        "/api/v1/pods?labelSelector=app%20in%20(",
-        &[],
-        b"",
-    )
-    .await;
+    let r = get(sb.addr(), "/api/v1/pods?labelSelector=app%20in%20(").await;
     r.assert_status(400, "BadRequest");
     sb.shutdown().await.unwrap();
 }

@@ -12,7 +12,7 @@ use kube::runtime::{WatchStreamExt, reflector, watcher};
 use leash_sandbox::Sandbox;
 use serde_json::{Value, json};
 
-use crate::common::{BOUND, client, configmap, eventually, raw, settles_to, start};
+use crate::common::{BOUND, client, configmap, configmaps, eventually, get, settles_to, start};
 
 fn lines(body: &[u8]) -> Vec<Value> {
     body.split(|b| *b == b'\n')
@@ -31,10 +31,7 @@ fn rv_of(v: &Value) -> u64 {
 
 #[tokio::test]
 async fn watcher_and_reflector_see_every_write() {
-    let initial: Vec<_> = (0..50)
-        .map(|i| configmap("default", &format!("cm-{i:03}"), json!({})))
-        .collect();
-    let sb = start(initial).await;
+    let sb = start(configmaps("default", 50, |i| format!("cm-{i:03}"))).await;
     let api: Api<ConfigMap> = Api::namespaced(client(&sb), "default");
     let (reader, writer) = reflector::store();
     let seen: Arc<Mutex<BTreeSet<u64>>> = Arc::default();
@@ -139,10 +136,7 @@ fn sb_configmaps(store: &leash_sandbox::Store) -> BTreeMap<String, String> {
 
 #[tokio::test]
 async fn streaming_list_sends_initial_events_then_the_end_bookmark() {
-    let initial: Vec<_> = (0..30)
-        .map(|i| configmap("kube-system", &format!("s-{i:02}"), json!({})))
-        .collect();
-    let sb = start(initial).await;
+    let sb = start(configmaps("kube-system", 30, |i| format!("s-{i:02}"))).await;
     // kube-rs's streaming watcher gets Init, 30 InitApply, InitDone (from the bookmark), then live events.
     let api: Api<ConfigMap> = Api::namespaced(client(&sb), "kube-system");
     let mut events = watcher(api, watcher::Config::default().streaming_lists()).boxed();
@@ -176,13 +170,7 @@ async fn streaming_list_sends_initial_events_then_the_end_bookmark() {
     drop(events);
 
     // On the wire: ADDED for each object, the annotated BOOKMARK, and the stream ends at timeoutSeconds.
-    let r = raw(
-        sb.addr(),
-        "GET",
-        "/api/v1/namespaces/kube-system/configmaps?watch=1&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&timeoutSeconds=1",
-        &[],
-        b"",
-    )
+    let r = get(sb.addr(), "/api/v1/namespaces/kube-system/configmaps?watch=1&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&timeoutSeconds=1")
     .await;
     assert_eq!(r.status, 200);
     assert!(!r.truncated, "the watch ended cleanly at its timeout");
@@ -214,14 +202,7 @@ async fn watch_from_a_too_old_version_gets_one_410_error_event() {
             .create(configmap("default", &format!("c{i:05}"), json!({})))
             .unwrap();
     }
-    let r = raw(
-        sb.addr(),
-        "GET",
-        "/api/v1/configmaps?watch=true&resourceVersion=3",
-        &[],
-        b"",
-    )
-    .await;
+    let r = get(sb.addr(), "/api/v1/configmaps?watch=true&resourceVersion=3").await;
     assert_eq!(r.status, 200);
     let events = lines(&r.body);
     assert_eq!(events.len(), 1, "{events:?}");
@@ -231,12 +212,9 @@ async fn watch_from_a_too_old_version_gets_one_410_error_event() {
     assert_eq!(events[0]["object"]["reason"], "Expired");
     // A recent version still resumes exactly.
     let recent = sb.store().resource_version() - 2;
-    let r = raw(
+    let r = get(
         sb.addr(),
-        "GET",
         &format!("/api/v1/configmaps?watch=true&resourceVersion={recent}&timeoutSeconds=1"),
-        &[],
-        b"",
     )
     .await;
     let events = lines(&r.body);
@@ -260,14 +238,7 @@ async fn shutdown_ends_open_watches_and_joins_every_task() {
         let watching = watching.clone();
         async move {
             watching.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            raw(
-                addr,
-                "GET",
-                "/api/v1/namespaces?watch=1&timeoutSeconds=600",
-                &[],
-                b"",
-            )
-            .await
+            get(addr, "/api/v1/namespaces?watch=1&timeoutSeconds=600").await
         }
     });
     let watches = futures::future::join_all(watches);
@@ -312,7 +283,7 @@ async fn deleting_a_crd_sends_deleted_events_and_ends_its_watches() {
     let target = format!(
         "/apis/example.leash.dev/v1/gadgets?watch=1&resourceVersion={rv}&timeoutSeconds=600"
     );
-    let watch = raw(addr, "GET", &target, &[], b"");
+    let watch = get(addr, &target);
     let delete = async {
         tokio::time::sleep(Duration::from_millis(200)).await;
         sb.store()
