@@ -525,26 +525,14 @@ mod tests {
             .to_string();
         let v2 = page(&store, &snaps, &rt, &sel, &continuing(fresh));
         assert_eq!(v2["items"].as_array().unwrap().len(), 3);
-        let bad = ListParams {
-            continue_token: Some("x".into()),
+        // A token with a resourceVersion, and a token that is not one.
+        let with_version = ListParams {
             resource_version: Some("5".into()),
-            ..Default::default()
+            ..continuing("x".into())
         };
-        assert_eq!(
-            list(&store, &snaps, &rt, &sel, &bad, Duration::ZERO)
-                .unwrap_err()
-                .code(),
-            400
-        );
-        let garbage = ListParams {
-            continue_token: Some("!!".into()),
-            ..Default::default()
-        };
-        assert_eq!(
-            list(&store, &snaps, &rt, &sel, &garbage, Duration::ZERO)
-                .unwrap_err()
-                .code(),
-            400
-        );
+        for bad in [with_version, continuing("!!".into())] {
+            let e = list(&store, &snaps, &rt, &sel, &bad, Duration::ZERO).unwrap_err();
+            assert_eq!(e.code(), 400, "{bad:?}");
+        }
     }
 }
