@@ -176,12 +176,7 @@ pub(crate) fn api_resource_list(registry: &Registry, group: &str, version: &str)
             "kind": t.kind,
             "verbs": VERBS,
         });
-        if !t.short_names.is_empty() {
-            r["shortNames"] = json!(t.short_names);
-        }
-        if !t.categories.is_empty() {
-            r["categories"] = json!(t.categories);
-        }
+        put_aliases(&mut r, t);
         resources.push(r);
         for sub in &t.subresources {
             resources.push(json!({
@@ -201,6 +196,17 @@ pub(crate) fn api_resource_list(registry: &Registry, group: &str, version: &str)
     }))
 }
 
+/// Adds `t`'s `shortNames` and `categories` to the discovery entry `r`, when it has any
+/// (both discovery formats name them alike).
+fn put_aliases(r: &mut Value, t: &ResourceType) {
+    if !t.short_names.is_empty() {
+        r["shortNames"] = json!(t.short_names);
+    }
+    if !t.categories.is_empty() {
+        r["categories"] = json!(t.categories);
+    }
+}
+
 fn aggregated_resource(t: &ResourceType) -> Value {
     let kind = json!({"group": t.group, "version": t.version, "kind": t.kind});
     let mut r = json!({
@@ -210,12 +216,7 @@ fn aggregated_resource(t: &ResourceType) -> Value {
         "singularResource": t.singular,
         "verbs": VERBS,
     });
-    if !t.short_names.is_empty() {
-        r["shortNames"] = json!(t.short_names);
-    }
-    if !t.categories.is_empty() {
-        r["categories"] = json!(t.categories);
-    }
+    put_aliases(&mut r, t);
     if !t.subresources.is_empty() {
         r["subresources"] = t
             .subresources
