@@ -111,6 +111,18 @@ async fn sandbox_with(spec: &GenerateSpec) -> Sandbox {
     .expect("start the sandbox")
 }
 
+/// The names in `kubectl get -o name` output whose every line is `prefix` then a name.
+fn names_after(listed: &str, prefix: &str) -> BTreeSet<String> {
+    listed
+        .lines()
+        .map(|l| {
+            l.strip_prefix(prefix)
+                .unwrap_or_else(|| panic!("not {prefix}NAME: {l}"))
+                .to_owned()
+        })
+        .collect()
+}
+
 fn names_of(objects: &[Value], kind: &str) -> BTreeSet<String> {
     objects
         .iter()
@@ -137,16 +149,8 @@ async fn kubectl_get_pods_in_chunks_of_7_lists_every_pod() {
 
     // `-o name`: one `pod/NAME` line per pod, 8 pages of at most 7.
     let listed = block(|| kubectl.ok(&["get", "pods", "-A", "--chunk-size=7", "-o", "name"]));
-    let lines: Vec<&str> = listed.lines().collect();
-    assert_eq!(lines.len(), 53, "{listed}");
-    let names: BTreeSet<String> = lines
-        .iter()
-        .map(|l| {
-            l.strip_prefix("pod/")
-                .unwrap_or_else(|| panic!("not pod/NAME: {l}"))
-                .to_owned()
-        })
-        .collect();
+    assert_eq!(listed.lines().count(), 53, "{listed}");
+    let names = names_after(&listed, "pod/");
     assert_eq!(names, expected);
 
     // The default table output: a header and one row per pod, with its namespace.
@@ -276,14 +280,7 @@ async fn kubectl_gets_custom_resources_of_registered_crds() {
     );
     let listed =
         block(|| kubectl.ok(&["get", "widget0001s.example.leash.dev", "-A", "-o", "name"]));
-    let names: BTreeSet<String> = listed
-        .lines()
-        .map(|l| {
-            l.strip_prefix("widget0001.example.leash.dev/")
-                .unwrap_or_else(|| panic!("unexpected line {l}"))
-                .to_owned()
-        })
-        .collect();
+    let names = names_after(&listed, "widget0001.example.leash.dev/");
     assert_eq!(names, names_of(&objects, "Widget0001"));
     assert_eq!(names.len(), 11);
 
