@@ -352,7 +352,10 @@ impl App {
                     );
                 }
                 let entry = self.store.get_in(&rt, obj_ns, name)?;
-                Ok(json_response(StatusCode::OK, entry.json.clone()))
+                Ok(json_response(
+                    StatusCode::OK,
+                    entry.json_at(&rt.api_version()),
+                ))
             }
             (&Method::POST, None) if part == Part::Main && !is_watch => {
                 if rt.namespaced && ns.is_none() {
@@ -360,14 +363,20 @@ impl App {
                 }
                 let body = self.read_json(req).await?;
                 let entry = self.store.create_in(&rt, ns, body, dry_run)?;
-                Ok(json_response(StatusCode::CREATED, entry.json.clone()))
+                Ok(json_response(
+                    StatusCode::CREATED,
+                    entry.json_at(&rt.api_version()),
+                ))
             }
             (&Method::PUT, Some(name)) if !is_watch => {
                 let body = self.read_json(req).await?;
                 let entry =
                     self.store
                         .modify(&rt, obj_ns, name, part, false, dry_run, move |_| Ok(body))?;
-                Ok(json_response(StatusCode::OK, entry.json.clone()))
+                Ok(json_response(
+                    StatusCode::OK,
+                    entry.json_at(&rt.api_version()),
+                ))
             }
             (&Method::PATCH, Some(name)) if !is_watch => {
                 self.patch(&rt, obj_ns, name, part, dry_run, req).await
@@ -380,7 +389,10 @@ impl App {
                 });
                 let dry_run = dry_run || body_dry_run(opts.as_ref());
                 let entry = self.store.delete_in(&rt, obj_ns, name, pre, dry_run)?;
-                Ok(json_response(StatusCode::OK, entry.json.clone()))
+                Ok(json_response(
+                    StatusCode::OK,
+                    entry.json_at(&rt.api_version()),
+                ))
             }
             (&Method::DELETE, None) if !is_watch => {
                 let opts = self.read_optional_json(req).await?;
@@ -404,11 +416,12 @@ impl App {
                     rt.api_version()
                 )
                 .into_bytes();
+                let at = rt.api_version();
                 for (i, e) in items.iter().enumerate() {
                     if i > 0 {
                         body.push(b',');
                     }
-                    body.extend_from_slice(&e.json);
+                    body.extend_from_slice(&e.json_at(&at));
                 }
                 body.extend_from_slice(b"]}");
                 Ok(json_response(StatusCode::OK, body))
@@ -504,7 +517,7 @@ impl App {
         } else {
             StatusCode::OK
         };
-        Ok(json_response(code, entry.json.clone()))
+        Ok(json_response(code, entry.json_at(&rt.api_version())))
     }
 
     async fn read_body(&self, req: Request<Body>) -> Result<Bytes, ApiError> {

@@ -337,10 +337,10 @@ pub(crate) fn list(
         }
     }
     metadata.push('}');
+    let api_version = rt.api_version();
     let head = format!(
-        "{{\"kind\":\"{}\",\"apiVersion\":\"{}\",\"metadata\":{metadata},\"items\":[",
+        "{{\"kind\":\"{}\",\"apiVersion\":\"{api_version}\",\"metadata\":{metadata},\"items\":[",
         rt.list_kind,
-        rt.api_version()
     );
     // The items' stored bytes are shared, not copied: the body is a sequence of
     // `Bytes` pieces (head, item, ",", item, ..., "]}") with its exact length.
@@ -350,7 +350,7 @@ pub(crate) fn list(
         if i > 0 {
             pieces.push(Bytes::from_static(b","));
         }
-        pieces.push(e.json.clone());
+        pieces.push(e.json_at(&api_version));
     }
     pieces.push(Bytes::from_static(b"]}"));
     Ok(ListBody::new(pieces))

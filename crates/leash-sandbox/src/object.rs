@@ -18,6 +18,8 @@ pub(crate) struct Entry {
     pub(crate) labels: BTreeMap<String, String>,
     /// Values of the type's extra field-selector paths.
     pub(crate) fields: Vec<(&'static str, String)>,
+    /// The `apiVersion` it was written at (`json` holds it).
+    api_version: String,
     /// The object as JSON, serialized once when stored.
     pub(crate) json: Bytes,
 }
@@ -49,7 +51,13 @@ impl Entry {
         let mut json = serde_json::to_vec(obj).unwrap_or_default();
         // serde grows the buffer by doubling; stored for the object's life, it is trimmed.
         json.shrink_to_fit();
+        let api_version = obj
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
         Self {
+            api_version,
             namespace: s("namespace"),
             name: s("name"),
             rv,
@@ -57,6 +65,19 @@ impl Entry {
             fields,
             json: Bytes::from(json),
         }
+    }
+
+    /// The object's JSON as served at `api_version` (`v1`, `group/version`): the
+    /// stored bytes (shared, not copied) when it was written at that version, else a copy
+    /// with `apiVersion` set to it. The versions of a CustomResourceDefinition share their
+    /// objects; this is the API server's conversion without a webhook (`strategy: None`).
+    pub(crate) fn json_at(&self, api_version: &str) -> Bytes {
+        if self.api_version == api_version {
+            return self.json.clone();
+        }
+        let mut obj = self.value();
+        obj["apiVersion"] = Value::String(api_version.to_owned());
+        Bytes::from(serde_json::to_vec(&obj).unwrap_or_default())
     }
 
     /// The parsed object.

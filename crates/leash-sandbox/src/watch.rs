@@ -178,10 +178,11 @@ impl WatchState {
                         None => std::ops::Bound::Unbounded,
                     };
                     let mut n = 0;
+                    let at = self.rt.api_version();
                     for (k, e) in objects.range((lower, std::ops::Bound::Unbounded)) {
                         last = Some(k.clone());
                         if self.sel.matches(e) {
-                            out.extend_from_slice(&line("ADDED", &e.json));
+                            out.extend_from_slice(&line("ADDED", &e.json_at(&at)));
                             n += 1;
                             if n == BATCH {
                                 break;
@@ -223,8 +224,12 @@ impl WatchState {
                             self.cursor = cursor;
                             if !events.is_empty() {
                                 let mut out = Vec::new();
+                                let at = self.rt.api_version();
                                 for e in events {
-                                    out.extend_from_slice(&line(e.kind.as_str(), &e.entry.json));
+                                    out.extend_from_slice(&line(
+                                        e.kind.as_str(),
+                                        &e.entry.json_at(&at),
+                                    ));
                                 }
                                 return Some(Bytes::from(out));
                             }

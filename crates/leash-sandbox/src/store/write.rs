@@ -154,7 +154,9 @@ impl Store {
             }
             return Err(ApiError::not_found(&rt.group, &rt.plural, name));
         };
-        let old = current.value();
+        // The current object as read at this version (a CRD's versions share objects).
+        let mut old = current.value();
+        old["apiVersion"] = Value::String(rt.api_version());
         let mut new = change(Some(old.clone()))?;
         let meta = check_type(rt, &mut new)?;
         check_namespace(rt, meta, rt.namespaced.then_some(ns))?;

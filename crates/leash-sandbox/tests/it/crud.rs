@@ -323,3 +323,56 @@ async fn generated_objects_come_first_and_errors_count_over_both() {
         "{bad:?}"
     );
 }
+
+/// A CustomResourceDefinition's served versions share its objects: each is
+/// read, listed, watched and patched at the version asked for, with that
+/// `apiVersion` (the API server's conversion without a webhook).
+#[tokio::test]
+async fn every_served_version_of_a_crd_shows_its_objects_at_that_version() {
+    let mut two = crate::common::crd("gadgets", "Gadget", "gd");
+    two["spec"]["versions"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "v1beta1", "served": true, "storage": false,
+            "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}));
+    let gadget = json!({"apiVersion": "example.leash.dev/v1", "kind": "Gadget",
+        "metadata": {"name": "g1", "namespace": "default"}, "spec": {"size": 1}});
+    let sb = start(vec![two, gadget]).await;
+    let base = "/apis/example.leash.dev";
+    let path = |v: &str, rest: &str| format!("{base}/{v}/namespaces/default/gadgets{rest}");
+
+    let one = get(sb.addr(), &path("v1beta1", "/g1")).await.json();
+    assert_eq!(one["apiVersion"], "example.leash.dev/v1beta1", "{one}");
+    assert_eq!(one["spec"]["size"], 1);
+    let list = get(sb.addr(), &path("v1beta1", "")).await.json();
+    assert_eq!(list["apiVersion"], "example.leash.dev/v1beta1");
+    assert_eq!(list["items"][0]["apiVersion"], "example.leash.dev/v1beta1");
+    let stored = get(sb.addr(), &path("v1", "/g1")).await.json();
+    assert_eq!(stored["apiVersion"], "example.leash.dev/v1", "{stored}");
+    let watched = get(sb.addr(), &path("v1beta1", "?watch=true&timeoutSeconds=1")).await;
+    let first: serde_json::Value =
+        serde_json::from_slice(watched.body.split(|b| *b == b'\n').next().unwrap()).unwrap();
+    assert_eq!(first["type"], "ADDED");
+    assert_eq!(first["object"]["apiVersion"], "example.leash.dev/v1beta1");
+
+    // A merge patch at the other version applies to the same object.
+    let patched = raw(
+        sb.addr(),
+        "PATCH",
+        &path("v1beta1", "/g1"),
+        &[("Content-Type", "application/merge-patch+json")],
+        br#"{"spec": {"size": 2}}"#,
+    )
+    .await;
+    assert_eq!(
+        patched.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&patched.body)
+    );
+    assert_eq!(patched.json()["apiVersion"], "example.leash.dev/v1beta1");
+    let after = get(sb.addr(), &path("v1", "/g1")).await.json();
+    assert_eq!(after["spec"]["size"], 2);
+    assert_eq!(after["apiVersion"], "example.leash.dev/v1");
+    sb.shutdown().await.unwrap();
+}
