@@ -99,7 +99,31 @@ impl EntryCell {
 
     /// Compute projections over `data` and swap the snapshot in; on a
     /// projection failure keep the previous snapshot and record the error.
+    /// Data equal to the current snapshot's is not an update: the snapshot
+    /// (and its `computed_at`) stays, `last_refresh_time` moves on, and
+    /// subscribers hear of it only if the status changed (a recovery).
     pub(crate) fn publish(&self, data: Value) {
+        if self
+            .snapshot
+            .load()
+            .as_ref()
+            .is_some_and(|current| current.data == data)
+        {
+            let changed = {
+                let mut status = self.lock_status();
+                status.last_refresh_time = Some(SystemTime::now());
+                let changed = status.state != EntryState::Ready || status.last_error.is_some();
+                status.state = EntryState::Ready;
+                status.reason = None;
+                status.last_error = None;
+                status.last_error_time = None;
+                changed
+            };
+            if changed {
+                self.notify();
+            }
+            return;
+        }
         match Snapshot::compute(data, self.entry.projections()) {
             Ok(snapshot) => {
                 let computed_at = snapshot.computed_at;

@@ -67,6 +67,13 @@ async fn refresh_api_data_after_interval() {
     let status = store.status("e").unwrap();
     assert_eq!(status.state, EntryState::Ready);
     assert!(status.last_error.is_none());
+    // Polls that return the same data are not updates: two distinct answers,
+    // two updates; the snapshot is the one computed from the second answer,
+    // while the last refresh time moves on.
+    assert_eq!(status.updates, 2, "{status:?}");
+    let unchanged = first_data(&store, "e").await;
+    assert_eq!(unchanged.computed_at, second.computed_at);
+    assert!(status.last_refresh_time.unwrap() > second.computed_at);
 
     shutdown_store(&store).await;
     scope.shutdown().await.unwrap();
