@@ -73,7 +73,9 @@ impl Encoder {
 /// JSON text on one line. A newline in valid JSON can only be whitespace
 /// (strings escape theirs), so replacing it with a space keeps the value.
 fn push_single_line(json: &[u8], out: &mut Vec<u8>) {
-    if json.iter().any(|&b| b == b'\n' || b == b'\r') {
+    // memchr's vectorized search: a byte-at-a-time scan here was 16% of a
+    // 100,000-pod load's CPU time (perf).
+    if memchr::memchr2(b'\n', b'\r', json).is_some() {
         out.extend(
             json.iter()
                 .map(|&b| if b == b'\n' || b == b'\r' { b' ' } else { b }),
