@@ -1,0 +1,2 @@
+//! CEL: `validate.cel` of classic rules, with Kubernetes' and Kyverno's CEL
+//! libraries.

@@ -1,0 +1,44 @@
+//! Errors of parsing and compiling policies. Evaluation never returns an
+//! error: a rule that cannot be evaluated yields a [`crate::Status::Error`]
+//! result.
+
+/// A policy (or policy-like document) that cannot be parsed or compiled.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A field has the wrong shape or an invalid value.
+    #[error("{kind} {name}: {field}: {message}")]
+    InvalidPolicy {
+        /// The document's kind (`ClusterPolicy`, `ValidatingPolicy`, ...).
+        kind: String,
+        /// The policy's name.
+        name: String,
+        /// The field's path (`spec.rules[0].validate.pattern`).
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The document is not a policy this engine knows.
+    #[error("unsupported document: {0}")]
+    Unsupported(String),
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// An [`Error::InvalidPolicy`].
+    pub fn invalid(
+        kind: impl Into<String>,
+        name: impl Into<String>,
+        field: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Error {
+        Error::InvalidPolicy {
+            kind: kind.into(),
+            name: name.into(),
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}

@@ -1,0 +1,159 @@
+//! What a policy is evaluated against: the resource and the (real or
+//! simulated) admission request around it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+/// An admission operation (`request.operation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Operation {
+    /// CREATE (the CLI's default, as Kyverno's CLI).
+    Create,
+    /// UPDATE
+    Update,
+    /// DELETE
+    Delete,
+    /// CONNECT
+    Connect,
+    /// A background scan: no admission request (`request.operation` is empty).
+    Background,
+}
+
+impl Operation {
+    /// The name Kubernetes uses (`CREATE`, ...); empty for a background scan.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Create => "CREATE",
+            Operation::Update => "UPDATE",
+            Operation::Delete => "DELETE",
+            Operation::Connect => "CONNECT",
+            Operation::Background => "",
+        }
+    }
+
+    /// Parses `CREATE`, `UPDATE`, `DELETE`, `CONNECT` (any case).
+    pub fn parse(s: &str) -> Option<Operation> {
+        Some(match s.to_ascii_uppercase().as_str() {
+            "CREATE" => Operation::Create,
+            "UPDATE" => Operation::Update,
+            "DELETE" => Operation::Delete,
+            "CONNECT" => Operation::Connect,
+            _ => return None,
+        })
+    }
+}
+
+/// `request.userInfo` plus the roles Kyverno resolves for it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct UserInfo {
+    /// `username`
+    pub username: String,
+    /// `uid`
+    pub uid: String,
+    /// `groups`
+    pub groups: Vec<String>,
+    /// Namespaced roles bound to the user (`namespace:name`).
+    pub roles: Vec<String>,
+    /// Cluster roles bound to the user.
+    pub cluster_roles: Vec<String>,
+}
+
+/// One evaluation's input. Cheap to clone: objects are shared.
+#[derive(Debug, Clone)]
+pub struct EvalRequest {
+    /// `request.object` (for DELETE, the object being deleted, as Kyverno's
+    /// CLI passes it).
+    pub object: Arc<Value>,
+    /// `request.oldObject` (UPDATE, DELETE).
+    pub old_object: Option<Arc<Value>>,
+    /// `request.operation`
+    pub operation: Operation,
+    /// `request.userInfo`
+    pub user_info: UserInfo,
+    /// The labels of the object's namespace, when known (namespaceSelector).
+    pub namespace_labels: Option<BTreeMap<String, String>>,
+    /// The object's Namespace object, when known (CEL `namespaceObject`).
+    pub namespace_object: Option<Arc<Value>>,
+}
+
+impl EvalRequest {
+    /// A CREATE request for `object` with no user info.
+    pub fn create(object: Arc<Value>) -> EvalRequest {
+        EvalRequest {
+            object,
+            old_object: None,
+            operation: Operation::Create,
+            user_info: UserInfo::default(),
+            namespace_labels: None,
+            namespace_object: None,
+        }
+    }
+
+    /// The object's `kind`.
+    pub fn kind(&self) -> &str {
+        self.object["kind"].as_str().unwrap_or("")
+    }
+
+    /// The object's `apiVersion`.
+    pub fn api_version(&self) -> &str {
+        self.object["apiVersion"].as_str().unwrap_or("")
+    }
+
+    /// The object's `metadata.name`.
+    pub fn name(&self) -> &str {
+        self.object["metadata"]["name"].as_str().unwrap_or("")
+    }
+
+    /// The object's `metadata.namespace` ("" for cluster-scoped objects).
+    pub fn namespace(&self) -> &str {
+        self.object["metadata"]["namespace"].as_str().unwrap_or("")
+    }
+}
+
+/// Read access to cluster data that rules may look up (`context.configMap`,
+/// `apiCall`, `globalReference`, CEL `resource.Get/List`, `globalContext.Get`).
+///
+/// The engine never does I/O itself: the caller supplies this (a test's
+/// `Context` file, a snapshot loaded from the cluster, the global context
+/// store). Implementations must be cheap and non-blocking.
+pub trait ClusterData: Send + Sync + std::fmt::Debug {
+    /// One object by `apiVersion`, resource plural (`configmaps`) or kind
+    /// (`ConfigMap`), namespace ("" for cluster scope) and name.
+    fn get(
+        &self,
+        api_version: &str,
+        resource: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Arc<Value>>;
+
+    /// Every object of a resource (plural or kind) in a namespace ("" for all).
+    fn list(&self, api_version: &str, resource: &str, namespace: &str) -> Vec<Arc<Value>>;
+
+    /// An `apiCall` `urlPath` GET against the API server (`/api/v1/...`).
+    fn api_get(&self, url_path: &str) -> Option<Value> {
+        let _ = url_path;
+        None
+    }
+
+    /// A global context entry's data (`projection` None) or one projection.
+    fn global(&self, entry: &str, projection: Option<&str>) -> Option<Value> {
+        let _ = (entry, projection);
+        None
+    }
+}
+
+/// No cluster data: every lookup finds nothing.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoClusterData;
+
+impl ClusterData for NoClusterData {
+    fn get(&self, _: &str, _: &str, _: &str, _: &str) -> Option<Arc<Value>> {
+        None
+    }
+    fn list(&self, _: &str, _: &str, _: &str) -> Vec<Arc<Value>> {
+        Vec::new()
+    }
+}

@@ -1,0 +1,1 @@
+//! `policies.kyverno.io` ValidatingPolicy and NamespacedValidatingPolicy.
