@@ -7,16 +7,40 @@
 //! (seed 000: background scan goroutines wrote one shared map; tests mutated
 //! shared policy objects): compiled policies are `Arc`s of immutable values,
 //! resources are `Arc<serde_json::Value>`s.
+//!
+//! - [`Engine`]: compiled [`Policy`]s, [`vpol::ValidatingPolicy`]s and
+//!   [`Exception`]s; [`Engine::evaluate`] gives one [`RuleResult`] per
+//!   matching rule.
+//! - [`Document::compile`]: one YAML/JSON document into a policy, with
+//!   errors naming the field.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+mod autogen;
 pub mod cel;
+mod conditions;
+mod engine;
 mod error;
+mod eval;
+mod exception;
+pub mod images;
 pub mod jmespath;
 pub mod kinds;
+mod matching;
+pub mod pattern;
+mod policy;
+mod quantity;
 mod request;
 mod result;
+pub mod value;
+mod vars;
 pub mod vpol;
+pub mod wildcard;
 
+pub use engine::{Document, Engine, base_rule};
 pub use error::{Error, Result};
+pub use eval::{Bindings, PolicyBindings, Prepared};
+pub use exception::Exception;
+pub use policy::{FailureAction, Policy};
+pub use quantity::{Quantity, parse_duration};
 pub use request::{ClusterData, EvalRequest, NoClusterData, Operation, UserInfo};
 pub use result::{RuleResult, Source, Status};

@@ -1,1 +1,645 @@
 //! `policies.kyverno.io` ValidatingPolicy and NamespacedValidatingPolicy.
+//!
+//! A policy is compiled once into a [`ValidatingPolicy`]: its match
+//! constraints, match conditions, variables and validations, plus the
+//! variants Kyverno's autogen derives for Pod controllers (a policy matching
+//! only `pods` also applies to DaemonSets, Deployments, Jobs, ReplicaSets and
+//! StatefulSets with `object.spec`/`object.metadata` rewritten to the pod
+//! template's, and to CronJobs with the job template's pod template).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::Value as Json;
+
+use crate::cel::rule::{Validation, as_list, compile_expr, compile_validations, compile_variables};
+use crate::cel::{Activation, Expr, Variable};
+use crate::error::{Error, Result};
+use crate::request::{ClusterData, EvalRequest, Operation};
+use crate::result::{RuleResult, Source, Status};
+
+/// A `validationActions` entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ValidationAction {
+    /// Deny the admission request.
+    Deny,
+    /// Warn the client.
+    Warn,
+    /// Report only.
+    Audit,
+}
+
+impl ValidationAction {
+    /// Parses `Deny`, `Warn`, `Audit` (any case).
+    pub fn parse(s: &str) -> Option<ValidationAction> {
+        Some(match s.to_ascii_lowercase().as_str() {
+            "deny" => ValidationAction::Deny,
+            "warn" => ValidationAction::Warn,
+            "audit" => ValidationAction::Audit,
+            _ => return None,
+        })
+    }
+}
+
+/// A label selector (`matchLabels`, `matchExpressions`).
+#[derive(Debug, Clone, Default)]
+struct Selector {
+    labels: Vec<(String, String)>,
+    exprs: Vec<(String, String, Vec<String>)>,
+}
+
+impl Selector {
+    fn parse(v: Option<&Json>) -> Selector {
+        let Some(v) = v else {
+            return Selector::default();
+        };
+        let labels = v["matchLabels"]
+            .as_object()
+            .map(|m| m.iter().map(|(k, v)| (k.clone(), json_text(v))).collect())
+            .unwrap_or_default();
+        let exprs = v["matchExpressions"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|e| {
+                        (
+                            e["key"].as_str().unwrap_or("").to_string(),
+                            e["operator"].as_str().unwrap_or("").to_string(),
+                            e["values"]
+                                .as_array()
+                                .map(|vs| vs.iter().map(json_text).collect())
+                                .unwrap_or_default(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Selector { labels, exprs }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.labels.is_empty() && self.exprs.is_empty()
+    }
+
+    fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.labels
+            .iter()
+            .all(|(k, v)| labels.get(k).is_some_and(|l| l == v))
+            && self.exprs.iter().all(|(k, op, vals)| {
+                let l = labels.get(k);
+                match op.as_str() {
+                    "In" => l.is_some_and(|l| vals.contains(l)),
+                    "NotIn" => l.is_none_or(|l| !vals.contains(l)),
+                    "Exists" => l.is_some(),
+                    "DoesNotExist" => l.is_none(),
+                    _ => false,
+                }
+            })
+    }
+}
+
+fn json_text(v: &Json) -> String {
+    match v {
+        Json::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn strings(v: &Json) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// One `resourceRules`/`excludeResourceRules` entry.
+#[derive(Debug, Clone, Default)]
+struct ResourceRule {
+    groups: Vec<String>,
+    versions: Vec<String>,
+    resources: Vec<String>,
+    operations: Vec<String>,
+    names: Vec<String>,
+    scope: String,
+}
+
+impl ResourceRule {
+    fn parse(v: &Json) -> ResourceRule {
+        ResourceRule {
+            groups: strings(&v["apiGroups"]),
+            versions: strings(&v["apiVersions"]),
+            resources: strings(&v["resources"]),
+            operations: strings(&v["operations"]),
+            names: strings(&v["resourceNames"]),
+            scope: v["scope"].as_str().unwrap_or("*").to_string(),
+        }
+    }
+
+    fn matches(&self, t: &Target<'_>) -> bool {
+        let any = |list: &[String], x: &str| list.iter().any(|e| e == "*" || e == x);
+        let op_ok = match t.operation {
+            // A background scan has no operation: every rule applies.
+            Operation::Background => true,
+            op => any(&self.operations, op.as_str()),
+        };
+        let res_ok = self.resources.iter().any(|r| {
+            let (res, sub) = r.split_once('/').unwrap_or((r, ""));
+            (res == "*" || res == t.resource) && (sub == "*" || sub.is_empty())
+        });
+        let scope_ok = match self.scope.as_str() {
+            "Cluster" => t.namespace.is_empty(),
+            "Namespaced" => !t.namespace.is_empty(),
+            _ => true,
+        };
+        op_ok
+            && any(&self.groups, t.group)
+            && any(&self.versions, t.version)
+            && res_ok
+            && scope_ok
+            && (self.names.is_empty() || self.names.iter().any(|n| n == t.name))
+    }
+}
+
+/// What a request is matched on.
+struct Target<'a> {
+    group: &'a str,
+    version: &'a str,
+    resource: String,
+    namespace: &'a str,
+    name: &'a str,
+    operation: Operation,
+}
+
+/// `matchConstraints`.
+#[derive(Debug, Clone, Default)]
+struct MatchResources {
+    namespace_selector: Selector,
+    object_selector: Selector,
+    rules: Vec<ResourceRule>,
+    excludes: Vec<ResourceRule>,
+}
+
+impl MatchResources {
+    fn parse(v: &Json) -> MatchResources {
+        let rules = |k: &str| {
+            v[k].as_array()
+                .map(|a| a.iter().map(ResourceRule::parse).collect())
+                .unwrap_or_default()
+        };
+        MatchResources {
+            namespace_selector: Selector::parse(v.get("namespaceSelector")),
+            object_selector: Selector::parse(v.get("objectSelector")),
+            rules: rules("resourceRules"),
+            excludes: rules("excludeResourceRules"),
+        }
+    }
+
+    fn matches(&self, req: &EvalRequest, t: &Target<'_>) -> bool {
+        if !self.rules.iter().any(|r| r.matches(t)) || self.excludes.iter().any(|r| r.matches(t)) {
+            return false;
+        }
+        if !self.namespace_selector.is_empty() {
+            // Kubernetes: cluster-scoped objects other than Namespaces are
+            // not filtered by the namespace selector; a Namespace is matched
+            // on its own labels.
+            let is_namespace = req.kind() == "Namespace" && t.group.is_empty();
+            if is_namespace {
+                if !self.namespace_selector.matches(&labels_of(&req.object)) {
+                    return false;
+                }
+            } else if !t.namespace.is_empty() {
+                let empty = BTreeMap::new();
+                let labels = req.namespace_labels.as_ref().unwrap_or(&empty);
+                if !self.namespace_selector.matches(labels) {
+                    return false;
+                }
+            }
+        }
+        if !self.object_selector.is_empty() {
+            let obj = match (req.operation, &req.old_object) {
+                (Operation::Delete, Some(old)) => old,
+                _ => &req.object,
+            };
+            if !self.object_selector.matches(&labels_of(obj)) {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+fn labels_of(obj: &Json) -> BTreeMap<String, String> {
+    obj["metadata"]["labels"]
+        .as_object()
+        .map(|m| m.iter().map(|(k, v)| (k.clone(), json_text(v))).collect())
+        .unwrap_or_default()
+}
+
+/// The evaluable part of a policy: the policy itself or one autogen variant.
+#[derive(Debug, Clone)]
+struct Body {
+    matching: MatchResources,
+    conditions: Vec<(String, Expr)>,
+    variables: Vec<Variable>,
+    validations: Vec<Validation>,
+}
+
+/// A compiled ValidatingPolicy or NamespacedValidatingPolicy. Immutable;
+/// evaluate from any thread.
+#[derive(Debug, Clone)]
+pub struct ValidatingPolicy {
+    name: Arc<str>,
+    kind: String,
+    namespace: Option<String>,
+    background: bool,
+    admission: bool,
+    actions: Vec<ValidationAction>,
+    ignore_failures: bool,
+    body: Body,
+    autogen: Vec<Body>,
+}
+
+/// The policy kinds and versions [`ValidatingPolicy::compile`] accepts.
+pub const KINDS: &[&str] = &["ValidatingPolicy", "NamespacedValidatingPolicy"];
+
+/// Whether `doc` is a ValidatingPolicy or NamespacedValidatingPolicy.
+pub fn is_validating_policy(doc: &Json) -> bool {
+    let api = doc["apiVersion"].as_str().unwrap_or("");
+    let kind = doc["kind"].as_str().unwrap_or("");
+    matches!(
+        api,
+        "policies.kyverno.io/v1alpha1" | "policies.kyverno.io/v1beta1" | "policies.kyverno.io/v1"
+    ) && KINDS.contains(&kind)
+}
+
+/// Pod controllers of Kyverno's ValidatingPolicy autogen: resource,
+/// group, version, kind, and whether the pod template is a CronJob's.
+const CONTROLLERS: &[(&str, &str, &str, &str, bool)] = &[
+    ("daemonsets", "apps", "v1", "DaemonSet", false),
+    ("deployments", "apps", "v1", "Deployment", false),
+    ("jobs", "batch", "v1", "Job", false),
+    ("replicasets", "apps", "v1", "ReplicaSet", false),
+    ("statefulsets", "apps", "v1", "StatefulSet", false),
+    ("cronjobs", "batch", "v1", "CronJob", true),
+];
+
+impl ValidatingPolicy {
+    /// Compiles a policy document; errors name the field and the CEL
+    /// parse error.
+    pub fn compile(doc: &Json) -> Result<ValidatingPolicy> {
+        let kind = doc["kind"].as_str().unwrap_or("").to_string();
+        let name = doc["metadata"]["name"].as_str().unwrap_or("").to_string();
+        if !is_validating_policy(doc) {
+            return Err(Error::Unsupported(format!(
+                "{} {kind} {name}",
+                doc["apiVersion"].as_str().unwrap_or("")
+            )));
+        }
+        if name.is_empty() {
+            return Err(Error::invalid(
+                &kind,
+                &name,
+                "metadata.name",
+                "name is required",
+            ));
+        }
+        let spec = &doc["spec"];
+        let namespace = (kind == "NamespacedValidatingPolicy").then(|| {
+            doc["metadata"]["namespace"]
+                .as_str()
+                .filter(|n| !n.is_empty())
+                .unwrap_or("default")
+                .to_string()
+        });
+        let enabled = |k: &str| spec["evaluation"][k]["enabled"].as_bool().unwrap_or(true);
+        let actions = strings(&spec["validationActions"])
+            .iter()
+            .filter_map(|a| ValidationAction::parse(a))
+            .collect();
+        let body = compile_body(spec, &kind, &name)?;
+        let autogen = autogen_specs(spec)
+            .iter()
+            .map(|s| compile_body(s, &kind, &name))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(ValidatingPolicy {
+            name: Arc::from(name.as_str()),
+            kind,
+            namespace,
+            background: enabled("background"),
+            admission: enabled("admission"),
+            actions,
+            ignore_failures: spec["failurePolicy"].as_str() == Some("Ignore"),
+            body,
+            autogen,
+        })
+    }
+
+    /// The policy's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `ValidatingPolicy` or `NamespacedValidatingPolicy`.
+    pub fn kind(&self) -> &str {
+        &self.kind
+    }
+
+    /// The namespace of a NamespacedValidatingPolicy (it applies only to
+    /// resources in it); None for a ValidatingPolicy.
+    pub fn namespace(&self) -> Option<&str> {
+        self.namespace.as_deref()
+    }
+
+    /// `spec.evaluation.background.enabled` (default true).
+    pub fn background(&self) -> bool {
+        self.background
+    }
+
+    /// `spec.evaluation.admission.enabled` (default true).
+    pub fn admission(&self) -> bool {
+        self.admission
+    }
+
+    /// `spec.validationActions`.
+    pub fn validation_actions(&self) -> &[ValidationAction] {
+        &self.actions
+    }
+
+    /// The resources the policy (and its autogen variants) match, as
+    /// `(group, version, plural)`; `*` stays `*`, subresources are left out.
+    pub fn matched_resources(&self) -> Vec<(String, String, String)> {
+        let mut out = Vec::new();
+        for body in std::iter::once(&self.body).chain(&self.autogen) {
+            for r in &body.matching.rules {
+                for g in &r.groups {
+                    for v in &r.versions {
+                        for res in &r.resources {
+                            let (res, _) = res.split_once('/').unwrap_or((res, ""));
+                            let entry = (g.clone(), v.clone(), res.to_string());
+                            if !out.contains(&entry) {
+                                out.push(entry);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Evaluates the policy on a request: None when the match constraints
+    /// (of the policy and of its autogen variants) do not select the
+    /// resource; otherwise a result for the policy (rule = policy name):
+    /// Skip when a match condition is false, Pass, Fail with the first
+    /// failing validation's message, or Error.
+    pub fn evaluate(&self, req: &EvalRequest, data: &dyn ClusterData) -> Option<RuleResult> {
+        if let Some(ns) = &self.namespace
+            && req.namespace() != ns
+        {
+            return None;
+        }
+        let (group, version) = crate::kinds::split_api_version(req.api_version());
+        let target = Target {
+            group,
+            version,
+            resource: crate::kinds::plural_of(req.kind()),
+            namespace: req.namespace(),
+            name: req.name(),
+            operation: req.operation,
+        };
+        let body = std::iter::once(&self.body)
+            .chain(&self.autogen)
+            .find(|b| b.matching.matches(req, &target))?;
+        let (status, message) = self.run(body, req, data);
+        Some(RuleResult {
+            policy: self.name.clone(),
+            rule: self.name.to_string(),
+            status,
+            message,
+            source: Source::ValidatingPolicy,
+        })
+    }
+
+    fn run(&self, body: &Body, req: &EvalRequest, data: &dyn ClusterData) -> (Status, String) {
+        let mut act = Activation::new(req, data);
+        let mut errors = Vec::new();
+        for (name, cond) in &body.conditions {
+            match cond.eval_bool(&act) {
+                Ok(true) => {}
+                Ok(false) => return (Status::Skip, String::new()),
+                Err(e) => errors.push(format!("match condition '{name}': {e}")),
+            }
+        }
+        if !errors.is_empty() {
+            if self.ignore_failures {
+                return (Status::Skip, String::new());
+            }
+            return (Status::Error, errors.join("; "));
+        }
+        act.bind_variables(&body.variables);
+        for (i, v) in body.validations.iter().enumerate() {
+            match v.expr.eval_bool(&act) {
+                Ok(true) => {}
+                Ok(false) => {
+                    let mut message = v.message.clone();
+                    if let Some(me) = &v.message_expr {
+                        message = match me.eval_string(&act) {
+                            Ok(m) => m,
+                            Err(e) => format!("failed to evaluate message expression: {e}"),
+                        };
+                    }
+                    if message.is_empty() {
+                        message = format!("CEL expression validation failed at index {i}");
+                    }
+                    return (Status::Fail, message);
+                }
+                Err(e) => return (Status::Error, e),
+            }
+        }
+        (Status::Pass, String::new())
+    }
+}
+
+fn compile_body(spec: &Json, kind: &str, name: &str) -> Result<Body> {
+    let matching = MatchResources::parse(&spec["matchConstraints"]);
+    let mut conditions = Vec::new();
+    for (i, c) in as_list(
+        spec.get("matchConditions"),
+        kind,
+        name,
+        "spec.matchConditions",
+    )?
+    .iter()
+    .enumerate()
+    {
+        let field = format!("spec.matchConditions[{i}].expression");
+        let expr = compile_expr(&c["expression"], kind, name, &field)?;
+        conditions.push((c["name"].as_str().unwrap_or("").to_string(), expr));
+    }
+    Ok(Body {
+        matching,
+        conditions,
+        variables: compile_variables(spec.get("variables"), kind, name, "spec.variables")?,
+        validations: compile_validations(spec.get("validations"), kind, name, "spec.validations")?,
+    })
+}
+
+/// Whether Kyverno generates pod controller variants: the match selects
+/// exactly `pods` of core v1, with no selectors, exclusions or names.
+fn can_autogen(m: &Json) -> bool {
+    let empty_sel = |k: &str| {
+        let s = &m[k];
+        s["matchLabels"].as_object().is_none_or(|o| o.is_empty())
+            && s["matchExpressions"]
+                .as_array()
+                .is_none_or(|a| a.is_empty())
+    };
+    let rules = m["resourceRules"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    let excludes = m["excludeResourceRules"]
+        .as_array()
+        .is_some_and(|a| !a.is_empty());
+    let only = |v: &Json, x: &str| strings(v) == [x];
+    empty_sel("namespaceSelector")
+        && empty_sel("objectSelector")
+        && !excludes
+        && rules.len() == 1
+        && strings(&rules[0]["resourceNames"]).is_empty()
+        && only(&rules[0]["apiGroups"], "")
+        && only(&rules[0]["apiVersions"], "v1")
+        && only(&rules[0]["resources"], "pods")
+}
+
+/// The specs of the autogen variants: one for the controllers with a pod
+/// template at `spec.template`, one for CronJobs.
+fn autogen_specs(spec: &Json) -> Vec<Json> {
+    let m = &spec["matchConstraints"];
+    if !can_autogen(m) {
+        return Vec::new();
+    }
+    let wanted: Vec<String> = match spec["autogen"]["podControllers"].get("controllers") {
+        Some(Json::Array(_)) => strings(&spec["autogen"]["podControllers"]["controllers"])
+            .iter()
+            .map(|c| c.to_ascii_lowercase())
+            .collect(),
+        _ => CONTROLLERS.iter().map(|c| c.0.to_string()).collect(),
+    };
+    let operations = m["resourceRules"][0]["operations"].clone();
+    let mut out = Vec::new();
+    for cronjob in [false, true] {
+        let targets: Vec<_> = CONTROLLERS
+            .iter()
+            .filter(|c| c.4 == cronjob && wanted.iter().any(|w| w == c.0))
+            .collect();
+        if targets.is_empty() {
+            continue;
+        }
+        // One resource rule per group/version.
+        let mut rules: Vec<(String, String, Vec<String>)> = Vec::new();
+        for t in &targets {
+            match rules.iter_mut().find(|r| r.0 == t.1 && r.1 == t.2) {
+                Some(r) => r.2.push(t.0.to_string()),
+                None => rules.push((t.1.to_string(), t.2.to_string(), vec![t.0.to_string()])),
+            }
+        }
+        rules.sort();
+        let rules: Vec<Json> = rules
+            .into_iter()
+            .map(|(g, v, mut res)| {
+                res.sort();
+                serde_json::json!({
+                    "apiGroups": [g], "apiVersions": [v], "resources": res,
+                    "operations": operations.clone(),
+                })
+            })
+            .collect();
+        let mut pre: Vec<String> = targets
+            .iter()
+            .map(|t| {
+                format!(
+                    "(object.apiVersion == '{}/{}' && object.kind =='{}')",
+                    t.1, t.2, t.3
+                )
+            })
+            .collect();
+        pre.sort();
+        let pre = pre.join("||");
+        let mut s = spec.clone();
+        if let Some(obj) = s.as_object_mut() {
+            obj.remove("autogen");
+            obj.insert(
+                "matchConstraints".into(),
+                serde_json::json!({ "resourceRules": rules }),
+            );
+            if let Some(Json::Array(conds)) = obj.get_mut("matchConditions") {
+                for c in conds {
+                    let e = c["expression"].as_str().unwrap_or("").to_string();
+                    c["expression"] = Json::String(format!("!({pre}) || ({e})"));
+                }
+            }
+        }
+        let (spec_to, meta_to) = if cronjob {
+            (
+                "spec.jobTemplate.spec.template.spec",
+                "spec.jobTemplate.spec.template.metadata",
+            )
+        } else {
+            ("spec.template.spec", "spec.template.metadata")
+        };
+        rewrite_strings(&mut s, &|text| {
+            let mut t = text.to_string();
+            for (from, to) in [("spec", spec_to), ("metadata", meta_to)] {
+                for root in ["object.", "oldObject."] {
+                    t = replace_path(&t, &format!("{root}{from}"), &format!("{root}{to}"));
+                }
+            }
+            t
+        });
+        out.push(s);
+    }
+    out
+}
+
+fn rewrite_strings(v: &mut Json, f: &dyn Fn(&str) -> String) {
+    match v {
+        Json::String(s) => *s = f(s),
+        Json::Array(a) => a.iter_mut().for_each(|x| rewrite_strings(x, f)),
+        Json::Object(o) => {
+            for (k, x) in o.iter_mut() {
+                if k != "matchConstraints" && k != "name" {
+                    rewrite_strings(x, f);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Replaces `from` with `to` in `data`, except where `from` is directly
+/// followed by `.name` or `.namespace` (a workload's own name and namespace
+/// stay its own), as Kyverno's autogen does.
+fn replace_path(data: &str, from: &str, to: &str) -> String {
+    let mut out = String::with_capacity(data.len());
+    let mut rest = data;
+    while let Some(i) = rest.find(from) {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + from.len()..];
+        let protected = [".name", ".namespace"].iter().any(|p| {
+            after
+                .strip_prefix(p)
+                .is_some_and(|n| !n.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_'))
+        });
+        out.push_str(if protected { from } else { to });
+        rest = after;
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,189 @@
+//! `validate.cel` of a classic Kyverno rule.
+
+use serde_json::Value as Json;
+
+use super::{Activation, Expr, Variable};
+use crate::error::{Error, Result};
+use crate::request::{ClusterData, EvalRequest};
+use crate::result::Status;
+
+/// One `validate.cel.expressions[]` entry.
+#[derive(Debug, Clone)]
+pub(crate) struct Validation {
+    pub(crate) expr: Expr,
+    pub(crate) message: String,
+    pub(crate) message_expr: Option<Expr>,
+}
+
+impl Validation {
+    /// The failure message, as Kubernetes' validator builds it: the message
+    /// expression's result when it evaluates to a non-blank string, else the
+    /// static message, else `failed expression: <expression>`.
+    pub(crate) fn failure_message(&self, act: &Activation<'_>) -> String {
+        if let Some(me) = &self.message_expr
+            && let Ok(m) = me.eval_string(act)
+            && !m.trim().is_empty()
+        {
+            return m;
+        }
+        if !self.message.is_empty() {
+            return self.message.clone();
+        }
+        format!("failed expression: {}", self.expr.source().trim())
+    }
+}
+
+/// Compiles a `[{name, expression}]` list at `field`.
+pub(crate) fn compile_variables(
+    list: Option<&Json>,
+    kind: &str,
+    policy: &str,
+    field: &str,
+) -> Result<Vec<Variable>> {
+    let mut out = Vec::new();
+    for (i, v) in as_list(list, kind, policy, field)?.iter().enumerate() {
+        let f = format!("{field}[{i}]");
+        let name = v["name"]
+            .as_str()
+            .ok_or_else(|| Error::invalid(kind, policy, format!("{f}.name"), "name is required"))?;
+        let expr = compile_expr(&v["expression"], kind, policy, &format!("{f}.expression"))?;
+        out.push(Variable {
+            name: name.to_string(),
+            expr,
+        });
+    }
+    Ok(out)
+}
+
+/// Compiles a `[{expression, message, messageExpression}]` list at `field`.
+pub(crate) fn compile_validations(
+    list: Option<&Json>,
+    kind: &str,
+    policy: &str,
+    field: &str,
+) -> Result<Vec<Validation>> {
+    let mut out = Vec::new();
+    for (i, v) in as_list(list, kind, policy, field)?.iter().enumerate() {
+        let f = format!("{field}[{i}]");
+        let expr = compile_expr(&v["expression"], kind, policy, &format!("{f}.expression"))?;
+        let message_expr = match v.get("messageExpression") {
+            None | Some(Json::Null) => None,
+            Some(m) => Some(compile_expr(
+                m,
+                kind,
+                policy,
+                &format!("{f}.messageExpression"),
+            )?),
+        };
+        out.push(Validation {
+            expr,
+            message: v["message"].as_str().unwrap_or("").to_string(),
+            message_expr,
+        });
+    }
+    Ok(out)
+}
+
+pub(crate) fn as_list<'a>(
+    list: Option<&'a Json>,
+    kind: &str,
+    policy: &str,
+    field: &str,
+) -> Result<&'a [Json]> {
+    match list {
+        None | Some(Json::Null) => Ok(&[]),
+        Some(Json::Array(a)) => Ok(a),
+        Some(_) => Err(Error::invalid(kind, policy, field, "must be a list")),
+    }
+}
+
+pub(crate) fn compile_expr(v: &Json, kind: &str, policy: &str, field: &str) -> Result<Expr> {
+    let src = v
+        .as_str()
+        .ok_or_else(|| Error::invalid(kind, policy, field, "expression is required"))?;
+    Expr::compile(src).map_err(|e| Error::invalid(kind, policy, field, e))
+}
+
+/// A compiled classic `validate.cel` block: `{expressions, variables,
+/// paramKind, paramRef, auditAnnotations}`. Immutable; evaluate from any
+/// thread.
+#[derive(Debug, Clone)]
+pub struct CelRule {
+    validations: Vec<Validation>,
+    variables: Vec<Variable>,
+    has_params: bool,
+}
+
+impl CelRule {
+    /// Compiles `spec` (the `validate.cel` object) of policy `policy` of
+    /// kind `kind`; `field` is the block's path, e.g.
+    /// `spec.rules[0].validate.cel`, and errors name the expression's field
+    /// (`spec.rules[0].validate.cel.expressions[1].expression`).
+    pub fn compile(spec: &Json, kind: &str, policy: &str, field: &str) -> Result<CelRule> {
+        if !spec.is_object() {
+            return Err(Error::invalid(kind, policy, field, "must be an object"));
+        }
+        let variables = compile_variables(
+            spec.get("variables"),
+            kind,
+            policy,
+            &format!("{field}.variables"),
+        )?;
+        let validations = compile_validations(
+            spec.get("expressions"),
+            kind,
+            policy,
+            &format!("{field}.expressions"),
+        )?;
+        let has_params = spec.get("paramKind").is_some_and(|p| !p.is_null())
+            || spec.get("paramRef").is_some_and(|p| !p.is_null());
+        Ok(CelRule {
+            validations,
+            variables,
+            has_params,
+        })
+    }
+
+    /// Uses `message` (the rule's `validate.message`) for expressions that
+    /// have no `message` of their own, as Kyverno does.
+    pub fn with_default_message(mut self, message: &str) -> CelRule {
+        for v in &mut self.validations {
+            if v.message.is_empty() {
+                v.message = message.to_string();
+            }
+        }
+        self
+    }
+
+    /// Whether the rule uses `params` (`paramKind`/`paramRef`), which this
+    /// engine binds to null.
+    pub fn has_params(&self) -> bool {
+        self.has_params
+    }
+
+    /// Evaluates the rule: `(Pass, "")` when every expression is true,
+    /// `(Fail, message)` for the first expression that is false. As in
+    /// Kyverno (Kubernetes' validator with failure policy `Fail`), an
+    /// expression that errors or is not a bool denies too: `(Fail, error
+    /// text)`.
+    pub fn evaluate(&self, req: &EvalRequest, data: &dyn ClusterData) -> (Status, String) {
+        let mut act = Activation::new(req, data);
+        act.bind_variables(&self.variables);
+        for v in &self.validations {
+            match v.expr.eval_bool(&act) {
+                Ok(true) => {}
+                Ok(false) => return (Status::Fail, v.failure_message(&act)),
+                Err(e) => {
+                    return (
+                        Status::Fail,
+                        format!(
+                            "expression '{}' resulted in error: {e}",
+                            v.expr.source().trim()
+                        ),
+                    );
+                }
+            }
+        }
+        (Status::Pass, String::new())
+    }
+}

@@ -1,0 +1,175 @@
+//! Table-driven tests of the CEL environment and libraries.
+
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::*;
+use crate::request::NoClusterData;
+
+fn eval_with(expr: &str, object: serde_json::Value) -> Result<Value, String> {
+    let req = EvalRequest::create(Arc::new(object));
+    let act = Activation::new(&req, &NoClusterData);
+    Expr::compile(expr)?.eval(&act)
+}
+
+fn eval(expr: &str) -> Result<Value, String> {
+    eval_with(
+        expr,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}),
+    )
+}
+
+#[test]
+fn true_expressions() {
+    let cases = [
+        // activation
+        "object.metadata.name == 'p'",
+        "oldObject == null",
+        "params == null",
+        "request.operation == 'CREATE'",
+        "request.kind.kind == 'Pod' && request.kind.version == 'v1' && request.kind.group == ''",
+        "request.resource.resource == 'pods'",
+        "request.name == 'p' && request.namespace == ''",
+        "namespaceObject == null",
+        // optional syntax
+        "object.?spec.?containers.orValue([]) == []",
+        "!object.metadata.?labels.hasValue()",
+        "object.metadata[?'name'].orValue('') == 'p'",
+        "optional.of(1).value() == 1",
+        "optional.of(1).orValue(2) == 1 && optional.none().orValue(2) == 2",
+        "!optional.none().hasValue()",
+        "has(object.metadata.name) && !has(object.metadata.labels)",
+        // strings extension
+        "'a,b'.split(',') == ['a', 'b']",
+        "['a', 'b'].join('-') == 'a-b'",
+        "' x '.trim() == 'x'",
+        "'AbC'.lowerAscii() == 'abc' && 'abc'.upperAscii() == 'ABC'",
+        "'aaa'.replace('a', 'b') == 'bbb'",
+        "'hello'.indexOf('l') == 2 && 'hello'.lastIndexOf('l') == 3",
+        "'hello'.substring(1, 3) == 'el' && 'hello'.charAt(1) == 'e'",
+        "'%s-%d'.format(['a', 1]) == 'a-1'",
+        "'abc'.matches('^a.c$')",
+        // lists
+        "[1, 2, 3].isSorted() && ![3, 1].isSorted()",
+        "[1, 2, 3].sum() == 6",
+        "[3, 1, 2].min() == 1 && [3, 1, 2].max() == 3",
+        "[1, 2, 1].indexOf(1) == 0 && [1, 2, 1].lastIndexOf(1) == 2 && [1].indexOf(5) == -1",
+        "[1, 2, 3].exists_one(x, x == 2)",
+        "[1, 2, 3].filter(x, x > 1).map(x, x * 2) == [4, 6]",
+        // regex
+        "'abc123'.find('[0-9]+') == '123'",
+        "'a1b2'.findAll('[0-9]') == ['1', '2']",
+        "'a1b2c3'.findAll('[0-9]', 2) == ['1', '2']",
+        // quantity
+        "quantity('1Gi').isGreaterThan(quantity('1G'))",
+        "quantity('500m').isLessThan(quantity('1'))",
+        "quantity('1k').compareTo(quantity('1000')) == 0",
+        "quantity('2').asInteger() == 2",
+        "quantity('1.5').asApproximateFloat() == 1.5",
+        "!quantity('1.5').isInteger()",
+        "quantity('1').add(quantity('500m')) == quantity('1500m')",
+        "quantity('1').sub(1).asInteger() == 0",
+        "quantity('1').add(2).asInteger() == 3",
+        "isQuantity('10Mi') && !isQuantity('ten')",
+        "quantity('1e3').asInteger() == 1000",
+        "quantity('-1').sign() == -1",
+        // semver
+        "semver('1.2.3').isLessThan(semver('1.10.0'))",
+        "semver('1.2.3').major() == 1 && semver('1.2.3').minor() == 2 && semver('1.2.3').patch() == 3",
+        "isSemver('1.0.0') && !isSemver('v1.0') && isSemver('v1.0', true)",
+        "semver('2.0.0').compareTo(semver('1.0.0')) == 1",
+        // url
+        "url('https://example.com:8080/path?a=1&a=2').getHost() == 'example.com:8080'",
+        "url('https://example.com:8080/path').getHostname() == 'example.com'",
+        "url('https://example.com:8080/path').getPort() == '8080'",
+        "url('https://example.com/path').getScheme() == 'https'",
+        "url('https://example.com/path').getEscapedPath() == '/path'",
+        "url('https://example.com/?a=1&a=2&b=3').getQuery() == {'a': ['1', '2'], 'b': ['3']}",
+        "isURL('/absolute') && !isURL('relative')",
+        // ip, cidr
+        "ip('10.0.0.1').family() == 4 && ip('::1').family() == 6",
+        "ip('127.0.0.1').isLoopback() && ip('0.0.0.0').isUnspecified()",
+        "ip('8.8.8.8').isGlobalUnicast() && !ip('169.254.1.1').isGlobalUnicast()",
+        "ip('169.254.1.1').isLinkLocalUnicast() && ip('224.0.0.1').isLinkLocalMulticast()",
+        "isIP('1.2.3.4') && !isIP('1.2.3') && !isIP('::ffff:1.2.3.4')",
+        "cidr('10.0.0.0/8').containsIP(ip('10.1.2.3')) && !cidr('10.0.0.0/8').containsIP('11.0.0.1')",
+        "cidr('10.0.0.0/8').containsCIDR('10.1.0.0/16') && !cidr('10.1.0.0/16').containsCIDR('10.0.0.0/8')",
+        "cidr('10.1.2.3/8').masked() == cidr('10.0.0.0/8') && cidr('10.0.0.0/8').prefixLength() == 8",
+        "cidr('10.1.2.3/8').ip() == ip('10.1.2.3')",
+        "isCIDR('10.0.0.0/8') && !isCIDR('10.0.0.0')",
+        // image
+        "image('nginx').registry() == 'index.docker.io' && image('nginx').repository() == 'library/nginx'",
+        "image('nginx').tag() == 'latest' && !image('nginx').containsDigest()",
+        "image('ghcr.io/kyverno/kyverno:v1.0').registry() == 'ghcr.io' && image('ghcr.io/kyverno/kyverno:v1.0').tag() == 'v1.0'",
+        "image('localhost:5000/app@sha256:a0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcde').containsDigest()",
+        "isImage('nginx:1.2') && !isImage('UPPER:case')",
+        // base64
+        "base64.encode(b'hi') == 'aGk='",
+        // math
+        "math.greatest(1, 3, 2) == 3",
+    ];
+    let mut failures = Vec::new();
+    for case in cases {
+        match eval(case) {
+            Ok(Value::Bool(true)) => {}
+            other => failures.push(format!("{case}: {other:?}")),
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "failing cases:\n{}",
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn errors() {
+    let cases = [
+        ("object.spec.containers", "No such key"),
+        ("quantity('ten')", "quantities must match"),
+        ("[].min()", "empty list"),
+        ("ip('x')", "parse error"),
+        ("url('rel')", "URL parse error"),
+        (
+            "resource.Get('v1', 'configmaps', 'ns', 'missing')",
+            "not found",
+        ),
+    ];
+    for (expr, want) in cases {
+        match eval(expr) {
+            Err(e) => assert!(e.contains(want), "{expr}: {e}"),
+            Ok(v) => panic!("{expr}: expected an error, got {v:?}"),
+        }
+    }
+}
+
+#[test]
+fn parse_errors() {
+    assert!(Expr::compile("object.").is_err());
+    assert!(Expr::compile("1 +").is_err());
+}
+
+#[test]
+fn quantities() {
+    for (text, nanos) in [
+        ("1", 1_000_000_000i128),
+        ("1m", 1_000_000),
+        ("1Ki", 1024 * 1_000_000_000),
+        ("0.5", 500_000_000),
+        ("1n", 1),
+        ("1e-9", 1),
+        ("-2k", -2_000_000_000_000),
+    ] {
+        assert_eq!(
+            libs::Quantity::parse(text).map(|q| q
+                == libs::Quantity::parse(&format!("{nanos}n"))
+                    .unwrap_or(libs::Quantity::parse("0").unwrap())),
+            Some(true),
+            "{text}"
+        );
+    }
+    for bad in ["", "1x", "1.2.3", "Gi", " 1"] {
+        assert!(libs::Quantity::parse(bad).is_none(), "{bad}");
+    }
+}

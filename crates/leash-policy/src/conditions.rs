@@ -1,0 +1,347 @@
+//! `preconditions` and `deny.conditions`: `any` / `all` blocks (or a legacy
+//! list) of `{key, operator, value, message}` with Kyverno's operators.
+
+use serde_json::Value;
+
+use crate::quantity::{Quantity, parse_duration};
+use crate::value;
+use crate::vars::go_format;
+use crate::wildcard;
+
+/// A condition operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CondOp {
+    Equals,
+    NotEquals,
+    In,
+    AnyIn,
+    AllIn,
+    NotIn,
+    AnyNotIn,
+    AllNotIn,
+    GreaterThan,
+    GreaterThanOrEquals,
+    LessThan,
+    LessThanOrEquals,
+}
+
+impl CondOp {
+    pub(crate) fn parse(s: &str) -> Option<CondOp> {
+        Some(match s.to_ascii_lowercase().as_str() {
+            "equal" | "equals" => CondOp::Equals,
+            "notequal" | "notequals" => CondOp::NotEquals,
+            "in" => CondOp::In,
+            "anyin" => CondOp::AnyIn,
+            "allin" => CondOp::AllIn,
+            "notin" => CondOp::NotIn,
+            "anynotin" => CondOp::AnyNotIn,
+            "allnotin" => CondOp::AllNotIn,
+            "greaterthan" | "durationgreaterthan" => CondOp::GreaterThan,
+            "greaterthanorequals" | "durationgreaterthanorequals" => CondOp::GreaterThanOrEquals,
+            "lessthan" | "durationlessthan" => CondOp::LessThan,
+            "lessthanorequals" | "durationlessthanorequals" => CondOp::LessThanOrEquals,
+            _ => return None,
+        })
+    }
+}
+
+/// Evaluates one condition on substituted `key` and `value`.
+pub(crate) fn evaluate(op: CondOp, key: &Value, value: &Value) -> bool {
+    match op {
+        CondOp::Equals => equals(key, value),
+        CondOp::NotEquals => !equals(key, value),
+        CondOp::AnyIn => match key {
+            Value::Array(keys) => any_in(&strings(keys), value, false),
+            k => scalar_in(k, value).unwrap_or(false),
+        },
+        CondOp::AllIn | CondOp::In => match key {
+            Value::Array(keys) => all_in(&strings(keys), value),
+            k => scalar_in(k, value).unwrap_or(false),
+        },
+        CondOp::AnyNotIn => match key {
+            Value::Array(keys) => any_in(&strings(keys), value, true),
+            k => scalar_in(k, value).is_some_and(|found| !found),
+        },
+        CondOp::AllNotIn => match key {
+            Value::Array(keys) => {
+                let keys = strings(keys);
+                !any_in(&keys, value, false) && value_list(value).is_some()
+            }
+            k => scalar_in(k, value).is_some_and(|found| !found),
+        },
+        CondOp::NotIn => match key {
+            Value::Array(keys) => !all_in(&strings(keys), value) && value_list(value).is_some(),
+            k => scalar_in(k, value).is_some_and(|found| !found),
+        },
+        CondOp::GreaterThan | CondOp::GreaterThanOrEquals | CondOp::LessThan | CondOp::LessThanOrEquals => {
+            numeric(op, key, value)
+        }
+    }
+}
+
+fn strings(items: &[Value]) -> Vec<String> {
+    items.iter().map(go_format).collect()
+}
+
+fn scalar_string(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(_) | Value::Bool(_) => Some(go_format(v)),
+        _ => None,
+    }
+}
+
+/// The list a value stands for: an array, a JSON array in a string, or the
+/// string itself. `None` for other types.
+fn value_list(value: &Value) -> Option<Vec<String>> {
+    match value {
+        Value::Array(items) => Some(strings(items)),
+        Value::Number(_) => Some(vec![go_format(value)]),
+        Value::String(s) => {
+            if let Ok(Value::Array(items)) = serde_json::from_str::<Value>(s) {
+                return Some(strings(&items));
+            }
+            Some(vec![s.clone()])
+        }
+        _ => None,
+    }
+}
+
+fn either_matches(a: &str, b: &str) -> bool {
+    wildcard::matches(a, b) || wildcard::matches(b, a)
+}
+
+fn is_range(s: &str) -> bool {
+    value::operator_of(s) == value::Op::InRange
+}
+
+/// Whether a scalar key is in `value`; `None` when the types do not fit.
+fn scalar_in(key: &Value, value: &Value) -> Option<bool> {
+    let key = scalar_string(key)?;
+    match value {
+        Value::Array(items) => Some(strings(items).iter().any(|v| either_matches(v, &key))),
+        Value::String(s) => {
+            if wildcard::matches(s, &key) {
+                return Some(true);
+            }
+            if is_range(s) {
+                return Some(value::validate(&Value::String(key), value));
+            }
+            match serde_json::from_str::<Value>(s) {
+                Ok(Value::Array(items)) => Some(strings(&items).contains(&key)),
+                Ok(_) | Err(_) => Some(*s == key),
+            }
+        }
+        _ => None,
+    }
+}
+
+fn in_range(key: &str, range: &str) -> bool {
+    value::validate(&Value::String(key.to_string()), &Value::String(range.to_string()))
+}
+
+fn any_in(keys: &[String], value: &Value, not_in: bool) -> bool {
+    if let Value::String(s) = value {
+        if keys.len() == 1 && keys[0] == *s {
+            return !not_in;
+        }
+        if is_range(s) {
+            return if not_in {
+                let not_range = s.replacen('-', "!-", 1);
+                keys.iter().any(|k| in_range(k, &not_range))
+            } else {
+                keys.iter().any(|k| in_range(k, s))
+            };
+        }
+    }
+    let Some(values) = value_list(value) else {
+        return false;
+    };
+    if not_in {
+        keys.iter().any(|k| !values.iter().any(|v| either_matches(k, v)))
+    } else {
+        keys.iter().any(|k| values.iter().any(|v| either_matches(k, v)))
+    }
+}
+
+fn all_in(keys: &[String], value: &Value) -> bool {
+    if let Value::String(s) = value {
+        if keys.len() == 1 && keys[0] == *s {
+            return true;
+        }
+        if is_range(s) {
+            return keys.iter().all(|k| in_range(k, s));
+        }
+    }
+    let Some(values) = value_list(value) else {
+        return false;
+    };
+    keys.iter().all(|k| values.iter().any(|v| either_matches(k, v)))
+}
+
+/// Kyverno's `parseDuration`: at least one side is a duration string; a
+/// number on the other side counts as seconds.
+fn durations(key: &Value, value: &Value) -> Option<(f64, f64)> {
+    let dur = |v: &Value| match v {
+        Value::String(s) if s != "0" => parse_duration(s),
+        _ => None,
+    };
+    let (k, v) = (dur(key), dur(value));
+    if k.is_none() && v.is_none() {
+        return None;
+    }
+    let secs = |d: Option<f64>, raw: &Value| d.or_else(|| raw.as_f64());
+    Some((secs(k, key)?, secs(v, value)?))
+}
+
+fn equals(key: &Value, value: &Value) -> bool {
+    match key {
+        Value::Bool(k) => value.as_bool() == Some(*k),
+        Value::Number(k) => {
+            let k = k.as_f64().unwrap_or(f64::NAN);
+            match value {
+                Value::Number(v) => v.as_f64() == Some(k),
+                Value::String(s) => s.parse::<f64>().is_ok_and(|v| v == k),
+                _ => false,
+            }
+        }
+        Value::String(k) => {
+            if let Some((a, b)) = durations(key, value) {
+                return a == b;
+            }
+            if let (Some(a), Value::String(v)) = (Quantity::parse(k), value) {
+                return Quantity::parse(v).is_some_and(|b| a == b);
+            }
+            match value {
+                Value::String(v) => wildcard::matches(v, k),
+                _ => false,
+            }
+        }
+        Value::Object(_) | Value::Array(_) => key == value,
+        Value::Null => value.is_null(),
+    }
+}
+
+fn compare(op: CondOp, k: f64, v: f64) -> bool {
+    match op {
+        CondOp::GreaterThan => k > v,
+        CondOp::GreaterThanOrEquals => k >= v,
+        CondOp::LessThan => k < v,
+        CondOp::LessThanOrEquals => k <= v,
+        _ => false,
+    }
+}
+
+fn numeric(op: CondOp, key: &Value, value: &Value) -> bool {
+    let num_of = |v: &Value| match v {
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) => s.parse::<f64>().ok(),
+        _ => None,
+    };
+    match key {
+        Value::Number(k) => {
+            let k = k.as_f64().unwrap_or(f64::NAN);
+            if let Some((a, b)) = durations(key, value) {
+                return compare(op, a, b);
+            }
+            num_of(value).is_some_and(|v| compare(op, k, v))
+        }
+        Value::String(k) => {
+            if let Some((a, b)) = durations(key, value) {
+                return compare(op, a, b);
+            }
+            if let (Some(a), Value::String(v)) = (Quantity::parse(k), value) {
+                if let Some(b) = Quantity::parse(v) {
+                    let ord = a.cmp_to(b) as i32 as f64;
+                    return compare(op, ord, 0.0);
+                }
+            }
+            if let Ok(kf) = k.parse::<f64>() {
+                if let Some((a, b)) = durations(&Value::from(kf), value) {
+                    return compare(op, a, b);
+                }
+                return num_of(value).is_some_and(|v| compare(op, kf, v));
+            }
+            if let (Ok(a), Value::String(v)) = (semver::Version::parse(k), value) {
+                if let Ok(b) = semver::Version::parse(v) {
+                    let ord = a.cmp(&b) as i32 as f64;
+                    return compare(op, ord, 0.0);
+                }
+            }
+            false
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn operator_table() {
+        use CondOp::*;
+        for (op, key, value, want) in [
+            (Equals, json!("abc"), json!("abc"), true),
+            (Equals, json!("abc"), json!("a*"), true),
+            (Equals, json!("abc"), json!("b*"), false),
+            (Equals, json!(3), json!(3), true),
+            (Equals, json!(3), json!("3"), true),
+            (Equals, json!("1Gi"), json!("1024Mi"), true),
+            (Equals, json!("1h"), json!("60m"), true),
+            (Equals, json!(true), json!(true), true),
+            (Equals, json!(true), json!("true"), false),
+            (Equals, json!({"a": 1}), json!({"a": 1}), true),
+            (Equals, json!(["a"]), json!(["a"]), true),
+            (Equals, Value::Null, Value::Null, true),
+            (Equals, Value::Null, json!(""), false),
+            (NotEquals, json!("abc"), json!("abd"), true),
+            (NotEquals, json!(""), json!(""), false),
+            (AnyIn, json!("a"), json!(["a", "b"]), true),
+            (AnyIn, json!("c"), json!(["a", "b"]), false),
+            (AnyIn, json!(["c", "a"]), json!(["a", "b"]), true),
+            (AnyIn, json!(["c", "d"]), json!(["a", "b"]), false),
+            (AnyIn, json!(["nginx:1"]), json!(["nginx:*"]), true),
+            (AnyIn, json!("CREATE"), json!(["CREATE", "UPDATE"]), true),
+            (AnyIn, json!(5), json!("1-10"), true),
+            (AnyIn, json!([5, 20]), json!("1-10"), true),
+            (AnyIn, json!("a"), json!("[\"a\", \"b\"]"), true),
+            (AllIn, json!(["a", "b"]), json!(["a", "b", "c"]), true),
+            (AllIn, json!(["a", "d"]), json!(["a", "b", "c"]), false),
+            (AllIn, json!([]), json!(["a"]), true),
+            (AnyNotIn, json!(["a", "d"]), json!(["a", "b"]), true),
+            (AnyNotIn, json!(["a", "b"]), json!(["a", "b"]), false),
+            (AnyNotIn, json!("x"), json!(["a"]), true),
+            (AllNotIn, json!(["c", "d"]), json!(["a", "b"]), true),
+            (AllNotIn, json!(["c", "a"]), json!(["a", "b"]), false),
+            (AllNotIn, json!("livenessProbe"), json!(["name", "image"]), true),
+            (AllNotIn, json!("name"), json!(["name", "image"]), false),
+            (NotIn, json!("c"), json!(["a", "b"]), true),
+            (NotIn, json!("a"), json!(["a", "b"]), false),
+            (In, json!("a"), json!(["a", "b"]), true),
+            (GreaterThan, json!(5), json!(3), true),
+            (GreaterThan, json!("5"), json!(3), true),
+            (GreaterThan, json!(3), json!(5), false),
+            (GreaterThanOrEquals, json!(3), json!(3), true),
+            (LessThan, json!("500m"), json!("1"), true),
+            (LessThan, json!("2Gi"), json!("1Gi"), false),
+            (GreaterThan, json!("2h"), json!("1h"), true),
+            (GreaterThan, json!("30m"), json!("1h"), false),
+            (GreaterThan, json!(7200), json!("1h"), true),
+            (LessThan, json!("1.2.3"), json!("1.10.0"), true),
+            (LessThanOrEquals, json!(1), json!(1), true),
+            (GreaterThan, json!("abc"), json!(1), false),
+        ] {
+            assert_eq!(evaluate(op, &key, &value), want, "{key} {op:?} {value}");
+        }
+    }
+
+    #[test]
+    fn operator_names() {
+        assert_eq!(CondOp::parse("AnyNotIn"), Some(CondOp::AnyNotIn));
+        assert_eq!(CondOp::parse("equals"), Some(CondOp::Equals));
+        assert_eq!(CondOp::parse("DurationGreaterThan"), Some(CondOp::GreaterThan));
+        assert_eq!(CondOp::parse("Bogus"), None);
+    }
+}

@@ -1,0 +1,145 @@
+//! The engine: a set of compiled policies and exceptions, evaluated together
+//! against one resource at a time, from any number of threads.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+use crate::eval::{Bindings, Prepared};
+use crate::exception::Exception;
+use crate::policy::Policy;
+use crate::request::{ClusterData, EvalRequest};
+use crate::result::{RuleResult, Status};
+use crate::vpol::{ValidatingPolicy, is_validating_policy};
+
+/// A parsed policy-like document.
+#[derive(Debug)]
+pub enum Document {
+    /// A `ClusterPolicy` / `Policy`.
+    Policy(Policy),
+    /// A `ValidatingPolicy` / `NamespacedValidatingPolicy`.
+    ValidatingPolicy(ValidatingPolicy),
+    /// A `PolicyException`.
+    Exception(Exception),
+}
+
+impl Document {
+    /// Compiles one document. `Ok(None)` for documents that are not
+    /// policies (other kinds are not an error: directories mix them).
+    pub fn compile(doc: &Value) -> Result<Option<Document>> {
+        let kind = doc["kind"].as_str().unwrap_or("");
+        let group = doc["apiVersion"].as_str().unwrap_or("").split('/').next().unwrap_or("");
+        match (group, kind) {
+            ("kyverno.io", "ClusterPolicy" | "Policy") => Policy::compile(doc).map(|p| Some(Document::Policy(p))),
+            ("kyverno.io" | "policies.kyverno.io", "PolicyException") => {
+                Exception::compile(doc).map(|e| Some(Document::Exception(e)))
+            }
+            _ if is_validating_policy(doc) => ValidatingPolicy::compile(doc).map(|p| Some(Document::ValidatingPolicy(p))),
+            _ => Ok(None),
+        }
+    }
+
+    /// Whether a document looks like a policy kind this engine does not evaluate
+    /// (MutatingPolicy, GeneratingPolicy, ...): worth a note, not an error.
+    pub fn unsupported_kind(doc: &Value) -> Option<String> {
+        let kind = doc["kind"].as_str()?;
+        let group = doc["apiVersion"].as_str()?.split('/').next()?;
+        let policy_group = group == "policies.kyverno.io" || group == "kyverno.io";
+        (policy_group && kind.ends_with("Policy")).then(|| kind.to_string())
+    }
+}
+
+/// Compiled policies, shared read-only by every evaluating thread.
+#[derive(Debug, Default, Clone)]
+pub struct Engine {
+    policies: Vec<Arc<Policy>>,
+    validating: Vec<Arc<ValidatingPolicy>>,
+    exceptions: Vec<Arc<Exception>>,
+}
+
+impl Engine {
+    /// An engine with no policies.
+    pub fn new() -> Engine {
+        Engine::default()
+    }
+
+    /// Adds a compiled document.
+    pub fn add(&mut self, doc: Document) {
+        match doc {
+            Document::Policy(p) => self.policies.push(Arc::new(p)),
+            Document::ValidatingPolicy(p) => self.validating.push(Arc::new(p)),
+            Document::Exception(e) => self.exceptions.push(Arc::new(e)),
+        }
+    }
+
+    /// Compiles and adds a document; `Ok(false)` if it is not a policy.
+    pub fn add_json(&mut self, doc: &Value) -> Result<bool, Error> {
+        match Document::compile(doc)? {
+            Some(d) => {
+                self.add(d);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// The Kyverno policies.
+    pub fn policies(&self) -> &[Arc<Policy>] {
+        &self.policies
+    }
+
+    /// The ValidatingPolicies.
+    pub fn validating_policies(&self) -> &[Arc<ValidatingPolicy>] {
+        &self.validating
+    }
+
+    /// The exceptions.
+    pub fn exceptions(&self) -> &[Arc<Exception>] {
+        &self.exceptions
+    }
+
+    /// Whether the engine holds no policy.
+    pub fn is_empty(&self) -> bool {
+        self.policies.is_empty() && self.validating.is_empty()
+    }
+
+    /// Evaluates every policy against one request: one result per matching
+    /// rule (and per matching ValidatingPolicy).
+    pub fn evaluate(&self, req: EvalRequest, data: &dyn ClusterData, bindings: &Bindings) -> Vec<RuleResult> {
+        let prepared = Prepared::new(req);
+        self.evaluate_prepared(&prepared, data, bindings)
+    }
+
+    /// As [`Engine::evaluate`], for a request prepared once.
+    pub fn evaluate_prepared(&self, prepared: &Prepared, data: &dyn ClusterData, bindings: &Bindings) -> Vec<RuleResult> {
+        let mut out = Vec::new();
+        for policy in &self.policies {
+            for mut result in policy.evaluate(prepared, data, bindings) {
+                let base = base_rule(&result.rule);
+                if let Some(e) = self
+                    .exceptions
+                    .iter()
+                    .find(|e| e.applies(policy.key(), &result.rule, base, prepared, None))
+                {
+                    result.status = Status::Skip;
+                    result.message = format!("rule skipped due to policy exception {}", e.key());
+                }
+                out.push(result);
+            }
+        }
+        for vpol in &self.validating {
+            if let Some(result) = vpol.evaluate(prepared.request(), data) {
+                out.push(result);
+            }
+        }
+        out
+    }
+}
+
+/// The rule an autogen rule was generated from.
+pub fn base_rule(rule: &str) -> &str {
+    rule.strip_prefix("autogen-cronjob-")
+        .or_else(|| rule.strip_prefix("autogen-"))
+        .unwrap_or(rule)
+}

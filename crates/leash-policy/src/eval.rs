@@ -1,0 +1,541 @@
+//! Evaluating a compiled [`Policy`] against one resource.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use jmespath::Rcvar;
+use serde_json::{Value, json};
+
+use crate::conditions::{self, CondOp};
+use crate::images;
+use crate::matching::Target;
+use crate::pattern::{self, Mismatch};
+use crate::policy::{Check, ContextEntry, ContextSource, Foreach, Policy, Rule};
+use crate::request::{ClusterData, EvalRequest, Operation};
+use crate::result::{RuleResult, Source, Status};
+use crate::vars::{self, Mode, Vars, to_var};
+
+/// Variables bound from outside the cluster (a `kyverno test` values file, or
+/// `leash apply --set`), by dotted path (`request.operation`,
+/// `imageData.configData.config.Volumes`). A bound name also stands in for
+/// the rule `context` entry of that name.
+#[derive(Debug, Clone, Default)]
+pub struct Bindings {
+    /// For every policy, rule and resource.
+    pub global: Vec<(String, Value)>,
+    /// Per policy name.
+    pub policies: HashMap<String, PolicyBindings>,
+}
+
+/// Bindings of one policy.
+#[derive(Debug, Clone, Default)]
+pub struct PolicyBindings {
+    /// Per resource name.
+    pub resources: HashMap<String, Vec<(String, Value)>>,
+    /// Per rule name.
+    pub rules: HashMap<String, Vec<(String, Value)>>,
+}
+
+impl Bindings {
+    fn for_rule<'a>(&'a self, policy: &str, rule: &str, resource: &str) -> Vec<&'a (String, Value)> {
+        let mut out: Vec<&(String, Value)> = self.global.iter().collect();
+        if let Some(p) = self.policies.get(policy) {
+            if let Some(r) = p.resources.get(resource) {
+                out.extend(r);
+            }
+            if let Some(r) = p.rules.get(rule) {
+                out.extend(r);
+            }
+        }
+        out
+    }
+
+    /// Whether nothing is bound.
+    pub fn is_empty(&self) -> bool {
+        self.global.is_empty() && self.policies.is_empty()
+    }
+}
+
+/// A request prepared once for every policy: its JMESPath context built.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    req: EvalRequest,
+    base: Vars,
+}
+
+impl Prepared {
+    /// Builds the context Kyverno gives variables: `request.*`,
+    /// `serviceAccountName`, `serviceAccountNamespace`, `images`.
+    pub fn new(req: EvalRequest) -> Prepared {
+        let base = base_vars(&req, req.operation);
+        Prepared { req, base }
+    }
+
+    /// The request.
+    pub fn request(&self) -> &EvalRequest {
+        &self.req
+    }
+}
+
+fn base_vars(req: &EvalRequest, operation: Operation) -> Vars {
+    let u = &req.user_info;
+    let (api_group, api_version) = crate::kinds::split_api_version(req.api_version());
+    let request = json!({
+        "operation": operation.as_str(),
+        "namespace": req.namespace(),
+        "name": req.name(),
+        "kind": {"group": api_group, "version": api_version, "kind": req.kind()},
+        "userInfo": {"username": u.username, "uid": u.uid, "groups": u.groups},
+        "roles": u.roles,
+        "clusterRoles": u.cluster_roles,
+    });
+    let mut top = BTreeMap::new();
+    let mut request_var = to_var(&request);
+    if let jmespath::Variable::Object(m) = Arc::make_mut(&mut request_var) {
+        m.insert("object".into(), to_var(&req.object));
+        m.insert(
+            "oldObject".into(),
+            req.old_object.as_deref().map(to_var).unwrap_or_else(|| Arc::new(jmespath::Variable::Null)),
+        );
+    }
+    top.insert("request".to_string(), request_var);
+    if let Some(sa) = u.username.strip_prefix("system:serviceaccount:") {
+        if let Some((ns, name)) = sa.split_once(':') {
+            top.insert("serviceAccountName".into(), to_var(&json!(name)));
+            top.insert("serviceAccountNamespace".into(), to_var(&json!(ns)));
+        }
+    }
+    let imgs = images::of_object(&req.object);
+    if !imgs.is_null() {
+        top.insert("images".into(), to_var(&imgs));
+    }
+    Vars::new(top)
+}
+
+/// One rule's evaluation outcome before it becomes a [`RuleResult`].
+struct Outcome {
+    status: Status,
+    message: String,
+}
+
+impl Outcome {
+    fn new(status: Status, message: impl Into<String>) -> Outcome {
+        Outcome {
+            status,
+            message: message.into(),
+        }
+    }
+}
+
+struct RuleCtx<'a> {
+    policy: &'a Policy,
+    rule: &'a Rule,
+    req: &'a EvalRequest,
+    data: &'a dyn ClusterData,
+    delete: bool,
+    mocked: Vec<String>,
+}
+
+impl Policy {
+    /// Evaluates every validate rule that matches the resource. Rules that do
+    /// not match give no result; an evaluation problem is an `error` result.
+    pub fn evaluate(&self, prepared: &Prepared, data: &dyn ClusterData, bindings: &Bindings) -> Vec<RuleResult> {
+        let req = &prepared.req;
+        if let Some(ns) = &self.namespace {
+            if req.namespace() != ns {
+                return Vec::new();
+            }
+        }
+        let mut out = Vec::new();
+        for rule in &self.rules {
+            if rule.validate.is_none() {
+                continue;
+            }
+            let bound = bindings.for_rule(&self.name, &rule.base_name, req.name());
+            let operation = bound
+                .iter()
+                .rev()
+                .find(|(k, _)| k == "request.operation")
+                .and_then(|(_, v)| v.as_str())
+                .and_then(Operation::parse)
+                .unwrap_or(req.operation);
+            let target = Target::of(&req.object, req.namespace_labels.as_ref(), operation, &req.user_info);
+            if !rule.match_.matches(&target) || rule.exclude.excludes(&target) {
+                continue;
+            }
+            let mut vars = if operation == req.operation {
+                prepared.base.clone()
+            } else {
+                base_vars(req, operation)
+            };
+            for (k, v) in &bound {
+                vars.set_dotted(k, to_var(v));
+            }
+            let ctx = RuleCtx {
+                policy: self,
+                rule,
+                req,
+                data,
+                delete: operation == Operation::Delete,
+                mocked: bound.iter().map(|(k, _)| k.clone()).collect(),
+            };
+            let outcome = ctx.run(&vars);
+            out.push(RuleResult {
+                policy: self.key.clone(),
+                rule: rule.name.clone(),
+                status: outcome.status,
+                message: outcome.message,
+                source: Source::Kyverno,
+            });
+        }
+        out
+    }
+}
+
+impl RuleCtx<'_> {
+    fn run(&self, vars: &Vars) -> Outcome {
+        let Some(validate) = &self.rule.validate else {
+            return Outcome::new(Status::Skip, "not a validate rule");
+        };
+        let scope: &Value = if self.delete {
+            self.req.old_object.as_deref().unwrap_or(&self.req.object)
+        } else {
+            &self.req.object
+        };
+        let vars = match self.load_context(&self.rule.context, vars) {
+            Ok(v) => v,
+            Err(e) => return Outcome::new(Status::Error, format!("failed to load context: {e}")),
+        };
+        match self.preconditions(self.rule.preconditions.as_ref(), &vars) {
+            Ok(true) => {}
+            Ok(false) => return Outcome::new(Status::Skip, "preconditions not met"),
+            Err(e) => return Outcome::new(Status::Error, format!("failed to evaluate preconditions: {e}")),
+        }
+        if let Check::Cel(cel) = &validate.check {
+            let (status, message) = cel.evaluate(self.req, self.data);
+            return Outcome::new(status, message);
+        }
+        self.check(&validate.check, &vars, scope, 0)
+    }
+
+    fn rule_name(&self) -> &str {
+        &self.rule.name
+    }
+
+    fn message(&self, vars: &Vars) -> Option<String> {
+        let raw = self.rule.validate.as_ref()?.message.as_ref()?;
+        match vars::substitute(&Value::String(raw.clone()), vars, &self.policy.cache, Mode::Strict, self.delete) {
+            Ok(Value::String(s)) => Some(s),
+            Ok(other) => Some(vars::go_format(&other)),
+            Err(_) => Some(raw.clone()),
+        }
+    }
+
+    fn check(&self, check: &Check, vars: &Vars, scope: &Value, nesting: usize) -> Outcome {
+        match check {
+            Check::Pattern(p) => self.check_pattern(p, vars, scope),
+            Check::AnyPattern(ps) => self.check_any_pattern(ps, vars, scope),
+            Check::Deny(conds) => match self.conditions(conds, vars, Mode::Strict) {
+                Err(e) => Outcome::new(Status::Error, format!("failed to check deny conditions: {e}")),
+                Ok(true) => {
+                    let msg = self
+                        .message(vars)
+                        .unwrap_or_else(|| format!("validation error: rule {} failed", self.rule_name()));
+                    Outcome::new(Status::Fail, msg)
+                }
+                Ok(false) => Outcome::new(Status::Pass, format!("validation rule '{}' passed.", self.rule_name())),
+            },
+            Check::Foreach(decls) => self.foreach(decls, vars, scope, nesting),
+            Check::Cel(cel) => {
+                let (status, message) = cel.evaluate(self.req, self.data);
+                Outcome::new(status, message)
+            }
+            Check::Unsupported(what) => Outcome::new(Status::Error, format!("{what} is not supported by leash")),
+        }
+    }
+
+    fn substituted(&self, doc: &Value, vars: &Vars) -> Result<Value, String> {
+        if !vars::has_vars(doc) {
+            return Ok(doc.clone());
+        }
+        vars::substitute(doc, vars, &self.policy.cache, Mode::Strict, self.delete)
+    }
+
+    fn fail_message(&self, vars: &Vars, path: &str, detail: &str) -> String {
+        let rule = self.rule_name();
+        match self.message(vars) {
+            None if path.is_empty() => format!("validation error: rule {rule} execution error: {detail}"),
+            None => format!("validation error: rule {rule} failed at path {path}"),
+            Some(mut m) => {
+                if !m.ends_with('.') {
+                    m.push('.');
+                }
+                if path.is_empty() {
+                    format!("validation error: {m} rule {rule} execution error: {detail}")
+                } else {
+                    format!("validation error: {m} rule {rule} failed at path {path}")
+                }
+            }
+        }
+    }
+
+    fn check_pattern(&self, pattern: &Value, vars: &Vars, scope: &Value) -> Outcome {
+        let pattern = match self.substituted(pattern, vars) {
+            Ok(p) => p,
+            Err(e) => return Outcome::new(Status::Error, format!("variable substitution failed: {e}")),
+        };
+        match pattern::match_pattern(scope, &pattern) {
+            Ok(()) => Outcome::new(Status::Pass, format!("validation rule '{}' passed.", self.rule_name())),
+            Err(Mismatch::Skip { message }) => Outcome::new(Status::Skip, message),
+            Err(Mismatch::Fail { path, message }) => {
+                Outcome::new(Status::Fail, self.fail_message(vars, &path, &message))
+            }
+        }
+    }
+
+    fn check_any_pattern(&self, patterns: &[Value], vars: &Vars, scope: &Value) -> Outcome {
+        let name = self.rule_name();
+        let mut failed = Vec::new();
+        let mut skipped = Vec::new();
+        for (i, p) in patterns.iter().enumerate() {
+            let p = match self.substituted(p, vars) {
+                Ok(p) => p,
+                Err(e) => return Outcome::new(Status::Error, format!("variable substitution failed: {e}")),
+            };
+            match pattern::match_pattern(scope, &p) {
+                Ok(()) => {
+                    return Outcome::new(Status::Pass, format!("validation rule '{name}' anyPattern[{i}] passed."));
+                }
+                Err(Mismatch::Skip { message }) => skipped.push(format!("rule {name}[{i}] skipped: {message}")),
+                Err(Mismatch::Fail { path, message }) => failed.push(if path.is_empty() {
+                    format!("rule {name}[{i}] failed: {message}")
+                } else {
+                    format!("rule {name}[{i}] failed at path {path}")
+                }),
+            }
+        }
+        if failed.is_empty() && !skipped.is_empty() {
+            return Outcome::new(Status::Skip, skipped.join(" "));
+        }
+        let errors = failed.join(" ");
+        let msg = match self.message(vars) {
+            None => format!("validation error: {errors}"),
+            Some(m) if m.ends_with('.') => format!("validation error: {m} {errors}"),
+            Some(m) => format!("validation error: {m}. {errors}"),
+        };
+        Outcome::new(Status::Fail, msg)
+    }
+
+    fn foreach(&self, decls: &[Foreach], vars: &Vars, scope: &Value, nesting: usize) -> Outcome {
+        let mut applied = 0;
+        for decl in decls {
+            let list = match self.policy.cache.get(&decl.list).and_then(|e| vars.eval(&e)) {
+                Ok(v) => v,
+                Err(_) => continue,
+            };
+            let elements = match list {
+                Value::Array(items) => items,
+                Value::Null => Vec::new(),
+                other => vec![other],
+            };
+            let (outcome, count) = self.elements(decl, &elements, vars, scope, nesting);
+            if outcome.status != Status::Pass {
+                return outcome;
+            }
+            applied += count;
+        }
+        if applied == 0 {
+            return Outcome::new(Status::Skip, "rule skipped");
+        }
+        Outcome::new(Status::Pass, "rule passed")
+    }
+
+    fn elements(&self, decl: &Foreach, elements: &[Value], vars: &Vars, scope: &Value, nesting: usize) -> (Outcome, usize) {
+        let mut applied = 0;
+        for (index, element) in elements.iter().enumerate() {
+            if element.is_null() {
+                continue;
+            }
+            let el: Rcvar = to_var(element);
+            let idx = to_var(&json!(index));
+            let mut v = vars.with("element", el.clone()).with("elementIndex", idx.clone());
+            v = v
+                .with(&format!("element{nesting}"), el)
+                .with(&format!("elementIndex{nesting}"), idx);
+            let scoped = decl.element_scope.unwrap_or(element.is_object());
+            let element_scope = if scoped { element } else { scope };
+            let r = self.level(decl, &v, element_scope, nesting);
+            match r.status {
+                Status::Skip => continue,
+                Status::Pass | Status::Warn => applied += 1,
+                Status::Error => {
+                    if index + 1 < elements.len() {
+                        continue;
+                    }
+                    return (Outcome::new(Status::Error, format!("validation failure: {}", r.message)), applied);
+                }
+                Status::Fail => return (Outcome::new(Status::Fail, r.message), applied),
+            }
+        }
+        (Outcome::new(Status::Pass, ""), applied)
+    }
+
+    fn level(&self, decl: &Foreach, vars: &Vars, scope: &Value, nesting: usize) -> Outcome {
+        let vars = match self.load_context(&decl.context, vars) {
+            Ok(v) => v,
+            Err(e) => return Outcome::new(Status::Error, format!("failed to load context: {e}")),
+        };
+        match self.preconditions(decl.preconditions.as_ref(), &vars) {
+            Ok(true) => {}
+            Ok(false) => return Outcome::new(Status::Skip, "preconditions not met"),
+            Err(e) => return Outcome::new(Status::Error, format!("failed to evaluate preconditions: {e}")),
+        }
+        self.check(&decl.check, &vars, scope, nesting + 1)
+    }
+
+    fn preconditions(&self, conds: Option<&Value>, vars: &Vars) -> Result<bool, String> {
+        match conds {
+            None => Ok(true),
+            Some(c) => self.conditions(c, vars, Mode::Preconditions),
+        }
+    }
+
+    /// Evaluates `any`/`all` (or a legacy list, all of which must hold).
+    fn conditions(&self, conds: &Value, vars: &Vars, mode: Mode) -> Result<bool, String> {
+        let one = |c: &Value| -> Result<bool, String> {
+            let op = CondOp::parse(c["operator"].as_str().unwrap_or(""))
+                .ok_or_else(|| format!("unknown operator {}", c["operator"]))?;
+            let key = vars::substitute(&c["key"], vars, &self.policy.cache, mode, self.delete)?;
+            let value = vars::substitute(&c["value"], vars, &self.policy.cache, mode, self.delete)?;
+            Ok(conditions::evaluate(op, &key, &value))
+        };
+        match conds {
+            Value::Null => Ok(true),
+            Value::Array(list) => {
+                for c in list {
+                    if !one(c)? {
+                        return Ok(false);
+                    }
+                }
+                Ok(true)
+            }
+            Value::Object(m) => {
+                let mut any_ok = true;
+                if let Some(any) = m.get("any").and_then(Value::as_array) {
+                    any_ok = false;
+                    for c in any {
+                        if one(c)? {
+                            any_ok = true;
+                            break;
+                        }
+                    }
+                }
+                if !any_ok {
+                    return Ok(false);
+                }
+                if let Some(all) = m.get("all").and_then(Value::as_array) {
+                    for c in all {
+                        if !one(c)? {
+                            return Ok(false);
+                        }
+                    }
+                }
+                Ok(true)
+            }
+            _ => Err("conditions must be any/all or a list".to_string()),
+        }
+    }
+
+    fn is_mocked(&self, name: &str) -> bool {
+        self.mocked
+            .iter()
+            .any(|k| k == name || k.strip_prefix(name).is_some_and(|rest| rest.starts_with('.')))
+    }
+
+    fn load_context(&self, entries: &[ContextEntry], vars: &Vars) -> Result<Vars, String> {
+        if entries.is_empty() {
+            return Ok(vars.clone());
+        }
+        let mut vars = vars.clone();
+        for entry in entries {
+            if self.is_mocked(&entry.name) {
+                continue;
+            }
+            let value = self
+                .load_entry(entry, &vars)
+                .map_err(|e| format!("context entry {:?}: {e}", entry.name))?;
+            vars = vars.with(&entry.name, to_var(&value));
+        }
+        Ok(vars)
+    }
+
+    fn sub_str(&self, s: &str, vars: &Vars) -> Result<String, String> {
+        match vars::substitute(&Value::String(s.to_string()), vars, &self.policy.cache, Mode::Strict, self.delete)? {
+            Value::String(s) => Ok(s),
+            other => Ok(vars::go_format(&other)),
+        }
+    }
+
+    fn apply_jmes(&self, path: Option<&str>, data: Value, vars: &Vars) -> Result<Value, String> {
+        match path {
+            None => Ok(data),
+            Some(p) => {
+                let p = self.sub_str(p, vars)?;
+                let expr = self.policy.cache.get(p.trim())?;
+                Vars::eval_on(&expr, &data)
+            }
+        }
+    }
+
+    fn load_entry(&self, entry: &ContextEntry, vars: &Vars) -> Result<Value, String> {
+        match &entry.source {
+            ContextSource::Variable { value, jmes_path, default } => {
+                let result = match (value, jmes_path) {
+                    (Some(v), path) => {
+                        let v = vars::substitute(v, vars, &self.policy.cache, Mode::Strict, self.delete)?;
+                        self.apply_jmes(path.as_deref(), v, vars)
+                    }
+                    (None, Some(p)) => {
+                        let p = self.sub_str(p, vars)?;
+                        let expr = self.policy.cache.get(p.trim())?;
+                        vars.eval(&expr)
+                    }
+                    (None, None) => Err("a variable needs a value or a jmesPath".to_string()),
+                };
+                match (result, default) {
+                    (Ok(Value::Null), Some(d)) | (Err(_), Some(d)) => {
+                        vars::substitute(d, vars, &self.policy.cache, Mode::Strict, self.delete)
+                    }
+                    (r, _) => r,
+                }
+            }
+            ContextSource::ConfigMap { name, namespace } => {
+                let name = self.sub_str(name, vars)?;
+                let namespace = self.sub_str(namespace, vars)?;
+                let ns = if namespace.is_empty() { "default".to_string() } else { namespace };
+                self.data
+                    .get("v1", "configmaps", &ns, &name)
+                    .map(|cm| (*cm).clone())
+                    .ok_or_else(|| format!("configmap {ns}/{name} not found"))
+            }
+            ContextSource::ApiCall { url_path, jmes_path, default } => {
+                let url = self.sub_str(url_path, vars)?;
+                match self.data.api_get(&url) {
+                    Some(v) => self.apply_jmes(jmes_path.as_deref(), v, vars),
+                    None => match default {
+                        Some(d) => Ok(d.clone()),
+                        None => Err(format!("API call {url} failed: no cluster data for it")),
+                    },
+                }
+            }
+            ContextSource::GlobalReference { name, projection, jmes_path } => {
+                let data = self
+                    .data
+                    .global(name, projection.as_deref())
+                    .ok_or_else(|| format!("global context entry {name:?} has no data"))?;
+                self.apply_jmes(jmes_path.as_deref(), data, vars)
+            }
+            ContextSource::Unsupported(what) => Err(format!("{what} context entries are not supported by leash")),
+        }
+    }
+}

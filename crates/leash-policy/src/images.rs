@@ -1,0 +1,149 @@
+//! The `images` variable: every container image of a Pod (or of a pod
+//! controller's template) parsed into registry, path, name, tag and digest,
+//! keyed by container name, as Kyverno builds it.
+
+use serde_json::{Map, Value, json};
+
+/// A parsed image reference.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageRef {
+    /// `docker.io` when the reference names none.
+    pub registry: String,
+    /// Repository path without the registry (`library/nginx` is `nginx`).
+    pub path: String,
+    /// Last path component.
+    pub name: String,
+    /// Tag (`latest` when neither tag nor digest is given).
+    pub tag: String,
+    /// Digest (`sha256:...`), if any.
+    pub digest: String,
+}
+
+impl ImageRef {
+    /// Parses `[registry/]path[:tag][@digest]`.
+    pub fn parse(image: &str) -> Option<ImageRef> {
+        let image = image.trim();
+        if image.is_empty() {
+            return None;
+        }
+        let (rest, digest) = match image.split_once('@') {
+            Some((r, d)) => (r, d.to_string()),
+            None => (image, String::new()),
+        };
+        let last_slash = rest.rfind('/').map(|i| i + 1).unwrap_or(0);
+        let (rest, tag) = match rest[last_slash..].rfind(':') {
+            Some(i) => (&rest[..last_slash + i], rest[last_slash + i + 1..].to_string()),
+            None => (rest, String::new()),
+        };
+        let (registry, path) = match rest.split_once('/') {
+            Some((first, p)) if first.contains(['.', ':']) || first == "localhost" => (first.to_string(), p.to_string()),
+            _ => ("docker.io".to_string(), rest.to_string()),
+        };
+        if path.is_empty() {
+            return None;
+        }
+        let name = path.rsplit('/').next().unwrap_or(&path).to_string();
+        let tag = if tag.is_empty() && digest.is_empty() { "latest".to_string() } else { tag };
+        Some(ImageRef {
+            registry,
+            path,
+            name,
+            tag,
+            digest,
+        })
+    }
+
+    /// `registry/path[:tag][@digest]`.
+    pub fn reference(&self) -> String {
+        let mut s = format!("{}/{}", self.registry, self.path);
+        if !self.tag.is_empty() {
+            s.push(':');
+            s.push_str(&self.tag);
+        }
+        if !self.digest.is_empty() {
+            s.push('@');
+            s.push_str(&self.digest);
+        }
+        s
+    }
+
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("registry".into(), json!(self.registry));
+        m.insert("path".into(), json!(self.path));
+        m.insert("name".into(), json!(self.name));
+        m.insert("tag".into(), json!(self.tag));
+        if !self.digest.is_empty() {
+            m.insert("digest".into(), json!(self.digest));
+        }
+        m.insert("reference".into(), json!(self.reference()));
+        m.insert(
+            "referenceWithTag".into(),
+            json!(format!("{}/{}:{}", self.registry, self.path, self.tag)),
+        );
+        Value::Object(m)
+    }
+}
+
+/// The pod spec of a Pod, a pod controller or a CronJob.
+pub(crate) fn pod_spec(object: &Value) -> Option<&Value> {
+    match object["kind"].as_str()? {
+        "Pod" => Some(&object["spec"]),
+        "CronJob" => Some(&object["spec"]["jobTemplate"]["spec"]["template"]["spec"]),
+        "Deployment" | "DaemonSet" | "StatefulSet" | "ReplicaSet" | "Job" | "ReplicationController" => {
+            Some(&object["spec"]["template"]["spec"])
+        }
+        _ => None,
+    }
+    .filter(|s| s.is_object())
+}
+
+/// The `images` variable of an object (null when it has no pod spec).
+pub(crate) fn of_object(object: &Value) -> Value {
+    let Some(spec) = pod_spec(object) else {
+        return Value::Null;
+    };
+    let mut out = Map::new();
+    for field in ["containers", "initContainers", "ephemeralContainers"] {
+        let Some(list) = spec[field].as_array() else { continue };
+        let mut m = Map::new();
+        for c in list {
+            let (Some(name), Some(image)) = (c["name"].as_str(), c["image"].as_str()) else {
+                continue;
+            };
+            if let Some(r) = ImageRef::parse(image) {
+                m.insert(name.to_string(), r.to_json());
+            }
+        }
+        if !m.is_empty() {
+            out.insert(field.to_string(), Value::Object(m));
+        }
+    }
+    Value::Object(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn image_table() {
+        for (image, registry, path, tag, digest) in [
+            ("nginx", "docker.io", "nginx", "latest", ""),
+            ("nginx:1.2", "docker.io", "nginx", "1.2", ""),
+            ("library/nginx:1.2", "docker.io", "library/nginx", "1.2", ""),
+            ("ghcr.io/org/app:v1", "ghcr.io", "org/app", "v1", ""),
+            ("localhost:5000/app", "localhost:5000", "app", "latest", ""),
+            ("reg.io/app@sha256:abc", "reg.io", "app", "", "sha256:abc"),
+            ("reg.io/app:1@sha256:abc", "reg.io", "app", "1", "sha256:abc"),
+        ] {
+            let r = ImageRef::parse(image).unwrap();
+            assert_eq!(
+                (r.registry.as_str(), r.path.as_str(), r.tag.as_str(), r.digest.as_str()),
+                (registry, path, tag, digest),
+                "{image}"
+            );
+        }
+        assert_eq!(ImageRef::parse(""), None);
+    }
+}

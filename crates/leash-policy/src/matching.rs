@@ -1,0 +1,524 @@
+//! `match` / `exclude`: which resources (and which requests) a rule applies to.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+use crate::kinds::split_api_version;
+use crate::request::{Operation, UserInfo};
+use crate::wildcard;
+
+/// What matching looks at: the resource's identity and the request.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Target<'a> {
+    pub group: &'a str,
+    pub version: &'a str,
+    pub kind: &'a str,
+    pub name: &'a str,
+    pub namespace: &'a str,
+    pub labels: Option<&'a serde_json::Map<String, Value>>,
+    pub annotations: Option<&'a serde_json::Map<String, Value>>,
+    pub namespace_labels: Option<&'a BTreeMap<String, String>>,
+    pub operation: Operation,
+    pub user: &'a UserInfo,
+}
+
+impl<'a> Target<'a> {
+    pub(crate) fn of(
+        object: &'a Value,
+        namespace_labels: Option<&'a BTreeMap<String, String>>,
+        operation: Operation,
+        user: &'a UserInfo,
+    ) -> Target<'a> {
+        let (group, version) = split_api_version(object["apiVersion"].as_str().unwrap_or(""));
+        let meta = &object["metadata"];
+        Target {
+            group,
+            version,
+            kind: object["kind"].as_str().unwrap_or(""),
+            name: meta["name"].as_str().unwrap_or(""),
+            namespace: meta["namespace"].as_str().unwrap_or(""),
+            labels: meta["labels"].as_object(),
+            annotations: meta["annotations"].as_object(),
+            namespace_labels,
+            operation,
+            user,
+        }
+    }
+}
+
+/// A kind selector: `Pod`, `v1/Pod`, `apps/v1/Deployment`, `*/Pod`,
+/// `Pod/exec` (subresource), wildcards anywhere.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct KindSel {
+    pub group: String,
+    pub version: String,
+    pub kind: String,
+    pub subresource: String,
+}
+
+impl KindSel {
+    pub(crate) fn parse(s: &str) -> KindSel {
+        let parts: Vec<&str> = s.split('/').collect();
+        let upper = |p: &str| p.chars().next().is_some_and(|c| c.is_ascii_uppercase());
+        let (g, v, k, sub) = match parts.as_slice() {
+            [k] => ("*", "*", *k, ""),
+            [a, b] if upper(a) || (*a == "*" && !upper(b) && *b != "*") => ("*", "*", *a, *b),
+            [v, k] => ("*", *v, *k, ""),
+            [v, k, sub] if upper(k) => ("*", *v, *k, *sub),
+            [g, v, k] => (*g, *v, *k, ""),
+            [g, v, k, sub, ..] => (*g, *v, *k, *sub),
+            [] => ("*", "*", "", ""),
+        };
+        KindSel {
+            group: g.to_string(),
+            version: v.to_string(),
+            kind: k.to_string(),
+            subresource: sub.to_string(),
+        }
+    }
+
+    pub(crate) fn matches(&self, t: &Target<'_>) -> bool {
+        wildcard::matches(&self.group, t.group)
+            && wildcard::matches(&self.version, t.version)
+            && wildcard::matches(&self.kind, t.kind)
+            && (self.subresource.is_empty() || self.subresource == "*")
+    }
+}
+
+/// A label selector with Kyverno's wildcard support in `matchLabels`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct LabelSelector {
+    match_labels: Vec<(String, String)>,
+    expressions: Vec<(String, String, Vec<String>)>,
+}
+
+impl LabelSelector {
+    pub(crate) fn parse(v: &Value, field: &str, err: &dyn Fn(String, String) -> Error) -> Result<LabelSelector> {
+        let Some(obj) = v.as_object() else {
+            return Err(err(field.to_string(), "must be a label selector object".into()));
+        };
+        let mut sel = LabelSelector::default();
+        if let Some(ml) = obj.get("matchLabels") {
+            let Some(ml) = ml.as_object() else {
+                return Err(err(format!("{field}.matchLabels"), "must be a map".into()));
+            };
+            for (k, v) in ml {
+                let v = match v {
+                    Value::String(s) => s.clone(),
+                    Value::Null => String::new(),
+                    other => other.to_string(),
+                };
+                sel.match_labels.push((k.clone(), v));
+            }
+        }
+        if let Some(exprs) = obj.get("matchExpressions") {
+            let Some(exprs) = exprs.as_array() else {
+                return Err(err(format!("{field}.matchExpressions"), "must be a list".into()));
+            };
+            for (i, e) in exprs.iter().enumerate() {
+                let key = e["key"].as_str().unwrap_or("").to_string();
+                let op = e["operator"].as_str().unwrap_or("").to_string();
+                if !matches!(op.as_str(), "In" | "NotIn" | "Exists" | "DoesNotExist") {
+                    return Err(err(
+                        format!("{field}.matchExpressions[{i}].operator"),
+                        format!("unknown operator {op:?} (In, NotIn, Exists, DoesNotExist)"),
+                    ));
+                }
+                let values = e["values"]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(|v| v.as_str().map(String::from)).collect())
+                    .unwrap_or_default();
+                sel.expressions.push((key, op, values));
+            }
+        }
+        Ok(sel)
+    }
+
+    pub(crate) fn matches_json(&self, labels: Option<&serde_json::Map<String, Value>>) -> bool {
+        let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
+        let iter = || labels.into_iter().flatten().filter_map(|(k, v)| v.as_str().map(|v| (k.as_str(), v)));
+        self.matches_with(get, iter)
+    }
+
+    pub(crate) fn matches_map(&self, labels: Option<&BTreeMap<String, String>>) -> bool {
+        let get = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
+        let iter = || labels.into_iter().flatten().map(|(k, v)| (k.as_str(), v.as_str()));
+        self.matches_with(get, iter)
+    }
+
+    fn matches_with<'a, G, I, It>(&self, get: G, iter: I) -> bool
+    where
+        G: Fn(&str) -> Option<&'a str>,
+        I: Fn() -> It,
+        It: Iterator<Item = (&'a str, &'a str)>,
+    {
+        for (k, v) in &self.match_labels {
+            let ok = if wildcard::has_wildcard(k) || wildcard::has_wildcard(v) {
+                iter().any(|(rk, rv)| wildcard::matches(k, rk) && wildcard::matches(v, rv))
+            } else {
+                get(k) == Some(v.as_str())
+            };
+            if !ok {
+                return false;
+            }
+        }
+        for (k, op, values) in &self.expressions {
+            let present = get(k);
+            let ok = match op.as_str() {
+                "In" => present.is_some_and(|p| values.iter().any(|v| v == p)),
+                "NotIn" => present.is_none_or(|p| !values.iter().any(|v| v == p)),
+                "Exists" => present.is_some(),
+                "DoesNotExist" => present.is_none(),
+                _ => false,
+            };
+            if !ok {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// One `resources` description.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct ResourceDesc {
+    pub kinds: Vec<KindSel>,
+    pub names: Vec<String>,
+    pub namespaces: Vec<String>,
+    pub annotations: Vec<(String, String)>,
+    pub selector: Option<LabelSelector>,
+    pub namespace_selector: Option<LabelSelector>,
+    pub operations: Vec<Operation>,
+}
+
+/// A subject of a rule's user-info match.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Subject {
+    kind: String,
+    name: String,
+    namespace: String,
+}
+
+/// A `ResourceFilter`: resources plus user info.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Filter {
+    pub resources: ResourceDesc,
+    pub subjects: Vec<Subject>,
+    pub roles: Vec<String>,
+    pub cluster_roles: Vec<String>,
+}
+
+/// A `match` or `exclude` block.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct MatchBlock {
+    pub any: Vec<Filter>,
+    pub all: Vec<Filter>,
+}
+
+fn strings(v: &Value, field: &str, err: &dyn Fn(String, String) -> Error) -> Result<Vec<String>> {
+    match v {
+        Value::Null => Ok(Vec::new()),
+        Value::Array(a) => a
+            .iter()
+            .enumerate()
+            .map(|(i, x)| {
+                x.as_str()
+                    .map(String::from)
+                    .ok_or_else(|| err(format!("{field}[{i}]"), "must be a string".into()))
+            })
+            .collect(),
+        _ => Err(err(field.to_string(), "must be a list of strings".into())),
+    }
+}
+
+impl ResourceDesc {
+    fn parse(v: &Value, field: &str, err: &dyn Fn(String, String) -> Error) -> Result<ResourceDesc> {
+        if v.is_null() {
+            return Ok(ResourceDesc::default());
+        }
+        if !v.is_object() {
+            return Err(err(field.to_string(), "must be an object".into()));
+        }
+        let mut names = strings(&v["names"], &format!("{field}.names"), err)?;
+        if let Some(n) = v["name"].as_str() {
+            names.push(n.to_string());
+        }
+        let operations = strings(&v["operations"], &format!("{field}.operations"), err)?
+            .iter()
+            .enumerate()
+            .map(|(i, o)| {
+                Operation::parse(o).ok_or_else(|| {
+                    err(
+                        format!("{field}.operations[{i}]"),
+                        format!("unknown operation {o:?} (CREATE, UPDATE, DELETE, CONNECT)"),
+                    )
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let annotations = match &v["annotations"] {
+            Value::Object(m) => m
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
+                .collect(),
+            _ => Vec::new(),
+        };
+        let selector = match &v["selector"] {
+            Value::Null => None,
+            s => Some(LabelSelector::parse(s, &format!("{field}.selector"), err)?),
+        };
+        let namespace_selector = match &v["namespaceSelector"] {
+            Value::Null => None,
+            s => Some(LabelSelector::parse(s, &format!("{field}.namespaceSelector"), err)?),
+        };
+        Ok(ResourceDesc {
+            kinds: strings(&v["kinds"], &format!("{field}.kinds"), err)?
+                .iter()
+                .map(|k| KindSel::parse(k))
+                .collect(),
+            names,
+            namespaces: strings(&v["namespaces"], &format!("{field}.namespaces"), err)?,
+            annotations,
+            selector,
+            namespace_selector,
+            operations,
+        })
+    }
+
+    fn is_empty(&self) -> bool {
+        *self == ResourceDesc::default()
+    }
+
+    fn matches(&self, t: &Target<'_>) -> bool {
+        if !self.kinds.is_empty() && !self.kinds.iter().any(|k| k.matches(t)) {
+            return false;
+        }
+        if !self.names.is_empty() && !self.names.iter().any(|n| wildcard::matches(n, t.name)) {
+            return false;
+        }
+        if !self.namespaces.is_empty() {
+            let ns = if t.kind == "Namespace" { t.name } else { t.namespace };
+            if !self.namespaces.iter().any(|n| wildcard::matches(n, ns)) {
+                return false;
+            }
+        }
+        if !self.annotations.is_empty() {
+            let ok = self.annotations.iter().all(|(k, v)| {
+                t.annotations.is_some_and(|a| {
+                    a.iter().any(|(ak, av)| {
+                        wildcard::matches(k, ak) && av.as_str().is_some_and(|av| wildcard::matches(v, av))
+                    })
+                })
+            });
+            if !ok {
+                return false;
+            }
+        }
+        if let Some(sel) = &self.selector {
+            if !sel.matches_json(t.labels) {
+                return false;
+            }
+        }
+        if let Some(sel) = &self.namespace_selector {
+            if t.kind == "Namespace" {
+                if !sel.matches_json(t.labels) {
+                    return false;
+                }
+            } else if !sel.matches_map(t.namespace_labels) {
+                return false;
+            }
+        }
+        if !self.operations.is_empty() && !self.operations.contains(&t.operation) {
+            return false;
+        }
+        true
+    }
+}
+
+impl Filter {
+    fn parse(v: &Value, field: &str, err: &dyn Fn(String, String) -> Error) -> Result<Filter> {
+        let subjects = match &v["subjects"] {
+            Value::Array(a) => a
+                .iter()
+                .map(|s| Subject {
+                    kind: s["kind"].as_str().unwrap_or("").to_string(),
+                    name: s["name"].as_str().unwrap_or("").to_string(),
+                    namespace: s["namespace"].as_str().unwrap_or("").to_string(),
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        Ok(Filter {
+            resources: ResourceDesc::parse(&v["resources"], &format!("{field}.resources"), err)?,
+            subjects,
+            roles: strings(&v["roles"], &format!("{field}.roles"), err)?,
+            cluster_roles: strings(&v["clusterRoles"], &format!("{field}.clusterRoles"), err)?,
+        })
+    }
+
+    fn is_empty(&self) -> bool {
+        self.resources.is_empty() && self.subjects.is_empty() && self.roles.is_empty() && self.cluster_roles.is_empty()
+    }
+
+    fn matches(&self, t: &Target<'_>) -> bool {
+        if !self.resources.matches(t) {
+            return false;
+        }
+        if !self.roles.is_empty() && !self.roles.iter().any(|r| t.user.roles.contains(r)) {
+            return false;
+        }
+        if !self.cluster_roles.is_empty() && !self.cluster_roles.iter().any(|r| t.user.cluster_roles.contains(r)) {
+            return false;
+        }
+        if !self.subjects.is_empty() && !self.subjects.iter().any(|s| subject_matches(s, t.user)) {
+            return false;
+        }
+        true
+    }
+}
+
+fn subject_matches(s: &Subject, user: &UserInfo) -> bool {
+    match s.kind.as_str() {
+        "User" => wildcard::matches(&s.name, &user.username),
+        "Group" => user.groups.iter().any(|g| wildcard::matches(&s.name, g)),
+        "ServiceAccount" => {
+            user.username == format!("system:serviceaccount:{}:{}", s.namespace, s.name)
+        }
+        _ => false,
+    }
+}
+
+impl MatchBlock {
+    /// Parses `match` / `exclude` (`any`, `all`, or the legacy top level).
+    pub(crate) fn parse(v: &Value, field: &str, err: &dyn Fn(String, String) -> Error) -> Result<MatchBlock> {
+        let mut block = MatchBlock::default();
+        if v.is_null() {
+            return Ok(block);
+        }
+        if !v.is_object() {
+            return Err(err(field.to_string(), "must be an object".into()));
+        }
+        for (key, list) in [("any", &mut block.any), ("all", &mut block.all)] {
+            match &v[key] {
+                Value::Null => {}
+                Value::Array(a) => {
+                    for (i, f) in a.iter().enumerate() {
+                        list.push(Filter::parse(f, &format!("{field}.{key}[{i}]"), err)?);
+                    }
+                }
+                _ => return Err(err(format!("{field}.{key}"), "must be a list".into())),
+            }
+        }
+        let legacy = Filter::parse(v, field, err)?;
+        if !legacy.is_empty() {
+            block.all.push(legacy);
+        }
+        Ok(block)
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.any.is_empty() && self.all.is_empty()
+    }
+
+    /// As a `match` block: empty matches nothing.
+    pub(crate) fn matches(&self, t: &Target<'_>) -> bool {
+        if self.is_empty() {
+            return false;
+        }
+        let any_ok = self.any.is_empty() || self.any.iter().any(|f| f.matches(t));
+        let all_ok = self.all.iter().all(|f| f.matches(t));
+        any_ok && all_ok
+    }
+
+    /// As an `exclude` block: empty excludes nothing.
+    pub(crate) fn excludes(&self, t: &Target<'_>) -> bool {
+        let any = self.any.iter().filter(|f| !f.is_empty()).any(|f| f.matches(t));
+        let all = !self.all.is_empty() && self.all.iter().all(|f| f.matches(t));
+        any || all
+    }
+
+    /// Every kind selector named (for autogen and loading).
+    pub(crate) fn kinds(&self) -> Vec<&KindSel> {
+        self.any
+            .iter()
+            .chain(&self.all)
+            .flat_map(|f| f.resources.kinds.iter())
+            .collect()
+    }
+
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn err(field: String, message: String) -> Error {
+        Error::invalid("ClusterPolicy", "t", field, message)
+    }
+
+    fn matches(block: Value, object: Value, ns_labels: Option<BTreeMap<String, String>>) -> bool {
+        let b = MatchBlock::parse(&block, "match", &err).unwrap();
+        let user = UserInfo {
+            username: "alice".into(),
+            groups: vec!["devs".into()],
+            roles: vec!["ns:role".into()],
+            cluster_roles: vec!["admin".into()],
+            ..UserInfo::default()
+        };
+        b.matches(&Target::of(&object, ns_labels.as_ref(), Operation::Create, &user))
+    }
+
+    #[test]
+    fn match_table() {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web-1", "namespace": "prod", "labels": {"app": "web", "tier": "front"}, "annotations": {"team": "a"}}});
+        let deploy = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "dev"}});
+        let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "prod", "labels": {"env": "prod"}}});
+        let labels: BTreeMap<String, String> = [("env".to_string(), "prod".to_string())].into();
+        let cases = [
+            ("kind", json!({"any": [{"resources": {"kinds": ["Pod"]}}]}), &pod, true),
+            ("other kind", json!({"any": [{"resources": {"kinds": ["Pod"]}}]}), &deploy, false),
+            ("gvk", json!({"any": [{"resources": {"kinds": ["apps/v1/Deployment"]}}]}), &deploy, true),
+            ("gvk wrong group", json!({"any": [{"resources": {"kinds": ["batch/v1/Deployment"]}}]}), &deploy, false),
+            ("version/kind", json!({"any": [{"resources": {"kinds": ["v1/Pod"]}}]}), &pod, true),
+            ("*/Pod", json!({"any": [{"resources": {"kinds": ["*/Pod"]}}]}), &pod, true),
+            ("wildcard kind", json!({"any": [{"resources": {"kinds": ["*"]}}]}), &deploy, true),
+            ("subresource only", json!({"any": [{"resources": {"kinds": ["Pod/exec"]}}]}), &pod, false),
+            ("legacy", json!({"resources": {"kinds": ["Pod"], "namespaces": ["prod"]}}), &pod, true),
+            ("legacy ns miss", json!({"resources": {"kinds": ["Pod"], "namespaces": ["dev"]}}), &pod, false),
+            ("names wildcard", json!({"any": [{"resources": {"kinds": ["Pod"], "names": ["web-*"]}}]}), &pod, true),
+            ("names miss", json!({"any": [{"resources": {"kinds": ["Pod"], "names": ["db-*"]}}]}), &pod, false),
+            ("selector", json!({"any": [{"resources": {"kinds": ["Pod"], "selector": {"matchLabels": {"app": "web"}}}}]}), &pod, true),
+            ("selector wildcard", json!({"any": [{"resources": {"kinds": ["Pod"], "selector": {"matchLabels": {"ti*": "fr*"}}}}]}), &pod, true),
+            ("selector expr", json!({"any": [{"resources": {"kinds": ["Pod"], "selector": {"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["web"]}]}}}]}), &pod, false),
+            ("annotations", json!({"any": [{"resources": {"kinds": ["Pod"], "annotations": {"team": "?"}}}]}), &pod, true),
+            ("ns selector", json!({"any": [{"resources": {"kinds": ["Pod"], "namespaceSelector": {"matchLabels": {"env": "prod"}}}}]}), &pod, true),
+            ("namespace by name", json!({"any": [{"resources": {"kinds": ["Namespace"], "namespaces": ["prod"]}}]}), &ns, true),
+            ("operations", json!({"any": [{"resources": {"kinds": ["Pod"], "operations": ["UPDATE"]}}]}), &pod, false),
+            ("all needs both", json!({"all": [{"resources": {"kinds": ["Pod"]}}, {"resources": {"namespaces": ["dev"]}}]}), &pod, false),
+            ("any needs one", json!({"any": [{"resources": {"kinds": ["Deployment"]}}, {"resources": {"namespaces": ["prod"]}}]}), &pod, true),
+            ("subjects user", json!({"any": [{"resources": {"kinds": ["Pod"]}, "subjects": [{"kind": "User", "name": "alice"}]}]}), &pod, true),
+            ("subjects group miss", json!({"any": [{"resources": {"kinds": ["Pod"]}, "subjects": [{"kind": "Group", "name": "ops"}]}]}), &pod, false),
+            ("clusterRoles", json!({"any": [{"resources": {"kinds": ["Pod"]}, "clusterRoles": ["admin"]}]}), &pod, true),
+            ("roles miss", json!({"any": [{"resources": {"kinds": ["Pod"]}, "roles": ["other"]}]}), &pod, false),
+            ("empty matches nothing", json!({}), &pod, false),
+        ];
+        for (name, block, object, want) in cases {
+            assert_eq!(matches(block, object.clone(), Some(labels.clone())), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn exclude_semantics() {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "kube-system"}});
+        let user = UserInfo::default();
+        let t = Target::of(&pod, None, Operation::Create, &user);
+        let ex = |v: Value| MatchBlock::parse(&v, "exclude", &err).unwrap().excludes(&t);
+        assert!(ex(json!({"any": [{"resources": {"namespaces": ["kube-system"]}}]})));
+        assert!(!ex(json!({"any": [{"resources": {"namespaces": ["default"]}}]})));
+        assert!(ex(json!({"resources": {"namespaces": ["kube-*"]}})));
+        assert!(!ex(json!({})));
+        assert!(!ex(json!({"all": [{"resources": {"namespaces": ["kube-system"]}}, {"resources": {"kinds": ["Deployment"]}}]})));
+    }
+}

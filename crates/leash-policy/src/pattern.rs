@@ -1,0 +1,487 @@
+//! Validate `pattern` matching with Kyverno's anchors.
+//!
+//! - `(key)` conditional: if the key is absent or its value does not match,
+//!   the enclosing map is skipped (and a rule whose every map skipped skips).
+//! - `<(key)` global: as conditional, but skips the whole rule.
+//! - `=(key)` equality: if present, must match.
+//! - `X(key)` negation: must be absent.
+//! - `^(key)` existence: at least one element of the list matches.
+//!
+//! Anchors are checked before the other keys of a map; keys whose values
+//! hold anchors are checked before plain keys. An array pattern whose first
+//! element is a map applies that map to every element of the resource's
+//! array; a scalar pattern against an array checks every element.
+
+use serde_json::{Map, Value};
+
+use crate::value;
+use crate::wildcard;
+
+/// The kind of an anchored key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Anchor {
+    Condition,
+    Global,
+    Equality,
+    Negation,
+    Existence,
+    AddIfNotPresent,
+}
+
+/// Splits an anchored key: `(name)` → `(Condition, "name")`.
+pub(crate) fn parse_anchor(key: &str) -> Option<(Anchor, &str)> {
+    let (anchor, rest) = match key.as_bytes().first()? {
+        b'(' => (Anchor::Condition, key),
+        b'<' => (Anchor::Global, &key[1..]),
+        b'=' => (Anchor::Equality, &key[1..]),
+        b'X' => (Anchor::Negation, &key[1..]),
+        b'^' => (Anchor::Existence, &key[1..]),
+        b'+' => (Anchor::AddIfNotPresent, &key[1..]),
+        _ => return None,
+    };
+    let inner = rest.strip_prefix('(')?.strip_suffix(')')?;
+    if inner.is_empty() {
+        return None;
+    }
+    Some((anchor, inner))
+}
+
+/// Why a pattern did not match.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Mismatch {
+    /// The resource violates the pattern at `path`.
+    Fail {
+        /// JSON-pointer-like path with a trailing slash (`/spec/containers/0/image/`).
+        path: String,
+        /// What did not match.
+        message: String,
+    },
+    /// A conditional or global anchor did not hold: the rule does not apply.
+    Skip {
+        /// Why.
+        message: String,
+    },
+}
+
+#[derive(Debug)]
+enum Err {
+    Fail(String, String),
+    Negation(String, String),
+    Conditional(String),
+    Global(String),
+}
+
+impl Err {
+    fn is_skip(&self) -> bool {
+        matches!(self, Err::Conditional(_) | Err::Global(_))
+    }
+    fn message(&self) -> &str {
+        match self {
+            Err::Fail(_, m) | Err::Negation(_, m) | Err::Conditional(m) | Err::Global(m) => m,
+        }
+    }
+}
+
+/// Matches `resource` against `pattern` (variables already substituted).
+pub fn match_pattern(resource: &Value, pattern: &Value) -> Result<(), Mismatch> {
+    match element(resource, pattern, "/") {
+        Ok(()) => Ok(()),
+        Err(e) if e.is_skip() => Err(Mismatch::Skip {
+            message: e.message().to_string(),
+        }),
+        Err(Err::Fail(path, message)) | Err(Err::Negation(path, message)) => {
+            Err(Mismatch::Fail { path, message })
+        }
+        Err(e) => Err(Mismatch::Fail {
+            path: String::new(),
+            message: e.message().to_string(),
+        }),
+    }
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "<nil>",
+        Value::Bool(_) => "bool",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "map",
+    }
+}
+
+fn display(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "<nil>".to_string(),
+        other => other.to_string(),
+    }
+}
+
+fn element(resource: &Value, pattern: &Value, path: &str) -> Result<(), Err> {
+    match pattern {
+        Value::Object(p) => match resource {
+            Value::Object(r) => map(r, p, path),
+            other => Err(Err::Fail(
+                path.to_string(),
+                format!(
+                    "pattern and resource have different structures. Path: {path}. Expected map, found {}",
+                    type_name(other)
+                ),
+            )),
+        },
+        Value::Array(p) => match resource {
+            Value::Array(r) => array(r, p, path),
+            _ => Err(Err::Fail(
+                path.to_string(),
+                format!(
+                    "validation rule failed at path {path}, resource does not satisfy the expected overlay pattern"
+                ),
+            )),
+        },
+        scalar => {
+            let ok = match resource {
+                Value::Array(items) => items.iter().all(|item| value::validate(item, scalar)),
+                other => value::validate(other, scalar),
+            };
+            if ok {
+                Ok(())
+            } else {
+                Err(Err::Fail(
+                    path.to_string(),
+                    format!(
+                        "resource value '{}' does not match '{}' at path {path}",
+                        display(resource),
+                        display(scalar)
+                    ),
+                ))
+            }
+        }
+    }
+}
+
+fn has_nested_anchor(v: &Value) -> bool {
+    match v {
+        Value::Object(m) => m
+            .iter()
+            .any(|(k, v)| parse_anchor(k).is_some() || has_nested_anchor(v)),
+        Value::Array(a) => a.iter().any(has_nested_anchor),
+        _ => false,
+    }
+}
+
+fn map(resource: &Map<String, Value>, pattern: &Map<String, Value>, path: &str) -> Result<(), Err> {
+    let expanded;
+    let pattern = match expand_metadata_wildcards(pattern, resource) {
+        Some(p) => {
+            expanded = p;
+            &expanded
+        }
+        None => pattern,
+    };
+    // Phase 1: anchors.
+    for (key, sub) in pattern {
+        if let Some((anchor, name)) = parse_anchor(key) {
+            anchored(anchor, name, sub, resource, path)?;
+        }
+    }
+    // Phase 2: plain keys, those holding nested anchors first.
+    let plain = pattern.iter().filter(|(k, _)| parse_anchor(k).is_none());
+    let (nested, rest): (Vec<_>, Vec<_>) = plain.partition(|(_, v)| has_nested_anchor(v));
+    for (key, sub) in nested.into_iter().chain(rest) {
+        let current = format!("{path}{key}/");
+        let value = resource.get(key.as_str()).unwrap_or(&Value::Null);
+        if sub.as_str() == Some("*") {
+            if value.is_null() {
+                return Err(Err::Fail(path.to_string(), format!("{path}/{key} not found")));
+            }
+            continue;
+        }
+        element(value, sub, &current)?;
+    }
+    Ok(())
+}
+
+fn anchored(
+    anchor: Anchor,
+    key: &str,
+    sub: &Value,
+    resource: &Map<String, Value>,
+    path: &str,
+) -> Result<(), Err> {
+    let current = format!("{path}{key}/");
+    let value = resource.get(key);
+    match anchor {
+        Anchor::Condition => match value {
+            Some(v) => element(v, sub, &current)
+                .map_err(|e| Err::Conditional(format!("conditional anchor mismatch: {}", e.message()))),
+            None => Err(Err::Conditional(
+                "conditional anchor key doesn't exist in the resource".to_string(),
+            )),
+        },
+        Anchor::Global => match value {
+            Some(v) => element(v, sub, &current)
+                .map_err(|e| Err::Global(format!("global anchor mismatch: {}", e.message()))),
+            None => Ok(()),
+        },
+        Anchor::Equality | Anchor::AddIfNotPresent => match value {
+            Some(v) => element(v, sub, &current),
+            None => Ok(()),
+        },
+        Anchor::Negation => match value {
+            Some(_) => Err(Err::Negation(current.clone(), format!("{current} is not allowed"))),
+            None => Ok(()),
+        },
+        Anchor::Existence => match value {
+            None => Ok(()),
+            Some(Value::Array(items)) => {
+                let Value::Array(patterns) = sub else {
+                    return Err(Err::Fail(
+                        current,
+                        "invalid pattern: the existence anchor needs a list pattern".to_string(),
+                    ));
+                };
+                for p in patterns {
+                    if !p.is_object() {
+                        return Err(Err::Fail(
+                            current,
+                            "invalid pattern: existence anchor list items must be maps".to_string(),
+                        ));
+                    }
+                    let found = items
+                        .iter()
+                        .enumerate()
+                        .any(|(i, item)| element(item, p, &format!("{current}{i}/")).is_ok());
+                    if !found {
+                        return Err(Err::Fail(
+                            current.clone(),
+                            format!("existence anchor validation failed at path {current}"),
+                        ));
+                    }
+                }
+                Ok(())
+            }
+            Some(other) => Err(Err::Fail(
+                current,
+                format!(
+                    "invalid resource type {}: existence ^() anchor can be used only on list/array type resource",
+                    type_name(other)
+                ),
+            )),
+        },
+    }
+}
+
+fn array(resource: &[Value], pattern: &[Value], path: &str) -> Result<(), Err> {
+    let Some(first) = pattern.first() else {
+        return Err(Err::Fail(path.to_string(), "pattern Array empty".to_string()));
+    };
+    match first {
+        Value::Object(_) => {
+            let mut applied = 0;
+            let mut skips = Vec::new();
+            for (i, item) in resource.iter().enumerate() {
+                match element(item, first, &format!("{path}{i}/")) {
+                    Ok(()) => applied += 1,
+                    Err(e) if e.is_skip() => skips.push(e),
+                    Err(e) => return Err(e),
+                }
+            }
+            if applied == 0 && !skips.is_empty() {
+                let message = skips.iter().map(Err::message).collect::<Vec<_>>().join("; ");
+                return Err(if skips.iter().any(|e| matches!(e, Err::Global(_))) {
+                    Err::Global(message)
+                } else {
+                    Err::Conditional(message)
+                });
+            }
+            Ok(())
+        }
+        Value::Array(_) => {
+            if resource.len() < pattern.len() {
+                return Err(Err::Fail(
+                    path.to_string(),
+                    format!(
+                        "validate Array failed, array length mismatch, resource Array len is {} and pattern Array len is {}",
+                        resource.len(),
+                        pattern.len()
+                    ),
+                ));
+            }
+            let mut applied = 0;
+            let mut skips = Vec::new();
+            for (i, p) in pattern.iter().enumerate() {
+                match element(&resource[i], p, &format!("{path}{i}/")) {
+                    Ok(()) => applied += 1,
+                    Err(e) if e.is_skip() => skips.push(e),
+                    Err(e) => return Err(e),
+                }
+            }
+            if applied == 0 && !skips.is_empty() {
+                let message = skips.iter().map(Err::message).collect::<Vec<_>>().join("; ");
+                return Err(Err::Conditional(message));
+            }
+            Ok(())
+        }
+        _ => element(&Value::Array(resource.to_vec()), first, path),
+    }
+}
+
+/// Kyverno's `ExpandInMetadata`: wildcard keys under `metadata.labels` and
+/// `metadata.annotations` of the pattern name the resource's matching key.
+fn expand_metadata_wildcards(
+    pattern: &Map<String, Value>,
+    resource: &Map<String, Value>,
+) -> Option<Map<String, Value>> {
+    let pmeta = pattern.get("metadata")?.as_object()?;
+    let rmeta = resource.get("metadata")?.as_object()?;
+    let mut changed = false;
+    let mut new_meta = pmeta.clone();
+    for field in ["labels", "annotations"] {
+        let Some(Value::Object(pmap)) = pmeta.get(field) else {
+            continue;
+        };
+        if !pmap.keys().any(|k| wildcard::has_wildcard(k)) {
+            continue;
+        }
+        let empty = Map::new();
+        let rmap = rmeta.get(field).and_then(Value::as_object).unwrap_or(&empty);
+        let mut out = Map::new();
+        for (k, v) in pmap {
+            if !wildcard::has_wildcard(k) || parse_anchor(k).is_some() {
+                out.insert(k.clone(), v.clone());
+                continue;
+            }
+            let vs = v.as_str();
+            let hit = rmap.iter().find(|(rk, rv)| {
+                wildcard::matches(k, rk)
+                    && vs.is_none_or(|vs| rv.as_str().is_some_and(|rv| wildcard::matches(vs, rv)))
+            });
+            match hit {
+                Some((rk, rv)) => {
+                    out.insert(rk.clone(), rv.clone());
+                }
+                None => {
+                    let k = k.replace(['*', '?'], "0");
+                    let v = match vs {
+                        Some(s) => Value::String(s.replace(['*', '?'], "0")),
+                        None => v.clone(),
+                    };
+                    out.insert(k, v);
+                }
+            }
+        }
+        new_meta.insert(field.to_string(), Value::Object(out));
+        changed = true;
+    }
+    if !changed {
+        return None;
+    }
+    let mut p = pattern.clone();
+    p.insert("metadata".to_string(), Value::Object(new_meta));
+    Some(p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[derive(Debug, PartialEq)]
+    enum Want {
+        Pass,
+        Fail,
+        Skip,
+    }
+
+    fn run(resource: Value, pattern: Value) -> Want {
+        match match_pattern(&resource, &pattern) {
+            Ok(()) => Want::Pass,
+            Err(Mismatch::Fail { .. }) => Want::Fail,
+            Err(Mismatch::Skip { .. }) => Want::Skip,
+        }
+    }
+
+    #[test]
+    fn anchors_and_arrays() {
+        let pod = |containers: Value| json!({"spec": {"containers": containers}});
+        let cases = [
+            // plain keys
+            ("plain match", pod(json!([{"image": "a:1"}])), json!({"spec": {"containers": [{"image": "!*:latest"}]}}), Want::Pass),
+            ("plain mismatch", pod(json!([{"image": "a:latest"}])), json!({"spec": {"containers": [{"image": "!*:latest"}]}}), Want::Fail),
+            ("every element", pod(json!([{"image": "a:1"}, {"image": "b:latest"}])), json!({"spec": {"containers": [{"image": "!*:latest"}]}}), Want::Fail),
+            ("missing key fails", pod(json!([{"name": "a"}])), json!({"spec": {"containers": [{"image": "?*"}]}}), Want::Fail),
+            ("star needs presence", pod(json!([{"name": "a"}])), json!({"spec": {"containers": [{"image": "*"}]}}), Want::Fail),
+            ("star present", pod(json!([{"image": ""}])), json!({"spec": {"containers": [{"image": "*"}]}}), Want::Pass),
+            // conditional
+            ("conditional holds, rest fails", pod(json!([{"image": "a:latest", "imagePullPolicy": "IfNotPresent"}])),
+                json!({"spec": {"containers": [{"(image)": "*:latest", "imagePullPolicy": "Always"}]}}), Want::Fail),
+            ("conditional holds, rest passes", pod(json!([{"image": "a:latest", "imagePullPolicy": "Always"}])),
+                json!({"spec": {"containers": [{"(image)": "*:latest", "imagePullPolicy": "Always"}]}}), Want::Pass),
+            ("conditional never holds skips", pod(json!([{"image": "a:1", "imagePullPolicy": "IfNotPresent"}])),
+                json!({"spec": {"containers": [{"(image)": "*:latest", "imagePullPolicy": "Always"}]}}), Want::Skip),
+            ("conditional key absent skips", json!({"metadata": {"name": "x"}}),
+                json!({"metadata": {"(labels)": {"app": "x"}}}), Want::Skip),
+            ("some elements skip, others pass", pod(json!([{"image": "a:1"}, {"image": "b:latest", "imagePullPolicy": "Always"}])),
+                json!({"spec": {"containers": [{"(image)": "*:latest", "imagePullPolicy": "Always"}]}}), Want::Pass),
+            // equality
+            ("equality absent passes", json!({"spec": {}}), json!({"spec": {"=(hostNetwork)": false}}), Want::Pass),
+            ("equality present mismatch fails", json!({"spec": {"hostNetwork": true}}), json!({"spec": {"=(hostNetwork)": false}}), Want::Fail),
+            ("equality present match passes", json!({"spec": {"hostNetwork": false}}), json!({"spec": {"=(hostNetwork)": false}}), Want::Pass),
+            // negation
+            ("negation present fails", json!({"spec": {"hostPath": {}}}), json!({"spec": {"X(hostPath)": "null"}}), Want::Fail),
+            ("negation absent passes", json!({"spec": {}}), json!({"spec": {"X(hostPath)": "null"}}), Want::Pass),
+            // existence
+            ("existence one matches", pod(json!([{"image": "a:1"}, {"image": "b:2"}])),
+                json!({"spec": {"^(containers)": [{"image": "b:*"}]}}), Want::Pass),
+            ("existence none matches", pod(json!([{"image": "a:1"}])),
+                json!({"spec": {"^(containers)": [{"image": "b:*"}]}}), Want::Fail),
+            // global
+            ("global mismatch skips", pod(json!([{"image": "a:1", "x": "1"}])),
+                json!({"spec": {"containers": [{"<(image)": "b:*", "x": "2"}]}}), Want::Skip),
+            ("global holds then checks", pod(json!([{"image": "b:1", "x": "1"}])),
+                json!({"spec": {"containers": [{"<(image)": "b:*", "x": "2"}]}}), Want::Fail),
+            // structures
+            ("map vs scalar fails", json!({"spec": "x"}), json!({"spec": {"a": 1}}), Want::Fail),
+            ("null pattern absent", json!({"spec": {}}), json!({"spec": {"hostPID": null}}), Want::Pass),
+            ("scalar array all elements", json!({"list": ["a", "b"]}), json!({"list": "?"}), Want::Pass),
+            ("scalar pattern array", json!({"list": ["a", "bb"]}), json!({"list": ["?"]}), Want::Fail),
+            // metadata wildcard keys
+            ("label wildcard key present", json!({"metadata": {"labels": {"app.kubernetes.io/name": "x"}}}),
+                json!({"metadata": {"labels": {"app.kubernetes.io/*": "?*"}}}), Want::Pass),
+            ("label wildcard key absent", json!({"metadata": {"labels": {"other": "x"}}}),
+                json!({"metadata": {"labels": {"app.kubernetes.io/*": "x"}}}), Want::Fail),
+        ];
+        for (name, resource, pattern, want) in cases {
+            assert_eq!(run(resource, pattern), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn failure_paths() {
+        let err = match_pattern(
+            &json!({"spec": {"containers": [{"image": "a"}, {"image": "b:latest"}]}}),
+            &json!({"spec": {"containers": [{"image": "!*:latest"}]}}),
+        )
+        .unwrap_err();
+        assert_eq!(
+            err,
+            Mismatch::Fail {
+                path: "/spec/containers/1/image/".into(),
+                message: "resource value 'b:latest' does not match '!*:latest' at path /spec/containers/1/image/".into()
+            }
+        );
+    }
+
+    #[test]
+    fn anchor_parsing() {
+        assert_eq!(parse_anchor("(name)"), Some((Anchor::Condition, "name")));
+        assert_eq!(parse_anchor("=(name)"), Some((Anchor::Equality, "name")));
+        assert_eq!(parse_anchor("X(name)"), Some((Anchor::Negation, "name")));
+        assert_eq!(parse_anchor("^(name)"), Some((Anchor::Existence, "name")));
+        assert_eq!(parse_anchor("<(name)"), Some((Anchor::Global, "name")));
+        assert_eq!(parse_anchor("name"), None);
+        assert_eq!(parse_anchor("()"), None);
+        assert_eq!(parse_anchor("Xname"), None);
+    }
+}

@@ -1,0 +1,492 @@
+//! Kyverno `ClusterPolicy` / `Policy` (`kyverno.io/v1`, `v2beta1`): parsed
+//! and compiled once into an immutable [`Policy`].
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+
+use crate::autogen;
+use crate::cel::CelRule;
+use crate::conditions::CondOp;
+use crate::error::{Error, Result};
+use crate::matching::MatchBlock;
+use crate::vars::ExprCache;
+
+/// What a failed validate rule does at admission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureAction {
+    /// Report only.
+    Audit,
+    /// Deny the request.
+    Enforce,
+}
+
+impl FailureAction {
+    fn parse(s: &str) -> Option<FailureAction> {
+        match s.to_ascii_lowercase().as_str() {
+            "audit" => Some(FailureAction::Audit),
+            "enforce" => Some(FailureAction::Enforce),
+            _ => None,
+        }
+    }
+}
+
+/// A compiled Kyverno policy. Immutable; share it as `Arc<Policy>`.
+#[derive(Debug)]
+pub struct Policy {
+    pub(crate) kind: String,
+    pub(crate) name: String,
+    pub(crate) namespace: Option<String>,
+    pub(crate) key: Arc<str>,
+    pub(crate) annotations: BTreeMap<String, String>,
+    pub(crate) background: bool,
+    pub(crate) admission: bool,
+    pub(crate) failure_action: FailureAction,
+    pub(crate) rules: Vec<Rule>,
+    pub(crate) cache: ExprCache,
+}
+
+/// One rule (including autogen-generated ones).
+#[derive(Debug)]
+pub(crate) struct Rule {
+    pub name: String,
+    /// The rule it was generated from (itself when not autogen).
+    pub base_name: String,
+    pub match_: MatchBlock,
+    pub exclude: MatchBlock,
+    pub context: Vec<ContextEntry>,
+    pub preconditions: Option<Value>,
+    pub validate: Option<Validate>,
+    pub failure_action: Option<FailureAction>,
+}
+
+/// A rule's `validate`.
+#[derive(Debug)]
+pub(crate) struct Validate {
+    pub message: Option<String>,
+    pub check: Check,
+}
+
+/// What a validate (or a foreach level) checks.
+#[derive(Debug)]
+pub(crate) enum Check {
+    Pattern(Value),
+    AnyPattern(Vec<Value>),
+    Deny(Value),
+    Foreach(Vec<Foreach>),
+    Cel(Box<CelRule>),
+    /// A kind of check this engine does not evaluate (named).
+    Unsupported(&'static str),
+}
+
+/// One `foreach` declaration.
+#[derive(Debug)]
+pub(crate) struct Foreach {
+    pub list: String,
+    pub element_scope: Option<bool>,
+    pub context: Vec<ContextEntry>,
+    pub preconditions: Option<Value>,
+    pub check: Check,
+}
+
+/// A rule `context` entry.
+#[derive(Debug, Clone)]
+pub(crate) struct ContextEntry {
+    pub name: String,
+    pub source: ContextSource,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) enum ContextSource {
+    Variable {
+        value: Option<Value>,
+        jmes_path: Option<String>,
+        default: Option<Value>,
+    },
+    ConfigMap {
+        name: String,
+        namespace: String,
+    },
+    ApiCall {
+        url_path: String,
+        jmes_path: Option<String>,
+        default: Option<Value>,
+    },
+    GlobalReference {
+        name: String,
+        projection: Option<String>,
+        jmes_path: Option<String>,
+    },
+    Unsupported(&'static str),
+}
+
+impl Policy {
+    /// The policy's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `namespace/name` for a namespaced `Policy`, `name` otherwise.
+    pub fn key(&self) -> &Arc<str> {
+        &self.key
+    }
+
+    /// `ClusterPolicy` or `Policy`.
+    pub fn kind(&self) -> &str {
+        &self.kind
+    }
+
+    /// The namespace of a `Policy`.
+    pub fn namespace(&self) -> Option<&str> {
+        self.namespace.as_deref()
+    }
+
+    /// `spec.background` (default true).
+    pub fn background(&self) -> bool {
+        self.background
+    }
+
+    /// `spec.admission` (default true).
+    pub fn admission(&self) -> bool {
+        self.admission
+    }
+
+    /// The policy-wide failure action.
+    pub fn failure_action(&self) -> FailureAction {
+        self.failure_action
+    }
+
+    /// The failure action of one rule (its own `failureAction`, or the policy's).
+    pub fn rule_failure_action(&self, rule: &str) -> FailureAction {
+        self.rules
+            .iter()
+            .find(|r| r.name == rule)
+            .and_then(|r| r.failure_action)
+            .unwrap_or(self.failure_action)
+    }
+
+    /// An annotation's value.
+    pub fn annotation(&self, key: &str) -> Option<&str> {
+        self.annotations.get(key).map(String::as_str)
+    }
+
+    /// The names of the rules evaluated (autogen rules included).
+    pub fn rule_names(&self) -> impl Iterator<Item = &str> {
+        self.rules.iter().filter(|r| r.validate.is_some()).map(|r| r.name.as_str())
+    }
+
+    /// Every kind named by a validate rule's match (`Pod`, `apps/v1/Deployment`, `*`).
+    pub fn matched_kinds(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for r in self.rules.iter().filter(|r| r.validate.is_some()) {
+            for k in r.match_.kinds() {
+                let s = if k.group == "*" && k.version == "*" {
+                    k.kind.clone()
+                } else if k.group == "*" {
+                    format!("{}/{}", k.version, k.kind)
+                } else {
+                    format!("{}/{}/{}", k.group, k.version, k.kind)
+                };
+                if !out.contains(&s) {
+                    out.push(s);
+                }
+            }
+        }
+        out
+    }
+
+    /// Parses and compiles a `ClusterPolicy` or `Policy` document.
+    pub fn compile(doc: &Value) -> Result<Policy> {
+        let kind = doc["kind"].as_str().unwrap_or("").to_string();
+        let name = doc["metadata"]["name"].as_str().unwrap_or("").to_string();
+        let err = |field: String, message: String| Error::invalid(kind.clone(), name.clone(), field, message);
+        if !matches!(kind.as_str(), "ClusterPolicy" | "Policy") {
+            return Err(Error::Unsupported(format!("kind {kind:?} is not ClusterPolicy or Policy")));
+        }
+        if name.is_empty() {
+            return Err(err("metadata.name".into(), "is required".into()));
+        }
+        let namespace = if kind == "Policy" {
+            Some(doc["metadata"]["namespace"].as_str().unwrap_or("default").to_string())
+        } else {
+            None
+        };
+        let spec = &doc["spec"];
+        if !spec.is_object() {
+            return Err(err("spec".into(), "is required and must be an object".into()));
+        }
+        let empty = Map::new();
+        let annotations_json = doc["metadata"]["annotations"].as_object().unwrap_or(&empty);
+        let annotations = annotations_json
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
+            .collect();
+        let failure_action = match spec["validationFailureAction"].as_str() {
+            None => FailureAction::Audit,
+            Some(s) => FailureAction::parse(s).ok_or_else(|| {
+                err("spec.validationFailureAction".into(), format!("{s:?} is not Audit or Enforce"))
+            })?,
+        };
+        let bool_field = |f: &str| -> Result<bool> {
+            match &spec[f] {
+                Value::Null => Ok(true),
+                Value::Bool(b) => Ok(*b),
+                _ => Err(err(format!("spec.{f}"), "must be a boolean".into())),
+            }
+        };
+        let background = bool_field("background")?;
+        let admission = bool_field("admission")?;
+        let Some(raw_rules) = spec["rules"].as_array() else {
+            return Err(err("spec.rules".into(), "is required and must be a list".into()));
+        };
+        let controllers = autogen::controllers(annotations_json, raw_rules);
+        let mut cache = ExprCache::default();
+        let mut rules = Vec::new();
+        for (i, raw) in raw_rules.iter().enumerate() {
+            let field = format!("spec.rules[{i}]");
+            let base = compile_rule(raw, &field, &err, &mut cache)?;
+            let base_name = base.name.clone();
+            rules.push(base);
+            for generated in autogen::rules_for(raw, &controllers) {
+                let mut rule = compile_rule(&generated, &field, &err, &mut cache)?;
+                rule.base_name = base_name.clone();
+                rules.push(rule);
+            }
+        }
+        let key: Arc<str> = match &namespace {
+            Some(ns) => format!("{ns}/{name}").into(),
+            None => name.clone().into(),
+        };
+        Ok(Policy {
+            kind,
+            name,
+            namespace,
+            key,
+            annotations,
+            background,
+            admission,
+            failure_action,
+            rules,
+            cache,
+        })
+    }
+}
+
+type ErrFn<'a> = dyn Fn(String, String) -> Error + 'a;
+
+fn compile_rule(raw: &Value, field: &str, err: &ErrFn<'_>, cache: &mut ExprCache) -> Result<Rule> {
+    let name = raw["name"]
+        .as_str()
+        .ok_or_else(|| err(format!("{field}.name"), "is required".into()))?
+        .to_string();
+    let match_ = MatchBlock::parse(&raw["match"], &format!("{field}.match"), err)?;
+    if match_.is_empty() {
+        return Err(err(format!("{field}.match"), "is required (any, all or resources)".into()));
+    }
+    let exclude = MatchBlock::parse(&raw["exclude"], &format!("{field}.exclude"), err)?;
+    let context = compile_context(&raw["context"], &format!("{field}.context"), err, cache)?;
+    let preconditions = compile_conditions(&raw["preconditions"], &format!("{field}.preconditions"), err, cache)?;
+    let (validate, failure_action) = match &raw["validate"] {
+        Value::Null => (None, None),
+        v => {
+            let vf = format!("{field}.validate");
+            let message = match &v["message"] {
+                Value::Null => None,
+                Value::String(s) => {
+                    cache.collect(&Value::String(s.clone())).map_err(|e| err(format!("{vf}.message"), e))?;
+                    Some(s.clone())
+                }
+                _ => return Err(err(format!("{vf}.message"), "must be a string".into())),
+            };
+            let fa = match v["failureAction"].as_str() {
+                None => None,
+                Some(s) => Some(FailureAction::parse(s).ok_or_else(|| {
+                    err(format!("{vf}.failureAction"), format!("{s:?} is not Audit or Enforce"))
+                })?),
+            };
+            let check = compile_check(v, &vf, err, cache, true)?;
+            (Some(Validate { message, check }), fa)
+        }
+    };
+    Ok(Rule {
+        base_name: name.clone(),
+        name,
+        match_,
+        exclude,
+        context,
+        preconditions,
+        validate,
+        failure_action,
+    })
+}
+
+fn compile_check(v: &Value, field: &str, err: &ErrFn<'_>, cache: &mut ExprCache, top: bool) -> Result<Check> {
+    let collect = |cache: &mut ExprCache, doc: &Value, f: &str| cache.collect(doc).map_err(|e| err(f.to_string(), e));
+    if let Some(p) = v.get("pattern").filter(|p| !p.is_null()) {
+        collect(cache, p, &format!("{field}.pattern"))?;
+        return Ok(Check::Pattern(p.clone()));
+    }
+    if let Some(p) = v.get("anyPattern").filter(|p| !p.is_null()) {
+        let Some(list) = p.as_array() else {
+            return Err(err(format!("{field}.anyPattern"), "must be a list of patterns".into()));
+        };
+        collect(cache, p, &format!("{field}.anyPattern"))?;
+        return Ok(Check::AnyPattern(list.clone()));
+    }
+    if let Some(d) = v.get("deny").filter(|d| !d.is_null()) {
+        let conditions = d.get("conditions").cloned().unwrap_or(Value::Null);
+        let compiled = compile_conditions(&conditions, &format!("{field}.deny.conditions"), err, cache)?;
+        return Ok(Check::Deny(compiled.unwrap_or(Value::Null)));
+    }
+    if let Some(f) = v.get("foreach").filter(|f| !f.is_null()) {
+        let Some(list) = f.as_array() else {
+            return Err(err(format!("{field}.foreach"), "must be a list".into()));
+        };
+        let mut out = Vec::new();
+        for (i, decl) in list.iter().enumerate() {
+            let df = format!("{field}.foreach[{i}]");
+            let Some(l) = decl["list"].as_str() else {
+                return Err(err(format!("{df}.list"), "is required (a JMESPath expression)".into()));
+            };
+            let list_expr = l.trim().trim_start_matches("{{").trim_end_matches("}}").trim().to_string();
+            cache.add(&list_expr).map_err(|e| err(format!("{df}.list"), e))?;
+            let element_scope = match &decl["elementScope"] {
+                Value::Null => None,
+                Value::Bool(b) => Some(*b),
+                _ => return Err(err(format!("{df}.elementScope"), "must be a boolean".into())),
+            };
+            out.push(Foreach {
+                list: list_expr,
+                element_scope,
+                context: compile_context(&decl["context"], &format!("{df}.context"), err, cache)?,
+                preconditions: compile_conditions(&decl["preconditions"], &format!("{df}.preconditions"), err, cache)?,
+                check: compile_check(decl, &df, err, cache, false)?,
+            });
+        }
+        return Ok(Check::Foreach(out));
+    }
+    if top {
+        if let Some(c) = v.get("cel").filter(|c| !c.is_null()) {
+            return Ok(Check::Cel(Box::new(CelRule::compile(c, "ClusterPolicy", "", &format!("{field}.cel"))?)));
+        }
+        if v.get("podSecurity").is_some_and(|p| !p.is_null()) {
+            return Ok(Check::Unsupported("validate.podSecurity"));
+        }
+        if v.get("manifests").is_some_and(|p| !p.is_null()) {
+            return Ok(Check::Unsupported("validate.manifests"));
+        }
+        return Err(err(
+            field.to_string(),
+            "needs one of pattern, anyPattern, deny, foreach, cel or podSecurity".into(),
+        ));
+    }
+    Err(err(field.to_string(), "needs one of pattern, anyPattern, deny or foreach".into()))
+}
+
+/// Checks a conditions block (operators known, expressions compile) and
+/// returns it unchanged for evaluation.
+fn compile_conditions(v: &Value, field: &str, err: &ErrFn<'_>, cache: &mut ExprCache) -> Result<Option<Value>> {
+    let check_list = |list: &[Value], f: &str, cache: &mut ExprCache| -> Result<()> {
+        for (i, c) in list.iter().enumerate() {
+            let cf = format!("{f}[{i}]");
+            let op = c["operator"].as_str().unwrap_or("");
+            if CondOp::parse(op).is_none() {
+                return Err(err(format!("{cf}.operator"), format!("unknown operator {op:?}")));
+            }
+            for part in ["key", "value"] {
+                cache.collect(&c[part]).map_err(|e| err(format!("{cf}.{part}"), e))?;
+            }
+        }
+        Ok(())
+    };
+    match v {
+        Value::Null => Ok(None),
+        Value::Array(list) => {
+            check_list(list, field, cache)?;
+            Ok(Some(v.clone()))
+        }
+        Value::Object(m) => {
+            for key in ["any", "all"] {
+                match m.get(key) {
+                    None | Some(Value::Null) => {}
+                    Some(Value::Array(list)) => check_list(list, &format!("{field}.{key}"), cache)?,
+                    Some(_) => return Err(err(format!("{field}.{key}"), "must be a list".into())),
+                }
+            }
+            Ok(Some(v.clone()))
+        }
+        _ => Err(err(field.to_string(), "must be any/all conditions or a list".into())),
+    }
+}
+
+fn compile_context(v: &Value, field: &str, err: &ErrFn<'_>, cache: &mut ExprCache) -> Result<Vec<ContextEntry>> {
+    let Some(list) = v.as_array() else {
+        if v.is_null() {
+            return Ok(Vec::new());
+        }
+        return Err(err(field.to_string(), "must be a list".into()));
+    };
+    let mut out = Vec::new();
+    for (i, e) in list.iter().enumerate() {
+        let ef = format!("{field}[{i}]");
+        let name = e["name"]
+            .as_str()
+            .ok_or_else(|| err(format!("{ef}.name"), "is required".into()))?
+            .to_string();
+        cache.collect(e).map_err(|m| err(ef.clone(), m))?;
+        let mut jp = |obj: &Value| -> Result<Option<String>> {
+            match obj["jmesPath"].as_str() {
+                None => Ok(None),
+                Some(p) => {
+                    cache_add_plain(cache, p).map_err(|m| err(format!("{ef}.jmesPath"), m))?;
+                    Ok(Some(p.to_string()))
+                }
+            }
+        };
+        let source = if let Some(var) = e.get("variable").filter(|x| !x.is_null()) {
+            ContextSource::Variable {
+                value: var.get("value").cloned(),
+                jmes_path: jp(var)?,
+                default: var.get("default").cloned(),
+            }
+        } else if let Some(cm) = e.get("configMap").filter(|x| !x.is_null()) {
+            ContextSource::ConfigMap {
+                name: cm["name"].as_str().unwrap_or("").to_string(),
+                namespace: cm["namespace"].as_str().unwrap_or("").to_string(),
+            }
+        } else if let Some(call) = e.get("apiCall").filter(|x| !x.is_null()) {
+            match call["urlPath"].as_str() {
+                Some(url) => ContextSource::ApiCall {
+                    url_path: url.to_string(),
+                    jmes_path: jp(call)?,
+                    default: call.get("default").cloned(),
+                },
+                None => ContextSource::Unsupported("apiCall.service"),
+            }
+        } else if let Some(g) = e.get("globalReference").filter(|x| !x.is_null()) {
+            ContextSource::GlobalReference {
+                name: g["name"].as_str().unwrap_or("").to_string(),
+                projection: g["projection"].as_str().map(String::from),
+                jmes_path: jp(g)?,
+            }
+        } else if e.get("imageRegistry").is_some_and(|x| !x.is_null()) {
+            ContextSource::Unsupported("imageRegistry")
+        } else {
+            return Err(err(
+                ef,
+                "needs one of variable, configMap, apiCall, globalReference or imageRegistry".into(),
+            ));
+        };
+        out.push(ContextEntry { name, source });
+    }
+    Ok(out)
+}
+
+fn cache_add_plain(cache: &mut ExprCache, expr: &str) -> std::result::Result<(), String> {
+    if expr.contains("{{") {
+        // Variables inside a jmesPath are substituted first.
+        return cache.collect(&Value::String(expr.to_string()));
+    }
+    cache.add(expr)
+}

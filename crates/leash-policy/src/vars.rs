@@ -1,0 +1,447 @@
+//! The JMESPath context of an evaluation and Kyverno's `{{ ... }}`
+//! variable substitution.
+//!
+//! The context is an immutable tree of `Arc`ed JMESPath variables: adding a
+//! rule's context entry or a foreach element copies only the top-level map,
+//! never the resource.
+
+use std::collections::BTreeMap;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use jmespath::{Rcvar, Variable};
+use serde_json::{Map, Value};
+
+/// A compiled JMESPath expression.
+pub(crate) type Expr = jmespath::Expression<'static>;
+
+/// Converts JSON into a JMESPath variable without a serde round trip.
+pub(crate) fn to_var(v: &Value) -> Rcvar {
+    Arc::new(match v {
+        Value::Null => Variable::Null,
+        Value::Bool(b) => Variable::Bool(*b),
+        Value::Number(n) => Variable::Number(n.clone()),
+        Value::String(s) => Variable::String(s.clone()),
+        Value::Array(a) => Variable::Array(a.iter().map(to_var).collect()),
+        Value::Object(m) => Variable::Object(m.iter().map(|(k, v)| (k.clone(), to_var(v))).collect()),
+    })
+}
+
+/// Converts a JMESPath variable back into JSON. Whole floats become integers
+/// (Kyverno's numbers print as `3`, not `3.0`).
+pub(crate) fn from_var(v: &Variable) -> Value {
+    match v {
+        Variable::Null | Variable::Expref(_) => Value::Null,
+        Variable::Bool(b) => Value::Bool(*b),
+        Variable::Number(n) => normalize_number(n),
+        Variable::String(s) => Value::String(s.clone()),
+        Variable::Array(a) => Value::Array(a.iter().map(|x| from_var(x)).collect()),
+        Variable::Object(m) => Value::Object(m.iter().map(|(k, v)| (k.clone(), from_var(v))).collect()),
+    }
+}
+
+fn normalize_number(n: &serde_json::Number) -> Value {
+    if n.is_f64() {
+        if let Some(f) = n.as_f64() {
+            if f.fract() == 0.0 && f.abs() < 9.0e15 {
+                return Value::from(f as i64);
+            }
+        }
+    }
+    Value::Number(n.clone())
+}
+
+/// The evaluation context: `request`, `element`, rule context entries, ...
+#[derive(Debug, Clone)]
+pub(crate) struct Vars {
+    root: Rcvar,
+}
+
+impl Vars {
+    pub(crate) fn new(top: BTreeMap<String, Rcvar>) -> Vars {
+        Vars {
+            root: Arc::new(Variable::Object(top)),
+        }
+    }
+
+    /// A copy with `key` set at the top level.
+    pub(crate) fn with(&self, key: &str, value: Rcvar) -> Vars {
+        let mut v = self.clone();
+        v.set_path(&[key], value);
+        v
+    }
+
+    /// Sets a dotted path (`request.operation`), creating maps on the way.
+    pub(crate) fn set_dotted(&mut self, dotted: &str, value: Rcvar) {
+        let parts: Vec<&str> = dotted.split('.').collect();
+        self.set_path(&parts, value);
+    }
+
+    fn set_path(&mut self, parts: &[&str], value: Rcvar) {
+        fn set(node: &mut Rcvar, parts: &[&str], value: Rcvar) {
+            let Some((first, rest)) = parts.split_first() else {
+                *node = value;
+                return;
+            };
+            let var = Arc::make_mut(node);
+            if !var.is_object() {
+                *var = Variable::Object(BTreeMap::new());
+            }
+            if let Variable::Object(map) = var {
+                let child = map
+                    .entry((*first).to_string())
+                    .or_insert_with(|| Arc::new(Variable::Null));
+                set(child, rest, value);
+            }
+        }
+        set(&mut self.root, parts, value);
+    }
+
+    /// Evaluates a compiled expression.
+    pub(crate) fn eval(&self, expr: &Expr) -> Result<Value, String> {
+        let mut ctx = jmespath::Context::new(expr.as_str(), crate::jmespath::runtime());
+        jmespath::interpret(&self.root, expr.as_ast(), &mut ctx)
+            .map(|v| from_var(&v))
+            .map_err(|e| e.to_string())
+    }
+
+    /// Evaluates a compiled expression against another value.
+    pub(crate) fn eval_on(expr: &Expr, data: &Value) -> Result<Value, String> {
+        let mut ctx = jmespath::Context::new(expr.as_str(), crate::jmespath::runtime());
+        jmespath::interpret(&to_var(data), expr.as_ast(), &mut ctx)
+            .map(|v| from_var(&v))
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// Compiles a JMESPath expression with Kyverno's functions.
+pub(crate) fn compile(expr: &str) -> Result<Expr, String> {
+    crate::jmespath::runtime()
+        .compile(expr)
+        .map_err(|e| e.to_string())
+}
+
+/// Expressions compiled once per policy, looked up by their text.
+#[derive(Debug, Default)]
+pub(crate) struct ExprCache {
+    exprs: HashMap<String, Arc<Expr>>,
+}
+
+impl ExprCache {
+    /// Finds and compiles every `{{ ... }}` of a document (non-nested ones).
+    pub(crate) fn collect(&mut self, doc: &Value) -> Result<(), String> {
+        match doc {
+            Value::String(s) => {
+                for expr in scan_vars(s) {
+                    self.add(&expr)?;
+                }
+            }
+            Value::Array(a) => {
+                for v in a {
+                    self.collect(v)?;
+                }
+            }
+            Value::Object(m) => {
+                for (k, v) in m {
+                    for expr in scan_vars(k) {
+                        self.add(&expr)?;
+                    }
+                    self.collect(v)?;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Compiles and caches one expression.
+    pub(crate) fn add(&mut self, expr: &str) -> Result<(), String> {
+        let expr = expr.trim();
+        if self.exprs.contains_key(expr) || expr.contains("{{") {
+            return Ok(());
+        }
+        let compiled = compile(expr).map_err(|e| format!("invalid JMESPath {expr:?}: {e}"))?;
+        self.exprs.insert(expr.to_string(), Arc::new(compiled));
+        Ok(())
+    }
+
+    pub(crate) fn get(&self, expr: &str) -> Result<Arc<Expr>, String> {
+        if let Some(e) = self.exprs.get(expr) {
+            return Ok(e.clone());
+        }
+        compile(expr).map(Arc::new)
+    }
+}
+
+/// The `{{ ... }}` expressions (outermost, without nesting) of a string.
+fn scan_vars(s: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = s;
+    while let Some(start) = rest.find("{{") {
+        let after = &rest[start + 2..];
+        let Some(end) = after.find("}}") else { break };
+        let inner = &after[..end];
+        if !inner.contains('{') {
+            out.push(inner.trim().to_string());
+        }
+        rest = &after[end + 2..];
+    }
+    out
+}
+
+/// How unresolvable variables are treated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Everywhere but preconditions: a failing query is an error.
+    Strict,
+    /// Preconditions: a failing query is an empty string.
+    Preconditions,
+}
+
+/// Substitutes every `{{ ... }}` in keys and string leaves of `doc`.
+pub(crate) fn substitute(
+    doc: &Value,
+    vars: &Vars,
+    cache: &ExprCache,
+    mode: Mode,
+    delete: bool,
+) -> Result<Value, String> {
+    match doc {
+        Value::String(s) => substitute_str(s, vars, cache, mode, delete),
+        Value::Array(a) => a
+            .iter()
+            .map(|v| substitute(v, vars, cache, mode, delete))
+            .collect::<Result<Vec<_>, _>>()
+            .map(Value::Array),
+        Value::Object(m) => {
+            let mut out = Map::new();
+            for (k, v) in m {
+                let key = if k.contains("{{") {
+                    match substitute_str(k, vars, cache, mode, delete)? {
+                        Value::String(s) => s,
+                        other => go_format(&other),
+                    }
+                } else {
+                    k.clone()
+                };
+                out.insert(key, substitute(v, vars, cache, mode, delete)?);
+            }
+            Ok(Value::Object(out))
+        }
+        other => Ok(other.clone()),
+    }
+}
+
+/// Whether a document holds any variable.
+pub(crate) fn has_vars(doc: &Value) -> bool {
+    match doc {
+        Value::String(s) => s.contains("{{"),
+        Value::Array(a) => a.iter().any(has_vars),
+        Value::Object(m) => m.iter().any(|(k, v)| k.contains("{{") || has_vars(v)),
+        _ => false,
+    }
+}
+
+fn resolve(
+    name: &str,
+    vars: &Vars,
+    cache: &ExprCache,
+    mode: Mode,
+    delete: bool,
+) -> Result<Value, String> {
+    let name = name.trim();
+    let replaced;
+    let name = if delete && name.contains("request.object") {
+        replaced = name.replace("request.object", "request.oldObject");
+        replaced.as_str()
+    } else {
+        name
+    };
+    let result = cache
+        .get(name)
+        .map_err(|e| format!("invalid variable {{{{{name}}}}}: {e}"))
+        .and_then(|expr| vars.eval(&expr).map_err(|e| format!("failed to resolve {name}: {e}")));
+    match (result, mode) {
+        (Ok(v), _) => Ok(v),
+        (Err(_), Mode::Preconditions) => Ok(Value::String(String::new())),
+        (Err(e), Mode::Strict) => Err(e),
+    }
+}
+
+fn substitute_str(
+    s: &str,
+    vars: &Vars,
+    cache: &ExprCache,
+    mode: Mode,
+    delete: bool,
+) -> Result<Value, String> {
+    if !s.contains("{{") {
+        return Ok(Value::String(s.to_string()));
+    }
+    let chars: Vec<char> = s.chars().collect();
+    let mut out = String::new();
+    let mut stack: Vec<String> = Vec::new();
+    let mut i = 0;
+    let mut dirty = false;
+    while i < chars.len() {
+        let c = chars[i];
+        if stack.is_empty() {
+            if c == '\\' && chars.get(i + 1) == Some(&'{') && chars.get(i + 2) == Some(&'{') {
+                // Escaped: `\{{ x }}` stays literal, without the backslash.
+                let rest: String = chars[i + 1..].iter().collect();
+                let end = rest.find("}}").map(|e| e + 2).unwrap_or(rest.len());
+                out.push_str(&rest[..end]);
+                i += 1 + rest[..end].chars().count();
+                dirty = true;
+                continue;
+            }
+            if c == '{' && chars.get(i + 1) == Some(&'{') {
+                stack.push(String::new());
+                i += 2;
+                continue;
+            }
+            out.push(c);
+            dirty = true;
+            i += 1;
+            continue;
+        }
+        if c == '{' && chars.get(i + 1) == Some(&'{') {
+            stack.push(String::new());
+            i += 2;
+            continue;
+        }
+        if c == '}' && chars.get(i + 1) == Some(&'}') {
+            let name = stack.pop().unwrap_or_default();
+            let value = resolve(&name, vars, cache, mode, delete)?;
+            i += 2;
+            if let Some(outer) = stack.last_mut() {
+                outer.push_str(&go_format(&value));
+            } else if !dirty && i == chars.len() {
+                return Ok(value);
+            } else {
+                out.push_str(&go_format(&value));
+                dirty = true;
+            }
+            continue;
+        }
+        if let Some(top) = stack.last_mut() {
+            top.push(c);
+        }
+        i += 1;
+    }
+    // An unterminated `{{` is kept as text.
+    for unfinished in stack {
+        out.push_str("{{");
+        out.push_str(&unfinished);
+    }
+    Ok(Value::String(out))
+}
+
+/// Go's `fmt.Sprintf("%v", v)` of a JSON value, as Kyverno embeds
+/// non-string values in strings.
+pub(crate) fn go_format(v: &Value) -> String {
+    match v {
+        Value::Null => "<nil>".to_string(),
+        Value::Bool(b) => b.to_string(),
+        Value::String(s) => s.clone(),
+        Value::Number(n) => match n.as_i64() {
+            Some(i) => go_float(i as f64),
+            None => go_float(n.as_f64().unwrap_or(0.0)),
+        },
+        Value::Array(a) => format!("[{}]", a.iter().map(go_format).collect::<Vec<_>>().join(" ")),
+        Value::Object(m) => format!(
+            "map[{}]",
+            m.iter()
+                .map(|(k, v)| format!("{k}:{}", go_format(v)))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ),
+    }
+}
+
+/// Go's `%v` of a float64 (`strconv.FormatFloat(f, 'g', -1, 64)`, with Go's
+/// exponent form `1e+06`).
+fn go_float(f: f64) -> String {
+    if f == 0.0 {
+        return "0".to_string();
+    }
+    if !f.is_finite() {
+        return if f.is_nan() { "NaN".into() } else if f > 0.0 { "+Inf".into() } else { "-Inf".into() };
+    }
+    // Shortest round-trip digits and exponent, via Rust's `{:e}`.
+    let sci = format!("{f:e}");
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    // Go's shortest %g switches to the exponent form at 1e6 (1000000.0
+    // prints as 1e+06) and below 1e-4.
+    if exp < -4 || exp >= 6 {
+        let sign = if exp < 0 { '-' } else { '+' };
+        format!("{mantissa}e{sign}{:02}", exp.abs())
+    } else {
+        format!("{f}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn vars() -> Vars {
+        let mut top = BTreeMap::new();
+        top.insert(
+            "request".to_string(),
+            to_var(&json!({"object": {"metadata": {"name": "web", "labels": {"app": "x"}}, "spec": {"replicas": 3}}, "operation": "CREATE"})),
+        );
+        Vars::new(top)
+    }
+
+    fn sub(s: &str) -> Result<Value, String> {
+        substitute(&json!(s), &vars(), &ExprCache::default(), Mode::Strict, false)
+    }
+
+    #[test]
+    fn substitution_table() {
+        for (input, want) in [
+            ("{{request.object.metadata.name}}", json!("web")),
+            ("{{ request.object.spec.replicas }}", json!(3)),
+            ("name-{{request.object.metadata.name}}", json!("name-web")),
+            ("n={{request.object.spec.replicas}}", json!("n=3")),
+            ("{{request.object.metadata.labels}}", json!({"app": "x"})),
+            ("l={{request.object.metadata.labels}}", json!("l=map[app:x]")),
+            ("{{request.object.metadata.missing}}", Value::Null),
+            ("x={{request.object.metadata.missing}}", json!("x=<nil>")),
+            ("{{ request.object.metadata.labels.{{'app'}} }}", json!("x")),
+            ("\\{{ not.a.var }}", json!("{{ not.a.var }}")),
+            ("plain", json!("plain")),
+        ] {
+            assert_eq!(sub(input).unwrap(), want, "{input}");
+        }
+    }
+
+    #[test]
+    fn delete_reads_old_object() {
+        let mut v = vars();
+        v.set_dotted("request.oldObject", to_var(&json!({"metadata": {"name": "old"}})));
+        let got = substitute(&json!("{{request.object.metadata.name}}"), &v, &ExprCache::default(), Mode::Strict, true).unwrap();
+        assert_eq!(got, json!("old"));
+    }
+
+    #[test]
+    fn go_float_format() {
+        for (f, want) in [(3.0, "3"), (0.5, "0.5"), (1e21, "1e+21"), (1e6, "1e+06"), (123456.0, "123456"), (1.5e-5, "1.5e-05")] {
+            assert_eq!(go_float(f), want, "{f}");
+        }
+    }
+
+    #[test]
+    fn dotted_values() {
+        let mut v = vars();
+        v.set_dotted("request.operation", to_var(&json!("UPDATE")));
+        v.set_dotted("imageData.configData.config.Volumes", to_var(&json!("1")));
+        let e = compile("request.operation").unwrap();
+        assert_eq!(v.eval(&e).unwrap(), json!("UPDATE"));
+        let e = compile("request.object.metadata.name").unwrap();
+        assert_eq!(v.eval(&e).unwrap(), json!("web"));
+    }
+}

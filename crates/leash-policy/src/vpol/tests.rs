@@ -1,0 +1,533 @@
+//! ValidatingPolicy tests: semantics table and a corpus harness.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::{Value as Json, json};
+
+use super::*;
+use crate::cel::CelRule;
+use crate::request::NoClusterData;
+
+fn policy(spec: Json) -> ValidatingPolicy {
+    let doc = json!({
+        "apiVersion": "policies.kyverno.io/v1alpha1",
+        "kind": "ValidatingPolicy",
+        "metadata": {"name": "p"},
+        "spec": spec,
+    });
+    match ValidatingPolicy::compile(&doc) {
+        Ok(p) => p,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn pod(name: &str, labels: Json, spec: Json) -> Json {
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ns", "labels": labels}, "spec": spec})
+}
+
+fn status(p: &ValidatingPolicy, obj: Json) -> Option<Status> {
+    let req = EvalRequest::create(Arc::new(obj));
+    p.evaluate(&req, &NoClusterData).map(|r| r.status)
+}
+
+fn pods_rule() -> Json {
+    json!({"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+        "operations": ["CREATE", "UPDATE"], "resources": ["pods"]}]})
+}
+
+#[test]
+fn semantics() {
+    let has_label =
+        json!([{"expression": "has(object.metadata.labels.app)", "message": "app label required"}]);
+    let cases: Vec<(&str, Json, Json, Option<Status>)> = vec![
+        (
+            "pass",
+            json!({"matchConstraints": pods_rule(), "validations": has_label}),
+            pod("a", json!({"app": "x"}), json!({})),
+            Some(Status::Pass),
+        ),
+        (
+            "fail",
+            json!({"matchConstraints": pods_rule(), "validations": has_label}),
+            pod("a", json!({}), json!({})),
+            Some(Status::Fail),
+        ),
+        (
+            "other kind not matched",
+            json!({"matchConstraints": pods_rule(), "validations": has_label}),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}),
+            None,
+        ),
+        (
+            "wildcard resources",
+            json!({"matchConstraints": {"resourceRules": [{"apiGroups": ["*"], "apiVersions": ["*"], "operations": ["*"], "resources": ["*"]}]}, "validations": has_label}),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "labels": {}}}),
+            Some(Status::Fail),
+        ),
+        (
+            "operation not matched",
+            json!({"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["DELETE"], "resources": ["pods"]}]}, "validations": has_label}),
+            pod("a", json!({}), json!({})),
+            None,
+        ),
+        (
+            "excluded",
+            json!({"matchConstraints": {"resourceRules": pods_rule()["resourceRules"], "excludeResourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["*"], "resources": ["pods"], "resourceNames": ["a"]}]}, "validations": has_label}),
+            pod("a", json!({}), json!({})),
+            None,
+        ),
+        (
+            "object selector",
+            json!({"matchConstraints": {"resourceRules": pods_rule()["resourceRules"], "objectSelector": {"matchLabels": {"team": "x"}}}, "validations": has_label}),
+            pod("a", json!({"team": "y"}), json!({})),
+            None,
+        ),
+        (
+            "object selector expression",
+            json!({"matchConstraints": {"resourceRules": pods_rule()["resourceRules"], "objectSelector": {"matchExpressions": [{"key": "team", "operator": "In", "values": ["y"]}]}}, "validations": has_label}),
+            pod("a", json!({"team": "y"}), json!({})),
+            Some(Status::Fail),
+        ),
+        (
+            "namespace selector without labels",
+            json!({"matchConstraints": {"resourceRules": pods_rule()["resourceRules"], "namespaceSelector": {"matchLabels": {"env": "prod"}}}, "validations": has_label}),
+            pod("a", json!({}), json!({})),
+            None,
+        ),
+        (
+            "match condition false is skip",
+            json!({"matchConstraints": pods_rule(), "matchConditions": [{"name": "c", "expression": "has(object.spec.hostNetwork)"}], "validations": has_label}),
+            pod("a", json!({}), json!({})),
+            Some(Status::Skip),
+        ),
+        (
+            "match condition error",
+            json!({"matchConstraints": pods_rule(), "matchConditions": [{"name": "c", "expression": "object.nope == 1"}], "validations": has_label}),
+            pod("a", json!({}), json!({})),
+            Some(Status::Error),
+        ),
+        (
+            "match condition error ignored",
+            json!({"failurePolicy": "Ignore", "matchConstraints": pods_rule(), "matchConditions": [{"name": "c", "expression": "object.nope == 1"}], "validations": has_label}),
+            pod("a", json!({}), json!({})),
+            Some(Status::Skip),
+        ),
+        (
+            "expression error",
+            json!({"matchConstraints": pods_rule(), "validations": [{"expression": "object.nope == 1"}]}),
+            pod("a", json!({}), json!({})),
+            Some(Status::Error),
+        ),
+        (
+            "non-bool is error",
+            json!({"matchConstraints": pods_rule(), "validations": [{"expression": "'x'"}]}),
+            pod("a", json!({}), json!({})),
+            Some(Status::Error),
+        ),
+        (
+            "variables in order",
+            json!({"matchConstraints": pods_rule(),
+            "variables": [{"name": "a", "expression": "1"}, {"name": "b", "expression": "variables.a + 1"}],
+            "validations": [{"expression": "variables.b == 2"}]}),
+            pod("a", json!({}), json!({})),
+            Some(Status::Pass),
+        ),
+        (
+            "unused failing variable is harmless",
+            json!({"matchConstraints": pods_rule(),
+            "variables": [{"name": "bad", "expression": "object.nope"}],
+            "validations": [{"expression": "true || variables.bad"}]}),
+            pod("a", json!({}), json!({})),
+            Some(Status::Pass),
+        ),
+        (
+            "used failing variable is an error",
+            json!({"matchConstraints": pods_rule(),
+            "variables": [{"name": "bad", "expression": "object.nope"}],
+            "validations": [{"expression": "variables.bad == 1"}]}),
+            pod("a", json!({}), json!({})),
+            Some(Status::Error),
+        ),
+        (
+            "autogen deployment",
+            json!({"matchConstraints": pods_rule(), "validations": [{"expression": "object.spec.containers.all(c, c.image != 'bad')"}]}),
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "ns"},
+                "spec": {"template": {"spec": {"containers": [{"image": "bad"}]}}}}),
+            Some(Status::Fail),
+        ),
+        (
+            "autogen cronjob",
+            json!({"matchConstraints": pods_rule(), "validations": [{"expression": "object.spec.containers.all(c, c.image != 'bad')"}]}),
+            json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "d", "namespace": "ns"},
+                "spec": {"jobTemplate": {"spec": {"template": {"spec": {"containers": [{"image": "good"}]}}}}}}),
+            Some(Status::Pass),
+        ),
+        (
+            "autogen keeps metadata.name",
+            json!({"matchConstraints": pods_rule(), "validations": [{"expression": "object.metadata.name == 'd'"}]}),
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "ns"},
+                "spec": {"template": {"spec": {}}}}),
+            Some(Status::Pass),
+        ),
+        (
+            "autogen limited by controllers",
+            json!({"matchConstraints": pods_rule(), "autogen": {"podControllers": {"controllers": ["jobs"]}},
+            "validations": [{"expression": "false"}]}),
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "ns"},
+                "spec": {"template": {"spec": {}}}}),
+            None,
+        ),
+        (
+            "no autogen with object selector",
+            json!({"matchConstraints": {"resourceRules": pods_rule()["resourceRules"], "objectSelector": {"matchLabels": {"a": "b"}}},
+            "validations": [{"expression": "false"}]}),
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "ns", "labels": {"a": "b"}},
+                "spec": {"template": {"spec": {}}}}),
+            None,
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (name, spec, obj, want) in cases {
+        let got = status(&policy(spec), obj);
+        if got != want {
+            failures.push(format!("{name}: got {got:?}, want {want:?}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn messages() {
+    let p = policy(json!({"matchConstraints": pods_rule(), "validations": [
+        {"expression": "true"},
+        {"expression": "false", "message": "static", "messageExpression": "'name ' + object.metadata.name"},
+    ]}));
+    let r = p.evaluate(
+        &EvalRequest::create(Arc::new(pod("a", json!({}), json!({})))),
+        &NoClusterData,
+    );
+    assert_eq!(r.as_ref().map(|r| r.message.as_str()), Some("name a"));
+    assert_eq!(r.as_ref().map(|r| r.rule.as_str()), Some("p"));
+    let p =
+        policy(json!({"matchConstraints": pods_rule(), "validations": [{"expression": "false"}]}));
+    let r = p.evaluate(
+        &EvalRequest::create(Arc::new(pod("a", json!({}), json!({})))),
+        &NoClusterData,
+    );
+    assert_eq!(
+        r.map(|r| r.message),
+        Some("CEL expression validation failed at index 0".into())
+    );
+}
+
+#[test]
+fn accessors_and_compile_errors() {
+    let p = policy(
+        json!({"validationActions": ["Audit", "Warn"], "evaluation": {"background": {"enabled": false}},
+        "matchConstraints": pods_rule(), "validations": [{"expression": "true"}]}),
+    );
+    assert!(!p.background());
+    assert!(p.admission());
+    assert_eq!(
+        p.validation_actions(),
+        &[ValidationAction::Audit, ValidationAction::Warn]
+    );
+    let res = p.matched_resources();
+    for r in [
+        "pods",
+        "deployments",
+        "cronjobs",
+        "jobs",
+        "statefulsets",
+        "daemonsets",
+        "replicasets",
+    ] {
+        assert!(res.iter().any(|(_, _, p)| p == r), "{r}: {res:?}");
+    }
+    let doc = json!({"apiVersion": "policies.kyverno.io/v1", "kind": "ValidatingPolicy", "metadata": {"name": "p"},
+        "spec": {"matchConstraints": pods_rule(), "validations": [{"expression": "true"}, {"expression": "1 +"}]}});
+    match ValidatingPolicy::compile(&doc) {
+        Err(e) => assert!(
+            e.to_string().contains("spec.validations[1].expression"),
+            "{e}"
+        ),
+        Ok(_) => panic!("expected a compile error"),
+    }
+    // Namespaced variant: only its namespace.
+    let doc = json!({"apiVersion": "policies.kyverno.io/v1beta1", "kind": "NamespacedValidatingPolicy",
+        "metadata": {"name": "p", "namespace": "other"},
+        "spec": {"matchConstraints": pods_rule(), "validations": [{"expression": "false"}]}});
+    let p = ValidatingPolicy::compile(&doc).ok();
+    assert_eq!(p.as_ref().and_then(|p| p.namespace()), Some("other"));
+    assert_eq!(
+        p.and_then(|p| status(&p, pod("a", json!({}), json!({})))),
+        None
+    );
+}
+
+#[test]
+fn classic_cel_rule() {
+    let spec = json!({"variables": [{"name": "n", "expression": "object.metadata.name"}],
+    "expressions": [
+        {"expression": "variables.n != 'bad'", "message": "bad name"},
+        {"expression": "variables.n != 'worse'", "messageExpression": "'got ' + variables.n"},
+        {"expression": "variables.n != 'worst'"},
+        {"expression": "variables.n != 'err' || object.nope"},
+    ]});
+    let rule = match CelRule::compile(&spec, "ClusterPolicy", "p", "spec.rules[0].validate.cel") {
+        Ok(r) => r,
+        Err(e) => panic!("{e}"),
+    };
+    for (name, want, msg) in [
+        ("good", Status::Pass, ""),
+        ("bad", Status::Fail, "bad name"),
+        ("worse", Status::Fail, "got worse"),
+        (
+            "worst",
+            Status::Fail,
+            "failed expression: variables.n != 'worst'",
+        ),
+        ("err", Status::Fail, "resulted in error"),
+    ] {
+        let req = EvalRequest::create(Arc::new(pod(name, json!({}), json!({}))));
+        let (s, m) = rule.evaluate(&req, &NoClusterData);
+        assert_eq!(s, want, "{name}: {m}");
+        assert!(m.contains(msg), "{name}: {m}");
+    }
+    let bad = json!({"expressions": [{"expression": "ok"}, {"expression": "object."}]});
+    match CelRule::compile(&bad, "ClusterPolicy", "p", "spec.rules[0].validate.cel") {
+        Err(e) => assert!(
+            e.to_string()
+                .contains("spec.rules[0].validate.cel.expressions[1].expression"),
+            "{e}"
+        ),
+        Ok(_) => panic!("expected an error"),
+    }
+}
+
+// ------------------------------------------------------------ corpus harness
+
+const CORPUS: &str = "/work/shared/kyverno-policies";
+
+#[derive(Debug, Default)]
+struct Data(Vec<Json>);
+
+impl ClusterData for Data {
+    fn get(&self, api: &str, res: &str, ns: &str, name: &str) -> Option<Arc<Json>> {
+        self.list(api, res, ns)
+            .into_iter()
+            .find(|o| o["metadata"]["name"].as_str() == Some(name))
+    }
+    fn list(&self, api: &str, res: &str, ns: &str) -> Vec<Arc<Json>> {
+        self.0
+            .iter()
+            .filter(|o| {
+                let kind = o["kind"].as_str().unwrap_or("");
+                o["apiVersion"].as_str() == Some(api)
+                    && (kind == res || crate::kinds::plural_of(kind) == res)
+                    && (ns.is_empty() || o["metadata"]["namespace"].as_str().unwrap_or("") == ns)
+            })
+            .map(|o| Arc::new(o.clone()))
+            .collect()
+    }
+}
+
+fn docs(path: &Path) -> Vec<Json> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    serde_saphyr::from_multiple::<Json>(&text)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|d| d.is_object())
+        .collect()
+}
+
+/// Runs one corpus folder; returns the mismatches.
+fn run_folder(folder: &str) -> Vec<String> {
+    let dir = PathBuf::from(CORPUS).join(folder).join(".kyverno-test");
+    let test = docs(&dir.join("kyverno-test.yaml"))
+        .into_iter()
+        .next()
+        .unwrap_or_default();
+    let files =
+        |k: &str| -> Vec<PathBuf> { strings(&test[k]).iter().map(|p| dir.join(p)).collect() };
+    let policies: Vec<Json> = files("policies").iter().flat_map(|p| docs(p)).collect();
+    let resources: Vec<Json> = files("resources").iter().flat_map(|p| docs(p)).collect();
+    let values = test["variables"]
+        .as_str()
+        .map(|v| docs(&dir.join(v)))
+        .unwrap_or_default();
+    let values = values.into_iter().next().unwrap_or_default();
+    let context = test["context"]
+        .as_str()
+        .map(|c| docs(&dir.join(c)))
+        .unwrap_or_default();
+    let data = Data(
+        context
+            .iter()
+            .flat_map(|c| {
+                c["spec"]["resources"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .collect(),
+    );
+    let namespaces: Vec<Json> = values["namespaces"].as_array().cloned().unwrap_or_default();
+    let mut out = Vec::new();
+    for row in test["results"].as_array().cloned().unwrap_or_default() {
+        let want = row["result"].as_str().unwrap_or("");
+        let pol_name = row["policy"].as_str().unwrap_or("");
+        let kind = row["kind"].as_str().unwrap_or("");
+        for res_id in strings(&row["resources"]) {
+            let (rns, rname) = res_id.split_once('/').unwrap_or(("", &res_id));
+            let Some(obj) = resources.iter().find(|r| {
+                r["metadata"]["name"].as_str() == Some(rname)
+                    && (kind.is_empty() || r["kind"].as_str() == Some(kind))
+                    && (rns.is_empty()
+                        || r["metadata"]["namespace"].as_str().unwrap_or("default") == rns)
+            }) else {
+                out.push(format!("{folder}: resource {res_id} not found"));
+                continue;
+            };
+            let mut obj = obj.clone();
+            let namespaced = crate::kinds::by_kind(obj["kind"].as_str().unwrap_or(""))
+                .is_none_or(|k| k.namespaced);
+            if namespaced
+                && obj["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or("")
+                    .is_empty()
+            {
+                obj["metadata"]["namespace"] = json!("default");
+            }
+            let mut req = EvalRequest::create(Arc::new(obj.clone()));
+            let ns = req.namespace().to_string();
+            if let Some(nsobj) = namespaces
+                .iter()
+                .find(|n| n["metadata"]["name"].as_str() == Some(&ns))
+            {
+                req.namespace_object = Some(Arc::new(nsobj.clone()));
+                req.namespace_labels = Some(
+                    nsobj["metadata"]["labels"]
+                        .as_object()
+                        .map(|m| m.iter().map(|(k, v)| (k.clone(), json_text(v))).collect())
+                        .unwrap_or_else(BTreeMap::new),
+                );
+            }
+            for p in values["policies"].as_array().cloned().unwrap_or_default() {
+                if p["name"].as_str() != Some(pol_name) {
+                    continue;
+                }
+                for r in p["resources"].as_array().cloned().unwrap_or_default() {
+                    if r["name"].as_str() == Some(rname)
+                        && let Some(op) = r["values"]["request.operation"]
+                            .as_str()
+                            .and_then(Operation::parse)
+                    {
+                        req.operation = op;
+                    }
+                }
+            }
+            let got = if row["isValidatingPolicy"].as_bool() == Some(true) {
+                let Some(doc) = policies
+                    .iter()
+                    .find(|p| p["metadata"]["name"].as_str() == Some(pol_name))
+                else {
+                    out.push(format!("{folder}: policy {pol_name} not found"));
+                    continue;
+                };
+                match ValidatingPolicy::compile(doc) {
+                    Ok(p) => p.evaluate(&req, &data).map(|r| {
+                        if r.status.as_str() != want {
+                            println!("{folder} {res_id}: {}", r.message);
+                        }
+                        r.status.as_str().to_string()
+                    }),
+                    Err(e) => Some(format!("compile error {e}")),
+                }
+            } else {
+                let rule_name = row["rule"].as_str().unwrap_or("");
+                if rule_name.starts_with("autogen-") {
+                    continue;
+                }
+                let Some(doc) = policies
+                    .iter()
+                    .find(|p| p["metadata"]["name"].as_str() == Some(pol_name))
+                else {
+                    out.push(format!("{folder}: policy {pol_name} not found"));
+                    continue;
+                };
+                let rules = doc["spec"]["rules"].as_array().cloned().unwrap_or_default();
+                let Some(rule) = rules.iter().find(|r| r["name"].as_str() == Some(rule_name))
+                else {
+                    continue;
+                };
+                if rule.get("preconditions").is_some() || rule["validate"].get("cel").is_none() {
+                    continue;
+                }
+                match CelRule::compile(&rule["validate"]["cel"], "ClusterPolicy", pol_name, "cel") {
+                    Ok(r) => Some(r.evaluate(&req, &data).0.as_str().to_string()),
+                    Err(e) => Some(format!("compile error {e}")),
+                }
+            };
+            if got.as_deref() != Some(want) {
+                out.push(format!(
+                    "{folder}: {pol_name} {res_id}: got {got:?}, want {want}"
+                ));
+            }
+        }
+    }
+    out
+}
+
+fn corpus_folders(class: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(Path::new(CORPUS).join("CLASSES.tsv")).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| l.split_once('\t'))
+        .filter(|(_, c)| *c == class)
+        .map(|(f, _)| f.to_string())
+        .collect()
+}
+
+#[test]
+fn corpus_selected_folders() {
+    if !Path::new(CORPUS).exists() {
+        return;
+    }
+    let mut failures = Vec::new();
+    for folder in [
+        "other-vpol/advanced-restrict-image-registries",
+        "other-vpol/topologyspreadconstraints-policy",
+        "other-vpol/limit-hostpath-vols",
+        "best-practices-vpol/disallow-latest-tag",
+        "pod-security-vpol/baseline/disallow-capabilities",
+    ] {
+        failures.extend(run_folder(folder));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The whole local corpus; prints mismatches (run with `--ignored --nocapture`).
+#[test]
+#[ignore]
+fn corpus_all() {
+    let mut total = 0;
+    let mut failures = Vec::new();
+    for class in ["ValidatingPolicy", "classic-validate-cel"] {
+        for folder in corpus_folders(class) {
+            total += 1;
+            let f = run_folder(&folder);
+            if !f.is_empty() {
+                failures.push(f.join("\n"));
+            }
+        }
+    }
+    println!(
+        "{} of {total} folders with mismatches:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
