@@ -36,7 +36,11 @@ fn descriptions(block: &Value) -> Vec<&Value> {
     }
     for key in ["any", "all"] {
         if let Some(list) = block[key].as_array() {
-            out.extend(list.iter().map(|f| &f["resources"]).filter(|r| !r.is_null()));
+            out.extend(
+                list.iter()
+                    .map(|f| &f["resources"])
+                    .filter(|r| !r.is_null()),
+            );
         }
     }
     out
@@ -187,14 +191,29 @@ fn wrap_patterns(validate: &mut Value, wrap: &dyn Fn(Value) -> Value) {
 
 const POD_REFS: &[(&str, &str)] = &[
     ("request.object.spec", "request.object.spec.template.spec"),
-    ("request.oldObject.spec", "request.oldObject.spec.template.spec"),
-    ("request.object.metadata", "request.object.spec.template.metadata"),
-    ("request.oldObject.metadata", "request.oldObject.spec.template.metadata"),
+    (
+        "request.oldObject.spec",
+        "request.oldObject.spec.template.spec",
+    ),
+    (
+        "request.object.metadata",
+        "request.object.spec.template.metadata",
+    ),
+    (
+        "request.oldObject.metadata",
+        "request.oldObject.spec.template.metadata",
+    ),
 ];
 
 const CRONJOB_REFS: &[(&str, &str)] = &[
-    ("request.object.spec", "request.object.spec.jobTemplate.spec"),
-    ("request.oldObject.spec", "request.oldObject.spec.jobTemplate.spec"),
+    (
+        "request.object.spec",
+        "request.object.spec.jobTemplate.spec",
+    ),
+    (
+        "request.oldObject.spec",
+        "request.oldObject.spec.jobTemplate.spec",
+    ),
 ];
 
 const CEL_POD_REFS: &[(&str, &str)] = &[
@@ -209,7 +228,14 @@ const CEL_CRONJOB_REFS: &[(&str, &str)] = &[
     ("oldObject.spec", "oldObject.spec.jobTemplate.spec"),
 ];
 
-fn convert(rule: &Value, name: String, kinds: &[String], refs: &[(&str, &str)], cel_refs: &[(&str, &str)], wrap: &dyn Fn(Value) -> Value) -> Value {
+fn convert(
+    rule: &Value,
+    name: String,
+    kinds: &[String],
+    refs: &[(&str, &str)],
+    cel_refs: &[(&str, &str)],
+    wrap: &dyn Fn(Value) -> Value,
+) -> Value {
     let mut out = Map::new();
     for (k, v) in rule.as_object().into_iter().flatten() {
         let v = match k.as_str() {
@@ -250,9 +276,20 @@ pub(crate) fn rules_for(rule: &Value, controllers: &[String]) -> Vec<Value> {
         return Vec::new();
     }
     let mut out = Vec::new();
-    let pod_controllers: Vec<String> = controllers.iter().filter(|c| *c != "CronJob").cloned().collect();
+    let pod_controllers: Vec<String> = controllers
+        .iter()
+        .filter(|c| *c != "CronJob")
+        .cloned()
+        .collect();
     let template_wrap = |p: Value| json!({"spec": {"template": p}});
-    let job_rule = convert(rule, format!("autogen-{name}"), &pod_controllers, POD_REFS, CEL_POD_REFS, &template_wrap);
+    let job_rule = convert(
+        rule,
+        format!("autogen-{name}"),
+        &pod_controllers,
+        POD_REFS,
+        CEL_POD_REFS,
+        &template_wrap,
+    );
     if !pod_controllers.is_empty() {
         out.push(job_rule.clone());
     }
@@ -291,17 +328,35 @@ mod tests {
         assert_eq!(generated.len(), 2);
         let ctl = &generated[0];
         assert_eq!(ctl["name"], "autogen-check");
-        assert_eq!(ctl["match"]["any"][0]["resources"]["kinds"].as_array().unwrap().len(), 6);
-        assert_eq!(ctl["validate"]["pattern"]["spec"]["template"]["spec"]["containers"][0]["image"], "!*:latest");
-        assert_eq!(ctl["validate"]["message"], "{{request.object.spec.template.metadata.name}}");
+        assert_eq!(
+            ctl["match"]["any"][0]["resources"]["kinds"]
+                .as_array()
+                .unwrap()
+                .len(),
+            6
+        );
+        assert_eq!(
+            ctl["validate"]["pattern"]["spec"]["template"]["spec"]["containers"][0]["image"],
+            "!*:latest"
+        );
+        assert_eq!(
+            ctl["validate"]["message"],
+            "{{request.object.spec.template.metadata.name}}"
+        );
         let cron = &generated[1];
         assert_eq!(cron["name"], "autogen-cronjob-check");
-        assert_eq!(cron["match"]["any"][0]["resources"]["kinds"], json!(["CronJob"]));
+        assert_eq!(
+            cron["match"]["any"][0]["resources"]["kinds"],
+            json!(["CronJob"])
+        );
         assert_eq!(
             cron["validate"]["deny"]["conditions"]["any"][0]["key"],
             "{{request.object.spec.jobTemplate.spec.template.spec.hostNetwork}}"
         );
-        assert!(cron["validate"]["pattern"]["spec"]["jobTemplate"]["spec"]["template"]["spec"].is_object());
+        assert!(
+            cron["validate"]["pattern"]["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+                .is_object()
+        );
     }
 
     #[test]
@@ -311,19 +366,33 @@ mod tests {
         ann.insert(ANNOTATION.into(), json!("none"));
         assert!(controllers(&ann, std::slice::from_ref(&rule)).is_empty());
         ann.insert(ANNOTATION.into(), json!("Deployment, CronJob"));
-        assert_eq!(controllers(&ann, std::slice::from_ref(&rule)), vec!["Deployment", "CronJob"]);
+        assert_eq!(
+            controllers(&ann, std::slice::from_ref(&rule)),
+            vec!["Deployment", "CronJob"]
+        );
         let named = json!({"name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"], "names": ["x"]}}]}});
         assert!(controllers(&Map::new(), &[named]).is_empty());
-        let mixed = json!({"name": "r", "match": {"any": [{"resources": {"kinds": ["Pod", "Service"]}}]}});
+        let mixed =
+            json!({"name": "r", "match": {"any": [{"resources": {"kinds": ["Pod", "Service"]}}]}});
         assert!(controllers(&Map::new(), &[mixed]).is_empty());
-        let deploy_only = json!({"name": "r", "match": {"any": [{"resources": {"kinds": ["Deployment"]}}]}});
+        let deploy_only =
+            json!({"name": "r", "match": {"any": [{"resources": {"kinds": ["Deployment"]}}]}});
         assert!(controllers(&Map::new(), &[deploy_only]).is_empty());
     }
 
     #[test]
     fn reference_replacement_respects_identifiers() {
-        assert_eq!(replace_refs("request.object.spec.x", "request.object.spec", "R"), "R.x");
-        assert_eq!(replace_refs("request.object.specs", "request.object.spec", "R"), "request.object.specs");
-        assert_eq!(replace_refs("oldObject.spec", "object.spec", "R"), "oldObject.spec");
+        assert_eq!(
+            replace_refs("request.object.spec.x", "request.object.spec", "R"),
+            "R.x"
+        );
+        assert_eq!(
+            replace_refs("request.object.specs", "request.object.spec", "R"),
+            "request.object.specs"
+        );
+        assert_eq!(
+            replace_refs("oldObject.spec", "object.spec", "R"),
+            "oldObject.spec"
+        );
     }
 }

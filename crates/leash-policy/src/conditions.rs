@@ -73,9 +73,10 @@ pub(crate) fn evaluate(op: CondOp, key: &Value, value: &Value) -> bool {
             Value::Array(keys) => !all_in(&strings(keys), value) && value_list(value).is_some(),
             k => scalar_in(k, value).is_some_and(|found| !found),
         },
-        CondOp::GreaterThan | CondOp::GreaterThanOrEquals | CondOp::LessThan | CondOp::LessThanOrEquals => {
-            numeric(op, key, value)
-        }
+        CondOp::GreaterThan
+        | CondOp::GreaterThanOrEquals
+        | CondOp::LessThan
+        | CondOp::LessThanOrEquals => numeric(op, key, value),
     }
 }
 
@@ -137,7 +138,10 @@ fn scalar_in(key: &Value, value: &Value) -> Option<bool> {
 }
 
 fn in_range(key: &str, range: &str) -> bool {
-    value::validate(&Value::String(key.to_string()), &Value::String(range.to_string()))
+    value::validate(
+        &Value::String(key.to_string()),
+        &Value::String(range.to_string()),
+    )
 }
 
 fn any_in(keys: &[String], value: &Value, not_in: bool) -> bool {
@@ -158,9 +162,11 @@ fn any_in(keys: &[String], value: &Value, not_in: bool) -> bool {
         return false;
     };
     if not_in {
-        keys.iter().any(|k| !values.iter().any(|v| either_matches(k, v)))
+        keys.iter()
+            .any(|k| !values.iter().any(|v| either_matches(k, v)))
     } else {
-        keys.iter().any(|k| values.iter().any(|v| either_matches(k, v)))
+        keys.iter()
+            .any(|k| values.iter().any(|v| either_matches(k, v)))
     }
 }
 
@@ -176,7 +182,8 @@ fn all_in(keys: &[String], value: &Value) -> bool {
     let Some(values) = value_list(value) else {
         return false;
     };
-    keys.iter().all(|k| values.iter().any(|v| either_matches(k, v)))
+    keys.iter()
+        .all(|k| values.iter().any(|v| either_matches(k, v)))
 }
 
 /// Kyverno's `parseDuration`: at least one side is a duration string; a
@@ -315,7 +322,12 @@ mod tests {
             (AnyNotIn, json!("x"), json!(["a"]), true),
             (AllNotIn, json!(["c", "d"]), json!(["a", "b"]), true),
             (AllNotIn, json!(["c", "a"]), json!(["a", "b"]), false),
-            (AllNotIn, json!("livenessProbe"), json!(["name", "image"]), true),
+            (
+                AllNotIn,
+                json!("livenessProbe"),
+                json!(["name", "image"]),
+                true,
+            ),
             (AllNotIn, json!("name"), json!(["name", "image"]), false),
             (NotIn, json!("c"), json!(["a", "b"]), true),
             (NotIn, json!("a"), json!(["a", "b"]), false),
@@ -341,7 +353,10 @@ mod tests {
     fn operator_names() {
         assert_eq!(CondOp::parse("AnyNotIn"), Some(CondOp::AnyNotIn));
         assert_eq!(CondOp::parse("equals"), Some(CondOp::Equals));
-        assert_eq!(CondOp::parse("DurationGreaterThan"), Some(CondOp::GreaterThan));
+        assert_eq!(
+            CondOp::parse("DurationGreaterThan"),
+            Some(CondOp::GreaterThan)
+        );
         assert_eq!(CondOp::parse("Bogus"), None);
     }
 }

@@ -29,13 +29,22 @@ impl Document {
     /// policies (other kinds are not an error: directories mix them).
     pub fn compile(doc: &Value) -> Result<Option<Document>> {
         let kind = doc["kind"].as_str().unwrap_or("");
-        let group = doc["apiVersion"].as_str().unwrap_or("").split('/').next().unwrap_or("");
+        let group = doc["apiVersion"]
+            .as_str()
+            .unwrap_or("")
+            .split('/')
+            .next()
+            .unwrap_or("");
         match (group, kind) {
-            ("kyverno.io", "ClusterPolicy" | "Policy") => Policy::compile(doc).map(|p| Some(Document::Policy(p))),
+            ("kyverno.io", "ClusterPolicy" | "Policy") => {
+                Policy::compile(doc).map(|p| Some(Document::Policy(p)))
+            }
             ("kyverno.io" | "policies.kyverno.io", "PolicyException") => {
                 Exception::compile(doc).map(|e| Some(Document::Exception(e)))
             }
-            _ if is_validating_policy(doc) => ValidatingPolicy::compile(doc).map(|p| Some(Document::ValidatingPolicy(p))),
+            _ if is_validating_policy(doc) => {
+                ValidatingPolicy::compile(doc).map(|p| Some(Document::ValidatingPolicy(p)))
+            }
             _ => Ok(None),
         }
     }
@@ -106,13 +115,23 @@ impl Engine {
 
     /// Evaluates every policy against one request: one result per matching
     /// rule (and per matching ValidatingPolicy).
-    pub fn evaluate(&self, req: EvalRequest, data: &dyn ClusterData, bindings: &Bindings) -> Vec<RuleResult> {
+    pub fn evaluate(
+        &self,
+        req: EvalRequest,
+        data: &dyn ClusterData,
+        bindings: &Bindings,
+    ) -> Vec<RuleResult> {
         let prepared = Prepared::new(req);
         self.evaluate_prepared(&prepared, data, bindings)
     }
 
     /// As [`Engine::evaluate`], for a request prepared once.
-    pub fn evaluate_prepared(&self, prepared: &Prepared, data: &dyn ClusterData, bindings: &Bindings) -> Vec<RuleResult> {
+    pub fn evaluate_prepared(
+        &self,
+        prepared: &Prepared,
+        data: &dyn ClusterData,
+        bindings: &Bindings,
+    ) -> Vec<RuleResult> {
         let mut out = Vec::new();
         for policy in &self.policies {
             for mut result in policy.evaluate(prepared, data, bindings) {
@@ -128,8 +147,17 @@ impl Engine {
                 out.push(result);
             }
         }
+        let req = prepared.request();
         for vpol in &self.validating {
-            if let Some(result) = vpol.evaluate(prepared.request(), data) {
+            let result = match bindings.operation_for(vpol.name(), req.name()) {
+                Some(op) if op != req.operation => {
+                    let mut r = req.clone();
+                    r.operation = op;
+                    vpol.evaluate(&r, data)
+                }
+                _ => vpol.evaluate(req, data),
+            };
+            if let Some(result) = result {
                 out.push(result);
             }
         }

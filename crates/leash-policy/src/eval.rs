@@ -37,7 +37,12 @@ pub struct PolicyBindings {
 }
 
 impl Bindings {
-    fn for_rule<'a>(&'a self, policy: &str, rule: &str, resource: &str) -> Vec<&'a (String, Value)> {
+    fn for_rule<'a>(
+        &'a self,
+        policy: &str,
+        rule: &str,
+        resource: &str,
+    ) -> Vec<&'a (String, Value)> {
         let mut out: Vec<&(String, Value)> = self.global.iter().collect();
         if let Some(p) = self.policies.get(policy) {
             if let Some(r) = p.resources.get(resource) {
@@ -48,6 +53,25 @@ impl Bindings {
             }
         }
         out
+    }
+
+    /// The operation bound by `request.operation` for a policy and resource.
+    pub fn operation_for(&self, policy: &str, resource: &str) -> Option<Operation> {
+        let p = self.policies.get(policy);
+        let pairs = self
+            .global
+            .iter()
+            .chain(
+                p.and_then(|p| p.resources.get(resource))
+                    .into_iter()
+                    .flatten(),
+            )
+            .chain(p.into_iter().flat_map(|p| p.rules.values()).flatten());
+        pairs
+            .filter(|(k, _)| k == "request.operation")
+            .last()
+            .and_then(|(_, v)| v.as_str())
+            .and_then(Operation::parse)
     }
 
     /// Whether nothing is bound.
@@ -95,7 +119,10 @@ fn base_vars(req: &EvalRequest, operation: Operation) -> Vars {
         m.insert("object".into(), to_var(&req.object));
         m.insert(
             "oldObject".into(),
-            req.old_object.as_deref().map(to_var).unwrap_or_else(|| Arc::new(jmespath::Variable::Null)),
+            req.old_object
+                .as_deref()
+                .map(to_var)
+                .unwrap_or_else(|| Arc::new(jmespath::Variable::Null)),
         );
     }
     top.insert("request".to_string(), request_var);
@@ -139,7 +166,12 @@ struct RuleCtx<'a> {
 impl Policy {
     /// Evaluates every validate rule that matches the resource. Rules that do
     /// not match give no result; an evaluation problem is an `error` result.
-    pub fn evaluate(&self, prepared: &Prepared, data: &dyn ClusterData, bindings: &Bindings) -> Vec<RuleResult> {
+    pub fn evaluate(
+        &self,
+        prepared: &Prepared,
+        data: &dyn ClusterData,
+        bindings: &Bindings,
+    ) -> Vec<RuleResult> {
         let req = &prepared.req;
         if let Some(ns) = &self.namespace {
             if req.namespace() != ns {
@@ -159,7 +191,12 @@ impl Policy {
                 .and_then(|(_, v)| v.as_str())
                 .and_then(Operation::parse)
                 .unwrap_or(req.operation);
-            let target = Target::of(&req.object, req.namespace_labels.as_ref(), operation, &req.user_info);
+            let target = Target::of(
+                &req.object,
+                req.namespace_labels.as_ref(),
+                operation,
+                &req.user_info,
+            );
             if !rule.match_.matches(&target) || rule.exclude.excludes(&target) {
                 continue;
             }
@@ -209,7 +246,12 @@ impl RuleCtx<'_> {
         match self.preconditions(self.rule.preconditions.as_ref(), &vars) {
             Ok(true) => {}
             Ok(false) => return Outcome::new(Status::Skip, "preconditions not met"),
-            Err(e) => return Outcome::new(Status::Error, format!("failed to evaluate preconditions: {e}")),
+            Err(e) => {
+                return Outcome::new(
+                    Status::Error,
+                    format!("failed to evaluate preconditions: {e}"),
+                );
+            }
         }
         if let Check::Cel(cel) = &validate.check {
             let (status, message) = cel.evaluate(self.req, self.data);
@@ -224,7 +266,13 @@ impl RuleCtx<'_> {
 
     fn message(&self, vars: &Vars) -> Option<String> {
         let raw = self.rule.validate.as_ref()?.message.as_ref()?;
-        match vars::substitute(&Value::String(raw.clone()), vars, &self.policy.cache, Mode::Strict, self.delete) {
+        match vars::substitute(
+            &Value::String(raw.clone()),
+            vars,
+            &self.policy.cache,
+            Mode::Strict,
+            self.delete,
+        ) {
             Ok(Value::String(s)) => Some(s),
             Ok(other) => Some(vars::go_format(&other)),
             Err(_) => Some(raw.clone()),
@@ -236,21 +284,29 @@ impl RuleCtx<'_> {
             Check::Pattern(p) => self.check_pattern(p, vars, scope),
             Check::AnyPattern(ps) => self.check_any_pattern(ps, vars, scope),
             Check::Deny(conds) => match self.conditions(conds, vars, Mode::Strict) {
-                Err(e) => Outcome::new(Status::Error, format!("failed to check deny conditions: {e}")),
+                Err(e) => Outcome::new(
+                    Status::Error,
+                    format!("failed to check deny conditions: {e}"),
+                ),
                 Ok(true) => {
-                    let msg = self
-                        .message(vars)
-                        .unwrap_or_else(|| format!("validation error: rule {} failed", self.rule_name()));
+                    let msg = self.message(vars).unwrap_or_else(|| {
+                        format!("validation error: rule {} failed", self.rule_name())
+                    });
                     Outcome::new(Status::Fail, msg)
                 }
-                Ok(false) => Outcome::new(Status::Pass, format!("validation rule '{}' passed.", self.rule_name())),
+                Ok(false) => Outcome::new(
+                    Status::Pass,
+                    format!("validation rule '{}' passed.", self.rule_name()),
+                ),
             },
             Check::Foreach(decls) => self.foreach(decls, vars, scope, nesting),
             Check::Cel(cel) => {
                 let (status, message) = cel.evaluate(self.req, self.data);
                 Outcome::new(status, message)
             }
-            Check::Unsupported(what) => Outcome::new(Status::Error, format!("{what} is not supported by leash")),
+            Check::Unsupported(what) => {
+                Outcome::new(Status::Error, format!("{what} is not supported by leash"))
+            }
         }
     }
 
@@ -264,7 +320,9 @@ impl RuleCtx<'_> {
     fn fail_message(&self, vars: &Vars, path: &str, detail: &str) -> String {
         let rule = self.rule_name();
         match self.message(vars) {
-            None if path.is_empty() => format!("validation error: rule {rule} execution error: {detail}"),
+            None if path.is_empty() => {
+                format!("validation error: rule {rule} execution error: {detail}")
+            }
             None => format!("validation error: rule {rule} failed at path {path}"),
             Some(mut m) => {
                 if !m.ends_with('.') {
@@ -282,10 +340,15 @@ impl RuleCtx<'_> {
     fn check_pattern(&self, pattern: &Value, vars: &Vars, scope: &Value) -> Outcome {
         let pattern = match self.substituted(pattern, vars) {
             Ok(p) => p,
-            Err(e) => return Outcome::new(Status::Error, format!("variable substitution failed: {e}")),
+            Err(e) => {
+                return Outcome::new(Status::Error, format!("variable substitution failed: {e}"));
+            }
         };
         match pattern::match_pattern(scope, &pattern) {
-            Ok(()) => Outcome::new(Status::Pass, format!("validation rule '{}' passed.", self.rule_name())),
+            Ok(()) => Outcome::new(
+                Status::Pass,
+                format!("validation rule '{}' passed.", self.rule_name()),
+            ),
             Err(Mismatch::Skip { message }) => Outcome::new(Status::Skip, message),
             Err(Mismatch::Fail { path, message }) => {
                 Outcome::new(Status::Fail, self.fail_message(vars, &path, &message))
@@ -300,13 +363,23 @@ impl RuleCtx<'_> {
         for (i, p) in patterns.iter().enumerate() {
             let p = match self.substituted(p, vars) {
                 Ok(p) => p,
-                Err(e) => return Outcome::new(Status::Error, format!("variable substitution failed: {e}")),
+                Err(e) => {
+                    return Outcome::new(
+                        Status::Error,
+                        format!("variable substitution failed: {e}"),
+                    );
+                }
             };
             match pattern::match_pattern(scope, &p) {
                 Ok(()) => {
-                    return Outcome::new(Status::Pass, format!("validation rule '{name}' anyPattern[{i}] passed."));
+                    return Outcome::new(
+                        Status::Pass,
+                        format!("validation rule '{name}' anyPattern[{i}] passed."),
+                    );
                 }
-                Err(Mismatch::Skip { message }) => skipped.push(format!("rule {name}[{i}] skipped: {message}")),
+                Err(Mismatch::Skip { message }) => {
+                    skipped.push(format!("rule {name}[{i}] skipped: {message}"))
+                }
                 Err(Mismatch::Fail { path, message }) => failed.push(if path.is_empty() {
                     format!("rule {name}[{i}] failed: {message}")
                 } else {
@@ -329,7 +402,12 @@ impl RuleCtx<'_> {
     fn foreach(&self, decls: &[Foreach], vars: &Vars, scope: &Value, nesting: usize) -> Outcome {
         let mut applied = 0;
         for decl in decls {
-            let list = match self.policy.cache.get(&decl.list).and_then(|e| vars.eval(&e)) {
+            let list = match self
+                .policy
+                .cache
+                .get(&decl.list)
+                .and_then(|e| vars.eval(&e))
+            {
                 Ok(v) => v,
                 Err(_) => continue,
             };
@@ -350,7 +428,14 @@ impl RuleCtx<'_> {
         Outcome::new(Status::Pass, "rule passed")
     }
 
-    fn elements(&self, decl: &Foreach, elements: &[Value], vars: &Vars, scope: &Value, nesting: usize) -> (Outcome, usize) {
+    fn elements(
+        &self,
+        decl: &Foreach,
+        elements: &[Value],
+        vars: &Vars,
+        scope: &Value,
+        nesting: usize,
+    ) -> (Outcome, usize) {
         let mut applied = 0;
         for (index, element) in elements.iter().enumerate() {
             if element.is_null() {
@@ -358,7 +443,9 @@ impl RuleCtx<'_> {
             }
             let el: Rcvar = to_var(element);
             let idx = to_var(&json!(index));
-            let mut v = vars.with("element", el.clone()).with("elementIndex", idx.clone());
+            let mut v = vars
+                .with("element", el.clone())
+                .with("elementIndex", idx.clone());
             v = v
                 .with(&format!("element{nesting}"), el)
                 .with(&format!("elementIndex{nesting}"), idx);
@@ -372,7 +459,10 @@ impl RuleCtx<'_> {
                     if index + 1 < elements.len() {
                         continue;
                     }
-                    return (Outcome::new(Status::Error, format!("validation failure: {}", r.message)), applied);
+                    return (
+                        Outcome::new(Status::Error, format!("validation failure: {}", r.message)),
+                        applied,
+                    );
                 }
                 Status::Fail => return (Outcome::new(Status::Fail, r.message), applied),
             }
@@ -388,7 +478,12 @@ impl RuleCtx<'_> {
         match self.preconditions(decl.preconditions.as_ref(), &vars) {
             Ok(true) => {}
             Ok(false) => return Outcome::new(Status::Skip, "preconditions not met"),
-            Err(e) => return Outcome::new(Status::Error, format!("failed to evaluate preconditions: {e}")),
+            Err(e) => {
+                return Outcome::new(
+                    Status::Error,
+                    format!("failed to evaluate preconditions: {e}"),
+                );
+            }
         }
         self.check(&decl.check, &vars, scope, nesting + 1)
     }
@@ -447,9 +542,11 @@ impl RuleCtx<'_> {
     }
 
     fn is_mocked(&self, name: &str) -> bool {
-        self.mocked
-            .iter()
-            .any(|k| k == name || k.strip_prefix(name).is_some_and(|rest| rest.starts_with('.')))
+        self.mocked.iter().any(|k| {
+            k == name
+                || k.strip_prefix(name)
+                    .is_some_and(|rest| rest.starts_with('.'))
+        })
     }
 
     fn load_context(&self, entries: &[ContextEntry], vars: &Vars) -> Result<Vars, String> {
@@ -470,7 +567,13 @@ impl RuleCtx<'_> {
     }
 
     fn sub_str(&self, s: &str, vars: &Vars) -> Result<String, String> {
-        match vars::substitute(&Value::String(s.to_string()), vars, &self.policy.cache, Mode::Strict, self.delete)? {
+        match vars::substitute(
+            &Value::String(s.to_string()),
+            vars,
+            &self.policy.cache,
+            Mode::Strict,
+            self.delete,
+        )? {
             Value::String(s) => Ok(s),
             other => Ok(vars::go_format(&other)),
         }
@@ -489,10 +592,20 @@ impl RuleCtx<'_> {
 
     fn load_entry(&self, entry: &ContextEntry, vars: &Vars) -> Result<Value, String> {
         match &entry.source {
-            ContextSource::Variable { value, jmes_path, default } => {
+            ContextSource::Variable {
+                value,
+                jmes_path,
+                default,
+            } => {
                 let result = match (value, jmes_path) {
                     (Some(v), path) => {
-                        let v = vars::substitute(v, vars, &self.policy.cache, Mode::Strict, self.delete)?;
+                        let v = vars::substitute(
+                            v,
+                            vars,
+                            &self.policy.cache,
+                            Mode::Strict,
+                            self.delete,
+                        )?;
                         self.apply_jmes(path.as_deref(), v, vars)
                     }
                     (None, Some(p)) => {
@@ -512,13 +625,21 @@ impl RuleCtx<'_> {
             ContextSource::ConfigMap { name, namespace } => {
                 let name = self.sub_str(name, vars)?;
                 let namespace = self.sub_str(namespace, vars)?;
-                let ns = if namespace.is_empty() { "default".to_string() } else { namespace };
+                let ns = if namespace.is_empty() {
+                    "default".to_string()
+                } else {
+                    namespace
+                };
                 self.data
                     .get("v1", "configmaps", &ns, &name)
                     .map(|cm| (*cm).clone())
                     .ok_or_else(|| format!("configmap {ns}/{name} not found"))
             }
-            ContextSource::ApiCall { url_path, jmes_path, default } => {
+            ContextSource::ApiCall {
+                url_path,
+                jmes_path,
+                default,
+            } => {
                 let url = self.sub_str(url_path, vars)?;
                 match self.data.api_get(&url) {
                     Some(v) => self.apply_jmes(jmes_path.as_deref(), v, vars),
@@ -528,14 +649,20 @@ impl RuleCtx<'_> {
                     },
                 }
             }
-            ContextSource::GlobalReference { name, projection, jmes_path } => {
+            ContextSource::GlobalReference {
+                name,
+                projection,
+                jmes_path,
+            } => {
                 let data = self
                     .data
                     .global(name, projection.as_deref())
                     .ok_or_else(|| format!("global context entry {name:?} has no data"))?;
                 self.apply_jmes(jmes_path.as_deref(), data, vars)
             }
-            ContextSource::Unsupported(what) => Err(format!("{what} context entries are not supported by leash")),
+            ContextSource::Unsupported(what) => {
+                Err(format!("{what} context entries are not supported by leash"))
+            }
         }
     }
 }

@@ -26,20 +26,36 @@ impl Exception {
     /// Parses a `PolicyException` document.
     pub fn compile(doc: &Value) -> Result<Exception> {
         let name = doc["metadata"]["name"].as_str().unwrap_or("").to_string();
-        let namespace = doc["metadata"]["namespace"].as_str().unwrap_or("").to_string();
-        let err = |field: String, message: String| Error::invalid("PolicyException", name.clone(), field, message);
+        let namespace = doc["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        let err = |field: String, message: String| {
+            Error::invalid("PolicyException", name.clone(), field, message)
+        };
         let spec = &doc["spec"];
         let Some(list) = spec["exceptions"].as_array() else {
-            return Err(err("spec.exceptions".into(), "is required and must be a list".into()));
+            return Err(err(
+                "spec.exceptions".into(),
+                "is required and must be a list".into(),
+            ));
         };
         let mut exceptions = Vec::new();
         for (i, e) in list.iter().enumerate() {
             let Some(policy) = e["policyName"].as_str() else {
-                return Err(err(format!("spec.exceptions[{i}].policyName"), "is required".into()));
+                return Err(err(
+                    format!("spec.exceptions[{i}].policyName"),
+                    "is required".into(),
+                ));
             };
             let rules = e["ruleNames"]
                 .as_array()
-                .map(|a| a.iter().filter_map(Value::as_str).map(String::from).collect())
+                .map(|a| {
+                    a.iter()
+                        .filter_map(Value::as_str)
+                        .map(String::from)
+                        .collect()
+                })
                 .unwrap_or_default();
             exceptions.push((policy.to_string(), rules));
         }
@@ -48,7 +64,9 @@ impl Exception {
         let conditions = match &spec["conditions"] {
             Value::Null => None,
             c => {
-                cache.collect(c).map_err(|e| err("spec.conditions".into(), e))?;
+                cache
+                    .collect(c)
+                    .map_err(|e| err("spec.conditions".into(), e))?;
                 Some(c.clone())
             }
         };
@@ -73,7 +91,14 @@ impl Exception {
 
     /// Whether this exception covers `rule` (or the autogen rule derived
     /// from `base_rule`) of `policy` for the prepared resource.
-    pub(crate) fn applies(&self, policy: &str, rule: &str, base_rule: &str, prepared: &Prepared, vars: Option<&crate::vars::Vars>) -> bool {
+    pub(crate) fn applies(
+        &self,
+        policy: &str,
+        rule: &str,
+        base_rule: &str,
+        prepared: &Prepared,
+        vars: Option<&crate::vars::Vars>,
+    ) -> bool {
         let named = self.exceptions.iter().any(|(p, rules)| {
             wildcard::matches(p, policy)
                 && rules
@@ -84,7 +109,12 @@ impl Exception {
             return false;
         }
         let req = prepared.request();
-        let target = Target::of(&req.object, req.namespace_labels.as_ref(), req.operation, &req.user_info);
+        let target = Target::of(
+            &req.object,
+            req.namespace_labels.as_ref(),
+            req.operation,
+            &req.user_info,
+        );
         if !self.match_.matches(&target) {
             return false;
         }

@@ -32,18 +32,27 @@ impl ImageRef {
         };
         let last_slash = rest.rfind('/').map(|i| i + 1).unwrap_or(0);
         let (rest, tag) = match rest[last_slash..].rfind(':') {
-            Some(i) => (&rest[..last_slash + i], rest[last_slash + i + 1..].to_string()),
+            Some(i) => (
+                &rest[..last_slash + i],
+                rest[last_slash + i + 1..].to_string(),
+            ),
             None => (rest, String::new()),
         };
         let (registry, path) = match rest.split_once('/') {
-            Some((first, p)) if first.contains(['.', ':']) || first == "localhost" => (first.to_string(), p.to_string()),
+            Some((first, p)) if first.contains(['.', ':']) || first == "localhost" => {
+                (first.to_string(), p.to_string())
+            }
             _ => ("docker.io".to_string(), rest.to_string()),
         };
         if path.is_empty() {
             return None;
         }
         let name = path.rsplit('/').next().unwrap_or(&path).to_string();
-        let tag = if tag.is_empty() && digest.is_empty() { "latest".to_string() } else { tag };
+        let tag = if tag.is_empty() && digest.is_empty() {
+            "latest".to_string()
+        } else {
+            tag
+        };
         Some(ImageRef {
             registry,
             path,
@@ -90,9 +99,12 @@ pub(crate) fn pod_spec(object: &Value) -> Option<&Value> {
     match object["kind"].as_str()? {
         "Pod" => Some(&object["spec"]),
         "CronJob" => Some(&object["spec"]["jobTemplate"]["spec"]["template"]["spec"]),
-        "Deployment" | "DaemonSet" | "StatefulSet" | "ReplicaSet" | "Job" | "ReplicationController" => {
-            Some(&object["spec"]["template"]["spec"])
-        }
+        "Deployment"
+        | "DaemonSet"
+        | "StatefulSet"
+        | "ReplicaSet"
+        | "Job"
+        | "ReplicationController" => Some(&object["spec"]["template"]["spec"]),
         _ => None,
     }
     .filter(|s| s.is_object())
@@ -105,7 +117,9 @@ pub(crate) fn of_object(object: &Value) -> Value {
     };
     let mut out = Map::new();
     for field in ["containers", "initContainers", "ephemeralContainers"] {
-        let Some(list) = spec[field].as_array() else { continue };
+        let Some(list) = spec[field].as_array() else {
+            continue;
+        };
         let mut m = Map::new();
         for c in list {
             let (Some(name), Some(image)) = (c["name"].as_str(), c["image"].as_str()) else {
@@ -135,11 +149,22 @@ mod tests {
             ("ghcr.io/org/app:v1", "ghcr.io", "org/app", "v1", ""),
             ("localhost:5000/app", "localhost:5000", "app", "latest", ""),
             ("reg.io/app@sha256:abc", "reg.io", "app", "", "sha256:abc"),
-            ("reg.io/app:1@sha256:abc", "reg.io", "app", "1", "sha256:abc"),
+            (
+                "reg.io/app:1@sha256:abc",
+                "reg.io",
+                "app",
+                "1",
+                "sha256:abc",
+            ),
         ] {
             let r = ImageRef::parse(image).unwrap();
             assert_eq!(
-                (r.registry.as_str(), r.path.as_str(), r.tag.as_str(), r.digest.as_str()),
+                (
+                    r.registry.as_str(),
+                    r.path.as_str(),
+                    r.tag.as_str(),
+                    r.digest.as_str()
+                ),
                 (registry, path, tag, digest),
                 "{image}"
             );

@@ -95,9 +95,16 @@ pub(crate) struct LabelSelector {
 }
 
 impl LabelSelector {
-    pub(crate) fn parse(v: &Value, field: &str, err: &dyn Fn(String, String) -> Error) -> Result<LabelSelector> {
+    pub(crate) fn parse(
+        v: &Value,
+        field: &str,
+        err: &dyn Fn(String, String) -> Error,
+    ) -> Result<LabelSelector> {
         let Some(obj) = v.as_object() else {
-            return Err(err(field.to_string(), "must be a label selector object".into()));
+            return Err(err(
+                field.to_string(),
+                "must be a label selector object".into(),
+            ));
         };
         let mut sel = LabelSelector::default();
         if let Some(ml) = obj.get("matchLabels") {
@@ -115,7 +122,10 @@ impl LabelSelector {
         }
         if let Some(exprs) = obj.get("matchExpressions") {
             let Some(exprs) = exprs.as_array() else {
-                return Err(err(format!("{field}.matchExpressions"), "must be a list".into()));
+                return Err(err(
+                    format!("{field}.matchExpressions"),
+                    "must be a list".into(),
+                ));
             };
             for (i, e) in exprs.iter().enumerate() {
                 let key = e["key"].as_str().unwrap_or("").to_string();
@@ -128,7 +138,11 @@ impl LabelSelector {
                 }
                 let values = e["values"]
                     .as_array()
-                    .map(|a| a.iter().filter_map(|v| v.as_str().map(String::from)).collect())
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|v| v.as_str().map(String::from))
+                            .collect()
+                    })
                     .unwrap_or_default();
                 sel.expressions.push((key, op, values));
             }
@@ -138,13 +152,23 @@ impl LabelSelector {
 
     pub(crate) fn matches_json(&self, labels: Option<&serde_json::Map<String, Value>>) -> bool {
         let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
-        let iter = || labels.into_iter().flatten().filter_map(|(k, v)| v.as_str().map(|v| (k.as_str(), v)));
+        let iter = || {
+            labels
+                .into_iter()
+                .flatten()
+                .filter_map(|(k, v)| v.as_str().map(|v| (k.as_str(), v)))
+        };
         self.matches_with(get, iter)
     }
 
     pub(crate) fn matches_map(&self, labels: Option<&BTreeMap<String, String>>) -> bool {
         let get = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
-        let iter = || labels.into_iter().flatten().map(|(k, v)| (k.as_str(), v.as_str()));
+        let iter = || {
+            labels
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+        };
         self.matches_with(get, iter)
     }
 
@@ -234,7 +258,11 @@ fn strings(v: &Value, field: &str, err: &dyn Fn(String, String) -> Error) -> Res
 }
 
 impl ResourceDesc {
-    fn parse(v: &Value, field: &str, err: &dyn Fn(String, String) -> Error) -> Result<ResourceDesc> {
+    fn parse(
+        v: &Value,
+        field: &str,
+        err: &dyn Fn(String, String) -> Error,
+    ) -> Result<ResourceDesc> {
         if v.is_null() {
             return Ok(ResourceDesc::default());
         }
@@ -270,7 +298,11 @@ impl ResourceDesc {
         };
         let namespace_selector = match &v["namespaceSelector"] {
             Value::Null => None,
-            s => Some(LabelSelector::parse(s, &format!("{field}.namespaceSelector"), err)?),
+            s => Some(LabelSelector::parse(
+                s,
+                &format!("{field}.namespaceSelector"),
+                err,
+            )?),
         };
         Ok(ResourceDesc {
             kinds: strings(&v["kinds"], &format!("{field}.kinds"), err)?
@@ -298,7 +330,11 @@ impl ResourceDesc {
             return false;
         }
         if !self.namespaces.is_empty() {
-            let ns = if t.kind == "Namespace" { t.name } else { t.namespace };
+            let ns = if t.kind == "Namespace" {
+                t.name
+            } else {
+                t.namespace
+            };
             if !self.namespaces.iter().any(|n| wildcard::matches(n, ns)) {
                 return false;
             }
@@ -307,7 +343,8 @@ impl ResourceDesc {
             let ok = self.annotations.iter().all(|(k, v)| {
                 t.annotations.is_some_and(|a| {
                     a.iter().any(|(ak, av)| {
-                        wildcard::matches(k, ak) && av.as_str().is_some_and(|av| wildcard::matches(v, av))
+                        wildcard::matches(k, ak)
+                            && av.as_str().is_some_and(|av| wildcard::matches(v, av))
                     })
                 })
             });
@@ -358,7 +395,10 @@ impl Filter {
     }
 
     fn is_empty(&self) -> bool {
-        self.resources.is_empty() && self.subjects.is_empty() && self.roles.is_empty() && self.cluster_roles.is_empty()
+        self.resources.is_empty()
+            && self.subjects.is_empty()
+            && self.roles.is_empty()
+            && self.cluster_roles.is_empty()
     }
 
     fn matches(&self, t: &Target<'_>) -> bool {
@@ -368,7 +408,12 @@ impl Filter {
         if !self.roles.is_empty() && !self.roles.iter().any(|r| t.user.roles.contains(r)) {
             return false;
         }
-        if !self.cluster_roles.is_empty() && !self.cluster_roles.iter().any(|r| t.user.cluster_roles.contains(r)) {
+        if !self.cluster_roles.is_empty()
+            && !self
+                .cluster_roles
+                .iter()
+                .any(|r| t.user.cluster_roles.contains(r))
+        {
             return false;
         }
         if !self.subjects.is_empty() && !self.subjects.iter().any(|s| subject_matches(s, t.user)) {
@@ -391,7 +436,11 @@ fn subject_matches(s: &Subject, user: &UserInfo) -> bool {
 
 impl MatchBlock {
     /// Parses `match` / `exclude` (`any`, `all`, or the legacy top level).
-    pub(crate) fn parse(v: &Value, field: &str, err: &dyn Fn(String, String) -> Error) -> Result<MatchBlock> {
+    pub(crate) fn parse(
+        v: &Value,
+        field: &str,
+        err: &dyn Fn(String, String) -> Error,
+    ) -> Result<MatchBlock> {
         let mut block = MatchBlock::default();
         if v.is_null() {
             return Ok(block);
@@ -433,7 +482,11 @@ impl MatchBlock {
 
     /// As an `exclude` block: empty excludes nothing.
     pub(crate) fn excludes(&self, t: &Target<'_>) -> bool {
-        let any = self.any.iter().filter(|f| !f.is_empty()).any(|f| f.matches(t));
+        let any = self
+            .any
+            .iter()
+            .filter(|f| !f.is_empty())
+            .any(|f| f.matches(t));
         let all = !self.all.is_empty() && self.all.iter().all(|f| f.matches(t));
         any || all
     }
@@ -446,7 +499,6 @@ impl MatchBlock {
             .flat_map(|f| f.resources.kinds.iter())
             .collect()
     }
-
 }
 
 #[cfg(test)]
@@ -467,7 +519,12 @@ mod tests {
             cluster_roles: vec!["admin".into()],
             ..UserInfo::default()
         };
-        b.matches(&Target::of(&object, ns_labels.as_ref(), Operation::Create, &user))
+        b.matches(&Target::of(
+            &object,
+            ns_labels.as_ref(),
+            Operation::Create,
+            &user,
+        ))
     }
 
     #[test]
@@ -477,35 +534,164 @@ mod tests {
         let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "prod", "labels": {"env": "prod"}}});
         let labels: BTreeMap<String, String> = [("env".to_string(), "prod".to_string())].into();
         let cases = [
-            ("kind", json!({"any": [{"resources": {"kinds": ["Pod"]}}]}), &pod, true),
-            ("other kind", json!({"any": [{"resources": {"kinds": ["Pod"]}}]}), &deploy, false),
-            ("gvk", json!({"any": [{"resources": {"kinds": ["apps/v1/Deployment"]}}]}), &deploy, true),
-            ("gvk wrong group", json!({"any": [{"resources": {"kinds": ["batch/v1/Deployment"]}}]}), &deploy, false),
-            ("version/kind", json!({"any": [{"resources": {"kinds": ["v1/Pod"]}}]}), &pod, true),
-            ("*/Pod", json!({"any": [{"resources": {"kinds": ["*/Pod"]}}]}), &pod, true),
-            ("wildcard kind", json!({"any": [{"resources": {"kinds": ["*"]}}]}), &deploy, true),
-            ("subresource only", json!({"any": [{"resources": {"kinds": ["Pod/exec"]}}]}), &pod, false),
-            ("legacy", json!({"resources": {"kinds": ["Pod"], "namespaces": ["prod"]}}), &pod, true),
-            ("legacy ns miss", json!({"resources": {"kinds": ["Pod"], "namespaces": ["dev"]}}), &pod, false),
-            ("names wildcard", json!({"any": [{"resources": {"kinds": ["Pod"], "names": ["web-*"]}}]}), &pod, true),
-            ("names miss", json!({"any": [{"resources": {"kinds": ["Pod"], "names": ["db-*"]}}]}), &pod, false),
-            ("selector", json!({"any": [{"resources": {"kinds": ["Pod"], "selector": {"matchLabels": {"app": "web"}}}}]}), &pod, true),
-            ("selector wildcard", json!({"any": [{"resources": {"kinds": ["Pod"], "selector": {"matchLabels": {"ti*": "fr*"}}}}]}), &pod, true),
-            ("selector expr", json!({"any": [{"resources": {"kinds": ["Pod"], "selector": {"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["web"]}]}}}]}), &pod, false),
-            ("annotations", json!({"any": [{"resources": {"kinds": ["Pod"], "annotations": {"team": "?"}}}]}), &pod, true),
-            ("ns selector", json!({"any": [{"resources": {"kinds": ["Pod"], "namespaceSelector": {"matchLabels": {"env": "prod"}}}}]}), &pod, true),
-            ("namespace by name", json!({"any": [{"resources": {"kinds": ["Namespace"], "namespaces": ["prod"]}}]}), &ns, true),
-            ("operations", json!({"any": [{"resources": {"kinds": ["Pod"], "operations": ["UPDATE"]}}]}), &pod, false),
-            ("all needs both", json!({"all": [{"resources": {"kinds": ["Pod"]}}, {"resources": {"namespaces": ["dev"]}}]}), &pod, false),
-            ("any needs one", json!({"any": [{"resources": {"kinds": ["Deployment"]}}, {"resources": {"namespaces": ["prod"]}}]}), &pod, true),
-            ("subjects user", json!({"any": [{"resources": {"kinds": ["Pod"]}, "subjects": [{"kind": "User", "name": "alice"}]}]}), &pod, true),
-            ("subjects group miss", json!({"any": [{"resources": {"kinds": ["Pod"]}, "subjects": [{"kind": "Group", "name": "ops"}]}]}), &pod, false),
-            ("clusterRoles", json!({"any": [{"resources": {"kinds": ["Pod"]}, "clusterRoles": ["admin"]}]}), &pod, true),
-            ("roles miss", json!({"any": [{"resources": {"kinds": ["Pod"]}, "roles": ["other"]}]}), &pod, false),
+            (
+                "kind",
+                json!({"any": [{"resources": {"kinds": ["Pod"]}}]}),
+                &pod,
+                true,
+            ),
+            (
+                "other kind",
+                json!({"any": [{"resources": {"kinds": ["Pod"]}}]}),
+                &deploy,
+                false,
+            ),
+            (
+                "gvk",
+                json!({"any": [{"resources": {"kinds": ["apps/v1/Deployment"]}}]}),
+                &deploy,
+                true,
+            ),
+            (
+                "gvk wrong group",
+                json!({"any": [{"resources": {"kinds": ["batch/v1/Deployment"]}}]}),
+                &deploy,
+                false,
+            ),
+            (
+                "version/kind",
+                json!({"any": [{"resources": {"kinds": ["v1/Pod"]}}]}),
+                &pod,
+                true,
+            ),
+            (
+                "*/Pod",
+                json!({"any": [{"resources": {"kinds": ["*/Pod"]}}]}),
+                &pod,
+                true,
+            ),
+            (
+                "wildcard kind",
+                json!({"any": [{"resources": {"kinds": ["*"]}}]}),
+                &deploy,
+                true,
+            ),
+            (
+                "subresource only",
+                json!({"any": [{"resources": {"kinds": ["Pod/exec"]}}]}),
+                &pod,
+                false,
+            ),
+            (
+                "legacy",
+                json!({"resources": {"kinds": ["Pod"], "namespaces": ["prod"]}}),
+                &pod,
+                true,
+            ),
+            (
+                "legacy ns miss",
+                json!({"resources": {"kinds": ["Pod"], "namespaces": ["dev"]}}),
+                &pod,
+                false,
+            ),
+            (
+                "names wildcard",
+                json!({"any": [{"resources": {"kinds": ["Pod"], "names": ["web-*"]}}]}),
+                &pod,
+                true,
+            ),
+            (
+                "names miss",
+                json!({"any": [{"resources": {"kinds": ["Pod"], "names": ["db-*"]}}]}),
+                &pod,
+                false,
+            ),
+            (
+                "selector",
+                json!({"any": [{"resources": {"kinds": ["Pod"], "selector": {"matchLabels": {"app": "web"}}}}]}),
+                &pod,
+                true,
+            ),
+            (
+                "selector wildcard",
+                json!({"any": [{"resources": {"kinds": ["Pod"], "selector": {"matchLabels": {"ti*": "fr*"}}}}]}),
+                &pod,
+                true,
+            ),
+            (
+                "selector expr",
+                json!({"any": [{"resources": {"kinds": ["Pod"], "selector": {"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["web"]}]}}}]}),
+                &pod,
+                false,
+            ),
+            (
+                "annotations",
+                json!({"any": [{"resources": {"kinds": ["Pod"], "annotations": {"team": "?"}}}]}),
+                &pod,
+                true,
+            ),
+            (
+                "ns selector",
+                json!({"any": [{"resources": {"kinds": ["Pod"], "namespaceSelector": {"matchLabels": {"env": "prod"}}}}]}),
+                &pod,
+                true,
+            ),
+            (
+                "namespace by name",
+                json!({"any": [{"resources": {"kinds": ["Namespace"], "namespaces": ["prod"]}}]}),
+                &ns,
+                true,
+            ),
+            (
+                "operations",
+                json!({"any": [{"resources": {"kinds": ["Pod"], "operations": ["UPDATE"]}}]}),
+                &pod,
+                false,
+            ),
+            (
+                "all needs both",
+                json!({"all": [{"resources": {"kinds": ["Pod"]}}, {"resources": {"namespaces": ["dev"]}}]}),
+                &pod,
+                false,
+            ),
+            (
+                "any needs one",
+                json!({"any": [{"resources": {"kinds": ["Deployment"]}}, {"resources": {"namespaces": ["prod"]}}]}),
+                &pod,
+                true,
+            ),
+            (
+                "subjects user",
+                json!({"any": [{"resources": {"kinds": ["Pod"]}, "subjects": [{"kind": "User", "name": "alice"}]}]}),
+                &pod,
+                true,
+            ),
+            (
+                "subjects group miss",
+                json!({"any": [{"resources": {"kinds": ["Pod"]}, "subjects": [{"kind": "Group", "name": "ops"}]}]}),
+                &pod,
+                false,
+            ),
+            (
+                "clusterRoles",
+                json!({"any": [{"resources": {"kinds": ["Pod"]}, "clusterRoles": ["admin"]}]}),
+                &pod,
+                true,
+            ),
+            (
+                "roles miss",
+                json!({"any": [{"resources": {"kinds": ["Pod"]}, "roles": ["other"]}]}),
+                &pod,
+                false,
+            ),
             ("empty matches nothing", json!({}), &pod, false),
         ];
         for (name, block, object, want) in cases {
-            assert_eq!(matches(block, object.clone(), Some(labels.clone())), want, "{name}");
+            assert_eq!(
+                matches(block, object.clone(), Some(labels.clone())),
+                want,
+                "{name}"
+            );
         }
     }
 
@@ -515,10 +701,16 @@ mod tests {
         let user = UserInfo::default();
         let t = Target::of(&pod, None, Operation::Create, &user);
         let ex = |v: Value| MatchBlock::parse(&v, "exclude", &err).unwrap().excludes(&t);
-        assert!(ex(json!({"any": [{"resources": {"namespaces": ["kube-system"]}}]})));
-        assert!(!ex(json!({"any": [{"resources": {"namespaces": ["default"]}}]})));
+        assert!(ex(
+            json!({"any": [{"resources": {"namespaces": ["kube-system"]}}]})
+        ));
+        assert!(!ex(
+            json!({"any": [{"resources": {"namespaces": ["default"]}}]})
+        ));
         assert!(ex(json!({"resources": {"namespaces": ["kube-*"]}})));
         assert!(!ex(json!({})));
-        assert!(!ex(json!({"all": [{"resources": {"namespaces": ["kube-system"]}}, {"resources": {"kinds": ["Deployment"]}}]})));
+        assert!(!ex(
+            json!({"all": [{"resources": {"namespaces": ["kube-system"]}}, {"resources": {"kinds": ["Deployment"]}}]})
+        ));
     }
 }

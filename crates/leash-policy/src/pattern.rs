@@ -193,7 +193,10 @@ fn map(resource: &Map<String, Value>, pattern: &Map<String, Value>, path: &str) 
         let value = resource.get(key.as_str()).unwrap_or(&Value::Null);
         if sub.as_str() == Some("*") {
             if value.is_null() {
-                return Err(Err::Fail(path.to_string(), format!("{path}/{key} not found")));
+                return Err(Err::Fail(
+                    path.to_string(),
+                    format!("{path}/{key} not found"),
+                ));
             }
             continue;
         }
@@ -213,8 +216,9 @@ fn anchored(
     let value = resource.get(key);
     match anchor {
         Anchor::Condition => match value {
-            Some(v) => element(v, sub, &current)
-                .map_err(|e| Err::Conditional(format!("conditional anchor mismatch: {}", e.message()))),
+            Some(v) => element(v, sub, &current).map_err(|e| {
+                Err::Conditional(format!("conditional anchor mismatch: {}", e.message()))
+            }),
             None => Err(Err::Conditional(
                 "conditional anchor key doesn't exist in the resource".to_string(),
             )),
@@ -229,7 +233,10 @@ fn anchored(
             None => Ok(()),
         },
         Anchor::Negation => match value {
-            Some(_) => Err(Err::Negation(current.clone(), format!("{current} is not allowed"))),
+            Some(_) => Err(Err::Negation(
+                current.clone(),
+                format!("{current} is not allowed"),
+            )),
             None => Ok(()),
         },
         Anchor::Existence => match value {
@@ -274,7 +281,10 @@ fn anchored(
 
 fn array(resource: &[Value], pattern: &[Value], path: &str) -> Result<(), Err> {
     let Some(first) = pattern.first() else {
-        return Err(Err::Fail(path.to_string(), "pattern Array empty".to_string()));
+        return Err(Err::Fail(
+            path.to_string(),
+            "pattern Array empty".to_string(),
+        ));
     };
     match first {
         Value::Object(_) => {
@@ -288,7 +298,11 @@ fn array(resource: &[Value], pattern: &[Value], path: &str) -> Result<(), Err> {
                 }
             }
             if applied == 0 && !skips.is_empty() {
-                let message = skips.iter().map(Err::message).collect::<Vec<_>>().join("; ");
+                let message = skips
+                    .iter()
+                    .map(Err::message)
+                    .collect::<Vec<_>>()
+                    .join("; ");
                 return Err(if skips.iter().any(|e| matches!(e, Err::Global(_))) {
                     Err::Global(message)
                 } else {
@@ -318,7 +332,11 @@ fn array(resource: &[Value], pattern: &[Value], path: &str) -> Result<(), Err> {
                 }
             }
             if applied == 0 && !skips.is_empty() {
-                let message = skips.iter().map(Err::message).collect::<Vec<_>>().join("; ");
+                let message = skips
+                    .iter()
+                    .map(Err::message)
+                    .collect::<Vec<_>>()
+                    .join("; ");
                 return Err(Err::Conditional(message));
             }
             Ok(())
@@ -345,7 +363,10 @@ fn expand_metadata_wildcards(
             continue;
         }
         let empty = Map::new();
-        let rmap = rmeta.get(field).and_then(Value::as_object).unwrap_or(&empty);
+        let rmap = rmeta
+            .get(field)
+            .and_then(Value::as_object)
+            .unwrap_or(&empty);
         let mut out = Map::new();
         for (k, v) in pmap {
             if !wildcard::has_wildcard(k) || parse_anchor(k).is_some() {
@@ -407,50 +428,169 @@ mod tests {
         let pod = |containers: Value| json!({"spec": {"containers": containers}});
         let cases = [
             // plain keys
-            ("plain match", pod(json!([{"image": "a:1"}])), json!({"spec": {"containers": [{"image": "!*:latest"}]}}), Want::Pass),
-            ("plain mismatch", pod(json!([{"image": "a:latest"}])), json!({"spec": {"containers": [{"image": "!*:latest"}]}}), Want::Fail),
-            ("every element", pod(json!([{"image": "a:1"}, {"image": "b:latest"}])), json!({"spec": {"containers": [{"image": "!*:latest"}]}}), Want::Fail),
-            ("missing key fails", pod(json!([{"name": "a"}])), json!({"spec": {"containers": [{"image": "?*"}]}}), Want::Fail),
-            ("star needs presence", pod(json!([{"name": "a"}])), json!({"spec": {"containers": [{"image": "*"}]}}), Want::Fail),
-            ("star present", pod(json!([{"image": ""}])), json!({"spec": {"containers": [{"image": "*"}]}}), Want::Pass),
+            (
+                "plain match",
+                pod(json!([{"image": "a:1"}])),
+                json!({"spec": {"containers": [{"image": "!*:latest"}]}}),
+                Want::Pass,
+            ),
+            (
+                "plain mismatch",
+                pod(json!([{"image": "a:latest"}])),
+                json!({"spec": {"containers": [{"image": "!*:latest"}]}}),
+                Want::Fail,
+            ),
+            (
+                "every element",
+                pod(json!([{"image": "a:1"}, {"image": "b:latest"}])),
+                json!({"spec": {"containers": [{"image": "!*:latest"}]}}),
+                Want::Fail,
+            ),
+            (
+                "missing key fails",
+                pod(json!([{"name": "a"}])),
+                json!({"spec": {"containers": [{"image": "?*"}]}}),
+                Want::Fail,
+            ),
+            (
+                "star needs presence",
+                pod(json!([{"name": "a"}])),
+                json!({"spec": {"containers": [{"image": "*"}]}}),
+                Want::Fail,
+            ),
+            (
+                "star present",
+                pod(json!([{"image": ""}])),
+                json!({"spec": {"containers": [{"image": "*"}]}}),
+                Want::Pass,
+            ),
             // conditional
-            ("conditional holds, rest fails", pod(json!([{"image": "a:latest", "imagePullPolicy": "IfNotPresent"}])),
-                json!({"spec": {"containers": [{"(image)": "*:latest", "imagePullPolicy": "Always"}]}}), Want::Fail),
-            ("conditional holds, rest passes", pod(json!([{"image": "a:latest", "imagePullPolicy": "Always"}])),
-                json!({"spec": {"containers": [{"(image)": "*:latest", "imagePullPolicy": "Always"}]}}), Want::Pass),
-            ("conditional never holds skips", pod(json!([{"image": "a:1", "imagePullPolicy": "IfNotPresent"}])),
-                json!({"spec": {"containers": [{"(image)": "*:latest", "imagePullPolicy": "Always"}]}}), Want::Skip),
-            ("conditional key absent skips", json!({"metadata": {"name": "x"}}),
-                json!({"metadata": {"(labels)": {"app": "x"}}}), Want::Skip),
-            ("some elements skip, others pass", pod(json!([{"image": "a:1"}, {"image": "b:latest", "imagePullPolicy": "Always"}])),
-                json!({"spec": {"containers": [{"(image)": "*:latest", "imagePullPolicy": "Always"}]}}), Want::Pass),
+            (
+                "conditional holds, rest fails",
+                pod(json!([{"image": "a:latest", "imagePullPolicy": "IfNotPresent"}])),
+                json!({"spec": {"containers": [{"(image)": "*:latest", "imagePullPolicy": "Always"}]}}),
+                Want::Fail,
+            ),
+            (
+                "conditional holds, rest passes",
+                pod(json!([{"image": "a:latest", "imagePullPolicy": "Always"}])),
+                json!({"spec": {"containers": [{"(image)": "*:latest", "imagePullPolicy": "Always"}]}}),
+                Want::Pass,
+            ),
+            (
+                "conditional never holds skips",
+                pod(json!([{"image": "a:1", "imagePullPolicy": "IfNotPresent"}])),
+                json!({"spec": {"containers": [{"(image)": "*:latest", "imagePullPolicy": "Always"}]}}),
+                Want::Skip,
+            ),
+            (
+                "conditional key absent skips",
+                json!({"metadata": {"name": "x"}}),
+                json!({"metadata": {"(labels)": {"app": "x"}}}),
+                Want::Skip,
+            ),
+            (
+                "some elements skip, others pass",
+                pod(json!([{"image": "a:1"}, {"image": "b:latest", "imagePullPolicy": "Always"}])),
+                json!({"spec": {"containers": [{"(image)": "*:latest", "imagePullPolicy": "Always"}]}}),
+                Want::Pass,
+            ),
             // equality
-            ("equality absent passes", json!({"spec": {}}), json!({"spec": {"=(hostNetwork)": false}}), Want::Pass),
-            ("equality present mismatch fails", json!({"spec": {"hostNetwork": true}}), json!({"spec": {"=(hostNetwork)": false}}), Want::Fail),
-            ("equality present match passes", json!({"spec": {"hostNetwork": false}}), json!({"spec": {"=(hostNetwork)": false}}), Want::Pass),
+            (
+                "equality absent passes",
+                json!({"spec": {}}),
+                json!({"spec": {"=(hostNetwork)": false}}),
+                Want::Pass,
+            ),
+            (
+                "equality present mismatch fails",
+                json!({"spec": {"hostNetwork": true}}),
+                json!({"spec": {"=(hostNetwork)": false}}),
+                Want::Fail,
+            ),
+            (
+                "equality present match passes",
+                json!({"spec": {"hostNetwork": false}}),
+                json!({"spec": {"=(hostNetwork)": false}}),
+                Want::Pass,
+            ),
             // negation
-            ("negation present fails", json!({"spec": {"hostPath": {}}}), json!({"spec": {"X(hostPath)": "null"}}), Want::Fail),
-            ("negation absent passes", json!({"spec": {}}), json!({"spec": {"X(hostPath)": "null"}}), Want::Pass),
+            (
+                "negation present fails",
+                json!({"spec": {"hostPath": {}}}),
+                json!({"spec": {"X(hostPath)": "null"}}),
+                Want::Fail,
+            ),
+            (
+                "negation absent passes",
+                json!({"spec": {}}),
+                json!({"spec": {"X(hostPath)": "null"}}),
+                Want::Pass,
+            ),
             // existence
-            ("existence one matches", pod(json!([{"image": "a:1"}, {"image": "b:2"}])),
-                json!({"spec": {"^(containers)": [{"image": "b:*"}]}}), Want::Pass),
-            ("existence none matches", pod(json!([{"image": "a:1"}])),
-                json!({"spec": {"^(containers)": [{"image": "b:*"}]}}), Want::Fail),
+            (
+                "existence one matches",
+                pod(json!([{"image": "a:1"}, {"image": "b:2"}])),
+                json!({"spec": {"^(containers)": [{"image": "b:*"}]}}),
+                Want::Pass,
+            ),
+            (
+                "existence none matches",
+                pod(json!([{"image": "a:1"}])),
+                json!({"spec": {"^(containers)": [{"image": "b:*"}]}}),
+                Want::Fail,
+            ),
             // global
-            ("global mismatch skips", pod(json!([{"image": "a:1", "x": "1"}])),
-                json!({"spec": {"containers": [{"<(image)": "b:*", "x": "2"}]}}), Want::Skip),
-            ("global holds then checks", pod(json!([{"image": "b:1", "x": "1"}])),
-                json!({"spec": {"containers": [{"<(image)": "b:*", "x": "2"}]}}), Want::Fail),
+            (
+                "global mismatch skips",
+                pod(json!([{"image": "a:1", "x": "1"}])),
+                json!({"spec": {"containers": [{"<(image)": "b:*", "x": "2"}]}}),
+                Want::Skip,
+            ),
+            (
+                "global holds then checks",
+                pod(json!([{"image": "b:1", "x": "1"}])),
+                json!({"spec": {"containers": [{"<(image)": "b:*", "x": "2"}]}}),
+                Want::Fail,
+            ),
             // structures
-            ("map vs scalar fails", json!({"spec": "x"}), json!({"spec": {"a": 1}}), Want::Fail),
-            ("null pattern absent", json!({"spec": {}}), json!({"spec": {"hostPID": null}}), Want::Pass),
-            ("scalar array all elements", json!({"list": ["a", "b"]}), json!({"list": "?"}), Want::Pass),
-            ("scalar pattern array", json!({"list": ["a", "bb"]}), json!({"list": ["?"]}), Want::Fail),
+            (
+                "map vs scalar fails",
+                json!({"spec": "x"}),
+                json!({"spec": {"a": 1}}),
+                Want::Fail,
+            ),
+            (
+                "null pattern absent",
+                json!({"spec": {}}),
+                json!({"spec": {"hostPID": null}}),
+                Want::Pass,
+            ),
+            (
+                "scalar array all elements",
+                json!({"list": ["a", "b"]}),
+                json!({"list": "?"}),
+                Want::Pass,
+            ),
+            (
+                "scalar pattern array",
+                json!({"list": ["a", "bb"]}),
+                json!({"list": ["?"]}),
+                Want::Fail,
+            ),
             // metadata wildcard keys
-            ("label wildcard key present", json!({"metadata": {"labels": {"app.kubernetes.io/name": "x"}}}),
-                json!({"metadata": {"labels": {"app.kubernetes.io/*": "?*"}}}), Want::Pass),
-            ("label wildcard key absent", json!({"metadata": {"labels": {"other": "x"}}}),
-                json!({"metadata": {"labels": {"app.kubernetes.io/*": "x"}}}), Want::Fail),
+            (
+                "label wildcard key present",
+                json!({"metadata": {"labels": {"app.kubernetes.io/name": "x"}}}),
+                json!({"metadata": {"labels": {"app.kubernetes.io/*": "?*"}}}),
+                Want::Pass,
+            ),
+            (
+                "label wildcard key absent",
+                json!({"metadata": {"labels": {"other": "x"}}}),
+                json!({"metadata": {"labels": {"app.kubernetes.io/*": "x"}}}),
+                Want::Fail,
+            ),
         ];
         for (name, resource, pattern, want) in cases {
             assert_eq!(run(resource, pattern), want, "{name}");

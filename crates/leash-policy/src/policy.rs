@@ -173,7 +173,10 @@ impl Policy {
 
     /// The names of the rules evaluated (autogen rules included).
     pub fn rule_names(&self) -> impl Iterator<Item = &str> {
-        self.rules.iter().filter(|r| r.validate.is_some()).map(|r| r.name.as_str())
+        self.rules
+            .iter()
+            .filter(|r| r.validate.is_some())
+            .map(|r| r.name.as_str())
     }
 
     /// Every kind named by a validate rule's match (`Pod`, `apps/v1/Deployment`, `*`).
@@ -200,21 +203,33 @@ impl Policy {
     pub fn compile(doc: &Value) -> Result<Policy> {
         let kind = doc["kind"].as_str().unwrap_or("").to_string();
         let name = doc["metadata"]["name"].as_str().unwrap_or("").to_string();
-        let err = |field: String, message: String| Error::invalid(kind.clone(), name.clone(), field, message);
+        let err = |field: String, message: String| {
+            Error::invalid(kind.clone(), name.clone(), field, message)
+        };
         if !matches!(kind.as_str(), "ClusterPolicy" | "Policy") {
-            return Err(Error::Unsupported(format!("kind {kind:?} is not ClusterPolicy or Policy")));
+            return Err(Error::Unsupported(format!(
+                "kind {kind:?} is not ClusterPolicy or Policy"
+            )));
         }
         if name.is_empty() {
             return Err(err("metadata.name".into(), "is required".into()));
         }
         let namespace = if kind == "Policy" {
-            Some(doc["metadata"]["namespace"].as_str().unwrap_or("default").to_string())
+            Some(
+                doc["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or("default")
+                    .to_string(),
+            )
         } else {
             None
         };
         let spec = &doc["spec"];
         if !spec.is_object() {
-            return Err(err("spec".into(), "is required and must be an object".into()));
+            return Err(err(
+                "spec".into(),
+                "is required and must be an object".into(),
+            ));
         }
         let empty = Map::new();
         let annotations_json = doc["metadata"]["annotations"].as_object().unwrap_or(&empty);
@@ -225,7 +240,10 @@ impl Policy {
         let failure_action = match spec["validationFailureAction"].as_str() {
             None => FailureAction::Audit,
             Some(s) => FailureAction::parse(s).ok_or_else(|| {
-                err("spec.validationFailureAction".into(), format!("{s:?} is not Audit or Enforce"))
+                err(
+                    "spec.validationFailureAction".into(),
+                    format!("{s:?} is not Audit or Enforce"),
+                )
             })?,
         };
         let bool_field = |f: &str| -> Result<bool> {
@@ -238,7 +256,10 @@ impl Policy {
         let background = bool_field("background")?;
         let admission = bool_field("admission")?;
         let Some(raw_rules) = spec["rules"].as_array() else {
-            return Err(err("spec.rules".into(), "is required and must be a list".into()));
+            return Err(err(
+                "spec.rules".into(),
+                "is required and must be a list".into(),
+            ));
         };
         let controllers = autogen::controllers(annotations_json, raw_rules);
         let mut cache = ExprCache::default();
@@ -282,11 +303,19 @@ fn compile_rule(raw: &Value, field: &str, err: &ErrFn<'_>, cache: &mut ExprCache
         .to_string();
     let match_ = MatchBlock::parse(&raw["match"], &format!("{field}.match"), err)?;
     if match_.is_empty() {
-        return Err(err(format!("{field}.match"), "is required (any, all or resources)".into()));
+        return Err(err(
+            format!("{field}.match"),
+            "is required (any, all or resources)".into(),
+        ));
     }
     let exclude = MatchBlock::parse(&raw["exclude"], &format!("{field}.exclude"), err)?;
     let context = compile_context(&raw["context"], &format!("{field}.context"), err, cache)?;
-    let preconditions = compile_conditions(&raw["preconditions"], &format!("{field}.preconditions"), err, cache)?;
+    let preconditions = compile_conditions(
+        &raw["preconditions"],
+        &format!("{field}.preconditions"),
+        err,
+        cache,
+    )?;
     let (validate, failure_action) = match &raw["validate"] {
         Value::Null => (None, None),
         v => {
@@ -294,7 +323,9 @@ fn compile_rule(raw: &Value, field: &str, err: &ErrFn<'_>, cache: &mut ExprCache
             let message = match &v["message"] {
                 Value::Null => None,
                 Value::String(s) => {
-                    cache.collect(&Value::String(s.clone())).map_err(|e| err(format!("{vf}.message"), e))?;
+                    cache
+                        .collect(&Value::String(s.clone()))
+                        .map_err(|e| err(format!("{vf}.message"), e))?;
                     Some(s.clone())
                 }
                 _ => return Err(err(format!("{vf}.message"), "must be a string".into())),
@@ -302,7 +333,10 @@ fn compile_rule(raw: &Value, field: &str, err: &ErrFn<'_>, cache: &mut ExprCache
             let fa = match v["failureAction"].as_str() {
                 None => None,
                 Some(s) => Some(FailureAction::parse(s).ok_or_else(|| {
-                    err(format!("{vf}.failureAction"), format!("{s:?} is not Audit or Enforce"))
+                    err(
+                        format!("{vf}.failureAction"),
+                        format!("{s:?} is not Audit or Enforce"),
+                    )
                 })?),
             };
             let check = compile_check(v, &vf, err, cache, true)?;
@@ -321,22 +355,34 @@ fn compile_rule(raw: &Value, field: &str, err: &ErrFn<'_>, cache: &mut ExprCache
     })
 }
 
-fn compile_check(v: &Value, field: &str, err: &ErrFn<'_>, cache: &mut ExprCache, top: bool) -> Result<Check> {
-    let collect = |cache: &mut ExprCache, doc: &Value, f: &str| cache.collect(doc).map_err(|e| err(f.to_string(), e));
+fn compile_check(
+    v: &Value,
+    field: &str,
+    err: &ErrFn<'_>,
+    cache: &mut ExprCache,
+    top: bool,
+) -> Result<Check> {
+    let collect = |cache: &mut ExprCache, doc: &Value, f: &str| {
+        cache.collect(doc).map_err(|e| err(f.to_string(), e))
+    };
     if let Some(p) = v.get("pattern").filter(|p| !p.is_null()) {
         collect(cache, p, &format!("{field}.pattern"))?;
         return Ok(Check::Pattern(p.clone()));
     }
     if let Some(p) = v.get("anyPattern").filter(|p| !p.is_null()) {
         let Some(list) = p.as_array() else {
-            return Err(err(format!("{field}.anyPattern"), "must be a list of patterns".into()));
+            return Err(err(
+                format!("{field}.anyPattern"),
+                "must be a list of patterns".into(),
+            ));
         };
         collect(cache, p, &format!("{field}.anyPattern"))?;
         return Ok(Check::AnyPattern(list.clone()));
     }
     if let Some(d) = v.get("deny").filter(|d| !d.is_null()) {
         let conditions = d.get("conditions").cloned().unwrap_or(Value::Null);
-        let compiled = compile_conditions(&conditions, &format!("{field}.deny.conditions"), err, cache)?;
+        let compiled =
+            compile_conditions(&conditions, &format!("{field}.deny.conditions"), err, cache)?;
         return Ok(Check::Deny(compiled.unwrap_or(Value::Null)));
     }
     if let Some(f) = v.get("foreach").filter(|f| !f.is_null()) {
@@ -347,20 +393,40 @@ fn compile_check(v: &Value, field: &str, err: &ErrFn<'_>, cache: &mut ExprCache,
         for (i, decl) in list.iter().enumerate() {
             let df = format!("{field}.foreach[{i}]");
             let Some(l) = decl["list"].as_str() else {
-                return Err(err(format!("{df}.list"), "is required (a JMESPath expression)".into()));
+                return Err(err(
+                    format!("{df}.list"),
+                    "is required (a JMESPath expression)".into(),
+                ));
             };
-            let list_expr = l.trim().trim_start_matches("{{").trim_end_matches("}}").trim().to_string();
-            cache.add(&list_expr).map_err(|e| err(format!("{df}.list"), e))?;
+            let list_expr = l
+                .trim()
+                .trim_start_matches("{{")
+                .trim_end_matches("}}")
+                .trim()
+                .to_string();
+            cache
+                .add(&list_expr)
+                .map_err(|e| err(format!("{df}.list"), e))?;
             let element_scope = match &decl["elementScope"] {
                 Value::Null => None,
                 Value::Bool(b) => Some(*b),
-                _ => return Err(err(format!("{df}.elementScope"), "must be a boolean".into())),
+                _ => {
+                    return Err(err(
+                        format!("{df}.elementScope"),
+                        "must be a boolean".into(),
+                    ));
+                }
             };
             out.push(Foreach {
                 list: list_expr,
                 element_scope,
                 context: compile_context(&decl["context"], &format!("{df}.context"), err, cache)?,
-                preconditions: compile_conditions(&decl["preconditions"], &format!("{df}.preconditions"), err, cache)?,
+                preconditions: compile_conditions(
+                    &decl["preconditions"],
+                    &format!("{df}.preconditions"),
+                    err,
+                    cache,
+                )?,
                 check: compile_check(decl, &df, err, cache, false)?,
             });
         }
@@ -368,7 +434,11 @@ fn compile_check(v: &Value, field: &str, err: &ErrFn<'_>, cache: &mut ExprCache,
     }
     if top {
         if let Some(c) = v.get("cel").filter(|c| !c.is_null()) {
-            return Ok(Check::Cel(Box::new(CelRule::compile(c, "ClusterPolicy", "", &format!("{field}.cel"))?)));
+            let mut rule = CelRule::compile(c, "ClusterPolicy", "", &format!("{field}.cel"))?;
+            if let Some(m) = v["message"].as_str() {
+                rule = rule.with_default_message(m);
+            }
+            return Ok(Check::Cel(Box::new(rule)));
         }
         if v.get("podSecurity").is_some_and(|p| !p.is_null()) {
             return Ok(Check::Unsupported("validate.podSecurity"));
@@ -381,21 +451,34 @@ fn compile_check(v: &Value, field: &str, err: &ErrFn<'_>, cache: &mut ExprCache,
             "needs one of pattern, anyPattern, deny, foreach, cel or podSecurity".into(),
         ));
     }
-    Err(err(field.to_string(), "needs one of pattern, anyPattern, deny or foreach".into()))
+    Err(err(
+        field.to_string(),
+        "needs one of pattern, anyPattern, deny or foreach".into(),
+    ))
 }
 
 /// Checks a conditions block (operators known, expressions compile) and
 /// returns it unchanged for evaluation.
-fn compile_conditions(v: &Value, field: &str, err: &ErrFn<'_>, cache: &mut ExprCache) -> Result<Option<Value>> {
+fn compile_conditions(
+    v: &Value,
+    field: &str,
+    err: &ErrFn<'_>,
+    cache: &mut ExprCache,
+) -> Result<Option<Value>> {
     let check_list = |list: &[Value], f: &str, cache: &mut ExprCache| -> Result<()> {
         for (i, c) in list.iter().enumerate() {
             let cf = format!("{f}[{i}]");
             let op = c["operator"].as_str().unwrap_or("");
             if CondOp::parse(op).is_none() {
-                return Err(err(format!("{cf}.operator"), format!("unknown operator {op:?}")));
+                return Err(err(
+                    format!("{cf}.operator"),
+                    format!("unknown operator {op:?}"),
+                ));
             }
             for part in ["key", "value"] {
-                cache.collect(&c[part]).map_err(|e| err(format!("{cf}.{part}"), e))?;
+                cache
+                    .collect(&c[part])
+                    .map_err(|e| err(format!("{cf}.{part}"), e))?;
             }
         }
         Ok(())
@@ -416,11 +499,19 @@ fn compile_conditions(v: &Value, field: &str, err: &ErrFn<'_>, cache: &mut ExprC
             }
             Ok(Some(v.clone()))
         }
-        _ => Err(err(field.to_string(), "must be any/all conditions or a list".into())),
+        _ => Err(err(
+            field.to_string(),
+            "must be any/all conditions or a list".into(),
+        )),
     }
 }
 
-fn compile_context(v: &Value, field: &str, err: &ErrFn<'_>, cache: &mut ExprCache) -> Result<Vec<ContextEntry>> {
+fn compile_context(
+    v: &Value,
+    field: &str,
+    err: &ErrFn<'_>,
+    cache: &mut ExprCache,
+) -> Result<Vec<ContextEntry>> {
     let Some(list) = v.as_array() else {
         if v.is_null() {
             return Ok(Vec::new());
@@ -475,7 +566,8 @@ fn compile_context(v: &Value, field: &str, err: &ErrFn<'_>, cache: &mut ExprCach
         } else {
             return Err(err(
                 ef,
-                "needs one of variable, configMap, apiCall, globalReference or imageRegistry".into(),
+                "needs one of variable, configMap, apiCall, globalReference or imageRegistry"
+                    .into(),
             ));
         };
         out.push(ContextEntry { name, source });

@@ -35,7 +35,11 @@ impl Quantity {
         if digits.len() > 30 {
             return None;
         }
-        let mantissa: i128 = if digits.is_empty() { 0 } else { digits.parse().ok()? };
+        let mantissa: i128 = if digits.is_empty() {
+            0
+        } else {
+            digits.parse().ok()?
+        };
         let mut exp10: i32 = -(frac_part.len() as i32);
         let mut mul2: i128 = 1;
         match suffix {

@@ -205,7 +205,11 @@ fn validate_string(value: &Value, pattern: &str, op: Op) -> bool {
             _ => return false,
         };
         let matched = wildcard::matches(pattern, &text);
-        return if op == Op::NotEqual { !matched } else { matched };
+        return if op == Op::NotEqual {
+            !matched
+        } else {
+            matched
+        };
     }
     false
 }
@@ -273,7 +277,11 @@ mod tests {
             (json!({"a": 1}), json!({}), true),
             (json!("a"), json!({}), false),
         ] {
-            assert_eq!(validate(&value, &pattern), want, "{value} against {pattern}");
+            assert_eq!(
+                validate(&value, &pattern),
+                want,
+                "{value} against {pattern}"
+            );
         }
     }
 }

@@ -23,7 +23,9 @@ pub(crate) fn to_var(v: &Value) -> Rcvar {
         Value::Number(n) => Variable::Number(n.clone()),
         Value::String(s) => Variable::String(s.clone()),
         Value::Array(a) => Variable::Array(a.iter().map(to_var).collect()),
-        Value::Object(m) => Variable::Object(m.iter().map(|(k, v)| (k.clone(), to_var(v))).collect()),
+        Value::Object(m) => {
+            Variable::Object(m.iter().map(|(k, v)| (k.clone(), to_var(v))).collect())
+        }
     })
 }
 
@@ -36,7 +38,9 @@ pub(crate) fn from_var(v: &Variable) -> Value {
         Variable::Number(n) => normalize_number(n),
         Variable::String(s) => Value::String(s.clone()),
         Variable::Array(a) => Value::Array(a.iter().map(|x| from_var(x)).collect()),
-        Variable::Object(m) => Value::Object(m.iter().map(|(k, v)| (k.clone(), from_var(v))).collect()),
+        Variable::Object(m) => {
+            Value::Object(m.iter().map(|(k, v)| (k.clone(), from_var(v))).collect())
+        }
     }
 }
 
@@ -260,7 +264,10 @@ fn resolve(
     let result = cache
         .get(name)
         .map_err(|e| format!("invalid variable {{{{{name}}}}}: {e}"))
-        .and_then(|expr| vars.eval(&expr).map_err(|e| format!("failed to resolve {name}: {e}")));
+        .and_then(|expr| {
+            vars.eval(&expr)
+                .map_err(|e| format!("failed to resolve {name}: {e}"))
+        });
     match (result, mode) {
         (Ok(v), _) => Ok(v),
         (Err(_), Mode::Preconditions) => Ok(Value::String(String::new())),
@@ -348,7 +355,10 @@ pub(crate) fn go_format(v: &Value) -> String {
             Some(i) => go_float(i as f64),
             None => go_float(n.as_f64().unwrap_or(0.0)),
         },
-        Value::Array(a) => format!("[{}]", a.iter().map(go_format).collect::<Vec<_>>().join(" ")),
+        Value::Array(a) => format!(
+            "[{}]",
+            a.iter().map(go_format).collect::<Vec<_>>().join(" ")
+        ),
         Value::Object(m) => format!(
             "map[{}]",
             m.iter()
@@ -366,7 +376,13 @@ fn go_float(f: f64) -> String {
         return "0".to_string();
     }
     if !f.is_finite() {
-        return if f.is_nan() { "NaN".into() } else if f > 0.0 { "+Inf".into() } else { "-Inf".into() };
+        return if f.is_nan() {
+            "NaN".into()
+        } else if f > 0.0 {
+            "+Inf".into()
+        } else {
+            "-Inf".into()
+        };
     }
     // Shortest round-trip digits and exponent, via Rust's `{:e}`.
     let sci = format!("{f:e}");
@@ -397,7 +413,13 @@ mod tests {
     }
 
     fn sub(s: &str) -> Result<Value, String> {
-        substitute(&json!(s), &vars(), &ExprCache::default(), Mode::Strict, false)
+        substitute(
+            &json!(s),
+            &vars(),
+            &ExprCache::default(),
+            Mode::Strict,
+            false,
+        )
     }
 
     #[test]
@@ -408,7 +430,10 @@ mod tests {
             ("name-{{request.object.metadata.name}}", json!("name-web")),
             ("n={{request.object.spec.replicas}}", json!("n=3")),
             ("{{request.object.metadata.labels}}", json!({"app": "x"})),
-            ("l={{request.object.metadata.labels}}", json!("l=map[app:x]")),
+            (
+                "l={{request.object.metadata.labels}}",
+                json!("l=map[app:x]"),
+            ),
             ("{{request.object.metadata.missing}}", Value::Null),
             ("x={{request.object.metadata.missing}}", json!("x=<nil>")),
             ("{{ request.object.metadata.labels.{{'app'}} }}", json!("x")),
@@ -422,14 +447,31 @@ mod tests {
     #[test]
     fn delete_reads_old_object() {
         let mut v = vars();
-        v.set_dotted("request.oldObject", to_var(&json!({"metadata": {"name": "old"}})));
-        let got = substitute(&json!("{{request.object.metadata.name}}"), &v, &ExprCache::default(), Mode::Strict, true).unwrap();
+        v.set_dotted(
+            "request.oldObject",
+            to_var(&json!({"metadata": {"name": "old"}})),
+        );
+        let got = substitute(
+            &json!("{{request.object.metadata.name}}"),
+            &v,
+            &ExprCache::default(),
+            Mode::Strict,
+            true,
+        )
+        .unwrap();
         assert_eq!(got, json!("old"));
     }
 
     #[test]
     fn go_float_format() {
-        for (f, want) in [(3.0, "3"), (0.5, "0.5"), (1e21, "1e+21"), (1e6, "1e+06"), (123456.0, "123456"), (1.5e-5, "1.5e-05")] {
+        for (f, want) in [
+            (3.0, "3"),
+            (0.5, "0.5"),
+            (1e21, "1e+21"),
+            (1e6, "1e+06"),
+            (123456.0, "123456"),
+            (1.5e-5, "1.5e-05"),
+        ] {
             assert_eq!(go_float(f), want, "{f}");
         }
     }

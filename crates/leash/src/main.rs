@@ -10,6 +10,7 @@ mod context_cmd;
 #[cfg(test)]
 mod flag_tests;
 mod load_cmd;
+mod policy_cmd;
 mod sandbox_cmd;
 
 use std::process::ExitCode;
@@ -32,6 +33,8 @@ enum Command {
     Load(load_cmd::Args),
     /// Run the global context store (Kyverno GlobalContextEntry) and print or serve it.
     Context(context_cmd::Args),
+    /// Run Kyverno CLI tests (kyverno-test.yaml) against their policies and resources.
+    Test(policy_cmd::test::Args),
 }
 
 fn main() -> ExitCode {
@@ -52,6 +55,7 @@ fn main() -> ExitCode {
             Command::Sandbox(args) => sandbox_cmd::run(args).await,
             Command::Load(args) => load_cmd::run(args).await,
             Command::Context(args) => context_cmd::run(args).await,
+            Command::Test(args) => policy_cmd::test::run(args),
         }
     });
     // Everything the subcommands spawned is owned by scopes they joined; the

@@ -13,7 +13,7 @@
 //!   whole numbers without a fraction (`3`, not `3.0`). [`search`] returns
 //!   whole finite numbers as JSON integers, and the Kyverno functions here
 //!   produce integers when the result is whole. `to_string` is replaced so
-//!   `to_string(\`3.0\`)` is `"3"` as in Go.
+//!   `` to_string(`3.0`) `` is `"3"` as in Go.
 //! * **Missing keys.** Kyverno's interpreter raises `Unknown key "x" in path`
 //!   when a field is looked up on an object that lacks it, but only along a
 //!   plain path (`a.b.c`, `a[0].b`, the right side of `&&`); inside function
@@ -43,16 +43,46 @@
 //!   wrong types or arity, so their text differs from Kyverno's; errors raised
 //!   by the functions themselves use Kyverno's text
 //!   (`JMESPath function 'divide': Zero divisor passed`).
-//! * `parse_yaml` uses a YAML 1.2 parser; Kyverno's YAML 1.1 parser also reads
-//!   `yes`/`no`/`on`/`off` as booleans.
+//! * **Null sub-expressions.** Go stops `a.f(@)` at a `null` `a` (result
+//!   `null`); the `jmespath` crate would call `f(null)` and fail on the type.
+//!   [`compile`] rewrites dotted steps so the Go behaviour holds; a pipe
+//!   (`a | f(@)`) still calls `f(null)` in both.
+//! * **Precedence traps** (same in both, but surprising): `!a.b` is `(!a).b`;
+//!   a bare `[]` flattens `@` (use `` `[]` `` for an empty array).
+//! * **Quantities first.** Arithmetic strings are read as Kubernetes
+//!   quantities before Go durations, so `'30m'` is 30 milli, not 30 minutes;
+//!   write `'30m0s'`.
+//! * **Numbers as text** in `regex_*`, `pattern_match` and
+//!   `object_from_lists` keys are printed as `float32` (Go's
+//!   `FormatFloat(f, 'f', -1, 32)`), so `123456789` becomes `"123456790"`.
+//! * **Regular expressions** use the `regex` crate (RE2 syntax like Go's),
+//!   but `\d`, `\w`, `\s`, `\b` are Unicode-aware here and ASCII-only in Go.
+//! * `parse_yaml` reads YAML 1.1 booleans (`y`, `yes`, `on`, `off`, `no`)
+//!   as Kyverno's go-yaml does.
 //! * `x509_decode` is registered but fails: decoding a certificate into Go's
 //!   `x509.Certificate` JSON layout needs an ASN.1/X.509 parser this crate
 //!   does not have.
+//!
+//! # Functions
+//!
+//! Standard: `abs avg ceil contains ends_with floor join keys length map max
+//! max_by merge min min_by not_null reverse sort sort_by starts_with to_array
+//! to_number type values`, plus `to_string` (Go's number printing) and `sum`
+//! (Kyverno's). Kyverno: `compare equal_fold replace replace_all to_upper
+//! to_lower trim trim_prefix split regex_replace_all
+//! regex_replace_all_literal regex_match pattern_match label_match
+//! to_boolean add sum subtract multiply divide modulo round base64_decode
+//! base64_encode path_canonicalize truncate semver_compare parse_json
+//! parse_yaml lookup items object_from_lists random x509_decode md5
+//! image_normalize time_since time_now time_now_utc time_add time_parse
+//! time_to_cron time_utc time_diff time_before time_after time_between
+//! time_truncate`.
 
 mod arithmetic;
 #[cfg(test)]
 mod corpus_tests;
 mod duration;
+mod hash;
 mod image;
 mod quantity;
 mod random;
@@ -68,7 +98,7 @@ use jmespath::functions::{ArgumentType, CustomFunction, Signature};
 use jmespath::{Context, ErrorReason, JmespathError, Rcvar, Variable};
 use serde_json::{Number, Value};
 
-pub use strict::{SearchError, search_strict};
+pub use strict::{SearchError, search_strict, search_strict_var};
 
 /// The shared runtime: JMESPath's built-in functions plus Kyverno's.
 pub fn runtime() -> &'static jmespath::Runtime {
@@ -82,6 +112,7 @@ pub fn runtime() -> &'static jmespath::Runtime {
         semver::register_all(&mut rt);
         random::register_all(&mut rt);
         image::register_all(&mut rt);
+        hash::register_all(&mut rt);
         rt
     })
 }
@@ -92,7 +123,7 @@ pub fn runtime() -> &'static jmespath::Runtime {
 /// Go's JMESPath (the `jmespath` crate would call `f(null)`); pipes still
 /// pass `null` on (`a | f(@)` calls `f(null)` in both).
 pub fn compile(expr: &str) -> Result<jmespath::Expression<'static>, String> {
-    let ast = jmespath::parse(expr).map_err(|e| error_text(&e))?;
+    let ast = jmespath::parse(expr).map_err(|e| e.to_string())?;
     Ok(jmespath::Expression::new(
         expr,
         null_safe(ast, expr),
@@ -217,12 +248,18 @@ fn null_safe(ast: Ast, text: &str) -> Ast {
 /// Whole finite numbers come back as integers (`3`, not `3.0`), as Kyverno
 /// prints them.
 pub fn search(expr: &jmespath::Expression<'_>, data: &Value) -> Result<Value, String> {
-    let out = expr.search(from_json(data)).map_err(|e| error_text(&e))?;
-    Ok(to_json(&out))
+    Ok(to_json(&*search_var(expr, &from_json(data))?))
+}
+
+/// Evaluates a compiled expression against a JMESPath value (no JSON
+/// conversion on the way in or out). Errors are [`error_message`] text.
+pub fn search_var(expr: &jmespath::Expression<'_>, data: &Rcvar) -> Result<Rcvar, String> {
+    let mut ctx = Context::new(expr.as_str(), runtime());
+    jmespath::interpret(data, expr.as_ast(), &mut ctx).map_err(|e| error_message(&e))
 }
 
 /// Converts JSON to a JMESPath value.
-pub(crate) fn from_json(v: &Value) -> Rcvar {
+pub fn from_json(v: &Value) -> Rcvar {
     Rcvar::new(match v {
         Value::Null => Variable::Null,
         Value::Bool(b) => Variable::Bool(*b),
@@ -235,8 +272,9 @@ pub(crate) fn from_json(v: &Value) -> Rcvar {
     })
 }
 
-/// Converts a JMESPath value to JSON, turning whole floats into integers.
-pub(crate) fn to_json(v: &Variable) -> Value {
+/// Converts a JMESPath value to JSON, turning whole floats into integers
+/// (`3.0` becomes `3`), as Go prints them.
+pub fn to_json(v: &Variable) -> Value {
     match v {
         Variable::Null | Variable::Expref(_) => Value::Null,
         Variable::Bool(b) => Value::Bool(*b),
@@ -250,14 +288,10 @@ pub(crate) fn to_json(v: &Variable) -> Value {
 }
 
 fn normalize_number(n: &Number) -> Number {
-    if n.is_f64() {
-        if let Some(f) = n.as_f64() {
-            if let Some(i) = whole(f) {
-                return Number::from(i);
-            }
-        }
+    match n.as_f64().filter(|_| n.is_f64()).and_then(whole) {
+        Some(i) => Number::from(i),
+        None => n.clone(),
     }
-    n.clone()
 }
 
 /// `Some(i)` when `f` is a whole number that an `i64` holds exactly.
@@ -266,18 +300,20 @@ fn whole(f: f64) -> Option<i64> {
     (f.is_finite() && f.fract() == 0.0 && f.abs() <= LIMIT).then_some(f as i64)
 }
 
-/// The text of an error: the bare message for errors raised by functions,
-/// the crate's formatted message otherwise.
-pub(crate) fn error_text(e: &JmespathError) -> String {
+/// The text of an evaluation error: a function's own message as Kyverno
+/// words it (`JMESPath function 'divide': Zero divisor passed`), or the
+/// crate's formatted message for type and arity errors.
+///
+/// Function errors travel as `ErrorReason::Parse` (the crate has no
+/// free-text runtime error) and nothing else raises that reason at run
+/// time, so `e.to_string()` on them reads "Parse error: ..."; use this
+/// instead.
+pub fn error_message(e: &JmespathError) -> String {
     match &e.reason {
-        ErrorReason::Parse(msg) if msg.starts_with(FN_MARK) => msg[FN_MARK.len()..].to_string(),
-        _ => e.to_string(),
+        ErrorReason::Parse(msg) => msg.clone(),
+        ErrorReason::Runtime(_) => e.to_string(),
     }
 }
-
-/// Marks errors raised by function bodies (the crate has no free-text
-/// runtime error, so they travel as `Parse` reasons).
-const FN_MARK: &str = "\u{0}fn:";
 
 /// A number as a JMESPath value: an integer when whole, as Go prints it.
 pub(crate) fn num(f: f64) -> Rcvar {
@@ -321,9 +357,7 @@ pub(crate) fn register(
     let func = CustomFunction::new(
         sig,
         Box::new(move |args: &[Rcvar], ctx: &mut Context<'_>| {
-            f(args).map_err(|msg| {
-                JmespathError::from_ctx(ctx, ErrorReason::Parse(format!("{FN_MARK}{msg}")))
-            })
+            f(args).map_err(|msg| JmespathError::from_ctx(ctx, ErrorReason::Parse(msg)))
         }),
     );
     rt.register_function(name, Box::new(func));
@@ -366,7 +400,7 @@ pub(crate) fn int_number(f: f64) -> Result<i64, String> {
     if !f.is_finite() || f.trunc() != f {
         return Err(format!("expected an integer number but got: {}", go_g(f)));
     }
-    if f.abs() >= 9.223_372_036_854_775_807e18 {
+    if f.abs() >= 9.223_372_036_854_776e18 {
         return Err(format!(
             "number is outside the range of integer numbers: {}",
             go_g(f)
@@ -503,5 +537,26 @@ mod tests {
             ("a +", "{}", Err("")),
         ];
         run(cases);
+    }
+}
+
+#[cfg(test)]
+mod api_tests {
+    use super::*;
+
+    #[test]
+    fn function_errors_read_as_kyverno_words_them() {
+        let e = compile("divide(`1`, `0`)").unwrap();
+        assert_eq!(
+            search(&e, &Value::Null).unwrap_err(),
+            "JMESPath function 'divide': Zero divisor passed"
+        );
+        let e = compile("a.b").unwrap();
+        let data = from_json(&serde_json::json!({"a": {"b": 2.0}}));
+        assert_eq!(
+            to_json(&search_var(&e, &data).unwrap()),
+            serde_json::json!(2)
+        );
+        assert!(compile("a[").unwrap_err().contains("Parse error"));
     }
 }

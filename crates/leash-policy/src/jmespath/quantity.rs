@@ -125,7 +125,7 @@ impl Quantity {
     }
 
     /// The value as a float (Go's `AsApproximateFloat64`).
-    pub(crate) fn to_f64(&self) -> f64 {
+    pub(crate) fn to_f64(self) -> f64 {
         self.mant as f64 * 10f64.powi(self.scale)
     }
 

@@ -11,7 +11,7 @@ use jmespath::ast::Ast;
 use jmespath::{Context, Rcvar, Variable, interpret};
 use serde_json::Value;
 
-use super::{error_text, from_json, runtime, to_json};
+use super::{error_message, from_json, runtime, to_json};
 
 /// Why [`search_strict`] failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,15 +37,21 @@ impl std::error::Error for SearchError {}
 /// Like [`super::search`], but a missing key along a plain path is
 /// [`SearchError::NotFound`], as in Kyverno.
 pub fn search_strict(expr: &jmespath::Expression<'_>, data: &Value) -> Result<Value, SearchError> {
-    let input = from_json(data);
+    Ok(to_json(&*search_strict_var(expr, &from_json(data))?))
+}
+
+/// [`search_strict`] on a JMESPath value, without JSON conversion.
+pub fn search_strict_var(
+    expr: &jmespath::Expression<'_>,
+    data: &Rcvar,
+) -> Result<Rcvar, SearchError> {
     let text = expr.as_str();
     let mut ctx = Context::new(text, runtime());
-    let out = strict(&input, expr.as_ast(), text, &mut ctx)?;
-    Ok(to_json(&out))
+    strict(data, expr.as_ast(), text, &mut ctx)
 }
 
 fn other(e: jmespath::JmespathError) -> SearchError {
-    SearchError::Other(error_text(&e))
+    SearchError::Other(error_message(&e))
 }
 
 fn strict(

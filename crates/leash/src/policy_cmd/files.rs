@@ -1,0 +1,154 @@
+//! Reading policy, resource and test files: YAML (multi-document) or JSON,
+//! files or directories (recursively, dot-directories included), with
+//! `List`s flattened. Errors name the file and the document.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+
+/// One document and where it came from.
+#[derive(Debug, Clone)]
+pub(crate) struct Doc {
+    pub value: Value,
+    pub file: PathBuf,
+    /// 1-based document number within the file.
+    pub index: usize,
+}
+
+impl Doc {
+    /// `file (document N)`.
+    pub(crate) fn origin(&self) -> String {
+        format!("{} (document {})", self.file.display(), self.index)
+    }
+}
+
+fn is_manifest(path: &Path) -> bool {
+    path.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| matches!(e.to_ascii_lowercase().as_str(), "yaml" | "yml" | "json"))
+}
+
+/// Every manifest file under `path` (itself if a file), sorted by path.
+pub(crate) fn manifest_files(path: &Path) -> Result<Vec<PathBuf>> {
+    let meta = fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
+    if !meta.is_dir() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let mut out = Vec::new();
+    let mut stack = vec![path.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let entries = fs::read_dir(&dir)
+            .with_context(|| format!("cannot read directory {}", dir.display()))?;
+        for entry in entries {
+            let entry =
+                entry.with_context(|| format!("cannot read directory {}", dir.display()))?;
+            let p = entry.path();
+            let ft = entry
+                .file_type()
+                .with_context(|| format!("cannot read {}", p.display()))?;
+            if ft.is_dir() {
+                stack.push(p);
+            } else if is_manifest(&p) {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Parses one file into documents (empty documents dropped, Lists flattened).
+pub(crate) fn read_file(path: &Path) -> Result<Vec<Doc>> {
+    let text =
+        fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    parse_text(&text, path)
+}
+
+/// Parses text (YAML stream or JSON) into documents.
+pub(crate) fn parse_text(text: &str, path: &Path) -> Result<Vec<Doc>> {
+    let is_json = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| e.eq_ignore_ascii_case("json"));
+    let values: Vec<Value> = if is_json {
+        let mut out = Vec::new();
+        for (i, v) in serde_json::Deserializer::from_str(text)
+            .into_iter::<Value>()
+            .enumerate()
+        {
+            out.push(v.with_context(|| {
+                format!("{} (document {}): invalid JSON", path.display(), i + 1)
+            })?);
+        }
+        out
+    } else {
+        serde_saphyr::from_multiple::<Value>(text)
+            .map_err(|e| anyhow::anyhow!("{}: invalid YAML: {e}", path.display()))?
+    };
+    let mut docs = Vec::new();
+    for (i, v) in values.into_iter().enumerate() {
+        flatten(v, path, i + 1, &mut docs)?;
+    }
+    Ok(docs)
+}
+
+fn flatten(v: Value, path: &Path, index: usize, out: &mut Vec<Doc>) -> Result<()> {
+    match v {
+        Value::Null => Ok(()),
+        Value::Object(ref m)
+            if m.get("kind")
+                .and_then(Value::as_str)
+                .is_some_and(|k| k.ends_with("List"))
+                && m.get("items").is_some_and(Value::is_array) =>
+        {
+            let Value::Object(mut m) = v else {
+                unreachable!()
+            };
+            let Some(Value::Array(items)) = m.remove("items") else {
+                unreachable!()
+            };
+            for item in items {
+                flatten(item, path, index, out)?;
+            }
+            Ok(())
+        }
+        Value::Object(_) => {
+            out.push(Doc {
+                value: v,
+                file: path.to_path_buf(),
+                index,
+            });
+            Ok(())
+        }
+        other => bail!(
+            "{} (document {index}): expected a mapping, found {}",
+            path.display(),
+            match other {
+                Value::Array(_) => "a list",
+                Value::String(_) => "a string",
+                Value::Number(_) => "a number",
+                _ => "a scalar",
+            }
+        ),
+    }
+}
+
+/// Reads every document under each path.
+pub(crate) fn read_paths(paths: &[PathBuf]) -> Result<Vec<Doc>> {
+    let mut docs = Vec::new();
+    for p in paths {
+        for file in manifest_files(p)? {
+            docs.extend(read_file(&file)?);
+        }
+    }
+    Ok(docs)
+}
+
+/// Whether a document is a Kubernetes object (apiVersion, kind, metadata.name).
+pub(crate) fn is_object(v: &Value) -> bool {
+    v["apiVersion"].is_string()
+        && v["kind"].is_string()
+        && (v["metadata"]["name"].is_string() || v["metadata"]["generateName"].is_string())
+}

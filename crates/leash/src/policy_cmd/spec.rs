@@ -1,0 +1,292 @@
+//! The Kyverno CLI's input files: `Test` (`cli.kyverno.io/v1alpha1` and the
+//! older untyped form), `Values`, `UserInfo` and `Context`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result, bail};
+use leash_policy::{Bindings, PolicyBindings, Status, UserInfo};
+use serde_json::Value;
+
+use super::files::{self, Doc};
+
+/// One expected result row.
+#[derive(Debug, Clone)]
+pub(crate) struct ExpectedRow {
+    pub policy: String,
+    pub rule: String,
+    pub resources: Vec<String>,
+    pub kind: String,
+    pub result: Status,
+    pub validating_policy: bool,
+}
+
+/// A parsed test file.
+#[derive(Debug, Clone)]
+pub(crate) struct TestFile {
+    pub name: String,
+    pub policies: Vec<PathBuf>,
+    pub resources: Vec<PathBuf>,
+    pub exceptions: Vec<PathBuf>,
+    pub values: Option<PathBuf>,
+    pub userinfo: Option<PathBuf>,
+    pub context: Option<PathBuf>,
+    pub results: Vec<ExpectedRow>,
+}
+
+fn paths(v: &Value, dir: &Path, field: &str, file: &Path) -> Result<Vec<PathBuf>> {
+    match v {
+        Value::Null => Ok(Vec::new()),
+        Value::String(s) => Ok(vec![dir.join(s)]),
+        Value::Array(a) => a
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                p.as_str().map(|s| dir.join(s)).ok_or_else(|| {
+                    anyhow::anyhow!("{}: {field}[{i}] must be a path", file.display())
+                })
+            })
+            .collect(),
+        _ => bail!("{}: {field} must be a list of paths", file.display()),
+    }
+}
+
+fn one_path(v: &Value, dir: &Path, field: &str, file: &Path) -> Result<Option<PathBuf>> {
+    match v {
+        Value::Null => Ok(None),
+        Value::String(s) if s.is_empty() => Ok(None),
+        Value::String(s) => Ok(Some(dir.join(s))),
+        _ => bail!("{}: {field} must be a path", file.display()),
+    }
+}
+
+impl TestFile {
+    /// Parses a test file.
+    pub(crate) fn read(path: &Path) -> Result<TestFile> {
+        let docs = files::read_file(path)?;
+        let Some(doc) = docs.into_iter().next() else {
+            bail!("{}: the file holds no test", path.display());
+        };
+        let v = &doc.value;
+        if let Some(kind) = v["kind"].as_str() {
+            if kind != "Test" {
+                bail!("{}: kind {kind:?} is not a Test", path.display());
+            }
+        }
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let name = v["metadata"]["name"]
+            .as_str()
+            .or_else(|| v["name"].as_str())
+            .unwrap_or("")
+            .to_string();
+        let mut results = Vec::new();
+        match &v["results"] {
+            Value::Array(rows) => {
+                for (i, row) in rows.iter().enumerate() {
+                    results.push(parse_row(row, i, path)?);
+                }
+            }
+            Value::Null => {}
+            _ => bail!("{}: results must be a list", path.display()),
+        }
+        Ok(TestFile {
+            name,
+            policies: paths(&v["policies"], dir, "policies", path)?,
+            resources: paths(&v["resources"], dir, "resources", path)?,
+            exceptions: paths(&v["exceptions"], dir, "exceptions", path)?,
+            values: one_path(&v["variables"], dir, "variables", path)?,
+            userinfo: one_path(&v["userinfo"], dir, "userinfo", path)?,
+            context: one_path(&v["context"], dir, "context", path)?,
+            results,
+        })
+    }
+}
+
+fn parse_row(row: &Value, i: usize, path: &Path) -> Result<ExpectedRow> {
+    let field = |f: &str| row[f].as_str().unwrap_or("").to_string();
+    let result_text = row["result"]
+        .as_str()
+        .or_else(|| row["status"].as_str())
+        .unwrap_or("");
+    let Some(result) = Status::parse(result_text) else {
+        bail!(
+            "{}: results[{i}].result {result_text:?} is not pass, fail, warn, error or skip",
+            path.display()
+        );
+    };
+    let mut resources: Vec<String> = row["resources"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(String::from)
+                .collect()
+        })
+        .unwrap_or_default();
+    if let Some(r) = row["resource"].as_str() {
+        resources.push(r.to_string());
+    }
+    let validating_policy = row["isValidatingPolicy"].as_bool().unwrap_or(false)
+        || row["isValidatingAdmissionPolicy"]
+            .as_bool()
+            .unwrap_or(false)
+        || row["isNamespacedValidatingPolicy"]
+            .as_bool()
+            .unwrap_or(false);
+    let policy = field("policy");
+    if policy.is_empty() {
+        bail!("{}: results[{i}].policy is required", path.display());
+    }
+    Ok(ExpectedRow {
+        policy,
+        rule: field("rule"),
+        resources,
+        kind: field("kind"),
+        result,
+        validating_policy,
+    })
+}
+
+/// A `Values` file.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Values {
+    pub bindings: Bindings,
+    /// Labels of namespaces (from `namespaceSelector` and `namespaces`).
+    pub namespace_labels: HashMap<String, BTreeMap<String, String>>,
+    /// Namespace objects given in full.
+    pub namespaces: HashMap<String, Value>,
+}
+
+fn value_pairs(v: &Value) -> Vec<(String, Value)> {
+    v.as_object()
+        .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+        .unwrap_or_default()
+}
+
+fn labels_of(v: &Value) -> BTreeMap<String, String> {
+    v.as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| {
+                    (
+                        k.clone(),
+                        v.as_str()
+                            .map(String::from)
+                            .unwrap_or_else(|| v.to_string()),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+impl Values {
+    pub(crate) fn read(path: &Path) -> Result<Values> {
+        let docs = files::read_file(path)?;
+        let Some(doc) = docs.into_iter().next() else {
+            return Ok(Values::default());
+        };
+        Values::from_doc(&doc)
+    }
+
+    pub(crate) fn from_doc(doc: &Doc) -> Result<Values> {
+        let v = &doc.value;
+        let mut out = Values::default();
+        out.bindings.global = value_pairs(&v["globalValues"]);
+        if let Some(list) = v["namespaceSelector"].as_array() {
+            for ns in list {
+                if let Some(name) = ns["name"].as_str() {
+                    out.namespace_labels
+                        .insert(name.to_string(), labels_of(&ns["labels"]));
+                }
+            }
+        }
+        if let Some(list) = v["namespaces"].as_array() {
+            for ns in list {
+                if let Some(name) = ns["metadata"]["name"].as_str() {
+                    out.namespace_labels
+                        .insert(name.to_string(), labels_of(&ns["metadata"]["labels"]));
+                    out.namespaces.insert(name.to_string(), ns.clone());
+                }
+            }
+        }
+        if let Some(list) = v["policies"].as_array() {
+            for (i, p) in list.iter().enumerate() {
+                let Some(name) = p["name"].as_str() else {
+                    bail!("{}: policies[{i}].name is required", doc.origin());
+                };
+                let entry = out
+                    .bindings
+                    .policies
+                    .entry(name.to_string())
+                    .or_insert_with(PolicyBindings::default);
+                for r in p["resources"].as_array().into_iter().flatten() {
+                    if let Some(rn) = r["name"].as_str() {
+                        entry
+                            .resources
+                            .entry(rn.to_string())
+                            .or_default()
+                            .extend(value_pairs(&r["values"]));
+                    }
+                }
+                for r in p["rules"].as_array().into_iter().flatten() {
+                    if let Some(rn) = r["name"].as_str() {
+                        entry
+                            .rules
+                            .entry(rn.to_string())
+                            .or_default()
+                            .extend(value_pairs(&r["values"]));
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A `UserInfo` file.
+pub(crate) fn read_userinfo(path: &Path) -> Result<UserInfo> {
+    let docs = files::read_file(path)?;
+    let Some(doc) = docs.into_iter().next() else {
+        return Ok(UserInfo::default());
+    };
+    let v = &doc.value;
+    let strings = |x: &Value| -> Vec<String> {
+        x.as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(String::from)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let user = if v["userInfo"].is_object() {
+        &v["userInfo"]
+    } else {
+        v
+    };
+    Ok(UserInfo {
+        username: user["username"].as_str().unwrap_or("").to_string(),
+        uid: user["uid"].as_str().unwrap_or("").to_string(),
+        groups: strings(&user["groups"]),
+        roles: strings(&v["roles"]),
+        cluster_roles: strings(&v["clusterRoles"]),
+    })
+}
+
+/// The objects of a `Context` file (`spec.resources`).
+pub(crate) fn read_context(path: &Path) -> Result<Vec<Value>> {
+    let docs = files::read_file(path).with_context(|| "reading the test's context file")?;
+    let mut out = Vec::new();
+    for doc in docs {
+        match doc.value["spec"]["resources"].as_array() {
+            Some(list) => out.extend(list.iter().cloned()),
+            None if files::is_object(&doc.value) && doc.value["kind"] != "Context" => {
+                out.push(doc.value)
+            }
+            None => {}
+        }
+    }
+    Ok(out)
+}

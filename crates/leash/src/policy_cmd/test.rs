@@ -1,0 +1,519 @@
+//! `leash test`: Kyverno's `kyverno test`. Finds test files, evaluates each
+//! test's policies against its resources on every core, and compares the
+//! results with the expected rows.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use anyhow::{Context, Result};
+use clap::ValueEnum;
+use leash_policy::{EvalRequest, Operation, RuleResult, Status, UserInfo, base_rule, wildcard};
+use serde_json::{Value, json};
+
+use super::cluster::MemoryCluster;
+use super::load;
+use super::spec::{self, ExpectedRow, TestFile, Values};
+use crate::cli_error::{EXIT_FAILURE, usage};
+
+/// Output formats of `leash test`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Format {
+    /// One table per test and a summary.
+    Table,
+    /// One JSON document with every test and row.
+    Json,
+}
+
+/// Flags of `leash test`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// Test files, or directories searched recursively (dot-directories included).
+    #[arg(required = true, value_name = "PATH")]
+    paths: Vec<PathBuf>,
+    /// The test file name to look for in directories.
+    #[arg(
+        long,
+        short = 'f',
+        default_value = "kyverno-test.yaml",
+        value_name = "NAME"
+    )]
+    file_name: String,
+    /// Run only the rows that match, e.g. `policy=require-*,rule=*,resource=bad*`.
+    #[arg(long, value_name = "SELECTOR")]
+    test_case_selector: Option<String>,
+    /// Print only the rows that did not match.
+    #[arg(long)]
+    fail_only: bool,
+    /// Print each result's message.
+    #[arg(long)]
+    detailed_results: bool,
+    /// Output format.
+    #[arg(long, short = 'o', value_enum, default_value_t = Format::Table)]
+    output: Format,
+}
+
+#[derive(Debug, Default, Clone)]
+struct Selector {
+    policy: Option<String>,
+    rule: Option<String>,
+    resource: Option<String>,
+}
+
+impl Selector {
+    fn parse(s: &str) -> Result<Selector> {
+        let mut sel = Selector::default();
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let Some((k, v)) = part.split_once('=') else {
+                return Err(usage(format!(
+                    "--test-case-selector: {part:?} is not key=value"
+                )));
+            };
+            let slot = match k.trim() {
+                "policy" => &mut sel.policy,
+                "rule" => &mut sel.rule,
+                "resource" => &mut sel.resource,
+                other => {
+                    return Err(usage(format!(
+                        "--test-case-selector: unknown key {other:?} (policy, rule, resource)"
+                    )));
+                }
+            };
+            *slot = Some(v.trim().to_string());
+        }
+        Ok(sel)
+    }
+
+    fn keeps(&self, policy: &str, rule: &str, resource: &str) -> bool {
+        let ok =
+            |pat: &Option<String>, v: &str| pat.as_ref().is_none_or(|p| wildcard::matches(p, v));
+        ok(&self.policy, policy) && ok(&self.rule, rule) && ok(&self.resource, resource)
+    }
+}
+
+/// One compared row (per resource).
+#[derive(Debug, Clone)]
+struct Outcome {
+    policy: String,
+    rule: String,
+    resource: String,
+    expected: Status,
+    got: Result<Status, String>,
+    message: String,
+}
+
+impl Outcome {
+    fn ok(&self) -> bool {
+        self.got.as_ref().is_ok_and(|g| *g == self.expected)
+    }
+}
+
+/// What running one test file gave.
+#[derive(Debug)]
+struct TestRun {
+    path: PathBuf,
+    name: String,
+    outcome: Result<Vec<Outcome>, String>,
+}
+
+impl TestRun {
+    fn passed(&self) -> bool {
+        self.outcome
+            .as_ref()
+            .is_ok_and(|rows| !rows.is_empty() && rows.iter().all(Outcome::ok))
+    }
+}
+
+/// Finds the test files under `paths`.
+fn find_tests(paths: &[PathBuf], file_name: &str) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for p in paths {
+        let meta = std::fs::metadata(p).map_err(|e| usage(format!("{}: {e}", p.display())))?;
+        if meta.is_file() {
+            out.push(p.clone());
+            continue;
+        }
+        let mut stack = vec![p.clone()];
+        while let Some(dir) = stack.pop() {
+            let entries = std::fs::read_dir(&dir)
+                .with_context(|| format!("cannot read directory {}", dir.display()))?;
+            for entry in entries {
+                let entry = entry?;
+                let path = entry.path();
+                if entry.file_type()?.is_dir() {
+                    stack.push(path);
+                } else if path.file_name().is_some_and(|n| n == file_name) {
+                    out.push(path);
+                }
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+/// Runs `leash test`.
+pub(crate) fn run(args: Args) -> Result<ExitCode> {
+    let selector = match &args.test_case_selector {
+        Some(s) => Selector::parse(s)?,
+        None => Selector::default(),
+    };
+    let tests = find_tests(&args.paths, &args.file_name)?;
+    if tests.is_empty() {
+        eprintln!(
+            "leash: error: no test file named {} under {}",
+            args.file_name,
+            args.paths
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        return Ok(ExitCode::from(EXIT_FAILURE));
+    }
+    let runs = run_all(&tests, &selector);
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    match args.output {
+        Format::Table => print_table(&mut out, &runs, args.fail_only, args.detailed_results)?,
+        Format::Json => print_json(&mut out, &runs, args.fail_only)?,
+    }
+    out.flush()?;
+    Ok(if runs.iter().all(TestRun::passed) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_FAILURE)
+    })
+}
+
+/// Runs every test file, several at once (one per core); results keep the
+/// files' order.
+fn run_all(tests: &[PathBuf], selector: &Selector) -> Vec<TestRun> {
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(tests.len())
+        .max(1);
+    let next = AtomicUsize::new(0);
+    let mut runs: Vec<Option<TestRun>> = (0..tests.len()).map(|_| None).collect();
+    let done: Vec<(usize, TestRun)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        // Relaxed: the counter only hands out indices; results
+                        // are joined through the scope.
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(path) = tests.get(i) else { break };
+                        mine.push((i, run_one(path, selector)));
+                    }
+                    mine
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| match h.join() {
+                Ok(v) => v,
+                Err(_) => Vec::new(),
+            })
+            .collect()
+    });
+    for (i, r) in done {
+        runs[i] = Some(r);
+    }
+    runs.into_iter()
+        .enumerate()
+        .map(|(i, r)| {
+            r.unwrap_or_else(|| TestRun {
+                path: tests[i].clone(),
+                name: String::new(),
+                outcome: Err("the test panicked".into()),
+            })
+        })
+        .collect()
+}
+
+fn run_one(path: &Path, selector: &Selector) -> TestRun {
+    match TestFile::read(path) {
+        Err(e) => TestRun {
+            path: path.to_path_buf(),
+            name: String::new(),
+            outcome: Err(format!("{e:#}")),
+        },
+        Ok(test) => TestRun {
+            path: path.to_path_buf(),
+            name: test.name.clone(),
+            outcome: evaluate_test(&test, selector).map_err(|e| format!("{e:#}")),
+        },
+    }
+}
+
+struct Evaluated {
+    object: Arc<Value>,
+    results: Vec<RuleResult>,
+}
+
+fn evaluate_test(test: &TestFile, selector: &Selector) -> Result<Vec<Outcome>> {
+    let mut policy_paths = test.policies.clone();
+    policy_paths.extend(test.exceptions.iter().cloned());
+    let loaded = load::load_policies(&policy_paths)?;
+    let values = match &test.values {
+        Some(p) => Values::read(p)?,
+        None => Values::default(),
+    };
+    let user = match &test.userinfo {
+        Some(p) => spec::read_userinfo(p)?,
+        None => UserInfo::default(),
+    };
+    let cluster = match &test.context {
+        Some(p) => MemoryCluster::new(spec::read_context(p)?),
+        None => MemoryCluster::default(),
+    };
+    let mut resources = load::load_resources(&test.resources)?;
+    for r in &mut resources {
+        load::default_namespace(r);
+    }
+    let evaluated: Vec<Evaluated> = resources
+        .into_iter()
+        .map(|object| {
+            let object = Arc::new(object);
+            let ns = object["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("")
+                .to_string();
+            let req = EvalRequest {
+                object: object.clone(),
+                old_object: None,
+                operation: Operation::Create,
+                user_info: user.clone(),
+                namespace_labels: values.namespace_labels.get(&ns).cloned(),
+                namespace_object: values.namespaces.get(&ns).cloned().map(Arc::new),
+            };
+            let results = loaded.engine.evaluate(req, &cluster, &values.bindings);
+            Evaluated { object, results }
+        })
+        .collect();
+    if test.results.is_empty() {
+        anyhow::bail!("the test has no results to check");
+    }
+    let mut rows = Vec::new();
+    for row in &test.results {
+        for resource in &row.resources {
+            if !selector.keeps(&row.policy, &row.rule, resource) {
+                continue;
+            }
+            rows.push(compare(row, resource, &evaluated));
+        }
+    }
+    Ok(rows)
+}
+
+fn compare(row: &ExpectedRow, resource: &str, evaluated: &[Evaluated]) -> Outcome {
+    let (ns, name) = match resource.split_once('/') {
+        Some((ns, name)) => (Some(ns), name),
+        None => (None, resource),
+    };
+    let named = |e: &&Evaluated| {
+        let meta = &e.object["metadata"];
+        meta["name"].as_str() == Some(name)
+            && ns.is_none_or(|ns| meta["namespace"].as_str().unwrap_or("") == ns)
+    };
+    let by_kind: Vec<&Evaluated> = evaluated
+        .iter()
+        .filter(named)
+        .filter(|e| row.kind.is_empty() || e.object["kind"].as_str() == Some(row.kind.as_str()))
+        .collect();
+    let candidates = if by_kind.is_empty() {
+        evaluated.iter().filter(named).collect()
+    } else {
+        by_kind
+    };
+    let mut outcome = Outcome {
+        policy: row.policy.clone(),
+        rule: row.rule.clone(),
+        resource: resource.to_string(),
+        expected: row.result,
+        got: Err(format!(
+            "resource {resource} not found in the test's resources"
+        )),
+        message: String::new(),
+    };
+    if candidates.is_empty() {
+        return outcome;
+    }
+    let mut got: Option<(Status, String)> = None;
+    for e in candidates {
+        for r in &e.results {
+            let policy_ok = &*r.policy == row.policy
+                || r.policy.rsplit('/').next() == Some(row.policy.as_str());
+            let rule_ok = if row.validating_policy {
+                r.source == leash_policy::Source::ValidatingPolicy
+            } else {
+                r.source == leash_policy::Source::Kyverno
+                    && (r.rule == row.rule || base_rule(&r.rule) == row.rule)
+            };
+            if policy_ok && rule_ok {
+                // Every matching result must agree: keep the first one that
+                // differs from the expectation.
+                let keep = match &got {
+                    None => true,
+                    Some((s, _)) => *s == row.result && r.status != row.result,
+                };
+                if keep {
+                    got = Some((r.status, r.message.clone()));
+                }
+            }
+        }
+    }
+    let (status, message) = got.unwrap_or((
+        Status::Skip,
+        "no result: the policy does not apply to the resource".into(),
+    ));
+    outcome.got = Ok(status);
+    outcome.message = message;
+    outcome
+}
+
+fn print_table(
+    out: &mut impl Write,
+    runs: &[TestRun],
+    fail_only: bool,
+    detailed: bool,
+) -> Result<()> {
+    let (mut passed, mut failed) = (0usize, 0usize);
+    for run in runs {
+        let title = if run.name.is_empty() {
+            String::new()
+        } else {
+            format!("{} ", run.name)
+        };
+        writeln!(out, "Test {title}({})", run.path.display())?;
+        match &run.outcome {
+            Err(e) => {
+                failed += 1;
+                writeln!(out, "  error: the test could not run: {e}")?;
+            }
+            Ok(rows) => {
+                if rows.is_empty() {
+                    writeln!(out, "  error: no result rows matched the selector")?;
+                    failed += 1;
+                }
+                let mut table = vec![vec![
+                    "ID".to_string(),
+                    "POLICY".into(),
+                    "RULE".into(),
+                    "RESOURCE".into(),
+                    "EXPECTED".into(),
+                    "GOT".into(),
+                    "RESULT".into(),
+                ]];
+                if detailed {
+                    table[0].push("MESSAGE".into());
+                }
+                for (i, r) in rows.iter().enumerate() {
+                    if r.ok() {
+                        passed += 1;
+                    } else {
+                        failed += 1;
+                    }
+                    if fail_only && r.ok() {
+                        continue;
+                    }
+                    let got = match &r.got {
+                        Ok(s) => s.to_string(),
+                        Err(e) => format!("- ({e})"),
+                    };
+                    let mut line = vec![
+                        (i + 1).to_string(),
+                        r.policy.clone(),
+                        if r.rule.is_empty() {
+                            "-".into()
+                        } else {
+                            r.rule.clone()
+                        },
+                        r.resource.clone(),
+                        r.expected.to_string(),
+                        got,
+                        if r.ok() { "PASS".into() } else { "FAIL".into() },
+                    ];
+                    if detailed {
+                        line.push(r.message.replace('\n', " "));
+                    }
+                    table.push(line);
+                }
+                if table.len() > 1 {
+                    write_columns(out, &table)?;
+                }
+            }
+        }
+        writeln!(out)?;
+    }
+    let tests_ok = runs.iter().filter(|r| r.passed()).count();
+    writeln!(
+        out,
+        "Test summary: {tests_ok} of {} test files passed; {passed} passed, {failed} failed",
+        runs.len()
+    )?;
+    Ok(())
+}
+
+fn write_columns(out: &mut impl Write, rows: &[Vec<String>]) -> Result<()> {
+    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..cols)
+        .map(|c| {
+            rows.iter()
+                .map(|r| r.get(c).map_or(0, |s| s.chars().count()))
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    for r in rows {
+        let mut line = String::from("  ");
+        for (c, cell) in r.iter().enumerate() {
+            if c + 1 == r.len() {
+                line.push_str(cell);
+            } else {
+                line.push_str(&format!("{cell:<w$}  ", w = widths[c]));
+            }
+        }
+        writeln!(out, "{}", line.trim_end())?;
+    }
+    Ok(())
+}
+
+fn print_json(out: &mut impl Write, runs: &[TestRun], fail_only: bool) -> Result<()> {
+    let tests: Vec<Value> = runs
+        .iter()
+        .map(|run| {
+            let mut t = json!({"path": run.path.display().to_string(), "name": run.name, "passed": run.passed()});
+            match &run.outcome {
+                Err(e) => t["error"] = json!(e),
+                Ok(rows) => {
+                    t["results"] = rows
+                        .iter()
+                        .filter(|r| !fail_only || !r.ok())
+                        .map(|r| {
+                            json!({
+                                "policy": r.policy, "rule": r.rule, "resource": r.resource,
+                                "expected": r.expected.as_str(),
+                                "got": r.got.as_ref().map(|s| s.as_str()).ok(),
+                                "error": r.got.as_ref().err(),
+                                "message": r.message, "passed": r.ok(),
+                            })
+                        })
+                        .collect();
+                }
+            }
+            t
+        })
+        .collect();
+    let passed = runs.iter().filter(|r| r.passed()).count();
+    let doc = json!({"tests": tests, "summary": {"tests": runs.len(), "passed": passed, "failed": runs.len() - passed}});
+    serde_json::to_writer_pretty(&mut *out, &doc)?;
+    writeln!(out)?;
+    Ok(())
+}
