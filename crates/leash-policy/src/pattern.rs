@@ -346,7 +346,8 @@ fn array(resource: &[Value], pattern: &[Value], path: &str) -> Result<(), Err> {
 }
 
 /// Kyverno's `ExpandInMetadata`: wildcard keys under `metadata.labels` and
-/// `metadata.annotations` of the pattern name the resource's matching key.
+/// `metadata.annotations` of the pattern (anchored or not, the maps
+/// themselves anchored or not) name the resource's matching key.
 fn expand_metadata_wildcards(
     pattern: &Map<String, Value>,
     resource: &Map<String, Value>,
@@ -355,11 +356,15 @@ fn expand_metadata_wildcards(
     let rmeta = resource.get("metadata")?.as_object()?;
     let mut changed = false;
     let mut new_meta = pmeta.clone();
-    for field in ["labels", "annotations"] {
-        let Some(Value::Object(pmap)) = pmeta.get(field) else {
+    for (pkey, pval) in pmeta {
+        let field = parse_anchor(pkey).map_or(pkey.as_str(), |(_, inner)| inner);
+        if field != "labels" && field != "annotations" {
             continue;
-        };
-        if !pmap.keys().any(|k| wildcard::has_wildcard(k)) {
+        }
+        let Value::Object(pmap) = pval else { continue };
+        let key_name =
+            |k: &str| parse_anchor(k).map_or(k.to_string(), |(_, inner)| inner.to_string());
+        if !pmap.keys().any(|k| wildcard::has_wildcard(&key_name(k))) {
             continue;
         }
         let empty = Map::new();
@@ -369,30 +374,40 @@ fn expand_metadata_wildcards(
             .unwrap_or(&empty);
         let mut out = Map::new();
         for (k, v) in pmap {
-            if !wildcard::has_wildcard(k) || parse_anchor(k).is_some() {
+            let inner = key_name(k);
+            if !wildcard::has_wildcard(&inner) {
                 out.insert(k.clone(), v.clone());
                 continue;
             }
+            // The anchor's prefix, e.g. `X(` ... `)`, kept around the new key.
+            let (prefix, suffix) = match parse_anchor(k) {
+                Some(_) => {
+                    let open = k.find('(').unwrap_or(0);
+                    (&k[..=open], ")")
+                }
+                None => ("", ""),
+            };
             let vs = v.as_str();
             let hit = rmap.iter().find(|(rk, rv)| {
-                wildcard::matches(k, rk)
+                wildcard::matches(&inner, rk)
                     && vs.is_none_or(|vs| rv.as_str().is_some_and(|rv| wildcard::matches(vs, rv)))
             });
             match hit {
                 Some((rk, rv)) => {
-                    out.insert(rk.clone(), rv.clone());
+                    let value = if vs.is_some() { rv.clone() } else { v.clone() };
+                    out.insert(format!("{prefix}{rk}{suffix}"), value);
                 }
                 None => {
-                    let k = k.replace(['*', '?'], "0");
-                    let v = match vs {
+                    let nk = inner.replace(['*', '?'], "0");
+                    let value = match vs {
                         Some(s) => Value::String(s.replace(['*', '?'], "0")),
                         None => v.clone(),
                     };
-                    out.insert(k, v);
+                    out.insert(format!("{prefix}{nk}{suffix}"), value);
                 }
             }
         }
-        new_meta.insert(field.to_string(), Value::Object(out));
+        new_meta.insert(pkey.clone(), Value::Object(out));
         changed = true;
     }
     if !changed {

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use jmespath::{Rcvar, Variable};
+
 use serde_json::{Map, Value};
 
 /// A compiled JMESPath expression.
@@ -17,42 +18,13 @@ pub(crate) type Expr = jmespath::Expression<'static>;
 
 /// Converts JSON into a JMESPath variable without a serde round trip.
 pub(crate) fn to_var(v: &Value) -> Rcvar {
-    Arc::new(match v {
-        Value::Null => Variable::Null,
-        Value::Bool(b) => Variable::Bool(*b),
-        Value::Number(n) => Variable::Number(n.clone()),
-        Value::String(s) => Variable::String(s.clone()),
-        Value::Array(a) => Variable::Array(a.iter().map(to_var).collect()),
-        Value::Object(m) => {
-            Variable::Object(m.iter().map(|(k, v)| (k.clone(), to_var(v))).collect())
-        }
-    })
+    crate::jmespath::from_json(v)
 }
 
-/// Converts a JMESPath variable back into JSON. Whole floats become integers
-/// (Kyverno's numbers print as `3`, not `3.0`).
+/// Converts a JMESPath variable back into JSON (whole numbers as integers,
+/// as Kyverno prints them).
 pub(crate) fn from_var(v: &Variable) -> Value {
-    match v {
-        Variable::Null | Variable::Expref(_) => Value::Null,
-        Variable::Bool(b) => Value::Bool(*b),
-        Variable::Number(n) => normalize_number(n),
-        Variable::String(s) => Value::String(s.clone()),
-        Variable::Array(a) => Value::Array(a.iter().map(|x| from_var(x)).collect()),
-        Variable::Object(m) => {
-            Value::Object(m.iter().map(|(k, v)| (k.clone(), from_var(v))).collect())
-        }
-    }
-}
-
-fn normalize_number(n: &serde_json::Number) -> Value {
-    if n.is_f64() {
-        if let Some(f) = n.as_f64() {
-            if f.fract() == 0.0 && f.abs() < 9.0e15 {
-                return Value::from(f as i64);
-            }
-        }
-    }
-    Value::Number(n.clone())
+    crate::jmespath::to_json(v)
 }
 
 /// The evaluation context: `request`, `element`, rule context entries, ...
@@ -101,28 +73,23 @@ impl Vars {
         set(&mut self.root, parts, value);
     }
 
-    /// Evaluates a compiled expression.
+    /// Evaluates a compiled expression with Kyverno's rules: a key missing
+    /// along a plain path is an error (`Unknown key "k" in path`).
     pub(crate) fn eval(&self, expr: &Expr) -> Result<Value, String> {
-        let mut ctx = jmespath::Context::new(expr.as_str(), crate::jmespath::runtime());
-        jmespath::interpret(&self.root, expr.as_ast(), &mut ctx)
+        crate::jmespath::search_strict_var(expr, &self.root)
             .map(|v| from_var(&v))
             .map_err(|e| e.to_string())
     }
 
     /// Evaluates a compiled expression against another value.
     pub(crate) fn eval_on(expr: &Expr, data: &Value) -> Result<Value, String> {
-        let mut ctx = jmespath::Context::new(expr.as_str(), crate::jmespath::runtime());
-        jmespath::interpret(&to_var(data), expr.as_ast(), &mut ctx)
-            .map(|v| from_var(&v))
-            .map_err(|e| e.to_string())
+        crate::jmespath::search_strict(expr, data).map_err(|e| e.to_string())
     }
 }
 
 /// Compiles a JMESPath expression with Kyverno's functions.
 pub(crate) fn compile(expr: &str) -> Result<Expr, String> {
-    crate::jmespath::runtime()
-        .compile(expr)
-        .map_err(|e| e.to_string())
+    crate::jmespath::compile(expr)
 }
 
 /// Expressions compiled once per policy, looked up by their text.
@@ -434,14 +401,31 @@ mod tests {
                 "l={{request.object.metadata.labels}}",
                 json!("l=map[app:x]"),
             ),
-            ("{{request.object.metadata.missing}}", Value::Null),
-            ("x={{request.object.metadata.missing}}", json!("x=<nil>")),
+            ("{{request.object.metadata.missing || 'd'}}", json!("d")),
+            (
+                "x={{request.object.metadata.missing | length(@ || '')}}",
+                json!("x=0"),
+            ),
             ("{{ request.object.metadata.labels.{{'app'}} }}", json!("x")),
             ("\\{{ not.a.var }}", json!("{{ not.a.var }}")),
             ("plain", json!("plain")),
         ] {
             assert_eq!(sub(input).unwrap(), want, "{input}");
         }
+    }
+
+    #[test]
+    fn missing_keys_are_errors_except_in_preconditions() {
+        let err = sub("{{request.object.metadata.missing}}").unwrap_err();
+        assert!(err.contains("Unknown key \"missing\""), "{err}");
+        let pre = substitute(
+            &json!("{{request.object.metadata.missing}}"),
+            &vars(),
+            &ExprCache::default(),
+            Mode::Preconditions,
+            false,
+        );
+        assert_eq!(pre.unwrap(), json!(""));
     }
 
     #[test]
