@@ -25,12 +25,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::discovery::{self, Format};
 use crate::faults::{self, Action, FaultInjector};
-use crate::list::{ListParams, Selection, Snapshots, list};
+use crate::list::{ListParams, Selection, Snapshots, list, page};
 use crate::object::{json_patch, merge_patch};
 use crate::resources::ResourceType;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::status::ApiError;
 use crate::store::{Part, Store};
+use crate::table;
 use crate::watch::{WatchParams, watch};
 
 /// Largest accepted request body (the API server's limit).
@@ -273,6 +274,7 @@ impl App {
         let part = match sub {
             None => Part::Main,
             Some("status") if rt.has_status() => Part::Status,
+            Some("scale") if rt.has_scale() => Part::Main,
             Some(_) => return Err(ApiError::no_route()),
         };
         let query = Query::<Vec<(String, String)>>::try_from_uri(req.uri())
@@ -302,6 +304,15 @@ impl App {
         let method = req.method().clone();
         let ns_owned = ns.map(str::to_string);
         let obj_ns = if rt.namespaced { ns.unwrap_or("") } else { "" };
+        let table = table::negotiate(
+            req.headers()
+                .get(header::ACCEPT)
+                .and_then(|h| h.to_str().ok()),
+        );
+        let include = table::IncludeObject::parse(q.get("includeObject").map(String::as_str))?;
+        if let (Some(name), Some("scale"), false) = (name, sub, is_watch) {
+            return self.scale(&rt, obj_ns, name, dry_run, req).await;
+        }
 
         match (&method, name) {
             (&Method::GET, None) | (&Method::HEAD, None) => {
@@ -328,6 +339,11 @@ impl App {
                         resource_version_match: q.get("resourceVersionMatch").cloned(),
                     };
                     let ttl = self.faults.get().continue_ttl;
+                    if let Some(version) = table {
+                        let page = page(&self.store, &self.snapshots, &rt, &sel, &params, ttl)?;
+                        let t = table::table(&rt, version, &page.items, &page.metadata, include)?;
+                        return Ok(value_response(StatusCode::OK, &t));
+                    }
                     let body = list(&self.store, &self.snapshots, &rt, &sel, &params, ttl)?;
                     let len = body.len;
                     let pieces =
@@ -352,6 +368,11 @@ impl App {
                     );
                 }
                 let entry = self.store.get_in(&rt, obj_ns, name)?;
+                if let Some(version) = table {
+                    let metadata = format!("{{\"resourceVersion\":\"{}\"}}", entry.rv);
+                    let t = table::table(&rt, version, &[entry], &metadata, include)?;
+                    return Ok(value_response(StatusCode::OK, &t));
+                }
                 Ok(json_response(
                     StatusCode::OK,
                     entry.json_at(&rt.api_version()),
@@ -472,23 +493,7 @@ impl App {
         dry_run: bool,
         req: Request<Body>,
     ) -> Reply {
-        let content_type = content_type(req.headers());
-        let kind = match content_type.as_str() {
-            "application/merge-patch+json" | "application/strategic-merge-patch+json" => {
-                PatchKind::Merge
-            }
-            "application/json-patch+json" => PatchKind::Json,
-            "application/apply-patch+yaml" | "application/apply-patch+json" => PatchKind::Apply,
-            other => {
-                return Err(ApiError::new(
-                    415,
-                    "UnsupportedMediaType",
-                    format!(
-                        "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {other:?})"
-                    ),
-                ));
-            }
-        };
+        let kind = patch_kind(&content_type(req.headers()))?;
         let patch = self.read_json(req).await?;
         if kind != PatchKind::Json && !patch.is_object() {
             return Err(ApiError::bad_request("a merge patch must be a JSON object"));
@@ -518,6 +523,59 @@ impl App {
             StatusCode::OK
         };
         Ok(json_response(code, entry.json_at(&rt.api_version())))
+    }
+
+    /// The `scale` subresource: GET answers an `autoscaling/v1` `Scale`; PUT (a
+    /// Scale, its `resourceVersion` a precondition) and PATCH (of the Scale) set
+    /// the object's `spec.replicas`.
+    async fn scale(
+        &self,
+        rt: &ResourceType,
+        ns: &str,
+        name: &str,
+        dry_run: bool,
+        req: Request<Body>,
+    ) -> Reply {
+        let method = req.method().clone();
+        let entry = match method {
+            Method::GET | Method::HEAD => self.store.get_in(rt, ns, name)?,
+            Method::PUT => {
+                let body = self.read_json(req).await?;
+                let replicas = scale_replicas(&body)?;
+                let precondition = body.pointer("/metadata/resourceVersion").cloned();
+                self.store
+                    .modify(rt, ns, name, Part::Main, false, dry_run, move |current| {
+                        let mut obj = current.unwrap_or_default();
+                        obj["spec"]["replicas"] = replicas.into();
+                        set_precondition(&mut obj, precondition);
+                        Ok(obj)
+                    })?
+            }
+            Method::PATCH => {
+                let kind = patch_kind(&content_type(req.headers()))?;
+                let patch = self.read_json(req).await?;
+                self.store
+                    .modify(rt, ns, name, Part::Main, false, dry_run, move |current| {
+                        let mut obj = current.unwrap_or_default();
+                        let mut scale = scale_of(&obj);
+                        if let Some(m) = scale.get_mut("metadata").and_then(Value::as_object_mut) {
+                            m.remove("resourceVersion");
+                        }
+                        match kind {
+                            PatchKind::Json => json_patch(&mut scale, &patch)?,
+                            PatchKind::Merge | PatchKind::Apply => merge_patch(&mut scale, &patch),
+                        }
+                        obj["spec"]["replicas"] = scale_replicas(&scale)?.into();
+                        set_precondition(
+                            &mut obj,
+                            scale.pointer("/metadata/resourceVersion").cloned(),
+                        );
+                        Ok(obj)
+                    })?
+            }
+            m => return Err(ApiError::method_not_allowed(m.as_str())),
+        };
+        Ok(value_response(StatusCode::OK, &scale_of(&entry.value())))
     }
 
     async fn read_body(&self, req: Request<Body>) -> Result<Bytes, ApiError> {
@@ -560,6 +618,10 @@ impl App {
 
     async fn read_json(&self, req: Request<Body>) -> Result<Value, ApiError> {
         let ct = content_type(req.headers());
+        if ct == crate::protobuf::MEDIA_TYPE {
+            let bytes = self.read_body(req).await?;
+            return crate::protobuf::decode(&bytes);
+        }
         if ct.contains("protobuf") || ct.contains("cbor") {
             return Err(unsupported_media_type(&ct));
         }
@@ -589,12 +651,92 @@ enum PatchKind {
     Apply,
 }
 
+fn patch_kind(content_type: &str) -> Result<PatchKind, ApiError> {
+    match content_type {
+        "application/merge-patch+json" | "application/strategic-merge-patch+json" => {
+            Ok(PatchKind::Merge)
+        }
+        "application/json-patch+json" => Ok(PatchKind::Json),
+        "application/apply-patch+yaml" | "application/apply-patch+json" => Ok(PatchKind::Apply),
+        other => Err(ApiError::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {other:?})"
+            ),
+        )),
+    }
+}
+
+/// The `autoscaling/v1` `Scale` of a scalable object.
+fn scale_of(obj: &Value) -> Value {
+    let meta = &obj["metadata"];
+    let mut metadata = serde_json::Map::new();
+    for k in [
+        "name",
+        "namespace",
+        "uid",
+        "resourceVersion",
+        "creationTimestamp",
+    ] {
+        if let Some(v) = meta.get(k) {
+            metadata.insert(k.into(), v.clone());
+        }
+    }
+    let selector = match table::format_selector(obj.pointer("/spec/selector")).as_str() {
+        "<none>" => String::new(),
+        s => s.to_string(),
+    };
+    serde_json::json!({
+        "kind": "Scale", "apiVersion": "autoscaling/v1", "metadata": metadata,
+        "spec": {"replicas": obj.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1)},
+        "status": {
+            "replicas": obj.pointer("/status/replicas").and_then(Value::as_i64).unwrap_or(0),
+            "selector": selector,
+        },
+    })
+}
+
+/// A Scale's `spec.replicas`, which must be a non-negative integer.
+fn scale_replicas(scale: &Value) -> Result<i64, ApiError> {
+    match scale.pointer("/spec/replicas") {
+        None | Some(Value::Null) => Ok(0),
+        Some(v) => v
+            .as_i64()
+            .filter(|n| *n >= 0 && *n <= i64::from(i32::MAX))
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    "Scale",
+                    "",
+                    format!(
+                        "spec.replicas: Invalid value: {v}: must be greater than or equal to 0"
+                    ),
+                )
+            }),
+    }
+}
+
+/// Sets (or clears) the object's `metadata.resourceVersion`, which the store's
+/// update treats as the precondition.
+fn set_precondition(obj: &mut Value, rv: Option<Value>) {
+    if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        match rv {
+            Some(rv) => {
+                m.insert("resourceVersion".into(), rv);
+            }
+            None => {
+                m.remove("resourceVersion");
+            }
+        }
+    }
+}
+
 fn unsupported_media_type(ct: &str) -> ApiError {
     ApiError::new(
         415,
         "UnsupportedMediaType",
         format!(
-            "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got {ct:?})"
+            "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf (got {ct:?})"
         ),
     )
 }

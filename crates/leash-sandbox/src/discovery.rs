@@ -179,13 +179,19 @@ pub(crate) fn api_resource_list(registry: &Registry, group: &str, version: &str)
         put_aliases(&mut r, t);
         resources.push(r);
         for sub in &t.subresources {
-            resources.push(json!({
+            let mut r = json!({
                 "name": format!("{}/{sub}", t.plural),
                 "singularName": "",
                 "namespaced": t.namespaced,
                 "kind": t.kind,
                 "verbs": ["get", "patch", "update"],
-            }));
+            });
+            if sub == "scale" {
+                r["group"] = json!("autoscaling");
+                r["version"] = json!("v1");
+                r["kind"] = json!("Scale");
+            }
+            resources.push(r);
         }
     }
     Some(json!({
@@ -221,7 +227,14 @@ fn aggregated_resource(t: &ResourceType) -> Value {
         r["subresources"] = t
             .subresources
             .iter()
-            .map(|s| json!({"subresource": s, "responseKind": kind, "verbs": ["get", "patch", "update"]}))
+            .map(|s| {
+                let kind = if s == "scale" {
+                    json!({"group": "autoscaling", "version": "v1", "kind": "Scale"})
+                } else {
+                    kind.clone()
+                };
+                json!({"subresource": s, "responseKind": kind, "verbs": ["get", "patch", "update"]})
+            })
             .collect();
     }
     r

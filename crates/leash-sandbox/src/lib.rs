@@ -38,7 +38,16 @@
 //!   served version of its kind; deleting it removes the kind and its objects.
 //! - Verbs: get, list, watch, create, update (PUT), patch (merge, strategic merge treated
 //!   as merge, JSON patch, apply treated as a merge patch that creates), delete,
-//!   deletecollection; the `status` subresource where the kind has one.
+//!   deletecollection; the `status` subresource where the kind has one, and `scale`
+//!   (`autoscaling/v1` `Scale`) for deployments, replicasets and statefulsets.
+//! - Request bodies in JSON, YAML, or protobuf (`application/vnd.kubernetes.protobuf`,
+//!   what kubectl's imperative `create`, `run` and `expose` send) for the kinds those
+//!   commands create; answers are always JSON.
+//! - `meta.k8s.io` `Table`s when `Accept` asks for them (`kubectl get`): kube-apiserver's
+//!   columns for the built-in kinds (wide ones at priority 1), a CRD version's
+//!   `additionalPrinterColumns`, rows carrying `includeObject`, paged like lists.
+//! - Create-time defaults that `kubectl get` shows: a Service's type, cluster IP (from
+//!   10.96.0.0/12) and port protocol; a Secret's type; a Namespace's phase.
 //! - Lists: `labelSelector`, `fieldSelector` (metadata.name, metadata.namespace, and a
 //!   few per-kind fields such as pods' `spec.nodeName`/`status.phase`), `limit` and
 //!   `continue` over consistent snapshots, `remainingItemCount`, `resourceVersion` and
@@ -48,10 +57,11 @@
 //!   events when the version is older than the event history (10,000 events).
 //!
 //! # What is not
-//! Protobuf and CBOR request bodies (415), Table output (`as=Table` gets a plain list),
-//! schema validation, defaulting and admission, finalizers and graceful deletion (deletes
-//! are immediate), owner-reference garbage collection, conversion between CRD versions,
-//! `scale` and other subresources, field managers (`managedFields`), HTTP/2 and TLS.
+//! Protobuf answers, protobuf bodies of other kinds and CBOR bodies (415), Tables in
+//! watches (a watch sends plain objects), schema validation, defaulting beyond the
+//! fields above and admission, finalizers and graceful deletion (deletes are immediate),
+//! owner-reference garbage collection, conversion between CRD versions, subresources
+//! other than `status` and `scale`, field managers (`managedFields`), HTTP/2 and TLS.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 mod api;
@@ -64,12 +74,14 @@ mod list;
 pub mod manifests;
 mod object;
 mod openapi;
+mod protobuf;
 mod resources;
 mod sandbox;
 mod selector;
 mod server;
 mod status;
 mod store;
+mod table;
 mod watch;
 
 pub use config::{Faults, SandboxConfig};

@@ -216,6 +216,14 @@ You can start a new list without the continue parameter, or use the continue tok
 retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - \
 objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.";
 
+/// One page of a list: its objects and its `metadata` (resourceVersion,
+/// continue token, remainingItemCount) as JSON text.
+#[derive(Debug)]
+pub(crate) struct Page {
+    pub(crate) items: Vec<std::sync::Arc<Entry>>,
+    pub(crate) metadata: String,
+}
+
 /// Serves one list page of `rt`: the whole JSON `…List` body.
 pub(crate) fn list(
     store: &Store,
@@ -225,6 +233,35 @@ pub(crate) fn list(
     params: &ListParams,
     ttl: Duration,
 ) -> Result<ListBody, ApiError> {
+    let Page { items, metadata } = page(store, snapshots, rt, sel, params, ttl)?;
+    let api_version = rt.api_version();
+    let head = format!(
+        "{{\"kind\":\"{}\",\"apiVersion\":\"{api_version}\",\"metadata\":{metadata},\"items\":[",
+        rt.list_kind,
+    );
+    // The items' stored bytes are shared, not copied: the body is a sequence of
+    // `Bytes` pieces (head, item, ",", item, ..., "]}") with its exact length.
+    let mut pieces = Vec::with_capacity(items.len() * 2 + 2);
+    pieces.push(Bytes::from(head));
+    for (i, e) in items.iter().enumerate() {
+        if i > 0 {
+            pieces.push(Bytes::from_static(b","));
+        }
+        pieces.push(e.json_at(&api_version));
+    }
+    pieces.push(Bytes::from_static(b"]}"));
+    Ok(ListBody::new(pieces))
+}
+
+/// Selects one list page of `rt` (what [`list`] serves, and Tables too).
+pub(crate) fn page(
+    store: &Store,
+    snapshots: &Snapshots,
+    rt: &ResourceType,
+    sel: &Selection,
+    params: &ListParams,
+    ttl: Duration,
+) -> Result<Page, ApiError> {
     let coll = rt.collection();
     // A list's first page: no token, or the fresh token of a 410 (a new list at the latest
     // version); it gives the version's snapshot a whole TTL again.
@@ -295,7 +332,7 @@ pub(crate) fn list(
         )));
     }
 
-    let mut items: Vec<&Entry> = Vec::new();
+    let mut items: Vec<std::sync::Arc<Entry>> = Vec::new();
     let mut more = false;
     let mut iter = sel.range(&objects, after).filter(|e| sel.matches(e));
     for e in iter.by_ref() {
@@ -303,7 +340,7 @@ pub(crate) fn list(
             more = true;
             break;
         }
-        items.push(e);
+        items.push(e.clone());
     }
     drop(iter);
     let mut metadata = format!("{{\"resourceVersion\":\"{rv}\"");
@@ -337,23 +374,7 @@ pub(crate) fn list(
         }
     }
     metadata.push('}');
-    let api_version = rt.api_version();
-    let head = format!(
-        "{{\"kind\":\"{}\",\"apiVersion\":\"{api_version}\",\"metadata\":{metadata},\"items\":[",
-        rt.list_kind,
-    );
-    // The items' stored bytes are shared, not copied: the body is a sequence of
-    // `Bytes` pieces (head, item, ",", item, ..., "]}") with its exact length.
-    let mut pieces = Vec::with_capacity(items.len() * 2 + 2);
-    pieces.push(Bytes::from(head));
-    for (i, e) in items.iter().enumerate() {
-        if i > 0 {
-            pieces.push(Bytes::from_static(b","));
-        }
-        pieces.push(e.json_at(&api_version));
-    }
-    pieces.push(Bytes::from_static(b"]}"));
-    Ok(ListBody::new(pieces))
+    Ok(Page { items, metadata })
 }
 
 /// A list response body: pieces that share the stored objects' bytes.

@@ -36,6 +36,21 @@ pub(crate) struct ResourceType {
     pub(crate) fields: &'static [&'static str],
     /// The CRD that registered it, if any.
     pub(crate) crd: Option<String>,
+    /// A CRD version's `additionalPrinterColumns` (empty for built-in kinds,
+    /// whose Table columns are kube-apiserver's, in `table::printers`).
+    pub(crate) printer_columns: Vec<PrinterColumn>,
+}
+
+/// One of a CRD version's `additionalPrinterColumns`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct PrinterColumn {
+    pub(crate) name: String,
+    /// `string`, `integer`, `number`, `boolean` or `date`.
+    pub(crate) kind: String,
+    pub(crate) format: String,
+    pub(crate) description: String,
+    pub(crate) priority: i64,
+    pub(crate) json_path: String,
 }
 
 /// Identifies a collection of objects: `plural` or `plural.group`. All served versions of a
@@ -59,6 +74,11 @@ impl ResourceType {
 
     pub(crate) fn has_status(&self) -> bool {
         self.subresources.iter().any(|s| s == "status")
+    }
+
+    /// Whether it serves the `scale` subresource (`autoscaling/v1` `Scale`).
+    pub(crate) fn has_scale(&self) -> bool {
+        self.subresources.iter().any(|s| s == "scale")
     }
 }
 
@@ -121,6 +141,11 @@ const BUILTINS: &[BuiltinRow] = &[
     ("apiextensions.k8s.io", "customresourcedefinitions", "CustomResourceDefinition", false, &["crd", "crds"], false, true, &[]),
 ];
 
+/// The built-in kinds with a `scale` subresource.
+fn scaled(group: &str, plural: &str) -> bool {
+    group == "apps" && matches!(plural, "deployments" | "replicasets" | "statefulsets")
+}
+
 /// The built-in resources, in discovery order.
 pub(crate) fn builtins() -> Vec<ResourceType> {
     BUILTINS
@@ -136,13 +161,17 @@ pub(crate) fn builtins() -> Vec<ResourceType> {
                 namespaced,
                 short_names: short.iter().map(|s| s.to_string()).collect(),
                 categories: if all { vec!["all".into()] } else { Vec::new() },
-                subresources: if status {
-                    vec!["status".into()]
-                } else {
-                    Vec::new()
-                },
+                subresources: [
+                    status.then_some("status"),
+                    scaled(group, plural).then_some("scale"),
+                ]
+                .into_iter()
+                .flatten()
+                .map(str::to_string)
+                .collect(),
                 fields,
                 crd: None,
+                printer_columns: Vec::new(),
             },
         )
         .collect()
@@ -235,6 +264,7 @@ pub(crate) fn from_crd(crd: &Value) -> Result<Vec<ResourceType>, ApiError> {
         if v.pointer("/subresources/status").is_some() {
             subresources.push("status".to_string());
         }
+        let printer_columns = printer_columns(v).map_err(|m| invalid(&m))?;
         out.push(ResourceType {
             group: group.clone(),
             version: vname.to_string(),
@@ -248,9 +278,50 @@ pub(crate) fn from_crd(crd: &Value) -> Result<Vec<ResourceType>, ApiError> {
             subresources,
             fields: &[],
             crd: Some(name.to_string()),
+            printer_columns,
         });
     }
     Ok(out)
+}
+
+/// A CRD version's `additionalPrinterColumns`, validated as the API server does
+/// (name, type and a JSONPath the Table printer can evaluate).
+fn printer_columns(version: &Value) -> Result<Vec<PrinterColumn>, String> {
+    let Some(columns) = version
+        .get("additionalPrinterColumns")
+        .and_then(Value::as_array)
+    else {
+        return Ok(Vec::new());
+    };
+    columns
+        .iter()
+        .map(|c| {
+            let s = |k: &str| c.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+            let column = PrinterColumn {
+                name: s("name"),
+                kind: s("type"),
+                format: s("format"),
+                description: s("description"),
+                priority: c.get("priority").and_then(Value::as_i64).unwrap_or(0),
+                json_path: s("jsonPath"),
+            };
+            if column.name.is_empty() {
+                return Err(
+                    "spec.versions[].additionalPrinterColumns[].name: Required value".into(),
+                );
+            }
+            if !["string", "integer", "number", "boolean", "date"].contains(&column.kind.as_str()) {
+                return Err(format!(
+                    "spec.versions[].additionalPrinterColumns[].type: Unsupported value: {:?}",
+                    column.kind
+                ));
+            }
+            crate::table::JsonPath::parse(&column.json_path).map_err(|e| {
+                format!("spec.versions[].additionalPrinterColumns[].JSONPath: Invalid value: {e}")
+            })?;
+            Ok(column)
+        })
+        .collect()
 }
 
 /// A lowercase RFC 1123 label: `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most 63 characters.

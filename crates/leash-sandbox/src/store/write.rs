@@ -101,6 +101,16 @@ impl Store {
             obj["status"] = json!({"phase": "Active"});
         }
         let rv = st.rv + 1;
+        if rt.group.is_empty() && rt.plural == "services" {
+            default_service(&mut obj, rv);
+        }
+        if rt.group.is_empty() && rt.plural == "secrets" {
+            // kube-apiserver's default; `kubectl create secret generic` sends none.
+            obj.as_object_mut()
+                .expect("checked above")
+                .entry("type")
+                .or_insert_with(|| json!("Opaque"));
+        }
         let uid = st.uid();
         let meta = obj["metadata"].as_object_mut().expect("checked above");
         meta.insert("uid".into(), Value::String(uid));
@@ -426,4 +436,51 @@ fn set_crd_status(crd: &mut Value) {
         ],
         "storedVersions": stored,
     });
+}
+
+/// The defaults kube-apiserver gives a new Service (what `kubectl get svc` shows):
+/// `type` ClusterIP, a cluster IP (unless ExternalName or headless `None`),
+/// single-stack IPv4, and each port's protocol and target port.
+///
+/// The cluster IP is taken from 10.96.0.0/12 by the create's resourceVersion
+/// (unique among the Services of up to a million writes).
+fn default_service(obj: &mut Value, rv: u64) {
+    let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let kind = spec
+        .entry("type")
+        .or_insert_with(|| json!("ClusterIP"))
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    spec.entry("sessionAffinity")
+        .or_insert_with(|| json!("None"));
+    if let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
+        for p in ports.iter_mut().filter_map(Value::as_object_mut) {
+            p.entry("protocol").or_insert_with(|| json!("TCP"));
+            if let Some(port) = p.get("port").cloned() {
+                p.entry("targetPort").or_insert(port);
+            }
+        }
+    }
+    if kind == "ExternalName" {
+        return;
+    }
+    let ip = match spec.get("clusterIP").and_then(Value::as_str) {
+        Some(ip) if !ip.is_empty() => ip.to_string(),
+        _ => {
+            let n = 0x0a60_0000 + 1 + (rv % ((1 << 20) - 2)) as u32;
+            std::net::Ipv4Addr::from(n).to_string()
+        }
+    };
+    spec.insert("clusterIP".into(), json!(ip));
+    spec.entry("clusterIPs").or_insert_with(|| json!([ip]));
+    if ip != "None" {
+        spec.entry("ipFamilies").or_insert_with(|| json!(["IPv4"]));
+        spec.entry("ipFamilyPolicy")
+            .or_insert_with(|| json!("SingleStack"));
+    }
+    spec.entry("internalTrafficPolicy")
+        .or_insert_with(|| json!("Cluster"));
 }

@@ -2,7 +2,8 @@
 //! with `--server URL`, an isolated HOME, kubeconfig path and discovery
 //! cache (no real `~/.kube` is read or written).
 //!
-//! Skipped, with the reason printed, only when kubectl is not installed
+//! Skipped, with the reason printed, only when kubectl is not installed,
+//! and never under `CI=true`: there a missing kubectl fails the test
 //! (`.ci/run` installs the `kubernetes-client` package when missing).
 
 use std::collections::BTreeSet;
@@ -18,29 +19,28 @@ use serde_json::Value;
 const KUBECTL_BOUND: Duration = Duration::from_secs(60);
 
 /// kubectl with an isolated home, talking to one server.
-struct Kubectl {
+pub(crate) struct Kubectl {
     program: PathBuf,
-    home: tempfile::TempDir,
+    pub(crate) home: tempfile::TempDir,
     server: String,
 }
 
 impl Kubectl {
     /// kubectl for `server`, or `None` (after printing why) if none is installed.
-    fn find(server: &str) -> Option<Kubectl> {
-        let program = ["/usr/bin/kubectl", "/usr/local/bin/kubectl"]
-            .iter()
-            .map(PathBuf::from)
-            .find(|p| p.exists())
-            .or_else(|| {
-                // Anywhere on PATH.
-                std::env::var_os("PATH").and_then(|paths| {
-                    std::env::split_paths(&paths)
-                        .map(|dir| dir.join("kubectl"))
-                        .find(|p| p.exists())
-                })
-            });
-        let Some(program) = program else {
-            eprintln!("SKIPPED: kubectl is not installed (install the kubernetes-client package)");
+    ///
+    /// # Panics
+    /// Under `CI=true` when kubectl is not installed: CI must run these tests.
+    pub(crate) fn find(server: &str) -> Option<Kubectl> {
+        Self::find_in(server, &candidates(), under_ci())
+    }
+
+    /// The first of `candidates` that exists; when none does, `None` outside
+    /// CI and a panic under it (`ci`).
+    fn find_in(server: &str, candidates: &[PathBuf], ci: bool) -> Option<Kubectl> {
+        let Some(program) = candidates.iter().find(|p| p.exists()).cloned() else {
+            let why = "kubectl is not installed (install the kubernetes-client package)";
+            assert!(!ci, "CI=true and {why}: this test must run in CI");
+            eprintln!("SKIPPED: {why}");
             return None;
         };
         Some(Kubectl {
@@ -51,7 +51,7 @@ impl Kubectl {
     }
 
     /// Run `kubectl --server URL ARGS` and wait for it (bounded).
-    fn run(&self, args: &[&str]) -> Output {
+    pub(crate) fn run(&self, args: &[&str]) -> Output {
         let home = self.home.path();
         let mut child = Command::new(&self.program)
             .arg("--server")
@@ -85,7 +85,7 @@ impl Kubectl {
     }
 
     /// Run and require success; stdout as text.
-    fn ok(&self, args: &[&str]) -> String {
+    pub(crate) fn ok(&self, args: &[&str]) -> String {
         let output = self.run(args);
         assert!(
             output.status.success(),
@@ -98,11 +98,28 @@ impl Kubectl {
     }
 }
 
-fn block<T>(f: impl FnOnce() -> T) -> T {
+/// Where kubectl may be: the usual places, then every directory on PATH.
+fn candidates() -> Vec<PathBuf> {
+    let mut all: Vec<PathBuf> = ["/usr/bin/kubectl", "/usr/local/bin/kubectl"]
+        .iter()
+        .map(PathBuf::from)
+        .collect();
+    if let Some(paths) = std::env::var_os("PATH") {
+        all.extend(std::env::split_paths(&paths).map(|dir| dir.join("kubectl")));
+    }
+    all
+}
+
+/// Whether the tests run in CI (`CI=true`, as CI services set it).
+fn under_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
+}
+
+pub(crate) fn block<T>(f: impl FnOnce() -> T) -> T {
     tokio::task::block_in_place(f)
 }
 
-async fn sandbox_with(spec: &GenerateSpec) -> Sandbox {
+pub(crate) async fn sandbox_with(spec: &GenerateSpec) -> Sandbox {
     Sandbox::start(SandboxConfig {
         objects: generate(spec).expect("generate"),
         ..SandboxConfig::default()
@@ -157,8 +174,10 @@ async fn kubectl_get_pods_in_chunks_of_7_lists_every_pod() {
     let table = block(|| kubectl.ok(&["get", "pods", "-A", "--chunk-size=7"]));
     let mut rows = table.lines();
     let header = rows.next().expect("header");
-    assert!(
-        header.starts_with("NAMESPACE") && header.contains("NAME"),
+    // The server's Table columns (a real cluster's), with kubectl's NAMESPACE first.
+    assert_eq!(
+        header.split_whitespace().collect::<Vec<_>>(),
+        ["NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS", "AGE"],
         "{header}"
     );
     let rows: Vec<&str> = rows.collect();
@@ -314,4 +333,16 @@ async fn kubectl_gets_custom_resources_of_registered_crds() {
 
 fn path_str(path: &Path) -> &str {
     path.to_str().expect("UTF-8 temp path")
+}
+
+/// Issue 11: under `CI=true` a kubectl test whose kubectl is missing fails
+/// instead of passing as a silent skip; elsewhere it skips.
+#[test]
+fn missing_kubectl_fails_under_ci_and_skips_elsewhere() {
+    let nowhere = [PathBuf::from("/nonexistent/leash-test/kubectl")];
+    assert!(Kubectl::find_in("http://127.0.0.1:1", &nowhere, false).is_none());
+    let under_ci = std::panic::catch_unwind(|| {
+        Kubectl::find_in("http://127.0.0.1:1", &nowhere, true).is_some()
+    });
+    assert!(under_ci.is_err(), "CI=true must fail the test, not skip it");
 }

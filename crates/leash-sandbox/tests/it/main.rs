@@ -6,5 +6,8 @@ mod crud;
 mod discovery;
 mod faults;
 mod kubectl;
+mod kubectl_create;
+mod kubectl_table;
 mod list;
+mod table;
 mod watch;

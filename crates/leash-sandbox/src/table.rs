@@ -1,0 +1,228 @@
+//! `meta.k8s.io` `Table` answers (`Accept: application/json;as=Table;v=v1;g=meta.k8s.io`),
+//! what `kubectl get` asks for to print its columns.
+//!
+//! Built-in kinds get the columns kube-apiserver's printers define
+//! ([`printers`]); a CRD's kinds get `Name` plus the version's
+//! `additionalPrinterColumns` (default: `Age` from `.metadata.creationTimestamp`),
+//! evaluated with a JSONPath subset ([`JsonPath`]). As in kube-apiserver, every
+//! column is sent (wide ones marked `priority: 1`: kubectl shows them with
+//! `-o wide`), and each row carries the object as chosen by `includeObject`
+//! (`None`, `Metadata`: a `PartialObjectMetadata`, the default, or `Object`).
+//! Lists page exactly as plain lists do: the Table's `metadata` is the page's.
+
+mod columns;
+mod jsonpath;
+mod printers;
+
+use std::time::SystemTime;
+
+use serde_json::{Map, Value, json};
+
+use crate::object::Entry;
+use crate::resources::ResourceType;
+use crate::status::ApiError;
+
+pub(crate) use jsonpath::JsonPath;
+pub(crate) use printers::format_selector;
+
+/// The `meta.k8s.io` version a client asked its Table in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TableVersion {
+    V1,
+    V1beta1,
+}
+
+impl TableVersion {
+    fn api_version(self) -> &'static str {
+        match self {
+            Self::V1 => "meta.k8s.io/v1",
+            Self::V1beta1 => "meta.k8s.io/v1beta1",
+        }
+    }
+}
+
+/// The Table version `accept` asks for, if its first media range this server
+/// can answer is a JSON Table (kubectl lists Table v1, then v1beta1, then plain JSON).
+pub(crate) fn negotiate(accept: Option<&str>) -> Option<TableVersion> {
+    for range in accept?.split(',') {
+        let mut parts = range.split(';').map(str::trim);
+        let media = parts.next().unwrap_or("").to_ascii_lowercase();
+        let params: Vec<(String, String)> = parts
+            .filter_map(|p| p.split_once('='))
+            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+            .collect();
+        let param = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        let json = matches!(media.as_str(), "application/json" | "application/*" | "*/*");
+        match param("as") {
+            Some("Table") if json && param("g") == Some("meta.k8s.io") => match param("v") {
+                Some("v1") => return Some(TableVersion::V1),
+                Some("v1beta1") => return Some(TableVersion::V1beta1),
+                _ => {}
+            },
+            // Another transformation (PartialObjectMetadata): not served, try the next.
+            Some(_) => {}
+            None if json || media.contains("yaml") => return None,
+            None => {}
+        }
+    }
+    None
+}
+
+/// What each row carries (`includeObject`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum IncludeObject {
+    None,
+    Metadata,
+    Object,
+}
+
+impl IncludeObject {
+    pub(crate) fn parse(v: Option<&str>) -> Result<Self, ApiError> {
+        match v {
+            None | Some("") | Some("Metadata") => Ok(Self::Metadata),
+            Some("None") => Ok(Self::None),
+            Some("Object") => Ok(Self::Object),
+            Some(other) => Err(ApiError::bad_request(format!(
+                "includeObject: Unsupported value: {other:?}: supported values: \"Metadata\", \"None\", \"Object\""
+            ))),
+        }
+    }
+}
+
+/// A column: kube-apiserver's `TableColumnDefinition`.
+#[derive(Debug, Clone)]
+pub(crate) struct Column {
+    pub(crate) name: String,
+    pub(crate) kind: &'static str,
+    pub(crate) format: &'static str,
+    pub(crate) description: String,
+    pub(crate) priority: i64,
+}
+
+/// The whole Table for `items` of `rt` with the list page's `metadata` (JSON text).
+pub(crate) fn table(
+    rt: &ResourceType,
+    version: TableVersion,
+    items: &[std::sync::Arc<Entry>],
+    metadata: &str,
+    include: IncludeObject,
+) -> Result<Value, ApiError> {
+    let now = SystemTime::now();
+    let columns = columns(rt);
+    let api_version = rt.api_version();
+    let mut rows = Vec::with_capacity(items.len());
+    for e in items {
+        let object: Value = serde_json::from_slice(&e.json_at(&api_version))
+            .map_err(|err| ApiError::internal(format!("stored object is not JSON: {err}")))?;
+        let (cells, conditions) = cells(rt, &object, now);
+        let mut row = Map::new();
+        row.insert("cells".into(), Value::Array(cells));
+        if let Some(c) = conditions {
+            row.insert("conditions".into(), c);
+        }
+        match include {
+            IncludeObject::None => {}
+            IncludeObject::Metadata => {
+                row.insert(
+                    "object".into(),
+                    json!({"kind": "PartialObjectMetadata", "apiVersion": version.api_version(),
+                           "metadata": object.get("metadata").cloned().unwrap_or_else(|| json!({}))}),
+                );
+            }
+            IncludeObject::Object => {
+                row.insert("object".into(), object);
+            }
+        }
+        rows.push(Value::Object(row));
+    }
+    let metadata: Value = serde_json::from_str(metadata)
+        .map_err(|err| ApiError::internal(format!("list metadata is not JSON: {err}")))?;
+    Ok(json!({
+        "kind": "Table",
+        "apiVersion": version.api_version(),
+        "metadata": metadata,
+        "columnDefinitions": columns.iter().map(|c| json!({
+            "name": c.name, "type": c.kind, "format": c.format,
+            "description": c.description, "priority": c.priority,
+        })).collect::<Vec<_>>(),
+        "rows": rows,
+    }))
+}
+
+fn columns(rt: &ResourceType) -> Vec<Column> {
+    match &rt.crd {
+        Some(_) => {
+            let mut columns = vec![columns::name_column()];
+            columns.extend(custom_columns(rt).iter().map(|c| Column {
+                name: c.name.clone(),
+                kind: match c.kind.as_str() {
+                    "integer" => "integer",
+                    "number" => "number",
+                    "boolean" => "boolean",
+                    "date" => "date",
+                    _ => "string",
+                },
+                format: if c.format == "name" { "name" } else { "" },
+                description: if c.description.is_empty() {
+                    format!(
+                        "Custom resource definition column (in JSONPath format): {}",
+                        c.json_path
+                    )
+                } else {
+                    c.description.clone()
+                },
+                priority: c.priority,
+            }));
+            columns
+        }
+        None => columns::columns(&rt.group, &rt.kind),
+    }
+}
+
+/// A CRD version's printer columns, or the default `Age` column.
+fn custom_columns(rt: &ResourceType) -> Vec<crate::resources::PrinterColumn> {
+    if !rt.printer_columns.is_empty() {
+        return rt.printer_columns.clone();
+    }
+    vec![crate::resources::PrinterColumn {
+        name: "Age".into(),
+        kind: "date".into(),
+        format: String::new(),
+        description: columns::CREATION_TIMESTAMP.into(),
+        priority: 0,
+        json_path: ".metadata.creationTimestamp".into(),
+    }]
+}
+
+fn cells(rt: &ResourceType, object: &Value, now: SystemTime) -> (Vec<Value>, Option<Value>) {
+    if rt.crd.is_none() {
+        return printers::cells(&rt.group, &rt.kind, object, now);
+    }
+    let mut cells = vec![json!(printers::name(object))];
+    for c in custom_columns(rt) {
+        let value = JsonPath::parse(&c.json_path)
+            .ok()
+            .and_then(|p| p.find(object).cloned());
+        cells.push(match value {
+            None | Some(Value::Null) => Value::Null,
+            Some(v) => custom_cell(&c.kind, v, now),
+        });
+    }
+    (cells, None)
+}
+
+/// A custom column's cell, typed as kube-apiserver's CRD table convertor types it.
+fn custom_cell(kind: &str, v: Value, now: SystemTime) -> Value {
+    match (kind, v) {
+        ("string", Value::String(s)) => Value::String(s),
+        ("string", other) => Value::String(other.to_string()),
+        ("integer", Value::Number(n)) => n
+            .as_i64()
+            .or_else(|| n.as_f64().map(|f| f as i64))
+            .map_or(Value::Null, Value::from),
+        ("number", Value::Number(n)) => n.as_f64().map_or(Value::Null, Value::from),
+        ("boolean", Value::Bool(b)) => Value::Bool(b),
+        ("date", Value::String(s)) => Value::String(printers::age_of(Some(&s), now)),
+        _ => Value::Null,
+    }
+}
