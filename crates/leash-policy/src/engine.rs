@@ -153,6 +153,9 @@ impl Engine {
                 Some(op) if op != req.operation => {
                     let mut r = req.clone();
                     r.operation = op;
+                    if op == crate::Operation::Update && r.old_object.is_none() {
+                        r.old_object = Some(r.object.clone());
+                    }
                     vpol.evaluate(&r, data)
                 }
                 _ => vpol.evaluate(req, data),

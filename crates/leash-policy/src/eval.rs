@@ -104,26 +104,43 @@ impl Prepared {
 fn base_vars(req: &EvalRequest, operation: Operation) -> Vars {
     let u = &req.user_info;
     let (api_group, api_version) = crate::kinds::split_api_version(req.api_version());
-    let request = json!({
+    // Empty user-info fields are left out, as Kyverno's JSON (omitempty)
+    // leaves them: `request.userInfo.groups` is null, not [], without a user.
+    let mut user = serde_json::Map::new();
+    if !u.username.is_empty() {
+        user.insert("username".into(), json!(u.username));
+    }
+    if !u.uid.is_empty() {
+        user.insert("uid".into(), json!(u.uid));
+    }
+    if !u.groups.is_empty() {
+        user.insert("groups".into(), json!(u.groups));
+    }
+    let mut request = json!({
         "operation": operation.as_str(),
         "namespace": req.namespace(),
         "name": req.name(),
         "kind": {"group": api_group, "version": api_version, "kind": req.kind()},
-        "userInfo": {"username": u.username, "uid": u.uid, "groups": u.groups},
-        "roles": u.roles,
-        "clusterRoles": u.cluster_roles,
+        "userInfo": user,
     });
+    if !u.roles.is_empty() {
+        request["roles"] = json!(u.roles);
+    }
+    if !u.cluster_roles.is_empty() {
+        request["clusterRoles"] = json!(u.cluster_roles);
+    }
     let mut top = BTreeMap::new();
     let mut request_var = to_var(&request);
     if let jmespath::Variable::Object(m) = Arc::make_mut(&mut request_var) {
         m.insert("object".into(), to_var(&req.object));
-        m.insert(
-            "oldObject".into(),
-            req.old_object
-                .as_deref()
-                .map(to_var)
-                .unwrap_or_else(|| Arc::new(jmespath::Variable::Null)),
-        );
+        // An UPDATE without an old object (the CLI's `request.operation:
+        // UPDATE` value) compares the object with itself, as Kyverno's CLI.
+        let old = match (&req.old_object, operation) {
+            (Some(old), _) => to_var(old),
+            (None, Operation::Update) => to_var(&req.object),
+            (None, _) => Arc::new(jmespath::Variable::Null),
+        };
+        m.insert("oldObject".into(), old);
     }
     top.insert("request".to_string(), request_var);
     if let Some(sa) = u.username.strip_prefix("system:serviceaccount:") {
@@ -250,6 +267,15 @@ impl RuleCtx<'_> {
                 return Outcome::new(
                     Status::Error,
                     format!("failed to evaluate preconditions: {e}"),
+                );
+            }
+        }
+        if let Some(cel) = &self.rule.cel_preconditions {
+            let (status, message) = cel.evaluate(self.req, self.data);
+            if status != Status::Pass {
+                return Outcome::new(
+                    Status::Skip,
+                    format!("cel preconditions not met: {message}"),
                 );
             }
         }

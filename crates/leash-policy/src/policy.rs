@@ -57,6 +57,8 @@ pub(crate) struct Rule {
     pub exclude: MatchBlock,
     pub context: Vec<ContextEntry>,
     pub preconditions: Option<Value>,
+    /// `celPreconditions`: CEL expressions that must all be true.
+    pub cel_preconditions: Option<Box<CelRule>>,
     pub validate: Option<Validate>,
     pub failure_action: Option<FailureAction>,
 }
@@ -316,6 +318,25 @@ fn compile_rule(raw: &Value, field: &str, err: &ErrFn<'_>, cache: &mut ExprCache
         err,
         cache,
     )?;
+    let cel_preconditions = match &raw["celPreconditions"] {
+        Value::Null => None,
+        Value::Array(list) => {
+            let spec = serde_json::json!({ "expressions": list });
+            let field = format!("{field}.celPreconditions");
+            Some(Box::new(CelRule::compile(
+                &spec,
+                "ClusterPolicy",
+                "",
+                &field,
+            )?))
+        }
+        _ => {
+            return Err(err(
+                format!("{field}.celPreconditions"),
+                "must be a list".into(),
+            ));
+        }
+    };
     let (validate, failure_action) = match &raw["validate"] {
         Value::Null => (None, None),
         v => {
@@ -350,6 +371,7 @@ fn compile_rule(raw: &Value, field: &str, err: &ErrFn<'_>, cache: &mut ExprCache
         exclude,
         context,
         preconditions,
+        cel_preconditions,
         validate,
         failure_action,
     })

@@ -33,6 +33,8 @@ enum Command {
     Load(load_cmd::Args),
     /// Run the global context store (Kyverno GlobalContextEntry) and print or serve it.
     Context(context_cmd::Args),
+    /// Apply Kyverno policies to resources and report the results (Kyverno's `kyverno apply`).
+    Apply(policy_cmd::apply::Args),
     /// Run Kyverno CLI tests (kyverno-test.yaml) against their policies and resources.
     Test(policy_cmd::test::Args),
 }
@@ -56,6 +58,7 @@ fn main() -> ExitCode {
             Command::Load(args) => load_cmd::run(args).await,
             Command::Context(args) => context_cmd::run(args).await,
             Command::Test(args) => policy_cmd::test::run(args),
+            Command::Apply(args) => policy_cmd::apply::run(args),
         }
     });
     // Everything the subcommands spawned is owned by scopes they joined; the

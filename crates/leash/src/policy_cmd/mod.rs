@@ -1,6 +1,7 @@
 //! The policy commands: `leash apply` and `leash test` (Kyverno's CLI) on
 //! `leash-policy`.
 
+pub(crate) mod apply;
 mod cluster;
 mod files;
 mod load;

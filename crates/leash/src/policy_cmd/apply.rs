@@ -1,0 +1,466 @@
+//! `leash apply`: Kyverno's `kyverno apply`. Evaluates policies against
+//! resource files on every core and prints the failures and a summary, or
+//! policy reports.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use anyhow::Result;
+use clap::ValueEnum;
+use leash_policy::{
+    Engine, EvalRequest, FailureAction, Operation, RuleResult, Source, Status, UserInfo,
+};
+use serde_json::{Value, json};
+
+use super::cluster::MemoryCluster;
+use super::load;
+use super::spec::{self, Values};
+use crate::cli_error::{EXIT_FAILURE, EXIT_INTERRUPTED, usage};
+
+/// Output formats of `leash apply`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Format {
+    /// Failures and a summary (or the reports as YAML with --policy-report).
+    Table,
+    /// YAML documents.
+    Yaml,
+    /// One JSON document.
+    Json,
+}
+
+/// Flags of `leash apply`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// Policy files or directories (recursively): ClusterPolicy, Policy,
+    /// ValidatingPolicy, NamespacedValidatingPolicy, PolicyException.
+    #[arg(required = true, value_name = "POLICY_PATH")]
+    policies: Vec<PathBuf>,
+    /// Resource files or directories to evaluate (repeatable).
+    #[arg(long = "resource", short = 'r', value_name = "PATH", required = true)]
+    resources: Vec<PathBuf>,
+    /// A Kyverno CLI `Values` file (variables, namespace labels).
+    #[arg(long, short = 'f', value_name = "FILE")]
+    values_file: Option<PathBuf>,
+    /// Variables, `key=value,...` (e.g. `request.operation=UPDATE`).
+    #[arg(long, short = 's', value_name = "K=V,...")]
+    set: Vec<String>,
+    /// A Kyverno CLI `UserInfo` file (request.userInfo, roles, clusterRoles).
+    #[arg(long, short = 'u', value_name = "FILE")]
+    userinfo: Option<PathBuf>,
+    /// PolicyException files or directories.
+    #[arg(long, short = 'e', value_name = "PATH")]
+    exception: Vec<PathBuf>,
+    /// Print wgpolicyk8s.io/v1alpha2 PolicyReport / ClusterPolicyReport objects.
+    #[arg(long)]
+    policy_report: bool,
+    /// Output format.
+    #[arg(long, short = 'o', value_enum, default_value_t = Format::Table)]
+    output: Format,
+    /// Report failures of Audit rules as warnings (exit 0 if nothing else fails).
+    #[arg(long)]
+    audit_warn: bool,
+    /// Print every result, not only failures and errors.
+    #[arg(long)]
+    detailed_results: bool,
+    /// Evaluation threads (default: one per core).
+    #[arg(long, value_name = "N")]
+    concurrency: Option<usize>,
+}
+
+/// Runs `leash apply`.
+pub(crate) fn run(args: Args) -> Result<ExitCode> {
+    let mut paths = args.policies.clone();
+    paths.extend(args.exception.iter().cloned());
+    let loaded = load::load_policies(&paths).map_err(|e| usage(format!("{e:#}")))?;
+    for note in &loaded.unsupported {
+        eprintln!("leash: note: {note}: not evaluated (leash evaluates validate policies)");
+    }
+    if loaded.engine.is_empty() {
+        return Err(usage(
+            "no ClusterPolicy, Policy or ValidatingPolicy found in the policy paths",
+        ));
+    }
+    let mut values = match &args.values_file {
+        Some(p) => Values::read(p).map_err(|e| usage(format!("{e:#}")))?,
+        None => Values::default(),
+    };
+    for item in args
+        .set
+        .iter()
+        .flat_map(|s| s.split(','))
+        .filter(|s| !s.trim().is_empty())
+    {
+        let Some((k, v)) = item.split_once('=') else {
+            return Err(usage(format!("--set: {item:?} is not key=value")));
+        };
+        values
+            .bindings
+            .global
+            .push((k.trim().to_string(), Value::String(v.trim().to_string())));
+    }
+    let user = match &args.userinfo {
+        Some(p) => spec::read_userinfo(p).map_err(|e| usage(format!("{e:#}")))?,
+        None => UserInfo::default(),
+    };
+    let mut resources =
+        load::load_resources(&args.resources).map_err(|e| usage(format!("{e:#}")))?;
+    for r in &mut resources {
+        load::default_namespace(r);
+    }
+    let threads = match args.concurrency {
+        Some(0) => return Err(usage("--concurrency must be at least 1")),
+        Some(n) => n,
+        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+    let interrupted = Arc::new(AtomicBool::new(false));
+    let results = evaluate_all(
+        &loaded.engine,
+        resources,
+        &values,
+        &user,
+        threads,
+        &interrupted,
+    );
+    if interrupted.load(Ordering::Relaxed) {
+        return Ok(ExitCode::from(EXIT_INTERRUPTED));
+    }
+    let results = adjust_audit(&loaded.engine, results, args.audit_warn);
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    if args.policy_report {
+        print_reports(&mut out, &loaded.engine, &results, args.output)?;
+    } else {
+        print_results(&mut out, &results, args.output, args.detailed_results)?;
+    }
+    out.flush()?;
+    let failed = results
+        .iter()
+        .flat_map(|(_, rs)| rs)
+        .any(|r| matches!(r.status, Status::Fail | Status::Error));
+    Ok(if failed {
+        ExitCode::from(EXIT_FAILURE)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// A resource and its results.
+type Evaluated = (Arc<Value>, Vec<RuleResult>);
+
+/// Evaluates every resource on `threads` threads sharing the compiled
+/// policies read-only; results keep the resources' order.
+fn evaluate_all(
+    engine: &Engine,
+    resources: Vec<Value>,
+    values: &Values,
+    user: &UserInfo,
+    threads: usize,
+    interrupted: &AtomicBool,
+) -> Vec<Evaluated> {
+    let resources: Vec<Arc<Value>> = resources.into_iter().map(Arc::new).collect();
+    let cluster = MemoryCluster::default();
+    let next = AtomicUsize::new(0);
+    let threads = threads.clamp(1, resources.len().max(1));
+    let mut slots: Vec<Option<Vec<RuleResult>>> = vec![None; resources.len()];
+    let handle = tokio::runtime::Handle::try_current().ok();
+    let finished = tokio::sync::Notify::new();
+    let done: Vec<(usize, Vec<RuleResult>)> = std::thread::scope(|s| {
+        // Ctrl-C: a scoped thread waits for the signal (or the end) on the
+        // runtime and raises the flag every worker checks between resources,
+        // so an interrupt stops the evaluation within one resource's time.
+        if let Some(handle) = &handle {
+            let finished = &finished;
+            s.spawn(move || {
+                handle.block_on(async {
+                    tokio::select! {
+                        r = tokio::signal::ctrl_c() => {
+                            if r.is_ok() {
+                                interrupted.store(true, Ordering::Relaxed);
+                            }
+                        }
+                        () = finished.notified() => {}
+                    }
+                });
+            });
+        }
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    while !interrupted.load(Ordering::Relaxed) {
+                        // Relaxed: the counter only hands out indices.
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(object) = resources.get(i) else {
+                            break;
+                        };
+                        let ns = object["metadata"]["namespace"].as_str().unwrap_or("");
+                        let req = EvalRequest {
+                            object: object.clone(),
+                            old_object: None,
+                            operation: Operation::Create,
+                            user_info: user.clone(),
+                            namespace_labels: values.namespace_labels.get(ns).cloned(),
+                            namespace_object: values.namespaces.get(ns).cloned().map(Arc::new),
+                        };
+                        mine.push((i, engine.evaluate(req, &cluster, &values.bindings)));
+                    }
+                    mine
+                })
+            })
+            .collect();
+        let all = workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap_or_default())
+            .collect();
+        // notify_one stores a permit, so the waiter wakes even if it starts later.
+        finished.notify_one();
+        all
+    });
+    for (i, r) in done {
+        slots[i] = Some(r);
+    }
+    resources
+        .into_iter()
+        .zip(slots)
+        .map(|(o, r)| (o, r.unwrap_or_default()))
+        .collect()
+}
+
+/// `--audit-warn`: failures of Audit rules become warnings.
+fn adjust_audit(engine: &Engine, results: Vec<Evaluated>, audit_warn: bool) -> Vec<Evaluated> {
+    if !audit_warn {
+        return results;
+    }
+    results
+        .into_iter()
+        .map(|(o, rs)| {
+            let rs = rs
+                .into_iter()
+                .map(|mut r| {
+                    if r.status == Status::Fail && r.source == Source::Kyverno {
+                        let audit = engine
+                            .policies()
+                            .iter()
+                            .find(|p| *p.key() == r.policy)
+                            .is_some_and(|p| {
+                                p.rule_failure_action(&r.rule) == FailureAction::Audit
+                            });
+                        if audit {
+                            r.status = Status::Warn;
+                        }
+                    }
+                    r
+                })
+                .collect();
+            (o, rs)
+        })
+        .collect()
+}
+
+fn resource_id(o: &Value) -> String {
+    let kind = o["kind"].as_str().unwrap_or("");
+    let name = o["metadata"]["name"].as_str().unwrap_or("");
+    match o["metadata"]["namespace"].as_str() {
+        Some(ns) if !ns.is_empty() => format!("{kind}/{ns}/{name}"),
+        _ => format!("{kind}/{name}"),
+    }
+}
+
+fn counts<'a>(results: impl Iterator<Item = &'a RuleResult>) -> BTreeMap<&'static str, usize> {
+    let mut c: BTreeMap<&'static str, usize> = ["pass", "fail", "warn", "error", "skip"]
+        .into_iter()
+        .map(|k| (k, 0))
+        .collect();
+    for r in results {
+        *c.entry(r.status.as_str()).or_default() += 1;
+    }
+    c
+}
+
+fn print_results(
+    out: &mut impl Write,
+    results: &[Evaluated],
+    format: Format,
+    detailed: bool,
+) -> Result<()> {
+    let c = counts(results.iter().flat_map(|(_, rs)| rs));
+    match format {
+        Format::Table => {
+            let policies: usize = {
+                let mut names: Vec<&str> = results
+                    .iter()
+                    .flat_map(|(_, rs)| rs.iter().map(|r| &*r.policy))
+                    .collect();
+                names.sort_unstable();
+                names.dedup();
+                names.len()
+            };
+            writeln!(
+                out,
+                "Applied {policies} policies to {} resources",
+                results.len()
+            )?;
+            for (o, rs) in results {
+                for r in rs {
+                    let shown =
+                        detailed || matches!(r.status, Status::Fail | Status::Error | Status::Warn);
+                    if !shown {
+                        continue;
+                    }
+                    writeln!(
+                        out,
+                        "{}: policy {} -> resource {} rule {}: {}",
+                        r.status.as_str().to_uppercase(),
+                        r.policy,
+                        resource_id(o),
+                        r.rule,
+                        r.message
+                    )?;
+                }
+            }
+            writeln!(
+                out,
+                "pass: {}, fail: {}, warn: {}, error: {}, skip: {}",
+                c["pass"], c["fail"], c["warn"], c["error"], c["skip"]
+            )?;
+        }
+        Format::Json | Format::Yaml => {
+            let rows: Vec<Value> = results
+                .iter()
+                .flat_map(|(o, rs)| {
+                    rs.iter()
+                        .filter(move |r| detailed || r.status != Status::Pass)
+                        .map(move |r| {
+                            json!({
+                                "policy": &*r.policy, "rule": r.rule, "resource": resource_id(o),
+                                "result": r.status.as_str(), "message": r.message,
+                            })
+                        })
+                })
+                .collect();
+            let doc = json!({"results": rows, "summary": c});
+            write_doc(out, &doc, format)?;
+        }
+    }
+    Ok(())
+}
+
+fn write_doc(out: &mut impl Write, doc: &Value, format: Format) -> Result<()> {
+    match format {
+        Format::Json => {
+            serde_json::to_writer_pretty(&mut *out, doc)?;
+            writeln!(out)?;
+        }
+        Format::Yaml | Format::Table => {
+            let text = serde_saphyr::to_string(doc).map_err(|e| anyhow::anyhow!("{e}"))?;
+            out.write_all(text.as_bytes())?;
+        }
+    }
+    Ok(())
+}
+
+/// A report's reference to a resource (absent fields left out).
+fn object_ref(o: &Value) -> Value {
+    let mut r = serde_json::Map::new();
+    for (key, v) in [
+        ("apiVersion", &o["apiVersion"]),
+        ("kind", &o["kind"]),
+        ("name", &o["metadata"]["name"]),
+        ("namespace", &o["metadata"]["namespace"]),
+        ("uid", &o["metadata"]["uid"]),
+    ] {
+        if !v.is_null() {
+            r.insert(key.to_string(), v.clone());
+        }
+    }
+    Value::Object(r)
+}
+
+/// One report per namespace (`PolicyReport`) and one for cluster-scoped
+/// resources (`ClusterPolicyReport`), with Kyverno's result fields.
+fn print_reports(
+    out: &mut impl Write,
+    engine: &Engine,
+    results: &[Evaluated],
+    format: Format,
+) -> Result<()> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let mut by_ns: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+    let mut summaries: BTreeMap<String, BTreeMap<&'static str, usize>> = BTreeMap::new();
+    for (o, rs) in results {
+        let ns = o["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        for r in rs {
+            let policy = engine.policies().iter().find(|p| *p.key() == r.policy);
+            let ann = |k: &str| {
+                policy
+                    .and_then(|p| p.annotation(k))
+                    .unwrap_or("")
+                    .to_string()
+            };
+            let scored = ann("policies.kyverno.io/scored") != "false";
+            let mut result = json!({
+                "source": r.source.as_str(),
+                "policy": &*r.policy,
+                "rule": r.rule,
+                "resources": [object_ref(o)],
+                "result": r.status.as_str(),
+                "message": r.message,
+                "scored": scored,
+                "timestamp": {"seconds": now, "nanos": 0},
+            });
+            let category = ann("policies.kyverno.io/category");
+            if !category.is_empty() {
+                result["category"] = json!(category);
+            }
+            let severity = ann("policies.kyverno.io/severity");
+            if !severity.is_empty() {
+                result["severity"] = json!(severity);
+            }
+            *summaries
+                .entry(ns.clone())
+                .or_default()
+                .entry(r.status.as_str())
+                .or_default() += 1;
+            by_ns.entry(ns.clone()).or_default().push(result);
+        }
+    }
+    let mut docs = Vec::new();
+    for (ns, results) in by_ns {
+        let s = summaries.remove(&ns).unwrap_or_default();
+        let summary = json!({
+            "pass": s.get("pass").copied().unwrap_or(0), "fail": s.get("fail").copied().unwrap_or(0),
+            "warn": s.get("warn").copied().unwrap_or(0), "error": s.get("error").copied().unwrap_or(0),
+            "skip": s.get("skip").copied().unwrap_or(0),
+        });
+        let doc = if ns.is_empty() {
+            json!({"apiVersion": "wgpolicyk8s.io/v1alpha2", "kind": "ClusterPolicyReport",
+                   "metadata": {"name": "merged"}, "results": results, "summary": summary})
+        } else {
+            json!({"apiVersion": "wgpolicyk8s.io/v1alpha2", "kind": "PolicyReport",
+                   "metadata": {"name": "merged", "namespace": ns}, "results": results, "summary": summary})
+        };
+        docs.push(doc);
+    }
+    match format {
+        Format::Json => {
+            let list = json!({"apiVersion": "v1", "kind": "List", "items": docs});
+            write_doc(out, &list, Format::Json)?;
+        }
+        _ => {
+            for d in &docs {
+                writeln!(out, "---")?;
+                write_doc(out, d, Format::Yaml)?;
+            }
+        }
+    }
+    Ok(())
+}
