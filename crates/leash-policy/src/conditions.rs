@@ -257,11 +257,11 @@ fn numeric(op: CondOp, key: &Value, value: &Value) -> bool {
             if let Some((a, b)) = durations(key, value) {
                 return compare(op, a, b);
             }
-            if let (Some(a), Value::String(v)) = (Quantity::parse(k), value) {
-                if let Some(b) = Quantity::parse(v) {
-                    let ord = a.cmp_to(b) as i32 as f64;
-                    return compare(op, ord, 0.0);
-                }
+            if let (Some(a), Value::String(v)) = (Quantity::parse(k), value)
+                && let Some(b) = Quantity::parse(v)
+            {
+                let ord = a.cmp_to(b) as i32 as f64;
+                return compare(op, ord, 0.0);
             }
             if let Ok(kf) = k.parse::<f64>() {
                 if let Some((a, b)) = durations(&Value::from(kf), value) {
@@ -269,11 +269,11 @@ fn numeric(op: CondOp, key: &Value, value: &Value) -> bool {
                 }
                 return num_of(value).is_some_and(|v| compare(op, kf, v));
             }
-            if let (Ok(a), Value::String(v)) = (semver::Version::parse(k), value) {
-                if let Ok(b) = semver::Version::parse(v) {
-                    let ord = a.cmp(&b) as i32 as f64;
-                    return compare(op, ord, 0.0);
-                }
+            if let (Ok(a), Value::String(v)) = (semver::Version::parse(k), value)
+                && let Ok(b) = semver::Version::parse(v)
+            {
+                let ord = a.cmp(&b) as i32 as f64;
+                return compare(op, ord, 0.0);
             }
             false
         }

@@ -143,11 +143,11 @@ fn base_vars(req: &EvalRequest, operation: Operation) -> Vars {
         m.insert("oldObject".into(), old);
     }
     top.insert("request".to_string(), request_var);
-    if let Some(sa) = u.username.strip_prefix("system:serviceaccount:") {
-        if let Some((ns, name)) = sa.split_once(':') {
-            top.insert("serviceAccountName".into(), to_var(&json!(name)));
-            top.insert("serviceAccountNamespace".into(), to_var(&json!(ns)));
-        }
+    if let Some(sa) = u.username.strip_prefix("system:serviceaccount:")
+        && let Some((ns, name)) = sa.split_once(':')
+    {
+        top.insert("serviceAccountName".into(), to_var(&json!(name)));
+        top.insert("serviceAccountNamespace".into(), to_var(&json!(ns)));
     }
     let imgs = images::of_object(&req.object);
     if !imgs.is_null() {
@@ -190,10 +190,10 @@ impl Policy {
         bindings: &Bindings,
     ) -> Vec<RuleResult> {
         let req = &prepared.req;
-        if let Some(ns) = &self.namespace {
-            if req.namespace() != ns {
-                return Vec::new();
-            }
+        if let Some(ns) = &self.namespace
+            && req.namespace() != ns
+        {
+            return Vec::new();
         }
         let mut out = Vec::new();
         for rule in &self.rules {

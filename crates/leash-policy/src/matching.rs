@@ -352,10 +352,10 @@ impl ResourceDesc {
                 return false;
             }
         }
-        if let Some(sel) = &self.selector {
-            if !sel.matches_json(t.labels) {
-                return false;
-            }
+        if let Some(sel) = &self.selector
+            && !sel.matches_json(t.labels)
+        {
+            return false;
         }
         if let Some(sel) = &self.namespace_selector {
             if t.kind == "Namespace" {

@@ -183,10 +183,9 @@ fn validate_string(value: &Value, pattern: &str, op: Op) -> bool {
     if let (Some(p), Some(v)) = (
         parse_duration_strict(pattern),
         number_string(value).and_then(|s| parse_duration_strict(&s)),
-    ) {
-        if let Some(ord) = v.partial_cmp(&p) {
-            return ordering_satisfies(ord, op);
-        }
+    ) && let Some(ord) = v.partial_cmp(&p)
+    {
+        return ordering_satisfies(ord, op);
     }
     if let (Some(p), Some(v)) = (
         Quantity::parse(pattern),

@@ -357,7 +357,7 @@ fn go_float(f: f64) -> String {
     let exp: i32 = exp.parse().unwrap_or(0);
     // Go's shortest %g switches to the exponent form at 1e6 (1000000.0
     // prints as 1e+06) and below 1e-4.
-    if exp < -4 || exp >= 6 {
+    if !(-4..6).contains(&exp) {
         let sign = if exp < 0 { '-' } else { '+' };
         format!("{mantissa}e{sign}{:02}", exp.abs())
     } else {

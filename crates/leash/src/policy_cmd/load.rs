@@ -70,9 +70,8 @@ pub(crate) fn default_namespace(object: &mut Value) {
         && object["metadata"]["namespace"]
             .as_str()
             .is_none_or(str::is_empty)
+        && let Some(meta) = object["metadata"].as_object_mut()
     {
-        if let Some(meta) = object["metadata"].as_object_mut() {
-            meta.insert("namespace".into(), Value::String("default".into()));
-        }
+        meta.insert("namespace".into(), Value::String("default".into()));
     }
 }

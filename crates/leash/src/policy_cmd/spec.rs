@@ -68,10 +68,10 @@ impl TestFile {
             bail!("{}: the file holds no test", path.display());
         };
         let v = &doc.value;
-        if let Some(kind) = v["kind"].as_str() {
-            if kind != "Test" {
-                bail!("{}: kind {kind:?} is not a Test", path.display());
-            }
+        if let Some(kind) = v["kind"].as_str()
+            && kind != "Test"
+        {
+            bail!("{}: kind {kind:?} is not a Test", path.display());
         }
         let dir = path.parent().unwrap_or(Path::new("."));
         let name = v["metadata"]["name"]

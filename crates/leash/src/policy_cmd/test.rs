@@ -216,10 +216,7 @@ fn run_all(tests: &[PathBuf], selector: &Selector) -> Vec<TestRun> {
             .collect();
         handles
             .into_iter()
-            .flat_map(|h| match h.join() {
-                Ok(v) => v,
-                Err(_) => Vec::new(),
-            })
+            .flat_map(|h| h.join().unwrap_or_default())
             .collect()
     });
     for (i, r) in done {
@@ -348,8 +345,8 @@ fn compare(row: &ExpectedRow, resource: &str, evaluated: &[Evaluated]) -> Outcom
     let mut got: Option<(Status, String)> = None;
     for e in candidates {
         for r in &e.results {
-            let policy_ok = &*r.policy == row.policy
-                || r.policy.rsplit('/').next() == Some(row.policy.as_str());
+            let policy_ok =
+                *r.policy == row.policy || r.policy.rsplit('/').next() == Some(row.policy.as_str());
             let rule_ok = if row.validating_policy {
                 r.source == leash_policy::Source::ValidatingPolicy
             } else if row.rule.is_empty() {

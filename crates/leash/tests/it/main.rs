@@ -3,5 +3,6 @@
 
 mod context;
 mod load;
+mod policy;
 mod sandbox;
 mod support;

@@ -1,0 +1,241 @@
+//! `leash test` and `leash apply` on fixtures written here: a Kyverno test
+//! folder (policy, resources, values, expected results) in a temp dir.
+
+use std::fs;
+use std::path::Path;
+
+use crate::support::{leash, stderr, stdout};
+
+const POLICY: &str = r#"
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata:
+  name: disallow-latest
+  annotations:
+    policies.kyverno.io/category: Best Practices
+    policies.kyverno.io/severity: medium
+spec:
+  validationFailureAction: Audit
+  rules:
+  - name: require-tag
+    match:
+      any:
+      - resources:
+          kinds: [Pod]
+    validate:
+      message: "An image tag is required ({{ request.object.metadata.name }})."
+      pattern:
+        spec:
+          containers:
+          - image: "*:*"
+  - name: no-latest
+    match:
+      any:
+      - resources:
+          kinds: [Pod]
+    preconditions:
+      all:
+      - key: "{{ request.operation }}"
+        operator: AnyIn
+        value: [CREATE, UPDATE]
+    validate:
+      message: "latest is not allowed"
+      deny:
+        conditions:
+          any:
+          - key: "{{ request.object.spec.containers[].image }}"
+            operator: AnyIn
+            value: ["*:latest"]
+"#;
+
+const RESOURCES: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: good, namespace: apps}
+spec:
+  containers: [{name: c, image: "nginx:1.27"}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: latest, namespace: apps}
+spec:
+  containers: [{name: c, image: "nginx:latest"}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: untagged}
+spec:
+  containers: [{name: c, image: nginx}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: deploy-latest, namespace: apps}
+spec:
+  template:
+    spec:
+      containers: [{name: c, image: "nginx:latest"}]
+"#;
+
+fn test_file(results: &str) -> String {
+    format!(
+        "apiVersion: cli.kyverno.io/v1alpha1\nkind: Test\nmetadata: {{name: t}}\npolicies: [../policy.yaml]\nresources: [resources.yaml]\nresults:\n{results}"
+    )
+}
+
+const GOOD_RESULTS: &str = r#"
+- {policy: disallow-latest, rule: require-tag, resources: [good, latest], kind: Pod, result: pass}
+- {policy: disallow-latest, rule: require-tag, resources: [untagged], kind: Pod, result: fail}
+- {policy: disallow-latest, rule: no-latest, resources: [apps/latest], kind: Pod, result: fail}
+- {policy: disallow-latest, rule: no-latest, resources: [good, untagged], kind: Pod, result: pass}
+- {policy: disallow-latest, rule: no-latest, resources: [deploy-latest], kind: Deployment, result: fail}
+"#;
+
+fn folder(dir: &Path, results: &str) {
+    let tests = dir.join(".kyverno-test");
+    fs::create_dir_all(&tests).unwrap();
+    fs::write(dir.join("policy.yaml"), POLICY).unwrap();
+    fs::write(tests.join("resources.yaml"), RESOURCES).unwrap();
+    fs::write(tests.join("kyverno-test.yaml"), test_file(results)).unwrap();
+}
+
+#[test]
+fn test_passes_when_every_row_matches_including_autogen_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    folder(dir.path(), GOOD_RESULTS);
+    let out = leash().args(["test"]).arg(dir.path()).output().unwrap();
+    assert!(
+        out.status.success(),
+        "stdout:\n{}\nstderr:\n{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert!(
+        stdout(&out).contains("1 of 1 test files passed; 7 passed, 0 failed"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn test_fails_on_a_wrong_expectation_and_on_unknown_resources() {
+    let dir = tempfile::tempdir().unwrap();
+    folder(
+        dir.path(),
+        "- {policy: disallow-latest, rule: require-tag, resources: [untagged], kind: Pod, result: pass}\n\
+         - {policy: disallow-latest, rule: require-tag, resources: [nosuch], kind: Pod, result: pass}\n",
+    );
+    let out = leash()
+        .args(["test", "-o", "json"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let rows = doc["tests"][0]["results"].as_array().unwrap();
+    assert_eq!(rows[0]["got"], "fail");
+    assert_eq!(rows[0]["passed"], false);
+    assert!(
+        rows[1]["error"].as_str().unwrap().contains("not found"),
+        "{}",
+        rows[1]
+    );
+}
+
+#[test]
+fn test_reports_an_invalid_policy_naming_file_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    folder(dir.path(), GOOD_RESULTS);
+    let bad = POLICY.replace(
+        "operator: AnyIn\n        value: [CREATE",
+        "operator: Sometimes\n        value: [CREATE",
+    );
+    fs::write(dir.path().join("policy.yaml"), bad).unwrap();
+    let out = leash().args(["test"]).arg(dir.path()).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let text = stdout(&out);
+    assert!(text.contains("policy.yaml (document 1)"), "{text}");
+    assert!(
+        text.contains("spec.rules[1].preconditions.all[0].operator"),
+        "{text}"
+    );
+}
+
+#[test]
+fn apply_prints_failures_and_summary_and_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    folder(dir.path(), GOOD_RESULTS);
+    let out = leash()
+        .args(["apply"])
+        .arg(dir.path().join("policy.yaml"))
+        .arg("--resource")
+        .arg(dir.path().join(".kyverno-test/resources.yaml"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let text = stdout(&out);
+    // 3 pods x 2 rules, the deployment x 2 autogen rules.
+    assert!(
+        text.contains("pass: 5, fail: 3, warn: 0, error: 0, skip: 0"),
+        "{text}"
+    );
+    assert!(
+        text.contains("validation error: An image tag is required (untagged). rule require-tag failed at path /spec/containers/0/image/"),
+        "{text}"
+    );
+    assert!(
+        text.contains("rule autogen-no-latest: latest is not allowed"),
+        "{text}"
+    );
+}
+
+#[test]
+fn apply_audit_warn_and_policy_report() {
+    let dir = tempfile::tempdir().unwrap();
+    folder(dir.path(), GOOD_RESULTS);
+    let out = leash()
+        .args(["apply", "--audit-warn", "--policy-report", "-o", "json"])
+        .arg(dir.path().join("policy.yaml"))
+        .arg("-r")
+        .arg(dir.path().join(".kyverno-test/resources.yaml"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let items = doc["items"].as_array().unwrap();
+    assert_eq!(
+        items.len(),
+        2,
+        "one PolicyReport per namespace (apps, default)"
+    );
+    let apps = items
+        .iter()
+        .find(|r| r["metadata"]["namespace"] == "apps")
+        .unwrap();
+    assert_eq!(apps["kind"], "PolicyReport");
+    assert_eq!(apps["summary"]["warn"], 2);
+    assert_eq!(apps["summary"]["pass"], 4);
+    let r = &apps["results"][0];
+    assert_eq!(r["source"], "kyverno");
+    assert_eq!(r["category"], "Best Practices");
+    assert_eq!(r["severity"], "medium");
+    assert_eq!(r["scored"], true);
+}
+
+#[test]
+fn apply_usage_errors_exit_2() {
+    let out = leash()
+        .args([
+            "apply",
+            "/nonexistent/policy.yaml",
+            "-r",
+            "/nonexistent/r.yaml",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("/nonexistent/policy.yaml"),
+        "{}",
+        stderr(&out)
+    );
+}
