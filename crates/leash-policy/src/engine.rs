@@ -174,3 +174,72 @@ pub fn base_rule(rule: &str) -> &str {
         .or_else(|| rule.strip_prefix("autogen-"))
         .unwrap_or(rule)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::NoClusterData;
+    use serde_json::json;
+
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    /// Seed 000 (background scan goroutines wrote one shared map; tests
+    /// mutated shared policy objects): one compiled engine and one resource
+    /// are shared by several threads at once; every thread gets the same
+    /// results and neither the resource nor the policy changes.
+    #[test]
+    fn seed_shared_policy_not_mutated() {
+        assert_send_sync::<Engine>();
+        assert_send_sync::<EvalRequest>();
+        let policy = json!({
+            "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "p"},
+            "spec": {"rules": [{
+                "name": "r",
+                "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                "context": [{"name": "n", "variable": {"jmesPath": "request.object.metadata.name"}}],
+                "validate": {"message": "{{ n }}", "foreach": [{
+                    "list": "request.object.spec.containers",
+                    "pattern": {"image": "!*:latest"}
+                }]}
+            }]}
+        });
+        let mut engine = Engine::new();
+        assert!(engine.add_json(&policy).unwrap());
+        let engine = Arc::new(engine);
+        let pod = Arc::new(json!({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "a"},
+            "spec": {"containers": [{"name": "a", "image": "x:1"}, {"name": "b", "image": "y:latest"}]}
+        }));
+        let before = (*pod).clone();
+        let results: Vec<Vec<RuleResult>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..4)
+                .map(|_| {
+                    let engine = engine.clone();
+                    let pod = pod.clone();
+                    s.spawn(move || {
+                        (0..50)
+                            .map(|_| {
+                                engine.evaluate(
+                                    EvalRequest::create(pod.clone()),
+                                    &NoClusterData,
+                                    &Bindings::default(),
+                                )
+                            })
+                            .last()
+                            .unwrap_or_default()
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("no panic"))
+                .collect()
+        });
+        assert_eq!(*pod, before, "the shared resource is unchanged");
+        for r in &results {
+            assert_eq!(r, &results[0]);
+        }
+        assert_eq!(results[0].len(), 1);
+        assert_eq!(results[0][0].status, Status::Fail);
+    }
+}
