@@ -217,16 +217,15 @@ mod tests {
                     let engine = engine.clone();
                     let pod = pod.clone();
                     s.spawn(move || {
-                        (0..50)
-                            .map(|_| {
-                                engine.evaluate(
-                                    EvalRequest::create(pod.clone()),
-                                    &NoClusterData,
-                                    &Bindings::default(),
-                                )
-                            })
-                            .last()
-                            .unwrap_or_default()
+                        let mut last = Vec::new();
+                        for _ in 0..50 {
+                            last = engine.evaluate(
+                                EvalRequest::create(pod.clone()),
+                                &NoClusterData,
+                                &Bindings::default(),
+                            );
+                        }
+                        last
                     })
                 })
                 .collect();
