@@ -179,20 +179,30 @@ impl EntryCell {
     }
 
     /// The refresh task ended although nobody stopped the entry (an error
-    /// or a panic): the entry is `Failed` with the reason, data kept.
-    pub(crate) fn mark_stopped(&self, why: &str) {
+    /// or a panic): the entry is `Failed` with the reason, data kept, until
+    /// its restart after `restart_in` brings data again.
+    pub(crate) fn mark_stopped(&self, why: &str, restart_in: std::time::Duration) {
         tracing::error!(
             entry = self.name(),
             reason = why,
+            restart_in = ?restart_in,
             "global context entry stopped refreshing"
         );
         {
             let mut status = self.lock_status();
             status.state = EntryState::Failed;
-            status.reason = Some(format!("stopped refreshing: {why}"));
+            status.reason = Some(format!(
+                "stopped refreshing: {why}; restarting in {restart_in:?}"
+            ));
             status.last_error = Some(why.to_owned());
             status.last_error_time = Some(SystemTime::now());
         }
+        self.notify();
+    }
+
+    /// The refresh task was started again after it stopped.
+    pub(crate) fn mark_restarted(&self) {
+        self.lock_status().restarts += 1;
         self.notify();
     }
 

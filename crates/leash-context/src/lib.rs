@@ -84,5 +84,6 @@ pub use snapshot::Snapshot;
 pub use spec::GlobalContextEntry;
 pub use status::{EntryState, EntryStatus};
 pub use store::{
-    DEFAULT_READY_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, DEFAULT_WATCH_TIMEOUT, Store, StoreConfig,
+    DEFAULT_READY_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, DEFAULT_WATCH_TIMEOUT, FIRST_RESTART_DELAY,
+    MAX_RESTART_DELAY, Store, StoreConfig,
 };

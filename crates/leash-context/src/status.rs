@@ -18,8 +18,8 @@ pub enum EntryState {
     Stale,
     /// No data within the readiness bound (still retrying: it becomes
     /// `Ready` if data arrives later), or the refresh task stopped on an
-    /// error or a panic (a snapshot it had stays readable). `reason` says
-    /// which.
+    /// error or a panic and waits for its restart (a snapshot it had stays
+    /// readable). `reason` says which.
     Failed,
 }
 
@@ -53,6 +53,9 @@ pub struct EntryStatus {
     pub updates: u64,
     /// Failed refreshes so far.
     pub errors: u64,
+    /// Times the refresh task was started again after it failed, panicked
+    /// or ended (see the store's restart backoff).
+    pub restarts: u64,
 }
 
 #[allow(clippy::ref_option)] // serde's `serialize_with` passes `&Option<T>`

@@ -16,6 +16,12 @@
 //!    [`Store::shutdown`] waits for every task the store ever started.
 //! 5. Removal by [`EntryId`] removes only that incarnation (house rule 8).
 //! 6. Once shut down, the store accepts no entries.
+//! 7. An entry whose refresh task fails, panics or ends without being
+//!    stopped is marked `Failed` and restarted after a backoff
+//!    ([`FIRST_RESTART_DELAY`] doubling to [`MAX_RESTART_DELAY`]), inside
+//!    its own scope: the restart is of that incarnation only, and ends with
+//!    it (house rule 8; seed: a dead `dynamicWatchers` entry is never
+//!    recreated).
 //!
 //! # Lock order
 //! No nesting: the map lock (`state`) is released before any entry's status
@@ -30,7 +36,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use futures::FutureExt;
-use leash_runtime::{Scope, ScopeError, ScopeHandle, TaskError, cancellable};
+use leash_runtime::{CancellationToken, Scope, ScopeError, ScopeHandle, cancellable};
 use serde_json::Value;
 use tokio::sync::watch;
 
@@ -40,6 +46,17 @@ use crate::error::{Error, Result};
 use crate::snapshot::Snapshot;
 use crate::status::{EntryState, EntryStatus};
 use crate::{api_call, kubernetes};
+
+/// One run of an entry's refresh (see [`Store::start_with`]).
+type Runner = std::pin::Pin<Box<dyn Future<Output = Result<()>> + Send>>;
+
+/// Pause before a failed refresh task is started again; doubled after each
+/// consecutive failure, up to [`MAX_RESTART_DELAY`].
+pub const FIRST_RESTART_DELAY: Duration = Duration::from_secs(1);
+/// Longest pause between restarts of a failing refresh task. A run that
+/// lasted at least this long before failing restarts after
+/// [`FIRST_RESTART_DELAY`] again.
+pub const MAX_RESTART_DELAY: Duration = Duration::from_secs(60);
 
 /// Kyverno's cache-sync timeout.
 pub const DEFAULT_READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -284,6 +301,39 @@ impl Store {
 
     /// Create the entry's cell and scope and spawn its tasks (no waiting).
     fn start(&self, entry: ContextEntry) -> Running {
+        let client = self.inner.client.clone();
+        let watch_timeout = self.inner.config.watch_timeout;
+        let request_timeout = self.inner.config.request_timeout;
+        let source = entry.source().clone();
+        self.start_with(entry, move |cell, token| -> Runner {
+            match source.clone() {
+                EntrySource::Kubernetes(source) => {
+                    let client = client.clone();
+                    Box::pin(async move {
+                        match client {
+                            Some(client) => {
+                                kubernetes::run(cell, source, client, watch_timeout, token).await
+                            }
+                            None => Err(Error::ClientRequired(cell.name().to_owned())),
+                        }
+                    })
+                }
+                EntrySource::ApiCall(source) => {
+                    let client = client.clone();
+                    Box::pin(async move {
+                        api_call::run(cell, source, client, request_timeout, token).await
+                    })
+                }
+            }
+        })
+    }
+
+    /// [`Store::start`] with the refresh given as a factory of runs: the
+    /// supervisor below starts a run, and starts a new one after a failure.
+    fn start_with<F>(&self, entry: ContextEntry, mut runner: F) -> Running
+    where
+        F: FnMut(Arc<EntryCell>, CancellationToken) -> Runner + Send + 'static,
+    {
         // Relaxed: the counter only has to hand out distinct values.
         let id = EntryId(self.inner.next_id.fetch_add(1, Ordering::Relaxed));
         let cell = Arc::new(EntryCell::new(
@@ -294,47 +344,38 @@ impl Store {
         let scope = self.inner.spawner.child();
         let token = scope.token().clone();
         let name = entry.name().to_owned();
-        let runner: std::pin::Pin<Box<dyn Future<Output = Result<()>> + Send>> = match entry
-            .source()
-            .clone()
-        {
-            EntrySource::Kubernetes(source) => {
-                let client = self.inner.client.clone();
-                let cell = cell.clone();
-                let token = token.clone();
-                let watch_timeout = self.inner.config.watch_timeout;
-                Box::pin(async move {
-                    match client {
-                        Some(client) => {
-                            kubernetes::run(cell, source, client, watch_timeout, token).await
-                        }
-                        None => Err(Error::ClientRequired(cell.name().to_owned())),
-                    }
-                })
-            }
-            EntrySource::ApiCall(source) => {
-                let client = self.inner.client.clone();
-                let timeout = self.inner.config.request_timeout;
-                let cell = cell.clone();
-                let token = token.clone();
-                Box::pin(async move { api_call::run(cell, source, client, timeout, token).await })
-            }
-        };
-        // A runner only returns when cancelled. If it fails or panics, the
-        // entry would silently stop refreshing while still in the map: say
-        // so in its status (then report the failure to the scope's owner).
+        // A run only returns when cancelled. If it fails, panics or ends, the
+        // entry would silently stop refreshing while still in the map (seed:
+        // the stale `dynamicWatchers` entry): say so in its status, and start
+        // it again after a backoff (invariant 7). The restarts live in the
+        // entry's own scope, so they stop with this incarnation: a removed or
+        // replaced entry is never restarted.
         let watched = cell.clone();
+        let run_token = token.clone();
         scope.spawn(format!("context entry {name}: refresh"), async move {
-            match AssertUnwindSafe(runner).catch_unwind().await {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(err)) => {
-                    watched.mark_stopped(&crate::error::chain(&err));
-                    Err(err)
+            let mut delay = FIRST_RESTART_DELAY;
+            loop {
+                let began = tokio::time::Instant::now();
+                let run = runner(watched.clone(), run_token.clone());
+                let why = match AssertUnwindSafe(run).catch_unwind().await {
+                    _ if run_token.is_cancelled() => return Ok::<(), Error>(()),
+                    Ok(Ok(())) => "the refresh task ended".to_owned(),
+                    Ok(Err(err)) => crate::error::chain(&err),
+                    Err(panic) => format!("the refresh task panicked: {}", panic_text(&*panic)),
+                };
+                if began.elapsed() >= MAX_RESTART_DELAY {
+                    // It ran fine for a while: this failure is a first one.
+                    delay = FIRST_RESTART_DELAY;
                 }
-                Err(panic) => {
-                    watched.mark_stopped("the refresh task panicked");
-                    std::panic::resume_unwind(panic)
+                watched.mark_stopped(&why, delay);
+                if cancellable(&run_token, tokio::time::sleep(delay))
+                    .await
+                    .is_none()
+                {
+                    return Ok(());
                 }
+                delay = (delay * 2).min(MAX_RESTART_DELAY);
+                watched.mark_restarted();
             }
         });
         let bound = self.inner.config.ready_timeout;
@@ -548,20 +589,23 @@ impl Store {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
-        let mut errors: Vec<TaskError> = results
+        let mut failed = ScopeError::new(Vec::new());
+        let root_result = match root {
+            Some(root) => root.shutdown().await,
+            None => Ok(()),
+        };
+        for e in results
             .into_iter()
+            .chain([root_result])
             .filter_map(Result::err)
-            .flat_map(|e| e.errors)
-            .collect();
-        if let Some(root) = root
-            && let Err(e) = root.shutdown().await
         {
-            errors.extend(e.errors);
+            failed.errors.extend(e.errors);
+            failed.omitted += e.omitted;
         }
-        if errors.is_empty() {
+        if failed.total() == 0 {
             Ok(())
         } else {
-            Err(ScopeError { errors })
+            Err(failed)
         }
     }
 }
@@ -579,6 +623,15 @@ async fn first_data(cell: &EntryCell) {
     }
 }
 
+/// A panic payload's message.
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-string panic".to_owned())
+}
+
 fn not_ready_reason(status: &EntryStatus) -> String {
     if let Some(reason) = &status.reason {
         return reason.clone();
@@ -586,5 +639,168 @@ fn not_ready_reason(status: &EntryStatus) -> String {
     match &status.last_error {
         Some(err) => format!("no data yet; last error: {err}"),
         None => "no data yet".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use serde_json::json;
+
+    use super::*;
+
+    fn entry(name: &str) -> ContextEntry {
+        let yaml = format!(
+            "apiVersion: kyverno.io/v2beta1
+kind: GlobalContextEntry
+metadata: {{name: {name}}}
+spec:
+  apiCall:
+    service: {{url: 'http://127.0.0.1:9/unused'}}
+    refreshInterval: 1h
+"
+        );
+        crate::parse::parse_entries(&yaml, "test")
+            .unwrap()
+            .remove(0)
+    }
+
+    /// Puts `entry` in the map, its refresh runs made by `runner`.
+    fn add_with<F>(store: &Store, entry: ContextEntry, runner: F) -> EntryId
+    where
+        F: FnMut(Arc<EntryCell>, CancellationToken) -> Runner + Send + 'static,
+    {
+        let mut state = store.lock_open_state().unwrap();
+        let running = store.start_with(entry, runner);
+        let id = running.cell.id;
+        state
+            .entries
+            .insert(running.cell.name().to_owned(), running);
+        id
+    }
+
+    /// Waits (on the entry's own change signal) until `name` is `state`.
+    async fn until_state(store: &Store, name: &str, state: EntryState) -> EntryStatus {
+        let cell = store.cell(name).expect("entry in the map");
+        let mut changes = cell.subscribe();
+        loop {
+            changes.borrow_and_update();
+            let status = cell.status();
+            if status.state == state {
+                return status;
+            }
+            changes.changed().await.expect("entry alive");
+        }
+    }
+
+    /// Seed row "dead watcher left in the map, never recreated" (seed 000:
+    /// the stale `dynamicWatchers` entry). An entry's refresh task panics,
+    /// then fails for good on its second run; the store starts it again with
+    /// a backoff, and the same incarnation is Ready with data from its third
+    /// run. A removed or replaced incarnation is never restarted.
+    #[tokio::test(start_paused = true)]
+    async fn seed_dead_entry_recreated() {
+        let store = Store::new(StoreConfig::default(), None);
+        let runs = Arc::new(AtomicUsize::new(0));
+        let counted = runs.clone();
+        let began = tokio::time::Instant::now();
+        let id = add_with(&store, entry("e"), move |cell, token| {
+            let n = counted.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async move {
+                match n {
+                    0 => panic!("the watcher died"),
+                    1 => Err(Error::ClientRequired(cell.name().to_owned())),
+                    _ => {
+                        cell.publish(json!({"run": n}));
+                        token.cancelled().await;
+                        Ok(())
+                    }
+                }
+            })
+        });
+        let status = until_state(&store, "e", EntryState::Ready).await;
+        assert_eq!(status.restarts, 2, "{status:?}");
+        assert_eq!(runs.load(Ordering::SeqCst), 3);
+        assert_eq!(store.get("e").unwrap().data, json!({"run": 2}));
+        assert_eq!(store.entry_id("e"), Some(id), "the same entry came back");
+        assert!(
+            began.elapsed() >= FIRST_RESTART_DELAY * 3,
+            "restarted after 1 s, then 2 s: {:?}",
+            began.elapsed()
+        );
+
+        // An entry that always dies, replaced: its incarnation is not
+        // restarted once the replacement is in.
+        let dying = Arc::new(AtomicUsize::new(0));
+        let counted = dying.clone();
+        add_with(&store, entry("d"), move |_cell, _token| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async { Err(Error::ClientRequired("d".into())) })
+        });
+        until_state(&store, "d", EntryState::Failed).await;
+        let old = store.lock_state().entries.remove("d");
+        assert!(store.stop_removed(old).await);
+        let after_stop = dying.load(Ordering::SeqCst);
+        tokio::time::advance(MAX_RESTART_DELAY * 4).await;
+        assert_eq!(dying.load(Ordering::SeqCst), after_stop);
+        store.shutdown().await.unwrap();
+    }
+
+    /// Seed row "`Stop()` holds the lock while waiting" (seed 000), in its
+    /// real shape: the refresh, once told to stop, needs the store's map
+    /// lock before it can return (Kyverno's poller needed the mutex its
+    /// stopper held). Remove, replace and shutdown each finish within a
+    /// bound; holding the map lock across the join would never finish.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn seed_stop_holds_lock() {
+        let bound = Duration::from_secs(5);
+        let store = Store::new(StoreConfig::default(), None);
+        let mid_refresh = Arc::new(tokio::sync::Notify::new());
+        let needs_lock = |store: Store, mid_refresh: Arc<tokio::sync::Notify>| {
+            move |_cell: Arc<EntryCell>, token: CancellationToken| -> Runner {
+                let store = store.clone();
+                let mid_refresh = mid_refresh.clone();
+                Box::pin(async move {
+                    mid_refresh.notify_one();
+                    token.cancelled().await;
+                    // The lock, without blocking the thread: a stopper that
+                    // held it would make this spin until the bound.
+                    loop {
+                        if store.inner.state.try_lock().is_ok() {
+                            return Ok(());
+                        }
+                        tokio::task::yield_now().await;
+                    }
+                })
+            }
+        };
+        for step in ["remove", "replace", "shutdown"] {
+            add_with(
+                &store,
+                entry("e"),
+                needs_lock(store.clone(), mid_refresh.clone()),
+            );
+            tokio::time::timeout(bound, mid_refresh.notified())
+                .await
+                .expect("refresh started");
+            let stop = async {
+                match step {
+                    "remove" => {
+                        assert!(store.remove("e").await.unwrap());
+                    }
+                    "replace" => {
+                        // The replacement waits for stop too (and is removed next).
+                        let old = store.lock_state().entries.remove("e");
+                        assert!(store.stop_removed(old).await);
+                    }
+                    _ => store.shutdown().await.unwrap(),
+                }
+            };
+            tokio::time::timeout(bound, stop)
+                .await
+                .unwrap_or_else(|_| panic!("{step} while the refresh needs the map lock hung"));
+        }
+        assert!(store.is_empty());
     }
 }

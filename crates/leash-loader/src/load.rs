@@ -5,9 +5,11 @@
 //!    only builds it (house rule 2). The list tasks run on a
 //!    `leash_runtime::WorkerPool` inside a `Scope` created and joined by
 //!    that future: when it resolves, no task of the load is alive.
-//! 2. No task is dropped: every target is `submit`ted (which waits for room)
-//!    and gets exactly one entry in the report; a target that never ran
-//!    (cancelled, deadline) is reported with that reason.
+//! 2. No task is dropped: every target goes to the pool through
+//!    `WorkerPool::run_all` (which queues as the results are read, so it
+//!    waits for room and cannot deadlock on the bounded queue and result
+//!    channel) and gets exactly one entry in the report; a target that never
+//!    ran (cancelled, deadline) is reported with that reason.
 //! 3. One deadline for the whole load; the deadline, the caller's token and
 //!    the first failure (with `fail_fast`) all cancel one token, which every
 //!    request, backoff and channel send of every task races against.
@@ -22,10 +24,9 @@
 //! 6. The object stream ends after the report future has joined every task:
 //!    tasks hold the only senders besides the driver's, which is dropped
 //!    once the pool is joined.
-//! 7. Locks: `tallies` and `submitted` are `std::sync::Mutex`es locked for
-//!    a few statements, never across an await; no code holds two at once.
+//! 7. Locks: `tallies` are `std::sync::Mutex`es locked for a few
+//!    statements, never across an await; no code holds two at once.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -369,87 +370,65 @@ impl Driver {
         match WorkerPool::new(config, handler) {
             Err(err) => report.errors.push(Error::Pool(err.to_string())),
             Ok(pool) => {
-                let (submitter, mut results) = pool.start(&scope);
-                let submitted: Mutex<HashMap<u64, usize>> = Mutex::new(HashMap::with_capacity(n));
-                let producer = async {
-                    for index in 0..n {
-                        let submit = run_token.run_until_cancelled(submitter.submit(index)).await;
-                        match submit {
-                            Some(Ok(id)) => {
-                                submitted
-                                    .lock()
-                                    .unwrap_or_else(PoisonError::into_inner)
-                                    .insert(id.get(), index);
-                            }
-                            // Cancelled or closed: the rest never runs (reported below).
-                            Some(Err(_)) | None => break,
-                        }
+                // One call submits and collects together: the pool's queue and
+                // result channel are bounded, and this cannot deadlock on them.
+                // Task ids are the targets' indices. A cancelled run queues no
+                // more; the targets never queued keep no outcome (Cancelled below).
+                let mut results = pool.run_all(&scope, 0..n);
+                let sleep = async {
+                    match deadline {
+                        Some(at) => tokio::time::sleep_until(at).await,
+                        None => std::future::pending().await,
                     }
-                    submitter.close();
                 };
-                let consumer = async {
-                    let sleep = async {
-                        match deadline {
-                            Some(at) => tokio::time::sleep_until(at).await,
-                            None => std::future::pending().await,
+                tokio::pin!(sleep);
+                let mut deadline_passed = false;
+                loop {
+                    let next = tokio::select! {
+                        next = results.next() => next,
+                        () = &mut sleep, if !deadline_passed => {
+                            deadline_passed = true;
+                            stop.get_or_insert(StopReason::Deadline);
+                            run_token.cancel();
+                            continue;
                         }
                     };
-                    tokio::pin!(sleep);
-                    let mut deadline_passed = false;
-                    loop {
-                        let next = tokio::select! {
-                            next = results.next() => next,
-                            () = &mut sleep, if !deadline_passed => {
-                                deadline_passed = true;
-                                stop.get_or_insert(StopReason::Deadline);
-                                run_token.cancel();
-                                continue;
-                            }
-                        };
-                        let Some(result) = next else { break };
-                        self.shared.progress.kind_done();
-                        let (index, outcome) = match result.outcome {
-                            Ok((index, outcome)) => (Some(index), outcome),
-                            Err(failure) => {
-                                let index = submitted
-                                    .lock()
-                                    .unwrap_or_else(PoisonError::into_inner)
-                                    .get(&result.id.get())
-                                    .copied();
-                                let error = match failure {
-                                    leash_runtime::TaskFailure::Cancelled => Error::Cancelled,
-                                    leash_runtime::TaskFailure::Panicked(message) => {
-                                        Error::Pool(format!("list task panicked: {message}"))
-                                    }
-                                };
-                                (index, Err(error))
-                            }
-                        };
-                        if let Err(err) = &outcome {
-                            let reason = match err {
-                                Error::OutputClosed => Some(StopReason::OutputClosed),
-                                e if !e.is_interruption() && self.fail_fast => {
-                                    Some(StopReason::FirstFailure)
+                    let Some(result) = next else { break };
+                    self.shared.progress.kind_done();
+                    let (index, outcome) = match result.outcome {
+                        Ok((index, outcome)) => (index, outcome),
+                        Err(failure) => {
+                            let error = match failure {
+                                leash_runtime::TaskFailure::Cancelled => Error::Cancelled,
+                                leash_runtime::TaskFailure::Panicked(message) => {
+                                    Error::Pool(format!("list task panicked: {message}"))
                                 }
-                                _ => None,
                             };
-                            if let Some(reason) = reason {
-                                stop.get_or_insert(reason);
-                                run_token.cancel();
-                            }
+                            (result.id.index(), Err(error))
                         }
-                        match index {
-                            Some(i) => outcomes[i] = Some(outcome),
-                            None => {
-                                if let Err(err) = outcome {
-                                    report.errors.push(err);
-                                }
+                    };
+                    if let Err(err) = &outcome {
+                        let reason = match err {
+                            Error::OutputClosed => Some(StopReason::OutputClosed),
+                            e if !e.is_interruption() && self.fail_fast => {
+                                Some(StopReason::FirstFailure)
+                            }
+                            _ => None,
+                        };
+                        if let Some(reason) = reason {
+                            stop.get_or_insert(reason);
+                            run_token.cancel();
+                        }
+                    }
+                    match outcomes.get_mut(index) {
+                        Some(slot) => *slot = Some(outcome),
+                        None => {
+                            if let Err(err) = outcome {
+                                report.errors.push(err);
                             }
                         }
                     }
-                    results
-                };
-                let ((), results) = tokio::join!(producer, consumer);
+                }
                 if let Err(err) = results.join().await {
                     report.errors.push(Error::Pool(err.to_string()));
                 }

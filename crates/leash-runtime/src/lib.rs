@@ -4,7 +4,8 @@
 //!   child scopes inherit cancellation; `shutdown` cancels, waits and returns
 //!   task failures and panics; dropping a scope cancels its tasks.
 //! - [`WorkerPool`]: N workers over a bounded queue with backpressure, results
-//!   as a stream, cancellation that reaches tasks in flight.
+//!   as a stream, cancellation that reaches tasks in flight; [`WorkerPool::run_all`]
+//!   runs a known batch of tasks without the submit-then-collect deadlock.
 //! - [`Every`]: periodic jobs started by `run(token)`, never by a constructor.
 //! - [`TtlCache`]: expiry without a background task.
 //! - [`OnceCell`]: one-time async initialization (tokio's).
@@ -46,8 +47,9 @@
 //! This crate is built only from tokio / tokio-util / std primitives:
 //! `TaskTracker`, `CancellationToken`, tokio `mpsc` channels, a
 //! `tokio::sync::Mutex` around the pool's queue receiver, a `std::sync::Mutex`
-//! around the cache's map, and two `AtomicU64` counters that order nothing
-//! (task ids, a statistic). It holds no hand-written lock-free protocol, so
+//! around the cache's map, and three `AtomicU64` counters that order nothing
+//! (task ids, two statistics: undelivered pool results, failures a scope did
+//! not keep). It holds no hand-written lock-free protocol, so
 //! there is no loom model here; the primitives are covered by their own
 //! crates' loom tests. The one guard held across an `.await` is the pool's
 //! `tokio::sync::Mutex` guard over its queue receiver while it waits for the
@@ -65,9 +67,11 @@ mod ttl_cache;
 pub use once::{OnceCell, SetError};
 pub use periodic::{Every, every};
 pub use pool::{
-    MAX_QUEUE_CAPACITY, MAX_WORKERS, PoolConfig, PoolError, Results, SubmitError, Submitter,
+    Batch, MAX_QUEUE_CAPACITY, MAX_WORKERS, PoolConfig, PoolError, Results, SubmitError, Submitter,
     TaskFailure, TaskId, TaskResult, TrySubmitError, WorkerPool,
 };
-pub use scope::{BoxError, Scope, ScopeError, ScopeHandle, TaskError, cancellable, scoped};
+pub use scope::{
+    BoxError, MAX_KEPT_ERRORS, Scope, ScopeError, ScopeHandle, TaskError, cancellable, scoped,
+};
 pub use tokio_util::sync::CancellationToken;
 pub use ttl_cache::TtlCache;

@@ -34,6 +34,10 @@
 //!    across a task or a result send. What the holder waits for (a submit, a
 //!    close, a cancellation) never needs the lock, so it cannot deadlock.
 //!
+//! 7. The two-handle form ([`WorkerPool::start`]) must be driven from two
+//!    concurrent halves; [`WorkerPool::run_all`] ([`Batch`]) is the one-call
+//!    form that submits and collects in the same poll (`pool/batch.rs`).
+//!
 //! Built only from tokio / tokio-util primitives (`mpsc`, `tokio::sync::Mutex`,
 //! `CancellationToken`) plus one `AtomicU64` id counter and one `AtomicU64`
 //! statistic, neither of which orders anything.
@@ -52,6 +56,10 @@ use tokio::sync::{Mutex, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::scope::{Scope, ScopeError, ScopeHandle, panic_message};
+
+mod batch;
+
+pub use batch::Batch;
 
 /// Largest accepted [`PoolConfig::workers`].
 pub const MAX_WORKERS: usize = 256;
@@ -278,6 +286,13 @@ impl<T: Send + 'static, R: Send + 'static> WorkerPool<T, R> {
     /// and the result-consuming halves. Consume [`Results`] concurrently with
     /// submitting (for example `tokio::join!` of a producer and a consumer):
     /// once the result channel is full, workers wait for the consumer.
+    ///
+    /// # Deadlock hazard
+    /// Submitting every task before reading any result (the seed's shape)
+    /// waits forever once more than `2 * (workers + queue_capacity)` tasks are
+    /// submitted: the result channel and the queue are full, each worker holds
+    /// a finished result it cannot send, and `submit` waits for the workers. When the tasks are
+    /// known up front, use [`WorkerPool::run_all`], which cannot.
     pub fn start(self, scope: &Scope) -> (Submitter<T>, Results<R>) {
         let pool_scope = scope.child();
         let (task_tx, task_rx) = mpsc::channel(self.config.queue_capacity);

@@ -18,16 +18,22 @@
 //! 4. A task's failure or panic is sent to its scope's error channel before
 //!    the task's tracker tokens are released, so once `join` has seen the
 //!    tracker empty, every failure of this scope's own tasks is buffered.
-//! 5. No failure is lost: when a scope is dropped without being joined, its
-//!    channel is closed and drained into the nearest live ancestor; a task
-//!    whose scope's channel is closed reports to the nearest live ancestor;
-//!    with no live ancestor left, the failure is logged with `tracing::error!`.
+//! 5. No failure goes unreported: when a scope is dropped without being
+//!    joined, its channel is closed and drained into the nearest live
+//!    ancestor; a task whose scope's channel is closed reports to the nearest
+//!    live ancestor; with no live ancestor left, the failure is logged with
+//!    `tracing::error!`.
+//! 7. Memory is bounded: a scope keeps at most [`MAX_KEPT_ERRORS`] failures
+//!    (its channel is bounded). Failures beyond that are logged and counted
+//!    ([`ScopeError::omitted`]), never buffered, so a long-lived scope with a
+//!    task per connection does not grow with every failure until joined.
 //! 6. Panics are caught inside the task (`catch_unwind` under
 //!    `AssertUnwindSafe`), so a panic is a [`TaskError::Panicked`], never an
 //!    abort of the owner.
 //!
 //! Built only from tokio / tokio-util primitives (`TaskTracker`,
-//! `CancellationToken`, `mpsc::unbounded_channel`); no lock of its own.
+//! `CancellationToken`, a bounded `mpsc::channel`) and one `AtomicU64`
+//! counter; no lock of its own.
 
 use std::any::Any;
 use std::error::Error as StdError;
@@ -35,6 +41,7 @@ use std::fmt;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures::FutureExt;
 use tokio::sync::mpsc;
@@ -42,6 +49,10 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tokio_util::task::task_tracker::TaskTrackerToken;
+
+/// Most task failures one scope keeps for its `join` (invariant 7); later
+/// ones are logged and counted in [`ScopeError::omitted`].
+pub const MAX_KEPT_ERRORS: usize = 1024;
 
 /// A boxed error that can cross tasks.
 pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
@@ -100,16 +111,35 @@ impl StdError for TaskError {
 /// Not worth retrying as a whole: each [`TaskError`] says what failed.
 #[derive(Debug)]
 pub struct ScopeError {
-    /// The failures, in the order they were reported.
+    /// The failures, in the order they were reported (at most
+    /// [`MAX_KEPT_ERRORS`] of one scope).
     pub errors: Vec<TaskError>,
+    /// Failures reported while [`MAX_KEPT_ERRORS`] were already kept: logged
+    /// when they happened, counted here, not kept.
+    pub omitted: u64,
+}
+
+impl ScopeError {
+    /// The failures of `errors`, none omitted.
+    pub fn new(errors: Vec<TaskError>) -> ScopeError {
+        ScopeError { errors, omitted: 0 }
+    }
+
+    /// Every failure, kept or not.
+    pub fn total(&self) -> u64 {
+        self.errors.len() as u64 + self.omitted
+    }
 }
 
 impl fmt::Display for ScopeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} task(s) failed", self.errors.len())?;
+        write!(f, "{} task(s) failed", self.total())?;
         for (i, e) in self.errors.iter().enumerate() {
             let sep = if i == 0 { ": " } else { "; " };
             write!(f, "{sep}{e}")?;
+        }
+        if self.omitted > 0 {
+            write!(f, "; and {} more (logged, not kept)", self.omitted)?;
         }
         Ok(())
     }
@@ -136,7 +166,9 @@ pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
 struct Node {
     tracker: TaskTracker,
     token: CancellationToken,
-    errors: mpsc::UnboundedSender<TaskError>,
+    errors: mpsc::Sender<TaskError>,
+    /// Failures not kept because `errors` was full (invariant 7).
+    omitted: AtomicU64,
     parent: Option<Arc<Node>>,
 }
 
@@ -147,9 +179,16 @@ impl Node {
         let mut err = err;
         let mut node = Some(self);
         while let Some(n) = node {
-            match n.errors.send(err) {
+            match n.errors.try_send(err) {
                 Ok(()) => return,
-                Err(mpsc::error::SendError(e)) => {
+                Err(mpsc::error::TrySendError::Full(e)) => {
+                    // Relaxed: a count, read by `join` after the tracker's
+                    // wait, which happens after this task ended.
+                    n.omitted.fetch_add(1, Ordering::Relaxed);
+                    tracing::error!(error = %e, "task failed; its scope already keeps {MAX_KEPT_ERRORS} failures");
+                    return;
+                }
+                Err(mpsc::error::TrySendError::Closed(e)) => {
                     err = e;
                     node = n.parent.as_deref();
                 }
@@ -169,6 +208,11 @@ impl Node {
         tokens
     }
 
+    // The one place a task is spawned: scopes are built on the tracker.
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "leash-runtime implements scopes on TaskTracker (house rule 1)"
+    )]
     fn spawn_tracked<F>(&self, fut: F) -> JoinHandle<F::Output>
     where
         F: Future + Send + 'static,
@@ -190,7 +234,7 @@ impl Node {
 /// (it does not wait for them: call [`Scope::shutdown`] for that).
 pub struct Scope {
     handle: ScopeHandle,
-    errors: mpsc::UnboundedReceiver<TaskError>,
+    errors: mpsc::Receiver<TaskError>,
 }
 
 /// A cheap, cloneable handle that spawns into a [`Scope`] from other tasks.
@@ -230,13 +274,14 @@ impl Default for Scope {
 
 impl Scope {
     fn from_parts(token: CancellationToken, parent: Option<Arc<Node>>) -> Scope {
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::channel(MAX_KEPT_ERRORS);
         Scope {
             handle: ScopeHandle {
                 node: Arc::new(Node {
                     tracker: TaskTracker::new(),
                     token,
                     errors: tx,
+                    omitted: AtomicU64::new(0),
                     parent,
                 }),
             },
@@ -339,10 +384,12 @@ impl Scope {
         while let Ok(e) = self.errors.try_recv() {
             errors.push(e);
         }
-        if errors.is_empty() {
+        // Relaxed: every task of this scope has ended (the tracker's wait).
+        let omitted = self.handle.node.omitted.swap(0, Ordering::Relaxed);
+        if errors.is_empty() && omitted == 0 {
             Ok(())
         } else {
-            Err(ScopeError { errors })
+            Err(ScopeError { errors, omitted })
         }
     }
 
@@ -389,6 +436,11 @@ impl Drop for Scope {
                 Some(p) => p.report(e),
                 None => tracing::error!(error = %e, "task failed in a scope dropped without join"),
             }
+        }
+        // Relaxed: a count; the failures it counts were logged already.
+        let omitted = self.handle.node.omitted.swap(0, Ordering::Relaxed);
+        if let Some(p) = &parent {
+            p.omitted.fetch_add(omitted, Ordering::Relaxed);
         }
     }
 }
@@ -520,6 +572,7 @@ mod tests {
                     message: "boom".into(),
                 },
             ],
+            omitted: 0,
         };
         assert_eq!(
             err.to_string(),

@@ -114,12 +114,14 @@ spec:
 }
 
 /// Seed row "`Stop()` holds the lock while waiting" (seed 000,
-/// GlobalContextEntry Store, mutex-guarded wait deadlock): stop, replace and
-/// remove an API-call entry while its poller is mid-request and a reader
-/// holds a snapshot; each completes within a bound and the reader's
-/// snapshot stays whole.
+/// GlobalContextEntry Store, mutex-guarded wait deadlock), against a real
+/// service: stop, replace and remove an API-call entry while its poller is
+/// mid-request and a reader holds a snapshot; each completes within a bound
+/// and the reader's snapshot stays whole. (The row's real shape, a refresh
+/// that needs the lock the stopper would hold, is the store's unit test
+/// `seed_stop_holds_lock`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn seed_stop_holds_lock() {
+async fn seed_stop_holds_lock_mid_request() {
     let scope = Scope::new();
     let (url, service) = start_service(&scope, json!({"v": 1})).await;
     let store = Store::new(config(), None);

@@ -471,3 +471,88 @@ async fn parent_shutdown_stops_a_running_pool() {
     drop(results);
     settle_alive_tasks(baseline, Duration::from_secs(2)).await;
 }
+
+/// Seed row: "pool drops tasks beyond 2x concurrency, then 5 min timeout per
+/// missing result", in the seed's exact shape: submit every task first,
+/// collect the results after. With the two-handle form that shape waits
+/// forever once `2 * (workers + queue)` tasks are in (the documented
+/// hazard); `run_all` in the same shape delivers every result.
+#[tokio::test(start_paused = true)]
+async fn seed_submit_all_then_collect() {
+    let scope = Scope::new();
+    let square = |n: u32, _token| async move { n * n };
+    let config = PoolConfig::new(2, 4);
+
+    // Two handles, submit-all-then-collect: blocked. Paused time makes the
+    // one-minute bound elapse as soon as every task is idle.
+    let (submitter, results) = WorkerPool::new(config, square).unwrap().start(&scope);
+    let mut accepted = 0;
+    let submit_all = async {
+        for n in 0..100u32 {
+            submitter.submit(n).await.expect("pool open");
+            accepted += 1;
+        }
+    };
+    assert!(
+        timeout(Duration::from_secs(60), submit_all).await.is_err(),
+        "the two-handle form in the seed's shape must block"
+    );
+    assert_eq!(accepted, 2 * (2 + 4), "queue + results + one per worker");
+    drop(submitter);
+    timeout(HANG, results.shutdown()).await.unwrap().unwrap();
+
+    // One call, the same shape: every task "submitted", then collected.
+    let batch = WorkerPool::new(config, square)
+        .unwrap()
+        .run_all(&scope, 0..100u32);
+    let collected: Vec<TaskResult<u32>> = timeout(HANG, batch.collect())
+        .await
+        .expect("run_all delivers every result");
+    let mut by_index: Vec<(usize, u32)> = collected
+        .into_iter()
+        .map(|r| (r.id.index(), r.outcome.expect("no failure")))
+        .collect();
+    by_index.sort_unstable();
+    assert_eq!(
+        by_index,
+        (0..100u32).map(|n| (n as usize, n * n)).collect::<Vec<_>>(),
+        "task i gets id i and its own result"
+    );
+    timeout(HANG, scope.shutdown()).await.unwrap().unwrap();
+}
+
+/// A cancelled `run_all` stops submitting; the tasks it never queued are
+/// handed back, so results plus unsubmitted account for every task.
+#[tokio::test(start_paused = true)]
+async fn run_all_cancelled_hands_back_what_it_never_queued() {
+    let scope = Scope::new();
+    let gate = Arc::new(Semaphore::new(0));
+    let started = Arc::new(AtomicUsize::new(0));
+    let pool = gated_pool(PoolConfig::new(2, 2), gate.clone(), started.clone());
+    let mut batch = pool.run_all(&scope, (0..50).map(|i| i.to_string()));
+    // One poll queues what fits; two tasks start, the rest wait.
+    assert!(
+        futures::FutureExt::now_or_never(batch.next()).is_none(),
+        "no result while every task is gated"
+    );
+    wait_until("two running", HANG, || started.load(Ordering::SeqCst) == 2).await;
+    batch.cancel();
+    let mut seen = Vec::new();
+    while let Some(r) = timeout(HANG, batch.next()).await.expect("stream ends") {
+        assert_eq!(r.outcome, Err(TaskFailure::Cancelled));
+        seen.push(r.id.index());
+    }
+    let unsubmitted: Vec<String> = batch.into_unsubmitted().collect();
+    assert_eq!(
+        seen.len() + unsubmitted.len(),
+        50,
+        "{seen:?} + {unsubmitted:?}"
+    );
+    seen.sort_unstable();
+    assert_eq!(seen, (0..seen.len()).collect::<Vec<_>>());
+    assert_eq!(
+        unsubmitted.first().map(String::as_str),
+        Some(&*seen.len().to_string())
+    );
+    timeout(HANG, scope.shutdown()).await.unwrap().unwrap();
+}

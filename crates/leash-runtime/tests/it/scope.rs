@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use leash_runtime::{Scope, TaskError, cancellable, scoped};
+use leash_runtime::{MAX_KEPT_ERRORS, Scope, TaskError, cancellable, scoped};
 use tokio::time::timeout;
 
 use crate::support::{HANG, alive_tasks, settle_alive_tasks};
@@ -195,7 +195,7 @@ async fn parent_join_waits_for_child_tasks() {
 async fn drop_cancels_scope_tasks() {
     let baseline = alive_tasks();
     let scope = Scope::new();
-    let (tx, rx) = tokio::sync::oneshot::channel();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let token = scope.token().clone();
     scope.spawn("waits", async move {
         token.cancelled().await;
@@ -283,4 +283,51 @@ async fn spawn_with_output_returns_output_and_is_joined() {
     let err = p.await.unwrap_err();
     assert!(err.is_panic());
     timeout(HANG, scope.join()).await.unwrap().unwrap();
+}
+
+/// Issue 11: a long-lived scope with a task per connection must not buffer
+/// every failure until it is joined. It keeps the first `MAX_KEPT_ERRORS`,
+/// counts the rest (logged when they happen), and so does a parent that
+/// receives a dropped child's failures.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_beyond_the_bound_are_counted_not_kept() {
+    let extra = 25;
+    let scope = Scope::new();
+    for i in 0..MAX_KEPT_ERRORS + extra {
+        scope.spawn(format!("conn-{i}"), async { Err::<(), _>("reset by peer") });
+    }
+    let err = timeout(HANG, scope.join()).await.unwrap().unwrap_err();
+    assert_eq!(err.errors.len(), MAX_KEPT_ERRORS);
+    assert_eq!(err.omitted, extra as u64);
+    assert_eq!(err.total(), (MAX_KEPT_ERRORS + extra) as u64);
+    assert!(
+        err.to_string()
+            .ends_with("; and 25 more (logged, not kept)")
+    );
+    // The first ones are the ones kept, in order of report.
+    assert!(matches!(&err.errors[0], TaskError::Failed { name, .. } if name.starts_with("conn-")));
+
+    // A child dropped unjoined hands its failures and its count to the parent.
+    let parent = Scope::new();
+    let child = parent.child();
+    for i in 0..MAX_KEPT_ERRORS + extra {
+        child.spawn(format!("child-{i}"), async { Err::<(), _>("gone") });
+    }
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    child.spawn("last", async move {
+        let _ = rx.await;
+        Ok::<(), std::convert::Infallible>(())
+    });
+    // Every failing child task has reported once only `last` is left.
+    crate::support::wait_until("child failures reported", HANG, || child.task_count() == 1).await;
+    drop(child);
+    drop(tx);
+    let err = timeout(HANG, parent.join()).await.unwrap().unwrap_err();
+    assert_eq!(
+        err.total(),
+        (MAX_KEPT_ERRORS + extra) as u64,
+        "{} kept",
+        err.errors.len()
+    );
+    assert_eq!(err.errors.len(), MAX_KEPT_ERRORS);
 }
