@@ -680,18 +680,24 @@ spec:
         id
     }
 
-    /// Waits (on the entry's own change signal) until `name` is `state`.
+    /// Waits (on the entry's own change signal) until `name` is `state`;
+    /// panics after a bound of ten restart delays (paused time: at once).
     async fn until_state(store: &Store, name: &str, state: EntryState) -> EntryStatus {
         let cell = store.cell(name).expect("entry in the map");
         let mut changes = cell.subscribe();
-        loop {
-            changes.borrow_and_update();
-            let status = cell.status();
-            if status.state == state {
-                return status;
+        let wait = async {
+            loop {
+                changes.borrow_and_update();
+                let status = cell.status();
+                if status.state == state {
+                    return status;
+                }
+                changes.changed().await.expect("entry alive");
             }
-            changes.changed().await.expect("entry alive");
-        }
+        };
+        tokio::time::timeout(MAX_RESTART_DELAY * 10, wait)
+            .await
+            .unwrap_or_else(|_| panic!("{name} never became {state:?}: {:?}", cell.status()))
     }
 
     /// Seed row "dead watcher left in the map, never recreated" (seed 000:
