@@ -26,7 +26,9 @@ pub enum KindSelection {
     Names(Vec<String>),
     /// Every listable kind except subresources; events only if asked.
     All {
-        /// Include `events` and `events.events.k8s.io`.
+        /// Include Events: core `events` (what `kubectl get events` reads),
+        /// or `events.events.k8s.io` where the core API is not served; never
+        /// both, which hold the same Events.
         include_events: bool,
     },
 }
@@ -44,12 +46,25 @@ impl Default for KindSelection {
 /// One resource named at two versions is an error ([`Error::TwoVersions`]).
 pub fn resolve(catalog: &Catalog, selection: &KindSelection) -> Result<Vec<Arc<ResolvedKind>>> {
     match selection {
-        KindSelection::All { include_events } => Ok(catalog
-            .kinds()
-            .iter()
-            .filter(|k| k.is_listable() && (*include_events || !k.is_event()))
-            .cloned()
-            .collect()),
+        KindSelection::All { include_events } => {
+            // One Event API, not both: the same Events are served as core
+            // `events` and as `events.events.k8s.io`. Core `events` when
+            // served, as `kubectl get events` reads it.
+            let core_events = catalog
+                .kinds()
+                .iter()
+                .any(|k| k.is_event() && k.group.is_empty() && k.is_listable());
+            Ok(catalog
+                .kinds()
+                .iter()
+                .filter(|k| {
+                    k.is_listable()
+                        && (!k.is_event()
+                            || (*include_events && (k.group.is_empty() || !core_events)))
+                })
+                .cloned()
+                .collect())
+        }
         KindSelection::Names(names) => {
             let mut out: Vec<(Arc<ResolvedKind>, &String)> = Vec::with_capacity(names.len());
             for name in names {
@@ -283,10 +298,14 @@ mod tests {
         );
         assert!(!without.contains(&"bindings".to_owned()));
         assert_eq!(without.len(), 7, "{without:?}");
+        // Each Event once: core `events`, not also `events.events.k8s.io`
+        // (the same Events through the other API).
         let with = names(true);
+        assert!(with.contains(&"events".to_owned()), "{with:?}");
         assert!(
-            with.contains(&"events".to_owned())
-                && with.contains(&"events.events.k8s.io".to_owned())
+            !with.contains(&"events.events.k8s.io".to_owned()),
+            "{with:?}"
         );
+        assert_eq!(with.len(), without.len() + 1);
     }
 }
