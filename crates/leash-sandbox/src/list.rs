@@ -164,6 +164,8 @@ struct Retained {
 #[derive(Default)]
 pub(crate) struct Snapshots {
     table: Mutex<VecDeque<Retained>>,
+    /// Continue tokens answered 410 Expired so far (a statistic).
+    expired: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Snapshots {
@@ -173,6 +175,12 @@ impl std::fmt::Debug for Snapshots {
 }
 
 impl Snapshots {
+    /// How many continue tokens were answered 410 Expired.
+    pub(crate) fn expired(&self) -> u64 {
+        // Relaxed: a statistic; it orders nothing.
+        self.expired.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     fn get(&self, coll: &CollectionKey, rv: u64, ttl: Duration) -> Option<Objects> {
         let table = self.table.lock().unwrap_or_else(|e| e.into_inner());
         table
@@ -287,6 +295,10 @@ pub(crate) fn page(
                 match snapshots.get(&coll, rv, ttl) {
                     Some(objects) => (objects, rv, Some(after), t.r),
                     None => {
+                        // Relaxed: a statistic; it orders nothing.
+                        snapshots
+                            .expired
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         return Err(ApiError::expired(EXPIRED_MESSAGE)
                             .with_continue(encode(-1, t.start, None)));
                     }

@@ -138,6 +138,12 @@ preferences: {{}}
         )
     }
 
+    /// How many list requests so far got 410 Expired for a continue token
+    /// older than the continue TTL (tests wait on it instead of on the clock).
+    pub fn expired_continues(&self) -> u64 {
+        self.app.snapshots.expired()
+    }
+
     /// The object store, for direct access without HTTP or faults.
     pub fn store(&self) -> &Store {
         &self.app.store

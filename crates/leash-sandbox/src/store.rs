@@ -260,6 +260,12 @@ impl Store {
         self.lock().rv
     }
 
+    /// How many watches are open (each holds a subscription from the moment
+    /// its request is accepted until its stream ends); tests wait on it.
+    pub fn open_watches(&self) -> usize {
+        self.inner.notify.receiver_count()
+    }
+
     fn type_of(&self, obj: &Value) -> Result<Arc<ResourceType>> {
         let s = |k| obj.get(k).and_then(Value::as_str).unwrap_or("");
         self.type_by_kind(s("apiVersion"), s("kind"))

@@ -219,8 +219,13 @@ async fn seed_partial_projection() {
     assert_eq!(status.state, EntryState::Stale);
     let error = status.last_error.unwrap();
     assert!(error.contains("count"), "{error}");
-    // Several failed refreshes later, readers still see the whole old snapshot.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Several failed refreshes later (counted, not timed), readers still
+    // see the whole old snapshot.
+    let failed_once = status.errors;
+    eventually("two more failed refreshes", Duration::from_secs(5), || {
+        store.status("e").filter(|s| s.errors >= failed_once + 2)
+    })
+    .await;
     let seen = store.get("e").unwrap();
     assert_eq!(seen.data, json!([10, 20, 30]));
     assert_eq!(seen.projections["first"], json!(10), "not half-updated");

@@ -100,8 +100,16 @@ async fn seed_expired_continue_consistent_fails_loudly() {
 async fn seed_expired_continue_consistent_restarts_and_completes() {
     let sb = sandbox(crds(1, 60), short_ttl(), 9).await;
     let relax = async {
-        // After the first expiry (~70-100 ms in), tokens live long enough.
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        // Once the sandbox has answered the first expired token (a readiness
+        // signal, not a clock), tokens live long enough.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while sb.expired_continues() == 0 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no continue token expired"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
         sb.set_faults(Faults {
             latency: Duration::from_millis(20),
             ..Faults::default()

@@ -247,7 +247,8 @@ async fn shutdown_ends_open_watches_and_joins_every_task() {
             watching.load(std::sync::atomic::Ordering::SeqCst) == 3
         })
         .await;
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // Served, not just sent: each has its subscription.
+        eventually("watches served", || sb.store().open_watches() == 3).await;
         let started = std::time::Instant::now();
         tokio::time::timeout(BOUND, sb.shutdown())
             .await
@@ -285,7 +286,7 @@ async fn deleting_a_crd_sends_deleted_events_and_ends_its_watches() {
     );
     let watch = get(addr, &target);
     let delete = async {
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        eventually("the watch served", || sb.store().open_watches() == 1).await;
         sb.store()
             .delete(
                 "apiextensions.k8s.io/v1",
