@@ -324,6 +324,7 @@ impl App {
                         &q,
                         bool_param("allowWatchBookmarks")?,
                         bool_param("sendInitialEvents")?,
+                        table.map(|v| (v, include)),
                     )
                 } else {
                     let params = ListParams {
@@ -365,6 +366,7 @@ impl App {
                         &q,
                         bool_param("allowWatchBookmarks")?,
                         bool_param("sendInitialEvents")?,
+                        table.map(|v| (v, include)),
                     );
                 }
                 let entry = self.store.get_in(&rt, obj_ns, name)?;
@@ -458,6 +460,7 @@ impl App {
         q: &HashMap<String, String>,
         allow_bookmarks: Option<bool>,
         send_initial_events: Option<bool>,
+        as_table: Option<(table::TableVersion, table::IncludeObject)>,
     ) -> Reply {
         let timeout = match q.get("timeoutSeconds").map(String::as_str) {
             None | Some("") => None,
@@ -475,8 +478,17 @@ impl App {
             allow_bookmarks: allow_bookmarks.unwrap_or(false),
             timeout,
         };
-        let stream = watch(&self.store, rt, sel, &params, self.cancel.clone())?;
-        let mut r = json_response(StatusCode::OK, Body::from_stream(stream));
+        let stream = watch(&self.store, rt.clone(), sel, &params, self.cancel.clone())?;
+        let mut r = match as_table {
+            None => json_response(StatusCode::OK, Body::from_stream(stream)),
+            Some((version, include)) => {
+                let mut first = true;
+                let tables = futures::StreamExt::map(stream, move |chunk| {
+                    chunk.map(|c| table_events(&rt, version, include, &mut first, &c))
+                });
+                json_response(StatusCode::OK, Body::from_stream(tables))
+            }
+        };
         r.headers_mut().insert(
             header::CACHE_CONTROL,
             HeaderValue::from_static("no-cache, private"),
@@ -649,6 +661,36 @@ enum PatchKind {
     Merge,
     Json,
     Apply,
+}
+
+/// Rewrites a chunk of watch event lines for a watch that asked for Tables:
+/// each ADDED, MODIFIED or DELETED object becomes a one-row Table
+/// (`first`: the column definitions are sent once); BOOKMARK and ERROR events
+/// pass unchanged.
+fn table_events(
+    rt: &ResourceType,
+    version: table::TableVersion,
+    include: table::IncludeObject,
+    first: &mut bool,
+    chunk: &Bytes,
+) -> Bytes {
+    let mut out = Vec::with_capacity(chunk.len() * 2);
+    for line in chunk.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        let event: Option<Value> = serde_json::from_slice(line).ok();
+        let converted = event.and_then(|mut event| {
+            let kind = event.get("type").and_then(Value::as_str)?;
+            if !matches!(kind, "ADDED" | "MODIFIED" | "DELETED") {
+                return None;
+            }
+            let object = event.get_mut("object")?.take();
+            event["object"] = table::watch_event(rt, version, object, include, *first);
+            *first = false;
+            Some(event.to_string().into_bytes())
+        });
+        out.extend_from_slice(converted.as_deref().unwrap_or(line));
+        out.push(b'\n');
+    }
+    Bytes::from(out)
 }
 
 fn patch_kind(content_type: &str) -> Result<PatchKind, ApiError> {

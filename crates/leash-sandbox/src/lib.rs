@@ -45,7 +45,8 @@
 //!   commands create; answers are always JSON.
 //! - `meta.k8s.io` `Table`s when `Accept` asks for them (`kubectl get`): kube-apiserver's
 //!   columns for the built-in kinds (wide ones at priority 1), a CRD version's
-//!   `additionalPrinterColumns`, rows carrying `includeObject`, paged like lists.
+//!   `additionalPrinterColumns`, rows carrying `includeObject`, paged like lists; a
+//!   watch that asks for Tables (`kubectl get -w`) gets one-row Tables.
 //! - Create-time defaults that `kubectl get` shows: a Service's type, cluster IP (from
 //!   10.96.0.0/12) and port protocol; a Secret's type; a Namespace's phase.
 //! - Lists: `labelSelector`, `fieldSelector` (metadata.name, metadata.namespace, and a
@@ -57,8 +58,8 @@
 //!   events when the version is older than the event history (10,000 events).
 //!
 //! # What is not
-//! Protobuf answers, protobuf bodies of other kinds and CBOR bodies (415), Tables in
-//! watches (a watch sends plain objects), schema validation, defaulting beyond the
+//! Protobuf answers, protobuf bodies of other kinds and CBOR bodies (415), schema
+//! validation, defaulting beyond the
 //! fields above and admission, finalizers and graceful deletion (deletes are immediate),
 //! owner-reference garbage collection, conversion between CRD versions, subresources
 //! other than `status` and `scale`, field managers (`managedFields`), HTTP/2 and TLS.

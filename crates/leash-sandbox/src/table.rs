@@ -9,6 +9,8 @@
 //! `-o wide`), and each row carries the object as chosen by `includeObject`
 //! (`None`, `Metadata`: a `PartialObjectMetadata`, the default, or `Object`).
 //! Lists page exactly as plain lists do: the Table's `metadata` is the page's.
+//! Watches that ask for Tables (`kubectl get -w`) get each event's object as
+//! a one-row Table, the column definitions with the first event only.
 
 mod columns;
 mod jsonpath;
@@ -108,45 +110,100 @@ pub(crate) fn table(
     include: IncludeObject,
 ) -> Result<Value, ApiError> {
     let now = SystemTime::now();
-    let columns = columns(rt);
     let api_version = rt.api_version();
     let mut rows = Vec::with_capacity(items.len());
     for e in items {
         let object: Value = serde_json::from_slice(&e.json_at(&api_version))
             .map_err(|err| ApiError::internal(format!("stored object is not JSON: {err}")))?;
-        let (cells, conditions) = cells(rt, &object, now);
-        let mut row = Map::new();
-        row.insert("cells".into(), Value::Array(cells));
-        if let Some(c) = conditions {
-            row.insert("conditions".into(), c);
-        }
-        match include {
-            IncludeObject::None => {}
-            IncludeObject::Metadata => {
-                row.insert(
-                    "object".into(),
-                    json!({"kind": "PartialObjectMetadata", "apiVersion": version.api_version(),
-                           "metadata": object.get("metadata").cloned().unwrap_or_else(|| json!({}))}),
-                );
-            }
-            IncludeObject::Object => {
-                row.insert("object".into(), object);
-            }
-        }
-        rows.push(Value::Object(row));
+        rows.push(row(rt, version, object, include, now));
     }
     let metadata: Value = serde_json::from_str(metadata)
         .map_err(|err| ApiError::internal(format!("list metadata is not JSON: {err}")))?;
-    Ok(json!({
+    Ok(assemble(rt, version, metadata, rows, true))
+}
+
+/// A watch event's object as a Table of one row, as kube-apiserver sends it
+/// to a watch that asked for Tables: the column definitions with the first
+/// event only (`headers`), the object's resourceVersion as the Table's.
+pub(crate) fn watch_event(
+    rt: &ResourceType,
+    version: TableVersion,
+    object: Value,
+    include: IncludeObject,
+    headers: bool,
+) -> Value {
+    let rv = object
+        .pointer("/metadata/resourceVersion")
+        .cloned()
+        .unwrap_or(Value::Null);
+    let row = row(rt, version, object, include, SystemTime::now());
+    assemble(
+        rt,
+        version,
+        json!({"resourceVersion": rv}),
+        vec![row],
+        headers,
+    )
+}
+
+fn row(
+    rt: &ResourceType,
+    version: TableVersion,
+    object: Value,
+    include: IncludeObject,
+    now: SystemTime,
+) -> Value {
+    let (cells, conditions) = cells(rt, &object, now);
+    let mut row = Map::new();
+    row.insert("cells".into(), Value::Array(cells));
+    if let Some(c) = conditions {
+        row.insert("conditions".into(), c);
+    }
+    match include {
+        IncludeObject::None => {}
+        IncludeObject::Metadata => {
+            row.insert(
+                "object".into(),
+                json!({"kind": "PartialObjectMetadata", "apiVersion": version.api_version(),
+                       "metadata": object.get("metadata").cloned().unwrap_or_else(|| json!({}))}),
+            );
+        }
+        IncludeObject::Object => {
+            row.insert("object".into(), object);
+        }
+    }
+    Value::Object(row)
+}
+
+fn assemble(
+    rt: &ResourceType,
+    version: TableVersion,
+    metadata: Value,
+    rows: Vec<Value>,
+    headers: bool,
+) -> Value {
+    let columns = if headers {
+        Value::Array(
+            columns(rt)
+                .iter()
+                .map(|c| {
+                    json!({
+                        "name": c.name, "type": c.kind, "format": c.format,
+                        "description": c.description, "priority": c.priority,
+                    })
+                })
+                .collect(),
+        )
+    } else {
+        Value::Null
+    };
+    json!({
         "kind": "Table",
         "apiVersion": version.api_version(),
         "metadata": metadata,
-        "columnDefinitions": columns.iter().map(|c| json!({
-            "name": c.name, "type": c.kind, "format": c.format,
-            "description": c.description, "priority": c.priority,
-        })).collect::<Vec<_>>(),
+        "columnDefinitions": columns,
         "rows": rows,
-    }))
+    })
 }
 
 fn columns(rt: &ResourceType) -> Vec<Column> {

@@ -412,3 +412,68 @@ async fn kubectl_get_prints_crd_printer_columns() {
     );
     sandbox.shutdown().await.expect("shutdown");
 }
+
+/// `kubectl get -w` asks its watch for Tables too: each event arrives as a
+/// one-row Table, printed in the list's columns (the header once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_get_watch_prints_events_in_the_same_columns() {
+    let sandbox = Sandbox::start(SandboxConfig {
+        objects: vec![
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns-0000"}}),
+            with(
+                meta("ConfigMap", "v1", "first"),
+                json!({"data": {"a": "1"}}),
+            ),
+        ],
+        ..SandboxConfig::default()
+    })
+    .await
+    .expect("start the sandbox");
+    let Some(kubectl) = Kubectl::find(&sandbox.url()) else {
+        sandbox.shutdown().await.unwrap();
+        return;
+    };
+    let store = sandbox.store();
+    let out = block(|| {
+        std::thread::scope(|s| {
+            // The watch ends with kubectl's request timeout.
+            let watcher = s.spawn(|| {
+                kubectl.ok(&[
+                    "get",
+                    "configmaps",
+                    "-n",
+                    "ns-0000",
+                    "-w",
+                    "--request-timeout=2s",
+                ])
+            });
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            while store.open_watches() == 0 {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "kubectl never watched"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let mut cm = store
+                .create(with(
+                    meta("ConfigMap", "v1", "second"),
+                    json!({"data": {"a": "1"}}),
+                ))
+                .unwrap();
+            cm["data"]["b"] = json!("2");
+            store.update(cm).unwrap();
+            watcher.join().expect("kubectl thread")
+        })
+    });
+    assert_table(
+        &out,
+        &[
+            "NAME | DATA | AGE",
+            "first | 1 | *",
+            "second | 1 | *",
+            "second | 2 | *",
+        ],
+    );
+    sandbox.shutdown().await.expect("shutdown");
+}
