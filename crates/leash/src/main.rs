@@ -58,7 +58,7 @@ fn main() -> ExitCode {
             Command::Load(args) => load_cmd::run(args).await,
             Command::Context(args) => context_cmd::run(args).await,
             Command::Test(args) => policy_cmd::test::run(args),
-            Command::Apply(args) => policy_cmd::apply::run(args),
+            Command::Apply(args) => policy_cmd::apply::run(args).await,
         }
     });
     // Everything the subcommands spawned is owned by scopes they joined; the

@@ -7,8 +7,8 @@
 //! load on `leash_loader`, writing objects through [`output`] as they
 //! arrive; [`summary`] prints progress and the final table on stderr.
 
-mod args;
-mod connect;
+pub(crate) mod args;
+pub(crate) mod connect;
 mod output;
 mod run;
 mod summary;

@@ -17,9 +17,12 @@ use leash_policy::{
 use serde_json::{Value, json};
 
 use super::cluster::MemoryCluster;
+use super::cluster_apply::{self, ClusterSettings};
 use super::load;
 use super::spec::{self, Values};
 use crate::cli_error::{EXIT_FAILURE, EXIT_INTERRUPTED, usage};
+use crate::load_cmd::args::Connection;
+use leash_loader::NamespaceSelection;
 
 /// Output formats of `leash apply`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -40,8 +43,45 @@ pub(crate) struct Args {
     #[arg(required = true, value_name = "POLICY_PATH")]
     policies: Vec<PathBuf>,
     /// Resource files or directories to evaluate (repeatable).
-    #[arg(long = "resource", short = 'r', value_name = "PATH", required = true)]
+    #[arg(long = "resource", short = 'r', value_name = "PATH", required_unless_present_any = ["cluster", "sandbox"], conflicts_with = "cluster")]
     resources: Vec<PathBuf>,
+    /// Evaluate the cluster's resources of the kinds the policies match
+    /// (loaded concurrently, evaluated as pages arrive).
+    #[arg(long)]
+    cluster: bool,
+    /// With --cluster: read every namespace.
+    #[arg(short = 'A', long, conflicts_with = "namespace")]
+    all_namespaces: bool,
+    /// With --cluster: namespaces to read (default: the kubeconfig's).
+    #[arg(short = 'n', long, value_name = "NAMESPACE", value_delimiter = ',')]
+    namespace: Vec<String>,
+    /// Path to a kubeconfig file [default: $KUBECONFIG, else ~/.kube/config].
+    #[arg(long, value_name = "PATH")]
+    kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context to use [default: current-context].
+    #[arg(long, value_name = "NAME")]
+    context: Option<String>,
+    /// API server URL, without a kubeconfig (for example a `leash sandbox`).
+    #[arg(long, value_name = "URL", conflicts_with_all = ["kubeconfig", "context"])]
+    server: Option<String>,
+    /// Bearer token for the API server.
+    #[arg(long, value_name = "TOKEN")]
+    token: Option<String>,
+    /// Don't verify the server's TLS certificate.
+    #[arg(long)]
+    insecure_skip_tls_verify: bool,
+    /// Implies --cluster: an in-process sandbox with generated objects,
+    /// KIND=COUNT[,...] (default pods=2000,deployments.apps=100,configmaps=500).
+    #[arg(long, value_name = "KIND=COUNT,...", num_args = 0..=1, require_equals = true,
+          default_missing_value = crate::load_cmd::args::DEFAULT_SANDBOX_SPEC,
+          conflicts_with_all = ["server", "kubeconfig", "context", "token", "resources"])]
+    sandbox: Option<String>,
+    /// With --cluster: list requests in flight at once (1..=32).
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    list_concurrency: usize,
+    /// With --cluster: objects per page.
+    #[arg(long, value_name = "N", default_value_t = 500)]
+    page_size: u32,
     /// A Kyverno CLI `Values` file (variables, namespace labels).
     #[arg(long, short = 'f', value_name = "FILE")]
     values_file: Option<PathBuf>,
@@ -72,7 +112,7 @@ pub(crate) struct Args {
 }
 
 /// Runs `leash apply`.
-pub(crate) fn run(args: Args) -> Result<ExitCode> {
+pub(crate) async fn run(args: Args) -> Result<ExitCode> {
     let mut paths = args.policies.clone();
     paths.extend(args.exception.iter().cloned());
     let loaded = load::load_policies(&paths).map_err(|e| usage(format!("{e:#}")))?;
@@ -106,6 +146,9 @@ pub(crate) fn run(args: Args) -> Result<ExitCode> {
         Some(p) => spec::read_userinfo(p).map_err(|e| usage(format!("{e:#}")))?,
         None => UserInfo::default(),
     };
+    if args.cluster || args.sandbox.is_some() {
+        return run_cluster(args, &loaded.engine, values, user).await;
+    }
     let mut resources =
         load::load_resources(&args.resources).map_err(|e| usage(format!("{e:#}")))?;
     for r in &mut resources {
@@ -134,7 +177,13 @@ pub(crate) fn run(args: Args) -> Result<ExitCode> {
     if args.policy_report {
         print_reports(&mut out, &loaded.engine, &results, args.output)?;
     } else {
-        print_results(&mut out, &results, args.output, args.detailed_results)?;
+        print_results(
+            &mut out,
+            loaded.engine.policies().len() + loaded.engine.validating_policies().len(),
+            &results,
+            args.output,
+            args.detailed_results,
+        )?;
     }
     out.flush()?;
     let failed = results
@@ -142,6 +191,119 @@ pub(crate) fn run(args: Args) -> Result<ExitCode> {
         .flat_map(|(_, rs)| rs)
         .any(|r| matches!(r.status, Status::Fail | Status::Error));
     Ok(if failed {
+        ExitCode::from(EXIT_FAILURE)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn connection(args: &Args) -> Result<Connection> {
+    if let Some(spec) = &args.sandbox {
+        let kinds = leash_sandbox::generate::parse_generate(spec)
+            .map_err(|e| usage(format!("invalid --sandbox value {spec:?}: {e}")))?;
+        return Ok(Connection::Sandbox {
+            kinds,
+            crds: (0, 0),
+        });
+    }
+    if let Some(server) = &args.server {
+        let url: http::Uri = server
+            .parse()
+            .map_err(|e| usage(format!("invalid --server URL {server:?}: {e}")))?;
+        if url.scheme().is_none() || url.host().is_none() {
+            return Err(usage(format!(
+                "invalid --server URL {server:?}: expected http(s)://HOST[:PORT]"
+            )));
+        }
+        return Ok(Connection::Server {
+            url,
+            token: args.token.clone(),
+            insecure: args.insecure_skip_tls_verify,
+        });
+    }
+    Ok(Connection::Kubeconfig {
+        path: args.kubeconfig.clone(),
+        context: args.context.clone(),
+        token: args.token.clone(),
+        insecure: args.insecure_skip_tls_verify,
+    })
+}
+
+async fn run_cluster(
+    args: Args,
+    engine: &Engine,
+    values: Values,
+    user: UserInfo,
+) -> Result<ExitCode> {
+    if !(1..=leash_loader::MAX_CONCURRENCY).contains(&args.list_concurrency) {
+        return Err(usage(format!(
+            "--list-concurrency must be within 1..={}",
+            leash_loader::MAX_CONCURRENCY
+        )));
+    }
+    let namespaces = if args.all_namespaces || args.sandbox.is_some() {
+        NamespaceSelection::All
+    } else if args.namespace.is_empty() {
+        NamespaceSelection::Default
+    } else {
+        NamespaceSelection::Only(args.namespace.clone())
+    };
+    let settings = ClusterSettings {
+        connection: connection(&args)?,
+        namespaces,
+        list_concurrency: args.list_concurrency,
+        page_size: args.page_size,
+    };
+    let threads = match args.concurrency {
+        Some(0) => return Err(usage("--concurrency must be at least 1")),
+        Some(n) => n,
+        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+    let keep_all = args.policy_report || args.detailed_results;
+    let outcome =
+        cluster_apply::run(engine, settings, &values.bindings, &user, threads, keep_all).await?;
+    if outcome.interrupted {
+        eprintln!("leash: interrupted after {} objects", outcome.objects);
+        return Ok(ExitCode::from(EXIT_INTERRUPTED));
+    }
+    let results = adjust_audit(engine, outcome.kept, args.audit_warn);
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    if args.policy_report {
+        print_reports(&mut out, engine, &results, args.output)?;
+    } else {
+        let mut counts = outcome.counts.clone();
+        // With --audit-warn, failures that became warnings move between counts
+        // (every non-pass result is kept, so the kept ones tell).
+        let warned = results
+            .iter()
+            .flat_map(|(_, r)| r)
+            .filter(|r| r.status == Status::Warn)
+            .count();
+        if warned > 0 {
+            let fail = counts.entry("fail").or_default();
+            *fail = fail.saturating_sub(warned);
+            *counts.entry("warn").or_default() += warned;
+        }
+        print_summary(
+            &mut out,
+            engine.policies().len() + engine.validating_policies().len(),
+            &results,
+            &counts,
+            outcome.objects,
+            args.output,
+            args.detailed_results,
+        )?;
+    }
+    out.flush()?;
+    for e in &outcome.load_errors {
+        eprintln!("leash: error: {e}");
+    }
+    let failed = results
+        .iter()
+        .flat_map(|(_, rs)| rs)
+        .any(|r| matches!(r.status, Status::Fail | Status::Error));
+    Ok(if failed || !outcome.load_errors.is_empty() {
         ExitCode::from(EXIT_FAILURE)
     } else {
         ExitCode::SUCCESS
@@ -283,27 +445,37 @@ fn counts<'a>(results: impl Iterator<Item = &'a RuleResult>) -> BTreeMap<&'stati
 
 fn print_results(
     out: &mut impl Write,
+    policy_count: usize,
     results: &[Evaluated],
     format: Format,
     detailed: bool,
 ) -> Result<()> {
     let c = counts(results.iter().flat_map(|(_, rs)| rs));
+    print_summary(
+        out,
+        policy_count,
+        results,
+        &c,
+        results.len(),
+        format,
+        detailed,
+    )
+}
+
+fn print_summary(
+    out: &mut impl Write,
+    policy_count: usize,
+    results: &[Evaluated],
+    c: &BTreeMap<&'static str, usize>,
+    resources: usize,
+    format: Format,
+    detailed: bool,
+) -> Result<()> {
+    let n = |k: &str| c.get(k).copied().unwrap_or(0);
     match format {
         Format::Table => {
-            let policies: usize = {
-                let mut names: Vec<&str> = results
-                    .iter()
-                    .flat_map(|(_, rs)| rs.iter().map(|r| &*r.policy))
-                    .collect();
-                names.sort_unstable();
-                names.dedup();
-                names.len()
-            };
-            writeln!(
-                out,
-                "Applied {policies} policies to {} resources",
-                results.len()
-            )?;
+            let policies = policy_count;
+            writeln!(out, "Applied {policies} policies to {resources} resources")?;
             for (o, rs) in results {
                 for r in rs {
                     let shown =
@@ -325,7 +497,11 @@ fn print_results(
             writeln!(
                 out,
                 "pass: {}, fail: {}, warn: {}, error: {}, skip: {}",
-                c["pass"], c["fail"], c["warn"], c["error"], c["skip"]
+                n("pass"),
+                n("fail"),
+                n("warn"),
+                n("error"),
+                n("skip")
             )?;
         }
         Format::Json | Format::Yaml => {
@@ -342,7 +518,9 @@ fn print_results(
                         })
                 })
                 .collect();
-            let doc = json!({"results": rows, "summary": c});
+            let doc = json!({"results": rows, "summary": {
+                "pass": n("pass"), "fail": n("fail"), "warn": n("warn"), "error": n("error"), "skip": n("skip"),
+            }});
             write_doc(out, &doc, format)?;
         }
     }

@@ -3,6 +3,7 @@
 
 pub(crate) mod apply;
 mod cluster;
+mod cluster_apply;
 mod files;
 mod load;
 mod spec;

@@ -239,3 +239,47 @@ fn apply_usage_errors_exit_2() {
         stderr(&out)
     );
 }
+
+const CLUSTER_POLICY: &str = r#"
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: every-pod}
+spec:
+  rules:
+  - name: deny-pods
+    match:
+      any:
+      - resources:
+          kinds: [Pod, example.io/v1/Widget]
+    validate:
+      message: "no pods"
+      deny:
+        conditions:
+          all:
+          - {key: "{{ request.object.kind }}", operator: Equals, value: Pod}
+"#;
+
+#[test]
+fn apply_cluster_loads_only_matched_kinds_and_evaluates_every_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    fs::write(&policy, CLUSTER_POLICY).unwrap();
+    let out = leash()
+        .args(["apply", "--sandbox=pods=60,configmaps=30", "-o", "json"])
+        .arg(&policy)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(doc["summary"]["fail"], 60, "{doc}");
+    assert_eq!(
+        doc["summary"]["pass"], 0,
+        "configmaps are not loaded or evaluated: {doc}"
+    );
+    assert_eq!(doc["results"].as_array().unwrap().len(), 60);
+    assert!(
+        stderr(&out).contains("example.io/v1/Widget (policy every-pod) is not served"),
+        "{}",
+        stderr(&out)
+    );
+}

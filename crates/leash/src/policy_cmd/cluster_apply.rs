@@ -1,0 +1,425 @@
+//! `leash apply --cluster`: load only the kinds the policies match, through
+//! leash-loader, and evaluate objects as pages arrive on every core.
+//!
+//! # Invariants
+//! 1. Memory is bounded by the loader's window plus one bounded channel per
+//!    evaluation thread (two pages each): pages are evaluated and dropped;
+//!    only results are kept (all of them with `--policy-report` or
+//!    `--detailed-results`, else only non-pass ones and the counts).
+//! 2. Every thread is scoped (`std::thread::scope`) and joined before `run`
+//!    returns; the loader's tasks belong to its own scope and end with its
+//!    cancellation token.
+//! 3. Ctrl-C cancels the load and raises a flag the evaluation threads check
+//!    between objects, so it stops within one object's evaluation.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use anyhow::Result;
+use leash_loader::{Catalog, KindSelection, LoadOptions, Loader, NamespaceSelection, ResolvedKind};
+use leash_policy::{
+    Bindings, Engine, EvalRequest, Operation, RuleResult, Status, UserInfo, wildcard,
+};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use super::cluster::MemoryCluster;
+use crate::cli_error::usage;
+use crate::load_cmd::args::Connection;
+use crate::load_cmd::connect::{Connected, connect};
+
+/// What `--cluster` needs besides the policies.
+#[derive(Debug)]
+pub(crate) struct ClusterSettings {
+    pub connection: Connection,
+    pub namespaces: NamespaceSelection,
+    pub list_concurrency: usize,
+    pub page_size: u32,
+}
+
+/// The kinds served by the cluster that the policies match, and those they
+/// name that it does not serve.
+fn select_kinds(engine: &Engine, catalog: &Catalog) -> (Vec<Arc<ResolvedKind>>, Vec<String>) {
+    let mut chosen: Vec<Arc<ResolvedKind>> = Vec::new();
+    let mut not_served = Vec::new();
+    let mut add = |k: &Arc<ResolvedKind>| {
+        if k.is_listable()
+            && !chosen
+                .iter()
+                .any(|c| c.group == k.group && c.plural == k.plural)
+        {
+            chosen.push(k.clone());
+        }
+    };
+    for policy in engine.policies() {
+        for selector in policy.matched_kinds() {
+            let parts: Vec<&str> = selector.split('/').collect();
+            let (g, v, kind) = match parts.as_slice() {
+                [k] => ("*", "*", *k),
+                [v, k] => ("*", *v, *k),
+                [g, v, k, ..] => (*g, *v, *k),
+                [] => continue,
+            };
+            let hits: Vec<&Arc<ResolvedKind>> = catalog
+                .kinds()
+                .iter()
+                .filter(|c| {
+                    wildcard::matches(g, &c.group)
+                        && wildcard::matches(v, &c.version)
+                        && wildcard::matches(kind, &c.kind)
+                })
+                .filter(|c| !c.is_event() || kind != "*")
+                .collect();
+            if hits.is_empty() {
+                not_served.push(format!("{} (policy {})", selector, policy.key()));
+            }
+            for h in hits {
+                add(h);
+            }
+        }
+    }
+    for vpol in engine.validating_policies() {
+        for (g, _v, plural) in vpol.matched_resources() {
+            let hits: Vec<&Arc<ResolvedKind>> = catalog
+                .kinds()
+                .iter()
+                .filter(|c| (g == "*" || g == c.group) && (plural == "*" || plural == c.plural))
+                .collect();
+            if hits.is_empty() {
+                not_served.push(format!("{plural}.{g} (policy {})", vpol.name()));
+            }
+            for h in hits {
+                add(h);
+            }
+        }
+    }
+    not_served.sort();
+    not_served.dedup();
+    (chosen, not_served)
+}
+
+/// A resource reference kept with its results (the object itself is dropped).
+fn reference(o: &Value) -> Value {
+    let m = &o["metadata"];
+    json!({"apiVersion": o["apiVersion"], "kind": o["kind"],
+           "metadata": {"name": m["name"], "namespace": m["namespace"], "uid": m["uid"]}})
+}
+
+/// Results gathered by one evaluation thread.
+#[derive(Default)]
+struct Gathered {
+    kept: Vec<(Arc<Value>, Vec<RuleResult>)>,
+    counts: BTreeMap<&'static str, usize>,
+    objects: usize,
+}
+
+/// Runs the cluster load and evaluation; returns the kept results, the
+/// counts, the number of objects evaluated and whether Ctrl-C stopped it.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn run(
+    engine: &Engine,
+    settings: ClusterSettings,
+    bindings: &Bindings,
+    user: &UserInfo,
+    threads: usize,
+    keep_all: bool,
+) -> Result<Outcome> {
+    let interrupted = AtomicBool::new(false);
+    let token = CancellationToken::new();
+    let Connected {
+        client,
+        sandbox,
+        server,
+    } = tokio::select! {
+        c = connect(&settings.connection) => c?,
+        _ = tokio::signal::ctrl_c() => return Ok(Outcome::interrupted()),
+    };
+    let options = LoadOptions {
+        kinds: KindSelection::All {
+            include_events: false,
+        },
+        namespaces: settings.namespaces.clone(),
+        concurrency: settings.list_concurrency,
+        page_size: settings.page_size,
+        ..LoadOptions::default()
+    };
+    options.validate().map_err(|e| usage(e.to_string()))?;
+    let loader = Loader::new(client, options).map_err(|e| usage(e.to_string()))?;
+    let catalog = tokio::select! {
+        c = loader.discover(&token) => c.map_err(|e| usage(format!("discovery of {server} failed: {e}")))?,
+        _ = tokio::signal::ctrl_c() => return Ok(Outcome::interrupted()),
+    };
+    let (kinds, not_served) = select_kinds(engine, &catalog);
+    for k in &not_served {
+        eprintln!("leash: note: {k} is not served by the cluster");
+    }
+    // Namespace labels first, for namespaceSelector and namespaceObject.
+    let mut namespaces: HashMap<String, Arc<Value>> = HashMap::new();
+    if let Some(ns_kind) = catalog
+        .kinds()
+        .iter()
+        .find(|k| k.group.is_empty() && k.plural == "namespaces")
+    {
+        let load = loader.load(vec![ns_kind.clone()], token.clone());
+        let mut objects = load.objects;
+        let collect = async {
+            while let Some(page) = objects.next_page().await {
+                for o in page {
+                    if let Ok(v) = o.to_value() {
+                        namespaces.insert(o.name().to_string(), Arc::new(v));
+                    }
+                }
+            }
+        };
+        let (_report, ()) = tokio::join!(load.report, collect);
+    }
+    let handle = tokio::runtime::Handle::current();
+    let threads = threads.max(1);
+    let mut senders = Vec::new();
+    let mut receivers = Vec::new();
+    for _ in 0..threads {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Vec<leash_loader::LoadedObject>>(2);
+        senders.push(tx);
+        receivers.push(rx);
+    }
+    let cluster = MemoryCluster::new(namespaces.values().map(|v| (**v).clone()).collect());
+    let interrupted_ref = &interrupted;
+    let namespaces_ref = &namespaces;
+    let cluster_ref = &cluster;
+    // block_in_place: this runtime thread blocks in the scope below while
+    // the loader's tasks run on the others.
+    let (gathered, report) = tokio::task::block_in_place(|| {
+        std::thread::scope(|s| {
+            let workers: Vec<_> = receivers
+                .into_iter()
+                .map(|mut rx| {
+                    s.spawn(move || {
+                        let mut g = Gathered::default();
+                        while let Some(page) = rx.blocking_recv() {
+                            for object in page {
+                                if interrupted_ref.load(Ordering::Relaxed) {
+                                    return g;
+                                }
+                                let Ok(value) = object.to_value() else {
+                                    continue;
+                                };
+                                evaluate_one(
+                                    engine,
+                                    value,
+                                    namespaces_ref,
+                                    cluster_ref,
+                                    bindings,
+                                    user,
+                                    keep_all,
+                                    &mut g,
+                                );
+                            }
+                        }
+                        g
+                    })
+                })
+                .collect();
+            // The load runs on the runtime from this scoped thread; pages go
+            // round-robin to the workers' bounded channels (backpressure).
+            let driver = s.spawn(|| {
+                handle.block_on(async {
+                    let load = loader.load(kinds, token.clone());
+                    let mut objects = load.objects;
+                    let feed = async {
+                        let mut i = 0usize;
+                        while let Some(page) = objects.next_page().await {
+                            if senders[i % senders.len()].send(page).await.is_err() {
+                                break;
+                            }
+                            i += 1;
+                        }
+                        drop(senders);
+                    };
+                    let work = async { tokio::join!(load.report, feed) };
+                    tokio::pin!(work);
+                    tokio::select! {
+                        (report, ()) = &mut work => Some(report),
+                        _ = tokio::signal::ctrl_c() => {
+                            interrupted_ref.store(true, Ordering::Relaxed);
+                            token.cancel();
+                            let (report, ()) = work.await;
+                            let _ = report;
+                            None
+                        }
+                    }
+                })
+            });
+            let report = driver.join().unwrap_or(None);
+            let gathered: Vec<Gathered> = workers
+                .into_iter()
+                .map(|w| w.join().unwrap_or_default())
+                .collect();
+            (gathered, report)
+        })
+    });
+    if let Some(sandbox) = sandbox
+        && let Err(e) = sandbox.shutdown().await
+    {
+        tracing::warn!("sandbox shutdown: {e}");
+    }
+    let mut outcome = Outcome::default();
+    for g in gathered {
+        outcome.kept.extend(g.kept);
+        outcome.objects += g.objects;
+        for (k, v) in g.counts {
+            *outcome.counts.entry(k).or_default() += v;
+        }
+    }
+    outcome.interrupted = interrupted.load(Ordering::Relaxed);
+    match report {
+        Some(report) => {
+            for kind in report.failed() {
+                let err = kind
+                    .error
+                    .as_ref()
+                    .map(ToString::to_string)
+                    .unwrap_or_default();
+                outcome.load_errors.push(format!("{}: {err}", kind.label()));
+            }
+        }
+        None => outcome.interrupted = true,
+    }
+    Ok(outcome)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn evaluate_one(
+    engine: &Engine,
+    value: Value,
+    namespaces: &HashMap<String, Arc<Value>>,
+    cluster: &MemoryCluster,
+    bindings: &Bindings,
+    user: &UserInfo,
+    keep_all: bool,
+    g: &mut Gathered,
+) {
+    let ns = value["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    let ns_object = namespaces.get(&ns).cloned();
+    let labels = ns_object.as_ref().map(|n| {
+        n["metadata"]["labels"]
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    });
+    let object = Arc::new(value);
+    let req = EvalRequest {
+        object: object.clone(),
+        old_object: None,
+        // As Kyverno's CLI: a CREATE of each object.
+        operation: Operation::Create,
+        user_info: user.clone(),
+        namespace_labels: labels,
+        namespace_object: ns_object,
+    };
+    let results = engine.evaluate(req, cluster, bindings);
+    g.objects += 1;
+    for r in &results {
+        *g.counts.entry(r.status.as_str()).or_default() += 1;
+    }
+    let kept: Vec<RuleResult> = if keep_all {
+        results
+    } else {
+        results
+            .into_iter()
+            .filter(|r| r.status != Status::Pass)
+            .collect()
+    };
+    if !kept.is_empty() {
+        g.kept.push((Arc::new(reference(&object)), kept));
+    }
+}
+
+/// The result of a cluster run.
+#[derive(Debug, Default)]
+pub(crate) struct Outcome {
+    pub kept: Vec<(Arc<Value>, Vec<RuleResult>)>,
+    pub counts: BTreeMap<&'static str, usize>,
+    pub objects: usize,
+    pub interrupted: bool,
+    pub load_errors: Vec<String>,
+}
+
+impl Outcome {
+    fn interrupted() -> Outcome {
+        Outcome {
+            interrupted: true,
+            ..Outcome::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kind(group: &str, version: &str, kind: &str, plural: &str) -> ResolvedKind {
+        ResolvedKind {
+            group: group.into(),
+            version: version.into(),
+            kind: kind.into(),
+            plural: plural.into(),
+            singular: String::new(),
+            namespaced: true,
+            verbs: vec!["list".into(), "watch".into()],
+            short_names: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn selects_matched_served_kinds_and_names_the_others() {
+        let catalog = Catalog::from_kinds(vec![
+            kind("", "v1", "Pod", "pods"),
+            kind("apps", "v1", "Deployment", "deployments"),
+            kind("", "v1", "ConfigMap", "configmaps"),
+        ]);
+        let mut engine = Engine::new();
+        engine
+            .add_json(&json!({
+                "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "p"},
+                "spec": {"rules": [{"name": "r",
+                    "match": {"any": [{"resources": {"kinds": ["Pod", "batch/*/CronJob", "example.io/v1/Widget"]}}]},
+                    "validate": {"pattern": {"metadata": {"name": "?*"}}}}]}
+            }))
+            .unwrap();
+        let (kinds, not_served) = select_kinds(&engine, &catalog);
+        let names: Vec<&str> = kinds.iter().map(|k| k.plural.as_str()).collect();
+        // Pod, plus the autogen rule's controllers the cluster serves (Deployment).
+        assert!(
+            names.contains(&"pods") && names.contains(&"deployments"),
+            "{names:?}"
+        );
+        assert!(!names.contains(&"configmaps"));
+        assert!(
+            not_served
+                .iter()
+                .any(|n| n.starts_with("example.io/v1/Widget")),
+            "{not_served:?}"
+        );
+        assert!(
+            not_served.iter().any(|n| n.starts_with("batch/*/CronJob")),
+            "{not_served:?}"
+        );
+    }
+
+    #[test]
+    fn references_keep_identity_only() {
+        let r = reference(
+            &json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a", "namespace": "n", "labels": {"x": "y"}}, "spec": {}}),
+        );
+        assert_eq!(r["metadata"]["name"], "a");
+        assert!(r["spec"].is_null() && r["metadata"]["labels"].is_null());
+    }
+}
