@@ -47,7 +47,7 @@
 //!   columns for the built-in kinds (wide ones at priority 1), a CRD version's
 //!   `additionalPrinterColumns`, rows carrying `includeObject`, paged like lists; a
 //!   watch that asks for Tables (`kubectl get -w`) gets one-row Tables.
-//! - Create-time defaults that `kubectl get` shows: a Service's type, cluster IP (from
+//! - Create-time defaults that `kubectl get` shows: a Service's type, node ports, cluster IP (from
 //!   10.96.0.0/12) and port protocol; a Secret's type; a Namespace's phase.
 //! - Lists: `labelSelector`, `fieldSelector` (metadata.name, metadata.namespace, and a
 //!   few per-kind fields such as pods' `spec.nodeName`/`status.phase`), `limit` and

@@ -440,7 +440,8 @@ fn set_crd_status(crd: &mut Value) {
 
 /// The defaults kube-apiserver gives a new Service (what `kubectl get svc` shows):
 /// `type` ClusterIP, a cluster IP (unless ExternalName or headless `None`),
-/// single-stack IPv4, and each port's protocol and target port.
+/// single-stack IPv4, each port's protocol and target port, and for NodePort and
+/// LoadBalancer Services a node port (30000-32767; not checked for clashes).
 ///
 /// The cluster IP is taken from 10.96.0.0/12 by the create's resourceVersion
 /// (unique among the Services of up to a million writes).
@@ -456,11 +457,21 @@ fn default_service(obj: &mut Value, rv: u64) {
         .to_string();
     spec.entry("sessionAffinity")
         .or_insert_with(|| json!("None"));
+    let node_ports = matches!(kind.as_str(), "NodePort" | "LoadBalancer");
     if let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
-        for p in ports.iter_mut().filter_map(Value::as_object_mut) {
+        for (i, p) in ports
+            .iter_mut()
+            .filter_map(Value::as_object_mut)
+            .enumerate()
+        {
             p.entry("protocol").or_insert_with(|| json!("TCP"));
             if let Some(port) = p.get("port").cloned() {
                 p.entry("targetPort").or_insert(port);
+            }
+            if node_ports && p.get("nodePort").and_then(Value::as_u64).unwrap_or(0) == 0 {
+                // 30000-32767, the API server's default range, by write and port.
+                let n = 30_000 + (rv.wrapping_mul(7).wrapping_add(i as u64) % 2_768);
+                p.insert("nodePort".into(), json!(n));
             }
         }
     }

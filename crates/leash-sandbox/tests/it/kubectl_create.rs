@@ -110,6 +110,10 @@ async fn kubectl_imperative_commands_create_what_a_cluster_would() {
             ],
             "service/web exposed",
         ),
+        (
+            &["create", "service", "nodeport", "edge", "--tcp=80:8080"],
+            "service/edge created",
+        ),
     ] {
         // `-n` first: `create job` ends with the command after `--`.
         let mut with_ns = vec!["-n", NS];
@@ -221,6 +225,23 @@ async fn kubectl_imperative_commands_create_what_a_cluster_would() {
         &[
             "NAME | TYPE | CLUSTER-IP | EXTERNAL-IP | PORT(S) | AGE",
             &format!("web | ClusterIP | {cluster_ip} | <none> | 80/TCP | *"),
+        ],
+    );
+
+    // A NodePort Service gets a node port from the API server's range.
+    let edge = json("service", "edge");
+    let node_port = edge["spec"]["ports"][0]["nodePort"]
+        .as_u64()
+        .expect("a node port");
+    assert!((30_000..=32_767).contains(&node_port), "{node_port}");
+    assert_table(
+        &get(&["get", "service", "edge"]),
+        &[
+            "NAME | TYPE | CLUSTER-IP | EXTERNAL-IP | PORT(S) | AGE",
+            &format!(
+                "edge | NodePort | {} | <none> | 80:{node_port}/TCP | *",
+                edge["spec"]["clusterIP"].as_str().unwrap()
+            ),
         ],
     );
 
