@@ -174,7 +174,10 @@ fn leash_context(args: &[&str]) -> Output {
         .spawn()
         .expect("run leash context");
     let (tx, rx) = mpsc::channel();
-    #[allow(clippy::disallowed_methods, reason = "a test thread reads the child process; it ends when the child exits or its pipe closes")]
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "a test thread reads the child process; it ends when the child exits or its pipe closes"
+    )]
     std::thread::spawn(move || {
         let _ = tx.send(child.wait_with_output());
     });
@@ -322,7 +325,10 @@ impl ContextProcess {
         let stdout = child.0.stdout.take().unwrap();
         let stderr = child.0.stderr.take().unwrap();
         let (addr_tx, serving) = mpsc::channel();
-        #[allow(clippy::disallowed_methods, reason = "a test thread reads the child process; it ends when the child exits or its pipe closes")]
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "a test thread reads the child process; it ends when the child exits or its pipe closes"
+        )]
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines() {
                 let Ok(line) = line else { break };
@@ -332,7 +338,10 @@ impl ContextProcess {
             }
         });
         let (line_tx, lines) = mpsc::channel();
-        #[allow(clippy::disallowed_methods, reason = "a test thread reads the child process; it ends when the child exits or its pipe closes")]
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "a test thread reads the child process; it ends when the child exits or its pipe closes"
+        )]
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };

@@ -125,7 +125,10 @@ fn seed_workers_ignore_cancel() {
     );
     let stderr = child.stderr.take().unwrap();
     let (tx, rx) = mpsc::channel();
-    #[allow(clippy::disallowed_methods, reason = "a test thread drains the child process pipe; it ends when the pipe closes")]
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "a test thread drains the child process pipe; it ends when the pipe closes"
+    )]
     std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
             if line.contains("resolved; loading") {

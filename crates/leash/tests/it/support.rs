@@ -95,7 +95,10 @@ impl SandboxProcess {
         let stdout = child.0.stdout.take().expect("piped stdout");
         let stderr = child.0.stderr.take().expect("piped stderr");
         let (line_tx, line_rx) = mpsc::channel();
-        #[allow(clippy::disallowed_methods, reason = "a test thread drains the child process pipe; it ends when the pipe closes")]
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "a test thread drains the child process pipe; it ends when the pipe closes"
+        )]
         std::thread::spawn(move || {
             let mut lines = BufReader::new(stdout).lines();
             let _ = line_tx.send(lines.next());
@@ -103,7 +106,10 @@ impl SandboxProcess {
             for _ in lines {}
         });
         let (err_tx, err_rx) = mpsc::channel();
-        #[allow(clippy::disallowed_methods, reason = "a test thread drains the child process pipe; it ends when the pipe closes")]
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "a test thread drains the child process pipe; it ends when the pipe closes"
+        )]
         std::thread::spawn(move || {
             let mut text = String::new();
             let _ = BufReader::new(stderr).read_to_string(&mut text);
