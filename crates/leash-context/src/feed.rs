@@ -45,6 +45,7 @@ pub struct CrdFeeder {
     owned: HashMap<String, Owned>,
     deferred: BTreeMap<String, DynamicObject>,
     full_retry: Duration,
+    handled: tokio::sync::watch::Sender<u64>,
 }
 
 impl std::fmt::Debug for CrdFeeder {
@@ -85,7 +86,17 @@ impl CrdFeeder {
             owned: HashMap::new(),
             deferred: BTreeMap::new(),
             full_retry: DEFAULT_FULL_RETRY,
+            handled: tokio::sync::watch::Sender::new(0),
         }
+    }
+
+    /// How many watch events (and timed retries of deferred objects) the
+    /// feeder has finished handling: the store reflects every change the
+    /// watch delivered before the count reached its value. A readiness
+    /// signal for callers that must know a change was seen (and, say,
+    /// refused) rather than guess with a timer.
+    pub fn events_handled(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.handled.subscribe()
     }
 
     /// How long to wait before retrying objects refused by a full store
@@ -121,6 +132,7 @@ impl CrdFeeder {
                     if cancellable(&token, self.retry_deferred()).await.is_none() {
                         return Ok(());
                     }
+                    self.handled.send_modify(|n| *n += 1);
                     continue;
                 }
             };
@@ -148,6 +160,7 @@ impl CrdFeeder {
             if cancellable(&token, work).await.is_none() {
                 return Ok(());
             }
+            self.handled.send_modify(|n| *n += 1);
         }
     }
 

@@ -136,12 +136,14 @@ async fn watch_crds_adds_replaces_and_removes_entries() {
     // and deleting that cluster object does not remove it either.
     assert_eq!(store.projection("from-file", "p").unwrap(), json!(2));
     delete_cluster_entry(&sandbox, "from-file");
+    // A later change proves the invalid entry and the deletion were seen.
+    sandbox.store().create(gctx("probe", &url, "a")).unwrap();
+    projection_becomes(&store, "the probe entry", "probe", json!(1)).await;
     assert!(
         store.entry_id("bad").is_none(),
         "an invalid entry was added"
     );
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(store.names(), ["from-cluster", "from-file"]);
+    assert_eq!(store.names(), ["from-cluster", "from-file", "probe"]);
 
     within("feeder stop", HANG_BOUND, feeder_scope.shutdown())
         .await
@@ -188,12 +190,18 @@ async fn watch_crds_retries_entries_refused_by_a_full_store() {
     // The only slot is taken by a file entry.
     let store = store_with_file_entry(&sandbox, &url, 1);
     sandbox.store().create(gctx("one", &url, "a")).unwrap();
-    let feeder_scope = start_feeder(
-        &scope,
-        CrdFeeder::new(store.clone(), sandbox::client(&sandbox))
-            .full_retry(Duration::from_millis(200)),
-    );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let feeder = CrdFeeder::new(store.clone(), sandbox::client(&sandbox))
+        .full_retry(Duration::from_millis(200));
+    let mut handled = feeder.events_handled();
+    let feeder_scope = start_feeder(&scope, feeder);
+    // The initial list handled (Init, "one", InitDone): "one" was refused.
+    within(
+        "the initial list",
+        HANG_BOUND,
+        handled.wait_for(|n| *n >= 3),
+    )
+    .await
+    .unwrap();
     assert_eq!(store.names(), ["from-file"], "the store is full");
 
     // Room appears outside the feeder: the timer retry adds the entry.
@@ -201,8 +209,15 @@ async fn watch_crds_retries_entries_refused_by_a_full_store() {
     projection_becomes(&store, "the deferred entry", "one", json!(1)).await;
 
     // Full again; a removal through the feeder admits the waiting one.
+    let before = *handled.borrow_and_update();
     sandbox.store().create(gctx("two", &url, "b")).unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    within(
+        "the new object handled",
+        HANG_BOUND,
+        handled.wait_for(|n| *n > before),
+    )
+    .await
+    .unwrap();
     assert_eq!(store.names(), ["one"]);
     delete_cluster_entry(&sandbox, "one");
     projection_becomes(&store, "the second deferred entry", "two", json!(2)).await;
