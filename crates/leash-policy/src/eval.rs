@@ -84,15 +84,23 @@ impl Bindings {
 #[derive(Debug, Clone)]
 pub struct Prepared {
     req: EvalRequest,
-    base: Vars,
+    /// Built on first use: rules without variables never need it.
+    base: std::sync::OnceLock<Vars>,
 }
 
 impl Prepared {
     /// Builds the context Kyverno gives variables: `request.*`,
     /// `serviceAccountName`, `serviceAccountNamespace`, `images`.
     pub fn new(req: EvalRequest) -> Prepared {
-        let base = base_vars(&req, req.operation);
-        Prepared { req, base }
+        Prepared {
+            req,
+            base: std::sync::OnceLock::new(),
+        }
+    }
+
+    fn base(&self) -> &Vars {
+        self.base
+            .get_or_init(|| base_vars(&self.req, self.req.operation))
     }
 
     /// The request.
@@ -156,6 +164,28 @@ fn base_vars(req: &EvalRequest, operation: Operation) -> Vars {
     Vars::new(top)
 }
 
+/// Variables built on first use: most pattern rules never need the JMESPath
+/// copy of the resource.
+struct Lazy<'a> {
+    cell: std::cell::OnceCell<Vars>,
+    make: Option<&'a dyn Fn() -> Vars>,
+}
+
+impl Lazy<'_> {
+    fn ready(v: Vars) -> Lazy<'static> {
+        let cell = std::cell::OnceCell::new();
+        let _ = cell.set(v);
+        Lazy { cell, make: None }
+    }
+
+    fn get(&self) -> &Vars {
+        self.cell.get_or_init(|| match self.make {
+            Some(make) => make(),
+            None => Vars::new(BTreeMap::new()),
+        })
+    }
+}
+
 /// One rule's evaluation outcome before it becomes a [`RuleResult`].
 struct Outcome {
     status: Status,
@@ -217,14 +247,21 @@ impl Policy {
             if !rule.match_.matches(&target) || rule.exclude.excludes(&target) {
                 continue;
             }
-            let mut vars = if operation == req.operation {
-                prepared.base.clone()
-            } else {
-                base_vars(req, operation)
+            let make = || {
+                let mut vars = if operation == req.operation {
+                    prepared.base().clone()
+                } else {
+                    base_vars(req, operation)
+                };
+                for (k, v) in &bound {
+                    vars.set_dotted(k, to_var(v));
+                }
+                vars
             };
-            for (k, v) in &bound {
-                vars.set_dotted(k, to_var(v));
-            }
+            let lazy = Lazy {
+                cell: std::cell::OnceCell::new(),
+                make: Some(&make),
+            };
             let ctx = RuleCtx {
                 policy: self,
                 rule,
@@ -233,7 +270,7 @@ impl Policy {
                 delete: operation == Operation::Delete,
                 mocked: bound.iter().map(|(k, _)| k.clone()).collect(),
             };
-            let outcome = ctx.run(&vars);
+            let outcome = ctx.run(&lazy);
             out.push(RuleResult {
                 policy: self.key.clone(),
                 rule: rule.name.clone(),
@@ -247,7 +284,7 @@ impl Policy {
 }
 
 impl RuleCtx<'_> {
-    fn run(&self, vars: &Vars) -> Outcome {
+    fn run(&self, lazy: &Lazy<'_>) -> Outcome {
         let Some(validate) = &self.rule.validate else {
             return Outcome::new(Status::Skip, "not a validate rule");
         };
@@ -256,11 +293,21 @@ impl RuleCtx<'_> {
         } else {
             &self.req.object
         };
-        let vars = match self.load_context(&self.rule.context, vars) {
-            Ok(v) => v,
-            Err(e) => return Outcome::new(Status::Error, format!("failed to load context: {e}")),
+        let loaded;
+        let vars: &Lazy<'_> = if self.rule.context.is_empty() {
+            lazy
+        } else {
+            match self.load_context(&self.rule.context, lazy.get()) {
+                Ok(v) => {
+                    loaded = Lazy::ready(v);
+                    &loaded
+                }
+                Err(e) => {
+                    return Outcome::new(Status::Error, format!("failed to load context: {e}"));
+                }
+            }
         };
-        match self.preconditions(self.rule.preconditions.as_ref(), &vars) {
+        match self.preconditions(self.rule.preconditions.as_ref(), vars) {
             Ok(true) => {}
             Ok(false) => return Outcome::new(Status::Skip, "preconditions not met"),
             Err(e) => {
@@ -283,7 +330,7 @@ impl RuleCtx<'_> {
             let (status, message) = cel.evaluate(self.req, self.data);
             return Outcome::new(status, message);
         }
-        self.check(&validate.check, &vars, scope, 0)
+        self.check(&validate.check, vars, scope, 0)
     }
 
     fn rule_name(&self) -> &str {
@@ -305,17 +352,17 @@ impl RuleCtx<'_> {
         }
     }
 
-    fn check(&self, check: &Check, vars: &Vars, scope: &Value, nesting: usize) -> Outcome {
+    fn check(&self, check: &Check, vars: &Lazy<'_>, scope: &Value, nesting: usize) -> Outcome {
         match check {
             Check::Pattern(p) => self.check_pattern(p, vars, scope),
             Check::AnyPattern(ps) => self.check_any_pattern(ps, vars, scope),
-            Check::Deny(conds) => match self.conditions(conds, vars, Mode::Strict) {
+            Check::Deny(conds) => match self.conditions(conds, vars.get(), Mode::Strict) {
                 Err(e) => Outcome::new(
                     Status::Error,
                     format!("failed to check deny conditions: {e}"),
                 ),
                 Ok(true) => {
-                    let msg = self.message(vars).unwrap_or_else(|| {
+                    let msg = self.message(vars.get()).unwrap_or_else(|| {
                         format!("validation error: rule {} failed", self.rule_name())
                     });
                     Outcome::new(Status::Fail, msg)
@@ -336,11 +383,17 @@ impl RuleCtx<'_> {
         }
     }
 
-    fn substituted(&self, doc: &Value, vars: &Vars) -> Result<Value, String> {
+    fn substituted(&self, doc: &Value, vars: &Lazy<'_>) -> Result<Value, String> {
         if !vars::has_vars(doc) {
             return Ok(doc.clone());
         }
-        vars::substitute(doc, vars, &self.policy.cache, Mode::Strict, self.delete)
+        vars::substitute(
+            doc,
+            vars.get(),
+            &self.policy.cache,
+            Mode::Strict,
+            self.delete,
+        )
     }
 
     fn fail_message(&self, vars: &Vars, path: &str, detail: &str) -> String {
@@ -363,7 +416,7 @@ impl RuleCtx<'_> {
         }
     }
 
-    fn check_pattern(&self, pattern: &Value, vars: &Vars, scope: &Value) -> Outcome {
+    fn check_pattern(&self, pattern: &Value, vars: &Lazy<'_>, scope: &Value) -> Outcome {
         let pattern = match self.substituted(pattern, vars) {
             Ok(p) => p,
             Err(e) => {
@@ -377,12 +430,12 @@ impl RuleCtx<'_> {
             ),
             Err(Mismatch::Skip { message }) => Outcome::new(Status::Skip, message),
             Err(Mismatch::Fail { path, message }) => {
-                Outcome::new(Status::Fail, self.fail_message(vars, &path, &message))
+                Outcome::new(Status::Fail, self.fail_message(vars.get(), &path, &message))
             }
         }
     }
 
-    fn check_any_pattern(&self, patterns: &[Value], vars: &Vars, scope: &Value) -> Outcome {
+    fn check_any_pattern(&self, patterns: &[Value], vars: &Lazy<'_>, scope: &Value) -> Outcome {
         let name = self.rule_name();
         let mut failed = Vec::new();
         let mut skipped = Vec::new();
@@ -417,7 +470,7 @@ impl RuleCtx<'_> {
             return Outcome::new(Status::Skip, skipped.join(" "));
         }
         let errors = failed.join(" ");
-        let msg = match self.message(vars) {
+        let msg = match self.message(vars.get()) {
             None => format!("validation error: {errors}"),
             Some(m) if m.ends_with('.') => format!("validation error: {m} {errors}"),
             Some(m) => format!("validation error: {m}. {errors}"),
@@ -425,7 +478,14 @@ impl RuleCtx<'_> {
         Outcome::new(Status::Fail, msg)
     }
 
-    fn foreach(&self, decls: &[Foreach], vars: &Vars, scope: &Value, nesting: usize) -> Outcome {
+    fn foreach(
+        &self,
+        decls: &[Foreach],
+        lazy: &Lazy<'_>,
+        scope: &Value,
+        nesting: usize,
+    ) -> Outcome {
+        let vars = lazy.get();
         let mut applied = 0;
         for decl in decls {
             let list = match self
@@ -498,7 +558,7 @@ impl RuleCtx<'_> {
 
     fn level(&self, decl: &Foreach, vars: &Vars, scope: &Value, nesting: usize) -> Outcome {
         let vars = match self.load_context(&decl.context, vars) {
-            Ok(v) => v,
+            Ok(v) => Lazy::ready(v),
             Err(e) => return Outcome::new(Status::Error, format!("failed to load context: {e}")),
         };
         match self.preconditions(decl.preconditions.as_ref(), &vars) {
@@ -514,10 +574,10 @@ impl RuleCtx<'_> {
         self.check(&decl.check, &vars, scope, nesting + 1)
     }
 
-    fn preconditions(&self, conds: Option<&Value>, vars: &Vars) -> Result<bool, String> {
+    fn preconditions(&self, conds: Option<&Value>, vars: &Lazy<'_>) -> Result<bool, String> {
         match conds {
             None => Ok(true),
-            Some(c) => self.conditions(c, vars, Mode::Preconditions),
+            Some(c) => self.conditions(c, vars.get(), Mode::Preconditions),
         }
     }
 

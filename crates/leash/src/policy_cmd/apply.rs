@@ -259,9 +259,20 @@ async fn run_cluster(
         Some(n) => n,
         None => std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
-    let keep_all = args.policy_report || args.detailed_results;
+    let keep = if args.policy_report || args.output != Format::Table {
+        cluster_apply::Keep::All
+    } else if args.audit_warn {
+        // Audit failures become warnings after the run: keep, then print.
+        cluster_apply::Keep::NonPass
+    } else {
+        // The table's lines are printed as objects are evaluated; nothing
+        // is kept, so memory stays bounded by the load's window.
+        cluster_apply::Keep::Stream {
+            detailed: args.detailed_results,
+        }
+    };
     let outcome =
-        cluster_apply::run(engine, settings, &values.bindings, &user, threads, keep_all).await?;
+        cluster_apply::run(engine, settings, &values.bindings, &user, threads, keep).await?;
     if outcome.interrupted {
         eprintln!("leash: interrupted after {} objects", outcome.objects);
         return Ok(ExitCode::from(EXIT_INTERRUPTED));
@@ -432,6 +443,22 @@ fn resource_id(o: &Value) -> String {
     }
 }
 
+/// The table line of one result: failures, errors and warnings (every
+/// result with `detailed`).
+pub(crate) fn result_line(o: &Value, r: &RuleResult, detailed: bool) -> Option<String> {
+    let shown = detailed || matches!(r.status, Status::Fail | Status::Error | Status::Warn);
+    shown.then(|| {
+        format!(
+            "{}: policy {} -> resource {} rule {}: {}",
+            r.status.as_str().to_uppercase(),
+            r.policy,
+            resource_id(o),
+            r.rule,
+            r.message
+        )
+    })
+}
+
 fn counts<'a>(results: impl Iterator<Item = &'a RuleResult>) -> BTreeMap<&'static str, usize> {
     let mut c: BTreeMap<&'static str, usize> = ["pass", "fail", "warn", "error", "skip"]
         .into_iter()
@@ -478,20 +505,9 @@ fn print_summary(
             writeln!(out, "Applied {policies} policies to {resources} resources")?;
             for (o, rs) in results {
                 for r in rs {
-                    let shown =
-                        detailed || matches!(r.status, Status::Fail | Status::Error | Status::Warn);
-                    if !shown {
-                        continue;
+                    if let Some(line) = result_line(o, r, detailed) {
+                        writeln!(out, "{line}")?;
                     }
-                    writeln!(
-                        out,
-                        "{}: policy {} -> resource {} rule {}: {}",
-                        r.status.as_str().to_uppercase(),
-                        r.policy,
-                        resource_id(o),
-                        r.rule,
-                        r.message
-                    )?;
                 }
             }
             writeln!(

@@ -106,6 +106,20 @@ fn reference(o: &Value) -> Value {
            "metadata": {"name": m["name"], "namespace": m["namespace"], "uid": m["uid"]}})
 }
 
+/// What the evaluation threads keep of the results.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Keep {
+    /// Every result (reports, JSON/YAML output).
+    All,
+    /// Results other than pass.
+    NonPass,
+    /// Nothing: table lines go to stdout as objects are evaluated.
+    Stream {
+        /// Print passes too.
+        detailed: bool,
+    },
+}
+
 /// Results gathered by one evaluation thread.
 #[derive(Default)]
 struct Gathered {
@@ -123,7 +137,7 @@ pub(crate) async fn run(
     bindings: &Bindings,
     user: &UserInfo,
     threads: usize,
-    keep_all: bool,
+    keep: Keep,
 ) -> Result<Outcome> {
     let interrupted = AtomicBool::new(false);
     let token = CancellationToken::new();
@@ -196,6 +210,7 @@ pub(crate) async fn run(
                 .map(|mut rx| {
                     s.spawn(move || {
                         let mut g = Gathered::default();
+                        let mut lines = String::new();
                         while let Some(page) = rx.blocking_recv() {
                             for object in page {
                                 if interrupted_ref.load(Ordering::Relaxed) {
@@ -211,9 +226,17 @@ pub(crate) async fn run(
                                     cluster_ref,
                                     bindings,
                                     user,
-                                    keep_all,
+                                    keep,
                                     &mut g,
+                                    &mut lines,
                                 );
+                            }
+                            if !lines.is_empty() {
+                                // One write per page; a closed stdout only
+                                // stops the lines, not the evaluation.
+                                use std::io::Write as _;
+                                let _ = std::io::stdout().lock().write_all(lines.as_bytes());
+                                lines.clear();
                             }
                         }
                         g
@@ -296,8 +319,9 @@ fn evaluate_one(
     cluster: &MemoryCluster,
     bindings: &Bindings,
     user: &UserInfo,
-    keep_all: bool,
+    keep: Keep,
     g: &mut Gathered,
+    lines: &mut String,
 ) {
     let ns = value["metadata"]["namespace"]
         .as_str()
@@ -329,13 +353,21 @@ fn evaluate_one(
     for r in &results {
         *g.counts.entry(r.status.as_str()).or_default() += 1;
     }
-    let kept: Vec<RuleResult> = if keep_all {
-        results
-    } else {
-        results
+    let kept: Vec<RuleResult> = match keep {
+        Keep::All => results,
+        Keep::NonPass => results
             .into_iter()
             .filter(|r| r.status != Status::Pass)
-            .collect()
+            .collect(),
+        Keep::Stream { detailed } => {
+            for r in &results {
+                if let Some(line) = super::apply::result_line(&object, r, detailed) {
+                    lines.push_str(&line);
+                    lines.push('\n');
+                }
+            }
+            Vec::new()
+        }
     };
     if !kept.is_empty() {
         g.kept.push((Arc::new(reference(&object)), kept));
