@@ -127,13 +127,12 @@ pub(crate) struct Variable {
     pub(crate) expr: Expr,
 }
 
-/// The values an expression sees.
-#[derive(Debug)]
+/// The values an expression sees. The objects are converted into the
+/// interpreter's values once, into `base`; every expression runs in an inner
+/// scope of it that adds `variables` (converting `object` per expression
+/// was most of a CEL evaluation's time).
 pub(crate) struct Activation<'a> {
-    object: Value,
-    old_object: Value,
-    request: Value,
-    namespace_object: Value,
+    base: Context<'a, 'a>,
     variables: HashMap<Key, Value>,
     /// Variables that failed, with their error.
     failed: Vec<(String, String)>,
@@ -161,11 +160,15 @@ impl<'a> Activation<'a> {
         old_object: Value,
         data: &'a dyn ClusterData,
     ) -> Activation<'a> {
+        let mut base = Context::with_env(ENV.clone());
+        bind(&mut base, "object", object);
+        bind(&mut base, "oldObject", old_object);
+        bind(&mut base, "request", request_value(req));
+        bind(&mut base, "namespaceObject", namespace_object(req));
+        bind(&mut base, "params", Value::Null);
+        libs::bind_data(&mut base, data);
         Activation {
-            object,
-            old_object,
-            request: request_value(req),
-            namespace_object: namespace_object(req),
+            base,
             variables: HashMap::new(),
             failed: Vec::new(),
             data,
@@ -186,12 +189,7 @@ impl<'a> Activation<'a> {
     }
 
     fn context(&self) -> Context<'_, 'a> {
-        let mut ctx = Context::with_env(ENV.clone());
-        bind(&mut ctx, "object", self.object.clone());
-        bind(&mut ctx, "oldObject", self.old_object.clone());
-        bind(&mut ctx, "request", self.request.clone());
-        bind(&mut ctx, "namespaceObject", self.namespace_object.clone());
-        bind(&mut ctx, "params", Value::Null);
+        let mut ctx = self.base.new_inner_scope();
         bind(
             &mut ctx,
             "variables",
@@ -199,7 +197,6 @@ impl<'a> Activation<'a> {
                 map: Arc::new(self.variables.clone()),
             }),
         );
-        libs::bind_data(&mut ctx, self.data);
         ctx
     }
 
@@ -212,6 +209,16 @@ impl<'a> Activation<'a> {
             return format!("variable '{name}': {err}");
         }
         e.to_string()
+    }
+}
+
+impl std::fmt::Debug for Activation<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Activation")
+            .field("variables", &self.variables)
+            .field("failed", &self.failed)
+            .field("data", &self.data)
+            .finish_non_exhaustive()
     }
 }
 
