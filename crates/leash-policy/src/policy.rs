@@ -181,6 +181,27 @@ impl Policy {
             .map(|r| r.name.as_str())
     }
 
+    /// Whether a rule reads ConfigMaps through `context.configMap` (the
+    /// caller's [`crate::ClusterData`] must then hold them).
+    pub fn reads_config_maps(&self) -> bool {
+        fn in_check(c: &Check) -> bool {
+            match c {
+                Check::Foreach(decls) => decls
+                    .iter()
+                    .any(|d| has_cm(&d.context) || in_check(&d.check)),
+                _ => false,
+            }
+        }
+        fn has_cm(entries: &[ContextEntry]) -> bool {
+            entries
+                .iter()
+                .any(|e| matches!(e.source, ContextSource::ConfigMap { .. }))
+        }
+        self.rules
+            .iter()
+            .any(|r| has_cm(&r.context) || r.validate.as_ref().is_some_and(|v| in_check(&v.check)))
+    }
+
     /// Every kind named by a validate rule's match (`Pod`, `apps/v1/Deployment`, `*`).
     pub fn matched_kinds(&self) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();

@@ -89,3 +89,57 @@ impl ClusterData for MemoryCluster {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cluster() -> MemoryCluster {
+        MemoryCluster::new(vec![
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "x"}, "data": {"k": "1"}}),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b", "namespace": "y"}}),
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "x"}}),
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "x"}}),
+        ])
+    }
+
+    #[test]
+    fn lookups_by_resource_or_kind_namespace_and_name() {
+        let c = cluster();
+        assert_eq!(
+            c.get("v1", "configmaps", "x", "a").unwrap()["data"]["k"],
+            "1"
+        );
+        assert_eq!(
+            c.get("v1", "ConfigMap", "x", "a").unwrap()["metadata"]["name"],
+            "a"
+        );
+        assert!(c.get("v1", "configmaps", "y", "a").is_none());
+        assert_eq!(c.list("v1", "configmaps", "").len(), 2);
+        assert_eq!(c.list("apps/v1", "deployments", "x").len(), 1);
+        assert_eq!(c.list("v1", "namespaces", "").len(), 1);
+    }
+
+    #[test]
+    fn api_calls_are_served_from_the_objects() {
+        let c = cluster();
+        let list = c.api_get("/api/v1/namespaces/x/configmaps").unwrap();
+        assert_eq!(list["items"].as_array().unwrap().len(), 1);
+        let one = c
+            .api_get("/apis/apps/v1/namespaces/x/deployments/d")
+            .unwrap();
+        assert_eq!(one["kind"], "Deployment");
+        assert_eq!(
+            c.api_get("/api/v1/configmaps").unwrap()["items"]
+                .as_array()
+                .unwrap()
+                .len(),
+            2
+        );
+        assert!(c.api_get("/version").is_none());
+        assert!(
+            c.api_get("/api/v1/namespaces/x/configmaps/missing")
+                .is_none()
+        );
+    }
+}

@@ -197,7 +197,25 @@ pub(crate) async fn run(
         senders.push(tx);
         receivers.push(rx);
     }
-    let cluster = MemoryCluster::new(namespaces.values().map(|v| (**v).clone()).collect());
+    // ConfigMaps that `context.configMap` entries read: loaded up front
+    // (the engine does no I/O), only when a policy reads them.
+    let mut lookups: Vec<Value> = namespaces.values().map(|v| (**v).clone()).collect();
+    if engine.policies().iter().any(|p| p.reads_config_maps())
+        && let Some(cm_kind) = catalog
+            .kinds()
+            .iter()
+            .find(|k| k.group.is_empty() && k.plural == "configmaps")
+    {
+        let load = loader.load(vec![cm_kind.clone()], token.clone());
+        let mut objects = load.objects;
+        let collect = async {
+            while let Some(page) = objects.next_page().await {
+                lookups.extend(page.iter().filter_map(|o| o.to_value().ok()));
+            }
+        };
+        let (_report, ()) = tokio::join!(load.report, collect);
+    }
+    let cluster = MemoryCluster::new(lookups);
     let interrupted_ref = &interrupted;
     let namespaces_ref = &namespaces;
     let cluster_ref = &cluster;
@@ -421,9 +439,14 @@ mod tests {
         engine
             .add_json(&json!({
                 "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "p"},
-                "spec": {"rules": [{"name": "r",
-                    "match": {"any": [{"resources": {"kinds": ["Pod", "batch/*/CronJob", "example.io/v1/Widget"]}}]},
-                    "validate": {"pattern": {"metadata": {"name": "?*"}}}}]}
+                "spec": {"rules": [
+                    {"name": "pods",
+                     "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                     "validate": {"pattern": {"metadata": {"name": "?*"}}}},
+                    {"name": "others",
+                     "match": {"any": [{"resources": {"kinds": ["batch/*/CronJob", "example.io/v1/Widget"]}}]},
+                     "validate": {"pattern": {"metadata": {"name": "?*"}}}}
+                ]}
             }))
             .unwrap();
         let (kinds, not_served) = select_kinds(&engine, &catalog);
