@@ -1,5 +1,6 @@
 //! Evaluating a compiled [`Policy`] against one resource.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -383,9 +384,11 @@ impl RuleCtx<'_> {
         }
     }
 
-    fn substituted(&self, doc: &Value, vars: &Lazy<'_>) -> Result<Value, String> {
+    /// The document with its variables substituted; borrowed unchanged
+    /// when it has none (most patterns), so nothing is copied.
+    fn substituted<'d>(&self, doc: &'d Value, vars: &Lazy<'_>) -> Result<Cow<'d, Value>, String> {
         if !vars::has_vars(doc) {
-            return Ok(doc.clone());
+            return Ok(Cow::Borrowed(doc));
         }
         vars::substitute(
             doc,
@@ -394,6 +397,7 @@ impl RuleCtx<'_> {
             Mode::Strict,
             self.delete,
         )
+        .map(Cow::Owned)
     }
 
     fn fail_message(&self, vars: &Vars, path: &str, detail: &str) -> String {
