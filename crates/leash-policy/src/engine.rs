@@ -158,7 +158,7 @@ impl Engine {
                     }
                     vpol.evaluate(&r, data)
                 }
-                _ => vpol.evaluate(req, data),
+                _ => vpol.evaluate_with(req, Some(prepared.cel_objects()), data),
             };
             if let Some(result) = result {
                 out.push(result);

@@ -87,6 +87,9 @@ pub struct Prepared {
     req: EvalRequest,
     /// Built on first use: rules without variables never need it.
     base: std::sync::OnceLock<Vars>,
+    /// `object` and `oldObject` as CEL values, converted once for every
+    /// CEL policy evaluated on the request.
+    cel: std::sync::OnceLock<(::cel::Value, ::cel::Value)>,
 }
 
 impl Prepared {
@@ -96,7 +99,20 @@ impl Prepared {
         Prepared {
             req,
             base: std::sync::OnceLock::new(),
+            cel: std::sync::OnceLock::new(),
         }
+    }
+
+    pub(crate) fn cel_objects(&self) -> &(::cel::Value, ::cel::Value) {
+        self.cel.get_or_init(|| {
+            let old = self
+                .req
+                .old_object
+                .as_deref()
+                .map(crate::cel::from_json)
+                .unwrap_or(::cel::Value::Null);
+            (crate::cel::from_json(&self.req.object), old)
+        })
     }
 
     fn base(&self) -> &Vars {

@@ -396,6 +396,17 @@ impl ValidatingPolicy {
     /// Skip when a match condition is false, Pass, Fail with the first
     /// failing validation's message, or Error.
     pub fn evaluate(&self, req: &EvalRequest, data: &dyn ClusterData) -> Option<RuleResult> {
+        self.evaluate_with(req, None, data)
+    }
+
+    /// As [`ValidatingPolicy::evaluate`], with the request's objects already
+    /// converted to CEL values (shared by every policy evaluated on it).
+    pub(crate) fn evaluate_with(
+        &self,
+        req: &EvalRequest,
+        objects: Option<&(::cel::Value, ::cel::Value)>,
+        data: &dyn ClusterData,
+    ) -> Option<RuleResult> {
         if let Some(ns) = &self.namespace
             && req.namespace() != ns
         {
@@ -413,7 +424,7 @@ impl ValidatingPolicy {
         let body = std::iter::once(&self.body)
             .chain(&self.autogen)
             .find(|b| b.matching.matches(req, &target))?;
-        let (status, message) = self.run(body, req, data);
+        let (status, message) = self.run(body, req, objects, data);
         Some(RuleResult {
             policy: self.name.clone(),
             rule: self.name.to_string(),
@@ -423,8 +434,17 @@ impl ValidatingPolicy {
         })
     }
 
-    fn run(&self, body: &Body, req: &EvalRequest, data: &dyn ClusterData) -> (Status, String) {
-        let mut act = Activation::new(req, data);
+    fn run(
+        &self,
+        body: &Body,
+        req: &EvalRequest,
+        objects: Option<&(::cel::Value, ::cel::Value)>,
+        data: &dyn ClusterData,
+    ) -> (Status, String) {
+        let mut act = match objects {
+            Some((object, old)) => Activation::with_objects(req, object.clone(), old.clone(), data),
+            None => Activation::new(req, data),
+        };
         let mut errors = Vec::new();
         for (name, cond) in &body.conditions {
             match cond.eval_bool(&act) {
