@@ -345,9 +345,11 @@ fn array(resource: &[Value], pattern: &[Value], path: &str) -> Result<(), Err> {
     }
 }
 
-/// Kyverno's `ExpandInMetadata`: wildcard keys under `metadata.labels` and
-/// `metadata.annotations` of the pattern (anchored or not, the maps
-/// themselves anchored or not) name the resource's matching key.
+/// Kyverno's `ExpandInMetadata`: a wildcard key under `metadata.labels` or
+/// `metadata.annotations` of the pattern (anchored or not; the maps
+/// themselves anchored or not) becomes the first key of the resource it
+/// matches, keeping its anchor and its pattern value (values are checked by
+/// the pattern as usual). A key that matches nothing is left as it is.
 fn expand_metadata_wildcards(
     pattern: &Map<String, Value>,
     resource: &Map<String, Value>,
@@ -362,50 +364,30 @@ fn expand_metadata_wildcards(
             continue;
         }
         let Value::Object(pmap) = pval else { continue };
-        let key_name =
-            |k: &str| parse_anchor(k).map_or(k.to_string(), |(_, inner)| inner.to_string());
-        if !pmap.keys().any(|k| wildcard::has_wildcard(&key_name(k))) {
+        if !pmap.keys().any(|k| wildcard::has_wildcard(k)) {
             continue;
         }
-        let empty = Map::new();
-        let rmap = rmeta
-            .get(field)
-            .and_then(Value::as_object)
-            .unwrap_or(&empty);
+        let Some(rmap) = rmeta.get(field).and_then(Value::as_object) else {
+            continue;
+        };
         let mut out = Map::new();
         for (k, v) in pmap {
-            let inner = key_name(k);
-            if !wildcard::has_wildcard(&inner) {
+            if !wildcard::has_wildcard(k) {
                 out.insert(k.clone(), v.clone());
                 continue;
             }
-            // The anchor's prefix, e.g. `X(` ... `)`, kept around the new key.
-            let (prefix, suffix) = match parse_anchor(k) {
-                Some(_) => {
+            let (prefix, inner, suffix) = match parse_anchor(k) {
+                Some((_, inner)) => {
                     let open = k.find('(').unwrap_or(0);
-                    (&k[..=open], ")")
+                    (&k[..=open], inner, ")")
                 }
-                None => ("", ""),
+                None => ("", k.as_str(), ""),
             };
-            let vs = v.as_str();
-            let hit = rmap.iter().find(|(rk, rv)| {
-                wildcard::matches(&inner, rk)
-                    && vs.is_none_or(|vs| rv.as_str().is_some_and(|rv| wildcard::matches(vs, rv)))
-            });
-            match hit {
-                Some((rk, rv)) => {
-                    let value = if vs.is_some() { rv.clone() } else { v.clone() };
-                    out.insert(format!("{prefix}{rk}{suffix}"), value);
-                }
-                None => {
-                    let nk = inner.replace(['*', '?'], "0");
-                    let value = match vs {
-                        Some(s) => Value::String(s.replace(['*', '?'], "0")),
-                        None => v.clone(),
-                    };
-                    out.insert(format!("{prefix}{nk}{suffix}"), value);
-                }
-            }
+            let key = match rmap.keys().find(|rk| wildcard::matches(inner, rk)) {
+                Some(rk) => format!("{prefix}{rk}{suffix}"),
+                None => k.clone(),
+            };
+            out.insert(key, v.clone());
         }
         new_meta.insert(pkey.clone(), Value::Object(out));
         changed = true;
@@ -598,6 +580,24 @@ mod tests {
                 "label wildcard key present",
                 json!({"metadata": {"labels": {"app.kubernetes.io/name": "x"}}}),
                 json!({"metadata": {"labels": {"app.kubernetes.io/*": "?*"}}}),
+                Want::Pass,
+            ),
+            (
+                "anchored wildcard annotation, value checked",
+                json!({"metadata": {"annotations": {"container.apparmor.security.beta.kubernetes.io/c": "unconfined"}}}),
+                json!({"metadata": {"=(annotations)": {"=(container.apparmor.security.beta.kubernetes.io/*)": "runtime/default | localhost/*"}}}),
+                Want::Fail,
+            ),
+            (
+                "anchored wildcard annotation, value allowed",
+                json!({"metadata": {"annotations": {"container.apparmor.security.beta.kubernetes.io/c": "localhost/x"}}}),
+                json!({"metadata": {"=(annotations)": {"=(container.apparmor.security.beta.kubernetes.io/*)": "runtime/default | localhost/*"}}}),
+                Want::Pass,
+            ),
+            (
+                "anchored wildcard annotation absent",
+                json!({"metadata": {"annotations": {"other": "x"}}}),
+                json!({"metadata": {"=(annotations)": {"=(container.apparmor.security.beta.kubernetes.io/*)": "runtime/default"}}}),
                 Want::Pass,
             ),
             (

@@ -278,24 +278,24 @@ async fn run_cluster(
         return Ok(ExitCode::from(EXIT_INTERRUPTED));
     }
     let results = adjust_audit(engine, outcome.kept, args.audit_warn);
+    let mut counts = outcome.counts.clone();
+    if args.audit_warn {
+        // Failures that became warnings move between the counts (with
+        // --audit-warn every non-pass result is kept, so the kept ones tell).
+        let warned = results
+            .iter()
+            .flat_map(|(_, r)| r)
+            .filter(|r| r.status == Status::Warn && r.source == Source::Kyverno)
+            .count();
+        let fail = counts.entry("fail").or_default();
+        *fail = fail.saturating_sub(warned);
+        *counts.entry("warn").or_default() += warned;
+    }
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     if args.policy_report {
         print_reports(&mut out, engine, &results, args.output)?;
     } else {
-        let mut counts = outcome.counts.clone();
-        // With --audit-warn, failures that became warnings move between counts
-        // (every non-pass result is kept, so the kept ones tell).
-        let warned = results
-            .iter()
-            .flat_map(|(_, r)| r)
-            .filter(|r| r.status == Status::Warn)
-            .count();
-        if warned > 0 {
-            let fail = counts.entry("fail").or_default();
-            *fail = fail.saturating_sub(warned);
-            *counts.entry("warn").or_default() += warned;
-        }
         print_summary(
             &mut out,
             engine.policies().len() + engine.validating_policies().len(),
@@ -310,10 +310,9 @@ async fn run_cluster(
     for e in &outcome.load_errors {
         eprintln!("leash: error: {e}");
     }
-    let failed = results
-        .iter()
-        .flat_map(|(_, rs)| rs)
-        .any(|r| matches!(r.status, Status::Fail | Status::Error));
+    // From the counts: in the streaming table mode no result is kept.
+    let failed =
+        counts.get("fail").copied().unwrap_or(0) + counts.get("error").copied().unwrap_or(0) > 0;
     Ok(if failed || !outcome.load_errors.is_empty() {
         ExitCode::from(EXIT_FAILURE)
     } else {

@@ -283,3 +283,39 @@ fn apply_cluster_loads_only_matched_kinds_and_evaluates_every_object() {
         stderr(&out)
     );
 }
+
+#[test]
+fn apply_cluster_table_streams_failures_and_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    fs::write(&policy, CLUSTER_POLICY).unwrap();
+    let out = leash()
+        .args(["apply", "--sandbox=pods=25"])
+        .arg(&policy)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.starts_with("FAIL: policy every-pod"))
+            .count(),
+        25,
+        "{text}"
+    );
+    assert!(
+        text.contains("pass: 0, fail: 25, warn: 0, error: 0, skip: 0"),
+        "{text}"
+    );
+    let warned = leash()
+        .args(["apply", "--sandbox=pods=25", "--audit-warn"])
+        .arg(&policy)
+        .output()
+        .unwrap();
+    assert_eq!(warned.status.code(), Some(0), "{}", stderr(&warned));
+    assert!(
+        stdout(&warned).contains("pass: 0, fail: 0, warn: 25, error: 0, skip: 0"),
+        "{}",
+        stdout(&warned)
+    );
+}
