@@ -174,28 +174,10 @@ fn pattern_match(x: &[Rcvar]) -> Result<Rcvar, String> {
     Ok(boolean(wildcard_match(arg_str(x, 0), &src)))
 }
 
-/// Kyverno's wildcard match: `*` any run of characters, `?` exactly one.
+/// Kyverno's wildcard match: `*` any run of characters, `?` exactly one
+/// (the engine's own, so patterns and functions agree).
 pub(crate) fn wildcard_match(pattern: &str, text: &str) -> bool {
-    let p: Vec<char> = pattern.chars().collect();
-    let t: Vec<char> = text.chars().collect();
-    let (mut pi, mut ti) = (0usize, 0usize);
-    let mut star: Option<(usize, usize)> = None;
-    while ti < t.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
-            pi += 1;
-            ti += 1;
-        } else if pi < p.len() && p[pi] == '*' {
-            star = Some((pi, ti));
-            pi += 1;
-        } else if let Some((sp, st)) = star {
-            pi = sp + 1;
-            ti = st + 1;
-            star = Some((sp, st + 1));
-        } else {
-            return false;
-        }
-    }
-    p[pi..].iter().all(|&c| c == '*')
+    crate::wildcard::matches(pattern, text)
 }
 
 fn label_match(x: &[Rcvar]) -> Result<Rcvar, String> {
