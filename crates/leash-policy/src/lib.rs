@@ -18,6 +18,7 @@
 mod autogen;
 pub mod cel;
 mod conditions;
+pub mod config;
 mod engine;
 mod error;
 mod eval;
@@ -36,6 +37,7 @@ mod vars;
 pub mod vpol;
 pub mod wildcard;
 
+pub use config::{ConfigError, KyvernoConfig};
 pub use engine::{Document, Engine, base_rule};
 pub use error::{Error, Result};
 pub use eval::{Bindings, PolicyBindings, Prepared};
