@@ -59,6 +59,18 @@ impl Document {
     }
 }
 
+/// A compiled document behind an `Arc`, to put one policy into several
+/// engines (the whole set and the background subset) without a copy.
+#[derive(Debug, Clone)]
+pub enum Shared {
+    /// A `ClusterPolicy` / `Policy`.
+    Policy(Arc<Policy>),
+    /// A `ValidatingPolicy` / `NamespacedValidatingPolicy`.
+    ValidatingPolicy(Arc<ValidatingPolicy>),
+    /// A `PolicyException`.
+    Exception(Arc<Exception>),
+}
+
 /// Compiled policies, shared read-only by every evaluating thread.
 #[derive(Debug, Default, Clone)]
 pub struct Engine {
@@ -79,6 +91,15 @@ impl Engine {
             Document::Policy(p) => self.policies.push(Arc::new(p)),
             Document::ValidatingPolicy(p) => self.validating.push(Arc::new(p)),
             Document::Exception(e) => self.exceptions.push(Arc::new(e)),
+        }
+    }
+
+    /// Adds a shared compiled document.
+    pub fn add_shared(&mut self, doc: Shared) {
+        match doc {
+            Shared::Policy(p) => self.policies.push(p),
+            Shared::ValidatingPolicy(p) => self.validating.push(p),
+            Shared::Exception(e) => self.exceptions.push(e),
         }
     }
 

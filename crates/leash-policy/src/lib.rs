@@ -38,7 +38,7 @@ pub mod vpol;
 pub mod wildcard;
 
 pub use config::{ConfigError, KyvernoConfig};
-pub use engine::{Document, Engine, base_rule};
+pub use engine::{Document, Engine, Shared, base_rule};
 pub use error::{Error, Result};
 pub use eval::{Bindings, PolicyBindings, Prepared};
 pub use exception::Exception;

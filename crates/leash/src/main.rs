@@ -12,6 +12,7 @@ mod flag_tests;
 mod load_cmd;
 mod policy_cmd;
 mod sandbox_cmd;
+mod serve_cmd;
 
 use std::process::ExitCode;
 
@@ -37,11 +38,17 @@ enum Command {
     Apply(policy_cmd::apply::Args),
     /// Run Kyverno CLI tests (kyverno-test.yaml) against their policies and resources.
     Test(policy_cmd::test::Args),
+    /// Run the in-cluster engine: background scan and policy reports (Kyverno's reports controller).
+    Serve(serve_cmd::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing();
+    init_tracing(if matches!(cli.command, Command::Serve(_)) {
+        SERVE_LOG_FILTER
+    } else {
+        DEFAULT_LOG_FILTER
+    });
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -59,6 +66,7 @@ fn main() -> ExitCode {
             Command::Context(args) => context_cmd::run(args).await,
             Command::Test(args) => policy_cmd::test::run(args),
             Command::Apply(args) => policy_cmd::apply::run(args).await,
+            Command::Serve(args) => serve_cmd::run(args).await,
         }
     });
     // Everything the subcommands spawned is owned by scopes they joined; the
@@ -75,9 +83,13 @@ fn main() -> ExitCode {
 /// load`'s summary counts them), so its events are off unless `LEASH_LOG` says.
 const DEFAULT_LOG_FILTER: &str = "warn,kube_client::client::builder=off";
 
-fn init_tracing() {
+/// `leash serve` is long-running: its own components say what they do.
+const SERVE_LOG_FILTER: &str =
+    "warn,kube_client::client::builder=off,leash_controller=info,leash_webhook=info";
+
+fn init_tracing(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("LEASH_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -11,6 +11,38 @@ use crate::cli_error;
 /// Namespaces `--sandbox` spreads its generated objects over.
 const SANDBOX_NAMESPACES: usize = 4;
 
+/// The connection that `--server`/`--token`/`--insecure-skip-tls-verify`
+/// or `--kubeconfig`/`--context` describe (usage errors name the flag).
+pub(crate) fn remote_connection(
+    server: Option<&str>,
+    token: Option<String>,
+    insecure: bool,
+    kubeconfig: Option<std::path::PathBuf>,
+    context: Option<String>,
+) -> anyhow::Result<Connection> {
+    if let Some(server) = server {
+        let url: http::Uri = server
+            .parse()
+            .map_err(|e| cli_error::usage(format!("invalid --server URL {server:?}: {e}")))?;
+        if url.scheme().is_none() || url.host().is_none() {
+            return Err(cli_error::usage(format!(
+                "invalid --server URL {server:?}: expected http(s)://HOST[:PORT]"
+            )));
+        }
+        return Ok(Connection::Server {
+            url,
+            token,
+            insecure,
+        });
+    }
+    Ok(Connection::Kubeconfig {
+        path: kubeconfig,
+        context,
+        token,
+        insecure,
+    })
+}
+
 /// A client, and the sandbox it talks to if `--sandbox` started one.
 pub(crate) struct Connected {
     pub(crate) client: kube::Client,

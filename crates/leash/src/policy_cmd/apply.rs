@@ -206,27 +206,13 @@ fn connection(args: &Args) -> Result<Connection> {
             crds: (0, 0),
         });
     }
-    if let Some(server) = &args.server {
-        let url: http::Uri = server
-            .parse()
-            .map_err(|e| usage(format!("invalid --server URL {server:?}: {e}")))?;
-        if url.scheme().is_none() || url.host().is_none() {
-            return Err(usage(format!(
-                "invalid --server URL {server:?}: expected http(s)://HOST[:PORT]"
-            )));
-        }
-        return Ok(Connection::Server {
-            url,
-            token: args.token.clone(),
-            insecure: args.insecure_skip_tls_verify,
-        });
-    }
-    Ok(Connection::Kubeconfig {
-        path: args.kubeconfig.clone(),
-        context: args.context.clone(),
-        token: args.token.clone(),
-        insecure: args.insecure_skip_tls_verify,
-    })
+    crate::load_cmd::connect::remote_connection(
+        args.server.as_deref(),
+        args.token.clone(),
+        args.insecure_skip_tls_verify,
+        args.kubeconfig.clone(),
+        args.context.clone(),
+    )
 }
 
 async fn run_cluster(

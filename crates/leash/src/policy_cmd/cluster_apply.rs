@@ -17,9 +17,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Result;
-use leash_loader::{Catalog, KindSelection, LoadOptions, Loader, NamespaceSelection, ResolvedKind};
+use leash_controller::kinds::select_kinds;
+use leash_loader::{KindSelection, LoadOptions, Loader, NamespaceSelection};
 use leash_policy::{
-    Bindings, Engine, EvalRequest, Operation, RuleResult, Status, UserInfo, wildcard,
+    Bindings, Engine, EvalRequest, Operation, RuleResult, Status, UserInfo,
 };
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -36,67 +37,6 @@ pub(crate) struct ClusterSettings {
     pub namespaces: NamespaceSelection,
     pub list_concurrency: usize,
     pub page_size: u32,
-}
-
-/// The kinds served by the cluster that the policies match, and those they
-/// name that it does not serve.
-fn select_kinds(engine: &Engine, catalog: &Catalog) -> (Vec<Arc<ResolvedKind>>, Vec<String>) {
-    let mut chosen: Vec<Arc<ResolvedKind>> = Vec::new();
-    let mut not_served = Vec::new();
-    let mut add = |k: &Arc<ResolvedKind>| {
-        if k.is_listable()
-            && !chosen
-                .iter()
-                .any(|c| c.group == k.group && c.plural == k.plural)
-        {
-            chosen.push(k.clone());
-        }
-    };
-    for policy in engine.policies() {
-        for selector in policy.matched_kinds() {
-            let parts: Vec<&str> = selector.split('/').collect();
-            let (g, v, kind) = match parts.as_slice() {
-                [k] => ("*", "*", *k),
-                [v, k] => ("*", *v, *k),
-                [g, v, k, ..] => (*g, *v, *k),
-                [] => continue,
-            };
-            let hits: Vec<&Arc<ResolvedKind>> = catalog
-                .kinds()
-                .iter()
-                .filter(|c| {
-                    wildcard::matches(g, &c.group)
-                        && wildcard::matches(v, &c.version)
-                        && wildcard::matches(kind, &c.kind)
-                })
-                .filter(|c| !c.is_event() || kind != "*")
-                .collect();
-            if hits.is_empty() {
-                not_served.push(format!("{} (policy {})", selector, policy.key()));
-            }
-            for h in hits {
-                add(h);
-            }
-        }
-    }
-    for vpol in engine.validating_policies() {
-        for (g, _v, plural) in vpol.matched_resources() {
-            let hits: Vec<&Arc<ResolvedKind>> = catalog
-                .kinds()
-                .iter()
-                .filter(|c| (g == "*" || g == c.group) && (plural == "*" || plural == c.plural))
-                .collect();
-            if hits.is_empty() {
-                not_served.push(format!("{plural}.{g} (policy {})", vpol.name()));
-            }
-            for h in hits {
-                add(h);
-            }
-        }
-    }
-    not_served.sort();
-    not_served.dedup();
-    (chosen, not_served)
 }
 
 /// A resource reference kept with its results (the object itself is dropped).

@@ -18,6 +18,7 @@ mod serve;
 use std::process::ExitCode;
 
 pub(crate) use flags::Args;
+pub(crate) use serve::{Signals, write_kubeconfig};
 
 /// Run `leash sandbox` with `args`.
 pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {

@@ -118,7 +118,7 @@ async fn shutdown(sandbox: Sandbox) -> anyhow::Result<()> {
 }
 
 /// Write `yaml` to `path`, readable by the owner only (it may hold a token).
-fn write_kubeconfig(path: &Path, yaml: &str) -> anyhow::Result<()> {
+pub(crate) fn write_kubeconfig(path: &Path, yaml: &str) -> anyhow::Result<()> {
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create(true).truncate(true);
     #[cfg(unix)]
@@ -236,7 +236,7 @@ fn error_chain(err: &dyn std::error::Error) -> String {
 /// SIGINT and SIGTERM, listened to from before the URL is announced, so a
 /// signal sent as soon as the URL is read is handled gracefully rather than
 /// killing the process.
-struct Signals {
+pub(crate) struct Signals {
     #[cfg(unix)]
     interrupt: tokio::signal::unix::Signal,
     #[cfg(unix)]
@@ -245,7 +245,7 @@ struct Signals {
 
 impl Signals {
     /// Install the handlers (they stay installed for the process).
-    fn install() -> std::io::Result<Signals> {
+    pub(crate) fn install() -> std::io::Result<Signals> {
         #[cfg(unix)]
         {
             use tokio::signal::unix::{SignalKind, signal};
@@ -265,7 +265,7 @@ impl Signals {
     /// # Cancel safety
     /// Cancel safe: a signal that arrives while nobody waits is kept and
     /// returned by the next call.
-    async fn recv(&mut self) -> &'static str {
+    pub(crate) async fn recv(&mut self) -> &'static str {
         #[cfg(unix)]
         {
             tokio::select! {

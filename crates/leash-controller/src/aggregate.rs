@@ -1,0 +1,494 @@
+//! The aggregate report controller: ephemeral reports (from the background
+//! scan and the admission webhook) folded into one `PolicyReport` /
+//! `ClusterPolicyReport` per resource, then deleted; and the periodic
+//! cleanup of results whose policy or rule is gone and of reports whose
+//! resource is gone.
+//!
+//! Seed 000 (Kyverno #17035): Kyverno's `NewController` started an endless
+//! cleanup goroutine, one more per leader-election change. Here
+//! [`Aggregator::new`] only stores its inputs; the cleanup is an [`Every`]
+//! inside [`Aggregator::run`], in the run's scope, so it ends when the run's
+//! token is cancelled and the run has joined it before returning.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use leash_report::{self as report, Owner};
+use leash_runtime::{Every, Scope, ScopeError};
+use serde_json::Value;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::cache::{Cache, KindStore};
+use crate::metrics::{Metrics, Running};
+use crate::queue::WorkQueue;
+use crate::sources::PolicySet;
+use crate::watch::{Change, WatchScope, watch_into};
+use crate::writer::{self, Breaker, WriteError};
+
+/// The report kind for a resource's namespace.
+fn report_kind(namespace: &str) -> &'static str {
+    if namespace.is_empty() {
+        "ClusterPolicyReport"
+    } else {
+        "PolicyReport"
+    }
+}
+
+/// `(namespace, uid)`: one resource's reports.
+type UidKey = (String, String);
+/// `(kind, namespace, name)` of an ephemeral report.
+type EphKey = (String, String, String);
+
+/// What the scan and the aggregate controller share: the reports that
+/// exist (mirrored by watches) and the resources deleted whose reports must
+/// go. Built empty; filled by [`Aggregator::run`].
+#[derive(Debug)]
+pub struct ReportIndex {
+    ephemeral: Arc<KindStore>,
+    cluster_ephemeral: Arc<KindStore>,
+    reports: Arc<KindStore>,
+    cluster_reports: Arc<KindStore>,
+    by_uid: Mutex<HashMap<String, BTreeSet<EphKey>>>,
+    deleted: Mutex<HashMap<String, Owner>>,
+    queue: WorkQueue<UidKey>,
+}
+
+impl Default for ReportIndex {
+    fn default() -> Self {
+        ReportIndex::new()
+    }
+}
+
+impl ReportIndex {
+    /// An empty index.
+    pub fn new() -> ReportIndex {
+        ReportIndex {
+            ephemeral: Arc::new(KindStore::new(writer::ephemeral_resource(), true)),
+            cluster_ephemeral: Arc::new(KindStore::new(writer::cluster_ephemeral_resource(), false)),
+            reports: Arc::new(KindStore::new(writer::report_resource(), true)),
+            cluster_reports: Arc::new(KindStore::new(writer::cluster_report_resource(), false)),
+            by_uid: Mutex::new(HashMap::new()),
+            deleted: Mutex::new(HashMap::new()),
+            queue: WorkQueue::new(),
+        }
+    }
+
+    fn report_store(&self, namespace: &str) -> &Arc<KindStore> {
+        if namespace.is_empty() {
+            &self.cluster_reports
+        } else {
+            &self.reports
+        }
+    }
+
+    fn eph_store(&self, kind: &str) -> &Arc<KindStore> {
+        if kind == "ClusterEphemeralReport" {
+            &self.cluster_ephemeral
+        } else {
+            &self.ephemeral
+        }
+    }
+
+    /// The policy report of a resource, as last seen.
+    pub fn report(&self, namespace: &str, uid: &str) -> Option<Arc<Value>> {
+        self.report_store(namespace).get(namespace, uid)
+    }
+
+    /// Whether a resource has a policy report or pending ephemeral reports.
+    pub fn has_reports(&self, namespace: &str, uid: &str) -> bool {
+        self.report(namespace, uid).is_some() || self.has_ephemeral(uid, uid)
+    }
+
+    /// Whether an ephemeral report of that name exists for the resource.
+    pub fn has_ephemeral(&self, uid: &str, name: &str) -> bool {
+        self.by_uid
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(uid)
+            .is_some_and(|s| s.iter().any(|(_, _, n)| n == name))
+    }
+
+    /// The resource is gone: its reports go too.
+    pub fn resource_deleted(&self, owner: Owner) {
+        let key = (owner.namespace.clone(), owner.uid.clone());
+        self.deleted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(owner.uid.clone(), owner);
+        self.queue.add(key);
+    }
+
+    /// Every policy report, as last seen.
+    pub fn all_reports(&self) -> Vec<Arc<Value>> {
+        let mut v = self.reports.list("");
+        v.extend(self.cluster_reports.list(""));
+        v
+    }
+
+    /// Ephemeral reports known now.
+    pub fn ephemeral_count(&self) -> usize {
+        self.ephemeral.len() + self.cluster_ephemeral.len()
+    }
+
+    fn track(&self, eph: &Value, present: bool) -> Option<UidKey> {
+        let uid = eph["metadata"]["labels"][report::LABEL_RESOURCE_UID].as_str()?;
+        let key = (
+            eph["kind"].as_str().unwrap_or("").to_string(),
+            eph["metadata"]["namespace"].as_str().unwrap_or("").to_string(),
+            eph["metadata"]["name"].as_str().unwrap_or("").to_string(),
+        );
+        let mut by_uid = self.by_uid.lock().unwrap_or_else(|e| e.into_inner());
+        let set = by_uid.entry(uid.to_string()).or_default();
+        if present {
+            set.insert(key.clone());
+        } else {
+            set.remove(&key);
+            if set.is_empty() {
+                by_uid.remove(uid);
+            }
+        }
+        Some((key.1, uid.to_string()))
+    }
+
+    fn untrack(&self, uid: &str, key: &EphKey) -> bool {
+        let mut by_uid = self.by_uid.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(set) = by_uid.get_mut(uid) else {
+            return false;
+        };
+        let was = set.remove(key);
+        if set.is_empty() {
+            by_uid.remove(uid);
+        }
+        was
+    }
+
+    fn ephemerals_of(&self, uid: &str) -> Vec<(EphKey, Arc<Value>)> {
+        let keys: Vec<EphKey> = self
+            .by_uid
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(uid)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default();
+        keys.into_iter()
+            .filter_map(|k| {
+                let v = self.eph_store(&k.0).get(&k.1, &k.2)?;
+                Some((k, v))
+            })
+            .collect()
+    }
+}
+
+/// How the aggregate controller works.
+#[derive(Debug, Clone)]
+pub struct AggregateSettings {
+    /// Concurrent report writers.
+    pub workers: usize,
+    /// How often results of deleted policies and reports of deleted
+    /// resources are removed.
+    pub cleanup_interval: Duration,
+}
+
+impl Default for AggregateSettings {
+    fn default() -> Self {
+        AggregateSettings {
+            workers: 4,
+            cleanup_interval: Duration::from_secs(60),
+        }
+    }
+}
+
+/// See the module docs.
+pub struct Aggregator {
+    client: kube::Client,
+    policies: watch::Receiver<Arc<PolicySet>>,
+    live: Arc<Cache>,
+    index: Arc<ReportIndex>,
+    breaker: Arc<Breaker>,
+    metrics: Arc<Metrics>,
+    settings: AggregateSettings,
+}
+
+impl Aggregator {
+    /// A controller; starts nothing (seed 000: `NewController`).
+    pub fn new(
+        client: kube::Client,
+        policies: watch::Receiver<Arc<PolicySet>>,
+        live: Arc<Cache>,
+        index: Arc<ReportIndex>,
+        breaker: Arc<Breaker>,
+        metrics: Arc<Metrics>,
+        settings: AggregateSettings,
+    ) -> Aggregator {
+        Aggregator {
+            client,
+            policies,
+            live,
+            index,
+            breaker,
+            metrics,
+            settings,
+        }
+    }
+
+    /// Watches the reports, merges, and cleans up until `token` is
+    /// cancelled; returns after every task it started has ended.
+    pub async fn run(self, token: CancellationToken) -> Result<(), ScopeError> {
+        let scope = Scope::with_parent_token(&token);
+        let this = Arc::new(self);
+        for store in [
+            this.index.ephemeral.clone(),
+            this.index.cluster_ephemeral.clone(),
+            this.index.reports.clone(),
+            this.index.cluster_reports.clone(),
+        ] {
+            let this = this.clone();
+            let token = scope.token().clone();
+            scope.spawn(format!("watch {}", store.resource.plural), async move {
+                let is_eph = store.resource.group == "reports.kyverno.io";
+                let resource = store.resource.clone();
+                let plural = resource.plural.clone();
+                watch_into(
+                    this.client.clone(),
+                    resource,
+                    WatchScope::default(),
+                    store,
+                    token,
+                    |change| {
+                        if !is_eph {
+                            return;
+                        }
+                        match change {
+                            Change::Applied(v) => {
+                                if let Some(k) = this.index.track(&v, true) {
+                                    this.index.queue.add(k);
+                                }
+                            }
+                            Change::Deleted(v) => {
+                                this.index.track(&v, false);
+                            }
+                            Change::Listed { removed } => {
+                                for v in removed {
+                                    this.index.track(&v, false);
+                                }
+                                if this.index.ephemeral.is_synced()
+                                    && this.index.cluster_ephemeral.is_synced()
+                                {
+                                    this.breaker.set_used(this.index.ephemeral_count());
+                                }
+                            }
+                        }
+                    },
+                    |e| {
+                        this.metrics.api_errors.inc();
+                        tracing::debug!("watching {plural}: {e}");
+                    },
+                )
+                .await;
+                Ok::<(), std::convert::Infallible>(())
+            });
+        }
+        for n in 0..this.settings.workers.max(1) {
+            let this = this.clone();
+            let token = scope.token().clone();
+            scope.spawn(format!("aggregate worker {n}"), async move {
+                while let Some(key) = this.index.queue.next(&token).await {
+                    this.metrics
+                        .aggregate_queue_depth
+                        .set(this.index.queue.len() as i64);
+                    match this.process(&key, &token).await {
+                        Ok(()) => this.index.queue.done(&key),
+                        Err(WriteError::Cancelled) => break,
+                        Err(e) => {
+                            this.metrics.api_errors.inc();
+                            let delay = this.index.queue.retry(&key);
+                            tracing::debug!("report of {}/{}: {e}; retry in {delay:?}", key.0, key.1);
+                        }
+                    }
+                }
+                Ok::<(), std::convert::Infallible>(())
+            });
+        }
+        {
+            let this = this.clone();
+            let token = scope.token().clone();
+            let interval = this.settings.cleanup_interval;
+            scope.spawn("report cleanup", async move {
+                let _running = Running::start(&this.metrics.cleanup_loops);
+                Every::new(interval, || {
+                    let this = this.clone();
+                    let token = token.clone();
+                    async move { this.cleanup(&token).await }
+                })
+                .jitter(0.1)
+                .immediate(false)
+                .run(token.clone())
+                .await;
+                Ok::<(), std::convert::Infallible>(())
+            });
+        }
+        token.cancelled().await;
+        scope.shutdown().await
+    }
+
+    /// Folds a resource's ephemeral reports into its policy report.
+    async fn process(&self, key: &UidKey, token: &CancellationToken) -> Result<(), WriteError> {
+        let (namespace, uid) = key;
+        let gone = self
+            .index
+            .deleted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(uid);
+        if let Some(owner) = gone {
+            if let Err(e) = self.delete_all(&owner, token).await {
+                self.index
+                    .deleted
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(uid.clone(), owner);
+                return Err(e);
+            }
+            return Ok(());
+        }
+        let mut ephs = self.index.ephemerals_of(uid);
+        if ephs.is_empty() {
+            return Ok(());
+        }
+        ephs.sort_by_key(|(_, v)| {
+            (
+                v["metadata"]["creationTimestamp"].as_str().unwrap_or("").to_string(),
+                v["metadata"]["resourceVersion"]
+                    .as_str()
+                    .and_then(|s| s.parse::<u64>().ok())
+                    .unwrap_or(0),
+            )
+        });
+        let Some(owner) = owner_of_ephemeral(&ephs[ephs.len() - 1].1) else {
+            return Ok(());
+        };
+        let existing = self.index.report(namespace, uid);
+        let docs: Vec<&Value> = ephs.iter().map(|(_, v)| &**v).collect();
+        let merged = report::merge(&owner, existing.as_deref(), &docs);
+        if report::report_results(&merged).is_empty() {
+            if existing.is_some() {
+                writer::delete(&self.client, report_kind(namespace), namespace, uid, None, token)
+                    .await?;
+                self.index.report_store(namespace).remove(namespace, uid);
+                self.metrics.policy_reports_deleted.inc();
+            }
+        } else if existing
+            .as_deref()
+            .is_none_or(|e| !report::same_results(e, &merged))
+        {
+            let stored = writer::put(&self.client, merged, token).await?;
+            self.index
+                .report_store(namespace)
+                .put_if_newer(namespace, uid, stored.raw);
+            self.metrics.policy_reports_written.inc();
+        }
+        for (k, v) in ephs {
+            let rv = v["metadata"]["resourceVersion"].as_str().map(str::to_string);
+            if writer::delete(&self.client, &k.0, &k.1, &k.2, rv, token).await?
+                && self.index.untrack(uid, &k)
+            {
+                self.index.eph_store(&k.0).remove(&k.1, &k.2);
+                self.breaker.release(1);
+            }
+        }
+        Ok(())
+    }
+
+    async fn delete_all(&self, owner: &Owner, token: &CancellationToken) -> Result<(), WriteError> {
+        let ns = &owner.namespace;
+        if self.index.report(ns, &owner.uid).is_some() {
+            writer::delete(&self.client, report_kind(ns), ns, &owner.uid, None, token).await?;
+            self.index.report_store(ns).remove(ns, &owner.uid);
+            self.metrics.policy_reports_deleted.inc();
+        }
+        for (k, _) in self.index.ephemerals_of(&owner.uid) {
+            writer::delete(&self.client, &k.0, &k.1, &k.2, None, token).await?;
+            if self.index.untrack(&owner.uid, &k) {
+                self.index.eph_store(&k.0).remove(&k.1, &k.2);
+                self.breaker.release(1);
+            }
+        }
+        Ok(())
+    }
+
+    /// One cleanup pass: results of policies or rules that no longer
+    /// exist, reports of resources that no longer exist.
+    async fn cleanup(&self, token: &CancellationToken) {
+        let set = self.policies.borrow().clone();
+        if set.generation == 0 {
+            return; // policies not read yet: nothing can be judged stale
+        }
+        for rep in self.index.all_reports() {
+            if token.is_cancelled() {
+                return;
+            }
+            let Some(owner) = report::report_owner(&rep) else {
+                continue;
+            };
+            let key = (owner.api_version.clone(), owner.kind.clone());
+            let resource_gone = self.live.get_store(&key).is_some_and(|s| {
+                s.is_synced()
+                    && s.get(&owner.namespace, &owner.name)
+                        .is_none_or(|o| o["metadata"]["uid"].as_str() != Some(&owner.uid))
+            });
+            let result = if resource_gone {
+                self.index.resource_deleted(owner);
+                continue;
+            } else if let Some(pruned) = report::prune(&rep, |p, r| set.has_rule(p, r)) {
+                if report::report_results(&pruned).is_empty() {
+                    let ns = &owner.namespace;
+                    let r = writer::delete(&self.client, report_kind(ns), ns, &owner.uid, None, token)
+                        .await;
+                    if r.is_ok() {
+                        self.index.report_store(ns).remove(ns, &owner.uid);
+                        self.metrics.policy_reports_deleted.inc();
+                    }
+                    r.map(|_| ())
+                } else {
+                    let ns = owner.namespace.clone();
+                    writer::put(&self.client, pruned, token).await.map(|stored| {
+                        self.index
+                            .report_store(&ns)
+                            .put_if_newer(&ns, &owner.uid, stored.raw);
+                        self.metrics.policy_reports_written.inc();
+                    })
+                }
+            } else {
+                Ok(())
+            };
+            if let Err(e) = result {
+                // A conflict or an API error: the next pass tries again.
+                self.metrics.api_errors.inc();
+                tracing::debug!("cleanup of the report of {}: {e}", owner.display());
+            }
+        }
+    }
+}
+
+/// The resource an ephemeral report is about (`spec.owner` plus the
+/// report's namespace).
+fn owner_of_ephemeral(eph: &Value) -> Option<Owner> {
+    let o = &eph["spec"]["owner"];
+    let s = |v: &Value| v.as_str().unwrap_or("").to_string();
+    let owner = Owner {
+        api_version: s(&o["apiVersion"]),
+        kind: s(&o["kind"]),
+        namespace: s(&eph["metadata"]["namespace"]),
+        name: s(&o["name"]),
+        uid: s(&o["uid"]),
+    };
+    (!owner.uid.is_empty()).then_some(owner)
+}
+
+impl std::fmt::Debug for Aggregator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Aggregator").finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,241 @@
+//! The objects the watchers keep: one store per kind, shared read-only by
+//! the workers, the admission webhook and the engine's lookups.
+//!
+//! A store maps `(namespace, name)` to an `Arc<Value>`: an update replaces
+//! the `Arc`, nobody ever writes into a stored object (seed 000: background
+//! scan goroutines wrote into one shared map of the informer cache). Locks
+//! are `std::sync::RwLock`s held only to clone an `Arc` out or swap one in,
+//! never across an await (house rule 5).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+
+use kube::core::ApiResource;
+use leash_policy::ClusterData;
+use serde_json::Value;
+
+/// `(apiVersion, kind)` of a watched kind.
+pub type KindKey = (String, String);
+
+/// The key of a kind's resource: `(apiVersion, kind)`.
+pub fn kind_key(ar: &ApiResource) -> KindKey {
+    (ar.api_version.clone(), ar.kind.clone())
+}
+
+/// The objects of one kind.
+#[derive(Debug)]
+pub struct KindStore {
+    /// The kind's resource.
+    pub resource: ApiResource,
+    /// Namespaced (true) or cluster-scoped.
+    pub namespaced: bool,
+    objects: RwLock<HashMap<(String, String), Arc<Value>>>,
+    synced: AtomicBool,
+}
+
+impl KindStore {
+    /// An empty store.
+    pub fn new(resource: ApiResource, namespaced: bool) -> KindStore {
+        KindStore {
+            resource,
+            namespaced,
+            objects: RwLock::new(HashMap::new()),
+            synced: AtomicBool::new(false),
+        }
+    }
+
+    /// One object.
+    pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<Value>> {
+        let map = self.objects.read().unwrap_or_else(|e| e.into_inner());
+        map.get(&(namespace.to_string(), name.to_string())).cloned()
+    }
+
+    /// Stores (or replaces) an object.
+    pub fn put(&self, namespace: &str, name: &str, object: Arc<Value>) {
+        let mut map = self.objects.write().unwrap_or_else(|e| e.into_inner());
+        map.insert((namespace.to_string(), name.to_string()), object);
+    }
+
+    /// Stores an object unless the store holds a newer version of it (by
+    /// numeric resourceVersion): a watch event that trails a write this
+    /// process made must not put the older version back.
+    pub fn put_if_newer(&self, namespace: &str, name: &str, object: Arc<Value>) {
+        let rv = |v: &Value| {
+            v["metadata"]["resourceVersion"]
+                .as_str()
+                .and_then(|s| s.parse::<u64>().ok())
+        };
+        let mut map = self.objects.write().unwrap_or_else(|e| e.into_inner());
+        let key = (namespace.to_string(), name.to_string());
+        if let Some(old) = map.get(&key)
+            && let (Some(old_rv), Some(new_rv)) = (rv(old), rv(&object))
+            && new_rv < old_rv
+        {
+            return;
+        }
+        map.insert(key, object);
+    }
+
+    /// Removes an object.
+    pub fn remove(&self, namespace: &str, name: &str) -> Option<Arc<Value>> {
+        let mut map = self.objects.write().unwrap_or_else(|e| e.into_inner());
+        map.remove(&(namespace.to_string(), name.to_string()))
+    }
+
+    /// Replaces every object (a watcher's re-list).
+    pub fn replace_all(&self, objects: HashMap<(String, String), Arc<Value>>) {
+        let mut map = self.objects.write().unwrap_or_else(|e| e.into_inner());
+        *map = objects;
+    }
+
+    /// Every object of a namespace ("" for all).
+    pub fn list(&self, namespace: &str) -> Vec<Arc<Value>> {
+        let map = self.objects.read().unwrap_or_else(|e| e.into_inner());
+        map.iter()
+            .filter(|((ns, _), _)| namespace.is_empty() || ns == namespace)
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+
+    /// Every object's `(namespace, name)`.
+    pub fn keys(&self) -> Vec<(String, String)> {
+        let map = self.objects.read().unwrap_or_else(|e| e.into_inner());
+        map.keys().cloned().collect()
+    }
+
+    /// How many objects the store holds.
+    pub fn len(&self) -> usize {
+        self.objects.read().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Whether the store is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether the first list has been stored.
+    pub fn is_synced(&self) -> bool {
+        self.synced.load(Ordering::Acquire)
+    }
+
+    /// Marks the first list stored.
+    pub fn mark_synced(&self) {
+        self.synced.store(true, Ordering::Release);
+    }
+}
+
+/// Every watched kind's store.
+#[derive(Debug, Default)]
+pub struct Cache {
+    kinds: RwLock<HashMap<KindKey, Arc<KindStore>>>,
+}
+
+impl Cache {
+    /// An empty cache.
+    pub fn new() -> Cache {
+        Cache::default()
+    }
+
+    /// The store of a kind, created empty if new.
+    pub fn store(&self, resource: &ApiResource, namespaced: bool) -> Arc<KindStore> {
+        let key = kind_key(resource);
+        if let Some(s) = self.kinds.read().unwrap_or_else(|e| e.into_inner()).get(&key) {
+            return s.clone();
+        }
+        let mut kinds = self.kinds.write().unwrap_or_else(|e| e.into_inner());
+        kinds
+            .entry(key)
+            .or_insert_with(|| Arc::new(KindStore::new(resource.clone(), namespaced)))
+            .clone()
+    }
+
+    /// The store of a kind, if watched.
+    pub fn get_store(&self, key: &KindKey) -> Option<Arc<KindStore>> {
+        self.kinds
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+            .cloned()
+    }
+
+    /// Drops a kind's store (its watcher stopped).
+    pub fn drop_store(&self, key: &KindKey) {
+        self.kinds
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
+    }
+
+    /// Every store.
+    pub fn stores(&self) -> Vec<Arc<KindStore>> {
+        self.kinds
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// The store for an `apiVersion` and a kind or plural (`Pod`, `pods`).
+    fn find(&self, api_version: &str, resource: &str) -> Option<Arc<KindStore>> {
+        let kinds = self.kinds.read().unwrap_or_else(|e| e.into_inner());
+        kinds
+            .values()
+            .find(|s| {
+                (api_version.is_empty() || s.resource.api_version == api_version)
+                    && (s.resource.kind == resource || s.resource.plural == resource)
+            })
+            .cloned()
+    }
+
+    /// The labels of a namespace, when namespaces are watched.
+    pub fn namespace(&self, name: &str) -> Option<Arc<Value>> {
+        self.find("v1", "Namespace")?.get("", name)
+    }
+}
+
+impl ClusterData for Cache {
+    fn get(
+        &self,
+        api_version: &str,
+        resource: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Arc<Value>> {
+        self.find(api_version, resource)?.get(namespace, name)
+    }
+
+    fn list(&self, api_version: &str, resource: &str, namespace: &str) -> Vec<Arc<Value>> {
+        self.find(api_version, resource)
+            .map(|s| s.list(namespace))
+            .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::object::api_resource;
+
+    #[test]
+    fn stores_by_kind_and_answers_lookups_by_kind_or_plural() {
+        let cache = Cache::new();
+        let pods = cache.store(&api_resource("", "v1", "Pod", "pods"), true);
+        let again = cache.store(&api_resource("", "v1", "Pod", "pods"), true);
+        assert!(Arc::ptr_eq(&pods, &again));
+        pods.put("a", "p", Arc::new(json!({"kind": "Pod"})));
+        assert!(cache.get("v1", "pods", "a", "p").is_some());
+        assert!(cache.get("v1", "Pod", "a", "p").is_some());
+        assert!(cache.get("apps/v1", "pods", "a", "p").is_none());
+        assert_eq!(cache.list("", "pods", "").len(), 1);
+        assert_eq!(cache.list("", "pods", "b").len(), 0);
+        let ns = cache.store(&api_resource("", "v1", "Namespace", "namespaces"), false);
+        ns.put("", "a", Arc::new(json!({"metadata": {"labels": {"x": "y"}}})));
+        assert_eq!(cache.namespace("a").unwrap()["metadata"]["labels"]["x"], "y");
+        cache.drop_store(&kind_key(&pods.resource));
+        assert!(cache.get("v1", "pods", "a", "p").is_none());
+    }
+}

@@ -1,0 +1,137 @@
+//! Objects as kube-rs resources over their raw JSON.
+//!
+//! The engine evaluates `serde_json::Value`s; kube's `DynamicObject` keeps
+//! everything but `metadata` in a `Value` too but would be converted back
+//! for every evaluation. [`Object`] is parsed once: the whole document
+//! stays shared and immutable (`Arc<Value>`, house rule 9), the parsed
+//! `ObjectMeta` beside it is what kube's watcher needs.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Resource;
+use kube::core::{ApiResource, DynamicResourceScope};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
+
+/// An object of any kind: its document, and its parsed metadata.
+#[derive(Debug, Clone)]
+pub struct Object {
+    /// `metadata`, parsed.
+    pub meta: ObjectMeta,
+    /// The whole document.
+    pub raw: Arc<Value>,
+}
+
+impl Object {
+    /// Wraps a document (its `metadata` must parse).
+    pub fn from_value(raw: Value) -> Result<Object, serde_json::Error> {
+        let meta = match raw.get("metadata") {
+            Some(m) => ObjectMeta::deserialize(m)?,
+            None => ObjectMeta::default(),
+        };
+        Ok(Object {
+            meta,
+            raw: Arc::new(raw),
+        })
+    }
+
+    /// `metadata.uid`, or "".
+    pub fn uid(&self) -> &str {
+        self.meta.uid.as_deref().unwrap_or("")
+    }
+
+    /// `metadata.name`, or "".
+    pub fn name(&self) -> &str {
+        self.meta.name.as_deref().unwrap_or("")
+    }
+
+    /// `metadata.namespace`, or "".
+    pub fn namespace(&self) -> &str {
+        self.meta.namespace.as_deref().unwrap_or("")
+    }
+
+    /// `metadata.resourceVersion` as a number, when it is one (the sandbox's
+    /// and etcd's are); 0 otherwise.
+    pub fn resource_version(&self) -> u64 {
+        self.meta
+            .resource_version
+            .as_deref()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Object {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = Value::deserialize(d)?;
+        Object::from_value(raw).map_err(serde::de::Error::custom)
+    }
+}
+
+impl Serialize for Object {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.raw.serialize(s)
+    }
+}
+
+impl Resource for Object {
+    type DynamicType = ApiResource;
+    type Scope = DynamicResourceScope;
+
+    fn kind(dt: &ApiResource) -> Cow<'_, str> {
+        Cow::from(&dt.kind)
+    }
+    fn group(dt: &ApiResource) -> Cow<'_, str> {
+        Cow::from(&dt.group)
+    }
+    fn version(dt: &ApiResource) -> Cow<'_, str> {
+        Cow::from(&dt.version)
+    }
+    fn api_version(dt: &ApiResource) -> Cow<'_, str> {
+        Cow::from(&dt.api_version)
+    }
+    fn plural(dt: &ApiResource) -> Cow<'_, str> {
+        Cow::from(&dt.plural)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.meta
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.meta
+    }
+}
+
+/// An `ApiResource` from its parts.
+pub fn api_resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource {
+        group: group.into(),
+        version: version.into(),
+        api_version: if group.is_empty() {
+            version.into()
+        } else {
+            format!("{group}/{version}")
+        },
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_metadata_once_and_keeps_the_document() {
+        let v = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "a", "namespace": "n", "uid": "u", "resourceVersion": "42"},
+            "spec": {"x": 1}});
+        let o: Object = serde_json::from_value(v.clone()).unwrap();
+        assert_eq!((o.name(), o.namespace(), o.uid()), ("a", "n", "u"));
+        assert_eq!(o.resource_version(), 42);
+        assert_eq!(*o.raw, v);
+        assert_eq!(serde_json::to_value(&o).unwrap(), v);
+        assert!(serde_json::from_value::<Object>(serde_json::json!({"metadata": {"name": 3}})).is_err());
+    }
+}

@@ -1,0 +1,489 @@
+//! The background scan: watches every kind a background policy matches,
+//! evaluates each resource when it or the policies change and on every
+//! `interval`, and writes one background-scan ephemeral report per resource.
+//!
+//! - Watchers are started and stopped as the policies' kinds change; each
+//!   runs in its own child scope, kept in a map with an identity so that a
+//!   watcher that ended is replaced (house rule 8).
+//! - Work is a deduplicating queue of object keys ([`WorkQueue`]) drained by
+//!   a fixed set of workers: a burst of changes to one object is evaluated
+//!   once, and one object is never evaluated by two workers at once.
+//! - Workers read shared, immutable objects (`Arc<Value>`) and compiled
+//!   policies; nothing is written into either (seed 000: the scan's
+//!   goroutines wrote into one shared map from the informer cache).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kube::core::ApiResource;
+use leash_loader::{Catalog, LoadOptions, Loader};
+use leash_policy::{Bindings, EvalRequest, KyvernoConfig, Operation, UserInfo};
+use leash_report::{self as report, Owner, PolicyMeta, ReportSource};
+use leash_runtime::{Every, Scope, ScopeError};
+use serde_json::Value;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::aggregate::ReportIndex;
+use crate::cache::{Cache, KindKey, kind_key};
+use crate::kinds::select_kinds;
+use crate::metrics::{Metrics, Running};
+use crate::object::api_resource;
+use crate::queue::WorkQueue;
+use crate::sources::PolicySet;
+use crate::watch::{Change, WatchScope, watch_into};
+use crate::writer::{self, Breaker, WriteError};
+
+/// A unit of scan work.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Work {
+    /// Evaluate one object (as it is in the cache when the worker gets it).
+    Object(KindKey, String, String),
+    /// An object was deleted: its reports go.
+    Gone(Owner),
+}
+
+/// How the scan works.
+#[derive(Debug, Clone)]
+pub struct ScanSettings {
+    /// Concurrent evaluating workers.
+    pub workers: usize,
+    /// Full rescan period (`--background-scan-interval`).
+    pub interval: Duration,
+}
+
+impl Default for ScanSettings {
+    fn default() -> Self {
+        ScanSettings {
+            workers: 8,
+            interval: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// Evaluates one object with the background policies: the report results.
+/// Pure (no I/O): what the workers run, and what tests compare.
+pub fn evaluate_object(
+    set: &PolicySet,
+    config: &KyvernoConfig,
+    cache: &Cache,
+    object: &Arc<Value>,
+    now: u64,
+) -> Vec<Value> {
+    let kind = object["kind"].as_str().unwrap_or("");
+    let ns = object["metadata"]["namespace"].as_str().unwrap_or("");
+    let name = object["metadata"]["name"].as_str().unwrap_or("");
+    if config.is_filtered(kind, ns, name) {
+        return Vec::new();
+    }
+    let namespace_object = if ns.is_empty() {
+        None
+    } else {
+        cache.namespace(ns)
+    };
+    let namespace_labels = namespace_object.as_ref().map(|n| {
+        n["metadata"]["labels"]
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
+                    .collect::<BTreeMap<_, _>>()
+            })
+            .unwrap_or_default()
+    });
+    let req = EvalRequest {
+        object: object.clone(),
+        old_object: None,
+        operation: Operation::Background,
+        user_info: UserInfo::default(),
+        namespace_labels,
+        namespace_object,
+    };
+    set.background
+        .evaluate(req, cache, &Bindings::default())
+        .iter()
+        .map(|r| report::result_entry(r, &PolicyMeta::of(&set.engine, &r.policy), now))
+        .collect()
+}
+
+fn now_seconds() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// See the module docs.
+pub struct BackgroundScan {
+    client: kube::Client,
+    policies: watch::Receiver<Arc<PolicySet>>,
+    config: watch::Receiver<Arc<KyvernoConfig>>,
+    cache: Arc<Cache>,
+    index: Arc<ReportIndex>,
+    breaker: Arc<Breaker>,
+    metrics: Arc<Metrics>,
+    settings: ScanSettings,
+    synced: watch::Sender<bool>,
+}
+
+struct Watcher {
+    scope: Scope,
+    id: u64,
+}
+
+impl BackgroundScan {
+    /// A scan; starts nothing.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        client: kube::Client,
+        policies: watch::Receiver<Arc<PolicySet>>,
+        config: watch::Receiver<Arc<KyvernoConfig>>,
+        cache: Arc<Cache>,
+        index: Arc<ReportIndex>,
+        breaker: Arc<Breaker>,
+        metrics: Arc<Metrics>,
+        settings: ScanSettings,
+    ) -> BackgroundScan {
+        BackgroundScan {
+            client,
+            policies,
+            config,
+            cache,
+            index,
+            breaker,
+            metrics,
+            settings,
+            synced: watch::Sender::new(false),
+        }
+    }
+
+    /// True once the policies were read and every watched kind listed.
+    pub fn synced(&self) -> watch::Receiver<bool> {
+        self.synced.subscribe()
+    }
+
+    /// Scans until `token` is cancelled; returns after every task it
+    /// started has ended.
+    pub async fn run(mut self, token: CancellationToken) -> Result<(), ScopeError> {
+        let scope = Scope::with_parent_token(&token);
+        let queue: Arc<WorkQueue<Work>> = Arc::new(WorkQueue::new());
+        let (ended_tx, mut ended_rx) = tokio::sync::mpsc::unbounded_channel::<(KindKey, u64)>();
+        let this = Arc::new(Shared {
+            client: self.client.clone(),
+            policies: self.policies.clone(),
+            config: self.config.clone(),
+            cache: self.cache.clone(),
+            index: self.index.clone(),
+            breaker: self.breaker.clone(),
+            metrics: self.metrics.clone(),
+            queue: queue.clone(),
+        });
+        let worker_set = Arc::new(Running::start(&self.metrics.worker_sets));
+        for n in 0..self.settings.workers.max(1) {
+            let this = this.clone();
+            let token = scope.token().clone();
+            let worker_set = worker_set.clone();
+            scope.spawn(format!("scan worker {n}"), async move {
+                let _set = worker_set;
+                while let Some(work) = this.queue.next(&token).await {
+                    this.metrics.scan_queue_depth.set(this.queue.len() as i64);
+                    match this.process(&work, &token).await {
+                        Ok(()) => this.queue.done(&work),
+                        Err(WriteError::Cancelled) => break,
+                        Err(e) => {
+                            this.metrics.api_errors.inc();
+                            let delay = this.queue.retry(&work);
+                            tracing::debug!("scan of {work:?}: {e}; retry in {delay:?}");
+                        }
+                    }
+                }
+                Ok::<(), std::convert::Infallible>(())
+            });
+        }
+        drop(worker_set);
+        {
+            let this = this.clone();
+            let token = scope.token().clone();
+            let interval = self.settings.interval;
+            scope.spawn("periodic rescan", async move {
+                Every::new(interval, || {
+                    this.enqueue_all();
+                    std::future::ready(())
+                })
+                .immediate(false)
+                .run(token)
+                .await;
+                Ok::<(), std::convert::Infallible>(())
+            });
+        }
+        let mut watchers: HashMap<KindKey, Watcher> = HashMap::new();
+        let mut next_id = 0u64;
+        let mut catalog: Option<Catalog> = None;
+        let mut last_versions: Option<Vec<(String, String)>> = None;
+        let mut last_config = self.config.borrow().clone();
+        let mut policies = self.policies.clone();
+        let mut config = self.config.clone();
+        policies.mark_changed();
+        let mut sync_check = tokio::time::interval(Duration::from_millis(100));
+        loop {
+            tokio::select! {
+                _ = token.cancelled() => break,
+                r = policies.changed() => {
+                    if r.is_err() { break; }
+                    let set = policies.borrow_and_update().clone();
+                    if set.generation == 0 {
+                        continue;
+                    }
+                    let kinds = match self.kinds_for(&set, &mut catalog, &token).await {
+                        Some(k) => k,
+                        None => continue,
+                    };
+                    let desired: HashMap<KindKey, (ApiResource, bool)> =
+                        kinds.into_iter().map(|(ar, ns)| (kind_key(&ar), (ar, ns))).collect();
+                    // Stop the watchers of kinds no policy matches any more.
+                    let stale: Vec<KindKey> =
+                        watchers.keys().filter(|k| !desired.contains_key(*k)).cloned().collect();
+                    for k in stale {
+                        if let Some(w) = watchers.remove(&k) {
+                            // Cancel, then join: nothing of the old watcher outlives this.
+                            if let Err(e) = w.scope.shutdown().await {
+                                tracing::warn!("watcher of {k:?} ended with an error: {e}");
+                            }
+                        }
+                        self.cache.drop_store(&k);
+                    }
+                    for (k, (ar, namespaced)) in desired {
+                        if !watchers.contains_key(&k) {
+                            next_id += 1;
+                            let w = self.start_watcher(&scope, &this, ar, namespaced, next_id, ended_tx.clone());
+                            watchers.insert(k, w);
+                        }
+                    }
+                    if last_versions.as_ref() != Some(&set.background_versions) {
+                        last_versions = Some(set.background_versions.clone());
+                        this.enqueue_all();
+                    }
+                }
+                r = config.changed() => {
+                    if r.is_err() { break; }
+                    let c = config.borrow_and_update().clone();
+                    if *c != *last_config {
+                        last_config = c;
+                        this.enqueue_all();
+                    }
+                }
+                Some((k, id)) = ended_rx.recv() => {
+                    // A watcher ended on its own: replace it, but only if the
+                    // map still holds that same watcher (house rule 8).
+                    if watchers.get(&k).is_some_and(|w| w.id == id) && !token.is_cancelled() {
+                        if let Some(w) = watchers.remove(&k) {
+                            let _ = w.scope.shutdown().await;
+                            let store = self.cache.get_store(&k);
+                            if let Some(store) = store {
+                                next_id += 1;
+                                let w = self.start_watcher(&scope, &this, store.resource.clone(), store.namespaced, next_id, ended_tx.clone());
+                                watchers.insert(k, w);
+                            }
+                        }
+                    }
+                }
+                _ = sync_check.tick() => {
+                    let ready = self.policies.borrow().generation > 0
+                        && !watchers.is_empty()
+                        && watchers.keys().all(|k| self.cache.get_store(k).is_some_and(|s| s.is_synced()));
+                    if ready && !*self.synced.borrow() {
+                        self.synced.send_replace(true);
+                    }
+                }
+            }
+        }
+        for (_, w) in watchers.drain() {
+            let _ = w.scope.shutdown().await;
+        }
+        drop(this);
+        scope.shutdown().await
+    }
+
+    fn start_watcher(
+        &mut self,
+        scope: &Scope,
+        this: &Arc<Shared>,
+        ar: ApiResource,
+        namespaced: bool,
+        id: u64,
+        ended: tokio::sync::mpsc::UnboundedSender<(KindKey, u64)>,
+    ) -> Watcher {
+        let child = scope.child();
+        let store = self.cache.store(&ar, namespaced);
+        let key = kind_key(&ar);
+        let this = this.clone();
+        let token = child.token().clone();
+        child.spawn(format!("watch {}", ar.plural), async move {
+            let k = key.clone();
+            watch_into(
+                this.client.clone(),
+                ar.clone(),
+                WatchScope::default(),
+                store,
+                token,
+                |change| match change {
+                    Change::Applied(v) => this.enqueue(&k, &v),
+                    Change::Deleted(v) => {
+                        if let Some(owner) = Owner::of(&v) {
+                            this.queue.add(Work::Gone(owner));
+                        }
+                    }
+                    Change::Listed { removed } => {
+                        for v in removed {
+                            if let Some(owner) = Owner::of(&v) {
+                                this.queue.add(Work::Gone(owner));
+                            }
+                        }
+                    }
+                },
+                |e| {
+                    this.metrics.api_errors.inc();
+                    tracing::debug!("watching {}: {e}", ar.plural);
+                },
+            )
+            .await;
+            let _ = ended.send((key, id));
+            Ok::<(), std::convert::Infallible>(())
+        });
+        Watcher { scope: child, id }
+    }
+
+    /// The kinds to watch for a policy set: what its background policies
+    /// match (resolved by discovery, again when a kind is not found) and
+    /// Namespaces (for namespace selectors).
+    async fn kinds_for(
+        &self,
+        set: &PolicySet,
+        catalog: &mut Option<Catalog>,
+        token: &CancellationToken,
+    ) -> Option<Vec<(ApiResource, bool)>> {
+        for attempt in 0..2 {
+            if catalog.is_none() || attempt == 1 {
+                let loader = Loader::new(self.client.clone(), LoadOptions::default()).ok()?;
+                match loader.discover(token).await {
+                    Ok(c) => *catalog = Some(c),
+                    Err(e) => {
+                        self.metrics.api_errors.inc();
+                        tracing::warn!("discovery failed: {e}");
+                        if catalog.is_none() {
+                            return None;
+                        }
+                    }
+                }
+            }
+            let c = catalog.as_ref()?;
+            let (kinds, not_served) = select_kinds(&set.background, c);
+            if not_served.is_empty() || attempt == 1 {
+                for k in &not_served {
+                    tracing::info!("{k} is not served by the cluster");
+                }
+                let mut out: Vec<(ApiResource, bool)> = kinds
+                    .iter()
+                    .map(|k| (api_resource(&k.group, &k.version, &k.kind, &k.plural), k.namespaced))
+                    .collect();
+                if !out.iter().any(|(ar, _)| ar.kind == "Namespace" && ar.group.is_empty()) {
+                    out.push((api_resource("", "v1", "Namespace", "namespaces"), false));
+                }
+                return Some(out);
+            }
+        }
+        None
+    }
+}
+
+/// What the workers share.
+struct Shared {
+    client: kube::Client,
+    policies: watch::Receiver<Arc<PolicySet>>,
+    config: watch::Receiver<Arc<KyvernoConfig>>,
+    cache: Arc<Cache>,
+    index: Arc<ReportIndex>,
+    breaker: Arc<Breaker>,
+    metrics: Arc<Metrics>,
+    queue: Arc<WorkQueue<Work>>,
+}
+
+impl Shared {
+    fn enqueue(&self, kind: &KindKey, v: &Value) {
+        let ns = v["metadata"]["namespace"].as_str().unwrap_or("").to_string();
+        let name = v["metadata"]["name"].as_str().unwrap_or("").to_string();
+        self.queue.add(Work::Object(kind.clone(), ns, name));
+    }
+
+    fn enqueue_all(&self) {
+        for store in self.cache.stores() {
+            let k = kind_key(&store.resource);
+            for (ns, name) in store.keys() {
+                self.queue.add(Work::Object(k.clone(), ns, name));
+            }
+        }
+    }
+
+    async fn process(&self, work: &Work, token: &CancellationToken) -> Result<(), WriteError> {
+        let (kind, ns, name) = match work {
+            Work::Gone(owner) => {
+                self.index.resource_deleted(owner.clone());
+                return Ok(());
+            }
+            Work::Object(k, ns, name) => (k, ns, name),
+        };
+        let Some(object) = self.cache.get_store(kind).and_then(|s| s.get(ns, name)) else {
+            return Ok(()); // deleted since: its Gone work handles it
+        };
+        let Some(owner) = Owner::of(&object) else {
+            return Ok(());
+        };
+        let set = self.policies.borrow().clone();
+        let config = self.config.borrow().clone();
+        let start = Instant::now();
+        let results = evaluate_object(&set, &config, &self.cache, &object, now_seconds());
+        self.metrics
+            .evaluation_seconds
+            .observe(start.elapsed().as_secs_f64());
+        self.metrics.resources_scanned.inc();
+        if results.is_empty() && !self.index.has_reports(ns, &owner.uid) {
+            return Ok(()); // nothing matches and no report to clear
+        }
+        let eph = report::ephemeral_report(
+            &owner,
+            &owner.uid,
+            ReportSource::BackgroundScan,
+            &set.background_versions,
+            results,
+        );
+        // Replacing our own pending report takes no new room.
+        let new_room = !self.index.has_ephemeral(&owner.uid, &owner.uid);
+        if new_room && !self.breaker.acquire(token).await {
+            return Err(WriteError::Cancelled);
+        }
+        match writer::put(&self.client, eph, token).await {
+            Ok(_) => {
+                self.metrics.ephemeral_reports_written.inc();
+                Ok(())
+            }
+            Err(e) => {
+                if new_room {
+                    self.breaker.release(1);
+                }
+                Err(e)
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for BackgroundScan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackgroundScan").finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared").finish_non_exhaustive()
+    }
+}

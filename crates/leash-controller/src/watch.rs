@@ -1,0 +1,112 @@
+//! One kind's watch: kube-runtime's watcher (list, then watch, re-list on
+//! expiry, backoff on errors) feeding a [`KindStore`] and reporting changes.
+//!
+//! The loop runs in the caller's task and returns when the token is
+//! cancelled (house rule 3: the stream is raced against it); it never
+//! spawns. Errors are retried by the watcher's backoff and counted.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use kube::Api;
+use kube::core::ApiResource;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::cache::KindStore;
+use crate::object::Object;
+
+/// What changed in a kind's store.
+#[derive(Debug)]
+pub enum Change {
+    /// An object was added or modified.
+    Applied(Arc<Value>),
+    /// An object was deleted (its last state).
+    Deleted(Arc<Value>),
+    /// A (re-)list completed: the store holds exactly the listed objects;
+    /// `removed` are those the list no longer holds.
+    Listed {
+        /// Objects gone since the previous list.
+        removed: Vec<Arc<Value>>,
+    },
+}
+
+/// Where to watch.
+#[derive(Debug, Clone, Default)]
+pub struct WatchScope {
+    /// One namespace, or all.
+    pub namespace: Option<String>,
+    /// A field selector (`metadata.name=kyverno`).
+    pub fields: Option<String>,
+}
+
+/// Watches `resource` into `store` until `token` is cancelled, calling
+/// `on_change` after each change is stored and `on_error` on each watch
+/// error (the watcher retries with backoff).
+pub async fn watch_into(
+    client: kube::Client,
+    resource: ApiResource,
+    scope: WatchScope,
+    store: Arc<KindStore>,
+    token: CancellationToken,
+    mut on_change: impl FnMut(Change),
+    mut on_error: impl FnMut(&watcher::Error),
+) {
+    let api: Api<Object> = match &scope.namespace {
+        Some(ns) => Api::namespaced_with(client, ns, &resource),
+        None => Api::all_with(client, &resource),
+    };
+    let mut config = watcher::Config::default().page_size(500);
+    if let Some(f) = &scope.fields {
+        config = config.fields(f);
+    }
+    let stream = watcher::watcher(api, config).default_backoff();
+    futures::pin_mut!(stream);
+    let mut listing: Option<HashMap<(String, String), Arc<Value>>> = None;
+    loop {
+        let next = tokio::select! {
+            _ = token.cancelled() => return,
+            next = stream.next() => next,
+        };
+        let Some(event) = next else { return };
+        match event {
+            Err(e) => on_error(&e),
+            Ok(Event::Init) => listing = Some(HashMap::new()),
+            Ok(Event::InitApply(o)) => {
+                let key = (o.namespace().to_string(), o.name().to_string());
+                listing.get_or_insert_with(HashMap::new).insert(key, o.raw);
+            }
+            Ok(Event::InitDone) => {
+                let listed = listing.take().unwrap_or_default();
+                let removed: Vec<Arc<Value>> = store
+                    .keys()
+                    .into_iter()
+                    .filter(|k| !listed.contains_key(k))
+                    .filter_map(|(ns, name)| store.get(&ns, &name))
+                    .collect();
+                let changed: Vec<Arc<Value>> = listed
+                    .iter()
+                    .filter(|((ns, name), v)| store.get(ns, name).is_none_or(|old| old != **v))
+                    .map(|(_, v)| v.clone())
+                    .collect();
+                store.replace_all(listed);
+                store.mark_synced();
+                for v in changed {
+                    on_change(Change::Applied(v));
+                }
+                on_change(Change::Listed { removed });
+            }
+            Ok(Event::Apply(o)) => {
+                store.put_if_newer(o.namespace(), o.name(), o.raw.clone());
+                on_change(Change::Applied(o.raw));
+            }
+            Ok(Event::Delete(o)) => {
+                store.remove(o.namespace(), o.name());
+                on_change(Change::Deleted(o.raw));
+            }
+        }
+    }
+}

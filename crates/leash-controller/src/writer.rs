@@ -1,0 +1,256 @@
+//! Writing reports: create-or-replace and conditional deletes, and the
+//! breaker that bounds how many ephemeral reports exist at once.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use kube::Api;
+use kube::api::{DeleteParams, PostParams, Preconditions};
+use kube::core::ApiResource;
+use serde_json::Value;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::Metrics;
+use crate::object::{Object, api_resource};
+
+/// `reports.kyverno.io/v1` `EphemeralReport`.
+pub fn ephemeral_resource() -> ApiResource {
+    api_resource("reports.kyverno.io", "v1", "EphemeralReport", "ephemeralreports")
+}
+
+/// `reports.kyverno.io/v1` `ClusterEphemeralReport`.
+pub fn cluster_ephemeral_resource() -> ApiResource {
+    api_resource(
+        "reports.kyverno.io",
+        "v1",
+        "ClusterEphemeralReport",
+        "clusterephemeralreports",
+    )
+}
+
+/// `wgpolicyk8s.io/v1alpha2` `PolicyReport`.
+pub fn report_resource() -> ApiResource {
+    api_resource("wgpolicyk8s.io", "v1alpha2", "PolicyReport", "policyreports")
+}
+
+/// `wgpolicyk8s.io/v1alpha2` `ClusterPolicyReport`.
+pub fn cluster_report_resource() -> ApiResource {
+    api_resource(
+        "wgpolicyk8s.io",
+        "v1alpha2",
+        "ClusterPolicyReport",
+        "clusterpolicyreports",
+    )
+}
+
+/// The resource of a report object by its kind.
+pub fn resource_of(kind: &str) -> Option<ApiResource> {
+    Some(match kind {
+        "EphemeralReport" => ephemeral_resource(),
+        "ClusterEphemeralReport" => cluster_ephemeral_resource(),
+        "PolicyReport" => report_resource(),
+        "ClusterPolicyReport" => cluster_report_resource(),
+        _ => return None,
+    })
+}
+
+/// A write that failed (retried by the caller's queue).
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// The API server answered with an error or could not be reached.
+    #[error("{0}")]
+    Api(#[from] kube::Error),
+    /// The object to write is not a report.
+    #[error("not a report kind: {0}")]
+    NotAReport(String),
+    /// Cancelled before it finished.
+    #[error("cancelled")]
+    Cancelled,
+}
+
+fn api_for(client: &kube::Client, ar: &ApiResource, namespace: &str) -> Api<Object> {
+    if namespace.is_empty() {
+        Api::all_with(client.clone(), ar)
+    } else {
+        Api::namespaced_with(client.clone(), namespace, ar)
+    }
+}
+
+fn code(e: &kube::Error) -> Option<u16> {
+    match e {
+        kube::Error::Api(s) => Some(s.code),
+        _ => None,
+    }
+}
+
+/// Creates a report, or replaces it if it exists (an unconditional update
+/// unless `doc` carries a resourceVersion). Returns the stored object.
+pub async fn put(
+    client: &kube::Client,
+    doc: Value,
+    token: &CancellationToken,
+) -> Result<Object, WriteError> {
+    let kind = doc["kind"].as_str().unwrap_or("").to_string();
+    let ar = resource_of(&kind).ok_or(WriteError::NotAReport(kind))?;
+    let ns = doc["metadata"]["namespace"].as_str().unwrap_or("").to_string();
+    let name = doc["metadata"]["name"].as_str().unwrap_or("").to_string();
+    let api = api_for(client, &ar, &ns);
+    let obj = Object::from_value(doc).map_err(|e| WriteError::NotAReport(e.to_string()))?;
+    let pp = PostParams::default();
+    let has_rv = obj.meta.resource_version.is_some();
+    let write = async {
+        if !has_rv {
+            match api.create(&pp, &obj).await {
+                Err(e) if code(&e) == Some(409) => {}
+                other => return other,
+            }
+        }
+        api.replace(&name, &pp, &obj).await
+    };
+    tokio::select! {
+        _ = token.cancelled() => Err(WriteError::Cancelled),
+        r = write => r.map_err(WriteError::from),
+    }
+}
+
+/// Deletes a report; with `resource_version`, only if it still is that
+/// version (`Ok(false)` when it changed). A report already gone is fine.
+pub async fn delete(
+    client: &kube::Client,
+    kind: &str,
+    namespace: &str,
+    name: &str,
+    resource_version: Option<String>,
+    token: &CancellationToken,
+) -> Result<bool, WriteError> {
+    let ar = resource_of(kind).ok_or_else(|| WriteError::NotAReport(kind.to_string()))?;
+    let api = api_for(client, &ar, namespace);
+    let dp = DeleteParams {
+        preconditions: resource_version.map(|rv| Preconditions {
+            resource_version: Some(rv),
+            uid: None,
+        }),
+        ..DeleteParams::default()
+    };
+    let r = tokio::select! {
+        _ = token.cancelled() => return Err(WriteError::Cancelled),
+        r = api.delete(name, &dp) => r,
+    };
+    match r {
+        Ok(_) => Ok(true),
+        Err(e) if code(&e) == Some(404) => Ok(true),
+        Err(e) if code(&e) == Some(409) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// At most `max` ephemeral reports at once: writers take room
+/// ([`Breaker::acquire`], waiting while there is none: counted, logged,
+/// never dropped), the aggregate controller gives it back when it deletes
+/// one ([`Breaker::release`]). A count and a `Notify`, no lock.
+#[derive(Debug)]
+pub struct Breaker {
+    max: usize,
+    used: AtomicUsize,
+    room: Notify,
+    metrics: Arc<Metrics>,
+}
+
+impl Breaker {
+    /// A breaker with room for `max` reports.
+    pub fn new(max: usize, metrics: Arc<Metrics>) -> Breaker {
+        Breaker {
+            max: max.max(1),
+            used: AtomicUsize::new(0),
+            room: Notify::new(),
+            metrics,
+        }
+    }
+
+    /// Takes room for one report, waiting while there is none. `false` if
+    /// cancelled while waiting.
+    pub async fn acquire(&self, token: &CancellationToken) -> bool {
+        let mut waited = false;
+        loop {
+            let notified = self.room.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let used = self.used.load(Ordering::Acquire);
+            if used < self.max {
+                if self
+                    .used
+                    .compare_exchange(used, used + 1, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    self.metrics.ephemeral_reports.set((used + 1) as i64);
+                    return true;
+                }
+                continue;
+            }
+            if !waited {
+                waited = true;
+                self.metrics.breaker_waits.inc();
+                tracing::info!(
+                    "{} ephemeral reports exist (--max-ephemeral-reports): waiting for the aggregate controller",
+                    self.max
+                );
+            }
+            tokio::select! {
+                _ = token.cancelled() => return false,
+                _ = &mut notified => {}
+            }
+        }
+    }
+
+    /// Gives back room for `n` reports.
+    pub fn release(&self, n: usize) {
+        let prev = self
+            .used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| Some(u.saturating_sub(n)))
+            .unwrap_or(0);
+        self.metrics
+            .ephemeral_reports
+            .set(prev.saturating_sub(n) as i64);
+        self.room.notify_waiters();
+    }
+
+    /// Sets the count to what exists (the aggregate controller's list).
+    pub fn set_used(&self, n: usize) {
+        self.used.store(n, Ordering::Release);
+        self.metrics.ephemeral_reports.set(n as i64);
+        self.room.notify_waiters();
+    }
+
+    /// Reports counted now.
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn breaker_waits_for_room_and_counts_the_wait() {
+        let metrics = Arc::new(Metrics::unregistered());
+        let b = Arc::new(Breaker::new(2, metrics.clone()));
+        let t = CancellationToken::new();
+        assert!(b.acquire(&t).await);
+        assert!(b.acquire(&t).await);
+        let b2 = b.clone();
+        let t2 = t.clone();
+        let waiter = async move { b2.acquire(&t2).await };
+        let releaser = async {
+            tokio::task::yield_now().await;
+            b.release(1);
+        };
+        let (got, ()) = tokio::join!(waiter, releaser);
+        assert!(got);
+        assert_eq!(b.used(), 2);
+        assert_eq!(metrics.breaker_waits.get(), 1);
+        t.cancel();
+        assert!(!b.acquire(&t).await, "cancelled while full");
+    }
+}

@@ -1,0 +1,209 @@
+//! `leash serve`'s flags, validated into settings.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use leash_controller::leader::LeaseSettings;
+use leash_controller::{AggregateSettings, ReportsSettings, ScanSettings};
+
+use crate::cli_error::usage;
+use crate::load_cmd::args::Connection;
+use crate::load_cmd::connect::remote_connection;
+
+/// Demo data of `--sandbox` without a value.
+pub(crate) const DEFAULT_SERVE_SANDBOX: &str = "pods=200,deployments.apps=20";
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:
+  leash serve --sandbox --sandbox-kubeconfig /tmp/leash.kubeconfig   # demo: sandbox, CRDs, example policies
+  leash serve --kubeconfig ~/.kube/config --leader-elect --health 127.0.0.1:8080 --metrics 127.0.0.1:8000")]
+pub(crate) struct Args {
+    /// Components to run, comma-separated: reports (background scan, policy reports).
+    #[arg(long, value_name = "LIST", value_delimiter = ',', default_value = "reports")]
+    components: Vec<String>,
+    /// Namespace of Kyverno's ConfigMap.
+    #[arg(long, value_name = "NS", default_value = "kyverno")]
+    config_namespace: String,
+    /// Name of Kyverno's ConfigMap (resourceFilters, excludeGroups, ...).
+    #[arg(long, value_name = "NAME", default_value = "kyverno")]
+    config_map: String,
+    /// Full rescan period of the background scan.
+    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = humantime::parse_duration)]
+    background_scan_interval: Duration,
+    /// How often results of deleted policies and reports of deleted resources are removed.
+    #[arg(long, value_name = "DURATION", default_value = "1m", value_parser = humantime::parse_duration)]
+    report_cleanup_interval: Duration,
+    /// Ephemeral reports that may exist at once; past it, new results wait.
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    max_ephemeral_reports: usize,
+    /// Concurrent evaluating workers of the background scan (default: 2 per core).
+    #[arg(long, value_name = "N")]
+    workers: Option<usize>,
+    /// Run the reports component only while holding a coordination.k8s.io Lease.
+    #[arg(long)]
+    leader_elect: bool,
+    /// The Lease's name.
+    #[arg(long, value_name = "NAME", default_value = "leash-reports", requires = "leader_elect")]
+    lease_name: String,
+    /// The Lease's namespace.
+    #[arg(long, value_name = "NS", default_value = "kyverno", requires = "leader_elect")]
+    lease_namespace: String,
+    /// This replica's holder identity (default: the host name and process id).
+    #[arg(long, value_name = "ID", requires = "leader_elect")]
+    lease_identity: Option<String>,
+    /// Serve /healthz and /readyz on ADDR.
+    #[arg(long, value_name = "ADDR")]
+    health: Option<SocketAddr>,
+    /// Serve Prometheus metrics on ADDR (/metrics).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<SocketAddr>,
+    /// How long shutdown may take before leash exits with an error.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
+    shutdown_timeout: Duration,
+    /// Path to the kubeconfig file (default: KUBECONFIG, then ~/.kube/config).
+    #[arg(long, value_name = "PATH")]
+    kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context to use.
+    #[arg(long, value_name = "NAME")]
+    context: Option<String>,
+    /// API server URL, without a kubeconfig.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["kubeconfig", "context"])]
+    server: Option<String>,
+    /// Bearer token.
+    #[arg(long, value_name = "TOKEN")]
+    token: Option<String>,
+    /// Do not verify the API server's certificate.
+    #[arg(long)]
+    insecure_skip_tls_verify: bool,
+    /// Start an in-process sandbox API server with demo data, leash's CRDs
+    /// and the example policies of deploy/examples/policies, and serve it.
+    #[arg(long, value_name = "KIND=COUNT,...", num_args = 0..=1, require_equals = true,
+          default_missing_value = DEFAULT_SERVE_SANDBOX,
+          conflicts_with_all = ["server", "kubeconfig", "context", "token"])]
+    sandbox: Option<String>,
+    /// With --sandbox: write a kubeconfig for it to PATH (for kubectl).
+    #[arg(long, value_name = "PATH", requires = "sandbox")]
+    sandbox_kubeconfig: Option<PathBuf>,
+}
+
+/// Which components run.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Components {
+    pub(crate) reports: bool,
+}
+
+impl Components {
+    pub(crate) fn describe(&self) -> String {
+        let mut parts = vec!["policy and config sources"];
+        if self.reports {
+            parts.push("reports");
+        }
+        parts.join(", ")
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Settings {
+    pub(crate) connection: Connection,
+    pub(crate) components: Components,
+    pub(crate) config_namespace: String,
+    pub(crate) config_map: String,
+    pub(crate) reports: ReportsSettings,
+    pub(crate) max_ephemeral_reports: usize,
+    pub(crate) lease: Option<LeaseSettings>,
+    pub(crate) health: Option<SocketAddr>,
+    pub(crate) metrics_addr: Option<SocketAddr>,
+    pub(crate) shutdown_timeout: Duration,
+    pub(crate) sandbox: Option<String>,
+    pub(crate) sandbox_kubeconfig: Option<PathBuf>,
+}
+
+impl Args {
+    pub(crate) fn into_settings(self) -> anyhow::Result<Settings> {
+        let mut components = Components::default();
+        for c in &self.components {
+            match c.trim() {
+                "reports" => components.reports = true,
+                "admission" | "background" => {
+                    return Err(usage(format!(
+                        "--components: {c:?} is not available yet in this build; available: reports"
+                    )));
+                }
+                other => {
+                    return Err(usage(format!(
+                        "--components: unknown component {other:?}; available: reports"
+                    )));
+                }
+            }
+        }
+        if self.background_scan_interval.is_zero() {
+            return Err(usage("--background-scan-interval must be positive"));
+        }
+        if self.report_cleanup_interval.is_zero() {
+            return Err(usage("--report-cleanup-interval must be positive"));
+        }
+        if self.max_ephemeral_reports == 0 {
+            return Err(usage("--max-ephemeral-reports must be at least 1"));
+        }
+        let workers = match self.workers {
+            Some(0) => return Err(usage("--workers must be at least 1")),
+            Some(n) => n,
+            None => std::thread::available_parallelism().map_or(2, |n| n.get()) * 2,
+        };
+        let lease = self.leader_elect.then(|| {
+            let identity = self.lease_identity.clone().unwrap_or_else(default_identity);
+            LeaseSettings::new(&self.lease_name, &self.lease_namespace, &identity)
+        });
+        let connection = if self.sandbox.is_some() {
+            // Unused: the sandbox is started by `serve` itself.
+            Connection::Kubeconfig {
+                path: None,
+                context: None,
+                token: None,
+                insecure: false,
+            }
+        } else {
+            remote_connection(
+                self.server.as_deref(),
+                self.token.clone(),
+                self.insecure_skip_tls_verify,
+                self.kubeconfig.clone(),
+                self.context.clone(),
+            )?
+        };
+        Ok(Settings {
+            connection,
+            components,
+            config_namespace: self.config_namespace,
+            config_map: self.config_map,
+            reports: ReportsSettings {
+                scan: ScanSettings {
+                    workers,
+                    interval: self.background_scan_interval,
+                },
+                aggregate: AggregateSettings {
+                    workers: workers.clamp(2, 8),
+                    cleanup_interval: self.report_cleanup_interval,
+                },
+                max_ephemeral_reports: self.max_ephemeral_reports,
+            },
+            max_ephemeral_reports: self.max_ephemeral_reports,
+            lease,
+            health: self.health,
+            metrics_addr: self.metrics,
+            shutdown_timeout: self.shutdown_timeout,
+            sandbox: self.sandbox,
+            sandbox_kubeconfig: self.sandbox_kubeconfig,
+        })
+    }
+}
+
+fn default_identity() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok().map(|h| h.trim().to_string()))
+        .unwrap_or_else(|| "leash".into());
+    format!("{host}_{}", std::process::id())
+}

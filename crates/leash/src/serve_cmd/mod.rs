@@ -1,0 +1,216 @@
+//! `leash serve`: the in-cluster engine. One root scope; the policy and
+//! config sources, the reports component (under leader election when
+//! asked), the admission webhook, and the health and metrics endpoints are
+//! its children. SIGINT/SIGTERM cancel the root and wait for every task
+//! within `--shutdown-timeout`.
+
+mod args;
+mod http;
+mod sandbox;
+
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+
+use leash_controller::leader::{self, LeaseSettings};
+use leash_controller::{Breaker, ConfigSource, Metrics, PolicySource, Reports};
+use leash_runtime::Scope;
+use prometheus_client::registry::Registry;
+use tokio::sync::watch;
+
+pub(crate) use args::Args;
+
+use crate::cli_error::EXIT_FAILURE;
+use crate::load_cmd::connect::connect;
+use crate::sandbox_cmd::Signals;
+
+/// What `/readyz` looks at.
+#[derive(Debug)]
+pub(crate) struct Readiness {
+    policies: watch::Receiver<bool>,
+    /// The scan of the current leadership term (None: not leading, or the
+    /// reports component is off).
+    scan: Mutex<Option<watch::Receiver<bool>>>,
+    reports_here: bool,
+}
+
+impl Readiness {
+    /// Policies read, and (where the scan runs) its first sync done.
+    pub(crate) fn ready(&self) -> Result<(), String> {
+        if !*self.policies.borrow() {
+            return Err("policies not read yet".into());
+        }
+        if self.reports_here {
+            let scan = self.scan.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(s) = scan.as_ref()
+                && !*s.borrow()
+            {
+                return Err("first resource sync not done".into());
+            }
+        }
+        Ok(())
+    }
+}
+
+pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let settings = args.into_settings()?;
+    let mut signals = Signals::install()
+        .map_err(|e| anyhow::anyhow!("installing SIGINT/SIGTERM handlers: {e}"))?;
+    let (client, sandbox) = match &settings.sandbox {
+        Some(spec) => {
+            let sb = sandbox::start(spec, settings.sandbox_kubeconfig.as_deref()).await?;
+            let config = kube::Config::new(sb.url().parse()?);
+            (leash_loader::client_from_config(config)?, Some(sb))
+        }
+        None => (connect(&settings.connection).await?.client, None),
+    };
+
+    let mut registry = Registry::default();
+    let metrics = Arc::new(Metrics::new(&mut registry));
+    let root = Scope::new();
+    let policy_source = PolicySource::new(client.clone(), metrics.clone());
+    let policies = policy_source.subscribe();
+    let readiness = Arc::new(Readiness {
+        policies: policy_source.synced(),
+        scan: Mutex::new(None),
+        reports_here: settings.components.reports,
+    });
+    let config_source = ConfigSource::new(
+        client.clone(),
+        &settings.config_namespace,
+        &settings.config_map,
+        metrics.clone(),
+    );
+    let config = config_source.subscribe();
+    root.spawn("policy source", policy_source.run(root.token().clone()));
+    {
+        let token = root.token().clone();
+        root.spawn("config source", async move {
+            config_source.run(token).await;
+            Ok::<(), std::convert::Infallible>(())
+        });
+    }
+    let breaker = Arc::new(Breaker::new(settings.max_ephemeral_reports, metrics.clone()));
+
+    if settings.components.reports {
+        let make = {
+            let (client, policies, config, breaker, metrics, readiness) = (
+                client.clone(),
+                policies.clone(),
+                config.clone(),
+                breaker.clone(),
+                metrics.clone(),
+                readiness.clone(),
+            );
+            let reports_settings = settings.reports.clone();
+            move |term: tokio_util::sync::CancellationToken| {
+                // A fresh component per term: nothing of a previous term survives.
+                let reports = Reports::new(
+                    client.clone(),
+                    policies.clone(),
+                    config.clone(),
+                    breaker.clone(),
+                    metrics.clone(),
+                    reports_settings.clone(),
+                );
+                *readiness.scan.lock().unwrap_or_else(|e| e.into_inner()) = Some(reports.synced());
+                let readiness = readiness.clone();
+                async move {
+                    if let Err(e) = reports.run(term).await {
+                        tracing::warn!("reports component: {e}");
+                    }
+                    *readiness.scan.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                }
+            }
+        };
+        match &settings.lease {
+            Some(lease) => {
+                let lease: LeaseSettings = lease.clone();
+                let (client, metrics, token) = (client.clone(), metrics.clone(), root.token().clone());
+                root.spawn("leader election", async move {
+                    leader::lead(client, lease, metrics, token, make).await;
+                    Ok::<(), std::convert::Infallible>(())
+                });
+            }
+            None => {
+                metrics.leader.set(1);
+                let make = make;
+                let run = make(root.token().clone());
+                root.spawn("reports", async move {
+                    run.await;
+                    Ok::<(), std::convert::Infallible>(())
+                });
+            }
+        }
+    }
+
+    let registry = Arc::new(registry);
+    if let Some(addr) = settings.health {
+        let listener = http::bind(addr, "--health").await?;
+        eprintln!("leash serve: health on http://{}/healthz and /readyz", listener.local_addr()?);
+        root.spawn("health endpoint", http::serve_health(listener, readiness.clone(), root.token().clone()));
+    }
+    if let Some(addr) = settings.metrics_addr {
+        let listener = http::bind(addr, "--metrics").await?;
+        eprintln!("leash serve: metrics on http://{}/metrics", listener.local_addr()?);
+        root.spawn(
+            "metrics endpoint",
+            http::serve_metrics(listener, registry.clone(), root.token().clone()),
+        );
+    }
+    {
+        let policies = policies.clone();
+        let token = root.token().clone();
+        root.spawn("policy log", async move {
+            log_policies(policies, token).await;
+            Ok::<(), std::convert::Infallible>(())
+        });
+    }
+    eprintln!(
+        "leash serve: running {} (stop with Ctrl-C or SIGTERM)",
+        settings.components.describe()
+    );
+
+    let signal = signals.recv().await;
+    eprintln!("leash serve: {signal}, shutting down (at most {:?})", settings.shutdown_timeout);
+    root.cancel();
+    let code = match tokio::time::timeout(settings.shutdown_timeout, root.shutdown()).await {
+        Ok(Ok(())) => ExitCode::SUCCESS,
+        Ok(Err(e)) => {
+            eprintln!("leash serve: error: {e}");
+            ExitCode::from(EXIT_FAILURE)
+        }
+        Err(_) => {
+            eprintln!(
+                "leash serve: error: tasks still running after --shutdown-timeout {:?}",
+                settings.shutdown_timeout
+            );
+            ExitCode::from(EXIT_FAILURE)
+        }
+    };
+    if let Some(sb) = sandbox
+        && let Err(e) = sb.shutdown().await
+    {
+        eprintln!("leash serve: error: shutting the sandbox down: {e}");
+        return Ok(ExitCode::from(EXIT_FAILURE));
+    }
+    Ok(code)
+}
+
+/// Logs each new policy set (count, compile errors are logged by the source).
+async fn log_policies(
+    mut policies: watch::Receiver<Arc<leash_controller::PolicySet>>,
+    token: tokio_util::sync::CancellationToken,
+) {
+    let mut last = String::new();
+    loop {
+        tokio::select! {
+            _ = token.cancelled() => return,
+            r = policies.changed() => if r.is_err() { return },
+        }
+        let text = leash_controller::sources::describe(&policies.borrow_and_update());
+        if text != last {
+            eprintln!("leash serve: {text}");
+            last = text;
+        }
+    }
+}
