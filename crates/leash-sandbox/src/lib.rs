@@ -65,6 +65,7 @@
 //! other than `status` and `scale`, field managers (`managedFields`), HTTP/2 and TLS.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+mod admission;
 mod api;
 mod config;
 mod discovery;
