@@ -1,5 +1,6 @@
 //! leash-sandbox integration tests: one binary, one module per concern.
 
+mod admission;
 mod bad_input;
 mod common;
 mod crud;
@@ -11,3 +12,4 @@ mod kubectl_table;
 mod list;
 mod table;
 mod watch;
+mod webhook_server;
