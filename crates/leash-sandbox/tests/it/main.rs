@@ -7,6 +7,7 @@ mod crud;
 mod discovery;
 mod faults;
 mod kubectl;
+mod kubectl_admission;
 mod kubectl_create;
 mod kubectl_table;
 mod list;
