@@ -147,10 +147,12 @@ impl Admission {
                 dry_run,
                 options: options(Operation::Update, dry_run, None),
             };
+            // This round's warnings: a round that is retried is not reported.
             let mut round = Vec::new();
-            let admitted = self.admit(store, &mut a, &mut round).await;
-            warnings.extend(round);
-            admitted?;
+            if let Err(e) = self.admit(store, &mut a, &mut round).await {
+                warnings.extend(round);
+                return Err(e);
+            }
             let mut object = a.object.unwrap_or_default();
             // The version the webhooks saw is the precondition of the write.
             if let Some(m) = object.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -160,11 +162,11 @@ impl Admission {
                 };
             }
             match store.modify(rt, ns, name, part, false, dry_run, |_| Ok(object)) {
-                Err(e) if e.code() == 409 && attempt < ATTEMPTS => {
-                    warnings.clear();
-                    continue;
+                Err(e) if e.code() == 409 && attempt < ATTEMPTS => continue,
+                r => {
+                    warnings.extend(round);
+                    return r;
                 }
-                r => return r,
             }
         }
     }
