@@ -23,6 +23,7 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::admission::{Admission, DeleteRequest};
 use crate::discovery::{self, Format};
 use crate::faults::{self, Action, FaultInjector};
 use crate::list::{ListParams, Selection, Snapshots, list, page};
@@ -49,6 +50,8 @@ pub(crate) struct App {
     pub(crate) cancel: CancellationToken,
     /// `host:port`, for `/api`'s serverAddressByClientCIDRs.
     pub(crate) server: String,
+    /// The admission webhooks' chain, which every write goes through.
+    pub(crate) admission: Admission,
 }
 
 type Reply = Result<Response<Body>, ApiError>;
@@ -223,10 +226,37 @@ impl App {
                     .ok_or_else(ApiError::no_route)?;
                 Ok(value_response(StatusCode::OK, &doc))
             }
-            ["api", "v1", rest @ ..] => self.resource("", "v1", rest, req).await,
-            ["apis", group, version, rest @ ..] => self.resource(group, version, rest, req).await,
+            ["api", "v1", rest @ ..] => self.resource_with_warnings("", "v1", rest, req).await,
+            ["apis", group, version, rest @ ..] => {
+                self.resource_with_warnings(group, version, rest, req).await
+            }
             _ => Err(ApiError::no_route()),
         }
+    }
+
+    /// [`App::resource`], with the warnings of admission webhooks as `Warning`
+    /// headers (also on a denial), as kube-apiserver sends them.
+    async fn resource_with_warnings(
+        &self,
+        group: &str,
+        version: &str,
+        rest: &[&str],
+        req: Request<Body>,
+    ) -> Reply {
+        let mut warnings = Vec::new();
+        let reply = self
+            .resource(group, version, rest, req, &mut warnings)
+            .await;
+        if warnings.is_empty() {
+            return reply;
+        }
+        let mut response = reply.unwrap_or_else(|e| error_response(&e));
+        for w in &warnings {
+            if let Some(v) = warning_header(w) {
+                response.headers_mut().append(header::WARNING, v);
+            }
+        }
+        Ok(response)
     }
 
     async fn resource(
@@ -235,6 +265,7 @@ impl App {
         version: &str,
         rest: &[&str],
         req: Request<Body>,
+        warnings: &mut Vec<String>,
     ) -> Reply {
         let (legacy_watch, rest) = match rest {
             ["watch", rest @ ..] => (true, rest),
@@ -385,7 +416,10 @@ impl App {
                     return Err(ApiError::method_not_allowed("POST"));
                 }
                 let body = self.read_json(req).await?;
-                let entry = self.store.create_in(&rt, ns, body, dry_run)?;
+                let entry = self
+                    .admission
+                    .create(&self.store, &rt, ns, body, dry_run, warnings)
+                    .await?;
                 Ok(json_response(
                     StatusCode::CREATED,
                     entry.json_at(&rt.api_version()),
@@ -393,16 +427,28 @@ impl App {
             }
             (&Method::PUT, Some(name)) if !is_watch => {
                 let body = self.read_json(req).await?;
-                let entry =
-                    self.store
-                        .modify(&rt, obj_ns, name, part, false, dry_run, move |_| Ok(body))?;
+                let entry = self
+                    .admission
+                    .modify(
+                        &self.store,
+                        &rt,
+                        obj_ns,
+                        name,
+                        part,
+                        false,
+                        dry_run,
+                        |_| Ok(body.clone()),
+                        warnings,
+                    )
+                    .await?;
                 Ok(json_response(
                     StatusCode::OK,
                     entry.json_at(&rt.api_version()),
                 ))
             }
             (&Method::PATCH, Some(name)) if !is_watch => {
-                self.patch(&rt, obj_ns, name, part, dry_run, req).await
+                self.patch(&rt, obj_ns, name, part, dry_run, req, warnings)
+                    .await
             }
             (&Method::DELETE, Some(name)) if part == Part::Main && !is_watch => {
                 let opts = self.read_optional_json(req).await?;
@@ -411,7 +457,17 @@ impl App {
                     (s("uid"), s("resourceVersion"))
                 });
                 let dry_run = dry_run || body_dry_run(opts.as_ref());
-                let entry = self.store.delete_in(&rt, obj_ns, name, pre, dry_run)?;
+                let request = DeleteRequest {
+                    namespace: obj_ns,
+                    name,
+                    preconditions: pre,
+                    dry_run,
+                    options: opts.as_ref(),
+                };
+                let entry = self
+                    .admission
+                    .delete(&self.store, &rt, request, warnings)
+                    .await?;
                 Ok(json_response(
                     StatusCode::OK,
                     entry.json_at(&rt.api_version()),
@@ -424,9 +480,17 @@ impl App {
                 let (objects, rv) = self.store.snapshot(&rt);
                 let mut items = Vec::new();
                 for e in sel.range(&objects, None).filter(|e| sel.matches(e)) {
+                    let request = DeleteRequest {
+                        namespace: &e.namespace,
+                        name: &e.name,
+                        preconditions: None,
+                        dry_run,
+                        options: opts.as_ref(),
+                    };
                     match self
-                        .store
-                        .delete_in(&rt, &e.namespace, &e.name, None, dry_run)
+                        .admission
+                        .delete(&self.store, &rt, request, warnings)
+                        .await
                     {
                         Ok(deleted) => items.push(deleted),
                         Err(err) if err.code() == 404 => {}
@@ -496,14 +560,16 @@ impl App {
         Ok(r)
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn patch(
         &self,
-        rt: &ResourceType,
+        rt: &Arc<ResourceType>,
         ns: &str,
         name: &str,
         part: Part,
         dry_run: bool,
         req: Request<Body>,
+        warnings: &mut Vec<String>,
     ) -> Reply {
         let kind = patch_kind(&content_type(req.headers()))?;
         let patch = self.read_json(req).await?;
@@ -511,25 +577,38 @@ impl App {
             return Err(ApiError::bad_request("a merge patch must be a JSON object"));
         }
         let create = kind == PatchKind::Apply && part == Part::Main;
-        let mut created = false;
+        // Set by the change function, read after it returned (same task): Relaxed.
+        let created = std::sync::atomic::AtomicBool::new(false);
+        let change = |current: Option<Value>| {
+            created.store(current.is_none(), std::sync::atomic::Ordering::Relaxed);
+            let Some(mut obj) = current else {
+                return Ok(patch.clone());
+            };
+            // The patch's resourceVersion (if any) is a precondition; the object's own is not.
+            if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+                m.remove("resourceVersion");
+            }
+            match kind {
+                PatchKind::Json => json_patch(&mut obj, &patch)?,
+                PatchKind::Merge | PatchKind::Apply => merge_patch(&mut obj, &patch),
+            }
+            Ok(obj)
+        };
         let entry = self
-            .store
-            .modify(rt, ns, name, part, create, dry_run, |current| {
-                let Some(mut obj) = current else {
-                    created = true;
-                    return Ok(patch);
-                };
-                // The patch's resourceVersion (if any) is a precondition; the object's own is not.
-                if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
-                    m.remove("resourceVersion");
-                }
-                match kind {
-                    PatchKind::Json => json_patch(&mut obj, &patch)?,
-                    PatchKind::Merge | PatchKind::Apply => merge_patch(&mut obj, &patch),
-                }
-                Ok(obj)
-            })?;
-        let code = if created {
+            .admission
+            .modify(
+                &self.store,
+                rt,
+                ns,
+                name,
+                part,
+                create,
+                dry_run,
+                change,
+                warnings,
+            )
+            .await?;
+        let code = if created.load(std::sync::atomic::Ordering::Relaxed) {
             StatusCode::CREATED
         } else {
             StatusCode::OK
@@ -771,6 +850,23 @@ fn set_precondition(obj: &mut Value, rv: Option<Value>) {
             }
         }
     }
+}
+
+/// A `Warning` header as kube-apiserver writes one: `299 - "text"`, the text quoted
+/// (control characters become spaces). `None` if the text cannot be a header value.
+fn warning_header(text: &str) -> Option<HeaderValue> {
+    let mut quoted = String::with_capacity(text.len() + 2);
+    for c in text.chars() {
+        match c {
+            '"' | '\\' => {
+                quoted.push('\\');
+                quoted.push(c);
+            }
+            c if c.is_control() => quoted.push(' '),
+            c => quoted.push(c),
+        }
+    }
+    HeaderValue::from_bytes(format!("299 - \"{quoted}\"").as_bytes()).ok()
 }
 
 fn unsupported_media_type(ct: &str) -> ApiError {

@@ -1,5 +1,6 @@
 //! Sandbox settings: where to listen, auth, initial objects, faults.
 
+use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
@@ -24,6 +25,13 @@ pub struct SandboxConfig {
     pub faults: Faults,
     /// Seed for every random choice (faults, generated names and uids).
     pub seed: u64,
+    /// Where the services that webhook configurations reference
+    /// (`clientConfig.service`) are reached: `namespace/name` → an `https://HOST:PORT`
+    /// base URL (its path, if any, is prepended to the service's `path`). The
+    /// certificate is verified for `NAME.NAMESPACE.svc`, as kube-apiserver does;
+    /// the service's port is only named in messages. Start fails on a key that is
+    /// not `namespace/name`; a bad URL fails the calls that use it.
+    pub webhook_services: BTreeMap<String, String>,
 }
 
 impl Default for SandboxConfig {
@@ -35,6 +43,7 @@ impl Default for SandboxConfig {
             objects: Vec::new(),
             faults: Faults::default(),
             seed: 0,
+            webhook_services: BTreeMap::new(),
         }
     }
 }

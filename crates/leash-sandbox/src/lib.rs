@@ -34,8 +34,29 @@
 //!   events, nodes (v1); deployments, statefulsets, daemonsets, replicasets (apps/v1);
 //!   jobs, cronjobs (batch/v1); leases (coordination.k8s.io/v1); events (events.k8s.io/v1,
 //!   stored apart from v1 events: no conversion between the two);
-//!   customresourcedefinitions (apiextensions.k8s.io/v1). Creating a CRD registers every
-//!   served version of its kind; deleting it removes the kind and its objects.
+//!   customresourcedefinitions (apiextensions.k8s.io/v1); validatingwebhookconfigurations,
+//!   mutatingwebhookconfigurations (admissionregistration.k8s.io/v1); roles, rolebindings,
+//!   clusterroles, clusterrolebindings (rbac.authorization.k8s.io/v1: stored and served, not
+//!   enforced). Creating a CRD registers every served version of its kind; deleting it
+//!   removes the kind and its objects.
+//! - Admission webhooks, called as kube-apiserver calls them, on create, update (PUT, every
+//!   PATCH, the `status` subresource when a rule names it: `pods/status`, `pods/*`, `*/*`) and delete
+//!   (also each object of a deletecollection) of any kind but the webhook configurations
+//!   themselves: the stored configurations' `rules` (operations, apiGroups, apiVersions,
+//!   resources with `*` and subresources, scope), `namespaceSelector` (a namespace's own
+//!   labels for namespaces) and `objectSelector` (object or old object) pick the webhooks;
+//!   each gets an `admission.k8s.io/v1` `AdmissionReview` (fresh uid, the object as it would
+//!   be stored: defaults, generated name, uid; the old object; dryRun; options; the user
+//!   `system:admin` in `system:masters`) over HTTPS (`clientConfig.url`, or
+//!   `clientConfig.service` through [`SandboxConfig::webhook_services`]), the server
+//!   verified against `caBundle` only, within `timeoutSeconds` (default 10, at most 30).
+//!   Mutating webhooks run in order (configurations by name) and their JSON Patches are
+//!   applied before the next; validating webhooks then run concurrently. Denials answer
+//!   with the webhook's Status (`admission webhook "NAME" denied the request: ...`);
+//!   failed calls under `failurePolicy: Fail` with kube-apiserver's 500
+//!   `failed calling webhook "NAME": ...`; `response.warnings` become `Warning` headers.
+//!   At most 64 calls are in flight at once; no lock is held while calling, so a slow
+//!   webhook delays only the requests it is called for.
 //! - Verbs: get, list, watch, create, update (PUT), patch (merge, strategic merge treated
 //!   as merge, JSON patch, apply treated as a merge patch that creates), delete,
 //!   deletecollection; the `status` subresource where the kind has one, and `scale`
@@ -60,11 +81,20 @@
 //! # What is not
 //! Protobuf answers, protobuf bodies of other kinds and CBOR bodies (415), schema
 //! validation, defaulting beyond the
-//! fields above and admission, finalizers and graceful deletion (deletes are immediate),
+//! fields above, finalizers and graceful deletion (deletes are immediate),
 //! owner-reference garbage collection, conversion between CRD versions, subresources
 //! other than `status` and `scale`, field managers (`managedFields`), HTTP/2 and TLS.
+//! Of admission: writes of the `scale` subresource and writes through [`Store`] (no HTTP)
+//! skip the webhooks; `matchConditions` (CEL) are not evaluated (a webhook with them is
+//! called as if they matched), `matchPolicy: Equivalent` matches only the requested
+//! version, `reinvocationPolicy` is ignored (no second round), plain `http://` URLs and an
+//! empty `caBundle` (kube-apiserver would use the system roots) fail the call under its
+//! failure policy, a service reference's port is only named in messages (the mapped URL
+//! says where to connect), RBAC objects are not enforced, and the namespace a cascading
+//! namespace delete empties is not admitted object by object.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+mod admission;
 mod api;
 mod config;
 mod discovery;

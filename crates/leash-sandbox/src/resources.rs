@@ -139,6 +139,12 @@ const BUILTINS: &[BuiltinRow] = &[
     ("batch", "jobs", "Job", true, &[], true, true, &[]),
     ("coordination.k8s.io", "leases", "Lease", true, &[], false, false, &[]),
     ("apiextensions.k8s.io", "customresourcedefinitions", "CustomResourceDefinition", false, &["crd", "crds"], false, true, &[]),
+    ("admissionregistration.k8s.io", "mutatingwebhookconfigurations", "MutatingWebhookConfiguration", false, &[], false, false, &[]),
+    ("admissionregistration.k8s.io", "validatingwebhookconfigurations", "ValidatingWebhookConfiguration", false, &[], false, false, &[]),
+    ("rbac.authorization.k8s.io", "clusterrolebindings", "ClusterRoleBinding", false, &[], false, false, &[]),
+    ("rbac.authorization.k8s.io", "clusterroles", "ClusterRole", false, &[], false, false, &[]),
+    ("rbac.authorization.k8s.io", "rolebindings", "RoleBinding", true, &[], false, false, &[]),
+    ("rbac.authorization.k8s.io", "roles", "Role", true, &[], false, false, &[]),
 ];
 
 /// The built-in kinds with a `scale` subresource.

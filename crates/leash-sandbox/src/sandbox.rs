@@ -14,6 +14,7 @@ use leash_runtime::Scope;
 use serde_json::Value;
 use tokio::net::TcpListener;
 
+use crate::admission::Admission;
 use crate::api::App;
 use crate::config::{Faults, SandboxConfig};
 use crate::faults::FaultInjector;
@@ -38,7 +39,8 @@ impl Sandbox {
     /// a scope owned by the returned value).
     ///
     /// # Errors
-    /// [`Error::BindFailed`], [`Error::InvalidArgument`] for a bad `config.generate`, or
+    /// [`Error::BindFailed`], [`Error::InvalidArgument`] for a bad `config.generate` or
+    /// `config.webhook_services` key, or
     /// [`Error::InitialObjectRejected`] naming the first object the store refused, counted
     /// over the generated objects and then `config.objects` (nothing is served then).
     ///
@@ -56,6 +58,19 @@ impl Sandbox {
             addr: config.listen,
             source,
         })?;
+        let mut services = std::collections::HashMap::new();
+        for (key, url) in &config.webhook_services {
+            match key.split_once('/') {
+                Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+                    services.insert(key.clone(), url.clone());
+                }
+                _ => {
+                    return Err(Error::InvalidArgument(format!(
+                        "webhook service {key:?}: expected NAMESPACE/NAME"
+                    )));
+                }
+            }
+        }
         let store = Store::new(config.seed);
         let generated = config
             .generate
@@ -79,6 +94,7 @@ impl Sandbox {
             token: config.token,
             cancel: scope.token().clone(),
             server: addr.to_string(),
+            admission: Admission::new(services, scope.token().clone()),
         });
         scope.spawn(
             "sandbox-accept",

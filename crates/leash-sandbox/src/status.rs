@@ -1,5 +1,6 @@
 //! API errors and their metav1 `Status` encoding.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use bytes::Bytes;
@@ -11,7 +12,8 @@ use serde_json::{Value, json};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiError {
     code: u16,
-    reason: &'static str,
+    /// Empty when the Status has none (an admission webhook's denial may carry none).
+    reason: Cow<'static, str>,
     message: String,
     /// Rarely present: boxed so `Result<_, ApiError>` stays small.
     extra: Option<Box<Extra>>,
@@ -21,6 +23,7 @@ pub struct ApiError {
 struct Extra {
     details: Option<Details>,
     continue_token: Option<String>,
+    cause: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,10 +38,27 @@ impl ApiError {
     pub(crate) fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
         Self {
             code,
-            reason,
+            reason: Cow::Borrowed(reason),
             message: message.into(),
             extra: None,
         }
+    }
+
+    /// An error with any `reason` (empty for none), as a Status from elsewhere carries it.
+    pub(crate) fn with_reason(code: u16, reason: String, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            reason: Cow::Owned(reason),
+            message: message.into(),
+            extra: None,
+        }
+    }
+
+    /// Adds `details.causes`: one cause with only a message (kube-apiserver's
+    /// `NewInternalError`).
+    pub(crate) fn with_cause(mut self, message: impl Into<String>) -> Self {
+        self.extra.get_or_insert_with(Box::default).cause = Some(message.into());
+        self
     }
 
     /// Adds `details` (name, group, kind: the resource's plural, as the server does).
@@ -140,7 +160,7 @@ impl ApiError {
 
     /// The Status reason (`NotFound`, `AlreadyExists`, `Conflict`, `Invalid`, `BadRequest`, ...).
     pub fn reason(&self) -> &str {
-        self.reason
+        &self.reason
     }
 
     /// The human-readable message.
@@ -164,6 +184,14 @@ impl ApiError {
             "reason": self.reason,
             "code": self.code,
         });
+        if self.reason.is_empty()
+            && let Some(m) = status.as_object_mut()
+        {
+            m.remove("reason");
+        }
+        if let Some(cause) = &extra.cause {
+            status["details"] = json!({"causes": [{"message": cause}]});
+        }
         if let Some(d) = &extra.details {
             let mut details = serde_json::Map::new();
             details.insert("name".into(), Value::String(d.name.clone()));

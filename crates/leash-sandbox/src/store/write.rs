@@ -17,11 +17,40 @@ impl Store {
         &self,
         rt: &ResourceType,
         path_ns: Option<&str>,
+        obj: Value,
+        dry_run: bool,
+    ) -> Result<Arc<Entry>, ApiError> {
+        self.create_with(rt, path_ns, obj, dry_run, false)
+    }
+
+    /// Stores `obj`, an object a dry-run [`Store::create_in`] prepared and admission
+    /// passed: its `uid` and `creationTimestamp` are kept (the webhooks saw them), its
+    /// name is taken as it is (409 if another writer took it since).
+    pub(crate) fn create_admitted(
+        &self,
+        rt: &ResourceType,
+        path_ns: Option<&str>,
+        obj: Value,
+        dry_run: bool,
+    ) -> Result<Arc<Entry>, ApiError> {
+        self.create_with(rt, path_ns, obj, dry_run, true)
+    }
+
+    fn create_with(
+        &self,
+        rt: &ResourceType,
+        path_ns: Option<&str>,
         mut obj: Value,
         dry_run: bool,
+        keep_identity: bool,
     ) -> Result<Arc<Entry>, ApiError> {
         let meta = check_type(rt, &mut obj)?;
         let ns = check_namespace(rt, meta, path_ns)?;
+        let mut kept = (None, None);
+        if keep_identity {
+            let s = |k: &str| meta.get(k).and_then(Value::as_str).map(str::to_string);
+            kept = (s("uid"), s("creationTimestamp"));
+        }
         for k in [
             "resourceVersion",
             "uid",
@@ -111,11 +140,12 @@ impl Store {
                 .entry("type")
                 .or_insert_with(|| json!("Opaque"));
         }
-        let uid = st.uid();
+        let uid = kept.0.filter(|u| !u.is_empty()).unwrap_or_else(|| st.uid());
+        let created = kept.1.filter(|t| !t.is_empty()).unwrap_or_else(now);
         let meta = obj["metadata"].as_object_mut().expect("checked above");
         meta.insert("uid".into(), Value::String(uid));
         meta.insert("resourceVersion".into(), Value::String(rv.to_string()));
-        meta.insert("creationTimestamp".into(), Value::String(now()));
+        meta.insert("creationTimestamp".into(), Value::String(created));
         if obj.get("spec").is_some() && rt.plural != "namespaces" {
             obj["metadata"]["generation"] = json!(1);
         }

@@ -430,6 +430,19 @@ const LEASE: &[Spec] = &[
     ),
     AGE,
 ];
+#[rustfmt::skip]
+const WEBHOOK_CONFIGURATION: &[Spec] = &[
+    ("Webhooks", "integer", 0, "Webhooks indicates the number of webhooks."),
+    AGE,
+];
+#[rustfmt::skip]
+const ROLE_BINDING: &[Spec] = &[
+    ("Role", "string", 0, "RoleRef is the reference to the role that the binding applies to."),
+    AGE,
+    ("Users", "string", 1, "Users in the binding."),
+    ("Groups", "string", 1, "Groups in the binding."),
+    ("ServiceAccounts", "string", 1, "ServiceAccounts in the binding."),
+];
 /// The default table convertor's (CRDs and kinds without a printer).
 #[rustfmt::skip]
 const DEFAULT: &[Spec] = &[("Created At", "date", 0, "age")];
@@ -451,6 +464,10 @@ fn specs(group: &str, kind: &str) -> &'static [Spec] {
         ("batch", "Job") => JOB,
         ("batch", "CronJob") => CRON_JOB,
         ("coordination.k8s.io", "Lease") => LEASE,
+        ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration")
+        | ("admissionregistration.k8s.io", "MutatingWebhookConfiguration") => WEBHOOK_CONFIGURATION,
+        ("rbac.authorization.k8s.io", "RoleBinding")
+        | ("rbac.authorization.k8s.io", "ClusterRoleBinding") => ROLE_BINDING,
         _ => DEFAULT,
     }
 }

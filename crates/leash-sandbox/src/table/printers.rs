@@ -314,10 +314,44 @@ pub(crate) fn cells(
         ("coordination.k8s.io", "Lease") => {
             vec![n, json!(s(v, "/spec/holderIdentity")), age(v, now)]
         }
+        ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration")
+        | ("admissionregistration.k8s.io", "MutatingWebhookConfiguration") => {
+            vec![n, json!(len_of(v, "/webhooks")), age(v, now)]
+        }
+        ("rbac.authorization.k8s.io", "RoleBinding")
+        | ("rbac.authorization.k8s.io", "ClusterRoleBinding") => role_binding(v, n, now),
         // The default table convertor: the creation time in RFC 3339.
         _ => vec![n, json!(s(v, "/metadata/creationTimestamp"))],
     };
     (row, None)
+}
+
+/// kube-apiserver's RoleBinding and ClusterRoleBinding row: the role as
+/// `Kind/name`, then (wide) the subjects' names by kind.
+fn role_binding(v: &Value, n: Value, now: SystemTime) -> Vec<Value> {
+    let subjects = |kind: &str| {
+        list(v, "/subjects")
+            .iter()
+            .filter(|x| s(x, "/kind") == kind)
+            .map(|x| match (kind, s(x, "/namespace")) {
+                ("ServiceAccount", ns) => format!("{ns}/{}", s(x, "/name")),
+                _ => s(x, "/name").to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    vec![
+        n,
+        json!(format!(
+            "{}/{}",
+            s(v, "/roleRef/kind"),
+            s(v, "/roleRef/name")
+        )),
+        age(v, now),
+        json!(subjects("User")),
+        json!(subjects("Group")),
+        json!(subjects("ServiceAccount")),
+    ]
 }
 
 fn job(v: &Value, now: SystemTime) -> Vec<Value> {

@@ -1,13 +1,16 @@
 //! leash-sandbox integration tests: one binary, one module per concern.
 
+mod admission;
 mod bad_input;
 mod common;
 mod crud;
 mod discovery;
 mod faults;
 mod kubectl;
+mod kubectl_admission;
 mod kubectl_create;
 mod kubectl_table;
 mod list;
 mod table;
 mod watch;
+mod webhook_server;

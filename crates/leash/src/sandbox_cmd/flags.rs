@@ -6,6 +6,7 @@
 //! [`Args::into_settings`] and report [`cli_error::usage`] errors (also
 //! exit 2).
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -25,6 +26,13 @@ Generated kinds (--generate, kubectl names): namespaces, nodes, pods, configmaps
 services, serviceaccounts, events, deployments.apps, statefulsets.apps, daemonsets.apps, \
 replicasets.apps, jobs.batch, cronjobs.batch (and their singular and short names: po, cm, svc, \
 sa, ev, deploy, sts, ds, rs, cj, ...).
+
+Admission: writes of any kind (except the webhook configurations themselves) call the webhooks \
+of the stored admissionregistration.k8s.io/v1 ValidatingWebhookConfiguration and \
+MutatingWebhookConfiguration objects, as kube-apiserver does: https only, the server verified \
+against clientConfig.caBundle (never the system roots), timeoutSeconds and failurePolicy \
+honoured. A clientConfig.service is reached at the URL --webhook-service maps it to, its \
+certificate verified for NAME.NAMESPACE.svc.
 
 When ready, the first line on stdout is the server's base URL. SIGINT or SIGTERM stops it.
 
@@ -99,6 +107,11 @@ pub(crate) struct Args {
     /// Seed of every random choice (generated objects and faults), for reproducible runs.
     #[arg(long, value_name = "N", default_value_t = 0)]
     seed: u64,
+
+    /// Reach the service NAMESPACE/NAME that webhook configurations reference
+    /// (clientConfig.service) at URL, an https://HOST:PORT base URL (repeatable).
+    #[arg(long, value_name = "NS/NAME=URL", value_parser = parse_webhook_service)]
+    webhook_service: Vec<(String, String)>,
 }
 
 /// Validated settings of one `leash sandbox` run.
@@ -112,6 +125,8 @@ pub(crate) struct Settings {
     pub(crate) data: Vec<PathBuf>,
     pub(crate) faults: Faults,
     pub(crate) seed: u64,
+    /// `namespace/name` → base URL of webhook services.
+    pub(crate) webhook_services: BTreeMap<String, String>,
 }
 
 impl Args {
@@ -148,6 +163,7 @@ impl Args {
             data: self.data,
             faults,
             seed: self.seed,
+            webhook_services: self.webhook_service.into_iter().collect(),
         })
     }
 }
@@ -157,6 +173,27 @@ fn parse_listen(s: &str) -> Result<SocketAddr, String> {
     s.parse::<SocketAddr>().map_err(|_| {
         format!("{s:?} is not an IP address with a port (for example 127.0.0.1:0 or [::1]:6443)")
     })
+}
+
+/// `--webhook-service`: `NAMESPACE/NAME=https://HOST:PORT[/PATH]`.
+fn parse_webhook_service(s: &str) -> Result<(String, String), String> {
+    let usage = "expected NAMESPACE/NAME=https://HOST:PORT, for example kyverno/kyverno-svc=https://127.0.0.1:9443";
+    let (service, url) = s.split_once('=').ok_or_else(|| format!("{s:?}: {usage}"))?;
+    let valid_service = service
+        .split_once('/')
+        .is_some_and(|(ns, name)| !ns.is_empty() && !name.is_empty() && !name.contains('/'));
+    if !valid_service {
+        return Err(format!("{service:?} is not NAMESPACE/NAME: {usage}"));
+    }
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|e| format!("{url:?} is not a URL ({e}): {usage}"))?;
+    if uri.scheme_str() != Some("https") || uri.host().is_none_or(str::is_empty) {
+        return Err(format!(
+            "{url:?}: webhooks are called over https only: {usage}"
+        ));
+    }
+    Ok((service.to_owned(), url.to_owned()))
 }
 
 /// `--token`: printable ASCII without spaces, as an HTTP header value allows.
@@ -297,6 +334,27 @@ mod tests {
     }
 
     #[test]
+    fn webhook_services_map_namespace_and_name_to_urls() {
+        let settings = parse(&[
+            "--webhook-service",
+            "kyverno/kyverno-svc=https://127.0.0.1:9443",
+            "--webhook-service",
+            "a/b=https://localhost:1/base",
+        ])
+        .unwrap();
+        assert_eq!(
+            settings.webhook_services,
+            BTreeMap::from([
+                ("a/b".to_string(), "https://localhost:1/base".to_string()),
+                (
+                    "kyverno/kyverno-svc".to_string(),
+                    "https://127.0.0.1:9443".to_string()
+                ),
+            ])
+        );
+    }
+
+    #[test]
     fn bad_values_are_refused_naming_flag_and_value() {
         for (argv, needles) in [
             (
@@ -324,6 +382,18 @@ mod tests {
             (&["--retry-after", "3601"], &["--retry-after", "3601"]),
             (&["--token", ""], &["--token", "empty"]),
             (&["--namespaces", "0"], &["--namespaces 0"]),
+            (
+                &["--webhook-service", "kyverno/svc"],
+                &["--webhook-service", "NAMESPACE/NAME=https://HOST:PORT"],
+            ),
+            (
+                &["--webhook-service", "svc=https://127.0.0.1:9443"],
+                &["--webhook-service", "\"svc\" is not NAMESPACE/NAME"],
+            ),
+            (
+                &["--webhook-service", "ns/svc=http://127.0.0.1:9443"],
+                &["--webhook-service", "https only"],
+            ),
         ] {
             let message = parse(argv).expect_err(&format!("{argv:?} must be refused"));
             for needle in needles {

@@ -44,6 +44,7 @@ pub(crate) async fn serve(settings: Settings) -> anyhow::Result<ExitCode> {
         objects,
         faults: settings.faults.clone(),
         seed: settings.seed,
+        webhook_services: settings.webhook_services.clone(),
     };
     let sandbox = Sandbox::start(config).await.map_err(|err| {
         let message = error_chain(&err);
@@ -213,6 +214,9 @@ fn summary(
             "none"
         }
     ));
+    for (service, url) in &settings.webhook_services {
+        lines.push(format!("  webhook service {service}: {url}"));
+    }
     if let Some(path) = &settings.kubeconfig {
         lines.push(format!("  kubeconfig: {}", path.display()));
     }

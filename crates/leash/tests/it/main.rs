@@ -1,6 +1,7 @@
 //! Integration tests of the `leash` binary (one test binary, one module per
 //! subcommand).
 
+mod admission_chain;
 mod context;
 mod load;
 mod policy;
