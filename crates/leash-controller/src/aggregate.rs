@@ -66,7 +66,10 @@ impl ReportIndex {
     pub fn new() -> ReportIndex {
         ReportIndex {
             ephemeral: Arc::new(KindStore::new(writer::ephemeral_resource(), true)),
-            cluster_ephemeral: Arc::new(KindStore::new(writer::cluster_ephemeral_resource(), false)),
+            cluster_ephemeral: Arc::new(KindStore::new(
+                writer::cluster_ephemeral_resource(),
+                false,
+            )),
             reports: Arc::new(KindStore::new(writer::report_resource(), true)),
             cluster_reports: Arc::new(KindStore::new(writer::cluster_report_resource(), false)),
             by_uid: Mutex::new(HashMap::new()),
@@ -136,7 +139,10 @@ impl ReportIndex {
         let uid = eph["metadata"]["labels"][report::LABEL_RESOURCE_UID].as_str()?;
         let key = (
             eph["kind"].as_str().unwrap_or("").to_string(),
-            eph["metadata"]["namespace"].as_str().unwrap_or("").to_string(),
+            eph["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("")
+                .to_string(),
             eph["metadata"]["name"].as_str().unwrap_or("").to_string(),
         );
         let mut by_uid = self.by_uid.lock().unwrap_or_else(|e| e.into_inner());
@@ -304,7 +310,11 @@ impl Aggregator {
                         Err(e) => {
                             this.metrics.api_errors.inc();
                             let delay = this.index.queue.retry(&key);
-                            tracing::debug!("report of {}/{}: {e}; retry in {delay:?}", key.0, key.1);
+                            tracing::debug!(
+                                "report of {}/{}: {e}; retry in {delay:?}",
+                                key.0,
+                                key.1
+                            );
                         }
                     }
                 }
@@ -359,7 +369,10 @@ impl Aggregator {
         }
         ephs.sort_by_key(|(_, v)| {
             (
-                v["metadata"]["creationTimestamp"].as_str().unwrap_or("").to_string(),
+                v["metadata"]["creationTimestamp"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
                 v["metadata"]["resourceVersion"]
                     .as_str()
                     .and_then(|s| s.parse::<u64>().ok())
@@ -372,10 +385,23 @@ impl Aggregator {
         let existing = self.index.report(namespace, uid);
         let docs: Vec<&Value> = ephs.iter().map(|(_, v)| &**v).collect();
         let merged = report::merge(&owner, existing.as_deref(), &docs);
+        // Results of policies or rules deleted since go now, not at the next cleanup.
+        let set = self.policies.borrow().clone();
+        let merged = match set.generation {
+            0 => merged,
+            _ => report::prune(&merged, |p, r| set.has_rule(p, r)).unwrap_or(merged),
+        };
         if report::report_results(&merged).is_empty() {
             if existing.is_some() {
-                writer::delete(&self.client, report_kind(namespace), namespace, uid, None, token)
-                    .await?;
+                writer::delete(
+                    &self.client,
+                    report_kind(namespace),
+                    namespace,
+                    uid,
+                    None,
+                    token,
+                )
+                .await?;
                 self.index.report_store(namespace).remove(namespace, uid);
                 self.metrics.policy_reports_deleted.inc();
             }
@@ -390,7 +416,9 @@ impl Aggregator {
             self.metrics.policy_reports_written.inc();
         }
         for (k, v) in ephs {
-            let rv = v["metadata"]["resourceVersion"].as_str().map(str::to_string);
+            let rv = v["metadata"]["resourceVersion"]
+                .as_str()
+                .map(str::to_string);
             if writer::delete(&self.client, &k.0, &k.1, &k.2, rv, token).await?
                 && self.index.untrack(uid, &k)
             {
@@ -444,8 +472,9 @@ impl Aggregator {
             } else if let Some(pruned) = report::prune(&rep, |p, r| set.has_rule(p, r)) {
                 if report::report_results(&pruned).is_empty() {
                     let ns = &owner.namespace;
-                    let r = writer::delete(&self.client, report_kind(ns), ns, &owner.uid, None, token)
-                        .await;
+                    let r =
+                        writer::delete(&self.client, report_kind(ns), ns, &owner.uid, None, token)
+                            .await;
                     if r.is_ok() {
                         self.index.report_store(ns).remove(ns, &owner.uid);
                         self.metrics.policy_reports_deleted.inc();
@@ -453,12 +482,14 @@ impl Aggregator {
                     r.map(|_| ())
                 } else {
                     let ns = owner.namespace.clone();
-                    writer::put(&self.client, pruned, token).await.map(|stored| {
-                        self.index
-                            .report_store(&ns)
-                            .put_if_newer(&ns, &owner.uid, stored.raw);
-                        self.metrics.policy_reports_written.inc();
-                    })
+                    writer::put(&self.client, pruned, token)
+                        .await
+                        .map(|stored| {
+                            self.index
+                                .report_store(&ns)
+                                .put_if_newer(&ns, &owner.uid, stored.raw);
+                            self.metrics.policy_reports_written.inc();
+                        })
                 }
             } else {
                 Ok(())

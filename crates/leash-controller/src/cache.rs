@@ -140,7 +140,12 @@ impl Cache {
     /// The store of a kind, created empty if new.
     pub fn store(&self, resource: &ApiResource, namespaced: bool) -> Arc<KindStore> {
         let key = kind_key(resource);
-        if let Some(s) = self.kinds.read().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        if let Some(s) = self
+            .kinds
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+        {
             return s.clone();
         }
         let mut kinds = self.kinds.write().unwrap_or_else(|e| e.into_inner());
@@ -233,8 +238,15 @@ mod tests {
         assert_eq!(cache.list("", "pods", "").len(), 1);
         assert_eq!(cache.list("", "pods", "b").len(), 0);
         let ns = cache.store(&api_resource("", "v1", "Namespace", "namespaces"), false);
-        ns.put("", "a", Arc::new(json!({"metadata": {"labels": {"x": "y"}}})));
-        assert_eq!(cache.namespace("a").unwrap()["metadata"]["labels"]["x"], "y");
+        ns.put(
+            "",
+            "a",
+            Arc::new(json!({"metadata": {"labels": {"x": "y"}}})),
+        );
+        assert_eq!(
+            cache.namespace("a").unwrap()["metadata"]["labels"]["x"],
+            "y"
+        );
         cache.drop_store(&kind_key(&pods.resource));
         assert!(cache.get("v1", "pods", "a", "p").is_none());
     }

@@ -109,7 +109,11 @@ pub async fn try_acquire(api: &Api<Lease>, s: &LeaseSettings) -> Result<bool, ku
                 return Ok(false);
             }
             let transitions = current.lease_transitions.unwrap_or(0) + i32::from(!mine);
-            let acquire = if mine { current.acquire_time.clone() } else { Some(now()) };
+            let acquire = if mine {
+                current.acquire_time.clone()
+            } else {
+                Some(now())
+            };
             lease.spec = Some(spec(transitions, acquire));
             // The resourceVersion read above makes this a compare-and-swap.
             match api.replace(&s.name, &PostParams::default(), &lease).await {

@@ -49,22 +49,82 @@ impl Metrics {
     pub fn new(registry: &mut Registry) -> Metrics {
         let m = Metrics::unregistered();
         let r = registry.sub_registry_with_prefix("leash");
-        r.register("resources_scanned", "Resources evaluated by the background scan", m.resources_scanned.clone());
-        r.register("evaluation_seconds", "Seconds per resource evaluation", m.evaluation_seconds.clone());
-        r.register("scan_queue_depth", "Keys in the background scan's queue", m.scan_queue_depth.clone());
-        r.register("aggregate_queue_depth", "Keys in the aggregate controller's queue", m.aggregate_queue_depth.clone());
-        r.register("ephemeral_reports_written", "Ephemeral reports written", m.ephemeral_reports_written.clone());
-        r.register("policy_reports_written", "Policy reports created or updated", m.policy_reports_written.clone());
-        r.register("policy_reports_deleted", "Policy reports deleted", m.policy_reports_deleted.clone());
-        r.register("api_errors", "API errors (each retried)", m.api_errors.clone());
-        r.register("breaker_waits", "Report writes that waited for room under --max-ephemeral-reports", m.breaker_waits.clone());
-        r.register("ephemeral_reports", "Ephemeral reports that exist", m.ephemeral_reports.clone());
+        r.register(
+            "resources_scanned",
+            "Resources evaluated by the background scan",
+            m.resources_scanned.clone(),
+        );
+        r.register(
+            "evaluation_seconds",
+            "Seconds per resource evaluation",
+            m.evaluation_seconds.clone(),
+        );
+        r.register(
+            "scan_queue_depth",
+            "Keys in the background scan's queue",
+            m.scan_queue_depth.clone(),
+        );
+        r.register(
+            "aggregate_queue_depth",
+            "Keys in the aggregate controller's queue",
+            m.aggregate_queue_depth.clone(),
+        );
+        r.register(
+            "ephemeral_reports_written",
+            "Ephemeral reports written",
+            m.ephemeral_reports_written.clone(),
+        );
+        r.register(
+            "policy_reports_written",
+            "Policy reports created or updated",
+            m.policy_reports_written.clone(),
+        );
+        r.register(
+            "policy_reports_deleted",
+            "Policy reports deleted",
+            m.policy_reports_deleted.clone(),
+        );
+        r.register(
+            "api_errors",
+            "API errors (each retried)",
+            m.api_errors.clone(),
+        );
+        r.register(
+            "breaker_waits",
+            "Report writes that waited for room under --max-ephemeral-reports",
+            m.breaker_waits.clone(),
+        );
+        r.register(
+            "ephemeral_reports",
+            "Ephemeral reports that exist",
+            m.ephemeral_reports.clone(),
+        );
         r.register("leader", "1 while this process leads", m.leader.clone());
-        r.register("leader_terms", "Leadership terms started", m.leader_terms.clone());
-        r.register("cleanup_loops", "Running report cleanup loops", m.cleanup_loops.clone());
-        r.register("worker_sets", "Running background scan worker sets", m.worker_sets.clone());
-        r.register("policies", "Policies in the current set", m.policies.clone());
-        r.register("config_rejected", "Kyverno ConfigMap updates rejected as invalid", m.config_rejected.clone());
+        r.register(
+            "leader_terms",
+            "Leadership terms started",
+            m.leader_terms.clone(),
+        );
+        r.register(
+            "cleanup_loops",
+            "Running report cleanup loops",
+            m.cleanup_loops.clone(),
+        );
+        r.register(
+            "worker_sets",
+            "Running background scan worker sets",
+            m.worker_sets.clone(),
+        );
+        r.register(
+            "policies",
+            "Policies in the current set",
+            m.policies.clone(),
+        );
+        r.register(
+            "config_rejected",
+            "Kyverno ConfigMap updates rejected as invalid",
+            m.config_rejected.clone(),
+        );
         m
     }
 

@@ -132,6 +132,8 @@ mod tests {
         assert_eq!(o.resource_version(), 42);
         assert_eq!(*o.raw, v);
         assert_eq!(serde_json::to_value(&o).unwrap(), v);
-        assert!(serde_json::from_value::<Object>(serde_json::json!({"metadata": {"name": 3}})).is_err());
+        assert!(
+            serde_json::from_value::<Object>(serde_json::json!({"metadata": {"name": 3}})).is_err()
+        );
     }
 }

@@ -253,10 +253,9 @@ impl BackgroundScan {
                         self.cache.drop_store(&k);
                     }
                     for (k, (ar, namespaced)) in desired {
-                        if !watchers.contains_key(&k) {
+                        if let std::collections::hash_map::Entry::Vacant(slot) = watchers.entry(k) {
                             next_id += 1;
-                            let w = self.start_watcher(&scope, &this, ar, namespaced, next_id, ended_tx.clone());
-                            watchers.insert(k, w);
+                            slot.insert(self.start_watcher(&scope, &this, ar, namespaced, next_id, ended_tx.clone()));
                         }
                     }
                     if last_versions.as_ref() != Some(&set.background_versions) {
@@ -275,8 +274,11 @@ impl BackgroundScan {
                 Some((k, id)) = ended_rx.recv() => {
                     // A watcher ended on its own: replace it, but only if the
                     // map still holds that same watcher (house rule 8).
-                    if watchers.get(&k).is_some_and(|w| w.id == id) && !token.is_cancelled() {
-                        if let Some(w) = watchers.remove(&k) {
+                    if watchers.get(&k).is_some_and(|w| w.id == id)
+                        && !token.is_cancelled()
+                        && let Some(w) = watchers.remove(&k)
+                    {
+                        {
                             let _ = w.scope.shutdown().await;
                             let store = self.cache.get_store(&k);
                             if let Some(store) = store {
@@ -384,9 +386,17 @@ impl BackgroundScan {
                 }
                 let mut out: Vec<(ApiResource, bool)> = kinds
                     .iter()
-                    .map(|k| (api_resource(&k.group, &k.version, &k.kind, &k.plural), k.namespaced))
+                    .map(|k| {
+                        (
+                            api_resource(&k.group, &k.version, &k.kind, &k.plural),
+                            k.namespaced,
+                        )
+                    })
                     .collect();
-                if !out.iter().any(|(ar, _)| ar.kind == "Namespace" && ar.group.is_empty()) {
+                if !out
+                    .iter()
+                    .any(|(ar, _)| ar.kind == "Namespace" && ar.group.is_empty())
+                {
                     out.push((api_resource("", "v1", "Namespace", "namespaces"), false));
                 }
                 return Some(out);
@@ -410,7 +420,10 @@ struct Shared {
 
 impl Shared {
     fn enqueue(&self, kind: &KindKey, v: &Value) {
-        let ns = v["metadata"]["namespace"].as_str().unwrap_or("").to_string();
+        let ns = v["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
         let name = v["metadata"]["name"].as_str().unwrap_or("").to_string();
         self.queue.add(Work::Object(kind.clone(), ns, name));
     }

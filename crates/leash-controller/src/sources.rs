@@ -28,10 +28,28 @@ use crate::watch::{Change, WatchScope, watch_into};
 /// The policy kinds read from the cluster: group, version, kind, plural,
 /// namespaced.
 pub const POLICY_KINDS: &[(&str, &str, &str, &str, bool)] = &[
-    ("kyverno.io", "v1", "ClusterPolicy", "clusterpolicies", false),
+    (
+        "kyverno.io",
+        "v1",
+        "ClusterPolicy",
+        "clusterpolicies",
+        false,
+    ),
     ("kyverno.io", "v1", "Policy", "policies", true),
-    ("kyverno.io", "v2", "PolicyException", "policyexceptions", true),
-    ("policies.kyverno.io", "v1", "ValidatingPolicy", "validatingpolicies", false),
+    (
+        "kyverno.io",
+        "v2",
+        "PolicyException",
+        "policyexceptions",
+        true,
+    ),
+    (
+        "policies.kyverno.io",
+        "v1",
+        "ValidatingPolicy",
+        "validatingpolicies",
+        false,
+    ),
     (
         "policies.kyverno.io",
         "v1",
@@ -39,7 +57,13 @@ pub const POLICY_KINDS: &[(&str, &str, &str, &str, bool)] = &[
         "namespacedvalidatingpolicies",
         true,
     ),
-    ("policies.kyverno.io", "v1", "PolicyException", "policyexceptions", true),
+    (
+        "policies.kyverno.io",
+        "v1",
+        "PolicyException",
+        "policyexceptions",
+        true,
+    ),
 ];
 
 /// How long policy changes are gathered before the set is compiled again.
@@ -75,7 +99,10 @@ impl PolicySet {
         sorted.sort_by_key(|d| {
             (
                 d["kind"].as_str().unwrap_or("").to_string(),
-                d["metadata"]["namespace"].as_str().unwrap_or("").to_string(),
+                d["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
                 d["metadata"]["name"].as_str().unwrap_or("").to_string(),
             )
         });
@@ -109,12 +136,14 @@ impl PolicySet {
                         Some(ns) => format!("{ns}/{}", p.name()),
                         None => p.name().to_string(),
                     };
-                    set.rules.insert((p.name().to_string(), p.name().to_string()));
+                    set.rules
+                        .insert((p.name().to_string(), p.name().to_string()));
                     set.rules.insert((key.clone(), p.name().to_string()));
                     let p = Arc::new(p);
                     if p.background() {
                         set.background_versions.push((key, rv));
-                        set.background.add_shared(Shared::ValidatingPolicy(p.clone()));
+                        set.background
+                            .add_shared(Shared::ValidatingPolicy(p.clone()));
                     }
                     set.engine.add_shared(Shared::ValidatingPolicy(p));
                 }

@@ -16,7 +16,12 @@ use crate::object::{Object, api_resource};
 
 /// `reports.kyverno.io/v1` `EphemeralReport`.
 pub fn ephemeral_resource() -> ApiResource {
-    api_resource("reports.kyverno.io", "v1", "EphemeralReport", "ephemeralreports")
+    api_resource(
+        "reports.kyverno.io",
+        "v1",
+        "EphemeralReport",
+        "ephemeralreports",
+    )
 }
 
 /// `reports.kyverno.io/v1` `ClusterEphemeralReport`.
@@ -31,7 +36,12 @@ pub fn cluster_ephemeral_resource() -> ApiResource {
 
 /// `wgpolicyk8s.io/v1alpha2` `PolicyReport`.
 pub fn report_resource() -> ApiResource {
-    api_resource("wgpolicyk8s.io", "v1alpha2", "PolicyReport", "policyreports")
+    api_resource(
+        "wgpolicyk8s.io",
+        "v1alpha2",
+        "PolicyReport",
+        "policyreports",
+    )
 }
 
 /// `wgpolicyk8s.io/v1alpha2` `ClusterPolicyReport`.
@@ -93,7 +103,10 @@ pub async fn put(
 ) -> Result<Object, WriteError> {
     let kind = doc["kind"].as_str().unwrap_or("").to_string();
     let ar = resource_of(&kind).ok_or(WriteError::NotAReport(kind))?;
-    let ns = doc["metadata"]["namespace"].as_str().unwrap_or("").to_string();
+    let ns = doc["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
     let name = doc["metadata"]["name"].as_str().unwrap_or("").to_string();
     let api = api_for(client, &ar, &ns);
     let obj = Object::from_value(doc).map_err(|e| WriteError::NotAReport(e.to_string()))?;
@@ -207,7 +220,9 @@ impl Breaker {
     pub fn release(&self, n: usize) {
         let prev = self
             .used
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| Some(u.saturating_sub(n)))
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
+                Some(u.saturating_sub(n))
+            })
             .unwrap_or(0);
         self.metrics
             .ephemeral_reports

@@ -92,8 +92,7 @@ impl Owner {
             name: s(&object["metadata"]["name"]),
             uid: s(&object["metadata"]["uid"]),
         };
-        (!owner.kind.is_empty() && !owner.name.is_empty() && !owner.uid.is_empty())
-            .then_some(owner)
+        (!owner.kind.is_empty() && !owner.name.is_empty() && !owner.uid.is_empty()).then_some(owner)
     }
 
     /// The API group (`""` for the core group).
@@ -159,7 +158,11 @@ impl PolicyMeta {
                 ..PolicyMeta::default()
             };
         };
-        let ann = |k: &str| p.annotation(k).filter(|v| !v.is_empty()).map(str::to_string);
+        let ann = |k: &str| {
+            p.annotation(k)
+                .filter(|v| !v.is_empty())
+                .map(str::to_string)
+        };
         PolicyMeta {
             category: ann("policies.kyverno.io/category"),
             severity: ann("policies.kyverno.io/severity"),
@@ -191,8 +194,10 @@ pub fn result_entry(r: &RuleResult, meta: &PolicyMeta, timestamp: u64) -> Value 
 
 /// Counts of results by outcome, as a report's `summary`.
 pub fn summary(results: &[Value]) -> Value {
-    let mut counts: BTreeMap<&str, u64> =
-        ["pass", "fail", "warn", "error", "skip"].into_iter().map(|k| (k, 0)).collect();
+    let mut counts: BTreeMap<&str, u64> = ["pass", "fail", "warn", "error", "skip"]
+        .into_iter()
+        .map(|k| (k, 0))
+        .collect();
     for r in results {
         if let Some(c) = r["result"].as_str().and_then(|k| counts.get_mut(k)) {
             *c += 1;
@@ -326,7 +331,9 @@ pub fn merge(owner: &Owner, existing: Option<&Value>, ephemerals: &[&Value]) -> 
         .map(|r| (key_of(r), r.clone()))
         .collect();
     for eph in ephemerals {
-        let incoming = eph["spec"]["results"].as_array().map_or(&[][..], Vec::as_slice);
+        let incoming = eph["spec"]["results"]
+            .as_array()
+            .map_or(&[][..], Vec::as_slice);
         match ephemeral_source(eph) {
             ReportSource::BackgroundScan => {
                 let evaluated = ephemeral_policies(eph);
@@ -338,7 +345,9 @@ pub fn merge(owner: &Owner, existing: Option<&Value>, ephemerals: &[&Value]) -> 
             ReportSource::Admission => {
                 for r in incoming {
                     let key = key_of(r);
-                    let newer = results.get(&key).is_none_or(|old| seconds(old) <= seconds(r));
+                    let newer = results
+                        .get(&key)
+                        .is_none_or(|old| seconds(old) <= seconds(r));
                     if newer {
                         results.insert(key, r.clone());
                     }
@@ -402,7 +411,12 @@ pub fn prune(report: &Value, live: impl Fn(&str, &str) -> bool) -> Option<Value>
     let results = report_results(report);
     let kept: Vec<Value> = results
         .iter()
-        .filter(|r| live(r["policy"].as_str().unwrap_or(""), r["rule"].as_str().unwrap_or("")))
+        .filter(|r| {
+            live(
+                r["policy"].as_str().unwrap_or(""),
+                r["rule"].as_str().unwrap_or(""),
+            )
+        })
         .cloned()
         .collect();
     if kept.len() == results.len() {
@@ -410,7 +424,9 @@ pub fn prune(report: &Value, live: impl Fn(&str, &str) -> bool) -> Option<Value>
     }
     let owner = report_owner(report)?;
     let mut out = policy_report(&owner, kept);
-    out["metadata"]["resourceVersion"] = report["metadata"]["resourceVersion"].clone();
+    if let Some(rv) = report["metadata"].get("resourceVersion") {
+        out["metadata"]["resourceVersion"] = rv.clone();
+    }
     Some(out)
 }
 

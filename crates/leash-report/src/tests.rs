@@ -21,11 +21,20 @@ fn rr(policy: &str, rule: &str, status: Status) -> RuleResult {
 }
 
 fn entry(policy: &str, rule: &str, status: Status, ts: u64) -> Value {
-    result_entry(&rr(policy, rule, status), &PolicyMeta { scored: true, ..PolicyMeta::default() }, ts)
+    result_entry(
+        &rr(policy, rule, status),
+        &PolicyMeta {
+            scored: true,
+            ..PolicyMeta::default()
+        },
+        ts,
+    )
 }
 
 fn eval(keys: &[&str]) -> Vec<(String, String)> {
-    keys.iter().map(|k| (k.to_string(), "12".to_string())).collect()
+    keys.iter()
+        .map(|k| (k.to_string(), "12".to_string()))
+        .collect()
 }
 
 #[test]
@@ -57,8 +66,15 @@ fn ephemeral_report_has_kyvernos_layout() {
         ephemeral_policies(&r),
         BTreeSet::from(["require-labels".to_string(), "prod/local".to_string()])
     );
-    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a", "uid": "n"}});
-    let c = ephemeral_report(&Owner::of(&ns).unwrap(), "n", ReportSource::Admission, &[], vec![]);
+    let ns =
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a", "uid": "n"}});
+    let c = ephemeral_report(
+        &Owner::of(&ns).unwrap(),
+        "n",
+        ReportSource::Admission,
+        &[],
+        vec![],
+    );
     assert_eq!(c["kind"], "ClusterEphemeralReport");
     assert!(c["metadata"].get("namespace").is_none());
     assert!(Owner::of(&json!({"kind": "Pod", "metadata": {"name": "x"}})).is_none());
@@ -72,16 +88,28 @@ fn policy_report_is_named_by_uid_with_scope_and_summary() {
         "u-1",
         ReportSource::BackgroundScan,
         &eval(&["a", "b"]),
-        vec![entry("b", "r", Status::Pass, 5), entry("a", "r", Status::Fail, 5)],
+        vec![
+            entry("b", "r", Status::Pass, 5),
+            entry("a", "r", Status::Fail, 5),
+        ],
     );
     let rep = merge(&owner, None, &[&eph]);
     assert_eq!(rep["kind"], "PolicyReport");
     assert_eq!(rep["apiVersion"], "wgpolicyk8s.io/v1alpha2");
     assert_eq!(rep["metadata"]["name"], "u-1");
     assert_eq!(rep["metadata"]["namespace"], "prod");
-    assert_eq!(rep["metadata"]["labels"]["app.kubernetes.io/managed-by"], "kyverno");
-    assert_eq!(rep["scope"], json!({"apiVersion": "v1", "kind": "Pod", "name": "web", "namespace": "prod", "uid": "u-1"}));
-    assert_eq!(rep["summary"], json!({"pass": 1, "fail": 1, "warn": 0, "error": 0, "skip": 0}));
+    assert_eq!(
+        rep["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "kyverno"
+    );
+    assert_eq!(
+        rep["scope"],
+        json!({"apiVersion": "v1", "kind": "Pod", "name": "web", "namespace": "prod", "uid": "u-1"})
+    );
+    assert_eq!(
+        rep["summary"],
+        json!({"pass": 1, "fail": 1, "warn": 0, "error": 0, "skip": 0})
+    );
     // Sorted by policy, then rule.
     assert_eq!(rep["results"][0]["policy"], "a");
     assert_eq!(report_owner(&rep), Some(owner));
@@ -95,7 +123,11 @@ fn background_scan_replaces_the_policies_it_evaluated_only() {
         "u-1",
         ReportSource::BackgroundScan,
         &eval(&["a", "b"]),
-        vec![entry("a", "r1", Status::Fail, 1), entry("a", "r2", Status::Pass, 1), entry("b", "r", Status::Pass, 1)],
+        vec![
+            entry("a", "r1", Status::Fail, 1),
+            entry("a", "r2", Status::Pass, 1),
+            entry("b", "r", Status::Pass, 1),
+        ],
     );
     let rep = merge(&owner, None, &[&first]);
     // A rescan of policy a only: its rule r2 no longer applies, b is kept.
@@ -111,7 +143,13 @@ fn background_scan_replaces_the_policies_it_evaluated_only() {
     assert_eq!(keys, [("a".into(), "r1".into()), ("b".into(), "r".into())]);
     assert_eq!(rep["results"][0]["result"], "pass");
     // A rescan where nothing matches any more: no results, the caller deletes.
-    let third = ephemeral_report(&owner, "u-1", ReportSource::BackgroundScan, &eval(&["a", "b"]), vec![]);
+    let third = ephemeral_report(
+        &owner,
+        "u-1",
+        ReportSource::BackgroundScan,
+        &eval(&["a", "b"]),
+        vec![],
+    );
     assert!(report_results(&merge(&owner, Some(&rep), &[&third])).is_empty());
 }
 
@@ -123,13 +161,34 @@ fn admission_results_update_their_rules_newest_first() {
         "u-1",
         ReportSource::BackgroundScan,
         &eval(&["a"]),
-        vec![entry("a", "r", Status::Pass, 10), entry("a", "s", Status::Pass, 10)],
+        vec![
+            entry("a", "r", Status::Pass, 10),
+            entry("a", "s", Status::Pass, 10),
+        ],
     );
-    let old = ephemeral_report(&owner, "x", ReportSource::Admission, &eval(&["a"]), vec![entry("a", "r", Status::Fail, 5)]);
-    let new = ephemeral_report(&owner, "y", ReportSource::Admission, &eval(&["a"]), vec![entry("a", "s", Status::Fail, 11)]);
+    let old = ephemeral_report(
+        &owner,
+        "x",
+        ReportSource::Admission,
+        &eval(&["a"]),
+        vec![entry("a", "r", Status::Fail, 5)],
+    );
+    let new = ephemeral_report(
+        &owner,
+        "y",
+        ReportSource::Admission,
+        &eval(&["a"]),
+        vec![entry("a", "s", Status::Fail, 11)],
+    );
     let rep = merge(&owner, None, &[&bg, &old, &new]);
-    assert_eq!(rep["results"][0]["result"], "pass", "an older admission result loses");
-    assert_eq!(rep["results"][1]["result"], "fail", "a newer one wins; the other rule stays");
+    assert_eq!(
+        rep["results"][0]["result"], "pass",
+        "an older admission result loses"
+    );
+    assert_eq!(
+        rep["results"][1]["result"], "fail",
+        "a newer one wins; the other rule stays"
+    );
 }
 
 #[test]
@@ -137,7 +196,11 @@ fn prune_drops_results_of_deleted_policies_and_rules() {
     let owner = Owner::of(&pod("prod")).unwrap();
     let mut rep = policy_report(
         &owner,
-        vec![entry("a", "r", Status::Fail, 1), entry("a", "gone", Status::Pass, 1), entry("b", "r", Status::Pass, 1)],
+        vec![
+            entry("a", "r", Status::Fail, 1),
+            entry("a", "gone", Status::Pass, 1),
+            entry("b", "r", Status::Pass, 1),
+        ],
     );
     rep["metadata"]["resourceVersion"] = json!("7");
     assert!(prune(&rep, |_, _| true).is_none());
@@ -145,7 +208,11 @@ fn prune_drops_results_of_deleted_policies_and_rules() {
     assert_eq!(report_results(&pruned).len(), 1);
     assert_eq!(pruned["summary"]["fail"], 1);
     assert_eq!(pruned["metadata"]["resourceVersion"], "7");
-    assert!(pruned["metadata"]["labels"].get("cpol.kyverno.io/b").is_none());
+    assert!(
+        pruned["metadata"]["labels"]
+            .get("cpol.kyverno.io/b")
+            .is_none()
+    );
     assert!(report_results(&prune(&rep, |_, _| false).unwrap()).is_empty());
 }
 

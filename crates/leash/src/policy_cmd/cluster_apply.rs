@@ -19,9 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use anyhow::Result;
 use leash_controller::kinds::select_kinds;
 use leash_loader::{KindSelection, LoadOptions, Loader, NamespaceSelection};
-use leash_policy::{
-    Bindings, Engine, EvalRequest, Operation, RuleResult, Status, UserInfo,
-};
+use leash_policy::{Bindings, Engine, EvalRequest, Operation, RuleResult, Status, UserInfo};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -354,60 +352,6 @@ impl Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn kind(group: &str, version: &str, kind: &str, plural: &str) -> ResolvedKind {
-        ResolvedKind {
-            group: group.into(),
-            version: version.into(),
-            kind: kind.into(),
-            plural: plural.into(),
-            singular: String::new(),
-            namespaced: true,
-            verbs: vec!["list".into(), "watch".into()],
-            short_names: Vec::new(),
-        }
-    }
-
-    #[test]
-    fn selects_matched_served_kinds_and_names_the_others() {
-        let catalog = Catalog::from_kinds(vec![
-            kind("", "v1", "Pod", "pods"),
-            kind("apps", "v1", "Deployment", "deployments"),
-            kind("", "v1", "ConfigMap", "configmaps"),
-        ]);
-        let mut engine = Engine::new();
-        engine
-            .add_json(&json!({
-                "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "p"},
-                "spec": {"rules": [
-                    {"name": "pods",
-                     "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
-                     "validate": {"pattern": {"metadata": {"name": "?*"}}}},
-                    {"name": "others",
-                     "match": {"any": [{"resources": {"kinds": ["batch/*/CronJob", "example.io/v1/Widget"]}}]},
-                     "validate": {"pattern": {"metadata": {"name": "?*"}}}}
-                ]}
-            }))
-            .unwrap();
-        let (kinds, not_served) = select_kinds(&engine, &catalog);
-        let names: Vec<&str> = kinds.iter().map(|k| k.plural.as_str()).collect();
-        // Pod, plus the autogen rule's controllers the cluster serves (Deployment).
-        assert!(
-            names.contains(&"pods") && names.contains(&"deployments"),
-            "{names:?}"
-        );
-        assert!(!names.contains(&"configmaps"));
-        assert!(
-            not_served
-                .iter()
-                .any(|n| n.starts_with("example.io/v1/Widget")),
-            "{not_served:?}"
-        );
-        assert!(
-            not_served.iter().any(|n| n.starts_with("batch/*/CronJob")),
-            "{not_served:?}"
-        );
-    }
 
     #[test]
     fn references_keep_identity_only() {

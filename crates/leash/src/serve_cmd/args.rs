@@ -20,7 +20,12 @@ pub(crate) const DEFAULT_SERVE_SANDBOX: &str = "pods=200,deployments.apps=20";
   leash serve --kubeconfig ~/.kube/config --leader-elect --health 127.0.0.1:8080 --metrics 127.0.0.1:8000")]
 pub(crate) struct Args {
     /// Components to run, comma-separated: reports (background scan, policy reports).
-    #[arg(long, value_name = "LIST", value_delimiter = ',', default_value = "reports")]
+    #[arg(
+        long,
+        value_name = "LIST",
+        value_delimiter = ',',
+        default_value = "reports"
+    )]
     components: Vec<String>,
     /// Namespace of Kyverno's ConfigMap.
     #[arg(long, value_name = "NS", default_value = "kyverno")]
@@ -44,10 +49,20 @@ pub(crate) struct Args {
     #[arg(long)]
     leader_elect: bool,
     /// The Lease's name.
-    #[arg(long, value_name = "NAME", default_value = "leash-reports", requires = "leader_elect")]
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "leash-reports",
+        requires = "leader_elect"
+    )]
     lease_name: String,
     /// The Lease's namespace.
-    #[arg(long, value_name = "NS", default_value = "kyverno", requires = "leader_elect")]
+    #[arg(
+        long,
+        value_name = "NS",
+        default_value = "kyverno",
+        requires = "leader_elect"
+    )]
     lease_namespace: String,
     /// This replica's holder identity (default: the host name and process id).
     #[arg(long, value_name = "ID", requires = "leader_elect")]
@@ -203,7 +218,11 @@ fn default_identity() -> String {
     let host = std::env::var("HOSTNAME")
         .ok()
         .filter(|h| !h.is_empty())
-        .or_else(|| std::fs::read_to_string("/etc/hostname").ok().map(|h| h.trim().to_string()))
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|h| h.trim().to_string())
+        })
         .unwrap_or_else(|| "leash".into());
     format!("{host}_{}", std::process::id())
 }

@@ -39,7 +39,10 @@ pub(crate) async fn serve_health(
 async fn readyz(State(r): State<Arc<Readiness>>) -> impl IntoResponse {
     match r.ready() {
         Ok(()) => (StatusCode::OK, "ok\n".to_string()),
-        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")),
+        Err(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {why}\n"),
+        ),
     }
 }
 
@@ -61,7 +64,10 @@ async fn metrics(State(registry): State<Arc<Registry>>) -> impl IntoResponse {
     match prometheus_client::encoding::text::encode(&mut text, &registry) {
         Ok(()) => (
             StatusCode::OK,
-            [("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+            [(
+                "content-type",
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
             text,
         ),
         Err(e) => (

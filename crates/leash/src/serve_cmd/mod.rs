@@ -89,7 +89,10 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
             Ok::<(), std::convert::Infallible>(())
         });
     }
-    let breaker = Arc::new(Breaker::new(settings.max_ephemeral_reports, metrics.clone()));
+    let breaker = Arc::new(Breaker::new(
+        settings.max_ephemeral_reports,
+        metrics.clone(),
+    ));
 
     if settings.components.reports {
         let make = {
@@ -125,7 +128,8 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         match &settings.lease {
             Some(lease) => {
                 let lease: LeaseSettings = lease.clone();
-                let (client, metrics, token) = (client.clone(), metrics.clone(), root.token().clone());
+                let (client, metrics, token) =
+                    (client.clone(), metrics.clone(), root.token().clone());
                 root.spawn("leader election", async move {
                     leader::lead(client, lease, metrics, token, make).await;
                     Ok::<(), std::convert::Infallible>(())
@@ -146,12 +150,21 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let registry = Arc::new(registry);
     if let Some(addr) = settings.health {
         let listener = http::bind(addr, "--health").await?;
-        eprintln!("leash serve: health on http://{}/healthz and /readyz", listener.local_addr()?);
-        root.spawn("health endpoint", http::serve_health(listener, readiness.clone(), root.token().clone()));
+        eprintln!(
+            "leash serve: health on http://{}/healthz and /readyz",
+            listener.local_addr()?
+        );
+        root.spawn(
+            "health endpoint",
+            http::serve_health(listener, readiness.clone(), root.token().clone()),
+        );
     }
     if let Some(addr) = settings.metrics_addr {
         let listener = http::bind(addr, "--metrics").await?;
-        eprintln!("leash serve: metrics on http://{}/metrics", listener.local_addr()?);
+        eprintln!(
+            "leash serve: metrics on http://{}/metrics",
+            listener.local_addr()?
+        );
         root.spawn(
             "metrics endpoint",
             http::serve_metrics(listener, registry.clone(), root.token().clone()),
@@ -171,7 +184,10 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     );
 
     let signal = signals.recv().await;
-    eprintln!("leash serve: {signal}, shutting down (at most {:?})", settings.shutdown_timeout);
+    eprintln!(
+        "leash serve: {signal}, shutting down (at most {:?})",
+        settings.shutdown_timeout
+    );
     root.cancel();
     let code = match tokio::time::timeout(settings.shutdown_timeout, root.shutdown()).await {
         Ok(Ok(())) => ExitCode::SUCCESS,

@@ -31,7 +31,8 @@ const POLICIES: &[&str] = &[
 ];
 
 fn parse(text: &str) -> anyhow::Result<Value> {
-    serde_saphyr::from_str(text).map_err(|e| anyhow::anyhow!("a built-in manifest does not parse: {e}"))
+    serde_saphyr::from_str(text)
+        .map_err(|e| anyhow::anyhow!("a built-in manifest does not parse: {e}"))
 }
 
 /// Every object `--sandbox` starts with, after the generated ones.

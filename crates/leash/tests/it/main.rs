@@ -6,4 +6,5 @@ mod context;
 mod load;
 mod policy;
 mod sandbox;
+mod serve;
 mod support;

@@ -1,0 +1,318 @@
+//! `leash serve`: the reports converge to what `leash apply --cluster`
+//! computes on the same data, follow changes, and survive faults and
+//! `kill -9`.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use leash_sandbox::generate::{GenerateSpec, parse_generate};
+use leash_sandbox::{Faults, Sandbox, SandboxConfig};
+use serde_json::{Value, json};
+
+use crate::support::{BOUND, ChildGuard, leash, send_signal, wait_exit};
+
+/// `(resource uid, policy, rule, result)`.
+type Row = (String, String, String, String);
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The policies of the test: the two examples and four Pod Security ones.
+fn policy_files() -> Vec<PathBuf> {
+    let mut v = vec![
+        repo().join("deploy/examples/policies/disallow-latest-tag.yaml"),
+        repo().join("deploy/examples/policies/require-labels.yaml"),
+    ];
+    for p in [
+        "disallow-privileged-containers",
+        "disallow-host-namespaces",
+        "disallow-host-path",
+        "restrict-volume-types",
+    ] {
+        v.push(repo().join(format!("bench/policies/pss-classic/{p}.yaml")));
+    }
+    v
+}
+
+async fn start_sandbox(generate: &str) -> Sandbox {
+    let mut objects =
+        leash_sandbox::manifests::load_manifests(&[repo().join("deploy/crds")]).unwrap();
+    objects.extend(leash_sandbox::manifests::load_manifests(&policy_files()).unwrap());
+    // Violations of each kind besides the generated (compliant) workloads.
+    for i in 0..20 {
+        objects.push(pod(&format!("latest-{i}"), "nginx:latest"));
+        let mut p = pod(&format!("privileged-{i}"), "nginx:1.27");
+        p["spec"]["containers"][0]["securityContext"] = json!({"privileged": true});
+        objects.push(p);
+        let mut p = pod(&format!("hostpath-{i}"), "nginx:1.27");
+        p["spec"]["volumes"] = json!([{"name": "h", "hostPath": {"path": "/etc"}}]);
+        p["spec"]["hostNetwork"] = json!(i % 2 == 0);
+        objects.push(p);
+    }
+    Sandbox::start(SandboxConfig {
+        generate: Some(GenerateSpec {
+            kinds: parse_generate(generate).unwrap(),
+            namespaces: 4,
+            crds: Some((0, 0)),
+            seed: 7,
+        }),
+        objects,
+        ..SandboxConfig::default()
+    })
+    .await
+    .unwrap()
+}
+
+fn serve(url: &str, extra: &[&str]) -> ChildGuard {
+    let child = leash()
+        .args(["serve", "--server", url, "--report-cleanup-interval", "1s"])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run leash serve");
+    ChildGuard(child)
+}
+
+/// What `leash apply --cluster --policy-report` computes.
+fn expected(url: &str) -> BTreeSet<Row> {
+    expected_with(url, &policy_files())
+}
+
+fn expected_with(url: &str, files: &[PathBuf]) -> BTreeSet<Row> {
+    let mut cmd = leash();
+    cmd.arg("apply");
+    for p in files {
+        cmd.arg(p);
+    }
+    let out = cmd
+        .args([
+            "--cluster",
+            "--server",
+            url,
+            "-A",
+            "--policy-report",
+            "-o",
+            "json",
+        ])
+        .output()
+        .expect("run leash apply");
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "leash apply -o json: {e}; stderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let mut rows = BTreeSet::new();
+    for report in doc["items"].as_array().unwrap() {
+        for r in report["results"].as_array().unwrap() {
+            let s = |k: &str| r[k].as_str().unwrap_or("").to_string();
+            let uid = r["resources"][0]["uid"].as_str().unwrap_or("").to_string();
+            rows.insert((uid, s("policy"), s("rule"), s("result")));
+        }
+    }
+    rows
+}
+
+/// Every result of every PolicyReport / ClusterPolicyReport in the sandbox.
+fn reported(sb: &Sandbox) -> BTreeSet<Row> {
+    let mut rows = BTreeSet::new();
+    for kind in ["PolicyReport", "ClusterPolicyReport"] {
+        for rep in sb
+            .store()
+            .list("wgpolicyk8s.io/v1alpha2", kind, None)
+            .unwrap()
+        {
+            let uid = rep["scope"]["uid"].as_str().unwrap_or("").to_string();
+            assert_eq!(
+                rep["metadata"]["name"].as_str(),
+                Some(uid.as_str()),
+                "a report is named by its resource's uid"
+            );
+            for r in rep["results"].as_array().into_iter().flatten() {
+                let s = |k: &str| r[k].as_str().unwrap_or("").to_string();
+                rows.insert((uid.clone(), s("policy"), s("rule"), s("result")));
+            }
+        }
+    }
+    rows
+}
+
+fn ephemeral_count(sb: &Sandbox) -> usize {
+    ["EphemeralReport", "ClusterEphemeralReport"]
+        .iter()
+        .map(|k| {
+            sb.store()
+                .list("reports.kyverno.io/v1", k, None)
+                .unwrap()
+                .len()
+        })
+        .sum()
+}
+
+/// Waits until the reports hold exactly `want`; panics with the difference.
+async fn converge(sb: &Sandbox, want: &BTreeSet<Row>, bound: Duration, what: &str) {
+    let start = Instant::now();
+    loop {
+        let got = reported(sb);
+        if &got == want {
+            return;
+        }
+        if start.elapsed() > bound {
+            let missing: Vec<_> = want.difference(&got).take(5).collect();
+            let extra: Vec<_> = got.difference(want).take(5).collect();
+            panic!(
+                "{what}: reports did not converge within {bound:?}: {} rows wanted, {} reported; missing (first 5) {missing:?}; extra (first 5) {extra:?}",
+                want.len(),
+                got.len()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn pod(name: &str, image: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": name, "namespace": "default"},
+           "spec": {"containers": [{"name": "c", "image": image}]}})
+}
+
+/// Issue 12's convergence test: 2,000 pods and 200 deployments; the
+/// reports equal `leash apply --cluster`; then resources and policies
+/// change and the reports follow (a new violating pod's report within 2 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_reports_converge_to_apply_and_follow_changes() {
+    let sb = start_sandbox("pods=2000,deployments.apps=200").await;
+    let url = sb.url();
+    let mut server = serve(&url, &[]);
+    let want = tokio::task::block_in_place(|| expected(&url));
+    assert!(want.len() > 2200, "apply computed {} results", want.len());
+    assert!(want.iter().any(|r| r.3 == "fail") && want.iter().any(|r| r.3 == "pass"));
+    let t0 = Instant::now();
+    converge(&sb, &want, Duration::from_secs(120), "first scan").await;
+    eprintln!(
+        "first scan converged {:?} after apply finished",
+        t0.elapsed()
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        ephemeral_count(&sb),
+        0,
+        "every ephemeral report was aggregated and deleted"
+    );
+
+    // A new violating pod: its report within 2 s.
+    let created = sb.store().create(pod("bad", "nginx:latest")).unwrap();
+    let uid = created["metadata"]["uid"].as_str().unwrap().to_string();
+    let start = Instant::now();
+    loop {
+        let fails = reported(&sb)
+            .iter()
+            .any(|r| r.0 == uid && r.1 == "disallow-latest-tag" && r.3 == "fail");
+        if fails {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "no report of the new violating pod within 2 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Fixed: the fail turns into a pass.
+    let mut fixed = sb.store().get("v1", "Pod", Some("default"), "bad").unwrap();
+    fixed["spec"]["containers"][0]["image"] = json!("nginx:1.27");
+    sb.store().update(fixed).unwrap();
+    // Deleted: its report goes (no garbage collector in the sandbox: leash deletes it).
+    let gone = sb.store().list("v1", "Pod", Some("ns-0001")).unwrap()[0].clone();
+    let gone_uid = gone["metadata"]["uid"].as_str().unwrap().to_string();
+    sb.store()
+        .delete(
+            "v1",
+            "Pod",
+            gone["metadata"]["namespace"].as_str(),
+            gone["metadata"]["name"].as_str().unwrap(),
+        )
+        .unwrap();
+    // A policy deleted: its results go from every report.
+    sb.store()
+        .delete("kyverno.io/v1", "ClusterPolicy", None, "require-labels")
+        .unwrap();
+    // What apply computes now, without the deleted policy.
+    let files: Vec<PathBuf> = policy_files()
+        .into_iter()
+        .filter(|f| !f.ends_with("require-labels.yaml"))
+        .collect();
+    let want2 = tokio::task::block_in_place(|| expected_with(&url, &files));
+    assert!(want2.iter().any(|r| r.0 == uid), "apply sees the new pod");
+    assert!(
+        !want2
+            .iter()
+            .any(|r| r.0 == gone_uid || r.1 == "require-labels")
+    );
+    converge(&sb, &want2, Duration::from_secs(30), "after the changes").await;
+
+    send_signal(&server.0, "TERM");
+    let status = wait_exit(&mut server.0, BOUND, "exit after SIGTERM");
+    assert!(status.success(), "leash serve exited with {status}");
+    sb.shutdown().await.unwrap();
+}
+
+/// Under 10% 500s, 5% 429s and connection resets, and after `kill -9`
+/// mid-scan and a restart: the same reports, one per resource, no
+/// ephemeral report left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_reports_converge_under_faults_and_after_kill_9() {
+    let sb = start_sandbox("pods=300,deployments.apps=30").await;
+    let url = sb.url();
+    let want = tokio::task::block_in_place(|| expected(&url));
+    sb.set_faults(Faults {
+        fail_rate: 0.10,
+        throttle_rate: 0.05,
+        retry_after_secs: 0,
+        reset_rate: 0.02,
+        ..Faults::default()
+    });
+    let mut first = serve(&url, &[]);
+    // Mid-scan: some reports written, not all.
+    let start = Instant::now();
+    while reported(&sb).is_empty() {
+        assert!(start.elapsed() < BOUND, "no report at all under faults");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    first.0.kill().unwrap();
+    first.0.wait().unwrap();
+    let mut second = serve(&url, &[]);
+    converge(
+        &sb,
+        &want,
+        Duration::from_secs(120),
+        "under faults after kill -9",
+    )
+    .await;
+    sb.set_faults(Faults::default());
+    let start = Instant::now();
+    while ephemeral_count(&sb) > 0 {
+        assert!(
+            start.elapsed() < BOUND,
+            "{} ephemeral reports left behind",
+            ephemeral_count(&sb)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let reports = sb
+        .store()
+        .list("wgpolicyk8s.io/v1alpha2", "PolicyReport", None)
+        .unwrap();
+    let uids: BTreeSet<&str> = reports
+        .iter()
+        .filter_map(|r| r["scope"]["uid"].as_str())
+        .collect();
+    assert_eq!(uids.len(), reports.len(), "one report per resource");
+    send_signal(&second.0, "TERM");
+    let status = wait_exit(&mut second.0, BOUND, "exit after SIGTERM");
+    assert!(status.success(), "leash serve exited with {status}");
+    sb.shutdown().await.unwrap();
+}
