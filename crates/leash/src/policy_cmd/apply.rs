@@ -571,55 +571,21 @@ fn print_reports(
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     let mut by_ns: BTreeMap<String, Vec<Value>> = BTreeMap::new();
-    let mut summaries: BTreeMap<String, BTreeMap<&'static str, usize>> = BTreeMap::new();
     for (o, rs) in results {
         let ns = o["metadata"]["namespace"]
             .as_str()
             .unwrap_or("")
             .to_string();
         for r in rs {
-            let policy = engine.policies().iter().find(|p| *p.key() == r.policy);
-            let ann = |k: &str| {
-                policy
-                    .and_then(|p| p.annotation(k))
-                    .unwrap_or("")
-                    .to_string()
-            };
-            let scored = ann("policies.kyverno.io/scored") != "false";
-            let mut result = json!({
-                "source": r.source.as_str(),
-                "policy": &*r.policy,
-                "rule": r.rule,
-                "resources": [object_ref(o)],
-                "result": r.status.as_str(),
-                "message": r.message,
-                "scored": scored,
-                "timestamp": {"seconds": now, "nanos": 0},
-            });
-            let category = ann("policies.kyverno.io/category");
-            if !category.is_empty() {
-                result["category"] = json!(category);
-            }
-            let severity = ann("policies.kyverno.io/severity");
-            if !severity.is_empty() {
-                result["severity"] = json!(severity);
-            }
-            *summaries
-                .entry(ns.clone())
-                .or_default()
-                .entry(r.status.as_str())
-                .or_default() += 1;
+            let meta = leash_report::PolicyMeta::of(engine, &r.policy);
+            let mut result = leash_report::result_entry(r, &meta, now);
+            result["resources"] = json!([object_ref(o)]);
             by_ns.entry(ns.clone()).or_default().push(result);
         }
     }
     let mut docs = Vec::new();
     for (ns, results) in by_ns {
-        let s = summaries.remove(&ns).unwrap_or_default();
-        let summary = json!({
-            "pass": s.get("pass").copied().unwrap_or(0), "fail": s.get("fail").copied().unwrap_or(0),
-            "warn": s.get("warn").copied().unwrap_or(0), "error": s.get("error").copied().unwrap_or(0),
-            "skip": s.get("skip").copied().unwrap_or(0),
-        });
+        let summary = leash_report::summary(&results);
         let doc = if ns.is_empty() {
             json!({"apiVersion": "wgpolicyk8s.io/v1alpha2", "kind": "ClusterPolicyReport",
                    "metadata": {"name": "merged"}, "results": results, "summary": summary})

@@ -316,3 +316,100 @@ async fn serve_reports_converge_under_faults_and_after_kill_9() {
     assert!(status.success(), "leash serve exited with {status}");
     sb.shutdown().await.unwrap();
 }
+
+/// A minimal HTTP GET on 127.0.0.1: (status, body).
+fn http_get(addr: &str, path: &str) -> (u16, String) {
+    use std::io::{Read as _, Write as _};
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let status = text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    (status, body)
+}
+
+/// `leash serve --sandbox`: the demo starts with its CRDs and example
+/// policies, reports appear, /healthz, /readyz and /metrics answer, and
+/// SIGTERM exits 0.
+#[test]
+fn serve_sandbox_demo_health_metrics_and_sigterm() {
+    use std::io::BufRead as _;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kc");
+    let mut child = leash()
+        .args(["serve", "--sandbox=pods=20", "--health", "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--sandbox-kubeconfig"])
+        .arg(&kubeconfig)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run leash serve");
+    let stderr = child.stderr.take().unwrap();
+    let mut guard = ChildGuard(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let (mut health, mut metrics) = (None, None);
+        let start = Instant::now();
+        while health.is_none() || metrics.is_none() {
+            let line = rx.recv_timeout(BOUND).expect("serve announces its endpoints");
+            let addr = |l: &str| l.split("http://").nth(1).and_then(|r| r.split('/').next()).map(str::to_string);
+            if line.contains("health on") {
+                health = addr(&line);
+            } else if line.contains("metrics on") {
+                metrics = addr(&line);
+            }
+            assert!(start.elapsed() < BOUND);
+        }
+        let (health, metrics) = (health.unwrap(), metrics.unwrap());
+        assert_eq!(http_get(&health, "/healthz").0, 200);
+        let start = Instant::now();
+        while http_get(&health, "/readyz").0 != 200 {
+            assert!(start.elapsed() < BOUND, "/readyz never ready: {:?}", http_get(&health, "/readyz"));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let start = Instant::now();
+        loop {
+            let (code, body) = http_get(&metrics, "/metrics");
+            assert_eq!(code, 200);
+            let written = body
+                .lines()
+                .find(|l| l.starts_with("leash_policy_reports_written_total "))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+                .unwrap_or(0.0);
+            if written >= 20.0 {
+                assert!(body.contains("leash_leader 1"), "{body}");
+                assert!(body.contains("leash_policies 2"), "{body}");
+                break;
+            }
+            assert!(start.elapsed() < BOUND, "no reports written: {body}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let kc = std::fs::read_to_string(&kubeconfig).unwrap();
+        assert!(kc.contains("server: http://127.0.0.1:"), "{kc}");
+        send_signal(&guard.0, "TERM");
+        let status = wait_exit(&mut guard.0, BOUND, "exit after SIGTERM");
+        assert!(status.success(), "{status}");
+    });
+}
+
+/// Bad flags exit 2 naming the problem.
+#[test]
+fn serve_rejects_bad_flags() {
+    for (args, want) in [
+        (&["--components", "nope"][..], "unknown component \"nope\""),
+        (&["--background-scan-interval", "0s"][..], "--background-scan-interval must be positive"),
+        (&["--max-ephemeral-reports", "0"][..], "--max-ephemeral-reports must be at least 1"),
+        (&["--server", "not a url"][..], "invalid --server URL"),
+    ] {
+        let out = leash().arg("serve").args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}
