@@ -1,0 +1,8 @@
+//! Integration tests of leash-webhook: one binary, one module per concern.
+
+mod admission;
+#[allow(
+    dead_code,
+    reason = "helpers shared by the test modules; not every module uses each"
+)]
+mod common;
