@@ -46,6 +46,7 @@ pub mod review;
 mod server;
 mod settings;
 mod snapshot;
+mod status;
 mod tls;
 mod userinfo;
 
@@ -56,5 +57,6 @@ pub use error::{Error, Result};
 pub use recorder::{PolicyRef, Readiness, Recorder};
 pub use server::{AdmissionServer, FailurePolicy};
 pub use settings::{AuditSettings, ServiceRef, Settings};
+pub use status::StatusWriter;
 pub use tls::{TlsMaterial, generate as generate_tls};
 pub use userinfo::resolve_roles;

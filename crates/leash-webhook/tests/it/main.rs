@@ -7,3 +7,4 @@ mod audit;
     reason = "helpers shared by the test modules; not every module uses each"
 )]
 mod common;
+mod readiness;
