@@ -49,6 +49,7 @@ mod snapshot;
 mod status;
 mod tls;
 mod userinfo;
+mod webhookconfig;
 
 pub use audit::{
     AuditQueue, AuditRecord, AuditWriter, DrainSummary, LossReason, ReportSink, audit_channel,
@@ -60,3 +61,4 @@ pub use settings::{AuditSettings, ServiceRef, Settings};
 pub use status::StatusWriter;
 pub use tls::{TlsMaterial, generate as generate_tls};
 pub use userinfo::resolve_roles;
+pub use webhookconfig::{ClientTarget, Registrar, build_configuration};

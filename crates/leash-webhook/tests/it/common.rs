@@ -369,3 +369,74 @@ impl Client {
 pub fn response(answer: &Value) -> &Value {
     &answer["response"]
 }
+
+type Sender = hyper::client::conn::http1::SendRequest<Full<bytes::Bytes>>;
+
+/// `n` keep-alive connections shared by any number of concurrent callers
+/// (each request takes a free connection; the drivers run in `scope`).
+pub struct Pool {
+    client: Client,
+    free: Mutex<Vec<Sender>>,
+    slots: tokio::sync::Semaphore,
+    scope: Scope,
+}
+
+impl Pool {
+    pub async fn new(client: &Client, n: usize) -> Arc<Pool> {
+        let scope = Scope::new();
+        let mut free = Vec::new();
+        for _ in 0..n {
+            free.push(client.connect(&scope).await);
+        }
+        Arc::new(Pool {
+            client: client.clone(),
+            free: Mutex::new(free),
+            slots: tokio::sync::Semaphore::new(n),
+            scope,
+        })
+    }
+
+    pub async fn post(&self, path: &str, body: Vec<u8>) -> (u16, Vec<u8>) {
+        let _slot = self.slots.acquire().await.unwrap();
+        let mut sender = self
+            .free
+            .lock()
+            .unwrap()
+            .pop()
+            .expect("a free connection per slot");
+        if sender.ready().await.is_err() {
+            sender = self.client.connect(&self.scope).await;
+        }
+        let req = http::Request::builder()
+            .method("POST")
+            .uri(path)
+            .header("host", self.client.addr.to_string())
+            .header("content-type", "application/json")
+            .body(Full::new(bytes::Bytes::from(body)))
+            .unwrap();
+        let resp = sender.send_request(req).await.expect("answered");
+        let status = resp.status().as_u16();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .unwrap()
+            .to_bytes()
+            .to_vec();
+        self.free.lock().unwrap().push(sender);
+        (status, body)
+    }
+}
+
+impl Client {
+    async fn connect(&self, scope: &Scope) -> Sender {
+        let tcp = tokio::net::TcpStream::connect(self.addr).await.unwrap();
+        let name = rustls_pki_types::ServerName::IpAddress(self.addr.ip().into());
+        let tls = self.connector.connect(name, tcp).await.unwrap();
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .unwrap();
+        scope.spawn("test-client-connection", async move { conn.await });
+        sender
+    }
+}

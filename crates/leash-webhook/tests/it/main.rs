@@ -8,3 +8,4 @@ mod audit;
 )]
 mod common;
 mod readiness;
+mod registrar;

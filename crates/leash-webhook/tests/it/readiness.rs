@@ -115,10 +115,17 @@ async fn served_policies_are_marked_ready_as_kyverno_reports_them() {
         &vpol("vpol-deny", "Deny", "x"),
     ]))
     .await;
-    assert!(
-        s.recorder
-            .is_ready(&PolicyRef::new("ClusterPolicy", None, "require-team"))
-    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !s
+        .recorder
+        .is_ready(&PolicyRef::new("ClusterPolicy", None, "require-team"))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the running server records what it serves"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     assert!(
         !s.recorder
             .is_ready(&PolicyRef::new("ClusterPolicy", None, "background-only")),
