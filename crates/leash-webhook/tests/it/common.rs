@@ -436,7 +436,7 @@ impl Client {
         let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
             .await
             .unwrap();
-        scope.spawn("test-client-connection", async move { conn.await });
+        scope.spawn("test-client-connection", conn);
         sender
     }
 }
