@@ -1,0 +1,587 @@
+//! The HTTPS server: `POST /validate` (and `/validate/fail`,
+//! `/validate/ignore`, one per webhook failure policy) answering
+//! `admission.k8s.io/v1` AdmissionReviews, and `GET /healthz`.
+//!
+//! # Invariants
+//! 1. Every task (the snapshot watcher, one per connection, one per
+//!    evaluation) belongs to the server's [`Scope`]; `run` cancels and joins
+//!    it before returning, bounded by `shutdown_timeout`.
+//! 2. Accepting, TLS handshakes and connection serving are raced against the
+//!    token; on cancellation connections shut down gracefully (in-flight
+//!    reviews are answered).
+//! 3. The policy snapshot is derived once per policy set (`Arc::ptr_eq` on the
+//!    engine) and swapped whole through an `ArcSwap`; requests only load it.
+//!    Nothing evaluated is ever mutated (seed 000).
+//! 4. An evaluation runs in its own task of the scope, and the request
+//!    waits for it at most until the answer deadline (90% of
+//!    `timeout_seconds`). Evaluation is CPU-bound and short (µs–ms); running
+//!    it in a task rather than inline lets the handler answer at the
+//!    deadline even when an evaluation overruns (it then finishes in the
+//!    background and its result is discarded), and a slow evaluation
+//!    occupies one runtime worker, never the accept loop's task. On overrun
+//!    (or an evaluation panic) the answer follows the webhook's failure
+//!    policy: `/validate` and `/validate/fail` deny, `/validate/ignore`
+//!    allows with a warning — what kube-apiserver itself would do on a
+//!    timeout, answered explicitly and in time.
+//! 5. Audit records are handed off with a non-blocking submit: the response
+//!    never waits on report writing.
+//! 6. No lock is held across an await: the watch receivers' `borrow()`
+//!    guards are dropped at once (values are cloned `Arc`s).
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use http::{StatusCode, header};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use leash_policy::{Bindings, ClusterData, Engine, EvalRequest, KyvernoConfig, Operation};
+use leash_runtime::{CancellationToken, Scope, ScopeHandle};
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::audit::{AuditQueue, AuditRecord};
+use crate::error::{Error, Result};
+use crate::metrics::ServerMetrics;
+use crate::recorder::Recorder;
+use crate::review::{self, Answer, MAX_BODY_BYTES, ReviewRequest};
+use crate::settings::Settings;
+use crate::snapshot::{Snapshot, blocked_message, verdict};
+use crate::tls::TlsMaterial;
+use crate::userinfo::resolve_roles;
+
+/// At most this many connections are served at once (the rest wait in the
+/// listen backlog).
+const MAX_CONNECTIONS: usize = 4096;
+/// How long a client may take for the TLS handshake and request headers.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// An oversized body up to this size is read and discarded before the 413
+/// is sent (larger ones are answered at once and the connection closed).
+const DRAIN_LIMIT: usize = 2 * MAX_BODY_BYTES;
+
+/// The webhook's failure policy, from the path the API server called.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailurePolicy {
+    /// Deny when the webhook cannot decide in time.
+    Fail,
+    /// Allow when the webhook cannot decide in time.
+    Ignore,
+}
+
+impl FailurePolicy {
+    /// `Fail` / `Ignore`, as in a webhook configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailurePolicy::Fail => "Fail",
+            FailurePolicy::Ignore => "Ignore",
+        }
+    }
+}
+
+/// The admission server component. `new` binds the listener (so the bound
+/// address and CA are known before `run`) and starts nothing.
+#[derive(Debug)]
+pub struct AdmissionServer {
+    settings: Settings,
+    listener: std::net::TcpListener,
+    local_addr: SocketAddr,
+    tls: TlsMaterial,
+    policies: watch::Receiver<Arc<Engine>>,
+    config: watch::Receiver<Arc<KyvernoConfig>>,
+    cluster: Arc<dyn ClusterData>,
+    audit: AuditQueue,
+    recorder: Recorder,
+    metrics: ServerMetrics,
+}
+
+impl AdmissionServer {
+    /// Binds `settings.listen`, loads or generates the certificate, and
+    /// registers the server's metrics.
+    ///
+    /// # Errors
+    /// [`Error::BindFailed`] and the TLS errors; none is worth retrying as is.
+    pub fn new(
+        settings: Settings,
+        policies: watch::Receiver<Arc<Engine>>,
+        config: watch::Receiver<Arc<KyvernoConfig>>,
+        cluster: Arc<dyn ClusterData>,
+        audit: AuditQueue,
+        recorder: Recorder,
+        registry: &mut Registry,
+    ) -> Result<AdmissionServer> {
+        let bind_err = |source| Error::BindFailed {
+            addr: settings.listen,
+            source,
+        };
+        let listener = std::net::TcpListener::bind(settings.listen).map_err(bind_err)?;
+        listener.set_nonblocking(true).map_err(bind_err)?;
+        let local_addr = listener.local_addr().map_err(bind_err)?;
+        let tls = TlsMaterial::from_settings(&settings, local_addr)?;
+        Ok(AdmissionServer {
+            metrics: ServerMetrics::register(registry),
+            settings,
+            listener,
+            local_addr,
+            tls,
+            policies,
+            config,
+            cluster,
+            audit,
+            recorder,
+        })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// PEM of the CA for the webhook configuration's `caBundle`.
+    pub fn ca_pem(&self) -> &str {
+        &self.tls.ca_pem
+    }
+
+    /// The URL the webhook configuration points at (`--webhook-url` or
+    /// `https://<bound address>/validate`).
+    pub fn webhook_url(&self) -> String {
+        self.settings.effective_webhook_url(self.local_addr)
+    }
+
+    /// Serves until `token` is cancelled, then stops accepting, lets
+    /// in-flight reviews finish and joins every task (bounded by
+    /// `shutdown_timeout`).
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropping the future cancels the server's tasks
+    /// without waiting for them. Cancel the token instead.
+    pub async fn run(self, token: CancellationToken) -> Result<()> {
+        let scope = Scope::with_parent_token(&token);
+        let listener =
+            TcpListener::from_std(self.listener).map_err(|source| Error::BindFailed {
+                addr: self.local_addr,
+                source,
+            })?;
+        let engine = self.policies.borrow().clone();
+        let snapshot = Snapshot::build(engine);
+        self.recorder.serve_exactly(snapshot.refs());
+        let app = Arc::new(Admission {
+            snapshot: ArcSwap::from_pointee(snapshot),
+            policies: self.policies.clone(),
+            config: self.config,
+            cluster: self.cluster,
+            audit: self.audit,
+            recorder: self.recorder,
+            metrics: self.metrics,
+            deadline: self.settings.answer_deadline(),
+            scope: scope.handle(),
+        });
+        // Policy changes are installed (and recorded as served) as they come,
+        // not only when a review arrives.
+        let watcher_app = app.clone();
+        let mut changes = self.policies;
+        let watch_token = scope.token().clone();
+        scope.spawn("admission-snapshot-watcher", async move {
+            while let Some(Ok(())) = watch_token.run_until_cancelled(changes.changed()).await {
+                watcher_app.current();
+            }
+            Ok::<(), Infallible>(())
+        });
+        let router = router(app);
+        let acceptor = tokio_rustls::TlsAcceptor::from(self.tls.server_config.clone());
+        tracing::info!(addr = %self.local_addr, "admission webhook serving");
+        accept_loop(listener, acceptor, router, scope.handle()).await;
+        match tokio::time::timeout(self.settings.shutdown_timeout, scope.shutdown()).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(Error::TaskFailed(e)),
+            Err(_) => {
+                tracing::warn!(
+                    "admission server: tasks still running at the shutdown deadline; cancelled"
+                );
+                Ok(())
+            }
+        }
+    }
+}
+
+fn router(app: Arc<Admission>) -> Router {
+    let reviews = |mode: FailurePolicy| {
+        post(
+            move |State(app): State<Arc<Admission>>, req: Request| async move {
+                app.handle(mode, req).await
+            },
+        )
+        .fallback(method_not_allowed)
+    };
+    Router::new()
+        .route("/validate", reviews(FailurePolicy::Fail))
+        .route("/validate/fail", reviews(FailurePolicy::Fail))
+        .route("/validate/ignore", reviews(FailurePolicy::Ignore))
+        .route(
+            "/healthz",
+            get(|| async { "ok" }).fallback(method_not_allowed),
+        )
+        .fallback(not_found)
+        .with_state(app)
+}
+
+fn text(status: StatusCode, message: String) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        message,
+    )
+        .into_response()
+}
+
+async fn not_found(req: Request) -> Response {
+    text(
+        StatusCode::NOT_FOUND,
+        format!(
+            "no such path {:?}: the admission webhook serves POST /validate, /validate/fail, /validate/ignore and GET /healthz\n",
+            req.uri().path()
+        ),
+    )
+}
+
+async fn method_not_allowed(req: Request) -> Response {
+    let want = if req.uri().path() == "/healthz" {
+        "GET"
+    } else {
+        "POST"
+    };
+    text(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!(
+            "method {} not allowed on {}: use {want}\n",
+            req.method(),
+            req.uri().path()
+        ),
+    )
+}
+
+/// Accepts connections until the scope is cancelled (invariant 2).
+async fn accept_loop(
+    listener: TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+    router: Router,
+    scope: ScopeHandle,
+) {
+    let token = scope.token().clone();
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let accepted = tokio::select! {
+            _ = token.cancelled() => break,
+            r = async {
+                let slot = slots.clone().acquire_owned().await;
+                listener.accept().await.map(|(stream, _)| (stream, slot))
+            } => r,
+        };
+        match accepted {
+            Ok((stream, slot)) => {
+                let acceptor = acceptor.clone();
+                let router = router.clone();
+                let token = token.clone();
+                scope.spawn("admission-connection", async move {
+                    serve_connection(stream, acceptor, router, token).await;
+                    drop(slot);
+                    Ok::<(), Infallible>(())
+                });
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "admission: accept failed");
+                if token
+                    .run_until_cancelled(tokio::time::sleep(Duration::from_millis(50)))
+                    .await
+                    .is_none()
+                {
+                    break;
+                }
+            }
+        }
+    }
+}
+
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    acceptor: tokio_rustls::TlsAcceptor,
+    router: Router,
+    token: CancellationToken,
+) {
+    let _ = stream.set_nodelay(true);
+    let tls = match token
+        .run_until_cancelled(tokio::time::timeout(
+            HANDSHAKE_TIMEOUT,
+            acceptor.accept(stream),
+        ))
+        .await
+    {
+        Some(Ok(Ok(tls))) => tls,
+        Some(Ok(Err(e))) => {
+            tracing::debug!(error = %e, "admission: TLS handshake failed");
+            return;
+        }
+        Some(Err(_)) => {
+            tracing::debug!("admission: TLS handshake timed out");
+            return;
+        }
+        None => return,
+    };
+    let service = hyper_util::service::TowerToHyperService::new(router);
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(HANDSHAKE_TIMEOUT);
+    let mut conn = pin!(builder.serve_connection(TokioIo::new(tls), service));
+    tokio::select! {
+        r = conn.as_mut() => {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "admission: connection ended with an error");
+            }
+        }
+        _ = token.cancelled() => {
+            conn.as_mut().graceful_shutdown();
+            let _ = tokio::time::timeout(HANDSHAKE_TIMEOUT, conn).await;
+        }
+    }
+}
+
+/// The request handler's shared state.
+struct Admission {
+    snapshot: ArcSwap<Snapshot>,
+    policies: watch::Receiver<Arc<Engine>>,
+    config: watch::Receiver<Arc<KyvernoConfig>>,
+    cluster: Arc<dyn ClusterData>,
+    audit: AuditQueue,
+    recorder: Recorder,
+    metrics: ServerMetrics,
+    deadline: Duration,
+    scope: ScopeHandle,
+}
+
+impl Admission {
+    /// The snapshot of the current policy set, derived once per set
+    /// (invariant 3). Two racing rebuilds are harmless: a stale store is
+    /// replaced by the next call, which sees the engine differ.
+    fn current(&self) -> Arc<Snapshot> {
+        let engine = self.policies.borrow().clone();
+        let snap = self.snapshot.load_full();
+        if Arc::ptr_eq(&snap.engine, &engine) {
+            return snap;
+        }
+        let fresh = Arc::new(Snapshot::build(engine));
+        self.snapshot.store(fresh.clone());
+        self.recorder.serve_exactly(fresh.refs());
+        fresh
+    }
+
+    async fn handle(self: Arc<Self>, mode: FailurePolicy, req: Request) -> Response {
+        let start = Instant::now();
+        let response = self.respond(mode, req).await;
+        self.metrics.latency.observe(start.elapsed().as_secs_f64());
+        response
+    }
+
+    async fn respond(&self, mode: FailurePolicy, req: Request) -> Response {
+        let declared = req
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        let too_large = || {
+            text(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "request body is larger than {MAX_BODY_BYTES} bytes (3 MiB, kube-apiserver's limit)\n"
+                ),
+            )
+        };
+        if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+            self.metrics.count("bad_request");
+            // Read (and discard) a moderately oversized body so the client
+            // sees the 413 instead of a reset while it is still sending.
+            if declared.is_some_and(|n| n <= DRAIN_LIMIT as u64) {
+                let _ = Limited::new(req.into_body(), DRAIN_LIMIT).collect().await;
+            }
+            return too_large();
+        }
+        let mut body = req.into_body();
+        let collected = Limited::new(&mut body, MAX_BODY_BYTES).collect().await;
+        let body = match collected {
+            Ok(b) => b.to_bytes(),
+            Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
+                self.metrics.count("bad_request");
+                let _ = Limited::new(body, DRAIN_LIMIT).collect().await;
+                return too_large();
+            }
+            Err(e) => {
+                self.metrics.count("bad_request");
+                return text(
+                    StatusCode::BAD_REQUEST,
+                    format!("reading request body: {e}\n"),
+                );
+            }
+        };
+        let review = match review::parse(&body) {
+            Ok(r) => r,
+            Err(e) => {
+                self.metrics.count("bad_request");
+                return text(
+                    StatusCode::BAD_REQUEST,
+                    format!("bad AdmissionReview: {e}\n"),
+                );
+            }
+        };
+        let uid = review.uid.clone();
+        let (answer, result) = self.decide(mode, review).await;
+        self.metrics.count(result);
+        let body = answer.to_review(&uid);
+        (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            Body::from(serde_json::to_vec(&body).unwrap_or_default()),
+        )
+            .into_response()
+    }
+
+    /// The answer to one review and the result label for the metrics.
+    async fn decide(&self, mode: FailurePolicy, review: ReviewRequest) -> (Answer, &'static str) {
+        let started = tokio::time::Instant::now();
+        let config = self.config.borrow().clone();
+        if config.is_filtered(&review.kind, &review.namespace, &review.name) {
+            return (Answer::allow(), "filtered");
+        }
+        let snapshot = self.current();
+        if !snapshot.may_match(&review.kind) {
+            return (Answer::allow(), "unmatched");
+        }
+        let mut user = review.user.clone();
+        resolve_roles(&mut user, &review.namespace, self.cluster.as_ref());
+        if config.is_excluded(&user) {
+            return (Answer::allow(), "excluded");
+        }
+        let (namespace_labels, namespace_object) = if review.namespace.is_empty() {
+            (None, None)
+        } else {
+            match self.cluster.get("v1", "namespaces", "", &review.namespace) {
+                Some(ns) => {
+                    let labels = ns["metadata"]["labels"]
+                        .as_object()
+                        .map(|m| {
+                            m.iter()
+                                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    (Some(labels), Some(ns))
+                }
+                None => (None, None),
+            }
+        };
+        let eval = EvalRequest {
+            object: review.resource.clone(),
+            old_object: review.old_object.clone(),
+            operation: review.operation,
+            user_info: user.clone(),
+            namespace_labels,
+            namespace_object,
+        };
+        let engine = snapshot.engine.clone();
+        let cluster = self.cluster.clone();
+        let task = self.scope.spawn_with_output(async move {
+            engine.evaluate(eval, cluster.as_ref(), &Bindings::default())
+        });
+        let resource_name = kyverno_resource_name(&review);
+        let mut results = match tokio::time::timeout_at(started + self.deadline, task).await {
+            Ok(Ok(results)) => results,
+            Ok(Err(join)) => {
+                tracing::error!(error = %join, resource = %resource_name, "policy evaluation panicked");
+                return (
+                    unanswerable(
+                        mode,
+                        format!("evaluating policies for {resource_name} failed: {join}"),
+                    ),
+                    "error",
+                );
+            }
+            Err(_) => {
+                tracing::warn!(resource = %resource_name, deadline = ?self.deadline, "policy evaluation overran the deadline");
+                return (
+                    unanswerable(
+                        mode,
+                        format!(
+                            "evaluating policies for {resource_name} did not finish within {:?}",
+                            self.deadline
+                        ),
+                    ),
+                    "timeout",
+                );
+            }
+        };
+        results.retain(|r| snapshot.policy_of(r).is_some());
+        let v = verdict(&snapshot, &results);
+        if v.blocked {
+            let answer = Answer {
+                allowed: false,
+                message: Some(blocked_message(&resource_name, &v.failures)),
+                warnings: Vec::new(),
+            };
+            return (answer, "denied");
+        }
+        // Kyverno writes no admission report for deletions or subresources.
+        if !results.is_empty()
+            && review.operation != Operation::Delete
+            && review.sub_resource.is_empty()
+        {
+            let _ = self.audit.submit(AuditRecord {
+                object: review.resource.clone(),
+                operation: review.operation,
+                user,
+                results,
+                uid: review.uid.clone(),
+            });
+        }
+        (
+            Answer {
+                allowed: true,
+                message: None,
+                warnings: v.warnings,
+            },
+            "allowed",
+        )
+    }
+}
+
+/// `KIND/NAMESPACE/NAME` of the evaluated resource, as Kyverno prints it
+/// (from the object; the request's fields when the object lacks them).
+fn kyverno_resource_name(review: &ReviewRequest) -> String {
+    let m = &review.resource["metadata"];
+    let kind = review.resource["kind"].as_str().unwrap_or(&review.kind);
+    let ns = m["namespace"].as_str().unwrap_or(&review.namespace);
+    let name = m["name"].as_str().unwrap_or(&review.name);
+    format!("{kind}/{ns}/{name}")
+}
+
+/// The answer when no verdict was reached in time (invariant 4).
+fn unanswerable(mode: FailurePolicy, message: String) -> Answer {
+    match mode {
+        FailurePolicy::Fail => Answer {
+            allowed: false,
+            message: Some(format!("{message} (failurePolicy Fail)")),
+            warnings: Vec::new(),
+        },
+        FailurePolicy::Ignore => Answer {
+            allowed: true,
+            message: None,
+            warnings: vec![format!("{message} (failurePolicy Ignore: allowed)")],
+        },
+    }
+}

@@ -1,0 +1,464 @@
+//! The `ValidatingWebhookConfiguration`: built from the policy set (a pure
+//! function) and kept in the cluster by the [`Registrar`].
+//!
+//! As Kyverno's webhook controller: one webhook per failure policy
+//! (`validate.kyverno.svc-fail` with `failurePolicy: Fail`,
+//! `validate.kyverno.svc-ignore` with `Ignore`; empty ones are left out),
+//! rules derived from the kinds the admission-enabled policies match
+//! (`apiGroups`, `apiVersions`, `resources` — `pods` also brings
+//! `pods/ephemeralcontainers` — and `scope`), every operation (CREATE,
+//! UPDATE, DELETE, CONNECT: Kyverno's default when a rule names none; the
+//! engine filters by operation), `sideEffects: None`,
+//! `admissionReviewVersions: [v1]`, `matchPolicy: Equivalent`.
+//!
+//! Limits: leash-policy does not expose a policy's `failurePolicy` or its
+//! match operations, so every policy goes to the `Fail` webhook with all
+//! operations (a superset of Kyverno's rules; the answers are the same).
+//! Custom kinds without a group in the policy become `apiGroups: ["*"]`
+//! with the guessed plural (no discovery).
+//!
+//! # Invariants (Registrar)
+//! 1. Every API call is raced against the token; after cancellation only the
+//!    optional cleanup delete runs, bounded by `shutdown_timeout`.
+//! 2. The configuration is written only when the desired one changes (or a
+//!    write failed, retried after `retry_interval`); get + replace with the
+//!    read `resourceVersion`, so a concurrent writer causes a conflict, and a
+//!    retry, never a lost update.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::admissionregistration::v1::{
+    RuleWithOperations, ServiceReference, ValidatingWebhook, ValidatingWebhookConfiguration,
+    WebhookClientConfig,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, DeleteParams, PostParams};
+use leash_policy::Engine;
+use leash_runtime::CancellationToken;
+use tokio::sync::watch;
+
+use crate::error::{Error, Result};
+use crate::server::FailurePolicy;
+use crate::settings::{ServiceRef, Settings};
+use crate::snapshot::kind_of;
+
+/// Where the API server sends reviews.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClientTarget {
+    /// `clientConfig.url` (the prefix; `/fail`, `/ignore` appended).
+    Url(String),
+    /// `clientConfig.service`.
+    Service(ServiceRef),
+}
+
+/// One resource rule key: (group, version, scope).
+type RuleKey = (String, String, String);
+
+const OPERATIONS: [&str; 4] = ["CREATE", "UPDATE", "DELETE", "CONNECT"];
+
+/// The webhook rules of one kind spec (`Pod`, `apps/v1/Deployment`,
+/// `v1/Pod`, `Pod/exec`, `*`).
+fn rules_of_kind(spec: &str, out: &mut BTreeMap<RuleKey, BTreeSet<String>>) {
+    let Some(kind) = kind_of(spec) else {
+        out.entry(("*".into(), "*".into(), "*".into()))
+            .or_default()
+            .insert("*".into());
+        return;
+    };
+    let parts: Vec<&str> = spec.split('/').collect();
+    let pos = parts.iter().position(|p| *p == kind).unwrap_or(0);
+    let sub = parts.get(pos + 1).copied();
+    let builtin = leash_policy::kinds::by_kind(kind);
+    let (group, version) = match pos {
+        2 => (parts[0].to_string(), parts[1].to_string()),
+        1 => (
+            builtin.map_or("*", |b| b.group).to_string(),
+            parts[0].to_string(),
+        ),
+        _ => match builtin {
+            Some(b) => (b.group.to_string(), b.version.to_string()),
+            None => ("*".to_string(), "*".to_string()),
+        },
+    };
+    let plural = builtin.map_or_else(
+        || leash_policy::kinds::plural_of(kind),
+        |b| b.plural.to_string(),
+    );
+    let scope = match builtin {
+        Some(b) if b.namespaced => "Namespaced",
+        Some(_) => "Cluster",
+        None => "*",
+    };
+    let set = out.entry((group, version, scope.to_string())).or_default();
+    match sub {
+        Some(s) => {
+            set.insert(format!("{plural}/{s}"));
+        }
+        None => {
+            if plural == "pods" {
+                set.insert("pods/ephemeralcontainers".to_string());
+            }
+            set.insert(plural);
+        }
+    }
+}
+
+/// The configuration for `engine`'s admission-enabled policies.
+pub fn build_configuration(
+    name: &str,
+    target: &ClientTarget,
+    ca_pem: &str,
+    timeout_seconds: u8,
+    engine: &Engine,
+) -> ValidatingWebhookConfiguration {
+    let mut fail: BTreeMap<RuleKey, BTreeSet<String>> = BTreeMap::new();
+    let ignore: BTreeMap<RuleKey, BTreeSet<String>> = BTreeMap::new();
+    for p in engine.policies().iter().filter(|p| p.admission()) {
+        for k in p.matched_kinds() {
+            rules_of_kind(&k, &mut fail);
+        }
+    }
+    for v in engine
+        .validating_policies()
+        .iter()
+        .filter(|v| v.admission())
+    {
+        for (group, version, plural) in v.matched_resources() {
+            let scope = if group == "*" || plural == "*" {
+                "*"
+            } else {
+                match leash_policy::kinds::by_resource(&group, &plural) {
+                    Some(b) if b.namespaced => "Namespaced",
+                    Some(_) => "Cluster",
+                    None => "*",
+                }
+            };
+            let set = fail.entry((group, version, scope.to_string())).or_default();
+            if plural == "pods" {
+                set.insert("pods/ephemeralcontainers".to_string());
+            }
+            set.insert(plural);
+        }
+    }
+    let webhook = |policy: FailurePolicy, rules: BTreeMap<RuleKey, BTreeSet<String>>| {
+        let suffix = match policy {
+            FailurePolicy::Fail => "fail",
+            FailurePolicy::Ignore => "ignore",
+        };
+        let client_config = match target {
+            ClientTarget::Url(u) => WebhookClientConfig {
+                url: Some(format!("{}/{suffix}", u.trim_end_matches('/'))),
+                ca_bundle: Some(ByteString(ca_pem.as_bytes().to_vec())),
+                service: None,
+            },
+            ClientTarget::Service(s) => WebhookClientConfig {
+                url: None,
+                ca_bundle: Some(ByteString(ca_pem.as_bytes().to_vec())),
+                service: Some(ServiceReference {
+                    namespace: s.namespace.clone(),
+                    name: s.name.clone(),
+                    port: s.port,
+                    path: Some(format!("{}/{suffix}", s.path.trim_end_matches('/'))),
+                }),
+            },
+        };
+        ValidatingWebhook {
+            name: format!("validate.kyverno.svc-{suffix}"),
+            client_config,
+            failure_policy: Some(policy.as_str().to_string()),
+            match_policy: Some("Equivalent".to_string()),
+            side_effects: "None".to_string(),
+            admission_review_versions: vec!["v1".to_string()],
+            timeout_seconds: Some(i32::from(timeout_seconds)),
+            rules: Some(
+                rules
+                    .into_iter()
+                    .map(|((group, version, scope), resources)| RuleWithOperations {
+                        api_groups: Some(vec![group]),
+                        api_versions: Some(vec![version]),
+                        operations: Some(OPERATIONS.iter().map(|s| s.to_string()).collect()),
+                        resources: Some(resources.into_iter().collect()),
+                        scope: Some(scope),
+                    })
+                    .collect(),
+            ),
+            ..ValidatingWebhook::default()
+        }
+    };
+    let mut webhooks = Vec::new();
+    if !fail.is_empty() {
+        webhooks.push(webhook(FailurePolicy::Fail, fail));
+    }
+    if !ignore.is_empty() {
+        webhooks.push(webhook(FailurePolicy::Ignore, ignore));
+    }
+    ValidatingWebhookConfiguration {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            labels: Some(BTreeMap::from([(
+                "webhook.kyverno.io/managed-by".to_string(),
+                "leash".to_string(),
+            )])),
+            ..ObjectMeta::default()
+        },
+        webhooks: Some(webhooks),
+    }
+}
+
+/// Keeps the configuration in step with the policy set. Built without
+/// starting anything.
+#[derive(Clone)]
+pub struct Registrar {
+    client: kube::Client,
+    policies: watch::Receiver<Arc<Engine>>,
+    name: String,
+    target: ClientTarget,
+    ca_pem: String,
+    timeout_seconds: u8,
+    cleanup: bool,
+    shutdown_timeout: Duration,
+    retry_interval: Duration,
+}
+
+impl std::fmt::Debug for Registrar {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registrar")
+            .field("name", &self.name)
+            .field("target", &self.target)
+            .field("cleanup", &self.cleanup)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Registrar {
+    /// A registrar for `settings` (name, timeout, cleanup, service), pointing
+    /// at `webhook_url` unless `settings.service` is set, with `ca_pem` as
+    /// the `caBundle` (see `AdmissionServer::webhook_url` and `ca_pem`).
+    pub fn new(
+        client: kube::Client,
+        settings: &Settings,
+        webhook_url: String,
+        ca_pem: String,
+        policies: watch::Receiver<Arc<Engine>>,
+    ) -> Registrar {
+        Registrar {
+            client,
+            policies,
+            name: settings.configuration_name.clone(),
+            target: match &settings.service {
+                Some(s) => ClientTarget::Service(s.clone()),
+                None => ClientTarget::Url(webhook_url),
+            },
+            ca_pem,
+            timeout_seconds: settings.timeout_seconds,
+            cleanup: settings.cleanup_webhooks,
+            shutdown_timeout: settings.shutdown_timeout,
+            retry_interval: Duration::from_secs(5),
+        }
+    }
+
+    /// Sets how long to wait before retrying a failed write.
+    pub fn with_retry_interval(mut self, d: Duration) -> Registrar {
+        self.retry_interval = d;
+        self
+    }
+
+    /// Registers the configuration and updates it on every policy change
+    /// until `token` is cancelled; then deletes it when `cleanup_webhooks`.
+    ///
+    /// # Errors
+    /// Only the cleanup delete's failure (write failures are retried).
+    ///
+    /// # Cancel safety
+    /// Not cancel safe as to cleanup: dropping the future skips the delete.
+    pub async fn run(mut self, token: CancellationToken) -> Result<()> {
+        let api: Api<ValidatingWebhookConfiguration> = Api::all(self.client.clone());
+        let mut applied: Option<ValidatingWebhookConfiguration> = None;
+        loop {
+            let engine = self.policies.borrow_and_update().clone();
+            let desired = build_configuration(
+                &self.name,
+                &self.target,
+                &self.ca_pem,
+                self.timeout_seconds,
+                &engine,
+            );
+            let mut failed = false;
+            if applied.as_ref() != Some(&desired) {
+                match token
+                    .run_until_cancelled(apply(&api, desired.clone()))
+                    .await
+                {
+                    None => break,
+                    Some(Ok(())) => {
+                        tracing::info!(name = %self.name, "webhook configuration registered");
+                        applied = Some(desired);
+                    }
+                    Some(Err(e)) => {
+                        tracing::warn!(error = %e, "registering the webhook configuration failed; will retry");
+                        failed = true;
+                    }
+                }
+            }
+            let policies = &mut self.policies;
+            let retry = self.retry_interval;
+            let wait = async move {
+                if failed {
+                    let _ = tokio::time::timeout(retry, policies.changed()).await;
+                } else if policies.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            };
+            if token.run_until_cancelled(wait).await.is_none() {
+                break;
+            }
+        }
+        if self.cleanup {
+            let params = DeleteParams::default();
+            let delete = api.delete(&self.name, &params);
+            match tokio::time::timeout(self.shutdown_timeout, delete).await {
+                Ok(Ok(_)) => tracing::info!(name = %self.name, "webhook configuration removed"),
+                Ok(Err(kube::Error::Api(s))) if s.code == 404 => {}
+                Ok(Err(source)) => {
+                    return Err(Error::ApiFailed {
+                        operation: format!("deleting ValidatingWebhookConfiguration {}", self.name),
+                        source,
+                    });
+                }
+                Err(_) => {
+                    tracing::warn!(name = %self.name, "deleting the webhook configuration timed out")
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Creates, or replaces with the read resourceVersion (invariant 2).
+async fn apply(
+    api: &Api<ValidatingWebhookConfiguration>,
+    mut desired: ValidatingWebhookConfiguration,
+) -> Result<()> {
+    let name = desired.metadata.name.clone().unwrap_or_default();
+    let err = |op: &str, source| Error::ApiFailed {
+        operation: format!("{op} ValidatingWebhookConfiguration {name}"),
+        source,
+    };
+    match api.get_opt(&name).await.map_err(|e| err("reading", e))? {
+        None => {
+            api.create(&PostParams::default(), &desired)
+                .await
+                .map_err(|e| err("creating", e))?;
+        }
+        Some(existing) => {
+            desired.metadata.resource_version = existing.metadata.resource_version;
+            api.replace(&name, &PostParams::default(), &desired)
+                .await
+                .map_err(|e| err("replacing", e))?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn engine(docs: &[serde_json::Value]) -> Engine {
+        let mut e = Engine::new();
+        for d in docs {
+            assert!(e.add_json(d).unwrap());
+        }
+        e
+    }
+
+    fn cpol(name: &str, kinds: &[&str], admission: bool) -> serde_json::Value {
+        json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": name},
+            "spec": {"admission": admission, "rules": [{"name": "r",
+                "match": {"any": [{"resources": {"kinds": kinds}}]},
+                "validate": {"message": "m", "pattern": {"metadata": {"name": "?*"}}}}]}})
+    }
+
+    #[test]
+    fn rules_from_kinds_and_resources() {
+        let e = engine(&[
+            cpol("a", &["Pod", "apps/v1/Deployment", "Namespace"], true),
+            cpol("b", &["example.com/v1/Widget"], true),
+            cpol("c", &["ConfigMap"], false),
+            json!({"apiVersion": "policies.kyverno.io/v1", "kind": "ValidatingPolicy", "metadata": {"name": "v"},
+                "spec": {"validationActions": ["Deny"], "matchConstraints": {"resourceRules": [
+                    {"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["jobs"]}]},
+                    "validations": [{"expression": "true"}]}}),
+        ]);
+        let cfg = build_configuration(
+            "leash-validating-webhook-cfg",
+            &ClientTarget::Url("https://127.0.0.1:9443/validate/".into()),
+            "CA",
+            7,
+            &e,
+        );
+        let v = serde_json::to_value(&cfg).unwrap();
+        assert_eq!(v["metadata"]["name"], "leash-validating-webhook-cfg");
+        let hooks = v["webhooks"].as_array().unwrap();
+        assert_eq!(hooks.len(), 1, "no policy needs the Ignore webhook");
+        let h = &hooks[0];
+        assert_eq!(h["name"], "validate.kyverno.svc-fail");
+        assert_eq!(h["failurePolicy"], "Fail");
+        assert_eq!(h["sideEffects"], "None");
+        assert_eq!(h["matchPolicy"], "Equivalent");
+        assert_eq!(h["admissionReviewVersions"], json!(["v1"]));
+        assert_eq!(h["timeoutSeconds"], 7);
+        assert_eq!(
+            h["clientConfig"]["url"],
+            "https://127.0.0.1:9443/validate/fail"
+        );
+        assert_eq!(
+            h["clientConfig"]["caBundle"], "Q0E=",
+            "base64 of the CA PEM"
+        );
+        let ops = json!(["CREATE", "UPDATE", "DELETE", "CONNECT"]);
+        let rule = |g: &str, v: &str, res: serde_json::Value, scope: &str| json!({"apiGroups": [g], "apiVersions": [v], "operations": ops, "resources": res, "scope": scope});
+        assert_eq!(
+            h["rules"],
+            json!([
+                rule("", "v1", json!(["namespaces"]), "Cluster"),
+                rule(
+                    "",
+                    "v1",
+                    json!(["pods", "pods/ephemeralcontainers"]),
+                    "Namespaced"
+                ),
+                rule("apps", "v1", json!(["deployments"]), "Namespaced"),
+                rule("batch", "v1", json!(["jobs"]), "Namespaced"),
+                rule("example.com", "v1", json!(["widgets"]), "*"),
+            ]),
+            "{}",
+            serde_json::to_string_pretty(&h["rules"]).unwrap()
+        );
+    }
+
+    #[test]
+    fn service_targets_and_empty_sets() {
+        let target = ClientTarget::Service(ServiceRef {
+            namespace: "kyverno".into(),
+            name: "leash".into(),
+            port: Some(443),
+            path: "/validate".into(),
+        });
+        let cfg = build_configuration("n", &target, "CA", 10, &engine(&[cpol("a", &["*"], true)]));
+        let v = serde_json::to_value(&cfg).unwrap();
+        let h = &v["webhooks"][0];
+        assert_eq!(
+            h["clientConfig"]["service"],
+            json!({"namespace": "kyverno", "name": "leash", "port": 443, "path": "/validate/fail"})
+        );
+        assert!(h["clientConfig"].get("url").is_none());
+        assert_eq!(h["rules"][0]["resources"], json!(["*"]));
+        let empty = build_configuration("n", &target, "CA", 10, &Engine::new());
+        assert_eq!(empty.webhooks, Some(vec![]));
+    }
+}

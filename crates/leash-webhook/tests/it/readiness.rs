@@ -1,0 +1,201 @@
+//! The readiness recorder and the status writer.
+
+use std::time::{Duration, Instant};
+
+use leash_runtime::{CancellationToken, Scope};
+use leash_sandbox::{Faults, Sandbox, SandboxConfig};
+use leash_webhook::{PolicyRef, Recorder, StatusWriter};
+use prometheus_client::registry::Registry;
+use serde_json::{Value, json};
+
+use crate::common::*;
+
+pub fn crd(group: &str, kind: &str, plural: &str, scope: &str) -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.{group}")},
+        "spec": {"group": group, "scope": scope,
+            "names": {"plural": plural, "singular": kind.to_ascii_lowercase(), "kind": kind, "listKind": format!("{kind}List")},
+            "versions": [{"name": "v1", "served": true, "storage": true, "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
+    })
+}
+
+fn client(sandbox: &Sandbox) -> kube::Client {
+    kube::Client::try_from(kube::Config::new(sandbox.url().parse().unwrap())).unwrap()
+}
+
+/// Seed: Kyverno's `Recorder.Record()` held a mutex while sending on an
+/// unbuffered channel, blocking forever when the receiver was not ready. Here
+/// a consumer that never reads, and a status writer stuck behind a slow API
+/// server, block nothing: 10,000 `record` calls from 100 tasks finish, and the
+/// status writer shuts down within 1 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_recorder_send_under_lock() {
+    let sandbox = Sandbox::start(SandboxConfig {
+        objects: vec![crd(
+            "kyverno.io",
+            "ClusterPolicy",
+            "clusterpolicies",
+            "Cluster",
+        )],
+        ..SandboxConfig::default()
+    })
+    .await
+    .unwrap();
+    sandbox.set_faults(Faults {
+        latency: Duration::from_millis(300),
+        ..Faults::default()
+    });
+    let recorder = Recorder::new(&mut Registry::default());
+    let never_read = recorder.subscribe();
+    let scope = Scope::new();
+    let token = CancellationToken::new();
+    let writer = StatusWriter::new(client(&sandbox), &recorder);
+    let t = token.clone();
+    let writer = scope.spawn_with_output(async move { writer.run(t).await });
+    let start = Instant::now();
+    let calls: Vec<_> = (0..100)
+        .map(|task| {
+            let recorder = recorder.clone();
+            scope.spawn_with_output(async move {
+                for i in 0..100 {
+                    recorder.record(PolicyRef::new(
+                        "ClusterPolicy",
+                        None,
+                        &format!("p-{task}-{i}"),
+                    ));
+                    if i % 10 == 0 {
+                        tokio::task::yield_now().await;
+                    }
+                }
+            })
+        })
+        .collect();
+    let all = futures::future::join_all(calls);
+    tokio::time::timeout(Duration::from_secs(5), all)
+        .await
+        .expect("10,000 record calls finish while nobody reads");
+    let took = start.elapsed();
+    assert_eq!(recorder.readiness().served.len(), 10_000);
+    assert!(
+        never_read.has_changed().unwrap(),
+        "the idle consumer is merely behind"
+    );
+    token.cancel();
+    let stop = Instant::now();
+    tokio::time::timeout(Duration::from_secs(1), writer)
+        .await
+        .expect("the status writer shuts down within 1 s")
+        .expect("no panic")
+        .expect("no error");
+    assert!(stop.elapsed() < Duration::from_secs(1));
+    scope.shutdown().await.unwrap();
+    sandbox.shutdown().await.unwrap();
+    eprintln!("10,000 record calls took {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn served_policies_are_marked_ready_as_kyverno_reports_them() {
+    let sandbox = Sandbox::start(SandboxConfig {
+        objects: vec![
+            crd("kyverno.io", "ClusterPolicy", "clusterpolicies", "Cluster"),
+            crd("policies.kyverno.io", "ValidatingPolicy", "validatingpolicies", "Cluster"),
+            json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "require-team"}, "spec": {}}),
+            json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "background-only"}, "spec": {}}),
+            json!({"apiVersion": "policies.kyverno.io/v1", "kind": "ValidatingPolicy", "metadata": {"name": "vpol-deny"}, "spec": {}}),
+        ],
+        ..SandboxConfig::default()
+    })
+    .await
+    .unwrap();
+    let s = TestServer::start(engine(&[
+        REQUIRE_TEAM,
+        BACKGROUND_ONLY,
+        &vpol("vpol-deny", "Deny", "x"),
+    ]))
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !s
+        .recorder
+        .is_ready(&PolicyRef::new("ClusterPolicy", None, "require-team"))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the running server records what it serves"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        !s.recorder
+            .is_ready(&PolicyRef::new("ClusterPolicy", None, "background-only")),
+        "admission: false policies are not served by the webhook"
+    );
+    let scope = Scope::new();
+    let token = CancellationToken::new();
+    let writer = StatusWriter::new(client(&sandbox), &s.recorder)
+        .with_retry_interval(Duration::from_millis(50));
+    let t = token.clone();
+    let writer = scope.spawn_with_output(async move { writer.run(t).await });
+    let store = sandbox.store();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let cp = store
+            .get("kyverno.io/v1", "ClusterPolicy", None, "require-team")
+            .unwrap();
+        let vp = store
+            .get(
+                "policies.kyverno.io/v1",
+                "ValidatingPolicy",
+                None,
+                "vpol-deny",
+            )
+            .unwrap();
+        if cp["status"]["ready"] == true && vp["status"]["conditionStatus"]["ready"] == true {
+            let c = &cp["status"]["conditions"][0];
+            assert_eq!(
+                (
+                    c["type"].as_str(),
+                    c["status"].as_str(),
+                    c["reason"].as_str(),
+                    c["message"].as_str()
+                ),
+                (
+                    Some("Ready"),
+                    Some("True"),
+                    Some("Succeeded"),
+                    Some("Ready")
+                )
+            );
+            assert!(c["lastTransitionTime"].is_string());
+            let c = &vp["status"]["conditionStatus"]["conditions"][0];
+            assert_eq!(
+                (
+                    c["type"].as_str(),
+                    c["status"].as_str(),
+                    c["message"].as_str()
+                ),
+                (
+                    Some("WebhookConfigured"),
+                    Some("True"),
+                    Some("Webhook configured.")
+                )
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "statuses not written: {cp} {vp}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let bg = store
+        .get("kyverno.io/v1", "ClusterPolicy", None, "background-only")
+        .unwrap();
+    assert!(
+        bg.get("status").is_none_or(|s| s.get("ready").is_none()),
+        "{bg}"
+    );
+    token.cancel();
+    writer.await.unwrap().unwrap();
+    scope.shutdown().await.unwrap();
+    s.stop().await;
+    sandbox.shutdown().await.unwrap();
+}
