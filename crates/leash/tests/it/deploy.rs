@@ -256,7 +256,7 @@ fn leash_serve_needs_only_what_deploy_leash_yaml_grants() {
                 "--lease-identity",
                 "deploy-test",
             ])
-            .args(["--components", "reports"])
+            .args(["--components", "reports", "--report-cleanup-interval", "1s"])
             .args(["--health", "127.0.0.1:0", "--metrics", "127.0.0.1:0"])
             .env("LEASH_LOG", "info")
             .stdout(Stdio::null())
@@ -300,12 +300,63 @@ fn leash_serve_needs_only_what_deploy_leash_yaml_grants() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    // Writes that make leash update and delete what it wrote: a pod fixed (its
+    // report is updated), a pod deleted (its report removed), a lease renewal.
+    let lease = |store: &leash_sandbox::Store| {
+        store
+            .get(
+                "coordination.k8s.io/v1",
+                "Lease",
+                Some("kyverno"),
+                "leash-reports",
+            )
+            .map(|l| l["spec"]["renewTime"].clone())
+            .unwrap_or_default()
+    };
+    let first_renewal = lease(store);
+    let mut pod = store.get("v1", "Pod", Some("shop"), "cache").unwrap();
+    pod["metadata"]["labels"] = json!({"app.kubernetes.io/name": "cache"});
+    store.update(pod).unwrap();
+    store.delete("v1", "Pod", Some("blog"), "cache").unwrap();
+    let report_of = |ns: &str, name: &str| {
+        store
+            .list("wgpolicyk8s.io/v1alpha2", "PolicyReport", Some(ns))
+            .unwrap_or_default()
+            .into_iter()
+            .find(|r| r["scope"]["kind"] == "Pod" && r["scope"]["name"] == name)
+    };
+    let start = Instant::now();
+    loop {
+        let fixed = report_of("shop", "cache").is_some_and(|r| {
+            r["results"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .all(|x| x["policy"] != "require-labels" || x["result"] == "pass")
+        });
+        let removed = report_of("blog", "cache").is_none();
+        let renewed = lease(store) != first_renewal;
+        if fixed && removed && renewed {
+            break;
+        }
+        assert!(
+            start.elapsed() < BOUND,
+            "within {BOUND:?}: report updated {fixed}, report removed {removed}, lease renewed {renewed}; leash serve said:\n{}",
+            leash_log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     send_signal(&serve.0, "TERM");
     let status = wait_exit(&mut serve.0, BOUND, "leash serve exit after SIGTERM");
     assert!(status.success(), "leash serve: {status}:\n{}", leash_log());
 
     let requests = sandbox.requests();
     assert_eq!(sandbox.requests_not_recorded(), 0);
+    // Shown when the test fails.
+    eprintln!("leash serve's requests:");
+    for r in &requests {
+        eprintln!("  {r:?}");
+    }
     let mut not_granted = Vec::new();
     for request in &requests {
         match request {
@@ -351,6 +402,9 @@ fn leash_serve_needs_only_what_deploy_leash_yaml_grants() {
     for (verb, group, resource, ns) in [
         ("create", "coordination.k8s.io", "leases", "kyverno"),
         ("create", "wgpolicyk8s.io", "policyreports", "shop"),
+        ("update", "wgpolicyk8s.io", "policyreports", "shop"),
+        ("delete", "wgpolicyk8s.io", "policyreports", "blog"),
+        ("update", "coordination.k8s.io", "leases", "kyverno"),
         ("watch", "kyverno.io", "clusterpolicies", ""),
         ("watch", "", "pods", ""),
         ("watch", "", "configmaps", "kyverno"),
