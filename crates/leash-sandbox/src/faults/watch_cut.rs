@@ -194,6 +194,9 @@ mod tests {
         assert!(!reset);
         assert_eq!(String::from_utf8(body).unwrap().lines().count(), 3);
         assert!(Instant::now() >= deadline);
-        assert!(Instant::now() < deadline + Duration::from_secs(10), "no hang");
+        assert!(
+            Instant::now() < deadline + Duration::from_secs(10),
+            "no hang"
+        );
     }
 }
