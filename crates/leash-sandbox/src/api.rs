@@ -28,6 +28,7 @@ use crate::discovery::{self, Format};
 use crate::faults::{self, Action, FaultInjector};
 use crate::list::{ListParams, Selection, Snapshots, list, page};
 use crate::object::{json_patch, merge_patch};
+use crate::request_log::{ApiRequest, RequestLog};
 use crate::resources::ResourceType;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::status::ApiError;
@@ -52,9 +53,15 @@ pub(crate) struct App {
     pub(crate) server: String,
     /// The admission webhooks' chain, which every write goes through.
     pub(crate) admission: Admission,
+    /// The distinct requests served, as RBAC sees them.
+    pub(crate) requests: RequestLog,
 }
 
 type Reply = Result<Response<Body>, ApiError>;
+
+/// A watch's body chunks, before fault injection.
+type WatchChunks =
+    std::pin::Pin<Box<dyn futures::Stream<Item = Result<Bytes, Infallible>> + Send + 'static>>;
 
 fn json_response(code: StatusCode, body: impl Into<Body>) -> Response<Body> {
     let mut r = Response::new(body.into());
@@ -96,6 +103,13 @@ impl App {
             .trim_end_matches('/')
             .split('/')
             .collect();
+        let authenticated = self.authenticated(req.headers());
+        if authenticated {
+            // kube-apiserver authorizes every authenticated request (before fairness
+            // and handlers), so every one of them is logged, whatever it is answered.
+            self.requests
+                .record(ApiRequest::of(req.method(), &path, req.uri().query()));
+        }
         if matches!(segments.as_slice(), ["healthz"] | ["livez"] | ["readyz"]) {
             return Response::new(Body::from("ok"));
         }
@@ -118,16 +132,8 @@ impl App {
             Action::Throttle(secs) => return faults::throttled(secs),
             Action::Serve | Action::Reset => {}
         }
-        if let Some(expected) = &self.token {
-            let ok = req
-                .headers()
-                .get(header::AUTHORIZATION)
-                .and_then(|h| h.to_str().ok())
-                .and_then(|h| h.strip_prefix("Bearer "))
-                .is_some_and(|t| t.trim() == expected);
-            if !ok {
-                return error_response(&ApiError::new(401, "Unauthorized", "Unauthorized"));
-            }
+        if !authenticated {
+            return error_response(&ApiError::new(401, "Unauthorized", "Unauthorized"));
         }
         let response = match self.route(&segments, req).await {
             Ok(r) => r,
@@ -138,6 +144,18 @@ impl App {
         } else {
             response
         }
+    }
+
+    /// Whether the request carries the bearer token (always, when none is set).
+    fn authenticated(&self, headers: &HeaderMap) -> bool {
+        let Some(expected) = &self.token else {
+            return true;
+        };
+        headers
+            .get(header::AUTHORIZATION)
+            .and_then(|h| h.to_str().ok())
+            .and_then(|h| h.strip_prefix("Bearer "))
+            .is_some_and(|t| t.trim() == expected)
     }
 
     async fn route(&self, segments: &[&str], req: Request<Body>) -> Reply {
@@ -543,16 +561,20 @@ impl App {
             timeout,
         };
         let stream = watch(&self.store, rt.clone(), sel, &params, self.cancel.clone())?;
-        let mut r = match as_table {
-            None => json_response(StatusCode::OK, Body::from_stream(stream)),
+        let chunks: WatchChunks = match as_table {
+            None => Box::pin(stream),
             Some((version, include)) => {
                 let mut first = true;
-                let tables = futures::StreamExt::map(stream, move |chunk| {
+                Box::pin(futures::StreamExt::map(stream, move |chunk| {
                     chunk.map(|c| table_events(&rt, version, include, &mut first, &c))
-                });
-                json_response(StatusCode::OK, Body::from_stream(tables))
+                }))
             }
         };
+        let body = match self.faults.watch_cutter() {
+            None => Body::from_stream(chunks),
+            Some(cutter) => Body::from_stream(faults::cut_watch(chunks, cutter)),
+        };
+        let mut r = json_response(StatusCode::OK, body);
         r.headers_mut().insert(
             header::CACHE_CONTROL,
             HeaderValue::from_static("no-cache, private"),

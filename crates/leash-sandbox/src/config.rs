@@ -52,7 +52,9 @@ impl Default for SandboxConfig {
 /// [`Sandbox::set_faults`](crate::Sandbox::set_faults).
 ///
 /// Rates are probabilities in `0.0..=1.0` (values outside are clamped), drawn in this order
-/// for each request: failure (500), throttling (429), connection reset.
+/// for each request: failure (500), throttling (429), connection reset. Watch cuts are
+/// drawn from a generator of their own, so turning them on does not change which other
+/// requests fail.
 #[derive(Clone, Debug)]
 pub struct Faults {
     /// Added to every request before it is handled.
@@ -72,6 +74,26 @@ pub struct Faults {
     /// Discovery (`/api`, `/apis`, their group/version documents) and `/version` always obey
     /// latency; the failure rates apply to them only when this is set.
     pub fail_discovery: bool,
+    /// Ends every watch after a uniformly random time in `0..=bound`, drawn when the watch
+    /// starts (`None`: watches last their `timeoutSeconds`, 30 minutes by default).
+    pub watch_cut_after: Option<Duration>,
+    /// Probability, for each event a watch sends (bookmarks included), that the watch
+    /// ends right after it.
+    pub watch_cut_rate: f64,
+    /// How a cut watch ends.
+    pub watch_cut: WatchCut,
+}
+
+/// How a watch cut by [`Faults::watch_cut_after`] or [`Faults::watch_cut_rate`] ends.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WatchCut {
+    /// The chunked response ends with its terminating chunk, as kube-apiserver ends a
+    /// watch at its timeout: clients see the stream end and watch again from the last
+    /// resourceVersion they saw.
+    #[default]
+    Clean,
+    /// The connection is reset without the terminating chunk: clients see a body error.
+    Reset,
 }
 
 impl Default for Faults {
@@ -85,6 +107,9 @@ impl Default for Faults {
             reset_rate: 0.0,
             continue_ttl: Duration::from_secs(300),
             fail_discovery: false,
+            watch_cut_after: None,
+            watch_cut_rate: 0.0,
+            watch_cut: WatchCut::Clean,
         }
     }
 }

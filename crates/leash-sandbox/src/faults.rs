@@ -1,6 +1,6 @@
-//! Fault injection: latency, 500s, 429s with Retry-After, and connection resets,
-//! drawn from one seeded random generator so a sequential client sees the same
-//! faults on every run.
+//! Fault injection: latency, 500s, 429s with Retry-After, connection resets, and
+//! watches cut short, drawn from seeded random generators so a sequential client
+//! sees the same faults on every run.
 //!
 //! # Invariants
 //! 1. The settings are swapped whole (an `Arc<Faults>` replaced under a mutex held
@@ -8,7 +8,12 @@
 //! 2. The generator's mutex is held only for the draws of one request, never across
 //!    an await; each request draws the same number of values in the same order
 //!    (jitter, failure, throttling, reset), so sequences are reproducible per seed.
+//! 3. Watch cuts draw from a second generator (one draw per watch, only while a cut
+//!    is configured), so they never shift the request generator's sequence; each
+//!    watch then draws its per-event cuts from a generator of its own, seeded by
+//!    that draw, with no lock.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -19,6 +24,13 @@ use http::{HeaderValue, Response, StatusCode, header};
 
 use crate::config::Faults;
 use crate::status::ApiError;
+
+mod watch_cut;
+
+pub(crate) use watch_cut::{WatchCutter, cut_watch};
+
+/// Mixed into the seed of the watch-cut generator, so it differs from the request one.
+const WATCH_SEED_SALT: u64 = 0x5761_7463_6843_7574;
 
 /// What to do with one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,6 +46,8 @@ pub(crate) enum Action {
 pub(crate) struct FaultInjector {
     current: Mutex<Arc<Faults>>,
     rng: Mutex<fastrand::Rng>,
+    watch_rng: Mutex<fastrand::Rng>,
+    watches_cut: Arc<AtomicU64>,
 }
 
 impl FaultInjector {
@@ -41,6 +55,8 @@ impl FaultInjector {
         Self {
             current: Mutex::new(Arc::new(faults)),
             rng: Mutex::new(fastrand::Rng::with_seed(seed)),
+            watch_rng: Mutex::new(fastrand::Rng::with_seed(seed ^ WATCH_SEED_SALT)),
+            watches_cut: Arc::default(),
         }
     }
 
@@ -76,6 +92,35 @@ impl FaultInjector {
             Action::Serve
         };
         (delay, action)
+    }
+}
+
+impl FaultInjector {
+    /// How a watch starting now is cut, or `None` when no watch cut is configured.
+    pub(crate) fn watch_cutter(&self) -> Option<WatchCutter> {
+        let f = self.get();
+        let rate = f.watch_cut_rate.clamp(0.0, 1.0);
+        if f.watch_cut_after.is_none() && rate <= 0.0 {
+            return None;
+        }
+        let (fraction, seed) = {
+            let mut rng = self.watch_rng.lock().unwrap_or_else(|e| e.into_inner());
+            (rng.f64(), rng.u64(..))
+        };
+        Some(WatchCutter {
+            deadline: f
+                .watch_cut_after
+                .map(|bound| tokio::time::Instant::now() + bound.mul_f64(fraction)),
+            rate,
+            rng: fastrand::Rng::with_seed(seed),
+            mode: f.watch_cut,
+            cuts: self.watches_cut.clone(),
+        })
+    }
+
+    /// How many watches were cut so far. A statistic: Relaxed.
+    pub(crate) fn watches_cut(&self) -> u64 {
+        self.watches_cut.load(Ordering::Relaxed)
     }
 }
 
@@ -148,6 +193,61 @@ mod tests {
             assert!(xs.contains(&action), "{action:?} never drawn");
         }
         assert!((0..100).all(|_| a.decide(true).1 == Action::Serve));
+    }
+
+    #[test]
+    fn watch_cuts_only_when_configured_and_within_the_bound() {
+        let f = FaultInjector::new(Faults::default(), 1);
+        assert!(f.watch_cutter().is_none());
+        let bound = Duration::from_secs(10);
+        f.set(Faults {
+            watch_cut_after: Some(bound),
+            ..Faults::default()
+        });
+        let before = tokio::time::Instant::now();
+        let deadlines: Vec<_> = (0..50)
+            .map(|_| f.watch_cutter().and_then(|c| c.deadline).unwrap())
+            .collect();
+        let after = tokio::time::Instant::now();
+        assert!(
+            deadlines
+                .iter()
+                .all(|d| *d >= before && *d <= after + bound)
+        );
+        assert!(
+            deadlines.windows(2).any(|w| w[0] != w[1]),
+            "drawn per watch"
+        );
+        f.set(Faults {
+            watch_cut_rate: 2.0,
+            ..Faults::default()
+        });
+        let c = f.watch_cutter().unwrap();
+        assert_eq!((c.deadline, c.rate), (None, 1.0));
+    }
+
+    #[test]
+    fn watch_cuts_do_not_shift_the_request_sequence() {
+        let faults = Faults {
+            fail_rate: 0.5,
+            ..Faults::default()
+        };
+        let a = FaultInjector::new(faults.clone(), 9);
+        let b = FaultInjector::new(
+            Faults {
+                watch_cut_rate: 0.5,
+                ..faults
+            },
+            9,
+        );
+        let xs: Vec<_> = (0..100).map(|_| a.decide(false).1).collect();
+        let ys: Vec<_> = (0..100)
+            .map(|_| {
+                let _ = b.watch_cutter();
+                b.decide(false).1
+            })
+            .collect();
+        assert_eq!(xs, ys);
     }
 
     #[test]

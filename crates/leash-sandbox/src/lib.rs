@@ -77,6 +77,13 @@
 //! - Watches: `resourceVersion`, `allowWatchBookmarks`, `timeoutSeconds`,
 //!   `sendInitialEvents` (ending in the `k8s.io/initial-events-end` bookmark), 410 ERROR
 //!   events when the version is older than the event history (10,000 events).
+//! - Faults ([`Faults`], changeable at run time): latency, 500s, 429s, connection resets,
+//!   and watches cut short (after a random time, or after a random event; ending the
+//!   chunked response cleanly as kube-apiserver's watch timeout does, or with a reset).
+//! - A request log ([`Sandbox::requests`]): the distinct requests served, as
+//!   kube-apiserver's authorizer sees them ([`ApiRequest`]: verb, group, resource,
+//!   subresource, namespace, or a non-resource path), so tests can check a client's
+//!   RBAC needs.
 //!
 //! # What is not
 //! Protobuf answers, protobuf bodies of other kinds and CBOR bodies (415), schema
@@ -106,6 +113,7 @@ pub mod manifests;
 mod object;
 mod openapi;
 mod protobuf;
+mod request_log;
 mod resources;
 mod sandbox;
 mod selector;
@@ -115,8 +123,9 @@ mod store;
 mod table;
 mod watch;
 
-pub use config::{Faults, SandboxConfig};
+pub use config::{Faults, SandboxConfig, WatchCut};
 pub use error::{Error, Result};
+pub use request_log::{ApiRequest, MAX_DISTINCT as MAX_DISTINCT_REQUESTS};
 pub use sandbox::Sandbox;
 pub use status::ApiError;
 pub use store::Store;

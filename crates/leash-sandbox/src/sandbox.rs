@@ -7,6 +7,7 @@
 //! 2. [`Sandbox::shutdown`] cancels that scope and joins every task; dropping the
 //!    `Sandbox` instead cancels them without waiting (the scope's `Drop`).
 
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -20,6 +21,7 @@ use crate::config::{Faults, SandboxConfig};
 use crate::faults::FaultInjector;
 use crate::generate;
 use crate::list::Snapshots;
+use crate::request_log::{ApiRequest, RequestLog};
 use crate::store::Store;
 use crate::{Error, Result};
 
@@ -95,6 +97,7 @@ impl Sandbox {
             cancel: scope.token().clone(),
             server: addr.to_string(),
             admission: Admission::new(services, scope.token().clone()),
+            requests: RequestLog::default(),
         });
         scope.spawn(
             "sandbox-accept",
@@ -121,6 +124,12 @@ impl Sandbox {
     /// The current fault settings.
     pub fn faults(&self) -> Faults {
         (*self.app.faults.get()).clone()
+    }
+
+    /// How many watches the watch-cut fault ended so far
+    /// ([`Faults::watch_cut_after`], [`Faults::watch_cut_rate`]).
+    pub fn watches_cut(&self) -> u64 {
+        self.app.faults.watches_cut()
     }
 
     /// A kubeconfig (YAML) whose current context points at this server, with the bearer
@@ -158,6 +167,29 @@ preferences: {{}}
     /// older than the continue TTL (tests wait on it instead of on the clock).
     pub fn expired_continues(&self) -> u64 {
         self.app.snapshots.expired()
+    }
+
+    /// Every distinct request served over HTTP so far (since the last
+    /// [`Sandbox::clear_requests`]), as kube-apiserver's authorizer sees it: verb, API
+    /// group, resource, subresource and namespace, or a non-resource path. Requests
+    /// refused for a missing token are not in it (they are never authorized);
+    /// requests answered with an injected fault are. The sandbox's own calls to
+    /// admission webhooks and [`Store`] access are not HTTP requests to it.
+    ///
+    /// At most [`MAX_DISTINCT_REQUESTS`](crate::MAX_DISTINCT_REQUESTS) are kept;
+    /// [`Sandbox::requests_not_recorded`] counts the distinct ones past that.
+    pub fn requests(&self) -> BTreeSet<ApiRequest> {
+        self.app.requests.snapshot()
+    }
+
+    /// How many distinct requests were not recorded because the log was full.
+    pub fn requests_not_recorded(&self) -> u64 {
+        self.app.requests.not_recorded()
+    }
+
+    /// Empties the request log (for a test that looks at one client's requests only).
+    pub fn clear_requests(&self) {
+        self.app.requests.clear();
     }
 
     /// The object store, for direct access without HTTP or faults.

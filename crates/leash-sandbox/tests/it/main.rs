@@ -11,6 +11,8 @@ mod kubectl_admission;
 mod kubectl_create;
 mod kubectl_table;
 mod list;
+mod request_log;
 mod table;
 mod watch;
+mod watch_cut;
 mod webhook_server;

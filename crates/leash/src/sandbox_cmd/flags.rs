@@ -11,8 +11,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use leash_sandbox::Faults;
 use leash_sandbox::generate::{self, GenerateSpec};
+use leash_sandbox::{Faults, WatchCut};
 
 use crate::cli_error;
 
@@ -104,6 +104,19 @@ pub(crate) struct Args {
     #[arg(long)]
     fail_discovery: bool,
 
+    /// End every watch after a random time from 0 to D, drawn per watch (for example 30s).
+    #[arg(long, value_name = "D", value_parser = parse_positive_duration)]
+    watch_cut_after: Option<Duration>,
+
+    /// Probability (0 to 1), for each event a watch sends, that the watch ends right after it.
+    #[arg(long, value_name = "P", allow_negative_numbers = true, value_parser = parse_probability)]
+    watch_cut_rate: Option<f64>,
+
+    /// How a cut watch ends: clean (the response ends, as at kube-apiserver's watch
+    /// timeout) or reset (the connection is dropped).
+    #[arg(long, value_name = "HOW", default_value = "clean", value_parser = parse_watch_cut)]
+    watch_cut: WatchCut,
+
     /// Seed of every random choice (generated objects and faults), for reproducible runs.
     #[arg(long, value_name = "N", default_value_t = 0)]
     seed: u64,
@@ -154,6 +167,9 @@ impl Args {
             reset_rate: self.reset_rate.unwrap_or(0.0),
             continue_ttl: self.continue_ttl,
             fail_discovery: self.fail_discovery,
+            watch_cut_after: self.watch_cut_after,
+            watch_cut_rate: self.watch_cut_rate.unwrap_or(0.0),
+            watch_cut: self.watch_cut,
         };
         Ok(Settings {
             listen: self.listen,
@@ -244,6 +260,15 @@ fn parse_positive_duration(s: &str) -> Result<Duration, String> {
     Ok(duration)
 }
 
+/// `--watch-cut`: `clean` or `reset`.
+fn parse_watch_cut(s: &str) -> Result<WatchCut, String> {
+    match s {
+        "clean" => Ok(WatchCut::Clean),
+        "reset" => Ok(WatchCut::Reset),
+        _ => Err(format!("{s:?} is neither clean nor reset")),
+    }
+}
+
 /// A probability: a number in `0..=1`.
 fn parse_probability(s: &str) -> Result<f64, String> {
     let p: f64 = s
@@ -331,6 +356,28 @@ mod tests {
         assert_eq!(f.retry_after_secs, 3);
         assert_eq!(f.continue_ttl, Duration::from_secs(2));
         assert!(f.fail_discovery);
+        assert_eq!(
+            (f.watch_cut_after, f.watch_cut_rate, f.watch_cut),
+            (None, 0.0, WatchCut::Clean)
+        );
+    }
+
+    #[test]
+    fn watch_cut_flags_fill_faults() {
+        let settings = parse(&[
+            "--watch-cut-after",
+            "30s",
+            "--watch-cut-rate",
+            "0.01",
+            "--watch-cut",
+            "reset",
+        ])
+        .unwrap();
+        let f = settings.faults;
+        assert_eq!(
+            (f.watch_cut_after, f.watch_cut_rate, f.watch_cut),
+            (Some(Duration::from_secs(30)), 0.01, WatchCut::Reset)
+        );
     }
 
     #[test]
@@ -380,6 +427,15 @@ mod tests {
             (&["--generate", "pods"], &["--generate", "malformed"]),
             (&["--crds", "3"], &["--crds", "\"3\""]),
             (&["--retry-after", "3601"], &["--retry-after", "3601"]),
+            (&["--watch-cut-after", "0s"], &["--watch-cut-after", "zero"]),
+            (
+                &["--watch-cut-rate", "2"],
+                &["--watch-cut-rate", "from 0 to 1"],
+            ),
+            (
+                &["--watch-cut", "sometimes"],
+                &["--watch-cut", "neither clean nor reset"],
+            ),
             (&["--token", ""], &["--token", "empty"]),
             (&["--namespaces", "0"], &["--namespaces 0"]),
             (

@@ -190,6 +190,20 @@ fn summary(
             fault_list.push(format!("{name} {rate}"));
         }
     }
+    if faults.watch_cut_after.is_some() || faults.watch_cut_rate > 0.0 {
+        let mut cut = Vec::new();
+        if let Some(bound) = faults.watch_cut_after {
+            cut.push(format!("within {}", humantime::format_duration(bound)));
+        }
+        if faults.watch_cut_rate > 0.0 {
+            cut.push(format!("{} per event", faults.watch_cut_rate));
+        }
+        let how = match faults.watch_cut {
+            leash_sandbox::WatchCut::Clean => "clean",
+            leash_sandbox::WatchCut::Reset => "reset",
+        };
+        fault_list.push(format!("watch cuts {} ({how})", cut.join(", ")));
+    }
     if !fault_list.is_empty() {
         let scope = if faults.fail_discovery {
             "including"

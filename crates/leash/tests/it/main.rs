@@ -3,6 +3,7 @@
 
 mod admission_chain;
 mod context;
+mod deploy;
 mod load;
 mod policy;
 mod sandbox;
