@@ -251,3 +251,94 @@ mod tests {
         assert!(cache.get("v1", "pods", "a", "p").is_none());
     }
 }
+
+/// Keeps a fixed set of kinds in a [`Cache`] (the admission webhook's
+/// lookups: namespaces for selectors, role bindings for the user's roles).
+/// Starts nothing until [`CacheWatcher::run`].
+pub struct CacheWatcher {
+    client: kube::Client,
+    kinds: Vec<(ApiResource, bool)>,
+    cache: Arc<Cache>,
+    metrics: Arc<crate::Metrics>,
+}
+
+impl std::fmt::Debug for CacheWatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CacheWatcher")
+            .field("kinds", &self.kinds.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl CacheWatcher {
+    /// Namespaces, RoleBindings and ClusterRoleBindings.
+    pub fn for_admission(client: kube::Client, metrics: Arc<crate::Metrics>) -> CacheWatcher {
+        use crate::object::api_resource;
+        CacheWatcher {
+            client,
+            kinds: vec![
+                (api_resource("", "v1", "Namespace", "namespaces"), false),
+                (
+                    api_resource(
+                        "rbac.authorization.k8s.io",
+                        "v1",
+                        "RoleBinding",
+                        "rolebindings",
+                    ),
+                    true,
+                ),
+                (
+                    api_resource(
+                        "rbac.authorization.k8s.io",
+                        "v1",
+                        "ClusterRoleBinding",
+                        "clusterrolebindings",
+                    ),
+                    false,
+                ),
+            ],
+            cache: Arc::new(Cache::new()),
+            metrics,
+        }
+    }
+
+    /// The cache it fills.
+    pub fn cache(&self) -> Arc<Cache> {
+        self.cache.clone()
+    }
+
+    /// Watches until `token` is cancelled.
+    pub async fn run(
+        self,
+        token: tokio_util::sync::CancellationToken,
+    ) -> Result<(), leash_runtime::ScopeError> {
+        let scope = leash_runtime::Scope::with_parent_token(&token);
+        for (ar, namespaced) in self.kinds {
+            let store = self.cache.store(&ar, namespaced);
+            let (client, metrics, token) = (
+                self.client.clone(),
+                self.metrics.clone(),
+                scope.token().clone(),
+            );
+            scope.spawn(format!("cache watch {}", ar.plural), async move {
+                let plural = ar.plural.clone();
+                crate::watch::watch_into(
+                    client,
+                    ar,
+                    crate::watch::WatchScope::default(),
+                    store,
+                    token,
+                    |_| {},
+                    |e| {
+                        metrics.api_errors.inc();
+                        tracing::debug!("watching {plural}: {e}");
+                    },
+                )
+                .await;
+                Ok::<(), std::convert::Infallible>(())
+            });
+        }
+        token.cancelled().await;
+        scope.shutdown().await
+    }
+}

@@ -35,7 +35,7 @@ use tokio::sync::watch as channel;
 use tokio_util::sync::CancellationToken;
 
 pub use aggregate::{AggregateSettings, Aggregator, ReportIndex};
-pub use cache::Cache;
+pub use cache::{Cache, CacheWatcher};
 pub use metrics::Metrics;
 pub use scan::{BackgroundScan, ScanSettings};
 pub use sources::{ConfigSource, PolicySet, PolicySource};

@@ -219,6 +219,7 @@ impl BackgroundScan {
         let mut watchers: HashMap<KindKey, Watcher> = HashMap::new();
         let mut next_id = 0u64;
         let mut catalog: Option<Catalog> = None;
+        let mut noted: std::collections::HashSet<String> = std::collections::HashSet::new();
         let mut last_versions: Option<Vec<(String, String)>> = None;
         let mut last_config = self.config.borrow().clone();
         let mut policies = self.policies.clone();
@@ -234,7 +235,7 @@ impl BackgroundScan {
                     if set.generation == 0 {
                         continue;
                     }
-                    let kinds = match self.kinds_for(&set, &mut catalog, &token).await {
+                    let kinds = match self.kinds_for(&set, &mut catalog, &mut noted, &token).await {
                         Some(k) => k,
                         None => continue,
                     };
@@ -362,6 +363,7 @@ impl BackgroundScan {
         &self,
         set: &PolicySet,
         catalog: &mut Option<Catalog>,
+        noted: &mut std::collections::HashSet<String>,
         token: &CancellationToken,
     ) -> Option<Vec<(ApiResource, bool)>> {
         for attempt in 0..2 {
@@ -381,8 +383,10 @@ impl BackgroundScan {
             let c = catalog.as_ref()?;
             let (kinds, not_served) = select_kinds(&set.background, c);
             if not_served.is_empty() || attempt == 1 {
-                for k in &not_served {
-                    tracing::info!("{k} is not served by the cluster");
+                for k in not_served {
+                    if noted.insert(k.clone()) {
+                        tracing::info!("{k} is not served by the cluster");
+                    }
                 }
                 let mut out: Vec<(ApiResource, bool)> = kinds
                     .iter()

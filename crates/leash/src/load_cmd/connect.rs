@@ -106,6 +106,14 @@ pub(crate) async fn connect(connection: &Connection) -> anyhow::Result<Connected
                     })?;
                     kube::Config::from_custom_kubeconfig(kubeconfig, &options).await
                 }
+                // No --context: kubeconfig (KUBECONFIG, ~/.kube/config), then
+                // the in-cluster service account, as kubectl and client-go do.
+                None if context.is_none() => kube::Config::infer().await.map_err(|e| {
+                    kube::config::KubeconfigError::ReadConfig(
+                        std::io::Error::other(e.to_string()),
+                        "KUBECONFIG, ~/.kube/config or the in-cluster service account".into(),
+                    )
+                }),
                 None => kube::Config::from_kubeconfig(&options).await,
             };
             let mut config = config.map_err(|e| {

@@ -19,14 +19,38 @@ pub(crate) const DEFAULT_SERVE_SANDBOX: &str = "pods=200,deployments.apps=20";
   leash serve --sandbox --sandbox-kubeconfig /tmp/leash.kubeconfig   # demo: sandbox, CRDs, example policies
   leash serve --kubeconfig ~/.kube/config --leader-elect --health 127.0.0.1:8080 --metrics 127.0.0.1:8000")]
 pub(crate) struct Args {
-    /// Components to run, comma-separated: reports (background scan, policy reports).
+    /// Components to run, comma-separated: reports (background scan, policy
+    /// reports), admission (the validating webhook).
     #[arg(
         long,
         value_name = "LIST",
         value_delimiter = ',',
-        default_value = "reports"
+        default_value = "reports,admission"
     )]
     components: Vec<String>,
+    /// Address of the admission webhook's HTTPS server.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9443")]
+    admission_listen: SocketAddr,
+    /// PEM certificate (chain) of the webhook server (default: a self-signed
+    /// CA and certificate generated at start).
+    #[arg(long, value_name = "PATH", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, value_name = "PATH", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// URL the webhook configuration points the API server at (default:
+    /// https://ADMISSION-LISTEN/validate).
+    #[arg(long, value_name = "URL")]
+    webhook_url: Option<String>,
+    /// Point the webhook configuration at a Service instead: NAMESPACE/NAME[:PORT].
+    #[arg(long, value_name = "NS/NAME[:PORT]", conflicts_with = "webhook_url")]
+    webhook_service: Option<String>,
+    /// timeoutSeconds of the webhooks (1 to 30).
+    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    webhook_timeout: u8,
+    /// Delete the ValidatingWebhookConfiguration on clean shutdown.
+    #[arg(long)]
+    cleanup_webhooks: bool,
     /// Namespace of Kyverno's ConfigMap.
     #[arg(long, value_name = "NS", default_value = "kyverno")]
     config_namespace: String,
@@ -106,6 +130,7 @@ pub(crate) struct Args {
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Components {
     pub(crate) reports: bool,
+    pub(crate) admission: bool,
 }
 
 impl Components {
@@ -113,6 +138,9 @@ impl Components {
         let mut parts = vec!["policy and config sources"];
         if self.reports {
             parts.push("reports");
+        }
+        if self.admission {
+            parts.push("admission");
         }
         parts.join(", ")
     }
@@ -127,6 +155,7 @@ pub(crate) struct Settings {
     pub(crate) reports: ReportsSettings,
     pub(crate) max_ephemeral_reports: usize,
     pub(crate) lease: Option<LeaseSettings>,
+    pub(crate) admission: Option<leash_webhook::Settings>,
     pub(crate) health: Option<SocketAddr>,
     pub(crate) metrics_addr: Option<SocketAddr>,
     pub(crate) shutdown_timeout: Duration,
@@ -140,14 +169,15 @@ impl Args {
         for c in &self.components {
             match c.trim() {
                 "reports" => components.reports = true,
-                "admission" | "background" => {
-                    return Err(usage(format!(
-                        "--components: {c:?} is not available yet in this build; available: reports"
-                    )));
+                "admission" => components.admission = true,
+                "background" => {
+                    return Err(usage(
+                        "--components: \"background\" (generate rules) is not available yet in this build; available: reports, admission",
+                    ));
                 }
                 other => {
                     return Err(usage(format!(
-                        "--components: unknown component {other:?}; available: reports"
+                        "--components: unknown component {other:?}; available: reports, admission"
                     )));
                 }
             }
@@ -166,6 +196,25 @@ impl Args {
             Some(n) => n,
             None => std::thread::available_parallelism().map_or(2, |n| n.get()) * 2,
         };
+        if !(1..=30).contains(&self.webhook_timeout) {
+            return Err(usage("--webhook-timeout must be 1 to 30 seconds"));
+        }
+        let service = self
+            .webhook_service
+            .as_deref()
+            .map(parse_service)
+            .transpose()?;
+        let admission = components.admission.then(|| leash_webhook::Settings {
+            listen: self.admission_listen,
+            tls_cert: self.tls_cert.clone(),
+            tls_key: self.tls_key.clone(),
+            webhook_url: self.webhook_url.clone(),
+            service,
+            timeout_seconds: self.webhook_timeout,
+            cleanup_webhooks: self.cleanup_webhooks,
+            shutdown_timeout: self.shutdown_timeout,
+            ..leash_webhook::Settings::default()
+        });
         let lease = self.leader_elect.then(|| {
             let identity = self.lease_identity.clone().unwrap_or_else(default_identity);
             LeaseSettings::new(&self.lease_name, &self.lease_namespace, &identity)
@@ -205,6 +254,7 @@ impl Args {
             },
             max_ephemeral_reports: self.max_ephemeral_reports,
             lease,
+            admission,
             health: self.health,
             metrics_addr: self.metrics,
             shutdown_timeout: self.shutdown_timeout,
@@ -225,4 +275,27 @@ fn default_identity() -> String {
         })
         .unwrap_or_else(|| "leash".into());
     format!("{host}_{}", std::process::id())
+}
+
+/// `NS/NAME[:PORT]` of --webhook-service.
+fn parse_service(s: &str) -> anyhow::Result<leash_webhook::ServiceRef> {
+    let bad = || {
+        usage(format!(
+            "--webhook-service {s:?}: expected NAMESPACE/NAME[:PORT]"
+        ))
+    };
+    let (ns, rest) = s.split_once('/').ok_or_else(bad)?;
+    let (name, port) = match rest.split_once(':') {
+        Some((n, p)) => (n, Some(p.parse::<i32>().map_err(|_| bad())?)),
+        None => (rest, None),
+    };
+    if ns.is_empty() || name.is_empty() {
+        return Err(bad());
+    }
+    Ok(leash_webhook::ServiceRef {
+        namespace: ns.into(),
+        name: name.into(),
+        port,
+        path: "/validate".into(),
+    })
 }

@@ -4,6 +4,7 @@
 //! its children. SIGINT/SIGTERM cancel the root and wait for every task
 //! within `--shutdown-timeout`.
 
+mod admission;
 mod args;
 mod http;
 mod sandbox;
@@ -145,6 +146,20 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
                 });
             }
         }
+    }
+
+    if let Some(webhook) = settings.admission.clone() {
+        let started = admission::Admission {
+            client: client.clone(),
+            settings: webhook,
+            policies: policies.clone(),
+            config: config.clone(),
+            breaker: breaker.clone(),
+            metrics: metrics.clone(),
+        }
+        .start(&mut registry, root.token().clone())?;
+        eprintln!("leash serve: admission webhook at {}", started.url);
+        root.spawn("admission", started.run);
     }
 
     let registry = Arc::new(registry);

@@ -322,11 +322,22 @@ fn http_get(addr: &str, path: &str) -> (u16, String) {
     use std::io::{Read as _, Write as _};
     let mut s = std::net::TcpStream::connect(addr).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut text = String::new();
     s.read_to_string(&mut text).unwrap();
-    let status = text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
     (status, body)
 }
 
@@ -339,7 +350,15 @@ fn serve_sandbox_demo_health_metrics_and_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kc");
     let mut child = leash()
-        .args(["serve", "--sandbox=pods=20", "--health", "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--sandbox-kubeconfig"])
+        .args([
+            "serve",
+            "--sandbox=pods=20",
+            "--health",
+            "127.0.0.1:0",
+            "--metrics",
+            "127.0.0.1:0",
+            "--sandbox-kubeconfig",
+        ])
         .arg(&kubeconfig)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -350,15 +369,25 @@ fn serve_sandbox_demo_health_metrics_and_sigterm() {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::scope(|s| {
         s.spawn(move || {
-            for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
                 let _ = tx.send(line);
             }
         });
         let (mut health, mut metrics) = (None, None);
         let start = Instant::now();
         while health.is_none() || metrics.is_none() {
-            let line = rx.recv_timeout(BOUND).expect("serve announces its endpoints");
-            let addr = |l: &str| l.split("http://").nth(1).and_then(|r| r.split('/').next()).map(str::to_string);
+            let line = rx
+                .recv_timeout(BOUND)
+                .expect("serve announces its endpoints");
+            let addr = |l: &str| {
+                l.split("http://")
+                    .nth(1)
+                    .and_then(|r| r.split('/').next())
+                    .map(str::to_string)
+            };
             if line.contains("health on") {
                 health = addr(&line);
             } else if line.contains("metrics on") {
@@ -370,7 +399,11 @@ fn serve_sandbox_demo_health_metrics_and_sigterm() {
         assert_eq!(http_get(&health, "/healthz").0, 200);
         let start = Instant::now();
         while http_get(&health, "/readyz").0 != 200 {
-            assert!(start.elapsed() < BOUND, "/readyz never ready: {:?}", http_get(&health, "/readyz"));
+            assert!(
+                start.elapsed() < BOUND,
+                "/readyz never ready: {:?}",
+                http_get(&health, "/readyz")
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         let start = Instant::now();
@@ -403,8 +436,14 @@ fn serve_sandbox_demo_health_metrics_and_sigterm() {
 fn serve_rejects_bad_flags() {
     for (args, want) in [
         (&["--components", "nope"][..], "unknown component \"nope\""),
-        (&["--background-scan-interval", "0s"][..], "--background-scan-interval must be positive"),
-        (&["--max-ephemeral-reports", "0"][..], "--max-ephemeral-reports must be at least 1"),
+        (
+            &["--background-scan-interval", "0s"][..],
+            "--background-scan-interval must be positive",
+        ),
+        (
+            &["--max-ephemeral-reports", "0"][..],
+            "--max-ephemeral-reports must be at least 1",
+        ),
         (&["--server", "not a url"][..], "invalid --server URL"),
     ] {
         let out = leash().arg("serve").args(args).output().unwrap();

@@ -1,0 +1,194 @@
+//! The admission component of `leash serve`: leash-webhook's server, its
+//! webhook registration, readiness status and audit hand-off, wired to the
+//! policy and config sources; audit results become admission
+//! EphemeralReports for the aggregate controller.
+
+use std::sync::Arc;
+
+use futures::FutureExt as _;
+use futures::future::BoxFuture;
+use leash_controller::{Breaker, CacheWatcher, Metrics, PolicySet};
+use leash_policy::{Engine, KyvernoConfig};
+use leash_report::{self as report, Owner, PolicyMeta, ReportSource};
+use leash_runtime::Scope;
+use leash_webhook::{
+    AdmissionServer, AuditRecord, LossReason, Recorder, Registrar, ReportSink, StatusWriter,
+    audit_channel,
+};
+use prometheus_client::registry::Registry;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::cli_error::usage;
+
+/// Writes each admission record as one `EphemeralReport` (named by the
+/// review's uid, so a retried write replaces, never duplicates).
+struct EphemeralSink {
+    client: kube::Client,
+    policies: watch::Receiver<Arc<PolicySet>>,
+    breaker: Arc<Breaker>,
+}
+
+impl std::fmt::Debug for EphemeralSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EphemeralSink").finish_non_exhaustive()
+    }
+}
+
+impl ReportSink for EphemeralSink {
+    fn write(
+        &self,
+        record: Arc<AuditRecord>,
+    ) -> BoxFuture<'static, Result<(), leash_runtime::BoxError>> {
+        let (client, policies, breaker) = (
+            self.client.clone(),
+            self.policies.clone(),
+            self.breaker.clone(),
+        );
+        async move {
+            let Some(owner) = Owner::of(&record.object) else {
+                return Ok(()); // no uid: nothing a report could be named by
+            };
+            let set = policies.borrow().clone();
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            let results: Vec<_> = record
+                .results
+                .iter()
+                .map(|r| report::result_entry(r, &PolicyMeta::of(&set.engine, &r.policy), now))
+                .collect();
+            let mut evaluated: Vec<(String, String)> = record
+                .results
+                .iter()
+                .map(|r| (r.policy.to_string(), String::new()))
+                .collect();
+            evaluated.sort();
+            evaluated.dedup();
+            let name = format!("{}-{}", owner.uid, &record.uid[..record.uid.len().min(8)]);
+            let eph = report::ephemeral_report(
+                &owner,
+                &name,
+                ReportSource::Admission,
+                &evaluated,
+                results,
+            );
+            // The audit writer bounds this write by its shutdown deadline.
+            let never = CancellationToken::new();
+            breaker.acquire(&never).await;
+            match leash_controller::writer::put(&client, eph, &never).await {
+                Ok(_) => Ok(()),
+                Err(e) => {
+                    breaker.release(1);
+                    Err(e.into())
+                }
+            }
+        }
+        .boxed()
+    }
+
+    fn lost(&self, record: &AuditRecord, reason: LossReason) {
+        tracing::warn!(
+            "admission results of {} not written to a report: {}",
+            record.resource_name(),
+            reason.as_str()
+        );
+    }
+}
+
+/// Everything the admission component needs.
+pub(crate) struct Admission {
+    pub(crate) client: kube::Client,
+    pub(crate) settings: leash_webhook::Settings,
+    pub(crate) policies: watch::Receiver<Arc<PolicySet>>,
+    pub(crate) config: watch::Receiver<Arc<KyvernoConfig>>,
+    pub(crate) breaker: Arc<Breaker>,
+    pub(crate) metrics: Arc<Metrics>,
+}
+
+/// A started admission component's address, and its run future.
+pub(crate) struct Started {
+    pub(crate) url: String,
+    pub(crate) run: BoxFuture<'static, Result<(), leash_runtime::ScopeError>>,
+}
+
+impl Admission {
+    /// Binds the server (so the address and CA are known) and returns the
+    /// future that runs everything; nothing runs until it is polled.
+    pub(crate) fn start(
+        self,
+        registry: &mut Registry,
+        token: CancellationToken,
+    ) -> anyhow::Result<Started> {
+        let (engine_tx, engine_rx) = watch::channel(Arc::new(Engine::new()));
+        let cache_watcher = CacheWatcher::for_admission(self.client.clone(), self.metrics.clone());
+        let sink = Arc::new(EphemeralSink {
+            client: self.client.clone(),
+            policies: self.policies.clone(),
+            breaker: self.breaker.clone(),
+        });
+        let (queue, writer) = audit_channel(
+            self.settings.audit.clone(),
+            self.settings.shutdown_timeout,
+            sink,
+            registry,
+        );
+        let recorder = Recorder::new(registry);
+        let server = AdmissionServer::new(
+            self.settings.clone(),
+            engine_rx.clone(),
+            self.config.clone(),
+            cache_watcher.cache(),
+            queue,
+            recorder.clone(),
+            registry,
+        )
+        .map_err(|e| usage(format!("--admission-listen: {e}")))?;
+        let url = server.webhook_url();
+        let registrar = Registrar::new(
+            self.client.clone(),
+            &self.settings,
+            url.clone(),
+            server.ca_pem().to_string(),
+            engine_rx,
+        );
+        let status = StatusWriter::new(self.client.clone(), &recorder);
+        let mut policies = self.policies;
+        let run = async move {
+            let scope = Scope::with_parent_token(&token);
+            let t = scope.token().clone();
+            scope.spawn("admission cache", cache_watcher.run(t.clone()));
+            scope.spawn("admission server", server.run(t.clone()));
+            scope.spawn("webhook registrar", registrar.run(t.clone()));
+            scope.spawn("policy status", status.run(t.clone()));
+            {
+                let t = t.clone();
+                scope.spawn("audit writer", async move {
+                    let summary = writer.run(t).await;
+                    if !summary.lost.is_empty() {
+                        tracing::warn!("{} admission results were not written", summary.lost.len());
+                    }
+                    Ok::<(), std::convert::Infallible>(())
+                });
+            }
+            // Feed the server the admission view of each policy set.
+            loop {
+                tokio::select! {
+                    _ = t.cancelled() => break,
+                    r = policies.changed() => {
+                        if r.is_err() { break; }
+                        let set = policies.borrow_and_update().clone();
+                        if set.generation > 0 {
+                            engine_tx.send_replace(Arc::new(set.engine.clone()));
+                        }
+                    }
+                }
+            }
+            scope.shutdown().await
+        };
+        Ok(Started {
+            url,
+            run: run.boxed(),
+        })
+    }
+}
