@@ -42,7 +42,7 @@ t0=$(date +%s.%N)
 t1=$(date +%s.%N)
 load_s=$(echo "$t1 - $t0" | bc)
 
-"$LEASH" serve --server "$url" > /dev/null 2> "$out/serve.err" &
+"$LEASH" serve --server "$url" --components reports > /dev/null 2> "$out/serve.err" &
 serve_pid=$!
 result=$(python3 bench/serve_measure.py "$url" "$serve_pid" "$pods" "$lat")
 kill -TERM "$serve_pid"; wait "$serve_pid" || { echo "leash serve exited with $?" >&2; cat "$out/serve.err" >&2; exit 1; }

@@ -101,7 +101,7 @@ impl ReportIndex {
 
     /// Whether a resource has a policy report or pending ephemeral reports.
     pub fn has_reports(&self, namespace: &str, uid: &str) -> bool {
-        self.report(namespace, uid).is_some() || self.has_ephemeral(uid, uid)
+        self.report_store(namespace).contains(namespace, uid) || self.has_ephemeral(uid, uid)
     }
 
     /// Whether an ephemeral report of that name exists for the resource.
@@ -412,7 +412,7 @@ impl Aggregator {
             let stored = writer::put(&self.client, merged, token).await?;
             self.index
                 .report_store(namespace)
-                .put_if_newer(namespace, uid, stored.raw);
+                .put_if_newer(namespace, uid, &stored.raw);
             self.metrics.policy_reports_written.inc();
         }
         for (k, v) in ephs {
@@ -431,7 +431,7 @@ impl Aggregator {
 
     async fn delete_all(&self, owner: &Owner, token: &CancellationToken) -> Result<(), WriteError> {
         let ns = &owner.namespace;
-        if self.index.report(ns, &owner.uid).is_some() {
+        if self.index.report_store(ns).contains(ns, &owner.uid) {
             writer::delete(&self.client, report_kind(ns), ns, &owner.uid, None, token).await?;
             self.index.report_store(ns).remove(ns, &owner.uid);
             self.metrics.policy_reports_deleted.inc();
@@ -487,7 +487,7 @@ impl Aggregator {
                         .map(|stored| {
                             self.index
                                 .report_store(&ns)
-                                .put_if_newer(&ns, &owner.uid, stored.raw);
+                                .put_if_newer(&ns, &owner.uid, &stored.raw);
                             self.metrics.policy_reports_written.inc();
                         })
                 }

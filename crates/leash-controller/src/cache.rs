@@ -23,6 +23,38 @@ pub fn kind_key(ar: &ApiResource) -> KindKey {
     (ar.api_version.clone(), ar.kind.clone())
 }
 
+/// One stored object: its compact JSON (a parsed `Value` takes several
+/// times the memory of its text; 10,000 pods are ~50 MB of text) and its
+/// resourceVersion. Parsed again on each read: a reader gets its own
+/// `Value`, so nothing it does can change what the store holds.
+#[derive(Debug, Clone)]
+pub struct Stored {
+    rv: Option<u64>,
+    bytes: Arc<[u8]>,
+}
+
+impl Stored {
+    /// Encodes an object.
+    pub fn encode(v: &Value) -> Stored {
+        Stored {
+            rv: v["metadata"]["resourceVersion"]
+                .as_str()
+                .and_then(|s| s.parse().ok()),
+            bytes: serde_json::to_vec(v).unwrap_or_default().into(),
+        }
+    }
+
+    /// The object, parsed.
+    pub fn decode(&self) -> Option<Arc<Value>> {
+        serde_json::from_slice(&self.bytes).ok().map(Arc::new)
+    }
+
+    /// Whether two encodings hold the same document.
+    pub fn same(&self, other: &Stored) -> bool {
+        self.bytes == other.bytes
+    }
+}
+
 /// The objects of one kind.
 #[derive(Debug)]
 pub struct KindStore {
@@ -30,7 +62,7 @@ pub struct KindStore {
     pub resource: ApiResource,
     /// Namespaced (true) or cluster-scoped.
     pub namespaced: bool,
-    objects: RwLock<HashMap<(String, String), Arc<Value>>>,
+    objects: RwLock<HashMap<(String, String), Stored>>,
     synced: AtomicBool,
 }
 
@@ -45,68 +77,90 @@ impl KindStore {
         }
     }
 
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<(String, String), Stored>> {
+        self.objects.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<(String, String), Stored>> {
+        self.objects.write().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// One object.
     pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<Value>> {
-        let map = self.objects.read().unwrap_or_else(|e| e.into_inner());
-        map.get(&(namespace.to_string(), name.to_string())).cloned()
+        let stored = self
+            .read()
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()?;
+        stored.decode()
+    }
+
+    /// One object's encoding.
+    pub fn get_stored(&self, namespace: &str, name: &str) -> Option<Stored> {
+        self.read()
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
+    }
+
+    /// Whether an object is stored.
+    pub fn contains(&self, namespace: &str, name: &str) -> bool {
+        self.read()
+            .contains_key(&(namespace.to_string(), name.to_string()))
     }
 
     /// Stores (or replaces) an object.
-    pub fn put(&self, namespace: &str, name: &str, object: Arc<Value>) {
-        let mut map = self.objects.write().unwrap_or_else(|e| e.into_inner());
-        map.insert((namespace.to_string(), name.to_string()), object);
+    pub fn put(&self, namespace: &str, name: &str, object: &Value) {
+        let stored = Stored::encode(object);
+        self.write()
+            .insert((namespace.to_string(), name.to_string()), stored);
     }
 
     /// Stores an object unless the store holds a newer version of it (by
     /// numeric resourceVersion): a watch event that trails a write this
     /// process made must not put the older version back.
-    pub fn put_if_newer(&self, namespace: &str, name: &str, object: Arc<Value>) {
-        let rv = |v: &Value| {
-            v["metadata"]["resourceVersion"]
-                .as_str()
-                .and_then(|s| s.parse::<u64>().ok())
-        };
-        let mut map = self.objects.write().unwrap_or_else(|e| e.into_inner());
+    pub fn put_if_newer(&self, namespace: &str, name: &str, object: &Value) {
+        let stored = Stored::encode(object);
+        let mut map = self.write();
         let key = (namespace.to_string(), name.to_string());
         if let Some(old) = map.get(&key)
-            && let (Some(old_rv), Some(new_rv)) = (rv(old), rv(&object))
+            && let (Some(old_rv), Some(new_rv)) = (old.rv, stored.rv)
             && new_rv < old_rv
         {
             return;
         }
-        map.insert(key, object);
+        map.insert(key, stored);
     }
 
     /// Removes an object.
-    pub fn remove(&self, namespace: &str, name: &str) -> Option<Arc<Value>> {
-        let mut map = self.objects.write().unwrap_or_else(|e| e.into_inner());
-        map.remove(&(namespace.to_string(), name.to_string()))
+    pub fn remove(&self, namespace: &str, name: &str) -> bool {
+        self.write()
+            .remove(&(namespace.to_string(), name.to_string()))
+            .is_some()
     }
 
     /// Replaces every object (a watcher's re-list).
-    pub fn replace_all(&self, objects: HashMap<(String, String), Arc<Value>>) {
-        let mut map = self.objects.write().unwrap_or_else(|e| e.into_inner());
-        *map = objects;
+    pub fn replace_all(&self, objects: HashMap<(String, String), Stored>) {
+        *self.write() = objects;
     }
 
     /// Every object of a namespace ("" for all).
     pub fn list(&self, namespace: &str) -> Vec<Arc<Value>> {
-        let map = self.objects.read().unwrap_or_else(|e| e.into_inner());
-        map.iter()
+        let stored: Vec<Stored> = self
+            .read()
+            .iter()
             .filter(|((ns, _), _)| namespace.is_empty() || ns == namespace)
             .map(|(_, v)| v.clone())
-            .collect()
+            .collect();
+        stored.iter().filter_map(Stored::decode).collect()
     }
 
     /// Every object's `(namespace, name)`.
     pub fn keys(&self) -> Vec<(String, String)> {
-        let map = self.objects.read().unwrap_or_else(|e| e.into_inner());
-        map.keys().cloned().collect()
+        self.read().keys().cloned().collect()
     }
 
     /// How many objects the store holds.
     pub fn len(&self) -> usize {
-        self.objects.read().unwrap_or_else(|e| e.into_inner()).len()
+        self.read().len()
     }
 
     /// Whether the store is empty.
@@ -231,18 +285,14 @@ mod tests {
         let pods = cache.store(&api_resource("", "v1", "Pod", "pods"), true);
         let again = cache.store(&api_resource("", "v1", "Pod", "pods"), true);
         assert!(Arc::ptr_eq(&pods, &again));
-        pods.put("a", "p", Arc::new(json!({"kind": "Pod"})));
+        pods.put("a", "p", &json!({"kind": "Pod"}));
         assert!(cache.get("v1", "pods", "a", "p").is_some());
         assert!(cache.get("v1", "Pod", "a", "p").is_some());
         assert!(cache.get("apps/v1", "pods", "a", "p").is_none());
         assert_eq!(cache.list("", "pods", "").len(), 1);
         assert_eq!(cache.list("", "pods", "b").len(), 0);
         let ns = cache.store(&api_resource("", "v1", "Namespace", "namespaces"), false);
-        ns.put(
-            "",
-            "a",
-            Arc::new(json!({"metadata": {"labels": {"x": "y"}}})),
-        );
+        ns.put("", "a", &json!({"metadata": {"labels": {"x": "y"}}}));
         assert_eq!(
             cache.namespace("a").unwrap()["metadata"]["labels"]["x"],
             "y"

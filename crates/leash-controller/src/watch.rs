@@ -16,7 +16,7 @@ use kube::runtime::watcher::{self, Event};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::cache::KindStore;
+use crate::cache::{KindStore, Stored};
 use crate::object::Object;
 
 /// What changed in a kind's store.
@@ -65,7 +65,7 @@ pub async fn watch_into(
     }
     let stream = watcher::watcher(api, config).default_backoff();
     futures::pin_mut!(stream);
-    let mut listing: Option<HashMap<(String, String), Arc<Value>>> = None;
+    let mut listing: Option<HashMap<(String, String), Stored>> = None;
     loop {
         let next = tokio::select! {
             _ = token.cancelled() => return,
@@ -76,8 +76,11 @@ pub async fn watch_into(
             Err(e) => on_error(&e),
             Ok(Event::Init) => listing = Some(HashMap::new()),
             Ok(Event::InitApply(o)) => {
+                // Encoded at once: a list of 10,000 objects is never held parsed.
                 let key = (o.namespace().to_string(), o.name().to_string());
-                listing.get_or_insert_with(HashMap::new).insert(key, o.raw);
+                listing
+                    .get_or_insert_with(HashMap::new)
+                    .insert(key, Stored::encode(&o.raw));
             }
             Ok(Event::InitDone) => {
                 let listed = listing.take().unwrap_or_default();
@@ -87,20 +90,24 @@ pub async fn watch_into(
                     .filter(|k| !listed.contains_key(k))
                     .filter_map(|(ns, name)| store.get(&ns, &name))
                     .collect();
-                let changed: Vec<Arc<Value>> = listed
+                let changed: Vec<Stored> = listed
                     .iter()
-                    .filter(|((ns, name), v)| store.get(ns, name).is_none_or(|old| old != **v))
+                    .filter(|((ns, name), v)| {
+                        store.get_stored(ns, name).is_none_or(|old| !old.same(v))
+                    })
                     .map(|(_, v)| v.clone())
                     .collect();
                 store.replace_all(listed);
                 store.mark_synced();
                 for v in changed {
-                    on_change(Change::Applied(v));
+                    if let Some(v) = v.decode() {
+                        on_change(Change::Applied(v));
+                    }
                 }
                 on_change(Change::Listed { removed });
             }
             Ok(Event::Apply(o)) => {
-                store.put_if_newer(o.namespace(), o.name(), o.raw.clone());
+                store.put_if_newer(o.namespace(), o.name(), &o.raw);
                 on_change(Change::Applied(o.raw));
             }
             Ok(Event::Delete(o)) => {

@@ -157,15 +157,21 @@ pub(crate) fn verdict(snapshot: &Snapshot, results: &[RuleResult]) -> Verdict {
             Served::Validating(p) => p.name().to_string(),
         };
         let failing = matches!(r.status, Status::Fail | Status::Error);
+        // Kyverno evaluates Enforce and Audit policies apart: only the
+        // enforcing ones are named in a denial.
+        let enforcing = match policy {
+            Served::Kyverno(p) => p.rule_failure_action(&r.rule) == FailureAction::Enforce,
+            Served::Validating(p) => p.validation_actions().contains(&ValidationAction::Deny),
+        };
         match policy {
-            Served::Kyverno(p) => {
-                if failing && p.rule_failure_action(&r.rule) == FailureAction::Enforce {
+            Served::Kyverno(_) => {
+                if failing && enforcing {
                     v.blocked = true;
                 }
             }
             Served::Validating(p) => {
                 let actions = p.validation_actions();
-                if failing && actions.contains(&ValidationAction::Deny) {
+                if failing && enforcing {
                     v.blocked = true;
                 }
                 if (failing || r.status == Status::Warn)
@@ -176,7 +182,7 @@ pub(crate) fn verdict(snapshot: &Snapshot, results: &[RuleResult]) -> Verdict {
                 }
             }
         }
-        if r.message != "preconditions not met" {
+        if enforcing && r.message != "preconditions not met" {
             v.failures
                 .entry(name)
                 .or_default()

@@ -221,7 +221,7 @@ fn seed_background_scan_shared_map() {
             {"name": "b", "image": "busybox", "ports": [{"containerPort": 80, "hostPort": 8080}]}
         ], "volumes": [{"name": "h", "hostPath": {"path": "/etc"}}]}
     }));
-    pods.put("prod", "web", object.clone());
+    pods.put("prod", "web", &object);
     let before = serde_json::to_vec(&*object).unwrap();
     let single = evaluate_object(&set, &config, &cache, &object, 7);
     assert!(
