@@ -16,6 +16,10 @@ mod serve_cmd;
 
 use std::process::ExitCode;
 
+/// See the workspace Cargo.toml for why not the system allocator.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use clap::{Parser, Subcommand};
 
 /// leash: a Kubernetes policy-engine core that cannot leak, drop or hang.
