@@ -272,36 +272,6 @@ impl ClusterData for Cache {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    use super::*;
-    use crate::object::api_resource;
-
-    #[test]
-    fn stores_by_kind_and_answers_lookups_by_kind_or_plural() {
-        let cache = Cache::new();
-        let pods = cache.store(&api_resource("", "v1", "Pod", "pods"), true);
-        let again = cache.store(&api_resource("", "v1", "Pod", "pods"), true);
-        assert!(Arc::ptr_eq(&pods, &again));
-        pods.put("a", "p", &json!({"kind": "Pod"}));
-        assert!(cache.get("v1", "pods", "a", "p").is_some());
-        assert!(cache.get("v1", "Pod", "a", "p").is_some());
-        assert!(cache.get("apps/v1", "pods", "a", "p").is_none());
-        assert_eq!(cache.list("", "pods", "").len(), 1);
-        assert_eq!(cache.list("", "pods", "b").len(), 0);
-        let ns = cache.store(&api_resource("", "v1", "Namespace", "namespaces"), false);
-        ns.put("", "a", &json!({"metadata": {"labels": {"x": "y"}}}));
-        assert_eq!(
-            cache.namespace("a").unwrap()["metadata"]["labels"]["x"],
-            "y"
-        );
-        cache.drop_store(&kind_key(&pods.resource));
-        assert!(cache.get("v1", "pods", "a", "p").is_none());
-    }
-}
-
 /// Keeps a fixed set of kinds in a [`Cache`] (the admission webhook's
 /// lookups: namespaces for selectors, role bindings for the user's roles).
 /// Starts nothing until [`CacheWatcher::run`].
@@ -390,5 +360,35 @@ impl CacheWatcher {
         }
         token.cancelled().await;
         scope.shutdown().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::object::api_resource;
+
+    #[test]
+    fn stores_by_kind_and_answers_lookups_by_kind_or_plural() {
+        let cache = Cache::new();
+        let pods = cache.store(&api_resource("", "v1", "Pod", "pods"), true);
+        let again = cache.store(&api_resource("", "v1", "Pod", "pods"), true);
+        assert!(Arc::ptr_eq(&pods, &again));
+        pods.put("a", "p", &json!({"kind": "Pod"}));
+        assert!(cache.get("v1", "pods", "a", "p").is_some());
+        assert!(cache.get("v1", "Pod", "a", "p").is_some());
+        assert!(cache.get("apps/v1", "pods", "a", "p").is_none());
+        assert_eq!(cache.list("", "pods", "").len(), 1);
+        assert_eq!(cache.list("", "pods", "b").len(), 0);
+        let ns = cache.store(&api_resource("", "v1", "Namespace", "namespaces"), false);
+        ns.put("", "a", &json!({"metadata": {"labels": {"x": "y"}}}));
+        assert_eq!(
+            cache.namespace("a").unwrap()["metadata"]["labels"]["x"],
+            "y"
+        );
+        cache.drop_store(&kind_key(&pods.resource));
+        assert!(cache.get("v1", "pods", "a", "p").is_none());
     }
 }

@@ -43,7 +43,7 @@ enum Command {
     /// Run Kyverno CLI tests (kyverno-test.yaml) against their policies and resources.
     Test(policy_cmd::test::Args),
     /// Run the in-cluster engine: background scan and policy reports (Kyverno's reports controller).
-    Serve(serve_cmd::Args),
+    Serve(Box<serve_cmd::Args>),
 }
 
 fn main() -> ExitCode {
@@ -70,7 +70,7 @@ fn main() -> ExitCode {
             Command::Context(args) => context_cmd::run(args).await,
             Command::Test(args) => policy_cmd::test::run(args),
             Command::Apply(args) => policy_cmd::apply::run(args).await,
-            Command::Serve(args) => serve_cmd::run(args).await,
+            Command::Serve(args) => serve_cmd::run(*args).await,
         }
     });
     // Everything the subcommands spawned is owned by scopes they joined; the

@@ -144,9 +144,35 @@ fn server_name(host: &str) -> Result<ServerName<'static>, String> {
         .map_err(|e| format!("{host:?} is not a valid TLS server name: {e}"))
 }
 
+/// Configurations already built, by caBundle: one shared configuration
+/// per bundle keeps rustls's session cache, so calls after the first resume
+/// their TLS session instead of a full handshake (kube-apiserver keeps its
+/// connections alive for the same reason). Bounded: cleared past 64 bundles.
+static CONFIGS: std::sync::OnceLock<
+    std::sync::Mutex<std::collections::HashMap<String, Arc<ClientConfig>>>,
+> = std::sync::OnceLock::new();
+
 /// A TLS client configuration trusting only the certificates of `ca_bundle`
-/// (base64 of PEM, as `clientConfig.caBundle` holds them).
+/// (base64 of PEM, as `clientConfig.caBundle` holds them), shared per bundle.
 pub(crate) fn tls_config(ca_bundle: &str) -> Result<Arc<ClientConfig>, String> {
+    let configs = CONFIGS.get_or_init(Default::default);
+    if let Some(c) = configs
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(ca_bundle)
+    {
+        return Ok(c.clone());
+    }
+    let config = build_tls_config(ca_bundle)?;
+    let mut map = configs.lock().unwrap_or_else(|e| e.into_inner());
+    if map.len() >= 64 {
+        map.clear();
+    }
+    map.insert(ca_bundle.to_string(), config.clone());
+    Ok(config)
+}
+
+fn build_tls_config(ca_bundle: &str) -> Result<Arc<ClientConfig>, String> {
     if ca_bundle.trim().is_empty() {
         return Err("clientConfig.caBundle is empty: the sandbox verifies webhook servers against caBundle only, never the system roots".into());
     }

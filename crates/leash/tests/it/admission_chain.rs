@@ -6,30 +6,13 @@
 
 use std::process::Command;
 
+use crate::support::kubectl_installed;
 use crate::support::{SandboxProcess, leash, stderr, stdout};
 
 /// `caBundle` of a throwaway self-signed certificate for `down.hooks.svc`
 /// (base64 of its PEM; no key is kept anywhere): valid, for a webhook that is
 /// never reached.
 const CA_BUNDLE: &str = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUJtekNDQVVLZ0F3SUJBZ0lVYnZqZ2NqMlAxcnFxSFR2M3UzOStQclZBQkxjd0NnWUlLb1pJemowRUF3SXcKRlRFVE1CRUdBMVVFQXd3S2JHVmhjMmd0ZEdWemREQWdGdzB5TmpFeU1ERXhNRE00TURGYUdBOHlNVEkyTVRFdwpOekV3TXpnd01Wb3dGVEVUTUJFR0ExVUVBd3dLYkdWaGMyZ3RkR1Z6ZERCWk1CTUdCeXFHU000OUFnRUdDQ3FHClNNNDlBd0VIQTBJQUJPWWEwWXlNS1R6cWRsVjV5aWNmcUk3LzR4VDR4SWNLQzloYnRzUi9FcFlQbGltTWdyZDEKdTBzWEcremtyeFlUNVhoV3NUam51MWZ2bUZsRTdUbTFKaUNqYmpCc01CMEdBMVVkRGdRV0JCU01XVXBWV3EySQpUOU9kc0NjRHdWNVEvNWtZcmpBZkJnTlZIU01FR0RBV2dCU01XVXBWV3EySVQ5T2RzQ2NEd1Y1US81a1lyakFQCkJnTlZIUk1CQWY4RUJUQURBUUgvTUJrR0ExVWRFUVFTTUJDQ0RtUnZkMjR1YUc5dmEzTXVjM1pqTUFvR0NDcUcKU000OUJBTUNBMGNBTUVRQ0lFcW15TmdUMW1jWEg2RW1PTWVmRDhHMnRUQ3lyWmM4aEJPdEJ1K0l6aGxYQWlBbgo5UVNjTk5zNlg0cU5yZGVaNm1nWnFHK0RWdTFQU21rYWRHdFNFNjZpdkE9PQotLS0tLUVORCBDRVJUSUZJQ0FURS0tLS0tCg==";
-
-fn kubectl_installed() -> bool {
-    if Command::new("kubectl")
-        .args(["version", "--client"])
-        .output()
-        .is_ok_and(|o| o.status.success())
-    {
-        return true;
-    }
-    // CI must run this test (.ci/run installs kubectl): fail there.
-    let ci = std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1");
-    assert!(
-        !ci,
-        "CI=true and kubectl is not installed: this test must run in CI"
-    );
-    eprintln!("skipped: kubectl is not installed (Debian package kubernetes-client)");
-    false
-}
 
 #[test]
 fn webhook_service_flag_routes_service_references_and_kubectl_prints_the_failure() {

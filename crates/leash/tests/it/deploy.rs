@@ -13,30 +13,13 @@ use std::time::{Duration, Instant};
 use leash_sandbox::{ApiRequest, Sandbox, SandboxConfig};
 use serde_json::{Value, json};
 
+use crate::support::kubectl_installed;
 use crate::support::{BOUND, ChildGuard, leash, send_signal, wait_exit};
 
 const RBAC: &str = "rbac.authorization.k8s.io/v1";
 
 fn deploy_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy")
-}
-
-fn kubectl_installed() -> bool {
-    if Command::new("kubectl")
-        .args(["version", "--client"])
-        .output()
-        .is_ok_and(|o| o.status.success())
-    {
-        return true;
-    }
-    // CI must run this test (.ci/run installs kubectl): fail there.
-    let ci = std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1");
-    assert!(
-        !ci,
-        "CI=true and kubectl is not installed: this test must run in CI"
-    );
-    eprintln!("skipped: kubectl is not installed (Debian package kubernetes-client)");
-    false
 }
 
 /// The cluster leash is deployed into: leash's CRDs, the example policies, and

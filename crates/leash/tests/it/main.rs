@@ -8,4 +8,5 @@ mod load;
 mod policy;
 mod sandbox;
 mod serve;
+mod serve_admission;
 mod support;

@@ -68,7 +68,8 @@ async fn start_sandbox(generate: &str) -> Sandbox {
 
 fn serve(url: &str, extra: &[&str]) -> ChildGuard {
     let child = leash()
-        .args(["serve", "--server", url, "--report-cleanup-interval", "1s"])
+        .args(["serve", "--server", url, "--components", "reports"])
+        .args(["--report-cleanup-interval", "1s"])
         .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -353,6 +354,8 @@ fn serve_sandbox_demo_health_metrics_and_sigterm() {
         .args([
             "serve",
             "--sandbox=pods=20",
+            "--admission-listen",
+            "127.0.0.1:0",
             "--health",
             "127.0.0.1:0",
             "--metrics",

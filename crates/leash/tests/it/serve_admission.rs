@@ -1,0 +1,188 @@
+//! Issue 13's end-to-end test: kubectl against a sandbox whose admission
+//! chain calls `leash serve`'s webhook.
+
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use leash_sandbox::{Sandbox, SandboxConfig};
+use serde_json::json;
+
+use crate::support::{BOUND, ChildGuard, kubectl_installed, leash, send_signal, wait_exit};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn kubectl(kubeconfig: &std::path::Path, args: &[&str]) -> Output {
+    Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()
+        .expect("run kubectl")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A free loopback port (bound, then released) so that a restarted
+/// webhook listens where the registered configuration points.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn serve(url: &str, port: u16) -> ChildGuard {
+    let listen = format!("127.0.0.1:{port}");
+    let child = leash()
+        .args(["serve", "--server", url, "--admission-listen", &listen])
+        .args(["--report-cleanup-interval", "1s"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run leash serve");
+    ChildGuard(child)
+}
+
+/// Waits until `kubectl run NAME --image IMAGE` gives an output containing
+/// `want` (the webhook may not be registered yet), deleting what it created
+/// otherwise.
+fn run_until(kc: &std::path::Path, name: &str, image: &str, want: &str) -> String {
+    let start = Instant::now();
+    loop {
+        let out = kubectl(kc, &["run", name, "--image", image]);
+        let t = text(&out);
+        if t.contains(want) {
+            return t;
+        }
+        if out.status.success() {
+            kubectl(kc, &["delete", "pod", name, "--wait=false"]);
+        }
+        assert!(
+            start.elapsed() < BOUND,
+            "kubectl run {name} --image {image} never printed {want:?}; last: {t}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_admission_end_to_end_with_kubectl() {
+    if !kubectl_installed() {
+        return;
+    }
+    let mut objects = leash_sandbox::manifests::load_manifests(&[
+        repo().join("deploy/crds"),
+        repo().join("deploy/examples/policies"),
+    ])
+    .unwrap();
+    objects.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kyverno"}}));
+    let sb = Sandbox::start(SandboxConfig {
+        objects,
+        ..SandboxConfig::default()
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    std::fs::write(&kc, sb.kubeconfig_yaml()).unwrap();
+    let port = free_port();
+    let mut server = serve(&sb.url(), port);
+
+    tokio::task::block_in_place(|| {
+        // Enforce: denied with the policy's message, as kubectl prints it.
+        let t = run_until(&kc, "bad", "nginx:latest", "denied the request");
+        assert!(t.contains("Error from server: admission webhook \"validate.kyverno.svc-fail\" denied the request"), "{t}");
+        assert!(
+            t.contains("resource Pod/default/bad was blocked due to the following policies"),
+            "{t}"
+        );
+        assert!(
+            t.contains("disallow-latest-tag:") && t.contains("validate-image-tag:"),
+            "{t}"
+        );
+        assert!(
+            !t.contains("require-labels"),
+            "an Audit policy is not named in a denial: {t}"
+        );
+        // Compliant: created. Audit failure (no label): admitted, and in its report.
+        let out = kubectl(&kc, &["run", "good", "--image", "nginx:1.27"]);
+        assert!(out.status.success(), "{}", text(&out));
+        let start = Instant::now();
+        loop {
+            let reports = sb
+                .store()
+                .list("wgpolicyk8s.io/v1alpha2", "PolicyReport", Some("default"))
+                .unwrap();
+            let audit_failed = reports.iter().any(|r| {
+                r["scope"]["name"] == "good"
+                    && r["results"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|x| x["policy"] == "require-labels" && x["result"] == "fail")
+            });
+            if audit_failed {
+                break;
+            }
+            assert!(
+                start.elapsed() < BOUND,
+                "the Audit failure never reached the pod's PolicyReport: {reports:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // The policies are Ready in their status, as Kyverno reports it.
+        let cpol = sb
+            .store()
+            .get(
+                "kyverno.io/v1",
+                "ClusterPolicy",
+                None,
+                "disallow-latest-tag",
+            )
+            .unwrap();
+        assert_eq!(cpol["status"]["ready"], true, "{cpol}");
+
+        // Webhook down, failurePolicy Fail: creation is denied.
+        send_signal(&server.0, "TERM");
+        assert!(wait_exit(&mut server.0, BOUND, "exit after SIGTERM").success());
+        let out = kubectl(&kc, &["run", "while-down", "--image", "nginx:1.27"]);
+        let t = text(&out);
+        assert!(
+            !out.status.success() && t.contains("failed calling webhook"),
+            "{t}"
+        );
+        // failurePolicy Ignore: admitted.
+        let mut vwc = sb
+            .store()
+            .get(
+                "admissionregistration.k8s.io/v1",
+                "ValidatingWebhookConfiguration",
+                None,
+                "leash-validating-webhook-cfg",
+            )
+            .unwrap();
+        for w in vwc["webhooks"].as_array_mut().unwrap() {
+            w["failurePolicy"] = json!("Ignore");
+        }
+        sb.store().update(vwc).unwrap();
+        let out = kubectl(&kc, &["run", "while-down", "--image", "nginx:1.27"]);
+        assert!(out.status.success(), "Ignore admits: {}", text(&out));
+
+        // Up again: the registrar restores its configuration; denials resume.
+        server = serve(&sb.url(), port);
+        run_until(&kc, "bad-again", "nginx:latest", "denied the request");
+        send_signal(&server.0, "TERM");
+        assert!(wait_exit(&mut server.0, BOUND, "exit after SIGTERM").success());
+    });
+    sb.shutdown().await.unwrap();
+}
