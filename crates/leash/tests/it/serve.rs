@@ -261,7 +261,7 @@ async fn serve_reports_converge_to_apply_and_follow_changes() {
     sb.shutdown().await.unwrap();
 }
 
-/// Under 10% 500s, 5% 429s and connection resets, and after `kill -9`
+/// Under 10% 500s, 5% 429s, connection resets and watches cut short, and after `kill -9`
 /// mid-scan and a restart: the same reports, one per resource, no
 /// ephemeral report left behind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -274,6 +274,9 @@ async fn serve_reports_converge_under_faults_and_after_kill_9() {
         throttle_rate: 0.05,
         retry_after_secs: 0,
         reset_rate: 0.02,
+        // Watches cut short too: each ends within 2 s, and after any event at 1%.
+        watch_cut_after: Some(Duration::from_secs(2)),
+        watch_cut_rate: 0.01,
         ..Faults::default()
     });
     let mut first = serve(&url, &[]);
@@ -293,6 +296,7 @@ async fn serve_reports_converge_under_faults_and_after_kill_9() {
         "under faults after kill -9",
     )
     .await;
+    assert!(sb.watches_cut() > 0, "the faults cut no watch");
     sb.set_faults(Faults::default());
     let start = Instant::now();
     while ephemeral_count(&sb) > 0 {
