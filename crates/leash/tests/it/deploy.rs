@@ -215,7 +215,12 @@ fn leash_serve_needs_only_what_deploy_leash_yaml_grants() {
         .get("apps/v1", "Deployment", Some("kyverno"), "leash")
         .unwrap();
     let args = strings(&deployment["spec"]["template"]["spec"]["containers"][0]["args"]);
-    for flag in ["serve", "--leader-elect", "--components=reports"] {
+    for flag in [
+        "serve",
+        "--leader-elect",
+        "--components=reports,admission",
+        "--webhook-service=kyverno/leash-svc:443",
+    ] {
         assert!(args.iter().any(|a| a == flag), "{flag} not in {args:?}");
     }
     // Kyverno's ConfigMap, as a Kyverno installation leaves it.
@@ -239,7 +244,18 @@ fn leash_serve_needs_only_what_deploy_leash_yaml_grants() {
                 "--lease-identity",
                 "deploy-test",
             ])
-            .args(["--components", "reports", "--report-cleanup-interval", "1s"])
+            .args([
+                "--components",
+                "reports,admission",
+                "--report-cleanup-interval",
+                "1s",
+            ])
+            .args([
+                "--admission-listen",
+                "127.0.0.1:0",
+                "--webhook-service",
+                "kyverno/leash-svc:443",
+            ])
             .args(["--health", "127.0.0.1:0", "--metrics", "127.0.0.1:0"])
             .env("LEASH_LOG", "info")
             .stdout(Stdio::null())
@@ -391,6 +407,19 @@ fn leash_serve_needs_only_what_deploy_leash_yaml_grants() {
         ("watch", "kyverno.io", "clusterpolicies", ""),
         ("watch", "", "pods", ""),
         ("watch", "", "configmaps", "kyverno"),
+        // The admission component registered its webhook configuration.
+        (
+            "create",
+            "admissionregistration.k8s.io",
+            "validatingwebhookconfigurations",
+            "",
+        ),
+        (
+            "watch",
+            "rbac.authorization.k8s.io",
+            "clusterrolebindings",
+            "",
+        ),
     ] {
         let want = ApiRequest::Resource {
             verb: verb.into(),
