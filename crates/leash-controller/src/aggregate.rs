@@ -94,11 +94,6 @@ impl ReportIndex {
         }
     }
 
-    /// The policy report of a resource, as last seen.
-    pub fn report(&self, namespace: &str, uid: &str) -> Option<Arc<Value>> {
-        self.report_store(namespace).get(namespace, uid)
-    }
-
     /// Whether a resource has a policy report or pending ephemeral reports.
     pub fn has_reports(&self, namespace: &str, uid: &str) -> bool {
         self.report_store(namespace).contains(namespace, uid) || self.has_ephemeral(uid, uid)
@@ -123,19 +118,15 @@ impl ReportIndex {
         self.queue.add(key);
     }
 
-    /// Every policy report, as last seen.
-    pub fn all_reports(&self) -> Vec<Arc<Value>> {
-        let mut v = self.reports.list("");
-        v.extend(self.cluster_reports.list(""));
-        v
-    }
-
     /// Ephemeral reports known now.
     pub fn ephemeral_count(&self) -> usize {
         self.ephemeral.len() + self.cluster_ephemeral.len()
     }
 
-    fn track(&self, eph: &Value, present: bool) -> Option<UidKey> {
+    /// Records an ephemeral report as present or gone; the key of its
+    /// resource, and whether the index changed (so that exactly one of the
+    /// watch and the deleting worker gives the breaker its room back).
+    fn track(&self, eph: &Value, present: bool) -> Option<(UidKey, bool)> {
         let uid = eph["metadata"]["labels"][report::LABEL_RESOURCE_UID].as_str()?;
         let key = (
             eph["kind"].as_str().unwrap_or("").to_string(),
@@ -147,15 +138,16 @@ impl ReportIndex {
         );
         let mut by_uid = self.by_uid.lock().unwrap_or_else(|e| e.into_inner());
         let set = by_uid.entry(uid.to_string()).or_default();
-        if present {
-            set.insert(key.clone());
+        let changed = if present {
+            set.insert(key.clone())
         } else {
-            set.remove(&key);
+            let was = set.remove(&key);
             if set.is_empty() {
                 by_uid.remove(uid);
             }
-        }
-        Some((key.1, uid.to_string()))
+            was
+        };
+        Some(((key.1, uid.to_string()), changed))
     }
 
     fn untrack(&self, uid: &str, key: &EphKey) -> bool {
@@ -256,10 +248,17 @@ impl Aggregator {
                 let is_eph = store.resource.group == "reports.kyverno.io";
                 let resource = store.resource.clone();
                 let plural = resource.plural.clone();
+                // Policy reports are kept as their identity only (10,000
+                // reports of 17 results are ~150 MB of JSON); a merge reads
+                // the one it changes, the cleanup pages through them.
+                let scope = WatchScope {
+                    keep: (!is_eph).then_some(report_identity as fn(&Value) -> Value),
+                    ..WatchScope::default()
+                };
                 watch_into(
                     this.client.clone(),
                     resource,
-                    WatchScope::default(),
+                    scope,
                     store,
                     token,
                     |change| {
@@ -268,16 +267,22 @@ impl Aggregator {
                         }
                         match change {
                             Change::Applied(v) => {
-                                if let Some(k) = this.index.track(&v, true) {
+                                if let Some((k, _)) = this.index.track(&v, true) {
                                     this.index.queue.add(k);
                                 }
                             }
                             Change::Deleted(v) => {
-                                this.index.track(&v, false);
+                                // Gone before our delete returned (or deleted by
+                                // someone else): the room comes back here.
+                                if let Some((_, true)) = this.index.track(&v, false) {
+                                    this.breaker.release(1);
+                                }
                             }
                             Change::Listed { removed } => {
                                 for v in removed {
-                                    this.index.track(&v, false);
+                                    if let Some((_, true)) = this.index.track(&v, false) {
+                                        this.breaker.release(1);
+                                    }
                                 }
                                 if this.index.ephemeral.is_synced()
                                     && this.index.cluster_ephemeral.is_synced()
@@ -382,7 +387,13 @@ impl Aggregator {
         let Some(owner) = owner_of_ephemeral(&ephs[ephs.len() - 1].1) else {
             return Ok(());
         };
-        let existing = self.index.report(namespace, uid);
+        let existing = if self.index.report_store(namespace).contains(namespace, uid) {
+            writer::get(&self.client, report_kind(namespace), namespace, uid, token)
+                .await?
+                .map(Arc::new)
+        } else {
+            None
+        };
         let docs: Vec<&Value> = ephs.iter().map(|(_, v)| &**v).collect();
         let merged = report::merge(&owner, existing.as_deref(), &docs);
         // Results of policies or rules deleted since go now, not at the next cleanup.
@@ -410,9 +421,11 @@ impl Aggregator {
             .is_none_or(|e| !report::same_results(e, &merged))
         {
             let stored = writer::put(&self.client, merged, token).await?;
-            self.index
-                .report_store(namespace)
-                .put_if_newer(namespace, uid, &stored.raw);
+            self.index.report_store(namespace).put_if_newer(
+                namespace,
+                uid,
+                &report_identity(&stored.raw),
+            );
             self.metrics.policy_reports_written.inc();
         }
         for (k, v) in ephs {
@@ -453,7 +466,18 @@ impl Aggregator {
         if set.generation == 0 {
             return; // policies not read yet: nothing can be judged stale
         }
-        for rep in self.index.all_reports() {
+        let mut reports = Vec::new();
+        for kind in ["PolicyReport", "ClusterPolicyReport"] {
+            match writer::list_all(&self.client, kind, token).await {
+                Ok(mut page) => reports.append(&mut page),
+                Err(e) => {
+                    self.metrics.api_errors.inc();
+                    tracing::debug!("cleanup: listing {kind}s: {e}");
+                    return;
+                }
+            }
+        }
+        for rep in reports {
             if token.is_cancelled() {
                 return;
             }
@@ -485,9 +509,11 @@ impl Aggregator {
                     writer::put(&self.client, pruned, token)
                         .await
                         .map(|stored| {
-                            self.index
-                                .report_store(&ns)
-                                .put_if_newer(&ns, &owner.uid, &stored.raw);
+                            self.index.report_store(&ns).put_if_newer(
+                                &ns,
+                                &owner.uid,
+                                &report_identity(&stored.raw),
+                            );
                             self.metrics.policy_reports_written.inc();
                         })
                 }
@@ -522,4 +548,21 @@ impl std::fmt::Debug for Aggregator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Aggregator").finish_non_exhaustive()
     }
+}
+
+/// What the index keeps of a policy report: its identity and version.
+fn report_identity(rep: &Value) -> Value {
+    let m = &rep["metadata"];
+    let mut meta = serde_json::Map::new();
+    for k in ["name", "namespace", "resourceVersion", "uid"] {
+        if let Some(v) = m.get(k) {
+            meta.insert(k.into(), v.clone());
+        }
+    }
+    serde_json::json!({
+        "apiVersion": rep["apiVersion"],
+        "kind": rep["kind"],
+        "metadata": meta,
+        "scope": rep["scope"],
+    })
 }

@@ -66,6 +66,9 @@ pub const POLICY_KINDS: &[(&str, &str, &str, &str, bool)] = &[
     ),
 ];
 
+/// How long the first set waits for every policy kind to be listed.
+const FIRST_SET_WAIT: Duration = Duration::from_secs(5);
+
 /// How long policy changes are gathered before the set is compiled again.
 const DEBOUNCE: Duration = Duration::from_millis(50);
 
@@ -242,23 +245,37 @@ impl PolicySource {
         }
         let mut generation = 0;
         let mut last_errors: Vec<(String, String)> = Vec::new();
+        let started = tokio::time::Instant::now();
+        let mut pending = false;
         loop {
+            // Until the first set is out, look again every 500 ms: a kind
+            // whose CRD is missing never lists (its watcher keeps retrying,
+            // its errors are counted), and must not hold the others back
+            // for more than FIRST_SET_WAIT.
+            let first = generation == 0;
             tokio::select! {
                 _ = token.cancelled() => break,
-                _ = dirty.notified() => {}
+                _ = dirty.notified() => pending = true,
+                _ = tokio::time::sleep(Duration::from_millis(500)), if first => {}
             }
             // Gather a burst of changes into one compile.
             tokio::select! {
                 _ = token.cancelled() => break,
                 _ = tokio::time::sleep(DEBOUNCE) => {}
             }
-            if !stores.iter().all(|s| s.is_synced()) {
-                // Compile once every kind was listed (a kind whose CRD is
-                // missing keeps retrying; its watcher's errors are counted).
-                if !stores.iter().any(|s| s.is_synced()) {
+            let all_synced = stores.iter().all(|s| s.is_synced());
+            if first {
+                // One first set with every kind, not a partial one that is
+                // replaced (and rescanned) a moment later.
+                let waited = started.elapsed() >= FIRST_SET_WAIT;
+                let ready = all_synced || (waited && stores.iter().any(|s| s.is_synced()));
+                if !ready {
                     continue;
                 }
+            } else if !pending {
+                continue;
             }
+            pending = false;
             let docs: Vec<Arc<Value>> = stores.iter().flat_map(|s| s.list("")).collect();
             generation += 1;
             let set = PolicySet::compile(&docs, generation);
@@ -332,6 +349,7 @@ impl ConfigSource {
         let scope = WatchScope {
             namespace: Some(self.namespace.clone()),
             fields: Some(format!("metadata.name={}", self.name)),
+            keep: None,
         };
         let key = format!("{}/{}", self.namespace, self.name);
         let metrics = self.metrics.clone();

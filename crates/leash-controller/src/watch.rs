@@ -41,6 +41,8 @@ pub struct WatchScope {
     pub namespace: Option<String>,
     /// A field selector (`metadata.name=kyverno`).
     pub fields: Option<String>,
+    /// What of each object the store keeps (default: all of it).
+    pub keep: Option<fn(&Value) -> Value>,
 }
 
 /// Watches `resource` into `store` until `token` is cancelled, calling
@@ -78,9 +80,11 @@ pub async fn watch_into(
             Ok(Event::InitApply(o)) => {
                 // Encoded at once: a list of 10,000 objects is never held parsed.
                 let key = (o.namespace().to_string(), o.name().to_string());
-                listing
-                    .get_or_insert_with(HashMap::new)
-                    .insert(key, Stored::encode(&o.raw));
+                let stored = match scope.keep {
+                    Some(keep) => Stored::encode(&keep(&o.raw)),
+                    None => Stored::encode(&o.raw),
+                };
+                listing.get_or_insert_with(HashMap::new).insert(key, stored);
             }
             Ok(Event::InitDone) => {
                 let listed = listing.take().unwrap_or_default();
@@ -107,7 +111,10 @@ pub async fn watch_into(
                 on_change(Change::Listed { removed });
             }
             Ok(Event::Apply(o)) => {
-                store.put_if_newer(o.namespace(), o.name(), &o.raw);
+                match scope.keep {
+                    Some(keep) => store.put_if_newer(o.namespace(), o.name(), &keep(&o.raw)),
+                    None => store.put_if_newer(o.namespace(), o.name(), &o.raw),
+                }
                 on_change(Change::Applied(o.raw));
             }
             Ok(Event::Delete(o)) => {

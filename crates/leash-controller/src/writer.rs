@@ -127,6 +127,46 @@ pub async fn put(
     }
 }
 
+/// Reads a report (`None` if it does not exist).
+pub async fn get(
+    client: &kube::Client,
+    kind: &str,
+    namespace: &str,
+    name: &str,
+    token: &CancellationToken,
+) -> Result<Option<Value>, WriteError> {
+    let ar = resource_of(kind).ok_or_else(|| WriteError::NotAReport(kind.to_string()))?;
+    let api = api_for(client, &ar, namespace);
+    let r = tokio::select! {
+        _ = token.cancelled() => return Err(WriteError::Cancelled),
+        r = api.get_opt(name) => r,
+    };
+    Ok(r?.map(|o| Arc::unwrap_or_clone(o.raw)))
+}
+
+/// Every report of a kind, in pages of 500.
+pub async fn list_all(
+    client: &kube::Client,
+    kind: &str,
+    token: &CancellationToken,
+) -> Result<Vec<Value>, WriteError> {
+    let ar = resource_of(kind).ok_or_else(|| WriteError::NotAReport(kind.to_string()))?;
+    let api: Api<Object> = Api::all_with(client.clone(), &ar);
+    let mut out = Vec::new();
+    let mut lp = kube::api::ListParams::default().limit(500);
+    loop {
+        let page = tokio::select! {
+            _ = token.cancelled() => return Err(WriteError::Cancelled),
+            r = api.list(&lp) => r?,
+        };
+        out.extend(page.items.into_iter().map(|o| Arc::unwrap_or_clone(o.raw)));
+        match page.metadata.continue_ {
+            Some(c) if !c.is_empty() => lp = lp.continue_token(&c),
+            _ => return Ok(out),
+        }
+    }
+}
+
 /// Deletes a report; with `resource_version`, only if it still is that
 /// version (`Ok(false)` when it changed). A report already gone is fine.
 pub async fn delete(
