@@ -71,25 +71,8 @@ pub(crate) struct Args {
     #[arg(long, value_name = "SELECTOR")]
     field_selector: Option<String>,
 
-    /// Path to a kubeconfig file [default: $KUBECONFIG, else ~/.kube/config].
-    #[arg(long, value_name = "PATH")]
-    kubeconfig: Option<PathBuf>,
-
-    /// Kubeconfig context to use [default: current-context].
-    #[arg(long, value_name = "NAME")]
-    context: Option<String>,
-
-    /// API server URL, without a kubeconfig (for example a `leash sandbox`).
-    #[arg(long, value_name = "URL", conflicts_with_all = ["kubeconfig", "context"])]
-    server: Option<String>,
-
-    /// Bearer token for the API server.
-    #[arg(long, value_name = "TOKEN")]
-    token: Option<String>,
-
-    /// Don't verify the server's TLS certificate.
-    #[arg(long)]
-    insecure_skip_tls_verify: bool,
+    #[command(flatten)]
+    connection: ConnectionArgs,
 
     /// List requests in flight at once (1..=32): kinds load concurrently, the pages of a kind in order.
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = parse_concurrency)]
@@ -254,27 +237,8 @@ impl Args {
             let crds = leash_sandbox::generate::parse_crds(&self.sandbox_crds)
                 .map_err(|e| cli_error::usage(format!("invalid --sandbox-crds value: {e}")))?;
             Connection::Sandbox { kinds, crds }
-        } else if let Some(server) = &self.server {
-            let url: http::Uri = server
-                .parse()
-                .map_err(|e| cli_error::usage(format!("invalid --server URL {server:?}: {e}")))?;
-            if url.scheme().is_none() || url.host().is_none() {
-                return Err(cli_error::usage(format!(
-                    "invalid --server URL {server:?}: expected http(s)://HOST[:PORT]"
-                )));
-            }
-            Connection::Server {
-                url,
-                token: self.token.clone(),
-                insecure: self.insecure_skip_tls_verify,
-            }
         } else {
-            Connection::Kubeconfig {
-                path: self.kubeconfig.clone(),
-                context: self.context.clone(),
-                token: self.token.clone(),
-                insecure: self.insecure_skip_tls_verify,
-            }
+            self.connection.connection()?
         };
         if let Some(selector) = &self.selector
             && selector.trim().is_empty()
@@ -422,5 +386,43 @@ mod tests {
             s.connection,
             Connection::Sandbox { crds: (2, 3), .. }
         ));
+    }
+}
+
+/// The connection flags of every subcommand that talks to a cluster
+/// (`load`, `apply --cluster`, `serve`).
+#[derive(Debug, clap::Args)]
+pub(crate) struct ConnectionArgs {
+    /// Path to a kubeconfig file [default: $KUBECONFIG, else ~/.kube/config].
+    #[arg(long, value_name = "PATH")]
+    pub(crate) kubeconfig: Option<PathBuf>,
+
+    /// Kubeconfig context to use [default: current-context].
+    #[arg(long, value_name = "NAME")]
+    pub(crate) context: Option<String>,
+
+    /// API server URL, without a kubeconfig (for example a `leash sandbox`).
+    #[arg(long, value_name = "URL", conflicts_with_all = ["kubeconfig", "context"])]
+    pub(crate) server: Option<String>,
+
+    /// Bearer token for the API server.
+    #[arg(long, value_name = "TOKEN")]
+    pub(crate) token: Option<String>,
+
+    /// Don't verify the server's TLS certificate.
+    #[arg(long)]
+    pub(crate) insecure_skip_tls_verify: bool,
+}
+
+impl ConnectionArgs {
+    /// The connection the flags describe (usage errors name the flag).
+    pub(crate) fn connection(&self) -> anyhow::Result<Connection> {
+        super::connect::remote_connection(
+            self.server.as_deref(),
+            self.token.clone(),
+            self.insecure_skip_tls_verify,
+            self.kubeconfig.clone(),
+            self.context.clone(),
+        )
     }
 }

@@ -55,21 +55,8 @@ pub(crate) struct Args {
     /// With --cluster: namespaces to read (default: the kubeconfig's).
     #[arg(short = 'n', long, value_name = "NAMESPACE", value_delimiter = ',')]
     namespace: Vec<String>,
-    /// Path to a kubeconfig file [default: $KUBECONFIG, else ~/.kube/config].
-    #[arg(long, value_name = "PATH")]
-    kubeconfig: Option<PathBuf>,
-    /// Kubeconfig context to use [default: current-context].
-    #[arg(long, value_name = "NAME")]
-    context: Option<String>,
-    /// API server URL, without a kubeconfig (for example a `leash sandbox`).
-    #[arg(long, value_name = "URL", conflicts_with_all = ["kubeconfig", "context"])]
-    server: Option<String>,
-    /// Bearer token for the API server.
-    #[arg(long, value_name = "TOKEN")]
-    token: Option<String>,
-    /// Don't verify the server's TLS certificate.
-    #[arg(long)]
-    insecure_skip_tls_verify: bool,
+    #[command(flatten)]
+    connection: crate::load_cmd::args::ConnectionArgs,
     /// Implies --cluster: an in-process sandbox with generated objects,
     /// KIND=COUNT[,...] (default pods=2000,deployments.apps=100,configmaps=500).
     #[arg(long, value_name = "KIND=COUNT,...", num_args = 0..=1, require_equals = true,
@@ -206,13 +193,7 @@ fn connection(args: &Args) -> Result<Connection> {
             crds: (0, 0),
         });
     }
-    crate::load_cmd::connect::remote_connection(
-        args.server.as_deref(),
-        args.token.clone(),
-        args.insecure_skip_tls_verify,
-        args.kubeconfig.clone(),
-        args.context.clone(),
-    )
+    args.connection.connection()
 }
 
 async fn run_cluster(

@@ -9,7 +9,6 @@ use leash_controller::{AggregateSettings, ReportsSettings, ScanSettings};
 
 use crate::cli_error::usage;
 use crate::load_cmd::args::Connection;
-use crate::load_cmd::connect::remote_connection;
 
 /// Demo data of `--sandbox` without a value.
 pub(crate) const DEFAULT_SERVE_SANDBOX: &str = "pods=200,deployments.apps=20";
@@ -100,21 +99,8 @@ pub(crate) struct Args {
     /// How long shutdown may take before leash exits with an error.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
     shutdown_timeout: Duration,
-    /// Path to the kubeconfig file (default: KUBECONFIG, then ~/.kube/config).
-    #[arg(long, value_name = "PATH")]
-    kubeconfig: Option<PathBuf>,
-    /// Kubeconfig context to use.
-    #[arg(long, value_name = "NAME")]
-    context: Option<String>,
-    /// API server URL, without a kubeconfig.
-    #[arg(long, value_name = "URL", conflicts_with_all = ["kubeconfig", "context"])]
-    server: Option<String>,
-    /// Bearer token.
-    #[arg(long, value_name = "TOKEN")]
-    token: Option<String>,
-    /// Do not verify the API server's certificate.
-    #[arg(long)]
-    insecure_skip_tls_verify: bool,
+    #[command(flatten)]
+    connection: crate::load_cmd::args::ConnectionArgs,
     /// Start an in-process sandbox API server with demo data, leash's CRDs
     /// and the example policies of deploy/examples/policies, and serve it.
     #[arg(long, value_name = "KIND=COUNT,...", num_args = 0..=1, require_equals = true,
@@ -228,13 +214,7 @@ impl Args {
                 insecure: false,
             }
         } else {
-            remote_connection(
-                self.server.as_deref(),
-                self.token.clone(),
-                self.insecure_skip_tls_verify,
-                self.kubeconfig.clone(),
-                self.context.clone(),
-            )?
+            self.connection.connection()?
         };
         Ok(Settings {
             connection,
