@@ -189,6 +189,36 @@ impl Engine {
     }
 }
 
+impl Engine {
+    /// Evaluates every generate rule against one trigger: what each matching
+    /// rule wants to exist. A rule a policy exception covers is skipped.
+    pub fn generate(
+        &self,
+        prepared: &Prepared,
+        data: &dyn ClusterData,
+        bindings: &Bindings,
+    ) -> Vec<(Arc<Policy>, crate::Generated)> {
+        let mut out = Vec::new();
+        for policy in self.policies.iter().filter(|p| p.has_generate()) {
+            for mut generated in policy.generate(prepared, data, bindings) {
+                let rule = &generated.result.rule;
+                if let Some(e) = self
+                    .exceptions
+                    .iter()
+                    .find(|e| e.applies(policy.key(), rule, rule, prepared, None))
+                {
+                    generated.result.status = Status::Skip;
+                    generated.result.message =
+                        format!("rule skipped due to policy exception {}", e.key());
+                    generated.downstreams.clear();
+                }
+                out.push((policy.clone(), generated));
+            }
+        }
+        out
+    }
+}
+
 /// The rule an autogen rule was generated from.
 pub fn base_rule(rule: &str) -> &str {
     rule.strip_prefix("autogen-cronjob-")

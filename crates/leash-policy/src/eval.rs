@@ -183,19 +183,19 @@ fn base_vars(req: &EvalRequest, operation: Operation) -> Vars {
 
 /// Variables built on first use: most pattern rules never need the JMESPath
 /// copy of the resource.
-struct Lazy<'a> {
+pub(crate) struct Lazy<'a> {
     cell: std::cell::OnceCell<Vars>,
     make: Option<&'a dyn Fn() -> Vars>,
 }
 
 impl Lazy<'_> {
-    fn ready(v: Vars) -> Lazy<'static> {
+    pub(crate) fn ready(v: Vars) -> Lazy<'static> {
         let cell = std::cell::OnceCell::new();
         let _ = cell.set(v);
         Lazy { cell, make: None }
     }
 
-    fn get(&self) -> &Vars {
+    pub(crate) fn get(&self) -> &Vars {
         self.cell.get_or_init(|| match self.make {
             Some(make) => make(),
             None => Vars::new(BTreeMap::new()),
@@ -204,13 +204,13 @@ impl Lazy<'_> {
 }
 
 /// One rule's evaluation outcome before it becomes a [`RuleResult`].
-struct Outcome {
-    status: Status,
-    message: String,
+pub(crate) struct Outcome {
+    pub(crate) status: Status,
+    pub(crate) message: String,
 }
 
 impl Outcome {
-    fn new(status: Status, message: impl Into<String>) -> Outcome {
+    pub(crate) fn new(status: Status, message: impl Into<String>) -> Outcome {
         Outcome {
             status,
             message: message.into(),
@@ -218,11 +218,11 @@ impl Outcome {
     }
 }
 
-struct RuleCtx<'a> {
-    policy: &'a Policy,
-    rule: &'a Rule,
-    req: &'a EvalRequest,
-    data: &'a dyn ClusterData,
+pub(crate) struct RuleCtx<'a> {
+    pub(crate) policy: &'a Policy,
+    pub(crate) rule: &'a Rule,
+    pub(crate) req: &'a EvalRequest,
+    pub(crate) data: &'a dyn ClusterData,
     delete: bool,
     mocked: Vec<String>,
 }
@@ -236,15 +236,38 @@ impl Policy {
         data: &dyn ClusterData,
         bindings: &Bindings,
     ) -> Vec<RuleResult> {
+        let mut out = Vec::new();
+        self.each_matching_rule(
+            prepared,
+            data,
+            bindings,
+            |rule| rule.validate.is_some(),
+            |ctx, lazy| {
+                let outcome = ctx.run(lazy);
+                out.push(ctx.result(outcome));
+            },
+        );
+        out
+    }
+
+    /// Calls `f` with the evaluation context of every rule that `wanted`
+    /// selects and whose match/exclude blocks select the resource.
+    pub(crate) fn each_matching_rule(
+        &self,
+        prepared: &Prepared,
+        data: &dyn ClusterData,
+        bindings: &Bindings,
+        wanted: impl Fn(&Rule) -> bool,
+        mut f: impl FnMut(&RuleCtx<'_>, &Lazy<'_>),
+    ) {
         let req = &prepared.req;
         if let Some(ns) = &self.namespace
             && req.namespace() != ns
         {
-            return Vec::new();
+            return;
         }
-        let mut out = Vec::new();
         for rule in &self.rules {
-            if rule.validate.is_none() {
+            if !wanted(rule) {
                 continue;
             }
             let bound = bindings.for_rule(&self.name, &rule.base_name, req.name());
@@ -287,16 +310,8 @@ impl Policy {
                 delete: operation == Operation::Delete,
                 mocked: bound.iter().map(|(k, _)| k.clone()).collect(),
             };
-            let outcome = ctx.run(&lazy);
-            out.push(RuleResult {
-                policy: self.key.clone(),
-                rule: rule.name.clone(),
-                status: outcome.status,
-                message: outcome.message,
-                source: Source::Kyverno,
-            });
+            f(&ctx, &lazy);
         }
-        out
     }
 }
 
@@ -354,6 +369,17 @@ impl RuleCtx<'_> {
         &self.rule.name
     }
 
+    /// The rule's result from its outcome.
+    pub(crate) fn result(&self, outcome: Outcome) -> RuleResult {
+        RuleResult {
+            policy: self.policy.key.clone(),
+            rule: self.rule.name.clone(),
+            status: outcome.status,
+            message: outcome.message,
+            source: Source::Kyverno,
+        }
+    }
+
     fn message(&self, vars: &Vars) -> Option<String> {
         let raw = self.rule.validate.as_ref()?.message.as_ref()?;
         match vars::substitute(
@@ -402,7 +428,11 @@ impl RuleCtx<'_> {
 
     /// The document with its variables substituted; borrowed unchanged
     /// when it has none (most patterns), so nothing is copied.
-    fn substituted<'d>(&self, doc: &'d Value, vars: &Lazy<'_>) -> Result<Cow<'d, Value>, String> {
+    pub(crate) fn substituted<'d>(
+        &self,
+        doc: &'d Value,
+        vars: &Lazy<'_>,
+    ) -> Result<Cow<'d, Value>, String> {
         if !vars::has_vars(doc) {
             return Ok(Cow::Borrowed(doc));
         }
@@ -594,7 +624,11 @@ impl RuleCtx<'_> {
         self.check(&decl.check, &vars, scope, nesting + 1)
     }
 
-    fn preconditions(&self, conds: Option<&Value>, vars: &Lazy<'_>) -> Result<bool, String> {
+    pub(crate) fn preconditions(
+        &self,
+        conds: Option<&Value>,
+        vars: &Lazy<'_>,
+    ) -> Result<bool, String> {
         match conds {
             None => Ok(true),
             Some(c) => self.conditions(c, vars.get(), Mode::Preconditions),
@@ -655,7 +689,11 @@ impl RuleCtx<'_> {
         })
     }
 
-    fn load_context(&self, entries: &[ContextEntry], vars: &Vars) -> Result<Vars, String> {
+    pub(crate) fn load_context(
+        &self,
+        entries: &[ContextEntry],
+        vars: &Vars,
+    ) -> Result<Vars, String> {
         if entries.is_empty() {
             return Ok(vars.clone());
         }
@@ -672,7 +710,7 @@ impl RuleCtx<'_> {
         Ok(vars)
     }
 
-    fn sub_str(&self, s: &str, vars: &Vars) -> Result<String, String> {
+    pub(crate) fn sub_str(&self, s: &str, vars: &Vars) -> Result<String, String> {
         match vars::substitute(
             &Value::String(s.to_string()),
             vars,

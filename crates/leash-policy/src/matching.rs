@@ -59,6 +59,17 @@ pub(crate) struct KindSel {
 }
 
 impl KindSel {
+    /// `Kind`, `version/Kind` or `group/version/Kind`, as a policy names it.
+    pub(crate) fn display(&self) -> String {
+        if self.group == "*" && self.version == "*" {
+            self.kind.clone()
+        } else if self.group == "*" {
+            format!("{}/{}", self.version, self.kind)
+        } else {
+            format!("{}/{}/{}", self.group, self.version, self.kind)
+        }
+    }
+
     pub(crate) fn parse(s: &str) -> KindSel {
         let parts: Vec<&str> = s.split('/').collect();
         let upper = |p: &str| p.chars().next().is_some_and(|c| c.is_ascii_uppercase());

@@ -43,6 +43,8 @@ pub struct Policy {
     pub(crate) background: bool,
     pub(crate) admission: bool,
     pub(crate) failure_action: FailureAction,
+    /// `generateExisting` (or the older `generateExistingOnPolicyUpdate`).
+    pub(crate) generate_existing: bool,
     pub(crate) rules: Vec<Rule>,
     pub(crate) cache: ExprCache,
 }
@@ -61,6 +63,8 @@ pub(crate) struct Rule {
     pub cel_preconditions: Option<Box<CelRule>>,
     pub validate: Option<Validate>,
     pub failure_action: Option<FailureAction>,
+    /// `generate`: the downstreams a trigger asks for.
+    pub generate: Option<crate::generate::GenerateSpec>,
 }
 
 /// A rule's `validate`.
@@ -207,13 +211,7 @@ impl Policy {
         let mut out: Vec<String> = Vec::new();
         for r in self.rules.iter().filter(|r| r.validate.is_some()) {
             for k in r.match_.kinds() {
-                let s = if k.group == "*" && k.version == "*" {
-                    k.kind.clone()
-                } else if k.group == "*" {
-                    format!("{}/{}", k.version, k.kind)
-                } else {
-                    format!("{}/{}/{}", k.group, k.version, k.kind)
-                };
+                let s = k.display();
                 if !out.contains(&s) {
                     out.push(s);
                 }
@@ -277,6 +275,19 @@ impl Policy {
             }
         };
         let background = bool_field("background")?;
+        let generate_existing = match (
+            &spec["generateExisting"],
+            &spec["generateExistingOnPolicyUpdate"],
+        ) {
+            (Value::Bool(b), _) | (Value::Null, Value::Bool(b)) => *b,
+            (Value::Null, Value::Null) => false,
+            _ => {
+                return Err(err(
+                    "spec.generateExisting".into(),
+                    "must be a boolean".into(),
+                ));
+            }
+        };
         let admission = bool_field("admission")?;
         let Some(raw_rules) = spec["rules"].as_array() else {
             return Err(err(
@@ -311,6 +322,7 @@ impl Policy {
             background,
             admission,
             failure_action,
+            generate_existing,
             rules,
             cache,
         })
@@ -385,6 +397,15 @@ fn compile_rule(raw: &Value, field: &str, err: &ErrFn<'_>, cache: &mut ExprCache
             (Some(Validate { message, check }), fa)
         }
     };
+    let generate = match &raw["generate"] {
+        Value::Null => None,
+        g => Some(crate::generate::GenerateSpec::compile(
+            g,
+            &format!("{field}.generate"),
+            err,
+            cache,
+        )?),
+    };
     Ok(Rule {
         base_name: name.clone(),
         name,
@@ -395,6 +416,7 @@ fn compile_rule(raw: &Value, field: &str, err: &ErrFn<'_>, cache: &mut ExprCache
         cel_preconditions,
         validate,
         failure_action,
+        generate,
     })
 }
 

@@ -4,6 +4,7 @@
 pub(crate) mod apply;
 mod cluster;
 mod cluster_apply;
+mod compare;
 mod files;
 mod load;
 mod spec;

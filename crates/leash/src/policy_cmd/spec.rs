@@ -19,6 +19,11 @@ pub(crate) struct ExpectedRow {
     pub kind: String,
     pub result: Status,
     pub validating_policy: bool,
+    /// `generatedResource`: the file holding the downstream a generate rule
+    /// must produce.
+    pub generated_resource: Option<PathBuf>,
+    /// `cloneSourceResource`: the source object a clone rule copies.
+    pub clone_source: Option<PathBuf>,
 }
 
 /// A parsed test file.
@@ -137,6 +142,19 @@ fn parse_row(row: &Value, i: usize, path: &Path) -> Result<ExpectedRow> {
     if policy.is_empty() {
         bail!("{}: results[{i}].policy is required", path.display());
     }
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let generated_resource = one_path(
+        &row["generatedResource"],
+        dir,
+        &format!("results[{i}].generatedResource"),
+        path,
+    )?;
+    let clone_source = one_path(
+        &row["cloneSourceResource"],
+        dir,
+        &format!("results[{i}].cloneSourceResource"),
+        path,
+    )?;
     Ok(ExpectedRow {
         policy,
         rule: field("rule"),
@@ -144,6 +162,8 @@ fn parse_row(row: &Value, i: usize, path: &Path) -> Result<ExpectedRow> {
         kind: field("kind"),
         result,
         validating_policy,
+        generated_resource,
+        clone_source,
     })
 }
 

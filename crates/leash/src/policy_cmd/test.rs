@@ -10,10 +10,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::{Context, Result};
 use clap::ValueEnum;
-use leash_policy::{EvalRequest, Operation, RuleResult, Status, UserInfo, base_rule, wildcard};
+use leash_policy::{
+    EvalRequest, Operation, Prepared, RuleResult, Status, UserInfo, base_rule, wildcard,
+};
 use serde_json::{Value, json};
 
 use super::cluster::MemoryCluster;
+use super::compare;
 use super::load;
 use super::spec::{self, ExpectedRow, TestFile, Values};
 use crate::cli_error::{EXIT_FAILURE, usage};
@@ -252,6 +255,8 @@ fn run_one(path: &Path, selector: &Selector) -> TestRun {
 struct Evaluated {
     object: Arc<Value>,
     results: Vec<RuleResult>,
+    /// What each generate rule would create: (policy, rule, downstreams).
+    generated: Vec<(Arc<str>, String, Vec<Value>)>,
 }
 
 fn evaluate_test(test: &TestFile, selector: &Selector) -> Result<Vec<Outcome>> {
@@ -266,10 +271,23 @@ fn evaluate_test(test: &TestFile, selector: &Selector) -> Result<Vec<Outcome>> {
         Some(p) => spec::read_userinfo(p)?,
         None => UserInfo::default(),
     };
-    let cluster = match &test.context {
-        Some(p) => MemoryCluster::new(spec::read_context(p)?),
-        None => MemoryCluster::default(),
+    let mut cluster_objects = match &test.context {
+        Some(p) => spec::read_context(p)?,
+        None => Vec::new(),
     };
+    // The sources that clone rules copy are cluster data too.
+    let mut clone_sources: Vec<&PathBuf> = test
+        .results
+        .iter()
+        .filter_map(|r| r.clone_source.as_ref())
+        .collect();
+    clone_sources.dedup();
+    for mut object in load::load_resources(&clone_sources.into_iter().cloned().collect::<Vec<_>>())?
+    {
+        load::default_namespace(&mut object);
+        cluster_objects.push(object);
+    }
+    let cluster = MemoryCluster::new(cluster_objects);
     let mut resources = load::load_resources(&test.resources)?;
     for r in &mut resources {
         load::default_namespace(r);
@@ -290,8 +308,24 @@ fn evaluate_test(test: &TestFile, selector: &Selector) -> Result<Vec<Outcome>> {
                 namespace_labels: values.namespace_labels.get(&ns).cloned(),
                 namespace_object: values.namespaces.get(&ns).cloned().map(Arc::new),
             };
-            let results = loaded.engine.evaluate(req, &cluster, &values.bindings);
-            Evaluated { object, results }
+            let prepared = Prepared::new(req);
+            let mut results =
+                loaded
+                    .engine
+                    .evaluate_prepared(&prepared, &cluster, &values.bindings);
+            let mut generated = Vec::new();
+            for (policy, g) in loaded
+                .engine
+                .generate(&prepared, &cluster, &values.bindings)
+            {
+                generated.push((policy.key().clone(), g.result.rule.clone(), g.downstreams));
+                results.push(g.result);
+            }
+            Evaluated {
+                object,
+                results,
+                generated,
+            }
         })
         .collect();
     if test.results.is_empty() {
@@ -343,6 +377,16 @@ fn compare(row: &ExpectedRow, resource: &str, evaluated: &[Evaluated]) -> Outcom
         return outcome;
     }
     let mut got: Option<(Status, String)> = None;
+    let mut downstreams: Vec<&Value> = Vec::new();
+    for e in &candidates {
+        for (policy, rule, objects) in &e.generated {
+            let policy_ok =
+                **policy == row.policy || policy.rsplit('/').next() == Some(row.policy.as_str());
+            if policy_ok && (row.rule.is_empty() || *rule == row.rule) {
+                downstreams.extend(objects);
+            }
+        }
+    }
     for e in candidates {
         for r in &e.results {
             let policy_ok =
@@ -376,7 +420,35 @@ fn compare(row: &ExpectedRow, resource: &str, evaluated: &[Evaluated]) -> Outcom
     ));
     outcome.got = Ok(status);
     outcome.message = message;
+    if let (Some(file), Ok(status)) = (&row.generated_resource, &outcome.got)
+        && *status == row.result
+        && row.result == Status::Pass
+    {
+        match generated_matches(&downstreams, file) {
+            Ok(()) => {}
+            Err(why) => outcome.got = Err(why),
+        }
+    }
     outcome
+}
+
+/// Whether one of a rule's downstreams is the expected generated resource.
+fn generated_matches(downstreams: &[&Value], file: &Path) -> Result<(), String> {
+    if downstreams.is_empty() {
+        return Err(format!(
+            "the rule generated nothing; {} expects a resource",
+            file.display()
+        ));
+    }
+    let mut why = Vec::new();
+    for d in downstreams {
+        match compare::against_file(d, file) {
+            Ok(None) => return Ok(()),
+            Ok(Some(w)) => why.push(w),
+            Err(e) => return Err(format!("{e:#}")),
+        }
+    }
+    Err(why.join("; "))
 }
 
 fn print_table(

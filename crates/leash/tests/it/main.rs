@@ -4,6 +4,7 @@
 mod admission_chain;
 mod context;
 mod deploy;
+mod generate;
 mod load;
 mod policy;
 mod sandbox;
