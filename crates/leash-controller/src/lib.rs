@@ -17,6 +17,7 @@
 
 pub mod aggregate;
 pub mod cache;
+pub mod generate;
 pub mod kinds;
 pub mod leader;
 pub mod metrics;

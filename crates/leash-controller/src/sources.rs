@@ -10,7 +10,7 @@
 //! updates were writing). An invalid update keeps the previous value and
 //! says why.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -89,6 +89,9 @@ pub struct PolicySet {
     pub errors: Vec<(String, String)>,
     /// How many times the set was compiled (0: nothing read yet).
     pub generation: u64,
+    /// Policy key → (resourceVersion, creationTimestamp) of every policy
+    /// with generate rules.
+    pub generating: HashMap<String, (String, String)>,
 }
 
 impl PolicySet {
@@ -126,6 +129,13 @@ impl PolicySet {
                         ] {
                             set.rules.insert((key.clone(), name));
                         }
+                    }
+                    if p.has_generate() {
+                        let created = doc["metadata"]["creationTimestamp"]
+                            .as_str()
+                            .unwrap_or("")
+                            .to_string();
+                        set.generating.insert(key.clone(), (rv.clone(), created));
                     }
                     let p = Arc::new(p);
                     if p.background() {
@@ -350,6 +360,7 @@ impl ConfigSource {
             namespace: Some(self.namespace.clone()),
             fields: Some(format!("metadata.name={}", self.name)),
             keep: None,
+            end_on_not_found: false,
         };
         let key = format!("{}/{}", self.namespace, self.name);
         let metrics = self.metrics.clone();

@@ -43,6 +43,10 @@ pub struct WatchScope {
     pub fields: Option<String>,
     /// What of each object the store keeps (default: all of it).
     pub keep: Option<fn(&Value) -> Value>,
+    /// End the watch (return) when the resource is not served any more (a
+    /// 404: its CRD was deleted), instead of retrying it forever; the
+    /// owner decides whether to start a new one.
+    pub end_on_not_found: bool,
 }
 
 /// Watches `resource` into `store` until `token` is cancelled, calling
@@ -75,7 +79,12 @@ pub async fn watch_into(
         };
         let Some(event) = next else { return };
         match event {
-            Err(e) => on_error(&e),
+            Err(e) => {
+                on_error(&e);
+                if scope.end_on_not_found && is_not_found(&e) {
+                    return;
+                }
+            }
             Ok(Event::Init) => listing = Some(HashMap::new()),
             Ok(Event::InitApply(o)) => {
                 // Encoded at once: a list of 10,000 objects is never held parsed.
@@ -122,5 +131,16 @@ pub async fn watch_into(
                 on_change(Change::Deleted(o.raw));
             }
         }
+    }
+}
+
+/// Whether a watch error says the resource does not exist (404).
+fn is_not_found(e: &watcher::Error) -> bool {
+    match e {
+        watcher::Error::InitialListFailed(kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
+        | watcher::Error::WatchFailed(kube::Error::Api(s)) => s.code == 404,
+        watcher::Error::WatchError(s) => s.code == 404,
+        _ => false,
     }
 }

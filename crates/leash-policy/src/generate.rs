@@ -173,6 +173,24 @@ impl GenerateSpec {
     }
 }
 
+/// Where a generate rule's downstreams live, and how they are kept: what
+/// the background controller watches and cleans up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GenerateTarget {
+    /// The rule's name.
+    pub rule: String,
+    /// `apiVersion`s and kinds of the downstreams (one, or a `cloneList`'s).
+    pub kinds: Vec<(String, String)>,
+    /// `synchronize`.
+    pub synchronize: bool,
+    /// `orphanDownstreamOnPolicyDelete`.
+    pub orphan_on_policy_delete: bool,
+    /// `generateExisting` (the rule's, else the policy's).
+    pub generate_existing: bool,
+    /// The kinds the rule's match names (the triggers).
+    pub trigger_kinds: Vec<String>,
+}
+
 /// What one generate rule asks for one trigger.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Generated {
@@ -265,6 +283,34 @@ impl Policy {
             .find(|r| r.name == rule)
             .and_then(|r| r.generate.as_ref())
             .is_some_and(|g| g.synchronize())
+    }
+
+    /// The generate rules' targets.
+    pub fn generate_targets(&self) -> Vec<GenerateTarget> {
+        self.rules
+            .iter()
+            .filter_map(|r| {
+                let g = r.generate.as_ref()?;
+                let kinds = match &g.source {
+                    GenSource::CloneList { kinds, .. } => kinds
+                        .iter()
+                        .map(|k| match k.rsplit_once('/') {
+                            Some((av, k)) => (av.to_string(), k.to_string()),
+                            None => ("v1".to_string(), k.clone()),
+                        })
+                        .collect(),
+                    _ => vec![(g.api_version.clone(), g.kind.clone())],
+                };
+                Some(GenerateTarget {
+                    rule: r.name.clone(),
+                    kinds,
+                    synchronize: g.synchronize,
+                    orphan_on_policy_delete: g.orphan_on_policy_delete,
+                    generate_existing: g.generate_existing.unwrap_or(self.generate_existing),
+                    trigger_kinds: r.match_.kinds().iter().map(|k| k.display()).collect(),
+                })
+            })
+            .collect()
     }
 
     /// Every kind named by a generate rule's match (the trigger kinds).

@@ -43,7 +43,7 @@ pub use engine::{Document, Engine, Shared, base_rule};
 pub use error::{Error, Result};
 pub use eval::{Bindings, PolicyBindings, Prepared};
 pub use exception::Exception;
-pub use generate::{Generated, downstream_labels};
+pub use generate::{GenerateTarget, Generated, downstream_labels};
 pub use policy::{FailureAction, Policy};
 pub use quantity::{Quantity, parse_duration};
 pub use request::{ClusterData, EvalRequest, NoClusterData, Operation, UserInfo};

@@ -27,6 +27,11 @@
 //!    never waits on report writing.
 //! 6. No lock is held across an await: the watch receivers' `borrow()`
 //!    guards are dropped at once (values are cloned `Arc`s).
+//! 7. A CREATE or UPDATE that triggers generate rules gets its
+//!    UpdateRequest created through the [`TriggerSink`] before the answer,
+//!    within the answer deadline (seed 000: Kyverno created them in a
+//!    fire-and-forget goroutine). If that fails, the webhook's failure
+//!    policy decides: `Fail` denies, `Ignore` allows with a warning.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -43,7 +48,9 @@ use axum::routing::{get, post};
 use http::{StatusCode, header};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use leash_policy::{Bindings, ClusterData, Engine, EvalRequest, KyvernoConfig, Operation};
+use leash_policy::{
+    Bindings, ClusterData, Engine, EvalRequest, KyvernoConfig, Operation, Prepared, Status,
+};
 use leash_runtime::{CancellationToken, Scope, ScopeHandle};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
@@ -87,6 +94,19 @@ impl FailurePolicy {
     }
 }
 
+/// Where admission hands the triggers of generate rules: it creates their
+/// UpdateRequest (`policy` key, the rules that matched, the trigger) and
+/// answers once the API server has it.
+pub trait TriggerSink: Send + Sync + std::fmt::Debug {
+    /// Creates the UpdateRequest; the error says why it could not.
+    fn create(
+        &self,
+        policy: &str,
+        rules: Vec<String>,
+        trigger: Arc<serde_json::Value>,
+    ) -> futures::future::BoxFuture<'static, std::result::Result<(), String>>;
+}
+
 /// The admission server component. `new` binds the listener (so the bound
 /// address and CA are known before `run`) and starts nothing.
 #[derive(Debug)]
@@ -101,6 +121,7 @@ pub struct AdmissionServer {
     audit: AuditQueue,
     recorder: Recorder,
     metrics: ServerMetrics,
+    triggers: Option<Arc<dyn TriggerSink>>,
 }
 
 impl AdmissionServer {
@@ -137,7 +158,15 @@ impl AdmissionServer {
             cluster,
             audit,
             recorder,
+            triggers: None,
         })
+    }
+
+    /// Creates UpdateRequests for generate rules through `sink` (without
+    /// one, generate rules are not evaluated at admission).
+    pub fn with_triggers(mut self, sink: Arc<dyn TriggerSink>) -> AdmissionServer {
+        self.triggers = Some(sink);
+        self
     }
 
     /// The bound address.
@@ -183,6 +212,7 @@ impl AdmissionServer {
             metrics: self.metrics,
             deadline: self.settings.answer_deadline(),
             scope: scope.handle(),
+            triggers: self.triggers,
         });
         // Policy changes are installed (and recorded as served) as they come,
         // not only when a review arrives.
@@ -364,6 +394,7 @@ struct Admission {
     recorder: Recorder,
     metrics: ServerMetrics,
     deadline: Duration,
+    triggers: Option<Arc<dyn TriggerSink>>,
     scope: ScopeHandle,
 }
 
@@ -496,11 +527,24 @@ impl Admission {
         };
         let engine = snapshot.engine.clone();
         let cluster = self.cluster.clone();
+        let generates = self.triggers.is_some()
+            && matches!(review.operation, Operation::Create | Operation::Update)
+            && review.sub_resource.is_empty();
         let task = self.scope.spawn_with_output(async move {
-            engine.evaluate(eval, cluster.as_ref(), &Bindings::default())
+            let prepared = Prepared::new(eval);
+            let results =
+                engine.evaluate_prepared(&prepared, cluster.as_ref(), &Bindings::default());
+            let generated = if generates {
+                engine.generate(&prepared, cluster.as_ref(), &Bindings::default())
+            } else {
+                Vec::new()
+            };
+            (results, generated)
         });
         let resource_name = kyverno_resource_name(&review);
-        let mut results = match tokio::time::timeout_at(started + self.deadline, task).await {
+        let (mut results, generated) = match tokio::time::timeout_at(started + self.deadline, task)
+            .await
+        {
             Ok(Ok(results)) => results,
             Ok(Err(join)) => {
                 tracing::error!(error = %join, resource = %resource_name, "policy evaluation panicked");
@@ -536,6 +580,45 @@ impl Admission {
             };
             return (answer, "denied");
         }
+        let mut warnings = v.warnings;
+        if let Some(sink) = &self.triggers {
+            // One UpdateRequest per policy, naming the rules that apply.
+            let mut by_policy: std::collections::BTreeMap<Arc<str>, Vec<String>> =
+                std::collections::BTreeMap::new();
+            for (policy, g) in &generated {
+                if g.result.status == Status::Pass
+                    && policy.admission()
+                    && snapshot.policy_of(&g.result).is_some()
+                {
+                    by_policy
+                        .entry(policy.key().clone())
+                        .or_default()
+                        .push(g.result.rule.clone());
+                }
+            }
+            for (policy, rules) in by_policy {
+                let create = sink.create(&policy, rules, review.resource.clone());
+                let failed = match tokio::time::timeout_at(started + self.deadline, create).await {
+                    Ok(Ok(())) => None,
+                    Ok(Err(e)) => Some(e),
+                    Err(_) => Some(format!("not created within {:?}", self.deadline)),
+                };
+                if let Some(e) = failed {
+                    tracing::warn!(resource = %resource_name, policy = %policy, error = %e, "UpdateRequest not created");
+                    let message = format!(
+                        "generate policy {policy}: creating the UpdateRequest for {resource_name} failed: {e}"
+                    );
+                    match mode {
+                        FailurePolicy::Fail => {
+                            return (unanswerable(mode, message), "error");
+                        }
+                        FailurePolicy::Ignore => {
+                            warnings.push(format!("{message} (failurePolicy Ignore: allowed)"))
+                        }
+                    }
+                }
+            }
+        }
         // Kyverno writes no admission report for deletions or subresources.
         if !results.is_empty()
             && review.operation != Operation::Delete
@@ -553,7 +636,7 @@ impl Admission {
             Answer {
                 allowed: true,
                 message: None,
-                warnings: v.warnings,
+                warnings,
             },
             "allowed",
         )

@@ -65,7 +65,7 @@ impl Snapshot {
                 Served::Kyverno(p.clone()),
             );
             refs.insert(PolicyRef::new(p.kind(), p.namespace(), p.name()));
-            for spec in p.matched_kinds() {
+            for spec in p.matched_kinds().into_iter().chain(p.trigger_kinds()) {
                 match (kind_of(&spec), kinds.as_mut()) {
                     (Some(k), Some(set)) => {
                         set.insert(k.to_string());

@@ -117,7 +117,7 @@ pub fn build_configuration(
     let mut fail: BTreeMap<RuleKey, BTreeSet<String>> = BTreeMap::new();
     let ignore: BTreeMap<RuleKey, BTreeSet<String>> = BTreeMap::new();
     for p in engine.policies().iter().filter(|p| p.admission()) {
-        for k in p.matched_kinds() {
+        for k in p.matched_kinds().into_iter().chain(p.trigger_kinds()) {
             rules_of_kind(&k, &mut fail);
         }
     }

@@ -1,4 +1,5 @@
 //! Integration tests of leash-controller against the in-process sandbox.
 
+mod generate;
 mod seeds;
 mod support;

@@ -7,19 +7,53 @@ use std::sync::Arc;
 
 use futures::FutureExt as _;
 use futures::future::BoxFuture;
-use leash_controller::{Breaker, CacheWatcher, Metrics, PolicySet};
+use leash_controller::{Breaker, CacheWatcher, Metrics, PolicySet, generate};
 use leash_policy::{Engine, KyvernoConfig};
 use leash_report::{self as report, Owner, PolicyMeta, ReportSource};
 use leash_runtime::Scope;
 use leash_webhook::{
     AdmissionServer, AuditRecord, LossReason, Recorder, Registrar, ReportSink, StatusWriter,
-    audit_channel,
+    TriggerSink, audit_channel,
 };
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli_error::usage;
+
+/// Creates the UpdateRequest of a generate trigger in Kyverno's namespace
+/// (leash-controller's background component processes it).
+struct UpdateRequestSink {
+    client: kube::Client,
+    namespace: String,
+}
+
+impl std::fmt::Debug for UpdateRequestSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpdateRequestSink")
+            .field("namespace", &self.namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TriggerSink for UpdateRequestSink {
+    fn create(
+        &self,
+        policy: &str,
+        rules: Vec<String>,
+        trigger: Arc<serde_json::Value>,
+    ) -> BoxFuture<'static, Result<(), String>> {
+        let client = self.client.clone();
+        let request = generate::update_request(&self.namespace, policy, &rules, &trigger);
+        async move {
+            generate::create_update_request(&client, &request)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        }
+        .boxed()
+    }
+}
 
 /// Writes each admission record as one `EphemeralReport` (named by the
 /// review's uid, so a retried write replaces, never duplicates).
@@ -104,6 +138,8 @@ pub(crate) struct Admission {
     pub(crate) config: watch::Receiver<Arc<KyvernoConfig>>,
     pub(crate) breaker: Arc<Breaker>,
     pub(crate) metrics: Arc<Metrics>,
+    /// Where generate triggers' UpdateRequests are created.
+    pub(crate) update_request_namespace: String,
 }
 
 /// A started admission component's address, and its run future.
@@ -143,7 +179,11 @@ impl Admission {
             recorder.clone(),
             registry,
         )
-        .map_err(|e| usage(format!("--admission-listen: {e}")))?;
+        .map_err(|e| usage(format!("--admission-listen: {e}")))?
+        .with_triggers(Arc::new(UpdateRequestSink {
+            client: self.client.clone(),
+            namespace: self.update_request_namespace.clone(),
+        }));
         let url = server.webhook_url();
         let registrar = Registrar::new(
             self.client.clone(),

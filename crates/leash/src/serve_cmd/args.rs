@@ -19,7 +19,8 @@ pub(crate) const DEFAULT_SERVE_SANDBOX: &str = "pods=200,deployments.apps=20";
   leash serve --kubeconfig ~/.kube/config --leader-elect --health 127.0.0.1:8080 --metrics 127.0.0.1:8000")]
 pub(crate) struct Args {
     /// Components to run, comma-separated: reports (background scan, policy
-    /// reports), admission (the validating webhook).
+    /// reports), admission (the validating webhook), background (generate
+    /// rules: UpdateRequests and synchronized downstreams).
     #[arg(
         long,
         value_name = "LIST",
@@ -117,6 +118,7 @@ pub(crate) struct Args {
 pub(crate) struct Components {
     pub(crate) reports: bool,
     pub(crate) admission: bool,
+    pub(crate) background: bool,
 }
 
 impl Components {
@@ -127,6 +129,9 @@ impl Components {
         }
         if self.admission {
             parts.push("admission");
+        }
+        if self.background {
+            parts.push("background (generate)");
         }
         parts.join(", ")
     }
@@ -156,14 +161,10 @@ impl Args {
             match c.trim() {
                 "reports" => components.reports = true,
                 "admission" => components.admission = true,
-                "background" => {
-                    return Err(usage(
-                        "--components: \"background\" (generate rules) is not available yet in this build; available: reports, admission",
-                    ));
-                }
+                "background" => components.background = true,
                 other => {
                     return Err(usage(format!(
-                        "--components: unknown component {other:?}; available: reports, admission"
+                        "--components: unknown component {other:?}; available: reports, admission, background"
                     )));
                 }
             }

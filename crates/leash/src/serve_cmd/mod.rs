@@ -12,6 +12,7 @@ mod sandbox;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
+use leash_controller::generate::{Background, BackgroundSettings};
 use leash_controller::leader::{self, LeaseSettings};
 use leash_controller::{Breaker, ConfigSource, Metrics, PolicySource, Reports};
 use leash_runtime::Scope;
@@ -95,7 +96,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         metrics.clone(),
     ));
 
-    if settings.components.reports {
+    if settings.components.reports || settings.components.background {
         let make = {
             let (client, policies, config, breaker, metrics, readiness) = (
                 client.clone(),
@@ -106,22 +107,52 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
                 readiness.clone(),
             );
             let reports_settings = settings.reports.clone();
+            let components = settings.components;
+            let background_settings = BackgroundSettings {
+                namespace: settings.config_namespace.clone(),
+                workers: settings.reports.aggregate.workers,
+            };
             move |term: tokio_util::sync::CancellationToken| {
-                // A fresh component per term: nothing of a previous term survives.
-                let reports = Reports::new(
-                    client.clone(),
-                    policies.clone(),
-                    config.clone(),
-                    breaker.clone(),
-                    metrics.clone(),
-                    reports_settings.clone(),
-                );
-                *readiness.scan.lock().unwrap_or_else(|e| e.into_inner()) = Some(reports.synced());
+                // Fresh components per term: nothing of a previous term survives.
+                let reports = components.reports.then(|| {
+                    Reports::new(
+                        client.clone(),
+                        policies.clone(),
+                        config.clone(),
+                        breaker.clone(),
+                        metrics.clone(),
+                        reports_settings.clone(),
+                    )
+                });
+                let background = components.background.then(|| {
+                    Background::new(
+                        client.clone(),
+                        policies.clone(),
+                        metrics.clone(),
+                        background_settings.clone(),
+                    )
+                });
+                if let Some(r) = &reports {
+                    *readiness.scan.lock().unwrap_or_else(|e| e.into_inner()) = Some(r.synced());
+                }
                 let readiness = readiness.clone();
                 async move {
-                    if let Err(e) = reports.run(term).await {
-                        tracing::warn!("reports component: {e}");
-                    }
+                    let reports = async {
+                        if let Some(r) = reports
+                            && let Err(e) = r.run(term.clone()).await
+                        {
+                            tracing::warn!("reports component: {e}");
+                        }
+                    };
+                    let background = async {
+                        if let Some(b) = background
+                            && let Err(e) = b.run(term.clone()).await
+                        {
+                            tracing::warn!("background component: {e}");
+                        }
+                    };
+                    // Both run for the whole term and end with it.
+                    tokio::join!(reports, background);
                     *readiness.scan.lock().unwrap_or_else(|e| e.into_inner()) = None;
                 }
             }
@@ -140,7 +171,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
                 metrics.leader.set(1);
                 let make = make;
                 let run = make(root.token().clone());
-                root.spawn("reports", async move {
+                root.spawn("controllers", async move {
                     run.await;
                     Ok::<(), std::convert::Infallible>(())
                 });
@@ -156,6 +187,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
             config: config.clone(),
             breaker: breaker.clone(),
             metrics: metrics.clone(),
+            update_request_namespace: settings.config_namespace.clone(),
         }
         .start(&mut registry, root.token().clone())?;
         eprintln!("leash serve: admission webhook at {}", started.url);

@@ -1,0 +1,92 @@
+//! Cluster data for one generate evaluation, fetched on demand.
+//!
+//! The engine is pure and synchronous; a clone rule or a `configMap`
+//! context needs objects from the API server. [`Fetched`] answers from what
+//! it holds and records every lookup it could not answer; the caller
+//! fetches those (async, no lock held) and evaluates again, until nothing
+//! new is asked for.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use leash_policy::ClusterData;
+use serde_json::Value;
+
+/// A lookup the engine made: `(apiVersion, kind or plural, namespace, name)`;
+/// an empty name is a list.
+pub type Lookup = (String, String, String, String);
+
+/// See the module docs.
+#[derive(Debug, Default)]
+pub struct Fetched {
+    objects: HashMap<Lookup, Option<Arc<Value>>>,
+    lists: HashMap<Lookup, Vec<Arc<Value>>>,
+    missed: Mutex<Vec<Lookup>>,
+}
+
+impl Fetched {
+    /// The lookups not answered since the last call (each once).
+    pub fn take_missed(&self) -> Vec<Lookup> {
+        let mut m = std::mem::take(&mut *self.missed.lock().unwrap_or_else(|e| e.into_inner()));
+        m.sort();
+        m.dedup();
+        m
+    }
+
+    /// Records the answer of a get (`None`: not found).
+    pub fn put_object(&mut self, key: Lookup, v: Option<Arc<Value>>) {
+        self.objects.insert(key, v);
+    }
+
+    /// Records the answer of a list.
+    pub fn put_list(&mut self, key: Lookup, v: Vec<Arc<Value>>) {
+        self.lists.insert(key, v);
+    }
+
+    fn miss(&self, key: Lookup) {
+        self.missed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(key);
+    }
+}
+
+impl ClusterData for Fetched {
+    fn get(
+        &self,
+        api_version: &str,
+        resource: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Arc<Value>> {
+        let key = (
+            api_version.to_string(),
+            resource.to_string(),
+            namespace.to_string(),
+            name.to_string(),
+        );
+        match self.objects.get(&key) {
+            Some(v) => v.clone(),
+            None => {
+                self.miss(key);
+                None
+            }
+        }
+    }
+
+    fn list(&self, api_version: &str, resource: &str, namespace: &str) -> Vec<Arc<Value>> {
+        let key = (
+            api_version.to_string(),
+            resource.to_string(),
+            namespace.to_string(),
+            String::new(),
+        );
+        match self.lists.get(&key) {
+            Some(v) => v.clone(),
+            None => {
+                self.miss(key);
+                Vec::new()
+            }
+        }
+    }
+}
