@@ -10,4 +10,5 @@ mod policy;
 mod sandbox;
 mod serve;
 mod serve_admission;
+mod serve_generate;
 mod support;
