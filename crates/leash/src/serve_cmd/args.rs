@@ -25,7 +25,7 @@ pub(crate) struct Args {
         long,
         value_name = "LIST",
         value_delimiter = ',',
-        default_value = "reports,admission"
+        default_value = "reports,admission,background"
     )]
     components: Vec<String>,
     /// Address of the admission webhook's HTTPS server.

@@ -28,6 +28,7 @@ const CRDS: &[&str] = &[
 const POLICIES: &[&str] = &[
     include_str!("../../../../deploy/examples/policies/disallow-latest-tag.yaml"),
     include_str!("../../../../deploy/examples/policies/require-labels.yaml"),
+    include_str!("../../../../deploy/examples/policies/add-namespace-defaults.yaml"),
 ];
 
 fn parse(text: &str) -> anyhow::Result<Value> {

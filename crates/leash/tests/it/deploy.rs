@@ -33,7 +33,9 @@ fn cluster_objects() -> Vec<Value> {
     .expect("deploy/crds and deploy/examples/policies load");
     let labels = |name: &str| json!({"app.kubernetes.io/name": name});
     for ns in ["shop", "blog"] {
-        objects.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}));
+        // Labelled for the example generate policy (its downstream ConfigMap).
+        objects.push(json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": ns, "labels": {"leash.dev/defaults": "true"}}}));
         for (name, image, labelled) in [
             ("api", "nginx:1.27", true),
             ("cache", "redis:latest", false),
@@ -218,7 +220,7 @@ fn leash_serve_needs_only_what_deploy_leash_yaml_grants() {
     for flag in [
         "serve",
         "--leader-elect",
-        "--components=reports,admission",
+        "--components=reports,admission,background",
         "--webhook-service=kyverno/leash-svc:443",
     ] {
         assert!(args.iter().any(|a| a == flag), "{flag} not in {args:?}");
@@ -246,7 +248,7 @@ fn leash_serve_needs_only_what_deploy_leash_yaml_grants() {
             ])
             .args([
                 "--components",
-                "reports,admission",
+                "reports,admission,background",
                 "--report-cleanup-interval",
                 "1s",
             ])
@@ -335,12 +337,17 @@ fn leash_serve_needs_only_what_deploy_leash_yaml_grants() {
         });
         let removed = report_of("blog", "cache").is_none();
         let renewed = lease(store) != first_renewal;
-        if fixed && removed && renewed {
+        let generated = ["shop", "blog"].iter().all(|ns| {
+            store
+                .get("v1", "ConfigMap", Some(ns), "namespace-defaults")
+                .is_ok()
+        });
+        if fixed && removed && renewed && generated {
             break;
         }
         assert!(
             start.elapsed() < BOUND,
-            "within {BOUND:?}: report updated {fixed}, report removed {removed}, lease renewed {renewed}; leash serve said:\n{}",
+            "within {BOUND:?}: report updated {fixed}, report removed {removed}, lease renewed {renewed}, downstreams generated {generated}; leash serve said:\n{}",
             leash_log()
         );
         std::thread::sleep(Duration::from_millis(50));

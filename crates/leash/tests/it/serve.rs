@@ -426,7 +426,7 @@ fn serve_sandbox_demo_health_metrics_and_sigterm() {
                 .unwrap_or(0.0);
             if written >= 20.0 && body.lines().any(|l| l == "leash_ephemeral_reports 0") {
                 assert!(body.contains("leash_leader 1"), "{body}");
-                assert!(body.contains("leash_policies 2"), "{body}");
+                assert!(body.contains("leash_policies 3"), "{body}");
                 break;
             }
             assert!(start.elapsed() < BOUND, "no reports written: {body}");
