@@ -143,20 +143,16 @@ async fn seed_fire_and_forget_update_request() {
     let create_all = |names: Vec<String>| {
         let api = ns_api.clone();
         async move {
-            let tasks: Vec<_> = names
-                .chunks(25)
-                .map(|chunk| {
-                    let (api, chunk) = (api.clone(), chunk.to_vec());
-                    tokio::spawn(async move {
-                        for n in chunk {
-                            create_namespace(&api, &n).await;
-                        }
-                    })
-                })
-                .collect();
-            for t in tasks {
-                t.await.unwrap();
-            }
+            // Eight concurrent creators, each in turn through its chunk.
+            let creators = names.chunks(25).map(|chunk| {
+                let (api, chunk) = (api.clone(), chunk.to_vec());
+                async move {
+                    for n in chunk {
+                        create_namespace(&api, &n).await;
+                    }
+                }
+            });
+            futures::future::join_all(creators).await;
         }
     };
     create_all(names[..100].to_vec()).await;
