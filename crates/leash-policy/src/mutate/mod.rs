@@ -78,3 +78,6 @@ impl Mutation {
             .any(|s| s.results.iter().any(|r| r.status == crate::Status::Pass))
     }
 }
+
+#[cfg(test)]
+mod tests;
