@@ -14,9 +14,11 @@
 //! - `merge` and `schema`: the strategic merge and the merge keys of the
 //!   built-in Kubernetes lists.
 //! - `json_patch`: RFC 6902 with Kyverno's options.
+//! - `at_refs`: `{{@}}`, the resource's value at the patch leaf's path.
 //! - `rule`: a policy's mutate rules, foreach included.
 
 mod anchors;
+mod at_refs;
 mod json_patch;
 mod merge;
 mod rule;

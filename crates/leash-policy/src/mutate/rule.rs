@@ -7,6 +7,7 @@ use jmespath::Rcvar;
 use serde_json::{Value, json};
 
 use super::anchors;
+use super::at_refs;
 use super::json_patch;
 use super::merge;
 use super::schema;
@@ -192,6 +193,10 @@ impl RuleCtx<'_> {
     fn substitute(&self, doc: &Value, vars: &Vars) -> Result<Value, String> {
         if !vars::has_vars(doc) {
             return Ok(doc.clone());
+        }
+        if at_refs::any(doc) {
+            let doc = at_refs::resolve(doc);
+            return vars::substitute(&doc, vars, &self.policy.cache, Mode::Strict, self.delete);
         }
         vars::substitute(doc, vars, &self.policy.cache, Mode::Strict, self.delete)
     }

@@ -440,6 +440,20 @@ fn mutate_rule_table() {
             ],
         },
         Case {
+            name: "{{@}} is the resource's value at the patch's path",
+            policies: vec![policy(
+                "p",
+                json!([rule(
+                    "r",
+                    &["Pod"],
+                    json!({"patchStrategicMerge": {"metadata": {"labels": {"app": "{{ to_upper('{{@}}') }}"}}}})
+                )]),
+            )],
+            resource: pod(),
+            results: vec![("r", Status::Pass, "mutated")],
+            object: vec![("/metadata/labels/app", json!("WEB"))],
+        },
+        Case {
             name: "mutate.targets is reported as unsupported",
             policies: vec![policy(
                 "p",

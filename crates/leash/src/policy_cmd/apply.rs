@@ -175,25 +175,25 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode> {
         );
     }
     let print_mutated = args.mutated_output.is_none() && !args.policy_report;
+    // Mutate results count, print and report as results too, as in
+    // Kyverno's CLI (its reports hold every rule type).
+    let combined: Vec<Evaluated> = results
+        .iter()
+        .zip(&mutations)
+        .map(|((o, rs), m)| {
+            let mut all = m.results.clone();
+            all.extend(rs.iter().cloned());
+            (o.clone(), all)
+        })
+        .collect();
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     if args.policy_report {
-        // Reports hold the validate results, as policy reports do.
-        print_reports(&mut out, &loaded.engine, &results, args.output)?;
+        print_reports(&mut out, &loaded.engine, &combined, args.output)?;
     } else {
         if print_mutated && args.output == Format::Table {
             mutated::print(&mut out, &mutations)?;
         }
-        // Mutate results count and print as results too, as Kyverno's.
-        let combined: Vec<Evaluated> = results
-            .iter()
-            .zip(&mutations)
-            .map(|((o, rs), m)| {
-                let mut all = m.results.clone();
-                all.extend(rs.iter().cloned());
-                (o.clone(), all)
-            })
-            .collect();
         print_results(
             &mut out,
             loaded.engine.policies().len() + loaded.engine.validating_policies().len(),
@@ -208,10 +208,9 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode> {
         )?;
     }
     out.flush()?;
-    let failed = results
+    let failed = combined
         .iter()
         .flat_map(|(_, rs)| rs)
-        .chain(mutations.iter().flat_map(|m| &m.results))
         .any(|r| matches!(r.status, Status::Fail | Status::Error));
     Ok(if failed {
         ExitCode::from(EXIT_FAILURE)
