@@ -140,6 +140,22 @@ fn test_fails_when_the_patched_resource_differs_and_names_the_field() {
     assert_eq!(row["patchedResource"]["equal"], false);
 }
 
+/// A `fail` row with a patched resource expects the mutation not to give
+/// it: a mismatch passes the row, a match fails it.
+#[test]
+fn a_fail_row_expects_the_patched_resource_to_differ() {
+    for (patched, passes) in [(PATCHED_WRONG, true), (PATCHED_LATEST, false)] {
+        let dir = tempfile::tempdir().unwrap();
+        folder(
+            dir.path(),
+            patched,
+            "- {policy: defaults, rule: pull-always, resources: [latest], kind: Pod, result: fail, patchedResources: patched.yaml}\n",
+        );
+        let out = leash().args(["test"]).arg(dir.path()).output().unwrap();
+        assert_eq!(out.status.success(), passes, "{}", stdout(&out));
+    }
+}
+
 #[test]
 fn test_leaves_out_a_row_whose_file_lacks_the_resource_as_kyverno_does() {
     let dir = tempfile::tempdir().unwrap();
