@@ -154,7 +154,7 @@ impl Engine {
         let mut object = req.object.clone();
         let mut steps = Vec::new();
         for policy in self.policies.iter().filter(|p| p.has_mutate_rules()) {
-            let (next, results) =
+            let (next, results, targets) =
                 policy.mutate(object.clone(), req, data, bindings, &self.exceptions);
             if results.is_empty() {
                 continue;
@@ -165,6 +165,7 @@ impl Engine {
                 source: Source::Kyverno,
                 results,
                 object: object.clone(),
+                targets,
             });
         }
         // Other mutating policy kinds plug in here, on `object`, pushing
