@@ -59,9 +59,10 @@ fn mutated_message(object: &Value) -> String {
 
 impl Policy {
     /// Applies every matching mutate rule, in order, each to the output of
-    /// the previous one. Returns the mutated object and one result per
-    /// matching rule. `req` is the admission request around `object` (its
-    /// `object` is replaced by `object`).
+    /// the previous one. Returns the mutated object, one result per
+    /// matching rule (per target found, for a `mutate.targets` rule) and
+    /// the targets those rules patched. `req` is the admission request
+    /// around `object` (its `object` is replaced by `object`).
     pub(crate) fn mutate(
         &self,
         object: Arc<Value>,
