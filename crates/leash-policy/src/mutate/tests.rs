@@ -591,3 +591,40 @@ fn targets_patch_existing_resources() {
     assert_eq!(targets[1].status, Status::Skip);
     assert!(targets[1].object["metadata"].get("labels").is_none());
 }
+
+/// A PolicyException that covers a mutate rule: the rule skips and the
+/// resource is not patched.
+#[test]
+fn an_exception_skips_a_mutate_rule() {
+    let mut engine = Engine::new();
+    engine
+        .add_json(&policy(
+            "p",
+            json!([rule(
+                "r",
+                &["Pod"],
+                json!({"patchStrategicMerge": {"metadata": {"labels": {"x": "y"}}}})
+            )]),
+        ))
+        .unwrap();
+    let exception = json!({
+        "apiVersion": "kyverno.io/v2", "kind": "PolicyException", "metadata": {"name": "allow-web", "namespace": "default"},
+        "spec": {"exceptions": [{"policyName": "p", "ruleNames": ["r"]}],
+                 "match": {"any": [{"resources": {"kinds": ["Pod"], "names": ["web"]}}]}}
+    });
+    assert!(engine.add_json(&exception).unwrap());
+    let m = engine.mutate(
+        &EvalRequest::create(Arc::new(pod())),
+        &NoClusterData,
+        &Bindings::default(),
+    );
+    let r: Vec<_> = m.results().collect();
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].status, Status::Skip);
+    assert!(
+        r[0].message.contains("policy exception default/allow-web"),
+        "{}",
+        r[0].message
+    );
+    assert!(m.object["metadata"]["labels"].get("x").is_none());
+}
