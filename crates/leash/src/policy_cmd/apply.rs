@@ -89,6 +89,10 @@ pub(crate) struct Args {
     /// Output format.
     #[arg(long, short = 'o', value_enum, default_value_t = Format::Table)]
     output: Format,
+    /// Existing resources for `mutate.targets` rules (files or
+    /// directories, repeatable), as `kyverno apply --target-resource`.
+    #[arg(long = "target-resource", value_name = "PATH", conflicts_with_all = ["cluster", "sandbox"])]
+    target_resources: Vec<PathBuf>,
     /// Write the resources mutate rules changed to PATH instead of stdout:
     /// a directory (one NAME-mutated.yaml each) or a file (a YAML stream).
     #[arg(long, value_name = "PATH", conflicts_with_all = ["cluster", "sandbox"])]
@@ -155,9 +159,15 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode> {
         None => std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
     let interrupted = Arc::new(AtomicBool::new(false));
+    let mut targets =
+        load::load_resources(&args.target_resources).map_err(|e| usage(format!("{e:#}")))?;
+    for t in &mut targets {
+        load::default_namespace(t);
+    }
     let (results, mutations) = evaluate_all(
         &loaded.engine,
         resources,
+        MemoryCluster::new(targets),
         &values,
         &user,
         threads,
@@ -332,13 +342,13 @@ type Evaluated = (Arc<Value>, Vec<RuleResult>);
 fn evaluate_all(
     engine: &Engine,
     resources: Vec<Value>,
+    cluster: MemoryCluster,
     values: &Values,
     user: &UserInfo,
     threads: usize,
     interrupted: &AtomicBool,
 ) -> (Vec<Evaluated>, Vec<Mutated>) {
     let resources: Vec<Arc<Value>> = resources.into_iter().map(Arc::new).collect();
-    let cluster = MemoryCluster::default();
     let next = AtomicUsize::new(0);
     let threads = threads.clamp(1, resources.len().max(1));
     let mut slots: Vec<Option<(Vec<RuleResult>, Mutated)>> =

@@ -22,6 +22,8 @@ pub(crate) struct Mutated {
     pub object: Option<Arc<Value>>,
     /// The policies whose rules changed it.
     pub policies: Vec<Arc<str>>,
+    /// Existing resources `mutate.targets` rules patched: policy, target.
+    pub targets: Vec<(Arc<str>, Arc<Value>)>,
 }
 
 impl Mutated {
@@ -32,11 +34,23 @@ impl Mutated {
             .filter(|s| s.results.iter().any(|r| r.status == Status::Pass))
             .map(|s| s.policy.clone())
             .collect();
+        let targets = m
+            .steps
+            .iter()
+            .flat_map(|s| {
+                s.targets
+                    .iter()
+                    .filter(|t| t.status == Status::Pass)
+                    .map(move |t| (s.policy.clone(), t.object.clone()))
+            })
+            .collect();
+        let changed = m.object != *resource;
         Mutated {
             resource: resource.clone(),
             results: m.results().cloned().collect(),
-            object: (!policies.is_empty()).then(|| m.object.clone()),
-            policies,
+            object: changed.then(|| m.object.clone()),
+            policies: if changed { policies } else { Vec::new() },
+            targets,
         }
     }
 
@@ -46,6 +60,7 @@ impl Mutated {
             results: Vec::new(),
             object: None,
             policies: Vec::new(),
+            targets: Vec::new(),
         }
     }
 }
@@ -71,14 +86,38 @@ pub(crate) fn print(out: &mut impl Write, mutated: &[Mutated]) -> Result<()> {
         out.write_all(yaml(object)?.as_bytes())?;
         writeln!(out, "---")?;
     }
+    for m in mutated {
+        for (policy, target) in &m.targets {
+            writeln!(
+                out,
+                "mutate policy {policy} applied to target {}:",
+                resource_id(target)
+            )?;
+            out.write_all(yaml(target)?.as_bytes())?;
+            writeln!(out, "---")?;
+        }
+    }
     Ok(())
 }
 
 /// The mutated resources, for the JSON/YAML output.
 pub(crate) fn objects(mutated: &[Mutated]) -> Vec<Value> {
+    changed(mutated)
+        .into_iter()
+        .map(|o| (**o).clone())
+        .collect()
+}
+
+/// The mutated resources, then the patched targets.
+fn changed(mutated: &[Mutated]) -> Vec<&Arc<Value>> {
     mutated
         .iter()
-        .filter_map(|m| m.object.as_ref().map(|o| (**o).clone()))
+        .filter_map(|m| m.object.as_ref())
+        .chain(
+            mutated
+                .iter()
+                .flat_map(|m| m.targets.iter().map(|(_, t)| t)),
+        )
         .collect()
 }
 
@@ -86,7 +125,7 @@ pub(crate) fn objects(mutated: &[Mutated]) -> Vec<Value> {
 /// each, `KIND-NAMESPACE-NAME` when names repeat) or to one file (a YAML
 /// stream). Returns how many were written.
 pub(crate) fn write(path: &Path, mutated: &[Mutated]) -> Result<usize> {
-    let changed: Vec<&Arc<Value>> = mutated.iter().filter_map(|m| m.object.as_ref()).collect();
+    let changed = changed(mutated);
     let is_dir = path.is_dir() || path.to_string_lossy().ends_with('/');
     if is_dir {
         std::fs::create_dir_all(path)

@@ -258,6 +258,24 @@ spec:
         "apiVersion: v1\nkind: Secret\nmetadata: {name: s1, namespace: apps}\n---\napiVersion: v1\nkind: Secret\nmetadata: {name: s2, namespace: other}\n",
     )
     .unwrap();
+    // leash apply --target-resource prints the patched target.
+    let out = leash()
+        .arg("apply")
+        .arg(dir.path().join("policy.yaml"))
+        .arg("-r")
+        .arg(tests.join("trigger.yaml"))
+        .arg("--target-resource")
+        .arg(tests.join("targets.yaml"))
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("mutate policy sync-label applied to target Secret/apps/s1:"),
+        "{text}"
+    );
+    assert!(text.contains("synced-from: cfg"), "{text}");
+    assert!(!text.contains("Secret/other/s2"), "{text}");
     for (label, passes) in [("cfg", true), ("wrong", false)] {
         fs::write(
             tests.join("patched.yaml"),
