@@ -107,6 +107,8 @@ struct Outcome {
     message: String,
     /// The `patchedResources` comparison, when the row names a file.
     patched: Option<Result<PatchCheck, String>>,
+    /// Whether the result compared came from a mutate rule.
+    mutate_rule: bool,
 }
 
 impl Outcome {
@@ -126,16 +128,23 @@ impl Outcome {
         )
     }
 
-    /// A `fail` row whose mutated resource differs from its patched
-    /// resource: the mismatch is what the row expects (`kyverno test`
-    /// counts a failed check of a `fail` row as a success).
+    /// A `fail` row of a mutate rule (or with a patched resource): a
+    /// mutate rule never fails, and `kyverno test` counts a `fail` row whose
+    /// check did not hold as passed, so such a row always passes there; so
+    /// it does here (the table says why).
+    fn mutate_fail_row(&self) -> bool {
+        self.expected == Status::Fail
+            && self.got.is_ok()
+            && (self.mutate_rule || self.patched.is_some())
+    }
+
     fn expected_mismatch(&self) -> bool {
-        self.expected == Status::Fail && matches!(self.patched, Some(Ok(PatchCheck::Differs(_))))
+        self.mutate_fail_row() && matches!(self.patched, Some(Ok(PatchCheck::Differs(_))))
     }
 
     fn ok(&self) -> bool {
         self.left_out().is_some()
-            || self.expected_mismatch()
+            || self.mutate_fail_row()
             || (self.patch_ok() && self.got.as_ref().is_ok_and(|g| *g == self.expected))
     }
 
@@ -393,6 +402,7 @@ fn compare(row: &ExpectedRow, resource: &str, evaluated: &[Evaluated]) -> Outcom
         )),
         message: String::new(),
         patched: None,
+        mutate_rule: false,
     };
     if candidates.is_empty() {
         // Not an admitted resource: maybe an existing one a
@@ -400,6 +410,7 @@ fn compare(row: &ExpectedRow, resource: &str, evaluated: &[Evaluated]) -> Outcom
         if let Some((status, message, object)) = target_result(row, ns, name, evaluated) {
             outcome.got = Ok(status);
             outcome.message = message;
+            outcome.mutate_rule = true;
             if let Some(file) = &row.patched_resource {
                 outcome.patched = Some(patched::check(object, file).map_err(|e| format!("{e:#}")));
             }
@@ -409,6 +420,7 @@ fn compare(row: &ExpectedRow, resource: &str, evaluated: &[Evaluated]) -> Outcom
     // The matching results, each with the resource it saw: a mutate rule
     // the resource after its policy, a validate rule the mutated resource.
     let mut got: Option<(Status, String, &Arc<Value>)> = None;
+    let mut from_mutate = false;
     let mut last_object = &candidates[0].mutation.object;
     for e in &candidates {
         last_object = &e.mutation.object;
@@ -416,9 +428,9 @@ fn compare(row: &ExpectedRow, resource: &str, evaluated: &[Evaluated]) -> Outcom
             .mutation
             .steps
             .iter()
-            .flat_map(|s| s.results.iter().map(move |r| (r, &s.object)));
-        let validated = e.results.iter().map(|r| (r, &e.mutation.object));
-        for (r, object) in mutated.chain(validated) {
+            .flat_map(|s| s.results.iter().map(move |r| (r, &s.object, true)));
+        let validated = e.results.iter().map(|r| (r, &e.mutation.object, false));
+        for (r, object, is_mutate) in mutated.chain(validated) {
             let policy_ok =
                 *r.policy == row.policy || r.policy.rsplit('/').next() == Some(row.policy.as_str());
             let rule_ok = if row.validating_policy {
@@ -440,13 +452,16 @@ fn compare(row: &ExpectedRow, resource: &str, evaluated: &[Evaluated]) -> Outcom
                 };
                 if keep {
                     got = Some((r.status, r.message.clone(), object));
+                    from_mutate = is_mutate;
                 }
             }
         }
     }
     if got.is_none() {
         got = target_result(row, ns, name, evaluated);
+        from_mutate = got.is_some();
     }
+    outcome.mutate_rule = from_mutate;
     let (status, message, object) = got.unwrap_or((
         Status::Skip,
         "no result: the policy does not apply to the resource".into(),
@@ -579,6 +594,13 @@ fn print_table(
                     write_columns(out, &table)?;
                 }
                 for (i, r) in rows.iter().enumerate() {
+                    if r.mutate_fail_row() && r.patch_problems().is_empty() {
+                        writeln!(
+                            out,
+                            "  row {}: passed as kyverno test passes it: a mutate rule never fails, and a fail row counts as passed",
+                            i + 1
+                        )?;
+                    }
                     if let Some(why) = r.left_out() {
                         writeln!(
                             out,

@@ -140,11 +140,12 @@ fn test_fails_when_the_patched_resource_differs_and_names_the_field() {
     assert_eq!(row["patchedResource"]["equal"], false);
 }
 
-/// A `fail` row with a patched resource expects the mutation not to give
-/// it: a mismatch passes the row, a match fails it.
+/// A `fail` row of a mutate rule passes, as `kyverno test` passes it (a
+/// mutate rule never fails; a fail row whose check does not hold counts as
+/// passed): with a differing patched resource, and with a matching one.
 #[test]
-fn a_fail_row_expects_the_patched_resource_to_differ() {
-    for (patched, passes) in [(PATCHED_WRONG, true), (PATCHED_LATEST, false)] {
+fn a_fail_row_of_a_mutate_rule_passes_as_in_kyverno_test() {
+    for (patched, passes) in [(PATCHED_WRONG, true), (PATCHED_LATEST, true)] {
         let dir = tempfile::tempdir().unwrap();
         folder(
             dir.path(),
@@ -154,6 +155,15 @@ fn a_fail_row_expects_the_patched_resource_to_differ() {
         let out = leash().args(["test"]).arg(dir.path()).output().unwrap();
         assert_eq!(out.status.success(), passes, "{}", stdout(&out));
     }
+    // A validate rule's fail row stays strict: the pod passes, so it fails.
+    let dir = tempfile::tempdir().unwrap();
+    folder(
+        dir.path(),
+        PATCHED_LATEST,
+        "- {policy: defaults, rule: require-pull-always, resources: [latest], kind: Pod, result: fail}\n",
+    );
+    let out = leash().args(["test"]).arg(dir.path()).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
 }
 
 #[test]
