@@ -38,7 +38,7 @@ pub struct PolicyBindings {
 }
 
 impl Bindings {
-    fn for_rule<'a>(
+    pub(crate) fn for_rule<'a>(
         &'a self,
         policy: &str,
         rule: &str,
@@ -126,7 +126,7 @@ impl Prepared {
     }
 }
 
-fn base_vars(req: &EvalRequest, operation: Operation) -> Vars {
+pub(crate) fn base_vars(req: &EvalRequest, operation: Operation) -> Vars {
     let u = &req.user_info;
     let (api_group, api_version) = crate::kinds::split_api_version(req.api_version());
     // Empty user-info fields are left out, as Kyverno's JSON (omitempty)
@@ -218,13 +218,14 @@ impl Outcome {
     }
 }
 
+/// What evaluating one rule needs; shared by validate and mutate rules.
 pub(crate) struct RuleCtx<'a> {
     pub(crate) policy: &'a Policy,
     pub(crate) rule: &'a Rule,
     pub(crate) req: &'a EvalRequest,
     pub(crate) data: &'a dyn ClusterData,
-    delete: bool,
-    mocked: Vec<String>,
+    pub(crate) delete: bool,
+    pub(crate) mocked: Vec<String>,
 }
 
 impl Policy {
@@ -636,7 +637,12 @@ impl RuleCtx<'_> {
     }
 
     /// Evaluates `any`/`all` (or a legacy list, all of which must hold).
-    fn conditions(&self, conds: &Value, vars: &Vars, mode: Mode) -> Result<bool, String> {
+    pub(crate) fn conditions(
+        &self,
+        conds: &Value,
+        vars: &Vars,
+        mode: Mode,
+    ) -> Result<bool, String> {
         let one = |c: &Value| -> Result<bool, String> {
             let op = CondOp::parse(c["operator"].as_str().unwrap_or(""))
                 .ok_or_else(|| format!("unknown operator {}", c["operator"]))?;

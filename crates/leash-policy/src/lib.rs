@@ -11,6 +11,9 @@
 //! - [`Engine`]: compiled [`Policy`]s, [`vpol::ValidatingPolicy`]s and
 //!   [`Exception`]s; [`Engine::evaluate`] gives one [`RuleResult`] per
 //!   matching rule.
+//! - [`Engine::mutate`]: the mutate rules, in order, each on the output of
+//!   the previous one; [`Engine::apply`] mutates, then validates the
+//!   mutated resource (as Kyverno's CLI does).
 //! - [`Document::compile`]: one YAML/JSON document into a policy, with
 //!   errors naming the field.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
@@ -28,6 +31,7 @@ pub mod images;
 pub mod jmespath;
 pub mod kinds;
 mod matching;
+pub mod mutate;
 pub mod pattern;
 mod policy;
 mod quantity;
@@ -39,11 +43,12 @@ pub mod vpol;
 pub mod wildcard;
 
 pub use config::{ConfigError, KyvernoConfig};
-pub use engine::{Document, Engine, Shared, base_rule};
+pub use engine::{Applied, Document, Engine, Shared, base_rule};
 pub use error::{Error, Result};
 pub use eval::{Bindings, PolicyBindings, Prepared};
 pub use exception::Exception;
 pub use generate::{GenerateTarget, Generated, downstream_labels};
+pub use mutate::{Mutation, MutationStep, PatchedTarget};
 pub use policy::{FailureAction, Policy};
 pub use quantity::{Quantity, parse_duration};
 pub use request::{ClusterData, EvalRequest, NoClusterData, Operation, UserInfo};

@@ -4,8 +4,9 @@
 pub(crate) mod apply;
 mod cluster;
 mod cluster_apply;
-mod compare;
 mod files;
 mod load;
+mod mutated;
+mod patched;
 mod spec;
 pub(crate) mod test;

@@ -24,6 +24,9 @@ pub(crate) struct ExpectedRow {
     pub generated_resource: Option<PathBuf>,
     /// `cloneSourceResource`: the source object a clone rule copies.
     pub clone_source: Option<PathBuf>,
+    /// `patchedResources` (or the older `patchedResource`): the file with
+    /// the expected resource after mutation.
+    pub patched_resource: Option<PathBuf>,
 }
 
 /// A parsed test file.
@@ -36,6 +39,8 @@ pub(crate) struct TestFile {
     pub values: Option<PathBuf>,
     pub userinfo: Option<PathBuf>,
     pub context: Option<PathBuf>,
+    /// `targetResources`: existing resources for `mutate.targets` rules.
+    pub target_resources: Vec<PathBuf>,
     pub results: Vec<ExpectedRow>,
 }
 
@@ -88,7 +93,7 @@ impl TestFile {
         match &v["results"] {
             Value::Array(rows) => {
                 for (i, row) in rows.iter().enumerate() {
-                    results.push(parse_row(row, i, path)?);
+                    results.push(parse_row(row, i, path, dir)?);
                 }
             }
             Value::Null => {}
@@ -102,12 +107,13 @@ impl TestFile {
             values: one_path(&v["variables"], dir, "variables", path)?,
             userinfo: one_path(&v["userinfo"], dir, "userinfo", path)?,
             context: one_path(&v["context"], dir, "context", path)?,
+            target_resources: paths(&v["targetResources"], dir, "targetResources", path)?,
             results,
         })
     }
 }
 
-fn parse_row(row: &Value, i: usize, path: &Path) -> Result<ExpectedRow> {
+fn parse_row(row: &Value, i: usize, path: &Path, dir: &Path) -> Result<ExpectedRow> {
     let field = |f: &str| row[f].as_str().unwrap_or("").to_string();
     let result_text = row["result"]
         .as_str()
@@ -142,7 +148,6 @@ fn parse_row(row: &Value, i: usize, path: &Path) -> Result<ExpectedRow> {
     if policy.is_empty() {
         bail!("{}: results[{i}].policy is required", path.display());
     }
-    let dir = path.parent().unwrap_or(Path::new("."));
     let generated_resource = one_path(
         &row["generatedResource"],
         dir,
@@ -155,6 +160,13 @@ fn parse_row(row: &Value, i: usize, path: &Path) -> Result<ExpectedRow> {
         &format!("results[{i}].cloneSourceResource"),
         path,
     )?;
+    let patched_resource = match row["patchedResources"]
+        .as_str()
+        .or_else(|| row["patchedResource"].as_str())
+    {
+        Some(f) if !f.trim().is_empty() => Some(dir.join(f.trim())),
+        _ => None,
+    };
     Ok(ExpectedRow {
         policy,
         rule: field("rule"),
@@ -164,6 +176,7 @@ fn parse_row(row: &Value, i: usize, path: &Path) -> Result<ExpectedRow> {
         validating_policy,
         generated_resource,
         clone_source,
+        patched_resource,
     })
 }
 

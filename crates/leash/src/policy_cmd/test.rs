@@ -11,13 +11,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use anyhow::{Context, Result};
 use clap::ValueEnum;
 use leash_policy::{
-    EvalRequest, Operation, Prepared, RuleResult, Status, UserInfo, base_rule, wildcard,
+    EvalRequest, Mutation, Operation, Prepared, RuleResult, Status, UserInfo, base_rule, wildcard,
 };
 use serde_json::{Value, json};
 
 use super::cluster::MemoryCluster;
-use super::compare;
 use super::load;
+use super::patched::{self, PatchCheck};
 use super::spec::{self, ExpectedRow, TestFile, Values};
 use crate::cli_error::{EXIT_FAILURE, usage};
 
@@ -105,11 +105,56 @@ struct Outcome {
     expected: Status,
     got: Result<Status, String>,
     message: String,
+    /// The `patchedResources` comparison, when the row names a file.
+    patched: Option<Result<PatchCheck, String>>,
+    /// Whether the result compared came from a mutate rule.
+    mutate_rule: bool,
 }
 
 impl Outcome {
+    /// A row `kyverno test` leaves out: its patched-resource file does not
+    /// hold the resource.
+    fn left_out(&self) -> Option<&str> {
+        match &self.patched {
+            Some(Ok(PatchCheck::NotInFile(why))) => Some(why),
+            _ => None,
+        }
+    }
+
+    fn patch_ok(&self) -> bool {
+        matches!(
+            self.patched,
+            None | Some(Ok(PatchCheck::Equal)) | Some(Ok(PatchCheck::NotInFile(_)))
+        )
+    }
+
+    /// A `fail` row of a mutate rule (or with a patched resource): a
+    /// mutate rule never fails, and `kyverno test` counts a `fail` row whose
+    /// check did not hold as passed, so such a row always passes there; so
+    /// it does here (the table says why).
+    fn mutate_fail_row(&self) -> bool {
+        self.expected == Status::Fail
+            && self.got.is_ok()
+            && (self.mutate_rule || self.patched.is_some())
+    }
+
+    fn expected_mismatch(&self) -> bool {
+        self.mutate_fail_row() && matches!(self.patched, Some(Ok(PatchCheck::Differs(_))))
+    }
+
     fn ok(&self) -> bool {
-        self.got.as_ref().is_ok_and(|g| *g == self.expected)
+        self.left_out().is_some()
+            || self.mutate_fail_row()
+            || (self.patch_ok() && self.got.as_ref().is_ok_and(|g| *g == self.expected))
+    }
+
+    /// Why the patched resource check failed, one line each.
+    fn patch_problems(&self) -> Vec<String> {
+        match &self.patched {
+            Some(Ok(PatchCheck::Differs(d))) => d.clone(),
+            Some(Err(e)) => vec![e.clone()],
+            _ => Vec::new(),
+        }
     }
 }
 
@@ -253,7 +298,12 @@ fn run_one(path: &Path, selector: &Selector) -> TestRun {
 }
 
 struct Evaluated {
+    /// The resource as the test gives it.
     object: Arc<Value>,
+    /// What the mutate rules did to it.
+    mutation: Mutation,
+    /// The validate results, on the mutated resource (and the generate
+    /// rules' results).
     results: Vec<RuleResult>,
     /// What each generate rule would create: (policy, rule, downstreams).
     generated: Vec<(Arc<str>, String, Vec<Value>)>,
@@ -271,23 +321,29 @@ fn evaluate_test(test: &TestFile, selector: &Selector) -> Result<Vec<Outcome>> {
         Some(p) => spec::read_userinfo(p)?,
         None => UserInfo::default(),
     };
-    let mut cluster_objects = match &test.context {
+    let mut objects = match &test.context {
         Some(p) => spec::read_context(p)?,
         None => Vec::new(),
     };
+    // The existing resources `mutate.targets` rules look up.
+    let mut targets = load::load_resources(&test.target_resources)?;
+    for t in &mut targets {
+        load::default_namespace(t);
+    }
+    objects.extend(targets);
     // The sources that clone rules copy are cluster data too.
-    let mut clone_sources: Vec<&PathBuf> = test
+    let mut clone_sources: Vec<PathBuf> = test
         .results
         .iter()
-        .filter_map(|r| r.clone_source.as_ref())
+        .filter_map(|r| r.clone_source.clone())
         .collect();
+    clone_sources.sort();
     clone_sources.dedup();
-    for mut object in load::load_resources(&clone_sources.into_iter().cloned().collect::<Vec<_>>())?
-    {
+    for mut object in load::load_resources(&clone_sources)? {
         load::default_namespace(&mut object);
-        cluster_objects.push(object);
+        objects.push(object);
     }
-    let cluster = MemoryCluster::new(cluster_objects);
+    let cluster = MemoryCluster::new(objects);
     let mut resources = load::load_resources(&test.resources)?;
     for r in &mut resources {
         load::default_namespace(r);
@@ -308,21 +364,17 @@ fn evaluate_test(test: &TestFile, selector: &Selector) -> Result<Vec<Outcome>> {
                 namespace_labels: values.namespace_labels.get(&ns).cloned(),
                 namespace_object: values.namespaces.get(&ns).cloned().map(Arc::new),
             };
-            let prepared = Prepared::new(req);
-            let mut results =
-                loaded
-                    .engine
-                    .evaluate_prepared(&prepared, &cluster, &values.bindings);
+            let trigger = Prepared::new(req.clone());
+            let applied = loaded.engine.apply(req, &cluster, &values.bindings);
+            let mut results = applied.results;
             let mut generated = Vec::new();
-            for (policy, g) in loaded
-                .engine
-                .generate(&prepared, &cluster, &values.bindings)
-            {
+            for (policy, g) in loaded.engine.generate(&trigger, &cluster, &values.bindings) {
                 generated.push((policy.key().clone(), g.result.rule.clone(), g.downstreams));
                 results.push(g.result);
             }
             Evaluated {
                 object,
+                mutation: applied.mutation,
                 results,
                 generated,
             }
@@ -372,23 +424,36 @@ fn compare(row: &ExpectedRow, resource: &str, evaluated: &[Evaluated]) -> Outcom
             "resource {resource} not found in the test's resources"
         )),
         message: String::new(),
+        patched: None,
+        mutate_rule: false,
     };
     if candidates.is_empty() {
-        return outcome;
-    }
-    let mut got: Option<(Status, String)> = None;
-    let mut downstreams: Vec<&Value> = Vec::new();
-    for e in &candidates {
-        for (policy, rule, objects) in &e.generated {
-            let policy_ok =
-                **policy == row.policy || policy.rsplit('/').next() == Some(row.policy.as_str());
-            if policy_ok && (row.rule.is_empty() || *rule == row.rule) {
-                downstreams.extend(objects);
+        // Not an admitted resource: maybe an existing one a
+        // `mutate.targets` rule patched.
+        if let Some((status, message, object)) = target_result(row, ns, name, evaluated) {
+            outcome.got = Ok(status);
+            outcome.message = message;
+            outcome.mutate_rule = true;
+            if let Some(file) = &row.patched_resource {
+                outcome.patched = Some(patched::check(object, file).map_err(|e| format!("{e:#}")));
             }
         }
+        return outcome;
     }
-    for e in candidates {
-        for r in &e.results {
+    // The matching results, each with the resource it saw: a mutate rule
+    // the resource after its policy, a validate rule the mutated resource.
+    let mut got: Option<(Status, String, &Arc<Value>)> = None;
+    let mut from_mutate = false;
+    let mut last_object = &candidates[0].mutation.object;
+    for e in &candidates {
+        last_object = &e.mutation.object;
+        let mutated = e
+            .mutation
+            .steps
+            .iter()
+            .flat_map(|s| s.results.iter().map(move |r| (r, &s.object, true)));
+        let validated = e.results.iter().map(|r| (r, &e.mutation.object, false));
+        for (r, object, is_mutate) in mutated.chain(validated) {
             let policy_ok =
                 *r.policy == row.policy || r.policy.rsplit('/').next() == Some(row.policy.as_str());
             let rule_ok = if row.validating_policy {
@@ -406,33 +471,53 @@ fn compare(row: &ExpectedRow, resource: &str, evaluated: &[Evaluated]) -> Outcom
                 // differs from the expectation.
                 let keep = match &got {
                     None => true,
-                    Some((s, _)) => *s == row.result && r.status != row.result,
+                    Some((s, _, _)) => *s == row.result && r.status != row.result,
                 };
                 if keep {
-                    got = Some((r.status, r.message.clone()));
+                    got = Some((r.status, r.message.clone(), object));
+                    from_mutate = is_mutate;
                 }
             }
         }
     }
-    let (status, message) = got.unwrap_or((
+    if got.is_none() {
+        got = target_result(row, ns, name, evaluated);
+        from_mutate = got.is_some();
+    }
+    outcome.mutate_rule = from_mutate;
+    let (status, message, object) = got.unwrap_or((
         Status::Skip,
         "no result: the policy does not apply to the resource".into(),
+        last_object,
     ));
     outcome.got = Ok(status);
     outcome.message = message;
-    if let (Some(file), Ok(status)) = (&row.generated_resource, &outcome.got)
-        && *status == row.result
+    if let Some(file) = &row.patched_resource {
+        outcome.patched = Some(patched::check(object, file).map_err(|e| format!("{e:#}")));
+    }
+    if let Some(file) = &row.generated_resource
+        && status == Status::Pass
         && row.result == Status::Pass
     {
-        match generated_matches(&downstreams, file) {
-            Ok(()) => {}
-            Err(why) => outcome.got = Err(why),
+        let downstreams: Vec<&Value> = candidates
+            .iter()
+            .flat_map(|e| &e.generated)
+            .filter(|(policy, rule, _)| {
+                let policy_ok = **policy == row.policy
+                    || policy.rsplit('/').next() == Some(row.policy.as_str());
+                policy_ok && (row.rule.is_empty() || *rule == row.rule)
+            })
+            .flat_map(|(_, _, objects)| objects)
+            .collect();
+        if let Err(why) = generated_matches(&downstreams, file) {
+            outcome.got = Err(why);
         }
     }
     outcome
 }
 
-/// Whether one of a rule's downstreams is the expected generated resource.
+/// Whether one of a rule's downstreams is the expected generated resource
+/// (compared as a patched resource is).
 fn generated_matches(downstreams: &[&Value], file: &Path) -> Result<(), String> {
     if downstreams.is_empty() {
         return Err(format!(
@@ -442,13 +527,65 @@ fn generated_matches(downstreams: &[&Value], file: &Path) -> Result<(), String> 
     }
     let mut why = Vec::new();
     for d in downstreams {
-        match compare::against_file(d, file) {
-            Ok(None) => return Ok(()),
-            Ok(Some(w)) => why.push(w),
+        let id = format!(
+            "{} {}/{}",
+            d["kind"].as_str().unwrap_or(""),
+            d["metadata"]["namespace"].as_str().unwrap_or(""),
+            d["metadata"]["name"].as_str().unwrap_or("")
+        );
+        match patched::check(d, file) {
+            Ok(PatchCheck::Equal) => return Ok(()),
+            Ok(PatchCheck::Differs(d)) => why.push(format!(
+                "generated {id} differs from {}: {}",
+                file.display(),
+                d.join("; ")
+            )),
+            Ok(PatchCheck::NotInFile(w)) => why.push(w),
             Err(e) => return Err(format!("{e:#}")),
         }
     }
     Err(why.join("; "))
+}
+
+/// The result of a `mutate.targets` rule on an existing resource the row
+/// names (`kyverno test` looks rows up among the targets too), with the
+/// patched target.
+fn target_result<'e>(
+    row: &ExpectedRow,
+    ns: Option<&str>,
+    name: &str,
+    evaluated: &'e [Evaluated],
+) -> Option<(Status, String, &'e Arc<Value>)> {
+    let mut got: Option<(Status, String, &Arc<Value>)> = None;
+    for e in evaluated {
+        for step in &e.mutation.steps {
+            let policy_ok = *step.policy == row.policy
+                || step.policy.rsplit('/').next() == Some(row.policy.as_str());
+            if !policy_ok {
+                continue;
+            }
+            for t in &step.targets {
+                let meta = &t.object["metadata"];
+                let named = meta["name"].as_str() == Some(name)
+                    && ns.is_none_or(|ns| meta["namespace"].as_str().unwrap_or("") == ns)
+                    && (row.kind.is_empty()
+                        || t.object["kind"].as_str() == Some(row.kind.as_str()));
+                let rule_ok =
+                    row.rule.is_empty() || t.rule == row.rule || base_rule(&t.rule) == row.rule;
+                if !named || !rule_ok {
+                    continue;
+                }
+                let keep = match &got {
+                    None => true,
+                    Some((s, _, _)) => *s == row.result && t.status != row.result,
+                };
+                if keep {
+                    got = Some((t.status, t.message.clone(), &t.object));
+                }
+            }
+        }
+    }
+    got
 }
 
 fn print_table(
@@ -496,9 +633,10 @@ fn print_table(
                     if fail_only && r.ok() {
                         continue;
                     }
-                    let got = match &r.got {
-                        Ok(s) => s.to_string(),
-                        Err(e) => format!("- ({e})"),
+                    let got = match (&r.got, r.patch_ok()) {
+                        (Ok(s), true) => s.to_string(),
+                        (Ok(s), false) => format!("{s} (patched resource differs)"),
+                        (Err(e), _) => format!("- ({e})"),
                     };
                     let mut line = vec![
                         (i + 1).to_string(),
@@ -511,7 +649,13 @@ fn print_table(
                         r.resource.clone(),
                         r.expected.to_string(),
                         got,
-                        if r.ok() { "PASS".into() } else { "FAIL".into() },
+                        if r.left_out().is_some() {
+                            "SKIPPED".into()
+                        } else if r.ok() {
+                            "PASS".into()
+                        } else {
+                            "FAIL".into()
+                        },
                     ];
                     if detailed {
                         line.push(r.message.replace('\n', " "));
@@ -520,6 +664,38 @@ fn print_table(
                 }
                 if table.len() > 1 {
                     write_columns(out, &table)?;
+                }
+                for (i, r) in rows.iter().enumerate() {
+                    if r.mutate_fail_row() && r.patch_problems().is_empty() {
+                        writeln!(
+                            out,
+                            "  row {}: passed as kyverno test passes it: a mutate rule never fails, and a fail row counts as passed",
+                            i + 1
+                        )?;
+                    }
+                    if let Some(why) = r.left_out() {
+                        writeln!(
+                            out,
+                            "  row {}: left out, as kyverno test leaves it out: {why}",
+                            i + 1
+                        )?;
+                    }
+                    let problems = r.patch_problems();
+                    if problems.is_empty() {
+                        continue;
+                    }
+                    let how = if r.expected_mismatch() {
+                        "differs from the patched resource, as a fail row expects"
+                    } else {
+                        "differs from the patched resource"
+                    };
+                    writeln!(out, "  row {}: the mutated resource {how}:", i + 1)?;
+                    for p in problems.iter().take(20) {
+                        writeln!(out, "    {p}")?;
+                    }
+                    if problems.len() > 20 {
+                        writeln!(out, "    ... and {} more", problems.len() - 20)?;
+                    }
                 }
             }
         }
@@ -576,6 +752,12 @@ fn print_json(out: &mut impl Write, runs: &[TestRun], fail_only: bool) -> Result
                                 "got": r.got.as_ref().map(|s| s.as_str()).ok(),
                                 "error": r.got.as_ref().err(),
                                 "message": r.message, "passed": r.ok(),
+                                "patchedResource": r.patched.as_ref().map(|p| match p {
+                                    Ok(PatchCheck::Equal) => json!({"equal": true}),
+                                    Ok(PatchCheck::Differs(d)) => json!({"equal": false, "differences": d}),
+                                    Ok(PatchCheck::NotInFile(why)) => json!({"leftOut": why}),
+                                    Err(e) => json!({"error": e}),
+                                }),
                             })
                         })
                         .collect();

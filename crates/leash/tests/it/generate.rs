@@ -97,7 +97,7 @@ fn a_generated_resource_that_differs_fails_and_names_the_field() {
     let text = stdout(&out);
     assert!(text.contains("0 passed, 2 failed"), "{text}");
     assert!(
-        text.contains("/spec/hard/pods: got \"20\", expected \"30\""),
+        text.contains("/spec/hard/pods: expected \"30\", got \"20\""),
         "{text}"
     );
     assert!(text.contains("has no Secret team-a/regcred"), "{text}");

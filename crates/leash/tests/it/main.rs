@@ -6,6 +6,7 @@ mod context;
 mod deploy;
 mod generate;
 mod load;
+mod mutate;
 mod policy;
 mod sandbox;
 mod serve;

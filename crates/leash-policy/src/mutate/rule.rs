@@ -1,0 +1,537 @@
+//! Evaluating a policy's mutate rules on one resource: each matching rule
+//! patches the output of the previous one.
+
+use std::sync::Arc;
+
+use jmespath::Rcvar;
+use serde_json::{Value, json};
+
+use super::PatchedTarget;
+use super::anchors;
+use super::at_refs;
+use super::json_patch;
+use super::merge;
+use super::schema;
+use super::spec::{ForeachPatch, MutateForeach, MutateSpec, Order, TargetSpec};
+use crate::eval::{Bindings, Lazy, Prepared, RuleCtx, base_vars};
+use crate::exception::Exception;
+use crate::matching::{LabelSelector, Target};
+use crate::policy::Policy;
+use crate::request::{ClusterData, EvalRequest, Operation};
+use crate::result::{RuleResult, Source, Status};
+use crate::vars::{self, Mode, Vars, to_var};
+
+/// What one patch (or one rule) did.
+pub(crate) struct Patched {
+    pub status: Status,
+    pub message: String,
+    /// The resource after the patch (the input when nothing changed).
+    pub object: Value,
+}
+
+impl Patched {
+    fn error(message: impl Into<String>, object: &Value) -> Patched {
+        Patched {
+            status: Status::Error,
+            message: message.into(),
+            object: object.clone(),
+        }
+    }
+
+    fn skip(message: impl Into<String>, object: &Value) -> Patched {
+        Patched {
+            status: Status::Skip,
+            message: message.into(),
+            object: object.clone(),
+        }
+    }
+}
+
+/// Kyverno's message for a rule that patched the resource.
+fn mutated_message(object: &Value) -> String {
+    let kind = object["kind"].as_str().unwrap_or("");
+    let name = object["metadata"]["name"].as_str().unwrap_or("");
+    match object["metadata"]["namespace"].as_str() {
+        Some(ns) if !ns.is_empty() => format!("mutated {kind}/{name} in namespace {ns}"),
+        _ => format!("mutated {kind}/{name}"),
+    }
+}
+
+impl Policy {
+    /// Applies every matching mutate rule, in order, each to the output of
+    /// the previous one. Returns the mutated object, one result per
+    /// matching rule (per target found, for a `mutate.targets` rule) and
+    /// the targets those rules patched. `req` is the admission request
+    /// around `object` (its `object` is replaced by `object`).
+    pub(crate) fn mutate(
+        &self,
+        object: Arc<Value>,
+        req: &EvalRequest,
+        data: &dyn ClusterData,
+        bindings: &Bindings,
+        exceptions: &[Arc<Exception>],
+    ) -> (Arc<Value>, Vec<RuleResult>, Vec<PatchedTarget>) {
+        let mut current = object;
+        let mut out = Vec::new();
+        let mut targets = Vec::new();
+        for rule in &self.rules {
+            let Some(spec) = &rule.mutate else {
+                continue;
+            };
+            let cur_req = EvalRequest {
+                object: current.clone(),
+                ..req.clone()
+            };
+            if let Some(ns) = &self.namespace
+                && cur_req.namespace() != ns
+            {
+                return (current, out, targets);
+            }
+            let bound = bindings.for_rule(&self.name, &rule.base_name, cur_req.name());
+            let operation = bound
+                .iter()
+                .rev()
+                .find(|(k, _)| k == "request.operation")
+                .and_then(|(_, v)| v.as_str())
+                .and_then(Operation::parse)
+                .unwrap_or(cur_req.operation);
+            let target = Target::of(
+                &cur_req.object,
+                cur_req.namespace_labels.as_ref(),
+                operation,
+                &cur_req.user_info,
+            );
+            if !rule.match_.matches(&target) || rule.exclude.excludes(&target) {
+                continue;
+            }
+            let result = |status: Status, message: String| RuleResult {
+                policy: self.key.clone(),
+                rule: rule.name.clone(),
+                status,
+                message,
+                source: Source::Kyverno,
+            };
+            if !exceptions.is_empty() {
+                let prepared = Prepared::new(cur_req.clone());
+                if let Some(e) = exceptions
+                    .iter()
+                    .find(|e| e.applies(&self.key, &rule.name, &rule.base_name, &prepared, None))
+                {
+                    out.push(result(
+                        Status::Skip,
+                        format!("rule skipped due to policy exception {}", e.key()),
+                    ));
+                    continue;
+                }
+            }
+            let mut vars = base_vars(&cur_req, operation);
+            for (k, v) in &bound {
+                vars.set_dotted(k, to_var(v));
+            }
+            let ctx = RuleCtx {
+                policy: self,
+                rule,
+                req: &cur_req,
+                data,
+                delete: operation == Operation::Delete,
+                mocked: bound.iter().map(|(k, _)| k.clone()).collect(),
+            };
+            if let MutateSpec::Existing {
+                targets: specs,
+                patch,
+            } = spec
+            {
+                // The admitted resource stays as it is; each target found
+                // gives a result of its own.
+                for t in ctx.mutate_targets(specs, patch, vars, &current) {
+                    if let Some(object) = t.target {
+                        targets.push(PatchedTarget {
+                            rule: rule.name.clone(),
+                            status: t.patched.status,
+                            message: t.patched.message.clone(),
+                            object: Arc::new(object),
+                        });
+                    }
+                    out.push(result(t.patched.status, t.patched.message));
+                }
+                continue;
+            }
+            let patched = ctx.mutate_rule(spec, vars, &current);
+            if patched.status == Status::Pass {
+                current = Arc::new(patched.object);
+            }
+            out.push(result(patched.status, patched.message));
+        }
+        (current, out, targets)
+    }
+}
+
+/// What a `mutate.targets` rule did to one target (or, without a target,
+/// why it did not run).
+struct TargetOutcome {
+    patched: Patched,
+    /// The target (patched when `pass`); `None` when the rule stopped
+    /// before looking targets up.
+    target: Option<Value>,
+}
+
+impl RuleCtx<'_> {
+    /// The rule's context and preconditions: `Err` is the result when the
+    /// rule does not go on.
+    fn rule_vars(&self, vars: Vars, object: &Value) -> Result<Vars, Patched> {
+        let rule = self.rule;
+        let vars = match self.load_context(&rule.context, &vars) {
+            Ok(v) => v,
+            Err(e) => {
+                return Err(Patched::error(
+                    format!("failed to load context: {e}"),
+                    object,
+                ));
+            }
+        };
+        let lazy = Lazy::ready(vars);
+        match self.preconditions(rule.preconditions.as_ref(), &lazy) {
+            Ok(true) => {}
+            Ok(false) => return Err(Patched::skip("preconditions not met", object)),
+            Err(e) => {
+                return Err(Patched::error(
+                    format!("failed to evaluate preconditions: {e}"),
+                    object,
+                ));
+            }
+        }
+        if let Some(cel) = &rule.cel_preconditions {
+            let (status, message) = cel.evaluate(self.req, self.data);
+            if status != Status::Pass {
+                return Err(Patched::skip(
+                    format!("cel preconditions not met: {message}"),
+                    object,
+                ));
+            }
+        }
+        Ok(lazy.get().clone())
+    }
+
+    fn mutate_rule(&self, spec: &MutateSpec, vars: Vars, object: &Value) -> Patched {
+        let vars = match self.rule_vars(vars, object) {
+            Ok(v) => v,
+            Err(p) => return p,
+        };
+        self.apply_patch(spec, &vars, object)
+    }
+
+    /// Applies a rule's patch to `object`.
+    fn apply_patch(&self, spec: &MutateSpec, vars: &Vars, object: &Value) -> Patched {
+        let mut patched = match spec {
+            MutateSpec::StrategicMerge(p) => self.strategic_merge(p, vars, object),
+            MutateSpec::Json6902(text) => self.json6902(text, vars, object),
+            MutateSpec::Foreach(decls) => self.mutate_foreach(decls, vars, object, 0),
+            MutateSpec::Existing { .. } => {
+                return Patched::error("mutate.targets cannot be nested", object);
+            }
+        };
+        if patched.status == Status::Pass {
+            patched.message = mutated_message(&patched.object);
+        }
+        patched
+    }
+
+    /// `mutate.targets`: the patch applied to each existing resource the
+    /// targets name (Kyverno's mutate-existing handler), with `target`
+    /// bound to it; the trigger is `request.object`.
+    fn mutate_targets(
+        &self,
+        specs: &[TargetSpec],
+        patch: &MutateSpec,
+        vars: Vars,
+        trigger: &Value,
+    ) -> Vec<TargetOutcome> {
+        let vars = match self.rule_vars(vars, trigger) {
+            Ok(v) => v,
+            Err(p) => {
+                return vec![TargetOutcome {
+                    patched: p,
+                    target: None,
+                }];
+            }
+        };
+        let mut out = Vec::new();
+        for spec in specs {
+            let found = match self.find_targets(spec, &vars) {
+                Ok(f) => f,
+                Err(e) => {
+                    out.push(TargetOutcome {
+                        patched: Patched::error(format!("failed to load targets: {e}"), trigger),
+                        target: None,
+                    });
+                    continue;
+                }
+            };
+            for target in found {
+                let tvars = vars.with("target", to_var(&target));
+                let tvars = match self.load_context(&spec.context, &tvars) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        out.push(TargetOutcome {
+                            patched: Patched::error(
+                                format!("failed to load context: {e}"),
+                                &target,
+                            ),
+                            target: Some(target),
+                        });
+                        continue;
+                    }
+                };
+                let lazy = Lazy::ready(tvars);
+                let patched = match self.preconditions(spec.preconditions.as_ref(), &lazy) {
+                    Ok(true) => self.apply_patch(patch, lazy.get(), &target),
+                    Ok(false) => Patched::skip("preconditions not met", &target),
+                    Err(e) => {
+                        Patched::error(format!("failed to evaluate preconditions: {e}"), &target)
+                    }
+                };
+                let object = patched.object.clone();
+                out.push(TargetOutcome {
+                    patched,
+                    target: Some(object),
+                });
+            }
+        }
+        out
+    }
+
+    /// The existing resources one target entry names, from the cluster
+    /// data: its strings substituted, name and namespace matched with
+    /// wildcards, the selector applied. A namespaced `Policy` reads its own
+    /// namespace only.
+    fn find_targets(&self, spec: &TargetSpec, vars: &Vars) -> Result<Vec<Value>, String> {
+        let api_version = self.sub_str(&spec.api_version, vars)?;
+        let kind = self.sub_str(&spec.kind, vars)?;
+        let name = self.sub_str(&spec.name, vars)?;
+        let mut namespace = self.sub_str(&spec.namespace, vars)?;
+        if let Some(ns) = &self.policy.namespace {
+            namespace = ns.clone();
+        }
+        let selector = match &spec.selector {
+            None => None,
+            Some(s) => {
+                let s = self.substitute(s, vars)?;
+                let err = |field: String, message: String| {
+                    crate::Error::invalid("ClusterPolicy", "", field, message)
+                };
+                Some(LabelSelector::parse(&s, "selector", &err).map_err(|e| e.to_string())?)
+            }
+        };
+        let listed_ns = if crate::wildcard::has_wildcard(&namespace) {
+            ""
+        } else {
+            namespace.as_str()
+        };
+        let objects = self.data.list(&api_version, &kind, listed_ns);
+        Ok(objects
+            .iter()
+            .filter(|o| {
+                let meta = &o["metadata"];
+                let oname = meta["name"].as_str().unwrap_or("");
+                let ons = meta["namespace"].as_str().unwrap_or("");
+                (name.is_empty() || crate::wildcard::matches(&name, oname))
+                    && (namespace.is_empty() || crate::wildcard::matches(&namespace, ons))
+                    && selector
+                        .as_ref()
+                        .is_none_or(|s| s.matches_json(meta["labels"].as_object()))
+            })
+            .map(|o| (**o).clone())
+            .collect())
+    }
+
+    /// The outcome of one patch: pass when it changed the object.
+    fn outcome(&self, result: Result<Value, String>, object: &Value) -> Patched {
+        match result {
+            Err(e) => Patched::error(format!("failed to patch resource: {e}"), object),
+            Ok(v) if v == *object => Patched::skip("no patches applied", object),
+            Ok(v) => Patched {
+                status: Status::Pass,
+                message: "resource patched".into(),
+                object: v,
+            },
+        }
+    }
+
+    fn substitute(&self, doc: &Value, vars: &Vars) -> Result<Value, String> {
+        if !vars::has_vars(doc) {
+            return Ok(doc.clone());
+        }
+        if at_refs::any(doc) {
+            // `{{@}}` reads the target of a mutate-existing rule, else the
+            // admitted resource.
+            let root = if vars.has("target") {
+                "target"
+            } else {
+                "request.object"
+            };
+            let doc = at_refs::resolve(doc, root);
+            return vars::substitute(&doc, vars, &self.policy.cache, Mode::Strict, self.delete);
+        }
+        vars::substitute(doc, vars, &self.policy.cache, Mode::Strict, self.delete)
+    }
+
+    fn strategic_merge(&self, patch: &Value, vars: &Vars, object: &Value) -> Patched {
+        let mut overlay = match self.substitute(patch, vars) {
+            Ok(p) => p,
+            Err(e) => return Patched::error(format!("variable substitution failed: {e}"), object),
+        };
+        if anchors::preprocess(&mut overlay, object).is_err() {
+            // A condition that does not hold: the patch applies nothing.
+            return Patched::skip("no patches applied", object);
+        }
+        let schema = schema::for_resource(
+            object["apiVersion"].as_str().unwrap_or(""),
+            object["kind"].as_str().unwrap_or(""),
+        );
+        self.outcome(merge::merge(object, &overlay, schema), object)
+    }
+
+    fn json6902(&self, text: &str, vars: &Vars, object: &Value) -> Patched {
+        let text = match self.substitute(&Value::String(text.to_string()), vars) {
+            Ok(Value::String(s)) => s,
+            Ok(other) => vars::go_format(&other),
+            Err(e) => return Patched::error(format!("variable substitution failed: {e}"), object),
+        };
+        let doc: Value = match serde_saphyr::from_str(&text) {
+            Ok(d) => d,
+            Err(e) => {
+                return Patched::error(
+                    format!("failed to patch resource: patchesJson6902 is not valid YAML: {e}"),
+                    object,
+                );
+            }
+        };
+        let result = json_patch::parse(&doc).and_then(|ops| json_patch::apply(object, &ops));
+        self.outcome(result, object)
+    }
+
+    fn mutate_foreach(
+        &self,
+        decls: &[MutateForeach],
+        vars: &Vars,
+        object: &Value,
+        nesting: usize,
+    ) -> Patched {
+        let mut resource = object.clone();
+        let mut vars = vars.clone();
+        let mut applied = 0;
+        for decl in decls {
+            let list = match self
+                .policy
+                .cache
+                .get(&decl.list)
+                .and_then(|e| vars.eval(&e))
+            {
+                Ok(v) => v,
+                Err(e) => {
+                    return Patched::error(
+                        format!("failed to evaluate list {}: {e}", decl.list),
+                        object,
+                    );
+                }
+            };
+            let elements = match list {
+                Value::Array(items) => items,
+                Value::Null => Vec::new(),
+                other => vec![other],
+            };
+            let r = self.mutate_elements(decl, &elements, &vars, &resource, nesting);
+            match r.status {
+                Status::Error | Status::Fail => return r,
+                Status::Skip => {}
+                _ => {
+                    applied += 1;
+                    resource = r.object;
+                    // Later declarations see the patched resource.
+                    vars.set_dotted("request.object", to_var(&resource));
+                }
+            }
+        }
+        let message = format!("{applied} elements processed");
+        if applied == 0 {
+            return Patched::skip(message, &resource);
+        }
+        Patched {
+            status: Status::Pass,
+            message,
+            object: resource,
+        }
+    }
+
+    fn mutate_elements(
+        &self,
+        decl: &MutateForeach,
+        elements: &[Value],
+        vars: &Vars,
+        object: &Value,
+        nesting: usize,
+    ) -> Patched {
+        let descending = match decl.order {
+            Some(o) => o == Order::Descending,
+            // Kyverno walks a strategic merge foreach backwards by default.
+            None => matches!(decl.patch, ForeachPatch::StrategicMerge(_)),
+        };
+        let mut order: Vec<usize> = (0..elements.len()).collect();
+        if descending {
+            order.reverse();
+        }
+        let mut patched = object.clone();
+        for index in order {
+            let element = &elements[index];
+            if element.is_null() {
+                continue;
+            }
+            let el: Rcvar = to_var(element);
+            let idx = to_var(&json!(index));
+            let v = vars
+                .with("element", el.clone())
+                .with("elementIndex", idx.clone())
+                .with(&format!("element{nesting}"), el)
+                .with(&format!("elementIndex{nesting}"), idx);
+            let v = match self.load_context(&decl.context, &v) {
+                Ok(v) => v,
+                Err(e) => {
+                    return Patched::error(
+                        format!("failed to load to mutate.foreach[{index}].context: {e}"),
+                        object,
+                    );
+                }
+            };
+            let lazy = Lazy::ready(v);
+            match self.preconditions(decl.preconditions.as_ref(), &lazy) {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(e) => {
+                    return Patched::error(
+                        format!("failed to evaluate mutate.foreach[{index}].preconditions: {e}"),
+                        object,
+                    );
+                }
+            }
+            let v = lazy.get();
+            let r = match &decl.patch {
+                ForeachPatch::Nested(inner) => self.mutate_foreach(inner, v, &patched, nesting + 1),
+                ForeachPatch::StrategicMerge(p) => self.strategic_merge(p, v, &patched),
+                ForeachPatch::Json6902(text) => self.json6902(text, v, &patched),
+            };
+            match r.status {
+                Status::Error | Status::Fail => return r,
+                Status::Pass => patched = r.object,
+                _ => {}
+            }
+        }
+        if patched == *object {
+            return Patched::skip("no patches applied", object);
+        }
+        Patched {
+            status: Status::Pass,
+            message: String::new(),
+            object: patched,
+        }
+    }
+}
