@@ -11,6 +11,8 @@
 //! - [`Engine`]: compiled [`Policy`]s, [`vpol::ValidatingPolicy`]s and
 //!   [`Exception`]s; [`Engine::evaluate`] gives one [`RuleResult`] per
 //!   matching rule.
+//! - [`mpol::MutatingPolicy`]: a compiled MutatingPolicy;
+//!   [`mpol::MutatingPolicy::mutate`] gives its result and the mutated object.
 //! - [`Document::compile`]: one YAML/JSON document into a policy, with
 //!   errors naming the field.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
@@ -27,6 +29,7 @@ pub mod images;
 pub mod jmespath;
 pub mod kinds;
 mod matching;
+pub mod mpol;
 pub mod pattern;
 mod policy;
 mod quantity;
