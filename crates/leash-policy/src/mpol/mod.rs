@@ -407,4 +407,6 @@ fn compile_body(spec: &Json, kind: &str, name: &str) -> Result<Body> {
 }
 
 #[cfg(test)]
+mod corpus_tests;
+#[cfg(test)]
 mod tests;
