@@ -99,6 +99,11 @@ impl Expr {
         &self.source
     }
 
+    /// The parsed expression.
+    pub(crate) fn ast(&self) -> &IdedExpr {
+        &self.ast
+    }
+
     /// Evaluates in `act`; the error is the evaluation error's text.
     pub(crate) fn eval(&self, act: &Activation<'_>) -> Result<Value, String> {
         let ctx = act.context();

@@ -174,15 +174,30 @@ fn take(next: &mut u64) -> u64 {
 }
 
 fn max_id(e: &IdedExpr) -> u64 {
-    let mut children: Vec<&IdedExpr> = Vec::new();
-    let mut entry_ids: Vec<u64> = Vec::new();
+    let entry_ids = match &e.expr {
+        Expr::Map(MapExpr { entries })
+        | Expr::Struct(cel::common::ast::StructExpr { entries, .. }) => {
+            entries.iter().map(|entry| entry.id).collect()
+        }
+        _ => Vec::new(),
+    };
+    children(e)
+        .into_iter()
+        .map(max_id)
+        .chain(entry_ids)
+        .fold(e.id, u64::max)
+}
+
+/// The direct subexpressions of `e`.
+pub(super) fn children(e: &IdedExpr) -> Vec<&IdedExpr> {
+    let mut out: Vec<&IdedExpr> = Vec::new();
     match &e.expr {
         Expr::Call(c) => {
-            children.extend(c.target.as_deref());
-            children.extend(&c.args);
+            out.extend(c.target.as_deref());
+            out.extend(&c.args);
         }
         Expr::Comprehension(c) => {
-            children.extend([
+            out.extend([
                 &c.iter_range,
                 &c.accu_init,
                 &c.loop_cond,
@@ -190,23 +205,18 @@ fn max_id(e: &IdedExpr) -> u64 {
                 &c.result,
             ]);
         }
-        Expr::List(l) => children.extend(&l.elements),
-        Expr::Map(MapExpr { entries: list })
-        | Expr::Struct(cel::common::ast::StructExpr { entries: list, .. }) => {
-            entry_ids = list.iter().map(|entry| entry.id).collect();
-            for entry in list {
+        Expr::List(l) => out.extend(&l.elements),
+        Expr::Map(MapExpr { entries })
+        | Expr::Struct(cel::common::ast::StructExpr { entries, .. }) => {
+            for entry in entries {
                 match &entry.expr {
-                    EntryExpr::MapEntry(me) => children.extend([&me.key, &me.value]),
-                    EntryExpr::StructField(f) => children.push(&f.value),
+                    EntryExpr::MapEntry(me) => out.extend([&me.key, &me.value]),
+                    EntryExpr::StructField(f) => out.push(&f.value),
                 }
             }
         }
-        Expr::Select(s) => children.push(&s.operand),
+        Expr::Select(s) => out.push(&s.operand),
         Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => {}
     }
-    children
-        .into_iter()
-        .map(max_id)
-        .chain(entry_ids)
-        .fold(e.id, u64::max)
+    out
 }

@@ -21,11 +21,9 @@
 //! 4. Otherwise the result is Pass, whether or not the object changed (as
 //!    Kyverno reports it).
 //!
-//! Variables are evaluated once, on the object before the first mutation.
-//! Kubernetes' variables are lazy (each is evaluated when first read, then
-//! cached), so a variable first read by a later mutation would see the
-//! object the earlier mutations produced; policies that need that are not
-//! evaluated the same way here.
+//! Variables are evaluated as Kubernetes' lazy variables are: once, when an
+//! expression first reads them, so a variable first read by a later
+//! mutation sees the object the earlier mutations produced ([`lazy`]).
 //!
 //! `failurePolicy` and `reinvocationPolicy` are admission settings: the
 //! result says Error, and the admission component decides what an error
@@ -33,10 +31,12 @@
 
 mod autogen;
 mod jsonpatch;
+mod lazy;
 mod literal;
 mod merge;
 mod schema;
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use serde_json::Value as Json;
@@ -86,7 +86,9 @@ enum Mutation {
 struct Body {
     matching: MatchResources,
     conditions: Vec<(String, Expr)>,
-    variables: Vec<Variable>,
+    /// The variables to evaluate before the match conditions (stage 0) and
+    /// before each mutation (stage `i + 1`), see [`lazy`].
+    stages: Vec<Vec<Variable>>,
     mutations: Vec<Mutation>,
     /// Why an autogen variant does not compile (Kyverno derives it by
     /// rewriting the policy's text, which can produce an expression that
@@ -176,7 +178,7 @@ impl MutatingPolicy {
                 compile_body(s, &kind, &name).unwrap_or_else(|e| Body {
                     matching: MatchResources::parse(&s["matchConstraints"]),
                     conditions: Vec::new(),
-                    variables: Vec::new(),
+                    stages: Vec::new(),
                     mutations: Vec::new(),
                     broken: Some(format!("autogen: {e}")),
                 })
@@ -290,7 +292,8 @@ fn run(body: &Body, req: &EvalRequest, data: &dyn ClusterData) -> Result<Option<
         return Err(e.clone());
     }
     let mut act = Activation::new(req, data);
-    act.bind_variables(&body.variables);
+    let stage = |i: usize| body.stages.get(i).map_or(&[][..], Vec::as_slice);
+    act.bind_variables(stage(0));
     let mut errors = Vec::new();
     for (name, cond) in &body.conditions {
         match cond.eval_bool(&act) {
@@ -304,6 +307,7 @@ fn run(body: &Body, req: &EvalRequest, data: &dyn ClusterData) -> Result<Option<
     }
     let mut object = (*req.object).clone();
     for (i, m) in body.mutations.iter().enumerate() {
+        act.bind_variables(stage(i + 1));
         object = apply(m, &act, &object).map_err(|e| format!("mutation {i}: {e}"))?;
         if i + 1 < body.mutations.len() {
             act.set_object(from_json(&object));
@@ -397,10 +401,28 @@ fn compile_body(spec: &Json, kind: &str, name: &str) -> Result<Body> {
             Literals::JsonPatch => Mutation::JsonPatch(expr),
         });
     }
+    let variables = compile_variables(spec.get("variables"), kind, name, "spec.variables")?;
+    let reads: Vec<(String, BTreeSet<String>)> = variables
+        .iter()
+        .map(|v| (v.name.clone(), lazy::reads(v.expr.ast())))
+        .collect();
+    let mut stage_reads = vec![
+        conditions
+            .iter()
+            .flat_map(|(_, e)| lazy::reads(e.ast()))
+            .collect::<BTreeSet<_>>(),
+    ];
+    stage_reads.extend(mutations.iter().map(|m| match m {
+        Mutation::Apply(e) | Mutation::JsonPatch(e) => lazy::reads(e.ast()),
+    }));
+    let stages = lazy::schedule(&reads, &stage_reads)
+        .into_iter()
+        .map(|due| due.into_iter().map(|i| variables[i].clone()).collect())
+        .collect();
     Ok(Body {
         matching,
         conditions,
-        variables: compile_variables(spec.get("variables"), kind, name, "spec.variables")?,
+        stages,
         mutations,
         broken: None,
     })

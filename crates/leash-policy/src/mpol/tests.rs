@@ -600,3 +600,53 @@ fn seed_shared_mutating_policy_not_mutated() {
         assert_eq!(o["metadata"]["labels"]["x"], "y");
     }
 }
+
+#[test]
+fn variables_are_evaluated_when_first_read() {
+    let p = policy(json!({
+        "matchConstraints": pods_only(),
+        "variables": [
+            {"name": "before", "expression": "has(object.metadata.labels) ? size(object.metadata.labels) : 0"},
+            {"name": "after", "expression": "has(object.metadata.labels) ? size(object.metadata.labels) : 0"},
+            {"name": "derived", "expression": "variables.before + 10"},
+        ],
+        "matchConditions": [{"name": "c", "expression": "variables.before == 0"}],
+        "mutations": [
+            {"patchType": "ApplyConfiguration", "applyConfiguration": {"expression":
+                "Object{metadata: Object.metadata{labels: {'a': 'b'}}}"}},
+            {"patchType": "JSONPatch", "jsonPatch": {"expression":
+                "[JSONPatch{op: 'add', path: '/metadata/annotations', value: {'before': string(variables.before), 'after': string(variables.after), 'derived': string(variables.derived)}}]"}},
+        ],
+    }));
+    let (r, out) = run_on(&p, pod(json!({}))).unwrap();
+    assert_eq!(r.status, Status::Pass, "{}", r.message);
+    // `before` was read by the match condition (the original object),
+    // `after` first by the second mutation (after the first one), and
+    // `derived` reads the cached `before`.
+    assert_eq!(
+        out["metadata"]["annotations"],
+        json!({"before": "0", "after": "1", "derived": "10"})
+    );
+}
+
+#[test]
+fn lazy_schedule_table() {
+    use std::collections::BTreeSet;
+    let set = |names: &[&str]| names.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
+    let reads = |src: &str| lazy::reads(crate::cel::Expr::compile(src).unwrap().ast());
+    assert_eq!(
+        reads(
+            "variables.a + variables['b'] + variables.?c.orValue(0) + (has(variables.d) ? 1 : 0) + object.e"
+        ),
+        set(&["a", "b", "c", "d"])
+    );
+    let vars = vec![
+        ("a".to_string(), set(&[])),
+        ("b".to_string(), set(&["a"])),
+        ("c".to_string(), set(&[])),
+        ("unused".to_string(), set(&[])),
+    ];
+    // Stage 0 reads nothing, stage 1 reads b (so a too), stage 2 reads c and a.
+    let got = lazy::schedule(&vars, &[set(&[]), set(&["b"]), set(&["c", "a"])]);
+    assert_eq!(got, vec![vec![], vec![0, 1], vec![2]]);
+}
