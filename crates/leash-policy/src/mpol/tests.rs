@@ -650,3 +650,18 @@ fn lazy_schedule_table() {
     let got = lazy::schedule(&vars, &[set(&[]), set(&["b"]), set(&["c", "a"])]);
     assert_eq!(got, vec![vec![], vec![0, 1], vec![2]]);
 }
+
+#[test]
+fn optional_fields_of_typed_literals() {
+    let p = policy(json!({
+        "matchConstraints": pods_only(),
+        "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {"expression":
+            "Object{spec: Object.spec{?runtimeClassName: optional.none(), ?priorityClassName: optional.of('high')}}"}}],
+    }));
+    let (r, out) = run_on(&p, pod(json!({"runtimeClassName": "keep"}))).unwrap();
+    assert_eq!(r.status, Status::Pass, "{}", r.message);
+    assert_eq!(
+        out["spec"],
+        json!({"runtimeClassName": "keep", "priorityClassName": "high"})
+    );
+}
