@@ -8,9 +8,10 @@ use serde_json::Value;
 use crate::error::{Error, Result};
 use crate::eval::{Bindings, Prepared};
 use crate::exception::Exception;
+use crate::mutate::{Mutation, MutationStep};
 use crate::policy::Policy;
 use crate::request::{ClusterData, EvalRequest};
-use crate::result::{RuleResult, Status};
+use crate::result::{RuleResult, Source, Status};
 use crate::vpol::{ValidatingPolicy, is_validating_policy};
 
 /// A parsed policy-like document.
@@ -134,6 +135,55 @@ impl Engine {
         self.policies.is_empty() && self.validating.is_empty()
     }
 
+    /// Runs every mutate rule on the request's object, in order: the
+    /// policies in the order they were added, the rules of each in their
+    /// order, each rule on the output of the previous one (Kyverno's
+    /// order). Pure: the request's object is not changed, the mutated one
+    /// is a new value.
+    ///
+    /// The pipeline is a list of mutating steps; classic policies are the
+    /// first kind of step. Other mutating kinds (MutatingPolicy) join the
+    /// same chain after them, taking `object` and returning a
+    /// [`MutationStep`].
+    pub fn mutate(
+        &self,
+        req: &EvalRequest,
+        data: &dyn ClusterData,
+        bindings: &Bindings,
+    ) -> Mutation {
+        let mut object = req.object.clone();
+        let mut steps = Vec::new();
+        for policy in self.policies.iter().filter(|p| p.has_mutate_rules()) {
+            let (next, results) =
+                policy.mutate(object.clone(), req, data, bindings, &self.exceptions);
+            if results.is_empty() {
+                continue;
+            }
+            object = next;
+            steps.push(MutationStep {
+                policy: policy.key().clone(),
+                source: Source::Kyverno,
+                results,
+                object: object.clone(),
+            });
+        }
+        // Other mutating policy kinds plug in here, on `object`, pushing
+        // their own steps.
+        Mutation { object, steps }
+    }
+
+    /// Mutates the request's object ([`Engine::mutate`]), then evaluates
+    /// the validate rules on the mutated object, as Kyverno's CLI does.
+    pub fn apply(&self, req: EvalRequest, data: &dyn ClusterData, bindings: &Bindings) -> Applied {
+        let mutation = self.mutate(&req, data, bindings);
+        let validated = EvalRequest {
+            object: mutation.object.clone(),
+            ..req
+        };
+        let results = self.evaluate(validated, data, bindings);
+        Applied { mutation, results }
+    }
+
     /// Evaluates every policy against one request: one result per matching
     /// rule (and per matching ValidatingPolicy).
     pub fn evaluate(
@@ -187,6 +237,16 @@ impl Engine {
         }
         out
     }
+}
+
+/// The outcome of [`Engine::apply`]: the mutation, and the validate
+/// results on the mutated resource.
+#[derive(Debug, Clone)]
+pub struct Applied {
+    /// What the mutate rules did.
+    pub mutation: Mutation,
+    /// The validate results, evaluated on `mutation.object`.
+    pub results: Vec<RuleResult>,
 }
 
 /// The rule an autogen rule was generated from.

@@ -38,7 +38,7 @@ pub struct PolicyBindings {
 }
 
 impl Bindings {
-    fn for_rule<'a>(
+    pub(crate) fn for_rule<'a>(
         &'a self,
         policy: &str,
         rule: &str,
@@ -126,7 +126,7 @@ impl Prepared {
     }
 }
 
-fn base_vars(req: &EvalRequest, operation: Operation) -> Vars {
+pub(crate) fn base_vars(req: &EvalRequest, operation: Operation) -> Vars {
     let u = &req.user_info;
     let (api_group, api_version) = crate::kinds::split_api_version(req.api_version());
     // Empty user-info fields are left out, as Kyverno's JSON (omitempty)
@@ -183,19 +183,19 @@ fn base_vars(req: &EvalRequest, operation: Operation) -> Vars {
 
 /// Variables built on first use: most pattern rules never need the JMESPath
 /// copy of the resource.
-struct Lazy<'a> {
+pub(crate) struct Lazy<'a> {
     cell: std::cell::OnceCell<Vars>,
     make: Option<&'a dyn Fn() -> Vars>,
 }
 
 impl Lazy<'_> {
-    fn ready(v: Vars) -> Lazy<'static> {
+    pub(crate) fn ready(v: Vars) -> Lazy<'static> {
         let cell = std::cell::OnceCell::new();
         let _ = cell.set(v);
         Lazy { cell, make: None }
     }
 
-    fn get(&self) -> &Vars {
+    pub(crate) fn get(&self) -> &Vars {
         self.cell.get_or_init(|| match self.make {
             Some(make) => make(),
             None => Vars::new(BTreeMap::new()),
@@ -218,13 +218,14 @@ impl Outcome {
     }
 }
 
-struct RuleCtx<'a> {
-    policy: &'a Policy,
-    rule: &'a Rule,
-    req: &'a EvalRequest,
-    data: &'a dyn ClusterData,
-    delete: bool,
-    mocked: Vec<String>,
+/// What evaluating one rule needs; shared by validate and mutate rules.
+pub(crate) struct RuleCtx<'a> {
+    pub(crate) policy: &'a Policy,
+    pub(crate) rule: &'a Rule,
+    pub(crate) req: &'a EvalRequest,
+    pub(crate) data: &'a dyn ClusterData,
+    pub(crate) delete: bool,
+    pub(crate) mocked: Vec<String>,
 }
 
 impl Policy {
@@ -594,7 +595,11 @@ impl RuleCtx<'_> {
         self.check(&decl.check, &vars, scope, nesting + 1)
     }
 
-    fn preconditions(&self, conds: Option<&Value>, vars: &Lazy<'_>) -> Result<bool, String> {
+    pub(crate) fn preconditions(
+        &self,
+        conds: Option<&Value>,
+        vars: &Lazy<'_>,
+    ) -> Result<bool, String> {
         match conds {
             None => Ok(true),
             Some(c) => self.conditions(c, vars.get(), Mode::Preconditions),
@@ -602,7 +607,12 @@ impl RuleCtx<'_> {
     }
 
     /// Evaluates `any`/`all` (or a legacy list, all of which must hold).
-    fn conditions(&self, conds: &Value, vars: &Vars, mode: Mode) -> Result<bool, String> {
+    pub(crate) fn conditions(
+        &self,
+        conds: &Value,
+        vars: &Vars,
+        mode: Mode,
+    ) -> Result<bool, String> {
         let one = |c: &Value| -> Result<bool, String> {
             let op = CondOp::parse(c["operator"].as_str().unwrap_or(""))
                 .ok_or_else(|| format!("unknown operator {}", c["operator"]))?;
@@ -655,7 +665,11 @@ impl RuleCtx<'_> {
         })
     }
 
-    fn load_context(&self, entries: &[ContextEntry], vars: &Vars) -> Result<Vars, String> {
+    pub(crate) fn load_context(
+        &self,
+        entries: &[ContextEntry],
+        vars: &Vars,
+    ) -> Result<Vars, String> {
         if entries.is_empty() {
             return Ok(vars.clone());
         }
@@ -672,7 +686,7 @@ impl RuleCtx<'_> {
         Ok(vars)
     }
 
-    fn sub_str(&self, s: &str, vars: &Vars) -> Result<String, String> {
+    pub(crate) fn sub_str(&self, s: &str, vars: &Vars) -> Result<String, String> {
         match vars::substitute(
             &Value::String(s.to_string()),
             vars,

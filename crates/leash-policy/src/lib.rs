@@ -11,6 +11,9 @@
 //! - [`Engine`]: compiled [`Policy`]s, [`vpol::ValidatingPolicy`]s and
 //!   [`Exception`]s; [`Engine::evaluate`] gives one [`RuleResult`] per
 //!   matching rule.
+//! - [`Engine::mutate`]: the mutate rules, in order, each on the output of
+//!   the previous one; [`Engine::apply`] mutates, then validates the
+//!   mutated resource (as Kyverno's CLI does).
 //! - [`mpol::MutatingPolicy`]: a compiled MutatingPolicy;
 //!   [`mpol::MutatingPolicy::mutate`] gives its result and the mutated object.
 //! - [`Document::compile`]: one YAML/JSON document into a policy, with
@@ -30,6 +33,7 @@ pub mod jmespath;
 pub mod kinds;
 mod matching;
 pub mod mpol;
+pub mod mutate;
 pub mod pattern;
 mod policy;
 mod quantity;
@@ -41,10 +45,11 @@ pub mod vpol;
 pub mod wildcard;
 
 pub use config::{ConfigError, KyvernoConfig};
-pub use engine::{Document, Engine, Shared, base_rule};
+pub use engine::{Applied, Document, Engine, Shared, base_rule};
 pub use error::{Error, Result};
 pub use eval::{Bindings, PolicyBindings, Prepared};
 pub use exception::Exception;
+pub use mutate::{Mutation, MutationStep};
 pub use policy::{FailureAction, Policy};
 pub use quantity::{Quantity, parse_duration};
 pub use request::{ClusterData, EvalRequest, NoClusterData, Operation, UserInfo};

@@ -60,6 +60,8 @@ pub(crate) struct Rule {
     /// `celPreconditions`: CEL expressions that must all be true.
     pub cel_preconditions: Option<Box<CelRule>>,
     pub validate: Option<Validate>,
+    /// The rule's `mutate`.
+    pub mutate: Option<crate::mutate::MutateSpec>,
     pub failure_action: Option<FailureAction>,
 }
 
@@ -202,6 +204,19 @@ impl Policy {
             .any(|r| has_cm(&r.context) || r.validate.as_ref().is_some_and(|v| in_check(&v.check)))
     }
 
+    /// Whether any rule mutates (`mutate`).
+    pub fn has_mutate_rules(&self) -> bool {
+        self.rules.iter().any(|r| r.mutate.is_some())
+    }
+
+    /// The names of the mutate rules (autogen rules included), in order.
+    pub fn mutate_rule_names(&self) -> impl Iterator<Item = &str> {
+        self.rules
+            .iter()
+            .filter(|r| r.mutate.is_some())
+            .map(|r| r.name.as_str())
+    }
+
     /// Every kind named by a validate rule's match (`Pod`, `apps/v1/Deployment`, `*`).
     pub fn matched_kinds(&self) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
@@ -317,7 +332,7 @@ impl Policy {
     }
 }
 
-type ErrFn<'a> = dyn Fn(String, String) -> Error + 'a;
+pub(crate) type ErrFn<'a> = dyn Fn(String, String) -> Error + 'a;
 
 fn compile_rule(raw: &Value, field: &str, err: &ErrFn<'_>, cache: &mut ExprCache) -> Result<Rule> {
     let name = raw["name"]
@@ -385,6 +400,15 @@ fn compile_rule(raw: &Value, field: &str, err: &ErrFn<'_>, cache: &mut ExprCache
             (Some(Validate { message, check }), fa)
         }
     };
+    let mutate = match &raw["mutate"] {
+        Value::Null => None,
+        m => Some(crate::mutate::MutateSpec::compile(
+            m,
+            &format!("{field}.mutate"),
+            err,
+            cache,
+        )?),
+    };
     Ok(Rule {
         base_name: name.clone(),
         name,
@@ -394,6 +418,7 @@ fn compile_rule(raw: &Value, field: &str, err: &ErrFn<'_>, cache: &mut ExprCache
         preconditions,
         cel_preconditions,
         validate,
+        mutate,
         failure_action,
     })
 }
@@ -502,7 +527,7 @@ fn compile_check(
 
 /// Checks a conditions block (operators known, expressions compile) and
 /// returns it unchanged for evaluation.
-fn compile_conditions(
+pub(crate) fn compile_conditions(
     v: &Value,
     field: &str,
     err: &ErrFn<'_>,
@@ -549,7 +574,7 @@ fn compile_conditions(
     }
 }
 
-fn compile_context(
+pub(crate) fn compile_context(
     v: &Value,
     field: &str,
     err: &ErrFn<'_>,

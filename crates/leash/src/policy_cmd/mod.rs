@@ -6,5 +6,6 @@ mod cluster;
 mod cluster_apply;
 mod files;
 mod load;
+mod patched;
 mod spec;
 pub(crate) mod test;

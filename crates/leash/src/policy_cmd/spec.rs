@@ -19,6 +19,9 @@ pub(crate) struct ExpectedRow {
     pub kind: String,
     pub result: Status,
     pub validating_policy: bool,
+    /// `patchedResources` (or the older `patchedResource`): the file with
+    /// the expected resource after mutation.
+    pub patched_resource: Option<PathBuf>,
 }
 
 /// A parsed test file.
@@ -83,7 +86,7 @@ impl TestFile {
         match &v["results"] {
             Value::Array(rows) => {
                 for (i, row) in rows.iter().enumerate() {
-                    results.push(parse_row(row, i, path)?);
+                    results.push(parse_row(row, i, path, dir)?);
                 }
             }
             Value::Null => {}
@@ -102,7 +105,7 @@ impl TestFile {
     }
 }
 
-fn parse_row(row: &Value, i: usize, path: &Path) -> Result<ExpectedRow> {
+fn parse_row(row: &Value, i: usize, path: &Path, dir: &Path) -> Result<ExpectedRow> {
     let field = |f: &str| row[f].as_str().unwrap_or("").to_string();
     let result_text = row["result"]
         .as_str()
@@ -137,6 +140,13 @@ fn parse_row(row: &Value, i: usize, path: &Path) -> Result<ExpectedRow> {
     if policy.is_empty() {
         bail!("{}: results[{i}].policy is required", path.display());
     }
+    let patched_resource = match row["patchedResources"]
+        .as_str()
+        .or_else(|| row["patchedResource"].as_str())
+    {
+        Some(f) if !f.trim().is_empty() => Some(dir.join(f.trim())),
+        _ => None,
+    };
     Ok(ExpectedRow {
         policy,
         rule: field("rule"),
@@ -144,6 +154,7 @@ fn parse_row(row: &Value, i: usize, path: &Path) -> Result<ExpectedRow> {
         kind: field("kind"),
         result,
         validating_policy,
+        patched_resource,
     })
 }
 

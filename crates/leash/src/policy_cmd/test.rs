@@ -10,11 +10,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::{Context, Result};
 use clap::ValueEnum;
-use leash_policy::{EvalRequest, Operation, RuleResult, Status, UserInfo, base_rule, wildcard};
+use leash_policy::{
+    EvalRequest, Mutation, Operation, RuleResult, Status, UserInfo, base_rule, wildcard,
+};
 use serde_json::{Value, json};
 
 use super::cluster::MemoryCluster;
 use super::load;
+use super::patched::{self, PatchCheck};
 use super::spec::{self, ExpectedRow, TestFile, Values};
 use crate::cli_error::{EXIT_FAILURE, usage};
 
@@ -102,11 +105,39 @@ struct Outcome {
     expected: Status,
     got: Result<Status, String>,
     message: String,
+    /// The `patchedResources` comparison, when the row names a file.
+    patched: Option<Result<PatchCheck, String>>,
 }
 
 impl Outcome {
+    /// A row `kyverno test` leaves out: its patched-resource file does not
+    /// hold the resource.
+    fn left_out(&self) -> Option<&str> {
+        match &self.patched {
+            Some(Ok(PatchCheck::NotInFile(why))) => Some(why),
+            _ => None,
+        }
+    }
+
+    fn patch_ok(&self) -> bool {
+        matches!(
+            self.patched,
+            None | Some(Ok(PatchCheck::Equal)) | Some(Ok(PatchCheck::NotInFile(_)))
+        )
+    }
+
     fn ok(&self) -> bool {
-        self.got.as_ref().is_ok_and(|g| *g == self.expected)
+        self.left_out().is_some()
+            || (self.patch_ok() && self.got.as_ref().is_ok_and(|g| *g == self.expected))
+    }
+
+    /// Why the patched resource check failed, one line each.
+    fn patch_problems(&self) -> Vec<String> {
+        match &self.patched {
+            Some(Ok(PatchCheck::Differs(d))) => d.clone(),
+            Some(Err(e)) => vec![e.clone()],
+            _ => Vec::new(),
+        }
     }
 }
 
@@ -250,7 +281,11 @@ fn run_one(path: &Path, selector: &Selector) -> TestRun {
 }
 
 struct Evaluated {
+    /// The resource as the test gives it.
     object: Arc<Value>,
+    /// What the mutate rules did to it.
+    mutation: Mutation,
+    /// The validate results, on the mutated resource.
     results: Vec<RuleResult>,
 }
 
@@ -290,8 +325,12 @@ fn evaluate_test(test: &TestFile, selector: &Selector) -> Result<Vec<Outcome>> {
                 namespace_labels: values.namespace_labels.get(&ns).cloned(),
                 namespace_object: values.namespaces.get(&ns).cloned().map(Arc::new),
             };
-            let results = loaded.engine.evaluate(req, &cluster, &values.bindings);
-            Evaluated { object, results }
+            let applied = loaded.engine.apply(req, &cluster, &values.bindings);
+            Evaluated {
+                object,
+                mutation: applied.mutation,
+                results: applied.results,
+            }
         })
         .collect();
     if test.results.is_empty() {
@@ -338,13 +377,24 @@ fn compare(row: &ExpectedRow, resource: &str, evaluated: &[Evaluated]) -> Outcom
             "resource {resource} not found in the test's resources"
         )),
         message: String::new(),
+        patched: None,
     };
     if candidates.is_empty() {
         return outcome;
     }
-    let mut got: Option<(Status, String)> = None;
-    for e in candidates {
-        for r in &e.results {
+    // The matching results, each with the resource it saw: a mutate rule
+    // the resource after its policy, a validate rule the mutated resource.
+    let mut got: Option<(Status, String, &Arc<Value>)> = None;
+    let mut last_object = &candidates[0].mutation.object;
+    for e in &candidates {
+        last_object = &e.mutation.object;
+        let mutated = e
+            .mutation
+            .steps
+            .iter()
+            .flat_map(|s| s.results.iter().map(move |r| (r, &s.object)));
+        let validated = e.results.iter().map(|r| (r, &e.mutation.object));
+        for (r, object) in mutated.chain(validated) {
             let policy_ok =
                 *r.policy == row.policy || r.policy.rsplit('/').next() == Some(row.policy.as_str());
             let rule_ok = if row.validating_policy {
@@ -362,20 +412,24 @@ fn compare(row: &ExpectedRow, resource: &str, evaluated: &[Evaluated]) -> Outcom
                 // differs from the expectation.
                 let keep = match &got {
                     None => true,
-                    Some((s, _)) => *s == row.result && r.status != row.result,
+                    Some((s, _, _)) => *s == row.result && r.status != row.result,
                 };
                 if keep {
-                    got = Some((r.status, r.message.clone()));
+                    got = Some((r.status, r.message.clone(), object));
                 }
             }
         }
     }
-    let (status, message) = got.unwrap_or((
+    let (status, message, object) = got.unwrap_or((
         Status::Skip,
         "no result: the policy does not apply to the resource".into(),
+        last_object,
     ));
     outcome.got = Ok(status);
     outcome.message = message;
+    if let Some(file) = &row.patched_resource {
+        outcome.patched = Some(patched::check(object, file).map_err(|e| format!("{e:#}")));
+    }
     outcome
 }
 
@@ -424,9 +478,10 @@ fn print_table(
                     if fail_only && r.ok() {
                         continue;
                     }
-                    let got = match &r.got {
-                        Ok(s) => s.to_string(),
-                        Err(e) => format!("- ({e})"),
+                    let got = match (&r.got, r.patch_ok()) {
+                        (Ok(s), true) => s.to_string(),
+                        (Ok(s), false) => format!("{s} (patched resource differs)"),
+                        (Err(e), _) => format!("- ({e})"),
                     };
                     let mut line = vec![
                         (i + 1).to_string(),
@@ -439,7 +494,13 @@ fn print_table(
                         r.resource.clone(),
                         r.expected.to_string(),
                         got,
-                        if r.ok() { "PASS".into() } else { "FAIL".into() },
+                        if r.left_out().is_some() {
+                            "SKIPPED".into()
+                        } else if r.ok() {
+                            "PASS".into()
+                        } else {
+                            "FAIL".into()
+                        },
                     ];
                     if detailed {
                         line.push(r.message.replace('\n', " "));
@@ -448,6 +509,30 @@ fn print_table(
                 }
                 if table.len() > 1 {
                     write_columns(out, &table)?;
+                }
+                for (i, r) in rows.iter().enumerate() {
+                    if let Some(why) = r.left_out() {
+                        writeln!(
+                            out,
+                            "  row {}: left out, as kyverno test leaves it out: {why}",
+                            i + 1
+                        )?;
+                    }
+                    let problems = r.patch_problems();
+                    if problems.is_empty() {
+                        continue;
+                    }
+                    writeln!(
+                        out,
+                        "  row {}: the mutated resource differs from the patched resource:",
+                        i + 1
+                    )?;
+                    for p in problems.iter().take(20) {
+                        writeln!(out, "    {p}")?;
+                    }
+                    if problems.len() > 20 {
+                        writeln!(out, "    ... and {} more", problems.len() - 20)?;
+                    }
                 }
             }
         }
@@ -504,6 +589,12 @@ fn print_json(out: &mut impl Write, runs: &[TestRun], fail_only: bool) -> Result
                                 "got": r.got.as_ref().map(|s| s.as_str()).ok(),
                                 "error": r.got.as_ref().err(),
                                 "message": r.message, "passed": r.ok(),
+                                "patchedResource": r.patched.as_ref().map(|p| match p {
+                                    Ok(PatchCheck::Equal) => json!({"equal": true}),
+                                    Ok(PatchCheck::Differs(d)) => json!({"equal": false, "differences": d}),
+                                    Ok(PatchCheck::NotInFile(why)) => json!({"leftOut": why}),
+                                    Err(e) => json!({"error": e}),
+                                }),
                             })
                         })
                         .collect();

@@ -1,0 +1,358 @@
+//! Evaluating a policy's mutate rules on one resource: each matching rule
+//! patches the output of the previous one.
+
+use std::sync::Arc;
+
+use jmespath::Rcvar;
+use serde_json::{Value, json};
+
+use super::anchors;
+use super::json_patch;
+use super::merge;
+use super::schema;
+use super::spec::{ForeachPatch, MutateForeach, MutateSpec, Order};
+use crate::eval::{Bindings, Lazy, Prepared, RuleCtx, base_vars};
+use crate::exception::Exception;
+use crate::matching::Target;
+use crate::policy::{Policy, Rule};
+use crate::request::{ClusterData, EvalRequest, Operation};
+use crate::result::{RuleResult, Source, Status};
+use crate::vars::{self, Mode, Vars, to_var};
+
+/// What one patch (or one rule) did.
+pub(crate) struct Patched {
+    pub status: Status,
+    pub message: String,
+    /// The resource after the patch (the input when nothing changed).
+    pub object: Value,
+}
+
+impl Patched {
+    fn error(message: impl Into<String>, object: &Value) -> Patched {
+        Patched {
+            status: Status::Error,
+            message: message.into(),
+            object: object.clone(),
+        }
+    }
+
+    fn skip(message: impl Into<String>, object: &Value) -> Patched {
+        Patched {
+            status: Status::Skip,
+            message: message.into(),
+            object: object.clone(),
+        }
+    }
+}
+
+/// Kyverno's message for a rule that patched the resource.
+fn mutated_message(object: &Value) -> String {
+    let kind = object["kind"].as_str().unwrap_or("");
+    let name = object["metadata"]["name"].as_str().unwrap_or("");
+    match object["metadata"]["namespace"].as_str() {
+        Some(ns) if !ns.is_empty() => format!("mutated {kind}/{name} in namespace {ns}"),
+        _ => format!("mutated {kind}/{name}"),
+    }
+}
+
+impl Policy {
+    /// Applies every matching mutate rule, in order, each to the output of
+    /// the previous one. Returns the mutated object and one result per
+    /// matching rule. `req` is the admission request around `object` (its
+    /// `object` is replaced by `object`).
+    pub(crate) fn mutate(
+        &self,
+        object: Arc<Value>,
+        req: &EvalRequest,
+        data: &dyn ClusterData,
+        bindings: &Bindings,
+        exceptions: &[Arc<Exception>],
+    ) -> (Arc<Value>, Vec<RuleResult>) {
+        let mut current = object;
+        let mut out = Vec::new();
+        for rule in &self.rules {
+            let Some(spec) = &rule.mutate else {
+                continue;
+            };
+            let cur_req = EvalRequest {
+                object: current.clone(),
+                ..req.clone()
+            };
+            if let Some(ns) = &self.namespace
+                && cur_req.namespace() != ns
+            {
+                return (current, out);
+            }
+            let bound = bindings.for_rule(&self.name, &rule.base_name, cur_req.name());
+            let operation = bound
+                .iter()
+                .rev()
+                .find(|(k, _)| k == "request.operation")
+                .and_then(|(_, v)| v.as_str())
+                .and_then(Operation::parse)
+                .unwrap_or(cur_req.operation);
+            let target = Target::of(
+                &cur_req.object,
+                cur_req.namespace_labels.as_ref(),
+                operation,
+                &cur_req.user_info,
+            );
+            if !rule.match_.matches(&target) || rule.exclude.excludes(&target) {
+                continue;
+            }
+            let result = |status: Status, message: String| RuleResult {
+                policy: self.key.clone(),
+                rule: rule.name.clone(),
+                status,
+                message,
+                source: Source::Kyverno,
+            };
+            if !exceptions.is_empty() {
+                let prepared = Prepared::new(cur_req.clone());
+                if let Some(e) = exceptions
+                    .iter()
+                    .find(|e| e.applies(&self.key, &rule.name, &rule.base_name, &prepared, None))
+                {
+                    out.push(result(
+                        Status::Skip,
+                        format!("rule skipped due to policy exception {}", e.key()),
+                    ));
+                    continue;
+                }
+            }
+            let mut vars = base_vars(&cur_req, operation);
+            for (k, v) in &bound {
+                vars.set_dotted(k, to_var(v));
+            }
+            let ctx = RuleCtx {
+                policy: self,
+                rule,
+                req: &cur_req,
+                data,
+                delete: operation == Operation::Delete,
+                mocked: bound.iter().map(|(k, _)| k.clone()).collect(),
+            };
+            let patched = ctx.mutate_rule(spec, vars, &current);
+            if patched.status == Status::Pass {
+                current = Arc::new(patched.object);
+            }
+            out.push(result(patched.status, patched.message));
+        }
+        (current, out)
+    }
+}
+
+impl RuleCtx<'_> {
+    fn mutate_rule(&self, spec: &MutateSpec, vars: Vars, object: &Value) -> Patched {
+        let rule: &Rule = self.rule;
+        let vars = match self.load_context(&rule.context, &vars) {
+            Ok(v) => v,
+            Err(e) => return Patched::error(format!("failed to load context: {e}"), object),
+        };
+        let lazy = Lazy::ready(vars);
+        match self.preconditions(rule.preconditions.as_ref(), &lazy) {
+            Ok(true) => {}
+            Ok(false) => return Patched::skip("preconditions not met", object),
+            Err(e) => {
+                return Patched::error(format!("failed to evaluate preconditions: {e}"), object);
+            }
+        }
+        if let Some(cel) = &rule.cel_preconditions {
+            let (status, message) = cel.evaluate(self.req, self.data);
+            if status != Status::Pass {
+                return Patched::skip(format!("cel preconditions not met: {message}"), object);
+            }
+        }
+        let vars = lazy.get();
+        let mut patched = match spec {
+            MutateSpec::StrategicMerge(p) => self.strategic_merge(p, vars, object),
+            MutateSpec::Json6902(text) => self.json6902(text, vars, object),
+            MutateSpec::Foreach(decls) => self.mutate_foreach(decls, vars, object, 0),
+            MutateSpec::Unsupported(what) => return Patched::error(what.clone(), object),
+        };
+        if patched.status == Status::Pass {
+            patched.message = mutated_message(&patched.object);
+        }
+        patched
+    }
+
+    /// The outcome of one patch: pass when it changed the object.
+    fn outcome(&self, result: Result<Value, String>, object: &Value) -> Patched {
+        match result {
+            Err(e) => Patched::error(format!("failed to patch resource: {e}"), object),
+            Ok(v) if v == *object => Patched::skip("no patches applied", object),
+            Ok(v) => Patched {
+                status: Status::Pass,
+                message: "resource patched".into(),
+                object: v,
+            },
+        }
+    }
+
+    fn substitute(&self, doc: &Value, vars: &Vars) -> Result<Value, String> {
+        if !vars::has_vars(doc) {
+            return Ok(doc.clone());
+        }
+        vars::substitute(doc, vars, &self.policy.cache, Mode::Strict, self.delete)
+    }
+
+    fn strategic_merge(&self, patch: &Value, vars: &Vars, object: &Value) -> Patched {
+        let mut overlay = match self.substitute(patch, vars) {
+            Ok(p) => p,
+            Err(e) => return Patched::error(format!("variable substitution failed: {e}"), object),
+        };
+        if anchors::preprocess(&mut overlay, object).is_err() {
+            // A condition that does not hold: the patch applies nothing.
+            return Patched::skip("no patches applied", object);
+        }
+        let schema = schema::for_resource(
+            object["apiVersion"].as_str().unwrap_or(""),
+            object["kind"].as_str().unwrap_or(""),
+        );
+        self.outcome(merge::merge(object, &overlay, schema), object)
+    }
+
+    fn json6902(&self, text: &str, vars: &Vars, object: &Value) -> Patched {
+        let text = match self.substitute(&Value::String(text.to_string()), vars) {
+            Ok(Value::String(s)) => s,
+            Ok(other) => vars::go_format(&other),
+            Err(e) => return Patched::error(format!("variable substitution failed: {e}"), object),
+        };
+        let doc: Value = match serde_saphyr::from_str(&text) {
+            Ok(d) => d,
+            Err(e) => {
+                return Patched::error(
+                    format!("failed to patch resource: patchesJson6902 is not valid YAML: {e}"),
+                    object,
+                );
+            }
+        };
+        let result = json_patch::parse(&doc).and_then(|ops| json_patch::apply(object, &ops));
+        self.outcome(result, object)
+    }
+
+    fn mutate_foreach(
+        &self,
+        decls: &[MutateForeach],
+        vars: &Vars,
+        object: &Value,
+        nesting: usize,
+    ) -> Patched {
+        let mut resource = object.clone();
+        let mut vars = vars.clone();
+        let mut applied = 0;
+        for decl in decls {
+            let list = match self
+                .policy
+                .cache
+                .get(&decl.list)
+                .and_then(|e| vars.eval(&e))
+            {
+                Ok(v) => v,
+                Err(e) => {
+                    return Patched::error(
+                        format!("failed to evaluate list {}: {e}", decl.list),
+                        object,
+                    );
+                }
+            };
+            let elements = match list {
+                Value::Array(items) => items,
+                Value::Null => Vec::new(),
+                other => vec![other],
+            };
+            let r = self.mutate_elements(decl, &elements, &vars, &resource, nesting);
+            match r.status {
+                Status::Error | Status::Fail => return r,
+                Status::Skip => {}
+                _ => {
+                    applied += 1;
+                    resource = r.object;
+                    // Later declarations see the patched resource.
+                    vars.set_dotted("request.object", to_var(&resource));
+                }
+            }
+        }
+        let message = format!("{applied} elements processed");
+        if applied == 0 {
+            return Patched::skip(message, &resource);
+        }
+        Patched {
+            status: Status::Pass,
+            message,
+            object: resource,
+        }
+    }
+
+    fn mutate_elements(
+        &self,
+        decl: &MutateForeach,
+        elements: &[Value],
+        vars: &Vars,
+        object: &Value,
+        nesting: usize,
+    ) -> Patched {
+        let descending = match decl.order {
+            Some(o) => o == Order::Descending,
+            // Kyverno walks a strategic merge foreach backwards by default.
+            None => matches!(decl.patch, ForeachPatch::StrategicMerge(_)),
+        };
+        let mut order: Vec<usize> = (0..elements.len()).collect();
+        if descending {
+            order.reverse();
+        }
+        let mut patched = object.clone();
+        for index in order {
+            let element = &elements[index];
+            if element.is_null() {
+                continue;
+            }
+            let el: Rcvar = to_var(element);
+            let idx = to_var(&json!(index));
+            let v = vars
+                .with("element", el.clone())
+                .with("elementIndex", idx.clone())
+                .with(&format!("element{nesting}"), el)
+                .with(&format!("elementIndex{nesting}"), idx);
+            let v = match self.load_context(&decl.context, &v) {
+                Ok(v) => v,
+                Err(e) => {
+                    return Patched::error(
+                        format!("failed to load to mutate.foreach[{index}].context: {e}"),
+                        object,
+                    );
+                }
+            };
+            let lazy = Lazy::ready(v);
+            match self.preconditions(decl.preconditions.as_ref(), &lazy) {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(e) => {
+                    return Patched::error(
+                        format!("failed to evaluate mutate.foreach[{index}].preconditions: {e}"),
+                        object,
+                    );
+                }
+            }
+            let v = lazy.get();
+            let r = match &decl.patch {
+                ForeachPatch::Nested(inner) => self.mutate_foreach(inner, v, &patched, nesting + 1),
+                ForeachPatch::StrategicMerge(p) => self.strategic_merge(p, v, &patched),
+                ForeachPatch::Json6902(text) => self.json6902(text, v, &patched),
+            };
+            match r.status {
+                Status::Error | Status::Fail => return r,
+                Status::Pass => patched = r.object,
+                _ => {}
+            }
+        }
+        if patched == *object {
+            return Patched::skip("no patches applied", object);
+        }
+        Patched {
+            status: Status::Pass,
+            message: String::new(),
+            object: patched,
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! A rule's `mutate`, compiled: which patch it applies and, for `foreach`,
+//! over which list.
+
+use serde_json::Value;
+
+use crate::error::Result;
+use crate::policy::{ContextEntry, ErrFn, compile_conditions, compile_context};
+use crate::vars::ExprCache;
+
+/// A compiled `mutate` block.
+#[derive(Debug)]
+pub(crate) enum MutateSpec {
+    /// `patchStrategicMerge`: an overlay with Kyverno's anchors.
+    StrategicMerge(Value),
+    /// `patchesJson6902`: RFC 6902 operations as YAML (or JSON) text,
+    /// parsed after its variables are substituted.
+    Json6902(String),
+    /// `foreach`: one patch per element of a list.
+    Foreach(Vec<MutateForeach>),
+    /// A mutate form leash does not evaluate; the message names it.
+    Unsupported(String),
+}
+
+/// Element order of a `foreach`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Order {
+    Ascending,
+    Descending,
+}
+
+/// One `mutate.foreach` declaration.
+#[derive(Debug)]
+pub(crate) struct MutateForeach {
+    /// The list expression (JMESPath, without `{{ }}`).
+    pub list: String,
+    /// `order`; `None` is Kyverno's default (descending for a strategic
+    /// merge patch, ascending otherwise).
+    pub order: Option<Order>,
+    pub context: Vec<ContextEntry>,
+    pub preconditions: Option<Value>,
+    pub patch: ForeachPatch,
+}
+
+/// What one element of a `foreach` applies.
+#[derive(Debug)]
+pub(crate) enum ForeachPatch {
+    StrategicMerge(Value),
+    Json6902(String),
+    /// A nested `foreach`.
+    Nested(Vec<MutateForeach>),
+}
+
+impl MutateSpec {
+    /// Compiles a rule's `mutate` (`field` is its path, for errors).
+    pub(crate) fn compile(
+        m: &Value,
+        field: &str,
+        err: &ErrFn<'_>,
+        cache: &mut ExprCache,
+    ) -> Result<MutateSpec> {
+        if !m.is_object() {
+            return Err(err(field.to_string(), "must be an object".into()));
+        }
+        let has_targets = m["targets"].as_array().is_some_and(|t| !t.is_empty());
+        if has_targets || m["mutateExistingOnPolicyUpdate"].as_bool() == Some(true) {
+            return Ok(MutateSpec::Unsupported(
+                "mutate.targets (mutating existing resources) is not supported by leash".into(),
+            ));
+        }
+        if let Some(p) = present(m, "patchStrategicMerge") {
+            collect(cache, p, &format!("{field}.patchStrategicMerge"), err)?;
+            return Ok(MutateSpec::StrategicMerge(p.clone()));
+        }
+        if let Some(p) = present(m, "patchesJson6902") {
+            let text = json6902_text(p, &format!("{field}.patchesJson6902"), err, cache)?;
+            return Ok(MutateSpec::Json6902(text));
+        }
+        if let Some(f) = present(m, "foreach") {
+            return compile_foreach(f, &format!("{field}.foreach"), err, cache)
+                .map(MutateSpec::Foreach);
+        }
+        Err(err(
+            field.to_string(),
+            "needs one of patchStrategicMerge, patchesJson6902, foreach or targets".into(),
+        ))
+    }
+}
+
+fn present<'v>(v: &'v Value, key: &str) -> Option<&'v Value> {
+    v.get(key).filter(|x| !x.is_null())
+}
+
+fn collect(cache: &mut ExprCache, doc: &Value, field: &str, err: &ErrFn<'_>) -> Result<()> {
+    cache.collect(doc).map_err(|e| err(field.to_string(), e))
+}
+
+fn json6902_text(p: &Value, field: &str, err: &ErrFn<'_>, cache: &mut ExprCache) -> Result<String> {
+    let text = match p {
+        Value::String(s) => s.clone(),
+        // A list of operations written inline is accepted as its JSON text.
+        Value::Array(_) => p.to_string(),
+        _ => {
+            return Err(err(
+                field.to_string(),
+                "must be a string of RFC 6902 operations".into(),
+            ));
+        }
+    };
+    collect(cache, &Value::String(text.clone()), field, err)?;
+    Ok(text)
+}
+
+fn compile_foreach(
+    f: &Value,
+    field: &str,
+    err: &ErrFn<'_>,
+    cache: &mut ExprCache,
+) -> Result<Vec<MutateForeach>> {
+    let Some(list) = f.as_array() else {
+        return Err(err(field.to_string(), "must be a list".into()));
+    };
+    let mut out = Vec::new();
+    for (i, decl) in list.iter().enumerate() {
+        let df = format!("{field}[{i}]");
+        let Some(l) = decl["list"].as_str() else {
+            return Err(err(
+                format!("{df}.list"),
+                "is required (a JMESPath expression)".into(),
+            ));
+        };
+        let list_expr = l
+            .trim()
+            .trim_start_matches("{{")
+            .trim_end_matches("}}")
+            .trim()
+            .to_string();
+        cache
+            .add(&list_expr)
+            .map_err(|e| err(format!("{df}.list"), e))?;
+        let order = match decl["order"].as_str() {
+            None => None,
+            Some("Ascending") => Some(Order::Ascending),
+            Some("Descending") => Some(Order::Descending),
+            Some(other) => {
+                return Err(err(
+                    format!("{df}.order"),
+                    format!("{other:?} is not Ascending or Descending"),
+                ));
+            }
+        };
+        let patch = if let Some(p) = present(decl, "patchStrategicMerge") {
+            collect(cache, p, &format!("{df}.patchStrategicMerge"), err)?;
+            ForeachPatch::StrategicMerge(p.clone())
+        } else if let Some(p) = present(decl, "patchesJson6902") {
+            ForeachPatch::Json6902(json6902_text(
+                p,
+                &format!("{df}.patchesJson6902"),
+                err,
+                cache,
+            )?)
+        } else if let Some(nested) = present(decl, "foreach") {
+            ForeachPatch::Nested(compile_foreach(
+                nested,
+                &format!("{df}.foreach"),
+                err,
+                cache,
+            )?)
+        } else {
+            return Err(err(
+                df,
+                "needs one of patchStrategicMerge, patchesJson6902 or foreach".into(),
+            ));
+        };
+        out.push(MutateForeach {
+            list: list_expr,
+            order,
+            context: compile_context(&decl["context"], &format!("{df}.context"), err, cache)?,
+            preconditions: compile_conditions(
+                &decl["preconditions"],
+                &format!("{df}.preconditions"),
+                err,
+                cache,
+            )?,
+            patch,
+        });
+    }
+    Ok(out)
+}
