@@ -665,3 +665,55 @@ fn optional_fields_of_typed_literals() {
         json!({"runtimeClassName": "keep", "priorityClassName": "high"})
     );
 }
+
+#[test]
+fn engine_mutate_chains_mutating_policies_after_classic_policies() {
+    use crate::{Bindings, Document, Engine};
+    let mut engine = Engine::new();
+    let classic = json!({
+        "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "classic"},
+        "spec": {"rules": [{"name": "label", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+            "mutate": {"patchStrategicMerge": {"metadata": {"labels": {"step": "classic"}}}}}]},
+    });
+    let first = json!({
+        "apiVersion": "policies.kyverno.io/v1alpha1", "kind": "MutatingPolicy", "metadata": {"name": "first"},
+        "spec": {"matchConstraints": pods_only(), "mutations": [{"patchType": "ApplyConfiguration",
+            "applyConfiguration": {"expression": "Object{metadata: Object.metadata{labels: {'seen': object.metadata.labels.step}}}"}}]},
+    });
+    let skipped = json!({
+        "apiVersion": "policies.kyverno.io/v1alpha1", "kind": "MutatingPolicy", "metadata": {"name": "skipped"},
+        "spec": {"matchConstraints": pods_only(), "matchConditions": [{"name": "never", "expression": "false"}],
+            "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": "[JSONPatch{op: 'remove', path: '/metadata'}]"}}]},
+    });
+    for doc in [classic, first, skipped] {
+        match Document::compile(&doc).unwrap().unwrap() {
+            d @ (Document::Policy(_) | Document::MutatingPolicy(_)) => engine.add(d),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(engine.mutating_policies().len(), 2);
+    let req = EvalRequest::create(Arc::new(pod(json!({"containers": [{"name": "a"}]}))));
+    let m = engine.mutate(&req, &NoClusterData, &Bindings::default());
+    assert_eq!(
+        m.object["metadata"]["labels"],
+        json!({"step": "classic", "seen": "classic"})
+    );
+    let steps: Vec<(&str, Status)> = m
+        .steps
+        .iter()
+        .map(|s| (&*s.policy, s.results[0].status))
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            ("classic", Status::Pass),
+            ("first", Status::Pass),
+            ("skipped", Status::Skip)
+        ]
+    );
+    assert_eq!(m.steps[2].source, Source::MutatingPolicy);
+    assert_eq!(
+        m.steps[2].object, m.object,
+        "a skipped policy leaves the object"
+    );
+}

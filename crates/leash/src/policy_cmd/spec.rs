@@ -19,6 +19,9 @@ pub(crate) struct ExpectedRow {
     pub kind: String,
     pub result: Status,
     pub validating_policy: bool,
+    /// `isMutatingPolicy` (or `isNamespacedMutatingPolicy`): the row names
+    /// a MutatingPolicy's result.
+    pub mutating_policy: bool,
     /// `patchedResources` (or the older `patchedResource`): the file with
     /// the expected resource after mutation.
     pub patched_resource: Option<PathBuf>,
@@ -136,6 +139,8 @@ fn parse_row(row: &Value, i: usize, path: &Path, dir: &Path) -> Result<ExpectedR
         || row["isNamespacedValidatingPolicy"]
             .as_bool()
             .unwrap_or(false);
+    let mutating_policy = row["isMutatingPolicy"].as_bool().unwrap_or(false)
+        || row["isNamespacedMutatingPolicy"].as_bool().unwrap_or(false);
     let policy = field("policy");
     if policy.is_empty() {
         bail!("{}: results[{i}].policy is required", path.display());
@@ -154,6 +159,7 @@ fn parse_row(row: &Value, i: usize, path: &Path, dir: &Path) -> Result<ExpectedR
         kind: field("kind"),
         result,
         validating_policy,
+        mutating_policy,
         patched_resource,
     })
 }
