@@ -108,7 +108,7 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode> {
     }
     if loaded.engine.is_empty() {
         return Err(usage(
-            "no ClusterPolicy, Policy or ValidatingPolicy found in the policy paths",
+            "no ClusterPolicy, Policy, ValidatingPolicy or MutatingPolicy found in the policy paths",
         ));
     }
     let mut values = match &args.values_file {
@@ -166,7 +166,9 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode> {
     } else {
         print_results(
             &mut out,
-            loaded.engine.policies().len() + loaded.engine.validating_policies().len(),
+            loaded.engine.policies().len()
+                + loaded.engine.validating_policies().len()
+                + loaded.engine.mutating_policies().len(),
             &results,
             args.output,
             args.detailed_results,
@@ -345,7 +347,13 @@ fn evaluate_all(
                             namespace_labels: values.namespace_labels.get(ns).cloned(),
                             namespace_object: values.namespaces.get(ns).cloned().map(Arc::new),
                         };
-                        mine.push((i, engine.evaluate(req, &cluster, &values.bindings)));
+                        // Mutate (classic mutate rules, then MutatingPolicies),
+                        // then validate the mutated object, as Kyverno's CLI does.
+                        let applied = engine.apply(req, &cluster, &values.bindings);
+                        let mut results: Vec<RuleResult> =
+                            applied.mutation.results().cloned().collect();
+                        results.extend(applied.results);
+                        mine.push((i, results));
                     }
                     mine
                 })

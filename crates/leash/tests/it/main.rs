@@ -5,6 +5,7 @@ mod admission_chain;
 mod context;
 mod deploy;
 mod load;
+mod mpol;
 mod policy;
 mod sandbox;
 mod serve;
