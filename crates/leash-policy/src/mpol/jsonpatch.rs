@@ -1,11 +1,17 @@
 //! RFC 6902 JSON Patch, applied as MutatingAdmissionPolicy applies a
-//! `JSONPatch` mutation: the operations in order, on a copy of the object;
-//! the first operation that does not apply fails the whole patch.
+//! `JSONPatch` mutation (with the evanphx/json-patch v4 library Kubernetes
+//! uses): the operations in order, on a copy of the object; the first
+//! operation that does not apply fails the whole patch, except that a
+//! failing `test` leaves the object unchanged without an error
+//! ([`Failure::TestFailed`]).
 //!
 //! Paths are RFC 6901 JSON Pointers: `""` is the whole document, `~1` is
 //! `/` and `~0` is `~` in a reference token, and `-` names the position
-//! after an array's last element (only `add` (and the target of `move` /
-//! `copy`) may use it). Array indices have no leading zeros and no sign.
+//! after an array's last element (only `add`, and the target of `move` /
+//! `copy`, may use it). As in that library, an array index is a decimal
+//! integer (a sign and leading zeros are accepted) and a negative one
+//! counts from the end (`-1` is the last element; for `add`, the position
+//! after it).
 
 use serde_json::Value as Json;
 
@@ -80,8 +86,24 @@ impl Op {
     }
 }
 
+/// Why a patch did not apply.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Failure {
+    /// A `test` operation did not hold: the patch is not applied, and that
+    /// is not an error.
+    TestFailed(String),
+    /// Any other operation did not apply: an error.
+    Invalid(String),
+}
+
+impl From<String> for Failure {
+    fn from(s: String) -> Failure {
+        Failure::Invalid(s)
+    }
+}
+
 /// Applies `ops` in order to a copy of `doc`.
-pub(crate) fn apply(doc: &Json, ops: &[Op]) -> Result<Json, String> {
+pub(crate) fn apply(doc: &Json, ops: &[Op]) -> Result<Json, Failure> {
     let mut out = doc.clone();
     for op in ops {
         apply_one(&mut out, op)?;
@@ -89,10 +111,10 @@ pub(crate) fn apply(doc: &Json, ops: &[Op]) -> Result<Json, String> {
     Ok(out)
 }
 
-fn apply_one(doc: &mut Json, op: &Op) -> Result<(), String> {
+fn apply_one(doc: &mut Json, op: &Op) -> Result<(), Failure> {
     match op {
-        Op::Add { path, value } => add(doc, path, value.clone()),
-        Op::Remove { path } => remove(doc, path).map(drop),
+        Op::Add { path, value } => Ok(add(doc, path, value.clone())?),
+        Op::Remove { path } => Ok(remove(doc, path).map(drop)?),
         Op::Replace { path, value } => {
             let target = get_mut(doc, path)?.ok_or_else(|| {
                 format!("replace operation does not apply: {path:?} does not exist")
@@ -101,29 +123,32 @@ fn apply_one(doc: &mut Json, op: &Op) -> Result<(), String> {
             Ok(())
         }
         Op::Move { from, path } => {
-            if path != from && path.starts_with(&format!("{from}/")) {
-                return Err(format!("cannot move {from:?} into its own child {path:?}"));
+            if path == from {
+                return Ok(());
+            }
+            if path.starts_with(&format!("{from}/")) {
+                return Err(format!("cannot move {from:?} into its own child {path:?}").into());
             }
             let value = remove(doc, from)?;
-            add(doc, path, value)
+            Ok(add(doc, path, value)?)
         }
         Op::Copy { from, path } => {
             let value = get_mut(doc, from)?
                 .ok_or_else(|| format!("copy operation does not apply: {from:?} does not exist"))?
                 .clone();
-            add(doc, path, value)
+            Ok(add(doc, path, value)?)
         }
-        Op::Test { path, value } => {
-            let target = get_mut(doc, path)?
-                .ok_or_else(|| format!("test operation failed: {path:?} does not exist"))?;
-            if target == value {
-                Ok(())
-            } else {
-                Err(format!(
-                    "test operation failed: {path:?} is {target}, not {value}"
-                ))
-            }
-        }
+        Op::Test { path, value } => match get_mut(doc, path)? {
+            Some(target) if target == value => Ok(()),
+            // A missing value tests equal to null.
+            None if value.is_null() => Ok(()),
+            Some(target) => Err(Failure::TestFailed(format!(
+                "test operation failed: {path:?} is {target}, not {value}"
+            ))),
+            None => Err(Failure::TestFailed(format!(
+                "test operation failed: {path:?} does not exist"
+            ))),
+        },
     }
 }
 
@@ -159,15 +184,20 @@ fn tokens(path: &str) -> Result<Vec<String>, String> {
         .collect()
 }
 
-/// An array index token: digits, no leading zero (except `0` itself).
-fn index(token: &str, path: &str) -> Result<usize, String> {
-    let digits = !token.is_empty() && token.bytes().all(|b| b.is_ascii_digit());
-    if !digits || (token.len() > 1 && token.starts_with('0')) {
+/// An array index token as one of `positions` positions (an array's
+/// length, or one more for `add`): a decimal integer, a negative one
+/// counting from the end; `None` when out of range.
+fn index(token: &str, positions: usize, path: &str) -> Result<Option<usize>, String> {
+    let digits = token.strip_prefix(['-', '+']).unwrap_or(token);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return Err(format!("{path:?}: {token:?} is not an array index"));
     }
-    token
+    let i: i64 = token
         .parse()
-        .map_err(|_| format!("{path:?}: array index {token} is too large"))
+        .map_err(|_| format!("{path:?}: array index {token} is too large"))?;
+    let n = i64::try_from(positions).unwrap_or(i64::MAX);
+    let i = if i < 0 { i + n } else { i };
+    Ok(usize::try_from(i).ok().filter(|&i| i < positions))
 }
 
 fn get_mut<'a>(doc: &'a mut Json, path: &str) -> Result<Option<&'a mut Json>, String> {
@@ -190,8 +220,8 @@ fn get_by_tokens<'a>(
                 if t == "-" {
                     return Ok(None);
                 }
-                match a.get_mut(index(t, path)?) {
-                    Some(v) => v,
+                match index(t, a.len(), path)? {
+                    Some(i) => &mut a[i],
                     None => return Ok(None),
                 }
             }
@@ -228,16 +258,16 @@ fn add(doc: &mut Json, path: &str, value: Json) -> Result<(), String> {
         }
         Json::Array(a) => {
             let i = if last == "-" {
-                a.len()
+                Some(a.len())
             } else {
-                index(&last, path)?
+                index(&last, a.len() + 1, path)?
             };
-            if i > a.len() {
+            let Some(i) = i else {
                 return Err(format!(
-                    "add operation does not apply: {path:?} is past the end of an array of {}",
+                    "add operation does not apply: {path:?} is outside an array of {}",
                     a.len()
                 ));
-            }
+            };
             a.insert(i, value);
             Ok(())
         }
@@ -256,11 +286,10 @@ fn remove(doc: &mut Json, path: &str) -> Result<Json, String> {
             if last == "-" {
                 return Err(missing());
             }
-            let i = index(&last, path)?;
-            if i >= a.len() {
-                return Err(missing());
+            match index(&last, a.len(), path)? {
+                Some(i) => Ok(a.remove(i)),
+                None => Err(missing()),
             }
-            Ok(a.remove(i))
         }
         _ => unreachable!("parent() returns only objects and arrays"),
     }

@@ -23,6 +23,19 @@ pub(crate) fn merge(live: &Json, patch: &Json, shape: &Shape) -> Result<Json, St
 fn merge_at(live: Option<&Json>, patch: &Json, shape: &Shape, path: &str) -> Result<Json, String> {
     match (shape, live, patch) {
         (Shape::Atomic, _, _) => Ok(patch.clone()),
+        // A null patch over a non-empty map or merged list leaves it as it
+        // is (structured merge reads null there as nothing to merge); over
+        // a scalar or an atomic value it sets null.
+        (Shape::Fields(_) | Shape::Deduced, Some(l @ Json::Object(m)), Json::Null)
+            if !m.is_empty() =>
+        {
+            Ok(l.clone())
+        }
+        (Shape::ListMap { .. } | Shape::Set, Some(l @ Json::Array(a)), Json::Null)
+            if !a.is_empty() =>
+        {
+            Ok(l.clone())
+        }
         (Shape::Fields(_) | Shape::Deduced, Some(Json::Object(l)), Json::Object(p)) => {
             let mut out = l.clone();
             for (k, pv) in p {

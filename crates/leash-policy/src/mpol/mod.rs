@@ -346,7 +346,12 @@ fn apply(m: &Mutation, act: &Activation<'_>, object: &Json) -> Result<Json, Stri
                     ));
                 }
             };
-            jsonpatch::apply(object, &ops)
+            match jsonpatch::apply(object, &ops) {
+                Ok(patched) => Ok(patched),
+                // As Kubernetes: a failed `test` means "do not patch".
+                Err(jsonpatch::Failure::TestFailed(_)) => Ok(object.clone()),
+                Err(jsonpatch::Failure::Invalid(e)) => Err(e),
+            }
         }
     }
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde_json::{Value as Json, json};
 
-use super::jsonpatch::{Op, apply as apply_patch};
+use super::jsonpatch::{Failure, Op, apply as apply_patch};
 use super::merge::merge;
 use super::schema::{self, Shape};
 use super::*;
@@ -109,6 +109,12 @@ fn merge_table() {
             live: json!({"spec": {"initContainers": [{"name": "i", "image": "i"}]}}),
             patch: json!({"spec": {"initContainers": []}}),
             want: json!({"spec": {"initContainers": [{"name": "i", "image": "i"}]}}),
+        },
+        Case {
+            name: "null keeps a non-empty map or merged list, and sets a scalar or atomic list",
+            live: json!({"spec": {"nodeSelector": {"a": "b"}, "containers": [{"name": "a"}], "x": 1, "tolerations": [{"key": "k"}]}}),
+            patch: json!({"spec": {"nodeSelector": null, "containers": null, "x": null, "tolerations": null}}),
+            want: json!({"spec": {"nodeSelector": {"a": "b"}, "containers": [{"name": "a"}], "x": null, "tolerations": null}}),
         },
         Case {
             name: "a scalar replaced by a map, and a map by a scalar",
@@ -232,13 +238,27 @@ fn json_patch_table() {
             json!({"a": {"b": [1, 2]}, "m/k": 1, "t~": 2, "n": {"x": 1}}),
         ),
         (
+            "Kubernetes' JSON Patch library: leading zeros, negative indices",
+            json!([
+                {"op": "add", "path": "/a/b/01", "value": 9},
+                {"op": "remove", "path": "/a/b/-1"},
+                {"op": "add", "path": "/a/b/-1", "value": 7},
+            ]),
+            json!({"a": {"b": [1, 9, 7]}, "m/k": 1, "t~": 2}),
+        ),
+        (
+            "a missing value tests equal to null; move onto itself is a no-op",
+            json!([{"op": "test", "path": "/zz", "value": null}, {"op": "move", "from": "/a", "path": "/a"}]),
+            doc.clone(),
+        ),
+        (
             "the empty path is the whole document",
             json!([{"op": "replace", "path": "", "value": {"z": 1}}]),
             json!({"z": 1}),
         ),
     ];
     for (name, patch, want) in cases {
-        let got = apply_patch(&doc, &ops(patch)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let got = apply_patch(&doc, &ops(patch)).unwrap_or_else(|e| panic!("{name}: {e:?}"));
         assert_eq!(got, want, "{name}");
     }
 }
@@ -253,11 +273,15 @@ fn json_patch_errors() {
         ),
         (
             json!([{"op": "add", "path": "/a/b/5", "value": 1}]),
-            "past the end",
+            "outside an array of 2",
         ),
         (
-            json!([{"op": "add", "path": "/a/b/01", "value": 1}]),
+            json!([{"op": "add", "path": "/a/b/x", "value": 1}]),
             "not an array index",
+        ),
+        (
+            json!([{"op": "remove", "path": "/a/b/-3"}]),
+            "does not exist",
         ),
         (json!([{"op": "remove", "path": "/a/c"}]), "does not exist"),
         (
@@ -267,10 +291,6 @@ fn json_patch_errors() {
         (
             json!([{"op": "replace", "path": "/a/c", "value": 1}]),
             "does not exist",
-        ),
-        (
-            json!([{"op": "test", "path": "/a/b/0", "value": 7}]),
-            "test operation failed",
         ),
         (
             json!([{"op": "move", "from": "/a", "path": "/a/b/x"}]),
@@ -286,8 +306,23 @@ fn json_patch_errors() {
         ),
     ];
     for (patch, want) in cases {
-        let err = apply_patch(&doc, &ops(patch.clone())).unwrap_err();
-        assert!(err.contains(want), "{patch}: {err}");
+        match apply_patch(&doc, &ops(patch.clone())) {
+            Err(Failure::Invalid(err)) => assert!(err.contains(want), "{patch}: {err}"),
+            other => panic!("{patch}: {other:?}"),
+        }
+    }
+    // A failing test is not an error: the patch is just not applied.
+    for patch in [
+        json!([{"op": "test", "path": "/a/b/0", "value": 7}]),
+        json!([{"op": "test", "path": "/a/nope", "value": 1}]),
+    ] {
+        assert!(
+            matches!(
+                apply_patch(&doc, &ops(patch.clone())),
+                Err(Failure::TestFailed(_))
+            ),
+            "{patch}"
+        );
     }
     for (op, want) in [
         (
@@ -402,6 +437,19 @@ fn match_conditions_and_variables() {
     // Not matched by the constraints: no result at all.
     let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}});
     assert!(run_on(&p, cm).is_none());
+}
+
+#[test]
+fn a_failing_test_operation_leaves_the_object_and_passes() {
+    let p = policy(json!({
+        "matchConstraints": pods_only(),
+        "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression":
+            "[JSONPatch{op: 'test', path: '/metadata/name', value: 'other'}, JSONPatch{op: 'add', path: '/spec/x', value: 1}]"}}],
+    }));
+    let input = pod(json!({}));
+    let (r, out) = run_on(&p, input.clone()).unwrap();
+    assert_eq!(r.status, Status::Pass, "{}", r.message);
+    assert_eq!(out, input);
 }
 
 #[test]
