@@ -10,7 +10,8 @@
 //! `strings`, `lists`, `math` and `encoders` extensions, so we build on 0.15
 //! and port the few Kubernetes and Kyverno functions the policies need on top
 //! of it (see [`libs`](self) source): lists (`isSorted`, `sum`, `min`, `max`,
-//! `indexOf`, `lastIndexOf`), regex (`find`, `findAll`), `quantity`, `url`,
+//! `indexOf`, `lastIndexOf`), sets (`sets.contains`, `sets.equivalent`,
+//! `sets.intersects`), `jsonpatch.escapeKey`, regex (`find`, `findAll`), `quantity`, `url`,
 //! `ip`/`cidr`, `semver`, Kyverno's `image`, `resource.Get/List` and
 //! `globalContext.Get`.
 //!
@@ -32,6 +33,7 @@ mod json;
 mod jsonpatch;
 mod libs;
 pub(crate) mod rule;
+mod sets;
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
@@ -56,6 +58,7 @@ static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| {
     let _ = env.add_extension(::cel::extensions::encoders);
     libs::register(&mut env);
     jsonpatch::register(&mut env);
+    sets::register(&mut env);
     Arc::new(env)
 });
 
