@@ -11,7 +11,7 @@
 //! and port the few Kubernetes and Kyverno functions the policies need on top
 //! of it (see [`libs`](self) source): lists (`isSorted`, `sum`, `min`, `max`,
 //! `indexOf`, `lastIndexOf`), sets (`sets.contains`, `sets.equivalent`,
-//! `sets.intersects`), `jsonpatch.escapeKey`, regex (`find`, `findAll`), `quantity`, `url`,
+//! `sets.intersects`), `jsonpatch.escapeKey`, the `cel.bind` macro, regex (`find`, `findAll`), `quantity`, `url`,
 //! `ip`/`cidr`, `semver`, Kyverno's `image`, `resource.Get/List` and
 //! `globalContext.Get`.
 //!
@@ -29,6 +29,7 @@
 //! effect of Kubernetes' lazy variables: an unused failing variable is
 //! harmless).
 
+mod bind;
 mod json;
 mod jsonpatch;
 mod libs;
@@ -59,6 +60,7 @@ static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| {
     libs::register(&mut env);
     jsonpatch::register(&mut env);
     sets::register(&mut env);
+    bind::register(&mut env);
     Arc::new(env)
 });
 
