@@ -209,11 +209,42 @@ impl Engine {
     /// the validate rules on the mutated object, as Kyverno's CLI does.
     pub fn apply(&self, req: EvalRequest, data: &dyn ClusterData, bindings: &Bindings) -> Applied {
         let mutation = self.mutate(&req, data, bindings);
-        let validated = EvalRequest {
+        // Kyverno's CLI validates with the classic policies after the
+        // classic mutate rules, then runs the MutatingPolicies, then the
+        // ValidatingPolicies: so when a MutatingPolicy changed the object,
+        // the classic validate rules see it as the classic rules left it.
+        let after_classic = mutation
+            .steps
+            .iter()
+            .rev()
+            .find(|s| s.source == Source::Kyverno)
+            .map_or_else(|| req.object.clone(), |s| s.object.clone());
+        if Arc::ptr_eq(&after_classic, &mutation.object) {
+            let validated = EvalRequest {
+                object: mutation.object.clone(),
+                ..req
+            };
+            let results = self.evaluate(validated, data, bindings);
+            return Applied { mutation, results };
+        }
+        let classic = EvalRequest {
+            object: after_classic,
+            ..req.clone()
+        };
+        let mut results: Vec<RuleResult> = self
+            .evaluate(classic, data, bindings)
+            .into_iter()
+            .filter(|r| r.source == Source::Kyverno)
+            .collect();
+        let last = EvalRequest {
             object: mutation.object.clone(),
             ..req
         };
-        let results = self.evaluate(validated, data, bindings);
+        results.extend(
+            self.evaluate(last, data, bindings)
+                .into_iter()
+                .filter(|r| r.source != Source::Kyverno),
+        );
         Applied { mutation, results }
     }
 

@@ -765,3 +765,44 @@ fn engine_mutate_chains_mutating_policies_after_classic_policies() {
         "a skipped policy leaves the object"
     );
 }
+
+#[test]
+fn engine_apply_validates_as_kyverno_cli_orders_it() {
+    // Classic validate rules see the object before the MutatingPolicies,
+    // ValidatingPolicies see it after them (Kyverno CLI's order).
+    use crate::{Bindings, Engine};
+    let mut engine = Engine::new();
+    let classic = json!({
+        "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "classic"},
+        "spec": {"rules": [{"name": "no-team-yet", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+            "validate": {"message": "team set", "pattern": {"metadata": {"X(labels)": {"X(team)": "*"}}}}}]},
+    });
+    let mpol = json!({
+        "apiVersion": "policies.kyverno.io/v1alpha1", "kind": "MutatingPolicy", "metadata": {"name": "team"},
+        "spec": {"matchConstraints": pods_only(), "mutations": [{"patchType": "ApplyConfiguration",
+            "applyConfiguration": {"expression": "Object{metadata: Object.metadata{labels: {'team': 'a'}}}"}}]},
+    });
+    let vpol = json!({
+        "apiVersion": "policies.kyverno.io/v1alpha1", "kind": "ValidatingPolicy", "metadata": {"name": "has-team"},
+        "spec": {"matchConstraints": pods_only(), "validations": [{"expression": "object.metadata.labels.team == 'a'"}]},
+    });
+    for doc in [classic, mpol, vpol] {
+        assert!(engine.add_json(&doc).unwrap());
+    }
+    let req = EvalRequest::create(Arc::new(pod(json!({"containers": [{"name": "a"}]}))));
+    let applied = engine.apply(req, &NoClusterData, &Bindings::default());
+    assert_eq!(applied.mutation.object["metadata"]["labels"]["team"], "a");
+    let got: Vec<(&str, Status)> = applied
+        .results
+        .iter()
+        .map(|r| (&*r.policy, r.status))
+        .collect();
+    assert_eq!(got, [("classic", Status::Pass), ("has-team", Status::Pass)]);
+    // The classic rule would fail on the object the MutatingPolicy produced.
+    let on_mutated = engine.evaluate(
+        EvalRequest::create(applied.mutation.object.clone()),
+        &NoClusterData,
+        &Bindings::default(),
+    );
+    assert_eq!(on_mutated[0].status, Status::Fail, "{:?}", on_mutated[0]);
+}
