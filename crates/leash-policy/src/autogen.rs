@@ -67,7 +67,13 @@ fn block_kinds(block: &Value) -> Vec<String> {
 fn can_autogen(rules: &[Value]) -> bool {
     let mut needed = false;
     for rule in rules {
-        if !rule["mutate"]["patchesJson6902"].is_null() || !rule["generate"].is_null() {
+        let foreach_json_patch = rule["mutate"]["foreach"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|d| !d["patchesJson6902"].is_null()));
+        if !rule["mutate"]["patchesJson6902"].is_null()
+            || foreach_json_patch
+            || !rule["generate"].is_null()
+        {
             return false;
         }
         for block in [&rule["match"], &rule["exclude"]] {
@@ -189,6 +195,36 @@ fn wrap_patterns(validate: &mut Value, wrap: &dyn Fn(Value) -> Value) {
     }
 }
 
+/// A mutate rule for controllers, as Kyverno writes it: the strategic
+/// merge patch (of the rule, or of each `foreach`) moved under the pod
+/// template; a `foreach` keeps its list, context and preconditions only.
+fn wrap_mutate(mutate: &mut Value, wrap: &dyn Fn(Value) -> Value) {
+    if let Some(p) = mutate.get("patchStrategicMerge").filter(|p| !p.is_null()) {
+        *mutate = json!({"patchStrategicMerge": wrap(p.clone())});
+        return;
+    }
+    let Some(list) = mutate.get("foreach").and_then(Value::as_array) else {
+        return;
+    };
+    let decls: Vec<Value> = list
+        .iter()
+        .map(|decl| {
+            let Some(p) = decl.get("patchStrategicMerge").filter(|p| !p.is_null()) else {
+                return decl.clone();
+            };
+            let mut out = Map::new();
+            for key in ["list", "context", "preconditions"] {
+                if let Some(v) = decl.get(key) {
+                    out.insert(key.to_string(), v.clone());
+                }
+            }
+            out.insert("patchStrategicMerge".into(), wrap(p.clone()));
+            Value::Object(out)
+        })
+        .collect();
+    *mutate = json!({"foreach": decls});
+}
+
 const POD_REFS: &[(&str, &str)] = &[
     ("request.object.spec", "request.object.spec.template.spec"),
     (
@@ -254,6 +290,11 @@ fn convert(
                     val["cel"] = replace_text(&cel, cel_refs);
                 }
                 val
+            }
+            "mutate" => {
+                let mut m = replace_text(v, refs);
+                wrap_mutate(&mut m, wrap);
+                m
             }
             _ => replace_text(v, refs),
         };
@@ -357,6 +398,47 @@ mod tests {
             cron["validate"]["pattern"]["spec"]["jobTemplate"]["spec"]["template"]["spec"]
                 .is_object()
         );
+    }
+
+    #[test]
+    fn mutate_rules_wrap_their_patches_in_the_template() {
+        let rule = json!({
+            "name": "m",
+            "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+            "mutate": {"patchStrategicMerge": {"spec": {"containers": [{"(name)": "*", "imagePullPolicy": "Always"}]}}}
+        });
+        let ctrls = controllers(&Map::new(), std::slice::from_ref(&rule));
+        let generated = rules_for(&rule, &ctrls);
+        assert_eq!(
+            generated[0]["mutate"]["patchStrategicMerge"]["spec"]["template"]["spec"]["containers"]
+                [0]["imagePullPolicy"],
+            "Always"
+        );
+        assert_eq!(
+            generated[1]["mutate"]["patchStrategicMerge"]["spec"]["jobTemplate"]["spec"]["template"]
+                ["spec"]["containers"][0]["(name)"],
+            "*"
+        );
+        let foreach = json!({
+            "name": "f",
+            "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+            "mutate": {"foreach": [{"list": "request.object.spec.containers", "order": "Ascending",
+                                     "patchStrategicMerge": {"metadata": {"labels": {"a": "b"}}}}]}
+        });
+        let generated = rules_for(&foreach, &ctrls);
+        let decl = &generated[0]["mutate"]["foreach"][0];
+        assert_eq!(decl["list"], "request.object.spec.template.spec.containers");
+        assert_eq!(
+            decl["patchStrategicMerge"]["spec"]["template"]["metadata"]["labels"]["a"],
+            "b"
+        );
+        assert!(decl.get("order").is_none());
+        let json_patch = json!({
+            "name": "j",
+            "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+            "mutate": {"foreach": [{"list": "request.object.spec.containers", "patchesJson6902": "[]"}]}
+        });
+        assert!(controllers(&Map::new(), &[json_patch]).is_empty());
     }
 
     #[test]

@@ -14,9 +14,11 @@
 //! - `merge` and `schema`: the strategic merge and the merge keys of the
 //!   built-in Kubernetes lists.
 //! - `json_patch`: RFC 6902 with Kyverno's options.
+//! - `at_refs`: `{{@}}`, the resource's value at the patch leaf's path.
 //! - `rule`: a policy's mutate rules, foreach included.
 
 mod anchors;
+mod at_refs;
 mod json_patch;
 mod merge;
 mod rule;
@@ -78,3 +80,6 @@ impl Mutation {
             .any(|s| s.results.iter().any(|r| r.status == crate::Status::Pass))
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -7,6 +7,7 @@ use jmespath::Rcvar;
 use serde_json::{Value, json};
 
 use super::anchors;
+use super::at_refs;
 use super::json_patch;
 use super::merge;
 use super::schema;
@@ -14,7 +15,7 @@ use super::spec::{ForeachPatch, MutateForeach, MutateSpec, Order};
 use crate::eval::{Bindings, Lazy, Prepared, RuleCtx, base_vars};
 use crate::exception::Exception;
 use crate::matching::Target;
-use crate::policy::{Policy, Rule};
+use crate::policy::Policy;
 use crate::request::{ClusterData, EvalRequest, Operation};
 use crate::result::{RuleResult, Source, Status};
 use crate::vars::{self, Mode, Vars, to_var};
@@ -144,7 +145,7 @@ impl Policy {
 
 impl RuleCtx<'_> {
     fn mutate_rule(&self, spec: &MutateSpec, vars: Vars, object: &Value) -> Patched {
-        let rule: &Rule = self.rule;
+        let rule = self.rule;
         let vars = match self.load_context(&rule.context, &vars) {
             Ok(v) => v,
             Err(e) => return Patched::error(format!("failed to load context: {e}"), object),
@@ -192,6 +193,10 @@ impl RuleCtx<'_> {
     fn substitute(&self, doc: &Value, vars: &Vars) -> Result<Value, String> {
         if !vars::has_vars(doc) {
             return Ok(doc.clone());
+        }
+        if at_refs::any(doc) {
+            let doc = at_refs::resolve(doc);
+            return vars::substitute(&doc, vars, &self.policy.cache, Mode::Strict, self.delete);
         }
         vars::substitute(doc, vars, &self.policy.cache, Mode::Strict, self.delete)
     }

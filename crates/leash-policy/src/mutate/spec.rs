@@ -67,6 +67,12 @@ impl MutateSpec {
                 "mutate.targets (mutating existing resources) is not supported by leash".into(),
             ));
         }
+        // Kyverno's precedence: a foreach, else the strategic merge patch,
+        // else the JSON patch.
+        if let Some(f) = present(m, "foreach") {
+            return compile_foreach(f, &format!("{field}.foreach"), err, cache)
+                .map(MutateSpec::Foreach);
+        }
         if let Some(p) = present(m, "patchStrategicMerge") {
             collect(cache, p, &format!("{field}.patchStrategicMerge"), err)?;
             return Ok(MutateSpec::StrategicMerge(p.clone()));
@@ -74,10 +80,6 @@ impl MutateSpec {
         if let Some(p) = present(m, "patchesJson6902") {
             let text = json6902_text(p, &format!("{field}.patchesJson6902"), err, cache)?;
             return Ok(MutateSpec::Json6902(text));
-        }
-        if let Some(f) = present(m, "foreach") {
-            return compile_foreach(f, &format!("{field}.foreach"), err, cache)
-                .map(MutateSpec::Foreach);
         }
         Err(err(
             field.to_string(),
@@ -148,20 +150,22 @@ fn compile_foreach(
                 ));
             }
         };
-        let patch = if let Some(p) = present(decl, "patchStrategicMerge") {
+        // As Kyverno: a nested foreach first, then the strategic merge
+        // patch, then the JSON patch.
+        let patch = if let Some(nested) = present(decl, "foreach") {
+            ForeachPatch::Nested(compile_foreach(
+                nested,
+                &format!("{df}.foreach"),
+                err,
+                cache,
+            )?)
+        } else if let Some(p) = present(decl, "patchStrategicMerge") {
             collect(cache, p, &format!("{df}.patchStrategicMerge"), err)?;
             ForeachPatch::StrategicMerge(p.clone())
         } else if let Some(p) = present(decl, "patchesJson6902") {
             ForeachPatch::Json6902(json6902_text(
                 p,
                 &format!("{df}.patchesJson6902"),
-                err,
-                cache,
-            )?)
-        } else if let Some(nested) = present(decl, "foreach") {
-            ForeachPatch::Nested(compile_foreach(
-                nested,
-                &format!("{df}.foreach"),
                 err,
                 cache,
             )?)

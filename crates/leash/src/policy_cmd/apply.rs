@@ -14,6 +14,8 @@ use clap::ValueEnum;
 use leash_policy::{
     Engine, EvalRequest, FailureAction, Operation, RuleResult, Source, Status, UserInfo,
 };
+
+use super::mutated::{self, Mutated};
 use serde_json::{Value, json};
 
 use super::cluster::MemoryCluster;
@@ -87,6 +89,10 @@ pub(crate) struct Args {
     /// Output format.
     #[arg(long, short = 'o', value_enum, default_value_t = Format::Table)]
     output: Format,
+    /// Write the resources mutate rules changed to PATH instead of stdout:
+    /// a directory (one NAME-mutated.yaml each) or a file (a YAML stream).
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["cluster", "sandbox"])]
+    mutated_output: Option<PathBuf>,
     /// Report failures of Audit rules as warnings (exit 0 if nothing else fails).
     #[arg(long)]
     audit_warn: bool,
@@ -104,7 +110,9 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode> {
     paths.extend(args.exception.iter().cloned());
     let loaded = load::load_policies(&paths).map_err(|e| usage(format!("{e:#}")))?;
     for note in &loaded.unsupported {
-        eprintln!("leash: note: {note}: not evaluated (leash evaluates validate policies)");
+        eprintln!(
+            "leash: note: {note}: not evaluated (leash evaluates validate and mutate rules of ClusterPolicy/Policy and ValidatingPolicies)"
+        );
     }
     if loaded.engine.is_empty() {
         return Err(usage(
@@ -147,7 +155,7 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode> {
         None => std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
     let interrupted = Arc::new(AtomicBool::new(false));
-    let results = evaluate_all(
+    let (results, mutations) = evaluate_all(
         &loaded.engine,
         resources,
         &values,
@@ -159,23 +167,50 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode> {
         return Ok(ExitCode::from(EXIT_INTERRUPTED));
     }
     let results = adjust_audit(&loaded.engine, results, args.audit_warn);
+    if let Some(path) = &args.mutated_output {
+        let written = mutated::write(path, &mutations)?;
+        eprintln!(
+            "leash: wrote {written} mutated resources to {}",
+            path.display()
+        );
+    }
+    let print_mutated = args.mutated_output.is_none() && !args.policy_report;
+    // Mutate results count, print and report as results too, as in
+    // Kyverno's CLI (its reports hold every rule type).
+    let combined: Vec<Evaluated> = results
+        .iter()
+        .zip(&mutations)
+        .map(|((o, rs), m)| {
+            let mut all = m.results.clone();
+            all.extend(rs.iter().cloned());
+            (o.clone(), all)
+        })
+        .collect();
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     if args.policy_report {
-        print_reports(&mut out, &loaded.engine, &results, args.output)?;
+        print_reports(&mut out, &loaded.engine, &combined, args.output)?;
     } else {
+        if print_mutated && args.output == Format::Table {
+            mutated::print(&mut out, &mutations)?;
+        }
         print_results(
             &mut out,
             loaded.engine.policies().len()
                 + loaded.engine.validating_policies().len()
                 + loaded.engine.mutating_policies().len(),
-            &results,
+            &combined,
             args.output,
             args.detailed_results,
+            if print_mutated && args.output != Format::Table {
+                Some(&mutations)
+            } else {
+                None
+            },
         )?;
     }
     out.flush()?;
-    let failed = results
+    let failed = combined
         .iter()
         .flat_map(|(_, rs)| rs)
         .any(|r| matches!(r.status, Status::Fail | Status::Error));
@@ -293,7 +328,9 @@ async fn run_cluster(
 type Evaluated = (Arc<Value>, Vec<RuleResult>);
 
 /// Evaluates every resource on `threads` threads sharing the compiled
-/// policies read-only; results keep the resources' order.
+/// policies read-only: its mutate rules, then its validate rules on the
+/// mutated resource (as Kyverno's CLI). The validate results and the
+/// mutations keep the resources' order.
 fn evaluate_all(
     engine: &Engine,
     resources: Vec<Value>,
@@ -301,15 +338,16 @@ fn evaluate_all(
     user: &UserInfo,
     threads: usize,
     interrupted: &AtomicBool,
-) -> Vec<Evaluated> {
+) -> (Vec<Evaluated>, Vec<Mutated>) {
     let resources: Vec<Arc<Value>> = resources.into_iter().map(Arc::new).collect();
     let cluster = MemoryCluster::default();
     let next = AtomicUsize::new(0);
     let threads = threads.clamp(1, resources.len().max(1));
-    let mut slots: Vec<Option<Vec<RuleResult>>> = vec![None; resources.len()];
+    let mut slots: Vec<Option<(Vec<RuleResult>, Mutated)>> =
+        (0..resources.len()).map(|_| None).collect();
     let handle = tokio::runtime::Handle::try_current().ok();
     let finished = tokio::sync::Notify::new();
-    let done: Vec<(usize, Vec<RuleResult>)> = std::thread::scope(|s| {
+    let done: Vec<(usize, (Vec<RuleResult>, Mutated))> = std::thread::scope(|s| {
         // Ctrl-C: a scoped thread waits for the signal (or the end) on the
         // runtime and raises the flag every worker checks between resources,
         // so an interrupt stops the evaluation within one resource's time.
@@ -347,13 +385,9 @@ fn evaluate_all(
                             namespace_labels: values.namespace_labels.get(ns).cloned(),
                             namespace_object: values.namespaces.get(ns).cloned().map(Arc::new),
                         };
-                        // Mutate (classic mutate rules, then MutatingPolicies),
-                        // then validate the mutated object, as Kyverno's CLI does.
                         let applied = engine.apply(req, &cluster, &values.bindings);
-                        let mut results: Vec<RuleResult> =
-                            applied.mutation.results().cloned().collect();
-                        results.extend(applied.results);
-                        mine.push((i, results));
+                        let m = Mutated::of(object, &applied.mutation);
+                        mine.push((i, (applied.results, m)));
                     }
                     mine
                 })
@@ -373,8 +407,11 @@ fn evaluate_all(
     resources
         .into_iter()
         .zip(slots)
-        .map(|(o, r)| (o, r.unwrap_or_default()))
-        .collect()
+        .map(|(o, r)| {
+            let (results, m) = r.unwrap_or_else(|| (Vec::new(), Mutated::none(&o)));
+            ((o, results), m)
+        })
+        .unzip()
 }
 
 /// `--audit-warn`: failures of Audit rules become warnings.
@@ -408,7 +445,7 @@ fn adjust_audit(engine: &Engine, results: Vec<Evaluated>, audit_warn: bool) -> V
         .collect()
 }
 
-fn resource_id(o: &Value) -> String {
+pub(crate) fn resource_id(o: &Value) -> String {
     let kind = o["kind"].as_str().unwrap_or("");
     let name = o["metadata"]["name"].as_str().unwrap_or("");
     match o["metadata"]["namespace"].as_str() {
@@ -450,8 +487,17 @@ fn print_results(
     results: &[Evaluated],
     format: Format,
     detailed: bool,
+    mutated: Option<&[Mutated]>,
 ) -> Result<()> {
     let c = counts(results.iter().flat_map(|(_, rs)| rs));
+    if let (Some(m), Format::Json | Format::Yaml) = (mutated, format) {
+        let mut doc = summary_doc(results, &c, detailed);
+        let objects = mutated::objects(m);
+        if !objects.is_empty() {
+            doc["mutatedResources"] = Value::Array(objects);
+        }
+        return write_doc(out, &doc, format);
+    }
     print_summary(
         out,
         policy_count,
@@ -495,26 +541,32 @@ fn print_summary(
             )?;
         }
         Format::Json | Format::Yaml => {
-            let rows: Vec<Value> = results
-                .iter()
-                .flat_map(|(o, rs)| {
-                    rs.iter()
-                        .filter(move |r| detailed || r.status != Status::Pass)
-                        .map(move |r| {
-                            json!({
-                                "policy": &*r.policy, "rule": r.rule, "resource": resource_id(o),
-                                "result": r.status.as_str(), "message": r.message,
-                            })
-                        })
-                })
-                .collect();
-            let doc = json!({"results": rows, "summary": {
-                "pass": n("pass"), "fail": n("fail"), "warn": n("warn"), "error": n("error"), "skip": n("skip"),
-            }});
+            let doc = summary_doc(results, c, detailed);
             write_doc(out, &doc, format)?;
         }
     }
     Ok(())
+}
+
+/// The JSON/YAML document of the results and their counts.
+fn summary_doc(results: &[Evaluated], c: &BTreeMap<&'static str, usize>, detailed: bool) -> Value {
+    let n = |k: &str| c.get(k).copied().unwrap_or(0);
+    let rows: Vec<Value> = results
+        .iter()
+        .flat_map(|(o, rs)| {
+            rs.iter()
+                .filter(move |r| detailed || r.status != Status::Pass)
+                .map(move |r| {
+                    json!({
+                        "policy": &*r.policy, "rule": r.rule, "resource": resource_id(o),
+                        "result": r.status.as_str(), "message": r.message,
+                    })
+                })
+        })
+        .collect();
+    json!({"results": rows, "summary": {
+        "pass": n("pass"), "fail": n("fail"), "warn": n("warn"), "error": n("error"), "skip": n("skip"),
+    }})
 }
 
 fn write_doc(out: &mut impl Write, doc: &Value, format: Format) -> Result<()> {

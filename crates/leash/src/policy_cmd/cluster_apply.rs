@@ -304,7 +304,11 @@ fn evaluate_one(
         namespace_labels: labels,
         namespace_object: ns_object,
     };
-    let results = engine.evaluate(req, cluster, bindings);
+    // Mutate rules first, then validate rules on the mutated object, as
+    // Kyverno's CLI; the mutated object is not written back.
+    let applied = engine.apply(req, cluster, bindings);
+    let mut results: Vec<RuleResult> = applied.mutation.results().cloned().collect();
+    results.extend(applied.results);
     g.objects += 1;
     for r in &results {
         *g.counts.entry(r.status.as_str()).or_default() += 1;

@@ -6,6 +6,7 @@ mod cluster;
 mod cluster_apply;
 mod files;
 mod load;
+mod mutated;
 mod patched;
 mod spec;
 pub(crate) mod test;

@@ -73,7 +73,7 @@ pub(crate) fn check(actual: &Value, file: &Path) -> Result<PatchCheck> {
 }
 
 fn normalize(v: &Value) -> Value {
-    let mut v = tidy(v).unwrap_or(Value::Object(Map::new()));
+    let mut v = v.clone();
     if let Some(labels) = v
         .get_mut("metadata")
         .and_then(|m| m.get_mut("labels"))
@@ -82,13 +82,8 @@ fn normalize(v: &Value) -> Value {
         labels.retain(|k, _| {
             !k.starts_with("generate.kyverno.io/") && k != "app.kubernetes.io/managed-by"
         });
-        if labels.is_empty()
-            && let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut)
-        {
-            meta.remove("labels");
-        }
     }
-    v
+    tidy(&v).unwrap_or(Value::Object(Map::new()))
 }
 
 /// Kyverno's `TidyObject`: nulls, empty maps and empty lists removed.

@@ -126,8 +126,16 @@ impl Outcome {
         )
     }
 
+    /// A `fail` row whose mutated resource differs from its patched
+    /// resource: the mismatch is what the row expects (`kyverno test`
+    /// counts a failed check of a `fail` row as a success).
+    fn expected_mismatch(&self) -> bool {
+        self.expected == Status::Fail && matches!(self.patched, Some(Ok(PatchCheck::Differs(_))))
+    }
+
     fn ok(&self) -> bool {
         self.left_out().is_some()
+            || self.expected_mismatch()
             || (self.patch_ok() && self.got.as_ref().is_ok_and(|g| *g == self.expected))
     }
 
@@ -524,11 +532,12 @@ fn print_table(
                     if problems.is_empty() {
                         continue;
                     }
-                    writeln!(
-                        out,
-                        "  row {}: the mutated resource differs from the patched resource:",
-                        i + 1
-                    )?;
+                    let how = if r.expected_mismatch() {
+                        "differs from the patched resource, as a fail row expects"
+                    } else {
+                        "differs from the patched resource"
+                    };
+                    writeln!(out, "  row {}: the mutated resource {how}:", i + 1)?;
                     for p in problems.iter().take(20) {
                         writeln!(out, "    {p}")?;
                     }

@@ -6,6 +6,7 @@ mod context;
 mod deploy;
 mod load;
 mod mpol;
+mod mutate;
 mod policy;
 mod sandbox;
 mod serve;

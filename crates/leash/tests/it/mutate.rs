@@ -1,0 +1,218 @@
+//! `leash test` with `patchedResources` and `leash apply` with mutate
+//! rules, on fixtures written here.
+
+use std::fs;
+use std::path::Path;
+
+use crate::support::{leash, stderr, stdout};
+
+const POLICY: &str = r#"
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata:
+  name: defaults
+spec:
+  rules:
+  - name: pull-always
+    match:
+      any:
+      - resources:
+          kinds: [Pod]
+    mutate:
+      patchStrategicMerge:
+        spec:
+          containers:
+          - (image): "*:latest"
+            imagePullPolicy: Always
+  - name: require-pull-always
+    match:
+      any:
+      - resources:
+          kinds: [Pod]
+    validate:
+      message: "latest images must be pulled always"
+      pattern:
+        spec:
+          containers:
+          - (image): "*:latest"
+            imagePullPolicy: Always
+"#;
+
+const RESOURCES: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: latest, namespace: apps}
+spec:
+  containers:
+  - {name: c, image: "nginx:latest"}
+  - {name: d, image: "redis:7"}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: pinned, namespace: apps}
+spec:
+  containers: [{name: c, image: "nginx:1.27"}]
+"#;
+
+const PATCHED_LATEST: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: latest, namespace: apps}
+spec:
+  containers:
+  - {name: c, image: "nginx:latest", imagePullPolicy: Always}
+  - {name: d, image: "redis:7"}
+"#;
+
+/// The same pod, with the sidecar's policy wrongly expected to change too.
+const PATCHED_WRONG: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: latest, namespace: apps}
+spec:
+  containers:
+  - {name: c, image: "nginx:latest", imagePullPolicy: Always}
+  - {name: d, image: "redis:7", imagePullPolicy: Always}
+"#;
+
+fn folder(dir: &Path, patched: &str, results: &str) {
+    let tests = dir.join(".kyverno-test");
+    fs::create_dir_all(&tests).unwrap();
+    fs::write(dir.join("policy.yaml"), POLICY).unwrap();
+    fs::write(tests.join("resources.yaml"), RESOURCES).unwrap();
+    fs::write(tests.join("patched.yaml"), patched).unwrap();
+    fs::write(
+        tests.join("kyverno-test.yaml"),
+        format!(
+            "apiVersion: cli.kyverno.io/v1alpha1\nkind: Test\nmetadata: {{name: t}}\npolicies: [../policy.yaml]\nresources: [resources.yaml]\nresults:\n{results}"
+        ),
+    )
+    .unwrap();
+}
+
+const ROWS: &str = r#"
+- {policy: defaults, rule: pull-always, resources: [latest], kind: Pod, result: pass, patchedResources: patched.yaml}
+- {policy: defaults, rule: pull-always, resources: [pinned], kind: Pod, result: skip}
+- {policy: defaults, rule: require-pull-always, resources: [latest], kind: Pod, result: pass}
+- {policy: defaults, rule: require-pull-always, resources: [pinned], kind: Pod, result: skip}
+"#;
+
+#[test]
+fn test_passes_when_the_patched_resource_matches_and_validates_the_mutated_resource() {
+    let dir = tempfile::tempdir().unwrap();
+    folder(dir.path(), PATCHED_LATEST, ROWS);
+    let out = leash().args(["test"]).arg(dir.path()).output().unwrap();
+    assert!(
+        out.status.success(),
+        "stdout:\n{}\nstderr:\n{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert!(
+        stdout(&out).contains("4 passed, 0 failed"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn test_fails_when_the_patched_resource_differs_and_names_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    folder(dir.path(), PATCHED_WRONG, ROWS);
+    let out = leash().args(["test"]).arg(dir.path()).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let text = stdout(&out);
+    assert!(text.contains("pass (patched resource differs)"), "{text}");
+    assert!(
+        text.contains("/spec/containers/1/imagePullPolicy: only in expected: \"Always\""),
+        "{text}"
+    );
+    // The JSON output carries the differences too.
+    let out = leash()
+        .args(["test", "-o", "json"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let row = &doc["tests"][0]["results"][0];
+    assert_eq!(row["passed"], false);
+    assert_eq!(row["got"], "pass");
+    assert_eq!(row["patchedResource"]["equal"], false);
+}
+
+/// A `fail` row with a patched resource expects the mutation not to give
+/// it: a mismatch passes the row, a match fails it.
+#[test]
+fn a_fail_row_expects_the_patched_resource_to_differ() {
+    for (patched, passes) in [(PATCHED_WRONG, true), (PATCHED_LATEST, false)] {
+        let dir = tempfile::tempdir().unwrap();
+        folder(
+            dir.path(),
+            patched,
+            "- {policy: defaults, rule: pull-always, resources: [latest], kind: Pod, result: fail, patchedResources: patched.yaml}\n",
+        );
+        let out = leash().args(["test"]).arg(dir.path()).output().unwrap();
+        assert_eq!(out.status.success(), passes, "{}", stdout(&out));
+    }
+}
+
+#[test]
+fn test_leaves_out_a_row_whose_file_lacks_the_resource_as_kyverno_does() {
+    let dir = tempfile::tempdir().unwrap();
+    folder(
+        dir.path(),
+        PATCHED_LATEST,
+        "- {policy: defaults, rule: pull-always, resources: [pinned], kind: Pod, result: fail, patchedResources: patched.yaml}\n\
+         - {policy: defaults, rule: pull-always, resources: [latest], kind: Pod, result: pass, patchedResources: patched.yaml}\n",
+    );
+    let out = leash().args(["test"]).arg(dir.path()).output().unwrap();
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("SKIPPED"), "{text}");
+    assert!(text.contains("has no Pod apps/pinned"), "{text}");
+}
+
+#[test]
+fn apply_prints_and_writes_mutated_resources_and_counts_mutate_results() {
+    let dir = tempfile::tempdir().unwrap();
+    folder(dir.path(), PATCHED_LATEST, ROWS);
+    let policy = dir.path().join("policy.yaml");
+    let resources = dir.path().join(".kyverno-test/resources.yaml");
+    let out = leash()
+        .arg("apply")
+        .arg(&policy)
+        .arg("-r")
+        .arg(&resources)
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}\n{}", stderr(&out));
+    assert!(
+        text.contains("mutate policy defaults applied to Pod/apps/latest:"),
+        "{text}"
+    );
+    assert!(text.contains("imagePullPolicy: Always"), "{text}");
+    assert!(!text.contains("applied to Pod/apps/pinned"), "{text}");
+    // latest: mutate pass, validate pass (on the mutated pod); pinned:
+    // both skip (no latest image).
+    assert!(
+        text.contains("pass: 2, fail: 0, warn: 0, error: 0, skip: 2"),
+        "{text}"
+    );
+    let target = dir.path().join("out");
+    fs::create_dir_all(&target).unwrap();
+    let out = leash()
+        .arg("apply")
+        .arg(&policy)
+        .arg("-r")
+        .arg(&resources)
+        .arg("--mutated-output")
+        .arg(&target)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!stdout(&out).contains("mutate policy"), "{}", stdout(&out));
+    let written = fs::read_to_string(target.join("latest-mutated.yaml")).unwrap();
+    assert!(written.contains("imagePullPolicy: Always"), "{written}");
+    assert!(!target.join("pinned-mutated.yaml").exists());
+}
