@@ -19,7 +19,8 @@
 //! What the types gave Kubernetes is kept as compile-time checks where the
 //! literal itself shows it: an ApplyConfiguration may construct only
 //! `Object` and its field types, a JSON Patch only `JSONPatch` with the
-//! fields `op`, `path`, `from`, `value`, and a struct literal directly inside
+//! fields `op`, `path`, `from`, `value` (variables and match conditions
+//! either), and a struct literal directly inside
 //! another one (or in a list literal there) must be named after its field's
 //! path (`Object.spec{containers: [Object.spec.containers{...}]}`).
 
@@ -35,6 +36,9 @@ pub(crate) enum Literals {
     Object,
     /// `JSONPatch` (JSONPatch).
     JsonPatch,
+    /// Either (variables and match conditions, which may build values
+    /// for the mutations).
+    Any,
 }
 
 const JSON_PATCH_FIELDS: &[&str] = &["op", "path", "from", "value"];
@@ -60,6 +64,13 @@ fn check_name(name: &str, allowed: Literals, expected: Option<&str>) -> Result<(
             if name != "JSONPatch" {
                 return Err(format!(
                     "type {name:?} cannot be constructed in a JSONPatch expression (only JSONPatch)"
+                ));
+            }
+        }
+        Literals::Any => {
+            if name != "JSONPatch" && name != "Object" && !name.starts_with("Object.") {
+                return Err(format!(
+                    "type {name:?} cannot be constructed (only Object, its fields, and JSONPatch)"
                 ));
             }
         }
@@ -95,15 +106,14 @@ fn walk(
                 let EntryExpr::StructField(mut f) = entry.expr else {
                     return Err(format!("{name}: expected field initializers"));
                 };
-                if allowed == Literals::JsonPatch && !JSON_PATCH_FIELDS.contains(&f.field.as_str())
-                {
+                if name == "JSONPatch" && !JSON_PATCH_FIELDS.contains(&f.field.as_str()) {
                     return Err(format!(
                         "JSONPatch has no field {:?} (op, path, from, value)",
                         f.field
                     ));
                 }
                 let child = format!("{name}.{}", f.field);
-                let expect_child = (allowed == Literals::Object).then_some(child.as_str());
+                let expect_child = (name != "JSONPatch").then_some(child.as_str());
                 walk(&mut f.value, allowed, expect_child, next_id)?;
                 let key = IdedExpr {
                     id: take(next_id),

@@ -41,7 +41,7 @@ use std::sync::Arc;
 
 use serde_json::Value as Json;
 
-use crate::cel::rule::{as_list, compile_expr, compile_variables};
+use crate::cel::rule::as_list;
 use crate::cel::{Activation, Expr, Variable, from_json};
 use crate::error::{Error, Result};
 use crate::request::{ClusterData, EvalRequest};
@@ -361,6 +361,22 @@ fn to_json(v: &::cel::Value) -> Result<Json, String> {
         .map_err(|e| format!("the result cannot be converted to JSON: {e}"))
 }
 
+/// Compiles the expression at `field`, its typed literals rewritten
+/// ([`literal`]).
+fn compile_typed(
+    v: &Json,
+    literals: Literals,
+    kind: &str,
+    name: &str,
+    field: &str,
+) -> Result<Expr> {
+    let src = v
+        .as_str()
+        .ok_or_else(|| Error::invalid(kind, name, field, "expression is required"))?;
+    Expr::compile_rewritten(src, |ast| literal::rewrite(ast, literals))
+        .map_err(|e| Error::invalid(kind, name, field, e))
+}
+
 fn compile_body(spec: &Json, kind: &str, name: &str) -> Result<Body> {
     let matching = MatchResources::parse(&spec["matchConstraints"]);
     let mut conditions = Vec::new();
@@ -374,7 +390,7 @@ fn compile_body(spec: &Json, kind: &str, name: &str) -> Result<Body> {
     .enumerate()
     {
         let field = format!("spec.matchConditions[{i}].expression");
-        let expr = compile_expr(&c["expression"], kind, name, &field)?;
+        let expr = compile_typed(&c["expression"], Literals::Any, kind, name, &field)?;
         conditions.push((c["name"].as_str().unwrap_or("").to_string(), expr));
     }
     let mut mutations = Vec::new();
@@ -383,9 +399,9 @@ fn compile_body(spec: &Json, kind: &str, name: &str) -> Result<Body> {
         .enumerate()
     {
         let field = format!("spec.mutations[{i}]");
-        let (key, literals) = match m["patchType"].as_str() {
-            Some("ApplyConfiguration") => ("applyConfiguration", Literals::Object),
-            Some("JSONPatch") => ("jsonPatch", Literals::JsonPatch),
+        let (key, literals, make): (_, _, fn(Expr) -> Mutation) = match m["patchType"].as_str() {
+            Some("ApplyConfiguration") => ("applyConfiguration", Literals::Object, Mutation::Apply),
+            Some("JSONPatch") => ("jsonPatch", Literals::JsonPatch, Mutation::JsonPatch),
             other => {
                 return Err(Error::invalid(
                     kind,
@@ -396,17 +412,30 @@ fn compile_body(spec: &Json, kind: &str, name: &str) -> Result<Body> {
             }
         };
         let efield = format!("{field}.{key}.expression");
-        let src = m[key]["expression"]
+        let expr = compile_typed(&m[key]["expression"], literals, kind, name, &efield)?;
+        mutations.push(make(expr));
+    }
+    let mut variables = Vec::new();
+    for (i, v) in as_list(spec.get("variables"), kind, name, "spec.variables")?
+        .iter()
+        .enumerate()
+    {
+        let f = format!("spec.variables[{i}]");
+        let var = v["name"]
             .as_str()
-            .ok_or_else(|| Error::invalid(kind, name, &efield, "expression is required"))?;
-        let expr = Expr::compile_rewritten(src, |ast| literal::rewrite(ast, literals))
-            .map_err(|e| Error::invalid(kind, name, &efield, e))?;
-        mutations.push(match literals {
-            Literals::Object => Mutation::Apply(expr),
-            Literals::JsonPatch => Mutation::JsonPatch(expr),
+            .ok_or_else(|| Error::invalid(kind, name, format!("{f}.name"), "name is required"))?;
+        let expr = compile_typed(
+            &v["expression"],
+            Literals::Any,
+            kind,
+            name,
+            &format!("{f}.expression"),
+        )?;
+        variables.push(Variable {
+            name: var.to_string(),
+            expr,
         });
     }
-    let variables = compile_variables(spec.get("variables"), kind, name, "spec.variables")?;
     let reads: Vec<(String, BTreeSet<String>)> = variables
         .iter()
         .map(|v| (v.name.clone(), lazy::reads(v.expr.ast())))

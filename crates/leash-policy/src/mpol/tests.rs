@@ -806,3 +806,40 @@ fn engine_apply_validates_as_kyverno_cli_orders_it() {
     );
     assert_eq!(on_mutated[0].status, Status::Fail, "{:?}", on_mutated[0]);
 }
+
+#[test]
+fn variables_may_build_typed_values() {
+    let p = policy(json!({
+        "matchConstraints": pods_only(),
+        "variables": [
+            {"name": "sidecar", "expression": "Object.spec.containers{name: 'proxy', image: 'envoy'}"},
+            {"name": "patch", "expression": "JSONPatch{op: 'add', path: '/metadata/labels', value: {'p': 'x'}}"},
+        ],
+        "mutations": [
+            {"patchType": "ApplyConfiguration", "applyConfiguration": {"expression":
+                "Object{spec: Object.spec{containers: [variables.sidecar]}}"}},
+            {"patchType": "JSONPatch", "jsonPatch": {"expression": "[variables.patch]"}},
+        ],
+    }));
+    let (r, out) = run_on(
+        &p,
+        pod(json!({"containers": [{"name": "app", "image": "a"}]})),
+    )
+    .unwrap();
+    assert_eq!(r.status, Status::Pass, "{}", r.message);
+    assert_eq!(
+        out["spec"]["containers"],
+        json!([{"name": "app", "image": "a"}, {"name": "proxy", "image": "envoy"}])
+    );
+    assert_eq!(out["metadata"]["labels"], json!({"p": "x"}));
+    let err = MutatingPolicy::compile(&json!({
+        "apiVersion": "policies.kyverno.io/v1alpha1", "kind": "MutatingPolicy", "metadata": {"name": "mp"},
+        "spec": {"matchConstraints": pods_only(), "variables": [{"name": "v", "expression": "Pod{}"}]},
+    }))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("spec.variables[0].expression") && err.contains("cannot be constructed"),
+        "{err}"
+    );
+}
