@@ -18,9 +18,9 @@
 //!
 //! What the types gave Kubernetes is kept as compile-time checks where the
 //! literal itself shows it: an ApplyConfiguration may construct only
-//! `Object` and its field types, a JSON Patch only `JSONPatch` with the
-//! fields `op`, `path`, `from`, `value` (variables and match conditions
-//! either), and a struct literal directly inside
+//! `Object` and its field types, a JSON Patch (and variables and match
+//! conditions) those and `JSONPatch` with the fields `op`, `path`, `from`,
+//! `value`, and a struct literal directly inside
 //! another one (or in a list literal there) must be named after its field's
 //! path (`Object.spec{containers: [Object.spec.containers{...}]}`).
 
@@ -34,10 +34,8 @@ use cel::common::types::CelString;
 pub(crate) enum Literals {
     /// `Object` and `Object.<path>` (ApplyConfiguration).
     Object,
-    /// `JSONPatch` (JSONPatch).
-    JsonPatch,
-    /// Either (variables and match conditions, which may build values
-    /// for the mutations).
+    /// `JSONPatch` and `Object` (JSONPatch mutations, whose values may be
+    /// typed objects; variables and match conditions).
     Any,
 }
 
@@ -57,13 +55,6 @@ fn check_name(name: &str, allowed: Literals, expected: Option<&str>) -> Result<(
             if name != "Object" && !name.starts_with("Object.") {
                 return Err(format!(
                     "type {name:?} cannot be constructed in an ApplyConfiguration (only Object and its fields, e.g. Object.spec)"
-                ));
-            }
-        }
-        Literals::JsonPatch => {
-            if name != "JSONPatch" {
-                return Err(format!(
-                    "type {name:?} cannot be constructed in a JSONPatch expression (only JSONPatch)"
                 ));
             }
         }

@@ -401,7 +401,10 @@ fn compile_body(spec: &Json, kind: &str, name: &str) -> Result<Body> {
         let field = format!("spec.mutations[{i}]");
         let (key, literals, make): (_, _, fn(Expr) -> Mutation) = match m["patchType"].as_str() {
             Some("ApplyConfiguration") => ("applyConfiguration", Literals::Object, Mutation::Apply),
-            Some("JSONPatch") => ("jsonPatch", Literals::JsonPatch, Mutation::JsonPatch),
+            // A patch's value may be a typed object too:
+            // `JSONPatch{op: "add", path: "/spec/initContainers/-",
+            // value: Object.spec.initContainers{...}}`.
+            Some("JSONPatch") => ("jsonPatch", Literals::Any, Mutation::JsonPatch),
             other => {
                 return Err(Error::invalid(
                     kind,

@@ -505,8 +505,8 @@ fn compile_errors_name_the_field() {
             "JSONPatch has no field",
         ),
         (
-            json!({"patchType": "JSONPatch", "jsonPatch": {"expression": "[Object{}]"}}),
-            "only JSONPatch",
+            json!({"patchType": "JSONPatch", "jsonPatch": {"expression": "[Pod{}]"}}),
+            "cannot be constructed",
         ),
         (
             json!({"patchType": "ApplyConfiguration", "applyConfiguration": {"expression": "Pod{}"}}),
@@ -841,5 +841,20 @@ fn variables_may_build_typed_values() {
     assert!(
         err.contains("spec.variables[0].expression") && err.contains("cannot be constructed"),
         "{err}"
+    );
+}
+
+#[test]
+fn json_patch_values_may_be_typed_objects() {
+    let p = policy(json!({
+        "matchConstraints": pods_only(),
+        "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression":
+            "[JSONPatch{op: 'add', path: '/spec/initContainers', value: []}, JSONPatch{op: 'add', path: '/spec/initContainers/-', value: Object.spec.initContainers{name: 'mesh-proxy', image: 'mesh/proxy:v1'}}]"}}],
+    }));
+    let (r, out) = run_on(&p, pod(json!({"containers": [{"name": "a"}]}))).unwrap();
+    assert_eq!(r.status, Status::Pass, "{}", r.message);
+    assert_eq!(
+        out["spec"]["initContainers"],
+        json!([{"name": "mesh-proxy", "image": "mesh/proxy:v1"}])
     );
 }
