@@ -199,6 +199,10 @@ fn wrap_patterns(validate: &mut Value, wrap: &dyn Fn(Value) -> Value) {
 /// merge patch (of the rule, or of each `foreach`) moved under the pod
 /// template; a `foreach` keeps its list, context and preconditions only.
 fn wrap_mutate(mutate: &mut Value, wrap: &dyn Fn(Value) -> Value) {
+    if mutate["targets"].as_array().is_some_and(|t| !t.is_empty()) {
+        // The patch is for the targets, not for the pod template.
+        return;
+    }
     if let Some(p) = mutate.get("patchStrategicMerge").filter(|p| !p.is_null()) {
         *mutate = json!({"patchStrategicMerge": wrap(p.clone())});
         return;

@@ -169,7 +169,7 @@ impl Engine {
         let mut object = req.object.clone();
         let mut steps = Vec::new();
         for policy in self.policies.iter().filter(|p| p.has_mutate_rules()) {
-            let (next, results) =
+            let (next, results, targets) =
                 policy.mutate(object.clone(), req, data, bindings, &self.exceptions);
             if results.is_empty() {
                 continue;
@@ -180,6 +180,7 @@ impl Engine {
                 source: Source::Kyverno,
                 results,
                 object: object.clone(),
+                targets,
             });
         }
         // Then the MutatingPolicies, in the order they were added, each on
@@ -200,6 +201,8 @@ impl Engine {
                 source: Source::MutatingPolicy,
                 results: vec![result],
                 object: object.clone(),
+                // mutateExisting (targetMatchConstraints) is not done.
+                targets: Vec::new(),
             });
         }
         Mutation { object, steps }

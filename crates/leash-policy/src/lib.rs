@@ -49,7 +49,7 @@ pub use engine::{Applied, Document, Engine, Shared, base_rule};
 pub use error::{Error, Result};
 pub use eval::{Bindings, PolicyBindings, Prepared};
 pub use exception::Exception;
-pub use mutate::{Mutation, MutationStep};
+pub use mutate::{Mutation, MutationStep, PatchedTarget};
 pub use policy::{FailureAction, Policy};
 pub use quantity::{Quantity, parse_duration};
 pub use request::{ClusterData, EvalRequest, NoClusterData, Operation, UserInfo};

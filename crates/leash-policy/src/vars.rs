@@ -47,6 +47,14 @@ impl Vars {
         v
     }
 
+    /// Whether a top-level variable is set (and not null).
+    pub(crate) fn has(&self, key: &str) -> bool {
+        match &*self.root {
+            Variable::Object(m) => m.get(key).is_some_and(|v| !v.is_null()),
+            _ => false,
+        }
+    }
+
     /// Sets a dotted path (`request.operation`), creating maps on the way.
     pub(crate) fn set_dotted(&mut self, dotted: &str, value: Rcvar) {
         let parts: Vec<&str> = dotted.split('.').collect();

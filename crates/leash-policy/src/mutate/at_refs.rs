@@ -33,9 +33,9 @@ pub(crate) fn any(doc: &Value) -> bool {
     }
 }
 
-/// The JMESPath of a position below `request.object`.
-fn jmespath(path: &[String]) -> String {
-    let mut out = String::from("request.object");
+/// The JMESPath of a position below `root`.
+fn jmespath(root: &str, path: &[String]) -> String {
+    let mut out = String::from(root);
     for seg in path {
         if seg.parse::<usize>().is_ok() {
             out.push_str(&format!("[{seg}]"));
@@ -55,8 +55,8 @@ fn jmespath(path: &[String]) -> String {
     out
 }
 
-fn rewrite(s: &str, path: &[String]) -> String {
-    let target = jmespath(path);
+fn rewrite(s: &str, root: &str, path: &[String]) -> String {
+    let target = jmespath(root, path);
     let mut out = String::with_capacity(s.len());
     let mut rest = s;
     while let Some(i) = rest.find("{{") {
@@ -79,17 +79,18 @@ fn rewrite(s: &str, path: &[String]) -> String {
     out
 }
 
-/// Rewrites every `{{@}}` of a patch into the reference it stands for.
-pub(crate) fn resolve(doc: &Value) -> Value {
-    fn walk(v: &Value, path: &mut Vec<String>) -> Value {
+/// Rewrites every `{{@}}` of a patch into the reference it stands for,
+/// below `root` (`request.object`, or `target` for mutate-existing).
+pub(crate) fn resolve(doc: &Value, root: &str) -> Value {
+    fn walk(v: &Value, root: &str, path: &mut Vec<String>) -> Value {
         match v {
-            Value::String(s) if has_at(s) => Value::String(rewrite(s, path)),
+            Value::String(s) if has_at(s) => Value::String(rewrite(s, root, path)),
             Value::Array(a) => Value::Array(
                 a.iter()
                     .enumerate()
                     .map(|(i, x)| {
                         path.push(i.to_string());
-                        let r = walk(x, path);
+                        let r = walk(x, root, path);
                         path.pop();
                         r
                     })
@@ -100,7 +101,7 @@ pub(crate) fn resolve(doc: &Value) -> Value {
                     .map(|(k, x)| {
                         let key = parse_anchor(k).map_or(k.as_str(), |(_, inner)| inner);
                         path.push(key.to_string());
-                        let r = walk(x, path);
+                        let r = walk(x, root, path);
                         path.pop();
                         (k.clone(), r)
                     })
@@ -109,7 +110,7 @@ pub(crate) fn resolve(doc: &Value) -> Value {
             other => other.clone(),
         }
     }
-    walk(doc, &mut Vec::new())
+    walk(doc, root, &mut Vec::new())
 }
 
 #[cfg(test)]
@@ -122,7 +123,7 @@ mod tests {
         let patch = json!({"spec": {"containers": [{"(name)": "*", "image": "{{ regex_replace_all('^[^/]+', '{{@}}', 'r.io') }}"}]},
                            "metadata": {"annotations": {"a.b/c": "{{ @ }}"}}, "x": "{{y}}"});
         assert!(any(&patch));
-        let got = resolve(&patch);
+        let got = resolve(&patch, "request.object");
         assert_eq!(
             got["spec"]["containers"][0]["image"],
             "{{ regex_replace_all('^[^/]+', '{{request.object.spec.containers[0].image}}', 'r.io') }}"

@@ -46,6 +46,23 @@ pub struct MutationStep {
     pub results: Vec<RuleResult>,
     /// The resource after this policy (and every policy before it).
     pub object: Arc<Value>,
+    /// Existing resources the policy's `mutate.targets` rules patched (or
+    /// tried to), one per target and rule, in order; their results are
+    /// in `results` too.
+    pub targets: Vec<PatchedTarget>,
+}
+
+/// An existing resource a `mutate.targets` rule applied to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PatchedTarget {
+    /// The rule.
+    pub rule: String,
+    /// `pass` when patched, `skip` when unchanged or excluded, `error`.
+    pub status: crate::Status,
+    /// The rule result's message.
+    pub message: String,
+    /// The target after the patch (as found when not patched).
+    pub object: Arc<Value>,
 }
 
 /// The outcome of [`crate::Engine::mutate`].

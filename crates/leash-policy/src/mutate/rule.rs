@@ -6,15 +6,16 @@ use std::sync::Arc;
 use jmespath::Rcvar;
 use serde_json::{Value, json};
 
+use super::PatchedTarget;
 use super::anchors;
 use super::at_refs;
 use super::json_patch;
 use super::merge;
 use super::schema;
-use super::spec::{ForeachPatch, MutateForeach, MutateSpec, Order};
+use super::spec::{ForeachPatch, MutateForeach, MutateSpec, Order, TargetSpec};
 use crate::eval::{Bindings, Lazy, Prepared, RuleCtx, base_vars};
 use crate::exception::Exception;
-use crate::matching::Target;
+use crate::matching::{LabelSelector, Target};
 use crate::policy::Policy;
 use crate::request::{ClusterData, EvalRequest, Operation};
 use crate::result::{RuleResult, Source, Status};
@@ -58,9 +59,10 @@ fn mutated_message(object: &Value) -> String {
 
 impl Policy {
     /// Applies every matching mutate rule, in order, each to the output of
-    /// the previous one. Returns the mutated object and one result per
-    /// matching rule. `req` is the admission request around `object` (its
-    /// `object` is replaced by `object`).
+    /// the previous one. Returns the mutated object, one result per
+    /// matching rule (per target found, for a `mutate.targets` rule) and
+    /// the targets those rules patched. `req` is the admission request
+    /// around `object` (its `object` is replaced by `object`).
     pub(crate) fn mutate(
         &self,
         object: Arc<Value>,
@@ -68,9 +70,10 @@ impl Policy {
         data: &dyn ClusterData,
         bindings: &Bindings,
         exceptions: &[Arc<Exception>],
-    ) -> (Arc<Value>, Vec<RuleResult>) {
+    ) -> (Arc<Value>, Vec<RuleResult>, Vec<PatchedTarget>) {
         let mut current = object;
         let mut out = Vec::new();
+        let mut targets = Vec::new();
         for rule in &self.rules {
             let Some(spec) = &rule.mutate else {
                 continue;
@@ -82,7 +85,7 @@ impl Policy {
             if let Some(ns) = &self.namespace
                 && cur_req.namespace() != ns
             {
-                return (current, out);
+                return (current, out, targets);
             }
             let bound = bindings.for_rule(&self.name, &rule.base_name, cur_req.name());
             let operation = bound
@@ -133,48 +136,212 @@ impl Policy {
                 delete: operation == Operation::Delete,
                 mocked: bound.iter().map(|(k, _)| k.clone()).collect(),
             };
+            if let MutateSpec::Existing {
+                targets: specs,
+                patch,
+            } = spec
+            {
+                // The admitted resource stays as it is; each target found
+                // gives a result of its own.
+                for t in ctx.mutate_targets(specs, patch, vars, &current) {
+                    if let Some(object) = t.target {
+                        targets.push(PatchedTarget {
+                            rule: rule.name.clone(),
+                            status: t.patched.status,
+                            message: t.patched.message.clone(),
+                            object: Arc::new(object),
+                        });
+                    }
+                    out.push(result(t.patched.status, t.patched.message));
+                }
+                continue;
+            }
             let patched = ctx.mutate_rule(spec, vars, &current);
             if patched.status == Status::Pass {
                 current = Arc::new(patched.object);
             }
             out.push(result(patched.status, patched.message));
         }
-        (current, out)
+        (current, out, targets)
     }
 }
 
+/// What a `mutate.targets` rule did to one target (or, without a target,
+/// why it did not run).
+struct TargetOutcome {
+    patched: Patched,
+    /// The target (patched when `pass`); `None` when the rule stopped
+    /// before looking targets up.
+    target: Option<Value>,
+}
+
 impl RuleCtx<'_> {
-    fn mutate_rule(&self, spec: &MutateSpec, vars: Vars, object: &Value) -> Patched {
+    /// The rule's context and preconditions: `Err` is the result when the
+    /// rule does not go on.
+    fn rule_vars(&self, vars: Vars, object: &Value) -> Result<Vars, Patched> {
         let rule = self.rule;
         let vars = match self.load_context(&rule.context, &vars) {
             Ok(v) => v,
-            Err(e) => return Patched::error(format!("failed to load context: {e}"), object),
+            Err(e) => {
+                return Err(Patched::error(
+                    format!("failed to load context: {e}"),
+                    object,
+                ));
+            }
         };
         let lazy = Lazy::ready(vars);
         match self.preconditions(rule.preconditions.as_ref(), &lazy) {
             Ok(true) => {}
-            Ok(false) => return Patched::skip("preconditions not met", object),
+            Ok(false) => return Err(Patched::skip("preconditions not met", object)),
             Err(e) => {
-                return Patched::error(format!("failed to evaluate preconditions: {e}"), object);
+                return Err(Patched::error(
+                    format!("failed to evaluate preconditions: {e}"),
+                    object,
+                ));
             }
         }
         if let Some(cel) = &rule.cel_preconditions {
             let (status, message) = cel.evaluate(self.req, self.data);
             if status != Status::Pass {
-                return Patched::skip(format!("cel preconditions not met: {message}"), object);
+                return Err(Patched::skip(
+                    format!("cel preconditions not met: {message}"),
+                    object,
+                ));
             }
         }
-        let vars = lazy.get();
+        Ok(lazy.get().clone())
+    }
+
+    fn mutate_rule(&self, spec: &MutateSpec, vars: Vars, object: &Value) -> Patched {
+        let vars = match self.rule_vars(vars, object) {
+            Ok(v) => v,
+            Err(p) => return p,
+        };
+        self.apply_patch(spec, &vars, object)
+    }
+
+    /// Applies a rule's patch to `object`.
+    fn apply_patch(&self, spec: &MutateSpec, vars: &Vars, object: &Value) -> Patched {
         let mut patched = match spec {
             MutateSpec::StrategicMerge(p) => self.strategic_merge(p, vars, object),
             MutateSpec::Json6902(text) => self.json6902(text, vars, object),
             MutateSpec::Foreach(decls) => self.mutate_foreach(decls, vars, object, 0),
-            MutateSpec::Unsupported(what) => return Patched::error(what.clone(), object),
+            MutateSpec::Existing { .. } => {
+                return Patched::error("mutate.targets cannot be nested", object);
+            }
         };
         if patched.status == Status::Pass {
             patched.message = mutated_message(&patched.object);
         }
         patched
+    }
+
+    /// `mutate.targets`: the patch applied to each existing resource the
+    /// targets name (Kyverno's mutate-existing handler), with `target`
+    /// bound to it; the trigger is `request.object`.
+    fn mutate_targets(
+        &self,
+        specs: &[TargetSpec],
+        patch: &MutateSpec,
+        vars: Vars,
+        trigger: &Value,
+    ) -> Vec<TargetOutcome> {
+        let vars = match self.rule_vars(vars, trigger) {
+            Ok(v) => v,
+            Err(p) => {
+                return vec![TargetOutcome {
+                    patched: p,
+                    target: None,
+                }];
+            }
+        };
+        let mut out = Vec::new();
+        for spec in specs {
+            let found = match self.find_targets(spec, &vars) {
+                Ok(f) => f,
+                Err(e) => {
+                    out.push(TargetOutcome {
+                        patched: Patched::error(format!("failed to load targets: {e}"), trigger),
+                        target: None,
+                    });
+                    continue;
+                }
+            };
+            for target in found {
+                let tvars = vars.with("target", to_var(&target));
+                let tvars = match self.load_context(&spec.context, &tvars) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        out.push(TargetOutcome {
+                            patched: Patched::error(
+                                format!("failed to load context: {e}"),
+                                &target,
+                            ),
+                            target: Some(target),
+                        });
+                        continue;
+                    }
+                };
+                let lazy = Lazy::ready(tvars);
+                let patched = match self.preconditions(spec.preconditions.as_ref(), &lazy) {
+                    Ok(true) => self.apply_patch(patch, lazy.get(), &target),
+                    Ok(false) => Patched::skip("preconditions not met", &target),
+                    Err(e) => {
+                        Patched::error(format!("failed to evaluate preconditions: {e}"), &target)
+                    }
+                };
+                let object = patched.object.clone();
+                out.push(TargetOutcome {
+                    patched,
+                    target: Some(object),
+                });
+            }
+        }
+        out
+    }
+
+    /// The existing resources one target entry names, from the cluster
+    /// data: its strings substituted, name and namespace matched with
+    /// wildcards, the selector applied. A namespaced `Policy` reads its own
+    /// namespace only.
+    fn find_targets(&self, spec: &TargetSpec, vars: &Vars) -> Result<Vec<Value>, String> {
+        let api_version = self.sub_str(&spec.api_version, vars)?;
+        let kind = self.sub_str(&spec.kind, vars)?;
+        let name = self.sub_str(&spec.name, vars)?;
+        let mut namespace = self.sub_str(&spec.namespace, vars)?;
+        if let Some(ns) = &self.policy.namespace {
+            namespace = ns.clone();
+        }
+        let selector = match &spec.selector {
+            None => None,
+            Some(s) => {
+                let s = self.substitute(s, vars)?;
+                let err = |field: String, message: String| {
+                    crate::Error::invalid("ClusterPolicy", "", field, message)
+                };
+                Some(LabelSelector::parse(&s, "selector", &err).map_err(|e| e.to_string())?)
+            }
+        };
+        let listed_ns = if crate::wildcard::has_wildcard(&namespace) {
+            ""
+        } else {
+            namespace.as_str()
+        };
+        let objects = self.data.list(&api_version, &kind, listed_ns);
+        Ok(objects
+            .iter()
+            .filter(|o| {
+                let meta = &o["metadata"];
+                let oname = meta["name"].as_str().unwrap_or("");
+                let ons = meta["namespace"].as_str().unwrap_or("");
+                (name.is_empty() || crate::wildcard::matches(&name, oname))
+                    && (namespace.is_empty() || crate::wildcard::matches(&namespace, ons))
+                    && selector
+                        .as_ref()
+                        .is_none_or(|s| s.matches_json(meta["labels"].as_object()))
+            })
+            .map(|o| (**o).clone())
+            .collect())
     }
 
     /// The outcome of one patch: pass when it changed the object.
@@ -195,7 +362,14 @@ impl RuleCtx<'_> {
             return Ok(doc.clone());
         }
         if at_refs::any(doc) {
-            let doc = at_refs::resolve(doc);
+            // `{{@}}` reads the target of a mutate-existing rule, else the
+            // admitted resource.
+            let root = if vars.has("target") {
+                "target"
+            } else {
+                "request.object"
+            };
+            let doc = at_refs::resolve(doc, root);
             return vars::substitute(&doc, vars, &self.policy.cache, Mode::Strict, self.delete);
         }
         vars::substitute(doc, vars, &self.policy.cache, Mode::Strict, self.delete)

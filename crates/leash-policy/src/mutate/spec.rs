@@ -17,8 +17,27 @@ pub(crate) enum MutateSpec {
     Json6902(String),
     /// `foreach`: one patch per element of a list.
     Foreach(Vec<MutateForeach>),
-    /// A mutate form leash does not evaluate; the message names it.
-    Unsupported(String),
+    /// `targets`: the patch applies to existing resources (looked up in the
+    /// caller's cluster data), not to the admitted one.
+    Existing {
+        targets: Vec<TargetSpec>,
+        patch: Box<MutateSpec>,
+    },
+}
+
+/// One `mutate.targets` entry; its strings may hold variables of the
+/// triggering request.
+#[derive(Debug)]
+pub(crate) struct TargetSpec {
+    pub api_version: String,
+    pub kind: String,
+    /// Empty: any; wildcards allowed.
+    pub name: String,
+    /// Empty: any; wildcards allowed.
+    pub namespace: String,
+    pub selector: Option<Value>,
+    pub context: Vec<ContextEntry>,
+    pub preconditions: Option<Value>,
 }
 
 /// Element order of a `foreach`.
@@ -61,11 +80,25 @@ impl MutateSpec {
         if !m.is_object() {
             return Err(err(field.to_string(), "must be an object".into()));
         }
-        let has_targets = m["targets"].as_array().is_some_and(|t| !t.is_empty());
-        if has_targets || m["mutateExistingOnPolicyUpdate"].as_bool() == Some(true) {
-            return Ok(MutateSpec::Unsupported(
-                "mutate.targets (mutating existing resources) is not supported by leash".into(),
-            ));
+        if let Some(targets) = m["targets"].as_array().filter(|t| !t.is_empty()) {
+            let mut specs = Vec::new();
+            for (i, t) in targets.iter().enumerate() {
+                specs.push(compile_target(
+                    t,
+                    &format!("{field}.targets[{i}]"),
+                    err,
+                    cache,
+                )?);
+            }
+            let mut rest = m.clone();
+            if let Some(obj) = rest.as_object_mut() {
+                obj.remove("targets");
+            }
+            let patch = MutateSpec::compile(&rest, field, err, cache)?;
+            return Ok(MutateSpec::Existing {
+                targets: specs,
+                patch: Box::new(patch),
+            });
         }
         // Kyverno's precedence: a foreach, else the strategic merge patch,
         // else the JSON patch.
@@ -83,9 +116,49 @@ impl MutateSpec {
         }
         Err(err(
             field.to_string(),
-            "needs one of patchStrategicMerge, patchesJson6902, foreach or targets".into(),
+            "needs one of patchStrategicMerge, patchesJson6902 or foreach".into(),
         ))
     }
+}
+
+fn compile_target(
+    t: &Value,
+    field: &str,
+    err: &ErrFn<'_>,
+    cache: &mut ExprCache,
+) -> Result<TargetSpec> {
+    let text = |key: &str, cache: &mut ExprCache| -> Result<String> {
+        match &t[key] {
+            Value::Null => Ok(String::new()),
+            Value::String(s) => {
+                collect(cache, &t[key], &format!("{field}.{key}"), err)?;
+                Ok(s.clone())
+            }
+            _ => Err(err(format!("{field}.{key}"), "must be a string".into())),
+        }
+    };
+    let kind = text("kind", cache)?;
+    if kind.is_empty() {
+        return Err(err(format!("{field}.kind"), "is required".into()));
+    }
+    let selector = present(t, "selector").cloned();
+    if let Some(s) = &selector {
+        collect(cache, s, &format!("{field}.selector"), err)?;
+    }
+    Ok(TargetSpec {
+        api_version: text("apiVersion", cache)?,
+        kind,
+        name: text("name", cache)?,
+        namespace: text("namespace", cache)?,
+        selector,
+        context: compile_context(&t["context"], &format!("{field}.context"), err, cache)?,
+        preconditions: compile_conditions(
+            &t["preconditions"],
+            &format!("{field}.preconditions"),
+            err,
+            cache,
+        )?,
+    })
 }
 
 fn present<'v>(v: &'v Value, key: &str) -> Option<&'v Value> {

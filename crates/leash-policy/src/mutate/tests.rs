@@ -453,24 +453,6 @@ fn mutate_rule_table() {
             results: vec![("r", Status::Pass, "mutated")],
             object: vec![("/metadata/labels/app", json!("WEB"))],
         },
-        Case {
-            name: "mutate.targets is reported as unsupported",
-            policies: vec![policy(
-                "p",
-                json!([rule(
-                    "r",
-                    &["Pod"],
-                    json!({"targets": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "c"}], "patchStrategicMerge": {"data": {"a": "b"}}})
-                )]),
-            )],
-            resource: pod(),
-            results: vec![(
-                "r",
-                Status::Error,
-                "mutate.targets (mutating existing resources) is not supported by leash",
-            )],
-            object: vec![],
-        },
     ];
     for case in &cases {
         run(case);
@@ -539,4 +521,73 @@ fn steps_keep_the_object_after_each_policy() {
     assert_eq!(first["metadata"]["labels"]["a"], "1");
     assert!(first["metadata"]["labels"].get("b").is_none());
     assert_eq!(m.object["metadata"]["labels"]["b"], "1");
+}
+
+/// Objects for `mutate.targets` lookups.
+#[derive(Debug)]
+struct Objects(Vec<Arc<Value>>);
+
+impl crate::ClusterData for Objects {
+    fn get(&self, _: &str, _: &str, _: &str, _: &str) -> Option<Arc<Value>> {
+        None
+    }
+    fn list(&self, _api_version: &str, kind: &str, namespace: &str) -> Vec<Arc<Value>> {
+        self.0
+            .iter()
+            .filter(|o| {
+                o["kind"] == kind
+                    && (namespace.is_empty() || o["metadata"]["namespace"] == namespace)
+            })
+            .cloned()
+            .collect()
+    }
+}
+
+/// `mutate.targets`: the patch applies to the existing resources the
+/// targets name (with `target` bound), one result each; the admitted
+/// resource is left as it is.
+#[test]
+fn targets_patch_existing_resources() {
+    let mut engine = Engine::new();
+    engine
+        .add_json(&policy("p", json!([{
+            "name": "label-secrets",
+            "match": {"any": [{"resources": {"kinds": ["ConfigMap"]}}]},
+            "mutate": {
+                "targets": [{"apiVersion": "v1", "kind": "Secret", "namespace": "{{request.object.metadata.namespace}}", "name": "app-*",
+                             "preconditions": {"all": [{"key": "{{target.metadata.name}}", "operator": "NotEquals", "value": "app-skip"}]}}],
+                "patchStrategicMerge": {"metadata": {"labels": {"config": "{{request.object.metadata.name}}", "self": "{{target.metadata.name}}"}}}
+            }
+        }])))
+        .unwrap();
+    let secret = |name: &str, ns: &str| {
+        Arc::new(
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": ns}}),
+        )
+    };
+    let data = Objects(vec![
+        secret("app-a", "n1"),
+        secret("app-skip", "n1"),
+        secret("other", "n1"),
+        secret("app-b", "n2"),
+    ]);
+    let cm = Arc::new(
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg", "namespace": "n1"}}),
+    );
+    let m = engine.mutate(
+        &EvalRequest::create(cm.clone()),
+        &data,
+        &Bindings::default(),
+    );
+    assert_eq!(m.object, cm, "the trigger is not patched");
+    let statuses: Vec<Status> = m.results().map(|r| r.status).collect();
+    assert_eq!(statuses, vec![Status::Pass, Status::Skip]);
+    let targets = &m.steps[0].targets;
+    assert_eq!(targets.len(), 2);
+    assert_eq!(
+        targets[0].object["metadata"]["labels"],
+        json!({"config": "cfg", "self": "app-a"})
+    );
+    assert_eq!(targets[1].status, Status::Skip);
+    assert!(targets[1].object["metadata"].get("labels").is_none());
 }

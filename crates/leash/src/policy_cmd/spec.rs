@@ -37,6 +37,8 @@ pub(crate) struct TestFile {
     pub values: Option<PathBuf>,
     pub userinfo: Option<PathBuf>,
     pub context: Option<PathBuf>,
+    /// `targetResources`: existing resources for `mutate.targets` rules.
+    pub target_resources: Vec<PathBuf>,
     pub results: Vec<ExpectedRow>,
 }
 
@@ -103,6 +105,7 @@ impl TestFile {
             values: one_path(&v["variables"], dir, "variables", path)?,
             userinfo: one_path(&v["userinfo"], dir, "userinfo", path)?,
             context: one_path(&v["context"], dir, "context", path)?,
+            target_resources: paths(&v["targetResources"], dir, "targetResources", path)?,
             results,
         })
     }

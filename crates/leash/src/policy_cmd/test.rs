@@ -309,10 +309,17 @@ fn evaluate_test(test: &TestFile, selector: &Selector) -> Result<Vec<Outcome>> {
         Some(p) => spec::read_userinfo(p)?,
         None => UserInfo::default(),
     };
-    let cluster = match &test.context {
-        Some(p) => MemoryCluster::new(spec::read_context(p)?),
-        None => MemoryCluster::default(),
+    let mut objects = match &test.context {
+        Some(p) => spec::read_context(p)?,
+        None => Vec::new(),
     };
+    // The existing resources `mutate.targets` rules look up.
+    let mut targets = load::load_resources(&test.target_resources)?;
+    for t in &mut targets {
+        load::default_namespace(t);
+    }
+    objects.extend(targets);
+    let cluster = MemoryCluster::new(objects);
     let mut resources = load::load_resources(&test.resources)?;
     for r in &mut resources {
         load::default_namespace(r);
@@ -388,6 +395,15 @@ fn compare(row: &ExpectedRow, resource: &str, evaluated: &[Evaluated]) -> Outcom
         patched: None,
     };
     if candidates.is_empty() {
+        // Not an admitted resource: maybe an existing one a
+        // `mutate.targets` rule patched.
+        if let Some((status, message, object)) = target_result(row, ns, name, evaluated) {
+            outcome.got = Ok(status);
+            outcome.message = message;
+            if let Some(file) = &row.patched_resource {
+                outcome.patched = Some(patched::check(object, file).map_err(|e| format!("{e:#}")));
+            }
+        }
         return outcome;
     }
     // The matching results, each with the resource it saw: a mutate rule
@@ -430,6 +446,9 @@ fn compare(row: &ExpectedRow, resource: &str, evaluated: &[Evaluated]) -> Outcom
             }
         }
     }
+    if got.is_none() {
+        got = target_result(row, ns, name, evaluated);
+    }
     let (status, message, object) = got.unwrap_or((
         Status::Skip,
         "no result: the policy does not apply to the resource".into(),
@@ -441,6 +460,47 @@ fn compare(row: &ExpectedRow, resource: &str, evaluated: &[Evaluated]) -> Outcom
         outcome.patched = Some(patched::check(object, file).map_err(|e| format!("{e:#}")));
     }
     outcome
+}
+
+/// The result of a `mutate.targets` rule on an existing resource the row
+/// names (`kyverno test` looks rows up among the targets too), with the
+/// patched target.
+fn target_result<'e>(
+    row: &ExpectedRow,
+    ns: Option<&str>,
+    name: &str,
+    evaluated: &'e [Evaluated],
+) -> Option<(Status, String, &'e Arc<Value>)> {
+    let mut got: Option<(Status, String, &Arc<Value>)> = None;
+    for e in evaluated {
+        for step in &e.mutation.steps {
+            let policy_ok = *step.policy == row.policy
+                || step.policy.rsplit('/').next() == Some(row.policy.as_str());
+            if !policy_ok {
+                continue;
+            }
+            for t in &step.targets {
+                let meta = &t.object["metadata"];
+                let named = meta["name"].as_str() == Some(name)
+                    && ns.is_none_or(|ns| meta["namespace"].as_str().unwrap_or("") == ns)
+                    && (row.kind.is_empty()
+                        || t.object["kind"].as_str() == Some(row.kind.as_str()));
+                let rule_ok =
+                    row.rule.is_empty() || t.rule == row.rule || base_rule(&t.rule) == row.rule;
+                if !named || !rule_ok {
+                    continue;
+                }
+                let keep = match &got {
+                    None => true,
+                    Some((s, _, _)) => *s == row.result && t.status != row.result,
+                };
+                if keep {
+                    got = Some((t.status, t.message.clone(), &t.object));
+                }
+            }
+        }
+    }
+    got
 }
 
 fn print_table(

@@ -216,3 +216,60 @@ fn apply_prints_and_writes_mutated_resources_and_counts_mutate_results() {
     assert!(written.contains("imagePullPolicy: Always"), "{written}");
     assert!(!target.join("pinned-mutated.yaml").exists());
 }
+
+/// `mutate.targets` with the test's `targetResources`: the row names the
+/// existing resource and its patched form.
+#[test]
+fn test_checks_patched_targets_of_mutate_existing_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    let tests = dir.path().join(".kyverno-test");
+    fs::create_dir_all(&tests).unwrap();
+    fs::write(
+        dir.path().join("policy.yaml"),
+        r#"
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: sync-label}
+spec:
+  rules:
+  - name: label-secrets
+    match:
+      any:
+      - resources: {kinds: [ConfigMap]}
+    mutate:
+      targets:
+      - apiVersion: v1
+        kind: Secret
+        namespace: "{{request.object.metadata.namespace}}"
+      patchStrategicMerge:
+        metadata:
+          labels:
+            synced-from: "{{request.object.metadata.name}}"
+"#,
+    )
+    .unwrap();
+    fs::write(
+        tests.join("trigger.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cfg, namespace: apps}\n",
+    )
+    .unwrap();
+    fs::write(
+        tests.join("targets.yaml"),
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: s1, namespace: apps}\n---\napiVersion: v1\nkind: Secret\nmetadata: {name: s2, namespace: other}\n",
+    )
+    .unwrap();
+    for (label, passes) in [("cfg", true), ("wrong", false)] {
+        fs::write(
+            tests.join("patched.yaml"),
+            format!("apiVersion: v1\nkind: Secret\nmetadata: {{name: s1, namespace: apps, labels: {{synced-from: {label}}}}}\n"),
+        )
+        .unwrap();
+        fs::write(
+            tests.join("kyverno-test.yaml"),
+            "apiVersion: cli.kyverno.io/v1alpha1\nkind: Test\nmetadata: {name: t}\npolicies: [../policy.yaml]\nresources: [trigger.yaml]\ntargetResources: [targets.yaml]\nresults:\n- {policy: sync-label, rule: label-secrets, resources: [s1], kind: Secret, result: pass, patchedResources: patched.yaml}\n",
+        )
+        .unwrap();
+        let out = leash().args(["test"]).arg(dir.path()).output().unwrap();
+        assert_eq!(out.status.success(), passes, "{label}: {}", stdout(&out));
+    }
+}
