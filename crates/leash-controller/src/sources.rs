@@ -160,6 +160,11 @@ impl PolicySet {
                     }
                     set.engine.add_shared(Shared::ValidatingPolicy(p));
                 }
+                Ok(Some(Document::MutatingPolicy(p))) => {
+                    // Mutating policies only mutate (admission); they add
+                    // no validate results to the background scan.
+                    set.engine.add_shared(Shared::MutatingPolicy(Arc::new(p)));
+                }
                 Ok(Some(Document::Exception(e))) => {
                     let e = Arc::new(e);
                     set.background.add_shared(Shared::Exception(e.clone()));

@@ -8,6 +8,7 @@ use serde_json::Value;
 use crate::error::{Error, Result};
 use crate::eval::{Bindings, Prepared};
 use crate::exception::Exception;
+use crate::mpol::{MutatingPolicy, is_mutating_policy};
 use crate::mutate::{Mutation, MutationStep};
 use crate::policy::Policy;
 use crate::request::{ClusterData, EvalRequest};
@@ -21,6 +22,8 @@ pub enum Document {
     Policy(Policy),
     /// A `ValidatingPolicy` / `NamespacedValidatingPolicy`.
     ValidatingPolicy(ValidatingPolicy),
+    /// A `MutatingPolicy` / `NamespacedMutatingPolicy`.
+    MutatingPolicy(MutatingPolicy),
     /// A `PolicyException`.
     Exception(Exception),
 }
@@ -46,6 +49,9 @@ impl Document {
             _ if is_validating_policy(doc) => {
                 ValidatingPolicy::compile(doc).map(|p| Some(Document::ValidatingPolicy(p)))
             }
+            _ if is_mutating_policy(doc) => {
+                MutatingPolicy::compile(doc).map(|p| Some(Document::MutatingPolicy(p)))
+            }
             _ => Ok(None),
         }
     }
@@ -68,6 +74,8 @@ pub enum Shared {
     Policy(Arc<Policy>),
     /// A `ValidatingPolicy` / `NamespacedValidatingPolicy`.
     ValidatingPolicy(Arc<ValidatingPolicy>),
+    /// A `MutatingPolicy` / `NamespacedMutatingPolicy`.
+    MutatingPolicy(Arc<MutatingPolicy>),
     /// A `PolicyException`.
     Exception(Arc<Exception>),
 }
@@ -77,6 +85,7 @@ pub enum Shared {
 pub struct Engine {
     policies: Vec<Arc<Policy>>,
     validating: Vec<Arc<ValidatingPolicy>>,
+    mutating: Vec<Arc<MutatingPolicy>>,
     exceptions: Vec<Arc<Exception>>,
 }
 
@@ -91,6 +100,7 @@ impl Engine {
         match doc {
             Document::Policy(p) => self.policies.push(Arc::new(p)),
             Document::ValidatingPolicy(p) => self.validating.push(Arc::new(p)),
+            Document::MutatingPolicy(p) => self.mutating.push(Arc::new(p)),
             Document::Exception(e) => self.exceptions.push(Arc::new(e)),
         }
     }
@@ -100,6 +110,7 @@ impl Engine {
         match doc {
             Shared::Policy(p) => self.policies.push(p),
             Shared::ValidatingPolicy(p) => self.validating.push(p),
+            Shared::MutatingPolicy(p) => self.mutating.push(p),
             Shared::Exception(e) => self.exceptions.push(e),
         }
     }
@@ -125,6 +136,11 @@ impl Engine {
         &self.validating
     }
 
+    /// The MutatingPolicies.
+    pub fn mutating_policies(&self) -> &[Arc<MutatingPolicy>] {
+        &self.mutating
+    }
+
     /// The exceptions.
     pub fn exceptions(&self) -> &[Arc<Exception>] {
         &self.exceptions
@@ -132,7 +148,7 @@ impl Engine {
 
     /// Whether the engine holds no policy.
     pub fn is_empty(&self) -> bool {
-        self.policies.is_empty() && self.validating.is_empty()
+        self.policies.is_empty() && self.validating.is_empty() && self.mutating.is_empty()
     }
 
     /// Runs every mutate rule on the request's object, in order: the
@@ -142,9 +158,8 @@ impl Engine {
     /// is a new value.
     ///
     /// The pipeline is a list of mutating steps; classic policies are the
-    /// first kind of step. Other mutating kinds (MutatingPolicy) join the
-    /// same chain after them, taking `object` and returning a
-    /// [`MutationStep`].
+    /// first kind of step, MutatingPolicies follow (one step each, with
+    /// one result for the policy).
     pub fn mutate(
         &self,
         req: &EvalRequest,
@@ -168,8 +183,28 @@ impl Engine {
                 targets,
             });
         }
-        // Other mutating policy kinds plug in here, on `object`, pushing
-        // their own steps.
+        // Then the MutatingPolicies, in the order they were added, each on
+        // the output of the one before.
+        for mpol in &self.mutating {
+            let current = EvalRequest {
+                object: object.clone(),
+                ..req.clone()
+            };
+            let Some((result, next)) = mpol.mutate(&current, data) else {
+                continue;
+            };
+            if result.status == Status::Pass && next != *object {
+                object = Arc::new(next);
+            }
+            steps.push(MutationStep {
+                policy: mpol.name().into(),
+                source: Source::MutatingPolicy,
+                results: vec![result],
+                object: object.clone(),
+                // mutateExisting (targetMatchConstraints) is not done.
+                targets: Vec::new(),
+            });
+        }
         Mutation { object, steps }
     }
 
@@ -177,11 +212,42 @@ impl Engine {
     /// the validate rules on the mutated object, as Kyverno's CLI does.
     pub fn apply(&self, req: EvalRequest, data: &dyn ClusterData, bindings: &Bindings) -> Applied {
         let mutation = self.mutate(&req, data, bindings);
-        let validated = EvalRequest {
+        // Kyverno's CLI validates with the classic policies after the
+        // classic mutate rules, then runs the MutatingPolicies, then the
+        // ValidatingPolicies: so when a MutatingPolicy changed the object,
+        // the classic validate rules see it as the classic rules left it.
+        let after_classic = mutation
+            .steps
+            .iter()
+            .rev()
+            .find(|s| s.source == Source::Kyverno)
+            .map_or_else(|| req.object.clone(), |s| s.object.clone());
+        if Arc::ptr_eq(&after_classic, &mutation.object) {
+            let validated = EvalRequest {
+                object: mutation.object.clone(),
+                ..req
+            };
+            let results = self.evaluate(validated, data, bindings);
+            return Applied { mutation, results };
+        }
+        let classic = EvalRequest {
+            object: after_classic,
+            ..req.clone()
+        };
+        let mut results: Vec<RuleResult> = self
+            .evaluate(classic, data, bindings)
+            .into_iter()
+            .filter(|r| r.source == Source::Kyverno)
+            .collect();
+        let last = EvalRequest {
             object: mutation.object.clone(),
             ..req
         };
-        let results = self.evaluate(validated, data, bindings);
+        results.extend(
+            self.evaluate(last, data, bindings)
+                .into_iter()
+                .filter(|r| r.source != Source::Kyverno),
+        );
         Applied { mutation, results }
     }
 

@@ -14,6 +14,8 @@
 //! - [`Engine::mutate`]: the mutate rules, in order, each on the output of
 //!   the previous one; [`Engine::apply`] mutates, then validates the
 //!   mutated resource (as Kyverno's CLI does).
+//! - [`mpol::MutatingPolicy`]: a compiled MutatingPolicy;
+//!   [`mpol::MutatingPolicy::mutate`] gives its result and the mutated object.
 //! - [`Document::compile`]: one YAML/JSON document into a policy, with
 //!   errors naming the field.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
@@ -31,6 +33,7 @@ pub mod images;
 pub mod jmespath;
 pub mod kinds;
 mod matching;
+pub mod mpol;
 pub mod mutate;
 pub mod pattern;
 mod policy;

@@ -58,6 +58,8 @@ pub enum Source {
     Kyverno,
     /// A `policies.kyverno.io` ValidatingPolicy / NamespacedValidatingPolicy.
     ValidatingPolicy,
+    /// A `policies.kyverno.io` MutatingPolicy / NamespacedMutatingPolicy.
+    MutatingPolicy,
 }
 
 impl Source {
@@ -66,6 +68,7 @@ impl Source {
         match self {
             Source::Kyverno => "kyverno",
             Source::ValidatingPolicy => "KyvernoValidatingPolicy",
+            Source::MutatingPolicy => "KyvernoMutatingPolicy",
         }
     }
 }

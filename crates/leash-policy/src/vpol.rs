@@ -164,7 +164,7 @@ impl ResourceRule {
 }
 
 /// What a request is matched on.
-struct Target<'a> {
+pub(crate) struct Target<'a> {
     group: &'a str,
     version: &'a str,
     resource: String,
@@ -173,9 +173,24 @@ struct Target<'a> {
     operation: Operation,
 }
 
+impl<'a> Target<'a> {
+    /// What `req` is matched on.
+    pub(crate) fn of(req: &'a EvalRequest) -> Target<'a> {
+        let (group, version) = crate::kinds::split_api_version(req.api_version());
+        Target {
+            group,
+            version,
+            resource: crate::kinds::plural_of(req.kind()),
+            namespace: req.namespace(),
+            name: req.name(),
+            operation: req.operation,
+        }
+    }
+}
+
 /// `matchConstraints`.
 #[derive(Debug, Clone, Default)]
-struct MatchResources {
+pub(crate) struct MatchResources {
     namespace_selector: Selector,
     object_selector: Selector,
     rules: Vec<ResourceRule>,
@@ -183,7 +198,25 @@ struct MatchResources {
 }
 
 impl MatchResources {
-    fn parse(v: &Json) -> MatchResources {
+    /// The `(group, version, plural)` of every resource rule; `*` stays
+    /// `*`, subresources are left out.
+    pub(crate) fn resources(&self, out: &mut Vec<(String, String, String)>) {
+        for r in &self.rules {
+            for g in &r.groups {
+                for v in &r.versions {
+                    for res in &r.resources {
+                        let (res, _) = res.split_once('/').unwrap_or((res, ""));
+                        let entry = (g.clone(), v.clone(), res.to_string());
+                        if !out.contains(&entry) {
+                            out.push(entry);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    pub(crate) fn parse(v: &Json) -> MatchResources {
         let rules = |k: &str| {
             v[k].as_array()
                 .map(|a| a.iter().map(ResourceRule::parse).collect())
@@ -197,7 +230,7 @@ impl MatchResources {
         }
     }
 
-    fn matches(&self, req: &EvalRequest, t: &Target<'_>) -> bool {
+    pub(crate) fn matches(&self, req: &EvalRequest, t: &Target<'_>) -> bool {
         if !self.rules.iter().any(|r| r.matches(t)) || self.excludes.iter().any(|r| r.matches(t)) {
             return false;
         }
@@ -373,19 +406,7 @@ impl ValidatingPolicy {
     pub fn matched_resources(&self) -> Vec<(String, String, String)> {
         let mut out = Vec::new();
         for body in std::iter::once(&self.body).chain(&self.autogen) {
-            for r in &body.matching.rules {
-                for g in &r.groups {
-                    for v in &r.versions {
-                        for res in &r.resources {
-                            let (res, _) = res.split_once('/').unwrap_or((res, ""));
-                            let entry = (g.clone(), v.clone(), res.to_string());
-                            if !out.contains(&entry) {
-                                out.push(entry);
-                            }
-                        }
-                    }
-                }
-            }
+            body.matching.resources(&mut out);
         }
         out
     }
@@ -412,15 +433,7 @@ impl ValidatingPolicy {
         {
             return None;
         }
-        let (group, version) = crate::kinds::split_api_version(req.api_version());
-        let target = Target {
-            group,
-            version,
-            resource: crate::kinds::plural_of(req.kind()),
-            namespace: req.namespace(),
-            name: req.name(),
-            operation: req.operation,
-        };
+        let target = Target::of(req);
         let body = std::iter::once(&self.body)
             .chain(&self.autogen)
             .find(|b| b.matching.matches(req, &target))?;
@@ -535,9 +548,20 @@ fn can_autogen(m: &Json) -> bool {
         && only(&rules[0]["resources"], "pods")
 }
 
-/// The specs of the autogen variants: one for the controllers with a pod
-/// template at `spec.template`, one for CronJobs.
-fn autogen_specs(spec: &Json) -> Vec<Json> {
+/// One autogen variant's targets: whether it is the CronJob variant, its
+/// `matchConstraints`, and the condition that its object is one of the
+/// targeted kinds.
+pub(crate) struct AutogenTargets {
+    pub(crate) cronjob: bool,
+    pub(crate) match_constraints: Json,
+    pub(crate) kind_guard: String,
+}
+
+/// The pod controller variants Kyverno's autogen derives for a policy
+/// matching only pods (none if it matches anything else): one for the
+/// controllers with a pod template at `spec.template`, one for CronJobs,
+/// narrowed by `spec.autogen.podControllers.controllers`.
+pub(crate) fn autogen_targets(spec: &Json) -> Vec<AutogenTargets> {
     let m = &spec["matchConstraints"];
     if !can_autogen(m) {
         return Vec::new();
@@ -588,14 +612,29 @@ fn autogen_specs(spec: &Json) -> Vec<Json> {
             })
             .collect();
         pre.sort();
-        let pre = pre.join("||");
+        out.push(AutogenTargets {
+            cronjob,
+            match_constraints: serde_json::json!({ "resourceRules": rules }),
+            kind_guard: pre.join("||"),
+        });
+    }
+    out
+}
+
+/// The specs of the autogen variants: one for the controllers with a pod
+/// template at `spec.template`, one for CronJobs.
+fn autogen_specs(spec: &Json) -> Vec<Json> {
+    let mut out = Vec::new();
+    for AutogenTargets {
+        cronjob,
+        match_constraints,
+        kind_guard: pre,
+    } in autogen_targets(spec)
+    {
         let mut s = spec.clone();
         if let Some(obj) = s.as_object_mut() {
             obj.remove("autogen");
-            obj.insert(
-                "matchConstraints".into(),
-                serde_json::json!({ "resourceRules": rules }),
-            );
+            obj.insert("matchConstraints".into(), match_constraints);
             if let Some(Json::Array(conds)) = obj.get_mut("matchConditions") {
                 for c in conds {
                     let e = c["expression"].as_str().unwrap_or("").to_string();

@@ -35,12 +35,15 @@ pub(crate) struct Snapshot {
 enum SourceKey {
     Kyverno,
     Validating,
+    /// MutatingPolicy results (not served by this validating snapshot).
+    Mutating,
 }
 
 fn source_key(s: Source) -> SourceKey {
     match s {
         Source::Kyverno => SourceKey::Kyverno,
         Source::ValidatingPolicy => SourceKey::Validating,
+        Source::MutatingPolicy => SourceKey::Mutating,
     }
 }
 

@@ -10,14 +10,15 @@
 //! `strings`, `lists`, `math` and `encoders` extensions, so we build on 0.15
 //! and port the few Kubernetes and Kyverno functions the policies need on top
 //! of it (see [`libs`](self) source): lists (`isSorted`, `sum`, `min`, `max`,
-//! `indexOf`, `lastIndexOf`), regex (`find`, `findAll`), `quantity`, `url`,
+//! `indexOf`, `lastIndexOf`), sets (`sets.contains`, `sets.equivalent`,
+//! `sets.intersects`), `jsonpatch.escapeKey`, the `cel.bind` macro, regex (`find`, `findAll`), `quantity`, `url`,
 //! `ip`/`cidr`, `semver`, Kyverno's `image`, `resource.Get/List` and
 //! `globalContext.Get`.
 //!
 //! # Evaluation model
 //!
 //! One [`cel::Env`] with every library is built once (a `LazyLock`) and
-//! shared; compiled [`cel::Program`]s are immutable and `Send + Sync` and are
+//! shared; compiled expressions (parsed ASTs) are immutable and `Send + Sync` and are
 //! shared behind `Arc`s. Each evaluation builds a fresh [`cel::Context`] on
 //! that environment holding the activation (`object`, `oldObject`,
 //! `request`, `namespaceObject`, `params`, `variables`) and two data handles
@@ -28,15 +29,18 @@
 //! effect of Kubernetes' lazy variables: an unused failing variable is
 //! harmless).
 
+mod bind;
 mod json;
+mod jsonpatch;
 mod libs;
 pub(crate) mod rule;
+mod sets;
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 
 use ::cel::objects::{Key, Map};
-use ::cel::{Context, Env, ExecutionError, Program, Value};
+use ::cel::{Context, Env, ExecutionError, IdedExpr, Value};
 
 use crate::request::{ClusterData, EvalRequest};
 
@@ -54,14 +58,19 @@ static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| {
     let _ = env.add_extension(::cel::extensions::math);
     let _ = env.add_extension(::cel::extensions::encoders);
     libs::register(&mut env);
+    jsonpatch::register(&mut env);
+    sets::register(&mut env);
+    bind::register(&mut env);
     Arc::new(env)
 });
 
-/// One compiled CEL expression and its source.
+/// One compiled CEL expression and its source: the parsed expression, its
+/// macros expanded (what a `cel::Program` holds), kept as an AST so that a
+/// caller can rewrite it once at compile time (see [`Expr::compile_rewritten`]).
 #[derive(Debug, Clone)]
 pub(crate) struct Expr {
     source: Arc<str>,
-    program: Arc<Program>,
+    ast: Arc<IdedExpr>,
 }
 
 const _: () = {
@@ -72,13 +81,22 @@ const _: () = {
 impl Expr {
     /// Compiles `source`; the error is the parser's message.
     pub(crate) fn compile(source: &str) -> Result<Expr, String> {
-        match ENV.compile(source) {
-            Ok(program) => Ok(Expr {
-                source: Arc::from(source),
-                program: Arc::new(program),
-            }),
-            Err(e) => Err(e.to_string()),
-        }
+        Expr::compile_rewritten(source, |_| Ok(()))
+    }
+
+    /// Compiles `source` and then transforms its AST with `rewrite` (which
+    /// may reject it with a message); the result is evaluated like any
+    /// other expression.
+    pub(crate) fn compile_rewritten(
+        source: &str,
+        rewrite: impl FnOnce(&mut IdedExpr) -> Result<(), String>,
+    ) -> Result<Expr, String> {
+        let mut ast = ENV.parser().parse(source).map_err(|e| e.to_string())?;
+        rewrite(&mut ast)?;
+        Ok(Expr {
+            source: Arc::from(source),
+            ast: Arc::new(ast),
+        })
     }
 
     /// The expression's source text.
@@ -86,10 +104,15 @@ impl Expr {
         &self.source
     }
 
+    /// The parsed expression.
+    pub(crate) fn ast(&self) -> &IdedExpr {
+        &self.ast
+    }
+
     /// Evaluates in `act`; the error is the evaluation error's text.
     pub(crate) fn eval(&self, act: &Activation<'_>) -> Result<Value, String> {
         let ctx = act.context();
-        match self.program.execute(&ctx) {
+        match Value::resolve(&self.ast, &ctx) {
             Ok(v) => Ok(v),
             Err(e) => Err(act.explain(&e)),
         }
@@ -186,6 +209,13 @@ impl<'a> Activation<'a> {
                 Err(e) => self.failed.push((var.name.clone(), e)),
             }
         }
+    }
+
+    /// Rebinds `object` (a mutating policy's next mutation sees the object
+    /// the previous one produced); variables already evaluated keep their
+    /// values.
+    pub(crate) fn set_object(&mut self, object: Value) {
+        bind(&mut self.base, "object", object);
     }
 
     fn context(&self) -> Context<'_, 'a> {

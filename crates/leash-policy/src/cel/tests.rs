@@ -57,6 +57,14 @@ fn true_expressions() {
         "[1, 2, 1].indexOf(1) == 0 && [1, 2, 1].lastIndexOf(1) == 2 && [1].indexOf(5) == -1",
         "[1, 2, 3].exists_one(x, x == 2)",
         "[1, 2, 3].filter(x, x > 1).map(x, x * 2) == [4, 6]",
+        // sets, jsonpatch
+        "sets.contains([1, 2, 3], [3, 1]) && !sets.contains([1], [1, 2]) && sets.contains([1], [])",
+        "sets.equivalent([1, 2, 2], [2, 1]) && !sets.equivalent([1], [1, 2])",
+        "sets.intersects(['a', 'b'], ['b']) && !sets.intersects(['a'], ['c']) && !sets.intersects([], [])",
+        "jsonpatch.escapeKey('a.io/b~c') == 'a.io~1b~0c'",
+        "cel.bind(x, [1, 2], x.size() + x[0]) == 3",
+        "cel.bind(c, object.metadata, cel.bind(n, c.name, n + n)) == 'pp'",
+        "cel.bind(e, [], e.size()) == 0",
         // regex
         "'abc123'.find('[0-9]+') == '123'",
         "'a1b2'.findAll('[0-9]') == ['1', '2']",
@@ -148,6 +156,10 @@ fn errors() {
 fn parse_errors() {
     assert!(Expr::compile("object.").is_err());
     assert!(Expr::compile("1 +").is_err());
+    assert!(
+        Expr::compile("cel.bind(1, 2, 3)").is_err(),
+        "cel.bind needs an identifier"
+    );
 }
 
 #[test]

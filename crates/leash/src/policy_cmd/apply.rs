@@ -120,7 +120,7 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode> {
     }
     if loaded.engine.is_empty() {
         return Err(usage(
-            "no ClusterPolicy, Policy or ValidatingPolicy found in the policy paths",
+            "no ClusterPolicy, Policy, ValidatingPolicy or MutatingPolicy found in the policy paths",
         ));
     }
     let mut values = match &args.values_file {
@@ -206,7 +206,9 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode> {
         }
         print_results(
             &mut out,
-            loaded.engine.policies().len() + loaded.engine.validating_policies().len(),
+            loaded.engine.policies().len()
+                + loaded.engine.validating_policies().len()
+                + loaded.engine.mutating_policies().len(),
             &combined,
             args.output,
             args.detailed_results,

@@ -24,6 +24,9 @@ pub(crate) struct ExpectedRow {
     pub generated_resource: Option<PathBuf>,
     /// `cloneSourceResource`: the source object a clone rule copies.
     pub clone_source: Option<PathBuf>,
+    /// `isMutatingPolicy` (or `isNamespacedMutatingPolicy`): the row names
+    /// a MutatingPolicy's result.
+    pub mutating_policy: bool,
     /// `patchedResources` (or the older `patchedResource`): the file with
     /// the expected resource after mutation.
     pub patched_resource: Option<PathBuf>,
@@ -144,6 +147,8 @@ fn parse_row(row: &Value, i: usize, path: &Path, dir: &Path) -> Result<ExpectedR
         || row["isNamespacedValidatingPolicy"]
             .as_bool()
             .unwrap_or(false);
+    let mutating_policy = row["isMutatingPolicy"].as_bool().unwrap_or(false)
+        || row["isNamespacedMutatingPolicy"].as_bool().unwrap_or(false);
     let policy = field("policy");
     if policy.is_empty() {
         bail!("{}: results[{i}].policy is required", path.display());
@@ -176,6 +181,7 @@ fn parse_row(row: &Value, i: usize, path: &Path, dir: &Path) -> Result<ExpectedR
         validating_policy,
         generated_resource,
         clone_source,
+        mutating_policy,
         patched_resource,
     })
 }

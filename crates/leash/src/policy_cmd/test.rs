@@ -458,6 +458,8 @@ fn compare(row: &ExpectedRow, resource: &str, evaluated: &[Evaluated]) -> Outcom
                 *r.policy == row.policy || r.policy.rsplit('/').next() == Some(row.policy.as_str());
             let rule_ok = if row.validating_policy {
                 r.source == leash_policy::Source::ValidatingPolicy
+            } else if row.mutating_policy {
+                r.source == leash_policy::Source::MutatingPolicy
             } else if row.rule.is_empty() {
                 // A row without a rule names the whole policy (Kyverno
                 // accepts that for ValidatingPolicies without the flag).

@@ -6,6 +6,7 @@ mod context;
 mod deploy;
 mod generate;
 mod load;
+mod mpol;
 mod mutate;
 mod policy;
 mod sandbox;

@@ -1,0 +1,471 @@
+//! `policies.kyverno.io` MutatingPolicy and NamespacedMutatingPolicy.
+//!
+//! A policy is compiled once into a [`MutatingPolicy`]: its match
+//! constraints (as a ValidatingPolicy's), match conditions, variables and
+//! mutations, plus the pod controller variants of Kyverno's autogen. Its
+//! [`MutatingPolicy::mutate`] is pure: it returns the mutated object, a
+//! copy, and never changes the policy or the request.
+//!
+//! # Evaluation, as Kyverno's mpol engine does it
+//!
+//! 1. The match constraints (and a namespaced policy's namespace) select
+//!    the resource; if they do not, there is no result.
+//! 2. Variables are bound, then the match conditions run (they may read
+//!    `variables`); one that is false makes the result Skip, one that fails
+//!    makes it Error.
+//! 3. The mutations run in order, each on the object the previous one
+//!    produced (CEL `object` is rebound between them): an ApplyConfiguration
+//!    is merged with structured-merge semantics ([`merge`]), a JSONPatch's
+//!    operations are applied in order ([`jsonpatch`]). The first failure
+//!    makes the result Error and the object is left as it was.
+//! 4. Otherwise the result is Pass, whether or not the object changed (as
+//!    Kyverno reports it).
+//!
+//! Variables are evaluated as Kubernetes' lazy variables are: once, when an
+//! expression first reads them, so a variable first read by a later
+//! mutation sees the object the earlier mutations produced ([`lazy`]).
+//!
+//! `failurePolicy` and `reinvocationPolicy` are admission settings: the
+//! result says Error, and the admission component decides what an error
+//! means ([`MutatingPolicy::ignores_failures`]).
+
+mod autogen;
+mod jsonpatch;
+mod lazy;
+mod literal;
+mod merge;
+mod schema;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use serde_json::Value as Json;
+
+use crate::cel::rule::as_list;
+use crate::cel::{Activation, Expr, Variable, from_json};
+use crate::error::{Error, Result};
+use crate::request::{ClusterData, EvalRequest};
+use crate::result::{RuleResult, Source, Status};
+use crate::vpol::{MatchResources, Target};
+
+use literal::Literals;
+
+/// The policy kinds [`MutatingPolicy::compile`] accepts.
+pub const KINDS: &[&str] = &["MutatingPolicy", "NamespacedMutatingPolicy"];
+
+/// Whether `doc` is a MutatingPolicy or NamespacedMutatingPolicy.
+pub fn is_mutating_policy(doc: &Json) -> bool {
+    let api = doc["apiVersion"].as_str().unwrap_or("");
+    let kind = doc["kind"].as_str().unwrap_or("");
+    matches!(
+        api,
+        "policies.kyverno.io/v1alpha1" | "policies.kyverno.io/v1beta1" | "policies.kyverno.io/v1"
+    ) && KINDS.contains(&kind)
+}
+
+/// `spec.reinvocationPolicy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reinvocation {
+    /// `Never` (the default).
+    Never,
+    /// `IfNeeded`: run again when a later mutation changed the object.
+    IfNeeded,
+}
+
+/// One `spec.mutations[]` entry.
+#[derive(Debug, Clone)]
+enum Mutation {
+    /// `patchType: ApplyConfiguration`: the expression builds an `Object`.
+    Apply(Expr),
+    /// `patchType: JSONPatch`: the expression builds a list of `JSONPatch`.
+    JsonPatch(Expr),
+}
+
+/// The evaluable part of a policy: the policy itself or one autogen variant.
+#[derive(Debug, Clone)]
+struct Body {
+    matching: MatchResources,
+    conditions: Vec<(String, Expr)>,
+    /// The variables to evaluate before the match conditions (stage 0) and
+    /// before each mutation (stage `i + 1`), see [`lazy`].
+    stages: Vec<Vec<Variable>>,
+    mutations: Vec<Mutation>,
+    /// Why an autogen variant does not compile (Kyverno derives it by
+    /// rewriting the policy's text, which can produce an expression that
+    /// does not type-check, e.g. `Object.metadata` moved under
+    /// `Object.spec.template`): the resources it matches get an Error
+    /// result, as Kyverno reports them, and the policy itself still works.
+    broken: Option<String>,
+}
+
+/// A compiled MutatingPolicy or NamespacedMutatingPolicy. Immutable;
+/// evaluate from any thread.
+#[derive(Debug, Clone)]
+pub struct MutatingPolicy {
+    name: Arc<str>,
+    kind: String,
+    namespace: Option<String>,
+    admission: bool,
+    background: bool,
+    mutate_existing: bool,
+    ignore_failures: bool,
+    reinvocation: Reinvocation,
+    body: Body,
+    autogen: Vec<Body>,
+}
+
+impl MutatingPolicy {
+    /// Compiles a policy document; errors name the field and the problem
+    /// (a CEL parse error, an unknown patch type, a missing expression).
+    pub fn compile(doc: &Json) -> Result<MutatingPolicy> {
+        let kind = doc["kind"].as_str().unwrap_or("").to_string();
+        let name = doc["metadata"]["name"].as_str().unwrap_or("").to_string();
+        if !is_mutating_policy(doc) {
+            return Err(Error::Unsupported(format!(
+                "{} {kind} {name}",
+                doc["apiVersion"].as_str().unwrap_or("")
+            )));
+        }
+        if name.is_empty() {
+            return Err(Error::invalid(
+                &kind,
+                &name,
+                "metadata.name",
+                "name is required",
+            ));
+        }
+        let spec = &doc["spec"];
+        let namespace = (kind == "NamespacedMutatingPolicy").then(|| {
+            doc["metadata"]["namespace"]
+                .as_str()
+                .filter(|n| !n.is_empty())
+                .unwrap_or("default")
+                .to_string()
+        });
+        let enabled = |k: &str, default: bool| {
+            spec["evaluation"][k]["enabled"]
+                .as_bool()
+                .unwrap_or(default)
+        };
+        let reinvocation = match spec["reinvocationPolicy"].as_str() {
+            None | Some("Never") => Reinvocation::Never,
+            Some("IfNeeded") => Reinvocation::IfNeeded,
+            Some(other) => {
+                return Err(Error::invalid(
+                    &kind,
+                    &name,
+                    "spec.reinvocationPolicy",
+                    format!("{other:?} is not Never or IfNeeded"),
+                ));
+            }
+        };
+        let ignore_failures = match spec["failurePolicy"].as_str() {
+            None | Some("Fail") => false,
+            Some("Ignore") => true,
+            Some(other) => {
+                return Err(Error::invalid(
+                    &kind,
+                    &name,
+                    "spec.failurePolicy",
+                    format!("{other:?} is not Fail or Ignore"),
+                ));
+            }
+        };
+        let body = compile_body(spec, &kind, &name)?;
+        let autogen = autogen::specs(spec)
+            .iter()
+            .map(|s| {
+                compile_body(s, &kind, &name).unwrap_or_else(|e| Body {
+                    matching: MatchResources::parse(&s["matchConstraints"]),
+                    conditions: Vec::new(),
+                    stages: Vec::new(),
+                    mutations: Vec::new(),
+                    broken: Some(format!("autogen: {e}")),
+                })
+            })
+            .collect();
+        Ok(MutatingPolicy {
+            name: Arc::from(name.as_str()),
+            kind,
+            namespace,
+            admission: enabled("admission", true),
+            background: enabled("background", true),
+            mutate_existing: enabled("mutateExisting", false),
+            ignore_failures,
+            reinvocation,
+            body,
+            autogen,
+        })
+    }
+
+    /// The policy's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `MutatingPolicy` or `NamespacedMutatingPolicy`.
+    pub fn kind(&self) -> &str {
+        &self.kind
+    }
+
+    /// The namespace of a NamespacedMutatingPolicy (it applies only to
+    /// resources in it); None for a MutatingPolicy.
+    pub fn namespace(&self) -> Option<&str> {
+        self.namespace.as_deref()
+    }
+
+    /// `spec.evaluation.admission.enabled` (default true).
+    pub fn admission(&self) -> bool {
+        self.admission
+    }
+
+    /// `spec.evaluation.background.enabled` (default true).
+    pub fn background(&self) -> bool {
+        self.background
+    }
+
+    /// `spec.evaluation.mutateExisting.enabled` (default false).
+    pub fn mutate_existing(&self) -> bool {
+        self.mutate_existing
+    }
+
+    /// `spec.failurePolicy: Ignore`: an admission request is let through
+    /// unmutated when the policy errors.
+    pub fn ignores_failures(&self) -> bool {
+        self.ignore_failures
+    }
+
+    /// `spec.reinvocationPolicy`.
+    pub fn reinvocation(&self) -> Reinvocation {
+        self.reinvocation
+    }
+
+    /// The resources the policy (and its autogen variants) match, as
+    /// `(group, version, plural)`.
+    pub fn matched_resources(&self) -> Vec<(String, String, String)> {
+        let mut out = Vec::new();
+        for body in std::iter::once(&self.body).chain(&self.autogen) {
+            body.matching.resources(&mut out);
+        }
+        out
+    }
+
+    /// Mutates `req.object` (the object as earlier policies left it):
+    /// None when the match constraints do not select it; otherwise the
+    /// result for the policy (rule = policy name, source
+    /// `KyvernoMutatingPolicy`) and the object: the mutated copy on Pass,
+    /// `req.object` unchanged on Skip and Error.
+    pub fn mutate(&self, req: &EvalRequest, data: &dyn ClusterData) -> Option<(RuleResult, Json)> {
+        if let Some(ns) = &self.namespace
+            && req.namespace() != ns
+        {
+            return None;
+        }
+        let target = Target::of(req);
+        let body = std::iter::once(&self.body)
+            .chain(&self.autogen)
+            .find(|b| b.matching.matches(req, &target))?;
+        let (status, message, object) = match run(body, req, data) {
+            Ok(Some(object)) => (Status::Pass, "success".to_string(), object),
+            Ok(None) => (Status::Skip, "skip".to_string(), (*req.object).clone()),
+            Err(e) => (
+                Status::Error,
+                format!("failed to evaluate policy: {e}"),
+                (*req.object).clone(),
+            ),
+        };
+        let result = RuleResult {
+            policy: self.name.clone(),
+            rule: self.name.to_string(),
+            status,
+            message,
+            source: Source::MutatingPolicy,
+        };
+        Some((result, object))
+    }
+}
+
+/// Runs a matched body: `Ok(None)` when a match condition is false, the
+/// mutated object, or the first error.
+fn run(body: &Body, req: &EvalRequest, data: &dyn ClusterData) -> Result<Option<Json>, String> {
+    if let Some(e) = &body.broken {
+        return Err(e.clone());
+    }
+    let mut act = Activation::new(req, data);
+    let stage = |i: usize| body.stages.get(i).map_or(&[][..], Vec::as_slice);
+    act.bind_variables(stage(0));
+    let mut errors = Vec::new();
+    for (name, cond) in &body.conditions {
+        match cond.eval_bool(&act) {
+            Ok(true) => {}
+            Ok(false) => return Ok(None),
+            Err(e) => errors.push(format!("match condition '{name}': {e}")),
+        }
+    }
+    if !errors.is_empty() {
+        return Err(errors.join("; "));
+    }
+    let mut object = (*req.object).clone();
+    for (i, m) in body.mutations.iter().enumerate() {
+        act.bind_variables(stage(i + 1));
+        object = apply(m, &act, &object).map_err(|e| format!("mutation {i}: {e}"))?;
+        if i + 1 < body.mutations.len() {
+            act.set_object(from_json(&object));
+        }
+    }
+    Ok(Some(object))
+}
+
+fn apply(m: &Mutation, act: &Activation<'_>, object: &Json) -> Result<Json, String> {
+    match m {
+        Mutation::Apply(expr) => {
+            let value = expr.eval(act)?;
+            let patch = to_json(&value)?;
+            if !patch.is_object() {
+                return Err(format!(
+                    "an ApplyConfiguration expression must build an Object, got {}",
+                    value.type_of()
+                ));
+            }
+            let shape = schema::for_kind(
+                object["apiVersion"].as_str().unwrap_or(""),
+                object["kind"].as_str().unwrap_or(""),
+            );
+            merge::merge(object, &patch, shape)
+        }
+        Mutation::JsonPatch(expr) => {
+            let value = expr.eval(act)?;
+            let ops = match to_json(&value)? {
+                Json::Array(items) => items
+                    .iter()
+                    .map(jsonpatch::Op::parse)
+                    .collect::<Result<Vec<_>, _>>()?,
+                other => {
+                    return Err(format!(
+                        "a JSONPatch expression must build a list of JSONPatch, got {other}"
+                    ));
+                }
+            };
+            match jsonpatch::apply(object, &ops) {
+                Ok(patched) => Ok(patched),
+                // As Kubernetes: a failed `test` means "do not patch".
+                Err(jsonpatch::Failure::TestFailed(_)) => Ok(object.clone()),
+                Err(jsonpatch::Failure::Invalid(e)) => Err(e),
+            }
+        }
+    }
+}
+
+fn to_json(v: &::cel::Value) -> Result<Json, String> {
+    v.json()
+        .map_err(|e| format!("the result cannot be converted to JSON: {e}"))
+}
+
+/// Compiles the expression at `field`, its typed literals rewritten
+/// ([`literal`]).
+fn compile_typed(
+    v: &Json,
+    literals: Literals,
+    kind: &str,
+    name: &str,
+    field: &str,
+) -> Result<Expr> {
+    let src = v
+        .as_str()
+        .ok_or_else(|| Error::invalid(kind, name, field, "expression is required"))?;
+    Expr::compile_rewritten(src, |ast| literal::rewrite(ast, literals))
+        .map_err(|e| Error::invalid(kind, name, field, e))
+}
+
+fn compile_body(spec: &Json, kind: &str, name: &str) -> Result<Body> {
+    let matching = MatchResources::parse(&spec["matchConstraints"]);
+    let mut conditions = Vec::new();
+    for (i, c) in as_list(
+        spec.get("matchConditions"),
+        kind,
+        name,
+        "spec.matchConditions",
+    )?
+    .iter()
+    .enumerate()
+    {
+        let field = format!("spec.matchConditions[{i}].expression");
+        let expr = compile_typed(&c["expression"], Literals::Any, kind, name, &field)?;
+        conditions.push((c["name"].as_str().unwrap_or("").to_string(), expr));
+    }
+    let mut mutations = Vec::new();
+    for (i, m) in as_list(spec.get("mutations"), kind, name, "spec.mutations")?
+        .iter()
+        .enumerate()
+    {
+        let field = format!("spec.mutations[{i}]");
+        let (key, literals, make): (_, _, fn(Expr) -> Mutation) = match m["patchType"].as_str() {
+            Some("ApplyConfiguration") => ("applyConfiguration", Literals::Object, Mutation::Apply),
+            // A patch's value may be a typed object too:
+            // `JSONPatch{op: "add", path: "/spec/initContainers/-",
+            // value: Object.spec.initContainers{...}}`.
+            Some("JSONPatch") => ("jsonPatch", Literals::Any, Mutation::JsonPatch),
+            other => {
+                return Err(Error::invalid(
+                    kind,
+                    name,
+                    format!("{field}.patchType"),
+                    format!("{other:?} is not ApplyConfiguration or JSONPatch"),
+                ));
+            }
+        };
+        let efield = format!("{field}.{key}.expression");
+        let expr = compile_typed(&m[key]["expression"], literals, kind, name, &efield)?;
+        mutations.push(make(expr));
+    }
+    let mut variables = Vec::new();
+    for (i, v) in as_list(spec.get("variables"), kind, name, "spec.variables")?
+        .iter()
+        .enumerate()
+    {
+        let f = format!("spec.variables[{i}]");
+        let var = v["name"]
+            .as_str()
+            .ok_or_else(|| Error::invalid(kind, name, format!("{f}.name"), "name is required"))?;
+        let expr = compile_typed(
+            &v["expression"],
+            Literals::Any,
+            kind,
+            name,
+            &format!("{f}.expression"),
+        )?;
+        variables.push(Variable {
+            name: var.to_string(),
+            expr,
+        });
+    }
+    let reads: Vec<(String, BTreeSet<String>)> = variables
+        .iter()
+        .map(|v| (v.name.clone(), lazy::reads(v.expr.ast())))
+        .collect();
+    let mut stage_reads = vec![
+        conditions
+            .iter()
+            .flat_map(|(_, e)| lazy::reads(e.ast()))
+            .collect::<BTreeSet<_>>(),
+    ];
+    stage_reads.extend(mutations.iter().map(|m| match m {
+        Mutation::Apply(e) | Mutation::JsonPatch(e) => lazy::reads(e.ast()),
+    }));
+    let stages = lazy::schedule(&reads, &stage_reads)
+        .into_iter()
+        .map(|due| due.into_iter().map(|i| variables[i].clone()).collect())
+        .collect();
+    Ok(Body {
+        matching,
+        conditions,
+        stages,
+        mutations,
+        broken: None,
+    })
+}
+
+#[cfg(test)]
+mod corpus_tests;
+#[cfg(test)]
+mod tests;
