@@ -318,6 +318,9 @@ impl Background {
         let mut versions: HashMap<String, String> = HashMap::new();
         let mut policies = self.policies.clone();
         policies.mark_changed();
+        let mut incomplete = false;
+        let mut retry = tokio::time::interval(RESTART_DELAY * 2);
+        retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // UpdateRequests: listed at start (pending ones from before a
         // restart) and watched.
         {
@@ -364,7 +367,7 @@ impl Background {
                     if set.generation == 0 {
                         continue;
                     }
-                    let registry = shared.registry_for(&set, &token).await;
+                    let (registry, complete) = shared.registry_for(&set, &token).await;
                     let old = self.registry.borrow().clone();
                     for (policy, targets) in &old.policies {
                         if !registry.policies.contains_key(policy) {
@@ -400,6 +403,13 @@ impl Background {
                         }
                     }
                     versions = set.generating.iter().map(|(k, (rv, _))| (k.clone(), rv.clone())).collect();
+                    // A kind discovery did not know (yet), or a watcher that
+                    // could not start: the set is applied again shortly.
+                    incomplete = !complete || registry.kinds.keys().any(|k| !watchers.contains_key(k));
+                }
+                _ = retry.tick(), if incomplete => {
+                    incomplete = false;
+                    policies.mark_changed();
                 }
                 Some((k, id)) = ended_rx.recv() => {
                     // A watcher ended on its own: replace it only if the map
@@ -497,17 +507,20 @@ impl Shared {
             .collect()
     }
 
-    async fn registry_for(&self, set: &PolicySet, token: &CancellationToken) -> Registry {
+    /// The registry of a policy set, and whether every kind in it was
+    /// resolved (if not, the caller builds it again a little later).
+    async fn registry_for(&self, set: &PolicySet, token: &CancellationToken) -> (Registry, bool) {
         let mut policies = BTreeMap::new();
         for p in set.engine.policies().iter().filter(|p| p.has_generate()) {
             policies.insert(p.key().to_string(), p.generate_targets());
         }
         // Make sure discovery knows every downstream kind (a CRD installed
         // since the last discovery triggers one refresh).
+        let mut complete = true;
         for targets in policies.values() {
             for t in targets {
                 for (av, k) in &t.kinds {
-                    let _ = self.resolve(av, k, token).await;
+                    complete &= self.resolve(av, k, token).await.is_some();
                 }
             }
         }
@@ -515,9 +528,18 @@ impl Shared {
             .catalog
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .clone()
-            .unwrap_or_default();
-        Registry::build(policies, |k| self.resolve_match(&catalog, k))
+            .clone();
+        complete &= catalog.is_some();
+        let catalog = catalog.unwrap_or_default();
+        let unresolved = std::cell::Cell::new(false);
+        let registry = Registry::build(policies, |k| {
+            let found = self.resolve_match(&catalog, k);
+            if found.is_empty() {
+                unresolved.set(true);
+            }
+            found
+        });
+        (registry, complete && !unresolved.get())
     }
 
     fn start_watcher(

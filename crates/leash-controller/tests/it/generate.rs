@@ -110,8 +110,12 @@ async fn seed_watcher_background_context() {
     let baseline = stable_baseline().await;
     let running = start(&sb);
     let registry = running.registry.clone();
+    // The 20 downstream kinds and the trigger kind (besides the example
+    // policies' kinds).
     eventually("21 kinds are watched", HANG_BOUND, || {
-        registry.borrow().kinds.len() == 21
+        let r = registry.borrow();
+        let has = |av: &str, k: &str| r.kinds.contains_key(&(av.to_string(), k.to_string()));
+        (0..20).all(|i| has("gen.leash.dev/v1", &format!("K{i}"))) && has("v1", "Namespace")
     })
     .await;
     eventually("every downstream exists", HANG_BOUND, || {

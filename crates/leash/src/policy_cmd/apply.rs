@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use anyhow::Result;
 use clap::ValueEnum;
 use leash_policy::{
-    Engine, EvalRequest, FailureAction, Operation, RuleResult, Source, Status, UserInfo,
+    Engine, EvalRequest, FailureAction, Operation, Prepared, RuleResult, Source, Status, UserInfo,
 };
 
 use super::mutated::{self, Mutated};
@@ -395,9 +395,19 @@ fn evaluate_all(
                             namespace_labels: values.namespace_labels.get(ns).cloned(),
                             namespace_object: values.namespaces.get(ns).cloned().map(Arc::new),
                         };
+                        let trigger = Prepared::new(req.clone());
                         let applied = engine.apply(req, &cluster, &values.bindings);
-                        let m = Mutated::of(object, &applied.mutation);
-                        mine.push((i, (applied.results, m)));
+                        let mut m = Mutated::of(object, &applied.mutation);
+                        let mut results = applied.results;
+                        // What generate rules would create (printed, not created).
+                        for (policy, g) in engine.generate(&trigger, &cluster, &values.bindings) {
+                            for d in g.downstreams {
+                                m.generated
+                                    .push((policy.key().clone(), g.result.rule.clone(), d));
+                            }
+                            results.push(g.result);
+                        }
+                        mine.push((i, (results, m)));
                     }
                     mine
                 })
@@ -505,6 +515,13 @@ fn print_results(
         let objects = mutated::objects(m);
         if !objects.is_empty() {
             doc["mutatedResources"] = Value::Array(objects);
+        }
+        let generated: Vec<Value> = m
+            .iter()
+            .flat_map(|m| m.generated.iter().map(|(_, _, d)| d.clone()))
+            .collect();
+        if !generated.is_empty() {
+            doc["generatedResources"] = Value::Array(generated);
         }
         return write_doc(out, &doc, format);
     }

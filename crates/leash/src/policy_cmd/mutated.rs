@@ -24,6 +24,9 @@ pub(crate) struct Mutated {
     pub policies: Vec<Arc<str>>,
     /// Existing resources `mutate.targets` rules patched: policy, target.
     pub targets: Vec<(Arc<str>, Arc<Value>)>,
+    /// What generate rules would create for the resource: policy, rule,
+    /// downstream.
+    pub generated: Vec<(Arc<str>, String, Value)>,
 }
 
 impl Mutated {
@@ -51,6 +54,7 @@ impl Mutated {
             object: changed.then(|| m.object.clone()),
             policies: if changed { policies } else { Vec::new() },
             targets,
+            generated: Vec::new(),
         }
     }
 
@@ -61,6 +65,7 @@ impl Mutated {
             object: None,
             policies: Vec::new(),
             targets: Vec::new(),
+            generated: Vec::new(),
         }
     }
 }
@@ -85,6 +90,17 @@ pub(crate) fn print(out: &mut impl Write, mutated: &[Mutated]) -> Result<()> {
         )?;
         out.write_all(yaml(object)?.as_bytes())?;
         writeln!(out, "---")?;
+    }
+    for m in mutated {
+        for (policy, rule, downstream) in &m.generated {
+            writeln!(
+                out,
+                "generate policy {policy} rule {rule} for {} would create:",
+                resource_id(&m.resource)
+            )?;
+            out.write_all(yaml(downstream)?.as_bytes())?;
+            writeln!(out, "---")?;
+        }
     }
     for m in mutated {
         for (policy, target) in &m.targets {

@@ -102,3 +102,42 @@ fn a_generated_resource_that_differs_fails_and_names_the_field() {
     );
     assert!(text.contains("has no Secret team-a/regcred"), "{text}");
 }
+
+#[test]
+fn apply_prints_what_generate_rules_would_create() {
+    let dir = tempfile::tempdir().unwrap();
+    folder(dir.path(), QUOTA, SECRET);
+    let out = leash()
+        .arg("apply")
+        .arg(dir.path().join("policy.yaml"))
+        .arg("--resource")
+        .arg(dir.path().join(".kyverno-test/ns.yaml"))
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    assert!(
+        text.contains("generate policy ns-defaults rule quota for Namespace/team-a would create:"),
+        "{text}"
+    );
+    assert!(text.contains("kind: ResourceQuota"), "{text}");
+    // The clone rule has no source here: its error is counted and exits 1.
+    assert!(
+        text.contains("pass: 1, fail: 0, warn: 0, error: 1"),
+        "{text}"
+    );
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    let out = leash()
+        .arg("apply")
+        .arg(dir.path().join("policy.yaml"))
+        .arg("--resource")
+        .arg(dir.path().join(".kyverno-test/ns.yaml"))
+        .args(["-o", "json"])
+        .output()
+        .unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["generatedResources"][0]["kind"], "ResourceQuota");
+    assert_eq!(
+        doc["generatedResources"][0]["metadata"]["namespace"],
+        "team-a"
+    );
+}
