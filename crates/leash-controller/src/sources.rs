@@ -165,6 +165,11 @@ impl PolicySet {
                     // no validate results to the background scan.
                     set.engine.add_shared(Shared::MutatingPolicy(Arc::new(p)));
                 }
+                Ok(Some(Document::GeneratingPolicy(p))) => {
+                    // Evaluated by `leash test` / `leash apply`; the
+                    // background component runs classic generate rules only.
+                    set.engine.add_shared(Shared::GeneratingPolicy(Arc::new(p)));
+                }
                 Ok(Some(Document::Exception(e))) => {
                     let e = Arc::new(e);
                     set.background.add_shared(Shared::Exception(e.clone()));

@@ -8,6 +8,7 @@ use serde_json::Value;
 use crate::error::{Error, Result};
 use crate::eval::{Bindings, Prepared};
 use crate::exception::Exception;
+use crate::gpol::{GeneratingPolicy, is_generating_policy};
 use crate::mpol::{MutatingPolicy, is_mutating_policy};
 use crate::mutate::{Mutation, MutationStep};
 use crate::policy::Policy;
@@ -24,6 +25,8 @@ pub enum Document {
     ValidatingPolicy(ValidatingPolicy),
     /// A `MutatingPolicy` / `NamespacedMutatingPolicy`.
     MutatingPolicy(MutatingPolicy),
+    /// A `GeneratingPolicy`.
+    GeneratingPolicy(GeneratingPolicy),
     /// A `PolicyException`.
     Exception(Exception),
 }
@@ -48,6 +51,9 @@ impl Document {
             }
             _ if is_validating_policy(doc) => {
                 ValidatingPolicy::compile(doc).map(|p| Some(Document::ValidatingPolicy(p)))
+            }
+            _ if is_generating_policy(doc) => {
+                GeneratingPolicy::compile(doc).map(|p| Some(Document::GeneratingPolicy(p)))
             }
             _ if is_mutating_policy(doc) => {
                 MutatingPolicy::compile(doc).map(|p| Some(Document::MutatingPolicy(p)))
@@ -76,6 +82,8 @@ pub enum Shared {
     ValidatingPolicy(Arc<ValidatingPolicy>),
     /// A `MutatingPolicy` / `NamespacedMutatingPolicy`.
     MutatingPolicy(Arc<MutatingPolicy>),
+    /// A `GeneratingPolicy`.
+    GeneratingPolicy(Arc<GeneratingPolicy>),
     /// A `PolicyException`.
     Exception(Arc<Exception>),
 }
@@ -86,6 +94,7 @@ pub struct Engine {
     policies: Vec<Arc<Policy>>,
     validating: Vec<Arc<ValidatingPolicy>>,
     mutating: Vec<Arc<MutatingPolicy>>,
+    generating: Vec<Arc<GeneratingPolicy>>,
     exceptions: Vec<Arc<Exception>>,
 }
 
@@ -101,6 +110,7 @@ impl Engine {
             Document::Policy(p) => self.policies.push(Arc::new(p)),
             Document::ValidatingPolicy(p) => self.validating.push(Arc::new(p)),
             Document::MutatingPolicy(p) => self.mutating.push(Arc::new(p)),
+            Document::GeneratingPolicy(p) => self.generating.push(Arc::new(p)),
             Document::Exception(e) => self.exceptions.push(Arc::new(e)),
         }
     }
@@ -111,6 +121,7 @@ impl Engine {
             Shared::Policy(p) => self.policies.push(p),
             Shared::ValidatingPolicy(p) => self.validating.push(p),
             Shared::MutatingPolicy(p) => self.mutating.push(p),
+            Shared::GeneratingPolicy(p) => self.generating.push(p),
             Shared::Exception(e) => self.exceptions.push(e),
         }
     }
@@ -141,6 +152,23 @@ impl Engine {
         &self.mutating
     }
 
+    /// The GeneratingPolicies.
+    pub fn generating_policies(&self) -> &[Arc<GeneratingPolicy>] {
+        &self.generating
+    }
+
+    /// What every GeneratingPolicy that matches would create for a trigger.
+    pub fn generate_cel(
+        &self,
+        prepared: &Prepared,
+        data: &dyn ClusterData,
+    ) -> Vec<(Arc<GeneratingPolicy>, crate::Generated)> {
+        self.generating
+            .iter()
+            .filter_map(|p| Some((p.clone(), p.generate(prepared.request(), data)?)))
+            .collect()
+    }
+
     /// The exceptions.
     pub fn exceptions(&self) -> &[Arc<Exception>] {
         &self.exceptions
@@ -148,7 +176,10 @@ impl Engine {
 
     /// Whether the engine holds no policy.
     pub fn is_empty(&self) -> bool {
-        self.policies.is_empty() && self.validating.is_empty() && self.mutating.is_empty()
+        self.policies.is_empty()
+            && self.validating.is_empty()
+            && self.mutating.is_empty()
+            && self.generating.is_empty()
     }
 
     /// Runs every mutate rule on the request's object, in order: the

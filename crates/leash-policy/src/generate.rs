@@ -224,6 +224,16 @@ const CLONE_DROPPED_METADATA: &[&str] = &[
 /// The labels Kyverno puts on a downstream (policy, rule and trigger), by
 /// which the background controller finds a trigger's downstreams again.
 pub fn downstream_labels(policy: &Policy, rule: &str, trigger: &Value) -> Map<String, Value> {
+    labels_for(policy.name(), policy.namespace(), rule, trigger)
+}
+
+/// [`downstream_labels`] by the policy's name and namespace.
+pub(crate) fn labels_for(
+    policy: &str,
+    policy_namespace: Option<&str>,
+    rule: &str,
+    trigger: &Value,
+) -> Map<String, Value> {
     let meta = &trigger["metadata"];
     let (group, version) = split_api_version(trigger["apiVersion"].as_str().unwrap_or(""));
     let mut labels = Map::new();
@@ -231,8 +241,8 @@ pub fn downstream_labels(policy: &Policy, rule: &str, trigger: &Value) -> Map<St
         labels.insert(k.to_string(), Value::String(label_value(v)));
     };
     put("app.kubernetes.io/managed-by", "kyverno");
-    put("generate.kyverno.io/policy-name", policy.name());
-    if let Some(ns) = policy.namespace() {
+    put("generate.kyverno.io/policy-name", policy);
+    if let Some(ns) = policy_namespace {
         put("generate.kyverno.io/policy-namespace", ns);
     }
     put("generate.kyverno.io/rule-name", rule);
@@ -406,12 +416,7 @@ impl RuleCtx<'_> {
                 };
                 obj.insert("apiVersion".into(), json!(spec.api_version));
                 obj.insert("kind".into(), json!(spec.kind));
-                vec![with_identity(
-                    Value::Object(obj),
-                    &name,
-                    &namespace,
-                    &labels,
-                )]
+                vec![with_labels(Value::Object(obj), &name, &namespace, &labels)]
             }
             GenSource::Clone {
                 namespace: src_ns,
@@ -428,7 +433,7 @@ impl RuleCtx<'_> {
                             spec.kind, src_ns, src_name
                         )
                     })?;
-                vec![with_identity(cloned(&source), &name, &namespace, &labels)]
+                vec![with_labels(cloned(&source), &name, &namespace, &labels)]
             }
             GenSource::CloneList {
                 namespace: src_ns,
@@ -456,12 +461,7 @@ impl RuleCtx<'_> {
                             continue;
                         }
                         let src_name = source["metadata"]["name"].as_str().unwrap_or("");
-                        out.push(with_identity(
-                            cloned(&source),
-                            src_name,
-                            &namespace,
-                            &labels,
-                        ));
+                        out.push(with_labels(cloned(&source), src_name, &namespace, &labels));
                     }
                 }
                 out
@@ -490,7 +490,7 @@ fn cloned(source: &Arc<Value>) -> Value {
 
 /// Sets a downstream's name, namespace (left out when empty: cluster scope)
 /// and Kyverno's labels (after the object's own).
-fn with_identity(
+pub(crate) fn with_labels(
     mut obj: Value,
     name: &str,
     namespace: &str,

@@ -29,6 +29,7 @@ mod error;
 mod eval;
 mod exception;
 mod generate;
+pub mod gpol;
 pub mod images;
 pub mod jmespath;
 pub mod kinds;

@@ -60,6 +60,8 @@ pub enum Source {
     ValidatingPolicy,
     /// A `policies.kyverno.io` MutatingPolicy / NamespacedMutatingPolicy.
     MutatingPolicy,
+    /// A `policies.kyverno.io` GeneratingPolicy.
+    GeneratingPolicy,
 }
 
 impl Source {
@@ -69,6 +71,7 @@ impl Source {
             Source::Kyverno => "kyverno",
             Source::ValidatingPolicy => "KyvernoValidatingPolicy",
             Source::MutatingPolicy => "KyvernoMutatingPolicy",
+            Source::GeneratingPolicy => "KyvernoGeneratingPolicy",
         }
     }
 }

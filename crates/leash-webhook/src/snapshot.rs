@@ -35,15 +35,16 @@ pub(crate) struct Snapshot {
 enum SourceKey {
     Kyverno,
     Validating,
-    /// MutatingPolicy results (not served by this validating snapshot).
-    Mutating,
+    /// MutatingPolicy and GeneratingPolicy results (not served by this
+    /// validating snapshot).
+    Other,
 }
 
 fn source_key(s: Source) -> SourceKey {
     match s {
         Source::Kyverno => SourceKey::Kyverno,
         Source::ValidatingPolicy => SourceKey::Validating,
-        Source::MutatingPolicy => SourceKey::Mutating,
+        Source::MutatingPolicy | Source::GeneratingPolicy => SourceKey::Other,
     }
 }
 

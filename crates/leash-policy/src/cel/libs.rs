@@ -152,6 +152,8 @@ pub(super) fn register(env: &mut Env) {
         ("Get", 4, data_get),
         ("List", 3, data_list),
         ("Get", 2, data_global),
+        // Kyverno's GeneratingPolicy: generator.Apply(namespace, objects).
+        ("Apply", 2, generator_apply),
     ] {
         member(name, n, f, d());
     }
@@ -1180,8 +1182,82 @@ fn data_global<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Exec
     data_call("global", args)
 }
 
-/// Binds `resource` and `globalContext` to `data` in `ctx`.
+/// Binds `resource` and `globalContext` to `data` in `ctx`, and
+/// `generator`.
 pub(super) fn bind_data<'a>(ctx: &mut Context<'_, 'a>, data: &'a dyn ClusterData) {
     ctx.add_variable_as_val("resource", Box::new(DataVal { data }));
     ctx.add_variable_as_val("globalContext", Box::new(DataVal { data }));
+    ctx.add_variable_as_val("generator", Box::new(GeneratorVal));
+}
+
+static GENERATOR_TYPE: Type = Type::new_unspecified_type("kyverno.generator");
+
+/// The key of the value `generator.Apply` returns (see [`generator_apply`]).
+pub(crate) const GENERATE_MARK: &str = "@leash.generate";
+
+/// `generator`: its one function, `Apply(namespace, objects)`, has no
+/// effect of its own (evaluation stays pure): it returns a value that
+/// names the namespace and the objects, `{"@leash.generate": {namespace,
+/// objects}}`, which the GeneratingPolicy evaluator turns into downstreams.
+#[derive(Debug, Clone, Copy)]
+struct GeneratorVal;
+
+impl Val for GeneratorVal {
+    fn get_type(&self) -> &Type {
+        &GENERATOR_TYPE
+    }
+
+    fn cel_type() -> &'static Type
+    where
+        Self: Sized,
+    {
+        &GENERATOR_TYPE
+    }
+
+    fn clone_as_boxed<'v>(&self) -> Box<dyn Val + 'v>
+    where
+        Self: 'v,
+    {
+        Box::new(*self)
+    }
+}
+
+fn generator_apply<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let mut it = args.into_iter();
+    let target = it
+        .next()
+        .ok_or_else(ExecutionError::missing_argument_or_target)?;
+    if target.get_type() != &GENERATOR_TYPE {
+        return Err(ferr("Apply", "no such function on this value"));
+    }
+    let namespace = it
+        .next()
+        .ok_or_else(ExecutionError::missing_argument_or_target)?;
+    let objects = it
+        .next()
+        .ok_or_else(ExecutionError::missing_argument_or_target)?;
+    let namespace = match Value::try_from(namespace.as_ref())? {
+        Value::String(s) => Value::String(s),
+        Value::Null => s(""),
+        other => {
+            return Err(ferr(
+                "generator.Apply",
+                format!("namespace must be a string, got {}", other.type_of()),
+            ));
+        }
+    };
+    let objects = match Value::try_from(objects.as_ref())? {
+        l @ Value::List(_) => l,
+        other => {
+            return Err(ferr(
+                "generator.Apply",
+                format!("objects must be a list, got {}", other.type_of()),
+            ));
+        }
+    };
+    let out = super::map(vec![(
+        GENERATE_MARK,
+        super::map(vec![("namespace", namespace), ("objects", objects)]),
+    )]);
+    Ok(CowVal::Owned(Box::<dyn Val>::try_from(out)?))
 }

@@ -32,7 +32,7 @@
 mod bind;
 mod json;
 mod jsonpatch;
-mod libs;
+pub(crate) mod libs;
 pub(crate) mod rule;
 mod sets;
 

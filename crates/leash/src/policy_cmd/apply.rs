@@ -120,7 +120,7 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode> {
     }
     if loaded.engine.is_empty() {
         return Err(usage(
-            "no ClusterPolicy, Policy, ValidatingPolicy or MutatingPolicy found in the policy paths",
+            "no ClusterPolicy, Policy, ValidatingPolicy, MutatingPolicy or GeneratingPolicy found in the policy paths",
         ));
     }
     let mut values = match &args.values_file {
@@ -208,7 +208,8 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode> {
             &mut out,
             loaded.engine.policies().len()
                 + loaded.engine.validating_policies().len()
-                + loaded.engine.mutating_policies().len(),
+                + loaded.engine.mutating_policies().len()
+                + loaded.engine.generating_policies().len(),
             &combined,
             args.output,
             args.detailed_results,
@@ -404,6 +405,14 @@ fn evaluate_all(
                             for d in g.downstreams {
                                 m.generated
                                     .push((policy.key().clone(), g.result.rule.clone(), d));
+                            }
+                            results.push(g.result);
+                        }
+                        for (policy, g) in engine.generate_cel(&trigger, &cluster) {
+                            let name: Arc<str> = Arc::from(policy.name());
+                            for d in g.downstreams {
+                                m.generated
+                                    .push((name.clone(), policy.name().to_string(), d));
                             }
                             results.push(g.result);
                         }

@@ -372,6 +372,10 @@ fn evaluate_test(test: &TestFile, selector: &Selector) -> Result<Vec<Outcome>> {
                 generated.push((policy.key().clone(), g.result.rule.clone(), g.downstreams));
                 results.push(g.result);
             }
+            for (policy, g) in loaded.engine.generate_cel(&trigger, &cluster) {
+                generated.push((Arc::from(policy.name()), String::new(), g.downstreams));
+                results.push(g.result);
+            }
             Evaluated {
                 object,
                 mutation: applied.mutation,

@@ -253,7 +253,9 @@ async fn serve_reports_converge_to_apply_and_follow_changes() {
             .iter()
             .any(|r| r.0 == gone_uid || r.1 == "require-labels")
     );
-    converge(&sb, &want2, Duration::from_secs(30), "after the changes").await;
+    // A hang bound: the rescan of 2,200 resources shares 2 cores with the
+    // rest of the suite.
+    converge(&sb, &want2, Duration::from_secs(120), "after the changes").await;
 
     send_signal(&server.0, "TERM");
     let status = wait_exit(&mut server.0, BOUND, "exit after SIGTERM");

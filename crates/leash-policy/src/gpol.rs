@@ -1,0 +1,336 @@
+//! `policies.kyverno.io` GeneratingPolicy (CEL): match constraints, match
+//! conditions, variables, and `generate[].expression`s calling
+//! `generator.Apply(namespace, [objects])`.
+//!
+//! Evaluation is pure, as for every policy: `generator.Apply` returns a
+//! value naming the namespace and the objects (see
+//! `cel::libs::generator_apply`) and [`GeneratingPolicy::generate`] turns
+//! those into the downstream objects, each with its namespace and
+//! Kyverno's `generate.kyverno.io/*` labels; creating them is the caller's
+//! job.
+
+use std::sync::Arc;
+
+use serde_json::Value as Json;
+
+use crate::cel::libs::GENERATE_MARK;
+use crate::cel::rule::as_list;
+use crate::cel::{Activation, Expr, Variable};
+use crate::error::{Error, Result};
+use crate::generate::{Generated, labels_for, with_labels};
+use crate::request::{ClusterData, EvalRequest};
+use crate::result::{RuleResult, Source, Status};
+use crate::vpol::{MatchResources, Target};
+
+/// The policy kinds [`GeneratingPolicy::compile`] accepts.
+pub const KINDS: &[&str] = &["GeneratingPolicy", "NamespacedGeneratingPolicy"];
+
+/// Whether `doc` is a GeneratingPolicy or NamespacedGeneratingPolicy.
+pub fn is_generating_policy(doc: &Json) -> bool {
+    let group = doc["apiVersion"]
+        .as_str()
+        .unwrap_or("")
+        .split('/')
+        .next()
+        .unwrap_or("");
+    group == "policies.kyverno.io" && KINDS.contains(&doc["kind"].as_str().unwrap_or(""))
+}
+
+/// A compiled GeneratingPolicy. Immutable; evaluate from any thread.
+#[derive(Debug, Clone)]
+pub struct GeneratingPolicy {
+    name: Arc<str>,
+    kind: String,
+    namespace: Option<String>,
+    matching: MatchResources,
+    conditions: Vec<(String, Expr)>,
+    variables: Vec<Variable>,
+    generates: Vec<Expr>,
+    synchronize: bool,
+    generate_existing: bool,
+    orphan_on_policy_delete: bool,
+}
+
+impl GeneratingPolicy {
+    /// Compiles a policy document; errors name the field.
+    pub fn compile(doc: &Json) -> Result<GeneratingPolicy> {
+        let kind = doc["kind"].as_str().unwrap_or("").to_string();
+        let name = doc["metadata"]["name"].as_str().unwrap_or("").to_string();
+        if !is_generating_policy(doc) {
+            return Err(Error::Unsupported(format!("{kind} {name}")));
+        }
+        if name.is_empty() {
+            return Err(Error::invalid(&kind, &name, "metadata.name", "is required"));
+        }
+        let spec = &doc["spec"];
+        let compile = |v: &Json, field: &str| -> Result<Expr> {
+            let src = v
+                .as_str()
+                .ok_or_else(|| Error::invalid(&kind, &name, field, "expression is required"))?;
+            Expr::compile(src).map_err(|e| Error::invalid(&kind, &name, field, e))
+        };
+        let mut conditions = Vec::new();
+        for (i, c) in as_list(
+            spec.get("matchConditions"),
+            &kind,
+            &name,
+            "spec.matchConditions",
+        )?
+        .iter()
+        .enumerate()
+        {
+            let expr = compile(
+                &c["expression"],
+                &format!("spec.matchConditions[{i}].expression"),
+            )?;
+            conditions.push((c["name"].as_str().unwrap_or("").to_string(), expr));
+        }
+        let mut variables = Vec::new();
+        for (i, v) in as_list(spec.get("variables"), &kind, &name, "spec.variables")?
+            .iter()
+            .enumerate()
+        {
+            let f = format!("spec.variables[{i}]");
+            let var = v["name"].as_str().ok_or_else(|| {
+                Error::invalid(&kind, &name, format!("{f}.name"), "name is required")
+            })?;
+            variables.push(Variable {
+                name: var.to_string(),
+                expr: compile(&v["expression"], &format!("{f}.expression"))?,
+            });
+        }
+        let generates: Vec<Expr> = as_list(spec.get("generate"), &kind, &name, "spec.generate")?
+            .iter()
+            .enumerate()
+            .map(|(i, g)| compile(&g["expression"], &format!("spec.generate[{i}].expression")))
+            .collect::<Result<_>>()?;
+        if generates.is_empty() {
+            return Err(Error::invalid(
+                &kind,
+                &name,
+                "spec.generate",
+                "at least one generate expression is required",
+            ));
+        }
+        let enabled = |k: &str, default: bool| {
+            spec["evaluation"][k]["enabled"]
+                .as_bool()
+                .unwrap_or(default)
+        };
+        let namespace = (kind == "NamespacedGeneratingPolicy").then(|| {
+            doc["metadata"]["namespace"]
+                .as_str()
+                .filter(|n| !n.is_empty())
+                .unwrap_or("default")
+                .to_string()
+        });
+        Ok(GeneratingPolicy {
+            name: Arc::from(name.as_str()),
+            namespace,
+            matching: MatchResources::parse(&spec["matchConstraints"]),
+            conditions,
+            variables,
+            generates,
+            synchronize: enabled("synchronize", false),
+            generate_existing: enabled("generateExisting", false),
+            orphan_on_policy_delete: enabled("orphanDownstreamOnPolicyDelete", false),
+            kind,
+        })
+    }
+
+    /// The policy's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `GeneratingPolicy` or `NamespacedGeneratingPolicy`.
+    pub fn kind(&self) -> &str {
+        &self.kind
+    }
+
+    /// What the policy generates for a trigger: None when its match
+    /// constraints do not select it; Skip when a match condition is false;
+    /// Pass with the downstreams; Error when an expression fails.
+    pub fn generate(&self, req: &EvalRequest, data: &dyn ClusterData) -> Option<Generated> {
+        if let Some(ns) = &self.namespace
+            && req.namespace() != ns
+        {
+            return None;
+        }
+        let target = Target::of(req);
+        if !self.matching.matches(req, &target) {
+            return None;
+        }
+        let (status, message, downstreams) = match self.run(req, data) {
+            Ok(None) => (Status::Skip, "skip".to_string(), Vec::new()),
+            Ok(Some(objects)) => (Status::Pass, "success".to_string(), objects),
+            Err(e) => (
+                Status::Error,
+                format!("failed to evaluate policy: {e}"),
+                Vec::new(),
+            ),
+        };
+        Some(Generated {
+            result: RuleResult {
+                policy: self.name.clone(),
+                rule: self.name.to_string(),
+                status,
+                message,
+                source: Source::GeneratingPolicy,
+            },
+            downstreams,
+            synchronize: self.synchronize,
+            orphan_on_policy_delete: self.orphan_on_policy_delete,
+            generate_existing: self.generate_existing,
+        })
+    }
+
+    fn run(&self, req: &EvalRequest, data: &dyn ClusterData) -> Result<Option<Vec<Json>>, String> {
+        let mut act = Activation::new(req, data);
+        act.bind_variables(&self.variables);
+        for (name, cond) in &self.conditions {
+            if !cond
+                .eval_bool(&act)
+                .map_err(|e| format!("match condition '{name}': {e}"))?
+            {
+                return Ok(None);
+            }
+        }
+        let labels = labels_for(
+            self.name(),
+            self.namespace.as_deref(),
+            self.name(),
+            &req.object,
+        );
+        let mut out = Vec::new();
+        for (i, expr) in self.generates.iter().enumerate() {
+            let value = expr.eval(&act).map_err(|e| format!("generate[{i}]: {e}"))?;
+            let json = value
+                .json()
+                .map_err(|e| format!("generate[{i}]: the result is not JSON: {e}"))?;
+            collect(&json, &labels, &mut out).map_err(|e| format!("generate[{i}]: {e}"))?;
+        }
+        Ok(Some(out))
+    }
+}
+
+/// The downstreams of one `generate` expression's value: a
+/// `generator.Apply` result, a list of them, or a boolean (nothing).
+fn collect(
+    v: &Json,
+    labels: &serde_json::Map<String, Json>,
+    out: &mut Vec<Json>,
+) -> Result<(), String> {
+    match v {
+        Json::Bool(_) | Json::Null => Ok(()),
+        Json::Array(items) => items.iter().try_for_each(|i| collect(i, labels, out)),
+        Json::Object(m) if m.contains_key(GENERATE_MARK) => {
+            let apply = &m[GENERATE_MARK];
+            let ns = apply["namespace"].as_str().unwrap_or("");
+            for obj in apply["objects"].as_array().into_iter().flatten() {
+                if !obj.is_object() || obj["kind"].as_str().is_none() {
+                    return Err(format!(
+                        "generator.Apply: every object needs a kind, got {obj}"
+                    ));
+                }
+                let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
+                out.push(with_labels(obj.clone(), &name, ns, labels));
+            }
+            Ok(())
+        }
+        other => Err(format!(
+            "the expression must call generator.Apply, got {other}"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::NoClusterData;
+    use serde_json::json;
+
+    fn policy(generate: &str, conditions: Json) -> GeneratingPolicy {
+        GeneratingPolicy::compile(&json!({
+            "apiVersion": "policies.kyverno.io/v1alpha1", "kind": "GeneratingPolicy",
+            "metadata": {"name": "gen"},
+            "spec": {
+                "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                    "operations": ["CREATE"], "resources": ["namespaces"]}]},
+                "matchConditions": conditions,
+                "variables": [{"name": "ns", "expression": "object.metadata.name"}],
+                "generate": [{"expression": generate}]
+            }
+        }))
+        .expect("compiles")
+    }
+
+    fn namespace(name: &str) -> EvalRequest {
+        EvalRequest::create(Arc::new(json!({
+            "apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": name, "uid": "u", "labels": {"team": "a"}}
+        })))
+    }
+
+    #[test]
+    fn generator_apply_gives_labelled_downstreams_in_its_namespace() {
+        let p = policy(
+            r#"generator.Apply(variables.ns, [
+                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"k": "v"}},
+                {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "b"}}
+            ])"#,
+            json!([]),
+        );
+        let g = p
+            .generate(&namespace("team-a"), &NoClusterData)
+            .expect("matches");
+        assert_eq!(g.result.status, Status::Pass, "{}", g.result.message);
+        assert_eq!(g.result.source, Source::GeneratingPolicy);
+        assert_eq!(g.downstreams.len(), 2);
+        let cm = &g.downstreams[0];
+        assert_eq!(cm["metadata"]["namespace"], "team-a");
+        assert_eq!(cm["data"]["k"], "v");
+        assert_eq!(
+            cm["metadata"]["labels"]["generate.kyverno.io/policy-name"],
+            "gen"
+        );
+        assert_eq!(
+            cm["metadata"]["labels"]["generate.kyverno.io/trigger-name"],
+            "team-a"
+        );
+    }
+
+    #[test]
+    fn match_conditions_skip_and_bad_results_are_errors() {
+        let p = policy(
+            r#"generator.Apply("x", [{"kind": "ConfigMap", "apiVersion": "v1", "metadata": {"name": "a"}}])"#,
+            json!([{"name": "prod", "expression": "object.metadata.name == 'prod'"}]),
+        );
+        let g = p.generate(&namespace("dev"), &NoClusterData).unwrap();
+        assert_eq!(g.result.status, Status::Skip);
+        assert!(g.downstreams.is_empty());
+        let p = policy("'not an apply'", json!([]));
+        let g = p.generate(&namespace("dev"), &NoClusterData).unwrap();
+        assert_eq!(g.result.status, Status::Error);
+        assert!(
+            g.result.message.contains("generator.Apply"),
+            "{}",
+            g.result.message
+        );
+        let pod = EvalRequest::create(Arc::new(json!({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "a"}
+        })));
+        assert!(p.generate(&pod, &NoClusterData).is_none(), "not matched");
+    }
+
+    #[test]
+    fn a_policy_without_generate_expressions_does_not_compile() {
+        let err = GeneratingPolicy::compile(&json!({
+            "apiVersion": "policies.kyverno.io/v1alpha1", "kind": "GeneratingPolicy",
+            "metadata": {"name": "gen"}, "spec": {"generate": []}
+        }))
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("spec.generate"), "{err}");
+    }
+}
