@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 use leash_sandbox::{Sandbox, SandboxConfig};
 use serde_json::json;
 
-use crate::support::{BOUND, ChildGuard, kubectl_installed, leash, send_signal, wait_exit};
+use crate::support::{
+    BOUND, ChildGuard, free_port, kubectl_installed, leash, send_signal, wait_exit,
+};
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -29,16 +31,6 @@ fn text(o: &Output) -> String {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     )
-}
-
-/// A free loopback port (bound, then released) so that a restarted
-/// webhook listens where the registered configuration points.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn serve(url: &str, port: u16) -> ChildGuard {

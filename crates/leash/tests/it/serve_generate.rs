@@ -13,18 +13,10 @@ use kube::core::{ApiResource, DynamicObject};
 use leash_sandbox::{ApiRequest, Faults, Sandbox, SandboxConfig};
 use serde_json::{Value, json};
 
-use crate::support::{BOUND, ChildGuard, leash};
+use crate::support::{BOUND, ChildGuard, free_port, leash};
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn serve(url: &str, port: u16) -> ChildGuard {

@@ -162,3 +162,13 @@ pub(crate) fn kubectl_installed() -> bool {
     eprintln!("skipped: kubectl is not installed (Debian package kubernetes-client)");
     false
 }
+
+/// A free loopback port (bound, then released) so that a restarted
+/// webhook listens where the registered configuration points.
+pub(crate) fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
