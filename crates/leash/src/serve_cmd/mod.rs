@@ -110,7 +110,9 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
             let components = settings.components;
             let background_settings = BackgroundSettings {
                 namespace: settings.config_namespace.clone(),
-                workers: settings.reports.aggregate.workers,
+                // Reconciles wait on the API server, not the CPU: more of
+                // them than evaluating workers.
+                workers: (settings.reports.scan.workers * 4).clamp(8, 64),
             };
             move |term: tokio_util::sync::CancellationToken| {
                 // Fresh components per term: nothing of a previous term survives.
