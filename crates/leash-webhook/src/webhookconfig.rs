@@ -221,6 +221,8 @@ pub struct Registrar {
     cleanup: bool,
     shutdown_timeout: Duration,
     retry_interval: Duration,
+    /// True once the configuration was written (and stays true).
+    registered: watch::Sender<bool>,
 }
 
 impl std::fmt::Debug for Registrar {
@@ -257,7 +259,14 @@ impl Registrar {
             cleanup: settings.cleanup_webhooks,
             shutdown_timeout: settings.shutdown_timeout,
             retry_interval: Duration::from_secs(5),
+            registered: watch::Sender::new(false),
         }
+    }
+
+    /// Becomes true once the configuration was first written: the API
+    /// server then calls the webhook (readiness waits for it).
+    pub fn registered(&self) -> watch::Receiver<bool> {
+        self.registered.subscribe()
     }
 
     /// Sets how long to wait before retrying a failed write.
@@ -296,6 +305,7 @@ impl Registrar {
                     Some(Ok(())) => {
                         tracing::info!(name = %self.name, "webhook configuration registered");
                         applied = Some(desired);
+                        self.registered.send_replace(true);
                     }
                     Some(Err(e)) => {
                         tracing::warn!(error = %e, "registering the webhook configuration failed; will retry");

@@ -62,6 +62,8 @@ async fn registers_updates_and_cleans_up() {
         rx,
     )
     .with_retry_interval(Duration::from_millis(50));
+    let registered = registrar.registered();
+    assert!(!*registered.borrow(), "nothing written yet");
     let scope = Scope::new();
     let token = CancellationToken::new();
     let t = token.clone();
@@ -80,6 +82,10 @@ async fn registers_updates_and_cleans_up() {
         })
     })
     .await;
+    assert!(
+        *registered.borrow(),
+        "the configuration is written: registered"
+    );
     // A policy for Namespaces arrives: the rules follow.
     let deploy = REQUIRE_TEAM
         .replace("require-team", "require-team-ns")

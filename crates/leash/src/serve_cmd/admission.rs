@@ -145,6 +145,8 @@ pub(crate) struct Admission {
 /// A started admission component's address, and its run future.
 pub(crate) struct Started {
     pub(crate) url: String,
+    /// True once the webhook configuration was written.
+    pub(crate) registered: watch::Receiver<bool>,
     pub(crate) run: BoxFuture<'static, Result<(), leash_runtime::ScopeError>>,
 }
 
@@ -192,6 +194,7 @@ impl Admission {
             server.ca_pem().to_string(),
             engine_rx,
         );
+        let registered = registrar.registered();
         let status = StatusWriter::new(self.client.clone(), &recorder);
         let mut policies = self.policies;
         let run = async move {
@@ -228,6 +231,7 @@ impl Admission {
         };
         Ok(Started {
             url,
+            registered,
             run: run.boxed(),
         })
     }

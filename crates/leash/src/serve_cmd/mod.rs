@@ -33,13 +33,26 @@ pub(crate) struct Readiness {
     /// reports component is off).
     scan: Mutex<Option<watch::Receiver<bool>>>,
     reports_here: bool,
+    /// The admission component's "webhook configuration written" (None:
+    /// admission is off).
+    webhook: Mutex<Option<watch::Receiver<bool>>>,
 }
 
 impl Readiness {
-    /// Policies read, and (where the scan runs) its first sync done.
+    /// Policies read, the webhook configuration written (with admission),
+    /// and (where the scan runs) its first sync done.
     pub(crate) fn ready(&self) -> Result<(), String> {
         if !*self.policies.borrow() {
             return Err("policies not read yet".into());
+        }
+        if let Some(w) = self
+            .webhook
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            && !*w.borrow()
+        {
+            return Err("webhook configuration not registered yet".into());
         }
         if self.reports_here {
             let scan = self.scan.lock().unwrap_or_else(|e| e.into_inner());
@@ -75,6 +88,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         policies: policy_source.synced(),
         scan: Mutex::new(None),
         reports_here: settings.components.reports,
+        webhook: Mutex::new(None),
     });
     let config_source = ConfigSource::new(
         client.clone(),
@@ -192,6 +206,8 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
             update_request_namespace: settings.config_namespace.clone(),
         }
         .start(&mut registry, root.token().clone())?;
+        *readiness.webhook.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(started.registered.clone());
         eprintln!("leash serve: admission webhook at {}", started.url);
         root.spawn("admission", started.run);
     }

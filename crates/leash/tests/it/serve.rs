@@ -11,7 +11,7 @@ use leash_sandbox::generate::{GenerateSpec, parse_generate};
 use leash_sandbox::{Faults, Sandbox, SandboxConfig};
 use serde_json::{Value, json};
 
-use crate::support::{BOUND, ChildGuard, leash, send_signal, wait_exit};
+use crate::support::{BOUND, ChildGuard, http_get, leash, send_signal, wait_exit};
 
 /// `(resource uid, policy, rule, result)`.
 type Row = (String, String, String, String);
@@ -324,30 +324,6 @@ async fn serve_reports_converge_under_faults_and_after_kill_9() {
     let status = wait_exit(&mut second.0, BOUND, "exit after SIGTERM");
     assert!(status.success(), "leash serve exited with {status}");
     sb.shutdown().await.unwrap();
-}
-
-/// A minimal HTTP GET on 127.0.0.1: (status, body).
-fn http_get(addr: &str, path: &str) -> (u16, String) {
-    use std::io::{Read as _, Write as _};
-    let mut s = std::net::TcpStream::connect(addr).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    (status, body)
 }
 
 /// `leash serve --sandbox`: the demo starts with its CRDs and example

@@ -9,7 +9,7 @@ use leash_sandbox::{Sandbox, SandboxConfig};
 use serde_json::json;
 
 use crate::support::{
-    BOUND, ChildGuard, free_port, kubectl_installed, leash, send_signal, wait_exit,
+    BOUND, ChildGuard, free_port, http_get, kubectl_installed, leash, send_signal, wait_exit,
 };
 
 fn repo() -> PathBuf {
@@ -183,5 +183,54 @@ async fn serve_admission_end_to_end_with_kubectl() {
         send_signal(&server.0, "TERM");
         assert!(wait_exit(&mut server.0, BOUND, "exit after SIGTERM").success());
     });
+    sb.shutdown().await.unwrap();
+}
+
+/// `/readyz` answers 200 only once the webhook configuration is written, so
+/// the first request after it goes through the webhook.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_waits_for_the_webhook_registration() {
+    let mut objects = leash_sandbox::manifests::load_manifests(&[
+        repo().join("deploy/crds"),
+        repo().join("deploy/examples/policies"),
+    ])
+    .unwrap();
+    objects.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kyverno"}}));
+    let sb = Sandbox::start(SandboxConfig {
+        objects,
+        ..SandboxConfig::default()
+    })
+    .await
+    .unwrap();
+    let health = format!("127.0.0.1:{}", free_port());
+    let mut server = ChildGuard(
+        leash()
+            .args(["serve", "--server", &sb.url(), "--components", "admission"])
+            .args(["--admission-listen", "127.0.0.1:0", "--health", &health])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("run leash serve"),
+    );
+    let start = Instant::now();
+    loop {
+        let ready = std::net::TcpStream::connect(&health).is_ok()
+            && tokio::task::block_in_place(|| http_get(&health, "/readyz")).0 == 200;
+        if ready {
+            break;
+        }
+        assert!(start.elapsed() < BOUND, "/readyz never 200");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    sb.store()
+        .get(
+            "admissionregistration.k8s.io/v1",
+            "ValidatingWebhookConfiguration",
+            None,
+            "leash-validating-webhook-cfg",
+        )
+        .expect("ready only with the webhook configuration written");
+    send_signal(&server.0, "TERM");
+    wait_exit(&mut server.0, BOUND, "leash serve exit after SIGTERM");
     sb.shutdown().await.unwrap();
 }
