@@ -251,6 +251,33 @@ impl Policy {
         out
     }
 
+    /// The values bound for `rule` and the operation it sees (a bound
+    /// `request.operation` overrides the request's), when its match and
+    /// exclude blocks select the request; None when they do not.
+    pub(crate) fn selects<'b>(
+        &self,
+        rule: &Rule,
+        req: &EvalRequest,
+        bindings: &'b Bindings,
+    ) -> Option<(Vec<&'b (String, Value)>, Operation)> {
+        let bound = bindings.for_rule(&self.name, &rule.base_name, req.name());
+        let operation = bound
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "request.operation")
+            .and_then(|(_, v)| v.as_str())
+            .and_then(Operation::parse)
+            .unwrap_or(req.operation);
+        let target = Target::of(
+            &req.object,
+            req.namespace_labels.as_ref(),
+            operation,
+            &req.user_info,
+        );
+        (rule.match_.matches(&target) && !rule.exclude.excludes(&target))
+            .then_some((bound, operation))
+    }
+
     /// Calls `f` with the evaluation context of every rule that `wanted`
     /// selects and whose match/exclude blocks select the resource.
     pub(crate) fn each_matching_rule(
@@ -271,23 +298,9 @@ impl Policy {
             if !wanted(rule) {
                 continue;
             }
-            let bound = bindings.for_rule(&self.name, &rule.base_name, req.name());
-            let operation = bound
-                .iter()
-                .rev()
-                .find(|(k, _)| k == "request.operation")
-                .and_then(|(_, v)| v.as_str())
-                .and_then(Operation::parse)
-                .unwrap_or(req.operation);
-            let target = Target::of(
-                &req.object,
-                req.namespace_labels.as_ref(),
-                operation,
-                &req.user_info,
-            );
-            if !rule.match_.matches(&target) || rule.exclude.excludes(&target) {
+            let Some((bound, operation)) = self.selects(rule, req, bindings) else {
                 continue;
-            }
+            };
             let make = || {
                 let mut vars = if operation == req.operation {
                     prepared.base().clone()

@@ -15,7 +15,7 @@ use super::schema;
 use super::spec::{ForeachPatch, MutateForeach, MutateSpec, Order, TargetSpec};
 use crate::eval::{Bindings, Lazy, Prepared, RuleCtx, base_vars};
 use crate::exception::Exception;
-use crate::matching::{LabelSelector, Target};
+use crate::matching::LabelSelector;
 use crate::policy::Policy;
 use crate::request::{ClusterData, EvalRequest, Operation};
 use crate::result::{RuleResult, Source, Status};
@@ -87,23 +87,9 @@ impl Policy {
             {
                 return (current, out, targets);
             }
-            let bound = bindings.for_rule(&self.name, &rule.base_name, cur_req.name());
-            let operation = bound
-                .iter()
-                .rev()
-                .find(|(k, _)| k == "request.operation")
-                .and_then(|(_, v)| v.as_str())
-                .and_then(Operation::parse)
-                .unwrap_or(cur_req.operation);
-            let target = Target::of(
-                &cur_req.object,
-                cur_req.namespace_labels.as_ref(),
-                operation,
-                &cur_req.user_info,
-            );
-            if !rule.match_.matches(&target) || rule.exclude.excludes(&target) {
+            let Some((bound, operation)) = self.selects(rule, &cur_req, bindings) else {
                 continue;
-            }
+            };
             let result = |status: Status, message: String| RuleResult {
                 policy: self.key.clone(),
                 rule: rule.name.clone(),
