@@ -64,6 +64,20 @@ pub const POLICY_KINDS: &[(&str, &str, &str, &str, bool)] = &[
         "policyexceptions",
         true,
     ),
+    (
+        "policies.kyverno.io",
+        "v1",
+        "GeneratingPolicy",
+        "generatingpolicies",
+        false,
+    ),
+    (
+        "policies.kyverno.io",
+        "v1",
+        "NamespacedGeneratingPolicy",
+        "namespacedgeneratingpolicies",
+        true,
+    ),
 ];
 
 /// How long the first set waits for every policy kind to be listed.
@@ -166,8 +180,13 @@ impl PolicySet {
                     set.engine.add_shared(Shared::MutatingPolicy(Arc::new(p)));
                 }
                 Ok(Some(Document::GeneratingPolicy(p))) => {
-                    // Evaluated by `leash test` / `leash apply`; the
-                    // background component runs classic generate rules only.
+                    // Run by the admission and background components, as
+                    // classic generate rules are.
+                    let created = doc["metadata"]["creationTimestamp"]
+                        .as_str()
+                        .unwrap_or("")
+                        .to_string();
+                    set.generating.insert(p.key(), (rv.clone(), created));
                     set.engine.add_shared(Shared::GeneratingPolicy(Arc::new(p)));
                 }
                 Ok(Some(Document::Exception(e))) => {
@@ -305,9 +324,11 @@ impl PolicySource {
                 }
                 last_errors = set.errors.clone();
             }
-            self.metrics
-                .policies
-                .set((set.engine.policies().len() + set.engine.validating_policies().len()) as i64);
+            self.metrics.policies.set(
+                (set.engine.policies().len()
+                    + set.engine.validating_policies().len()
+                    + set.engine.generating_policies().len()) as i64,
+            );
             self.sender.send_replace(Arc::new(set));
             if stores.iter().all(|s| s.is_synced()) {
                 self.synced.send_replace(true);
@@ -402,13 +423,18 @@ impl ConfigSource {
 
 /// Counts policies per source for logs: `N policies (M background)`.
 pub fn describe(set: &PolicySet) -> String {
-    let all = set.engine.policies().len() + set.engine.validating_policies().len();
+    let all = set.engine.policies().len()
+        + set.engine.validating_policies().len()
+        + set.engine.generating_policies().len();
     let bg = set.background_versions.len();
     let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
     for p in set.engine.policies() {
         *kinds.entry(p.kind()).or_default() += 1;
     }
     for p in set.engine.validating_policies() {
+        *kinds.entry(p.kind()).or_default() += 1;
+    }
+    for p in set.engine.generating_policies() {
         *kinds.entry(p.kind()).or_default() += 1;
     }
     let parts: Vec<String> = kinds.iter().map(|(k, n)| format!("{n} {k}")).collect();

@@ -148,6 +148,44 @@ impl GeneratingPolicy {
         &self.kind
     }
 
+    /// The namespace of a NamespacedGeneratingPolicy.
+    pub fn namespace(&self) -> Option<&str> {
+        self.namespace.as_deref()
+    }
+
+    /// The key downstream labels name the policy by: `name`, or
+    /// `namespace/name` for a NamespacedGeneratingPolicy (as for classic
+    /// policies).
+    pub fn key(&self) -> String {
+        match &self.namespace {
+            Some(ns) => format!("{ns}/{}", self.name),
+            None => self.name.to_string(),
+        }
+    }
+
+    /// `evaluation.synchronize.enabled`.
+    pub fn synchronize(&self) -> bool {
+        self.synchronize
+    }
+
+    /// `evaluation.generateExisting.enabled`.
+    pub fn generate_existing(&self) -> bool {
+        self.generate_existing
+    }
+
+    /// `evaluation.orphanDownstreamOnPolicyDelete.enabled`.
+    pub fn orphan_on_policy_delete(&self) -> bool {
+        self.orphan_on_policy_delete
+    }
+
+    /// `(group, version, resource)` of every resource rule of the match
+    /// constraints (the trigger kinds), wildcards as written.
+    pub fn matched_resources(&self) -> Vec<(String, String, String)> {
+        let mut out = Vec::new();
+        self.matching.resources(&mut out);
+        out
+    }
+
     /// What the policy generates for a trigger: None when its match
     /// constraints do not select it; Skip when a match condition is false;
     /// Pass with the downstreams; Error when an expression fails.

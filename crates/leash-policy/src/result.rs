@@ -52,7 +52,7 @@ impl fmt::Display for Status {
 }
 
 /// Which engine produced a result (a report's `source`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Source {
     /// A `kyverno.io` ClusterPolicy / Policy.
     Kyverno,

@@ -49,7 +49,7 @@ use http::{StatusCode, header};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use leash_policy::{
-    Bindings, ClusterData, Engine, EvalRequest, KyvernoConfig, Operation, Prepared, Status,
+    Bindings, ClusterData, Engine, EvalRequest, KyvernoConfig, Operation, Prepared, Source, Status,
 };
 use leash_runtime::{CancellationToken, Scope, ScopeHandle};
 use prometheus_client::registry::Registry;
@@ -99,8 +99,12 @@ impl FailurePolicy {
 /// answers once the API server has it.
 pub trait TriggerSink: Send + Sync + std::fmt::Debug {
     /// Creates the UpdateRequest; the error says why it could not.
+    /// `source` is [`Source::Kyverno`] for classic generate rules,
+    /// [`Source::GeneratingPolicy`] for a GeneratingPolicy (its one rule is
+    /// its name).
     fn create(
         &self,
+        source: Source,
         policy: &str,
         rules: Vec<String>,
         trigger: Arc<serde_json::Value>,
@@ -534,16 +538,22 @@ impl Admission {
             let prepared = Prepared::new(eval);
             let results =
                 engine.evaluate_prepared(&prepared, cluster.as_ref(), &Bindings::default());
-            let generated = if generates {
-                engine.generate(&prepared, cluster.as_ref(), &Bindings::default())
+            let (generated, generated_cel) = if generates {
+                (
+                    engine.generate(&prepared, cluster.as_ref(), &Bindings::default()),
+                    engine.generate_cel(&prepared, cluster.as_ref()),
+                )
             } else {
-                Vec::new()
+                (Vec::new(), Vec::new())
             };
-            (results, generated)
+            (results, generated, generated_cel)
         });
         let resource_name = kyverno_resource_name(&review);
-        let (mut results, generated) = match tokio::time::timeout_at(started + self.deadline, task)
-            .await
+        let (mut results, generated, generated_cel) = match tokio::time::timeout_at(
+            started + self.deadline,
+            task,
+        )
+        .await
         {
             Ok(Ok(results)) => results,
             Ok(Err(join)) => {
@@ -583,7 +593,7 @@ impl Admission {
         let mut warnings = v.warnings;
         if let Some(sink) = &self.triggers {
             // One UpdateRequest per policy, naming the rules that apply.
-            let mut by_policy: std::collections::BTreeMap<Arc<str>, Vec<String>> =
+            let mut by_policy: std::collections::BTreeMap<(Source, String), Vec<String>> =
                 std::collections::BTreeMap::new();
             for (policy, g) in &generated {
                 if g.result.status == Status::Pass
@@ -591,13 +601,21 @@ impl Admission {
                     && snapshot.policy_of(&g.result).is_some()
                 {
                     by_policy
-                        .entry(policy.key().clone())
+                        .entry((Source::Kyverno, policy.key().to_string()))
                         .or_default()
                         .push(g.result.rule.clone());
                 }
             }
-            for (policy, rules) in by_policy {
-                let create = sink.create(&policy, rules, review.resource.clone());
+            for (policy, g) in &generated_cel {
+                if g.result.status == Status::Pass && !g.downstreams.is_empty() {
+                    by_policy
+                        .entry((Source::GeneratingPolicy, policy.key()))
+                        .or_default()
+                        .push(g.result.rule.clone());
+                }
+            }
+            for ((source, policy), rules) in by_policy {
+                let create = sink.create(source, &policy, rules, review.resource.clone());
                 let failed = match tokio::time::timeout_at(started + self.deadline, create).await {
                     Ok(Ok(())) => None,
                     Ok(Err(e)) => Some(e),

@@ -28,6 +28,9 @@ pub(crate) struct Snapshot {
     served: HashMap<(SourceKey, Arc<str>), Served>,
     /// Kinds some admission-enabled policy may match; `None`: any kind.
     kinds: Option<HashSet<String>>,
+    /// Whether the set holds GeneratingPolicies (their triggers are
+    /// admitted through this webhook too; they give no verdict).
+    generating: bool,
     refs: BTreeSet<PolicyRef>,
 }
 
@@ -79,6 +82,7 @@ impl Snapshot {
                 }
             }
         }
+        let mut resources = Vec::new();
         for v in engine
             .validating_policies()
             .iter()
@@ -89,21 +93,26 @@ impl Snapshot {
                 Served::Validating(v.clone()),
             );
             refs.insert(PolicyRef::new(v.kind(), v.namespace(), v.name()));
-            for (group, _, plural) in v.matched_resources() {
-                let known = (plural != "*" && group != "*")
-                    .then(|| leash_policy::kinds::by_resource(&group, &plural))
-                    .flatten();
-                match (known, kinds.as_mut()) {
-                    (Some(k), Some(set)) => {
-                        set.insert(k.kind.to_string());
-                    }
-                    // A wildcard or a resource without a built-in kind: any kind.
-                    (None, _) => kinds = None,
-                    _ => {}
+            resources.extend(v.matched_resources());
+        }
+        for g in engine.generating_policies() {
+            resources.extend(g.matched_resources());
+        }
+        for (group, _, plural) in resources {
+            let known = (plural != "*" && group != "*")
+                .then(|| leash_policy::kinds::by_resource(&group, &plural))
+                .flatten();
+            match (known, kinds.as_mut()) {
+                (Some(k), Some(set)) => {
+                    set.insert(k.kind.to_string());
                 }
+                // A wildcard or a resource without a built-in kind: any kind.
+                (None, _) => kinds = None,
+                _ => {}
             }
         }
         Snapshot {
+            generating: !engine.generating_policies().is_empty(),
             engine,
             served,
             kinds,
@@ -113,7 +122,8 @@ impl Snapshot {
 
     /// Whether some admission-enabled policy may match `kind`.
     pub(crate) fn may_match(&self, kind: &str) -> bool {
-        !self.served.is_empty() && self.kinds.as_ref().is_none_or(|k| k.contains(kind))
+        (!self.served.is_empty() || self.generating)
+            && self.kinds.as_ref().is_none_or(|k| k.contains(kind))
     }
 
     /// The policies served, for the readiness recorder.

@@ -121,27 +121,31 @@ pub fn build_configuration(
             rules_of_kind(&k, &mut fail);
         }
     }
-    for v in engine
+    let validating = engine
         .validating_policies()
         .iter()
         .filter(|v| v.admission())
-    {
-        for (group, version, plural) in v.matched_resources() {
-            let scope = if group == "*" || plural == "*" {
-                "*"
-            } else {
-                match leash_policy::kinds::by_resource(&group, &plural) {
-                    Some(b) if b.namespaced => "Namespaced",
-                    Some(_) => "Cluster",
-                    None => "*",
-                }
-            };
-            let set = fail.entry((group, version, scope.to_string())).or_default();
-            if plural == "pods" {
-                set.insert("pods/ephemeralcontainers".to_string());
+        .flat_map(|v| v.matched_resources());
+    // A GeneratingPolicy's triggers come through this webhook too.
+    let generating = engine
+        .generating_policies()
+        .iter()
+        .flat_map(|g| g.matched_resources());
+    for (group, version, plural) in validating.chain(generating) {
+        let scope = if group == "*" || plural == "*" {
+            "*"
+        } else {
+            match leash_policy::kinds::by_resource(&group, &plural) {
+                Some(b) if b.namespaced => "Namespaced",
+                Some(_) => "Cluster",
+                None => "*",
             }
-            set.insert(plural);
+        };
+        let set = fail.entry((group, version, scope.to_string())).or_default();
+        if plural == "pods" {
+            set.insert("pods/ephemeralcontainers".to_string());
         }
+        set.insert(plural);
     }
     let webhook = |policy: FailurePolicy, rules: BTreeMap<RuleKey, BTreeSet<String>>| {
         let suffix = match policy {

@@ -23,7 +23,7 @@
 pub mod lookup;
 pub mod registry;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -31,10 +31,13 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::core::ApiResource;
 use leash_loader::{Catalog, LoadOptions, Loader};
-use leash_policy::{Bindings, EvalRequest, GenerateTarget, Prepared, Status};
+use leash_policy::{
+    Bindings, EvalRequest, GenerateTarget, Generated, Policy, Prepared, Status,
+    gpol::GeneratingPolicy,
+};
 use leash_runtime::{Scope, ScopeError};
 use serde_json::{Value, json};
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::cache::KindStore;
@@ -143,9 +146,24 @@ impl std::fmt::Display for TriggerRef {
     }
 }
 
+/// `spec.requestType` of an UpdateRequest for classic generate rules.
+pub const REQUEST_GENERATE: &str = "generate";
+
+/// `spec.requestType` of an UpdateRequest for a GeneratingPolicy (Kyverno
+/// 1.14's `CELGenerate`).
+pub const REQUEST_CEL_GENERATE: &str = "cel-generate";
+
 /// An UpdateRequest for one trigger and the generate rules that matched it,
-/// in Kyverno 1.12's layout (`spec.ruleContext`).
-pub fn update_request(namespace: &str, policy: &str, rules: &[String], trigger: &Value) -> Value {
+/// in Kyverno 1.12's layout (`spec.ruleContext`); `request_type` is
+/// [`REQUEST_GENERATE`] or [`REQUEST_CEL_GENERATE`] (whose one rule is the
+/// policy's name).
+pub fn update_request(
+    namespace: &str,
+    request_type: &str,
+    policy: &str,
+    rules: &[String],
+    trigger: &Value,
+) -> Value {
     let t = TriggerRef::of(trigger);
     let policy_name = policy.rsplit('/').next().unwrap_or(policy);
     json!({
@@ -162,7 +180,7 @@ pub fn update_request(namespace: &str, policy: &str, rules: &[String], trigger: 
             },
         },
         "spec": {
-            "requestType": "generate",
+            "requestType": request_type,
             "policy": policy,
             "rule": rules.first().cloned().unwrap_or_default(),
             "resource": t.to_json(),
@@ -255,6 +273,12 @@ struct Shared {
     gone: Mutex<HashMap<String, Vec<GenerateTarget>>>,
     /// Trigger kind stores (metadata only), for `generateExisting`.
     stores: Mutex<HashMap<Gvk, Arc<KindStore>>>,
+    /// The downstream kinds a GeneratingPolicy was seen to generate, by
+    /// policy key: its expressions name them only when evaluated, so the
+    /// watch manager learns them (Kyverno's dynamic watchers).
+    learned: Mutex<HashMap<String, BTreeSet<Gvk>>>,
+    /// Signalled when `learned` gained a kind: the registry is rebuilt.
+    relearn: Notify,
 }
 
 impl Background {
@@ -293,11 +317,21 @@ impl Background {
             catalog: Mutex::new(None),
             gone: Mutex::new(HashMap::new()),
             stores: Mutex::new(HashMap::new()),
+            learned: Mutex::new(HashMap::new()),
+            relearn: Notify::new(),
         });
         for n in 0..self.settings.workers.max(1) {
             let shared = shared.clone();
             let token = scope.token().clone();
             scope.spawn(format!("generate worker {n}"), async move {
+                // Work is judged against the cluster's policies: an
+                // UpdateRequest processed before they are read would be
+                // completed with nothing generated.
+                let mut policies = shared.policies.clone();
+                let loaded = token.run_until_cancelled(policies.wait_for(|s| s.generation > 0));
+                if !matches!(loaded.await, Some(Ok(_))) {
+                    return Ok(());
+                }
                 while let Some(work) = shared.queue.next(&token).await {
                     match shared.process(&work, &token).await {
                         Ok(()) => shared.queue.done(&work),
@@ -411,6 +445,9 @@ impl Background {
                     incomplete = false;
                     policies.mark_changed();
                 }
+                // A GeneratingPolicy generated a kind not watched yet: the
+                // same set, applied again, watches it.
+                _ = shared.relearn.notified() => policies.mark_changed(),
                 Some((k, id)) = ended_rx.recv() => {
                     // A watcher ended on its own: replace it only if the map
                     // still holds that same watcher (house rule 8).
@@ -498,7 +535,9 @@ impl Shared {
             .kinds()
             .iter()
             .filter(|r| {
-                leash_policy::wildcard::matches(k, &r.kind)
+                // A classic kind names the kind; a GeneratingPolicy's
+                // resource rule the plural.
+                (leash_policy::wildcard::matches(k, &r.kind) || k == r.plural)
                     && (group == "*" || leash_policy::wildcard::matches(group, &r.group))
                     && (version == "*" || leash_policy::wildcard::matches(version, &r.version))
                     && !r.plural.contains('/')
@@ -513,6 +552,12 @@ impl Shared {
         let mut policies = BTreeMap::new();
         for p in set.engine.policies().iter().filter(|p| p.has_generate()) {
             policies.insert(p.key().to_string(), p.generate_targets());
+        }
+        for p in set.engine.generating_policies() {
+            policies
+                .entry(p.key())
+                .or_insert_with(Vec::new)
+                .push(self.cel_target(p));
         }
         // Make sure discovery knows every downstream kind (a CRD installed
         // since the last discovery triggers one refresh).
@@ -540,6 +585,51 @@ impl Shared {
             found
         });
         (registry, complete && !unresolved.get())
+    }
+
+    /// A GeneratingPolicy as the watch manager sees it: one rule (its
+    /// name), the downstream kinds learned so far, its trigger resources.
+    fn cel_target(&self, p: &GeneratingPolicy) -> GenerateTarget {
+        let kinds = self
+            .learned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&p.key())
+            .map(|k| k.iter().cloned().collect())
+            .unwrap_or_default();
+        GenerateTarget {
+            rule: p.name().to_string(),
+            kinds,
+            synchronize: p.synchronize(),
+            orphan_on_policy_delete: p.orphan_on_policy_delete(),
+            generate_existing: p.generate_existing(),
+            // `group/version/resource`, which `resolve_match` reads.
+            trigger_kinds: p
+                .matched_resources()
+                .into_iter()
+                .map(|(g, v, r)| format!("{g}/{v}/{r}"))
+                .collect(),
+        }
+    }
+
+    /// Records the kinds a GeneratingPolicy generated; a new one rebuilds
+    /// the registry, so it is watched (and cleaned up with the policy).
+    fn learn(&self, policy_key: &str, downstreams: &[Value]) {
+        let mut new = false;
+        {
+            let mut learned = self.learned.lock().unwrap_or_else(|e| e.into_inner());
+            let kinds = learned.entry(policy_key.to_string()).or_default();
+            for d in downstreams {
+                let gvk = (
+                    d["apiVersion"].as_str().unwrap_or("").to_string(),
+                    d["kind"].as_str().unwrap_or("").to_string(),
+                );
+                new |= kinds.insert(gvk);
+            }
+        }
+        if new {
+            self.relearn.notify_one();
+        }
     }
 
     fn start_watcher(
@@ -740,7 +830,10 @@ impl Shared {
             return Ok(());
         };
         let ur = ur.raw;
-        if ur["spec"]["requestType"].as_str().unwrap_or("generate") != "generate" {
+        let request_type = ur["spec"]["requestType"]
+            .as_str()
+            .unwrap_or(REQUEST_GENERATE);
+        if request_type != REQUEST_GENERATE && request_type != REQUEST_CEL_GENERATE {
             return Ok(());
         }
         let policy = ur["spec"]["policy"].as_str().unwrap_or("").to_string();
@@ -805,21 +898,17 @@ impl Shared {
         token: &CancellationToken,
     ) -> Result<Vec<Value>, String> {
         let set = self.policies.borrow().clone();
-        let Some(policy) = set
-            .engine
-            .policies()
-            .iter()
-            .find(|p| &**p.key() == policy_key)
-            .cloned()
-        else {
+        let Some(generator) = Generator::find(&set, policy_key, rule) else {
             return Ok(Vec::new());
         };
-        let Some(target) = policy
-            .generate_targets()
-            .into_iter()
-            .find(|t| t.rule == rule)
-        else {
-            return Ok(Vec::new());
+        let target = match &generator {
+            Generator::Classic(p) => {
+                let Some(t) = p.generate_targets().into_iter().find(|t| t.rule == rule) else {
+                    return Ok(Vec::new());
+                };
+                t
+            }
+            Generator::Cel(p) => self.cel_target(p),
         };
         let (ar, _) = self
             .resolve(&trigger.api_version, &trigger.kind, token)
@@ -848,12 +937,8 @@ impl Shared {
         let mut data = Fetched::default();
         let mut generated = None;
         for _ in 0..4 {
-            let results = set.engine.generate(&prepared, &data, &Bindings::default());
+            generated = generator.generate(&set, &prepared, &data, policy_key, rule);
             let missed = data.take_missed();
-            generated = results
-                .into_iter()
-                .find(|(p, g)| &**p.key() == policy_key && g.result.rule == rule)
-                .map(|(_, g)| g);
             if missed.is_empty() {
                 break;
             }
@@ -881,6 +966,9 @@ impl Shared {
             Status::Pass => {}
             Status::Skip => return Ok(Vec::new()),
             _ => return Err(generated.result.message),
+        }
+        if matches!(generator, Generator::Cel(_)) {
+            self.learn(policy_key, &generated.downstreams);
         }
         let mut refs = Vec::new();
         for d in &generated.downstreams {
@@ -992,6 +1080,54 @@ impl Shared {
             Some(e) => Err(format!(
                 "{failed} downstream deletions failed; the last: {e}"
             )),
+        }
+    }
+}
+
+/// What a (policy key, rule) names: a classic policy's generate rule, or a
+/// GeneratingPolicy (whose one rule is its name). Both kinds share the
+/// label scheme, so a ClusterPolicy and a GeneratingPolicy of the same name
+/// share a key: the classic rule is looked up first.
+enum Generator {
+    Classic(Arc<Policy>),
+    Cel(Arc<GeneratingPolicy>),
+}
+
+impl Generator {
+    fn find(set: &PolicySet, key: &str, rule: &str) -> Option<Generator> {
+        let classic = set
+            .engine
+            .policies()
+            .iter()
+            .find(|p| &**p.key() == key && p.generate_rule_names().any(|r| r == rule));
+        if let Some(p) = classic {
+            return Some(Generator::Classic(p.clone()));
+        }
+        set.engine
+            .generating_policies()
+            .iter()
+            .find(|p| p.key() == key && p.name() == rule)
+            .map(|p| Generator::Cel(p.clone()))
+    }
+
+    /// What the rule generates for the trigger (None: not selected).
+    fn generate(
+        &self,
+        set: &PolicySet,
+        prepared: &Prepared,
+        data: &Fetched,
+        key: &str,
+        rule: &str,
+    ) -> Option<Generated> {
+        match self {
+            // Through the engine, which applies the exceptions.
+            Generator::Classic(_) => set
+                .engine
+                .generate(prepared, data, &Bindings::default())
+                .into_iter()
+                .find(|(p, g)| &**p.key() == key && g.result.rule == rule)
+                .map(|(_, g)| g),
+            Generator::Cel(p) => p.generate(prepared.request(), data),
         }
     }
 }
@@ -1122,7 +1258,13 @@ mod tests {
     fn update_requests_carry_kyvernos_rule_context() {
         let trigger =
             json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "n", "uid": "u"}});
-        let ur = update_request("kyverno", "p", &["a".into(), "b".into()], &trigger);
+        let ur = update_request(
+            "kyverno",
+            REQUEST_GENERATE,
+            "p",
+            &["a".into(), "b".into()],
+            &trigger,
+        );
         assert_eq!(ur["spec"]["requestType"], "generate");
         assert_eq!(ur["spec"]["ruleContext"][1]["rule"], "b");
         assert_eq!(ur["spec"]["ruleContext"][0]["trigger"]["uid"], "u");

@@ -336,3 +336,192 @@ async fn orphaned_downstreams_stay_and_existing_triggers_generate() {
     running.scope.shutdown().await.unwrap();
     sb.shutdown().await.unwrap();
 }
+
+/// A GeneratingPolicy (CEL) generating a ConfigMap `<namespace>-defaults`
+/// in `default` for every namespace labelled `team` (outside the trigger's
+/// namespace, so deleting the trigger does not cascade to it).
+fn generating_policy(synchronize: bool, orphan: bool, existing: bool) -> Value {
+    json!({
+        "apiVersion": "policies.kyverno.io/v1", "kind": "GeneratingPolicy",
+        "metadata": {"name": "team-defaults"},
+        "spec": {
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                "operations": ["CREATE", "UPDATE"], "resources": ["namespaces"]}]},
+            "matchConditions": [{"name": "has-team",
+                "expression": "has(object.metadata.labels) && 'team' in object.metadata.labels"}],
+            "variables": [{"name": "ns", "expression": "object.metadata.name"}],
+            "evaluation": {
+                "synchronize": {"enabled": synchronize},
+                "orphanDownstreamOnPolicyDelete": {"enabled": orphan},
+                "generateExisting": {"enabled": existing}
+            },
+            "generate": [{"expression": r#"generator.Apply("default", [{
+                "apiVersion": dyn("v1"), "kind": dyn("ConfigMap"),
+                "metadata": dyn({"name": variables.ns + "-defaults"}),
+                "data": dyn({"team": object.metadata.labels["team"]})
+            }])"#}]
+        }
+    })
+}
+
+fn team_defaults(sb: &Sandbox) -> Vec<Value> {
+    sb.store()
+        .list("v1", "ConfigMap", None)
+        .unwrap()
+        .into_iter()
+        .filter(|c| c["metadata"]["labels"]["generate.kyverno.io/policy-name"] == "team-defaults")
+        .collect()
+}
+
+/// A synchronizing GeneratingPolicy: each trigger gets its downstream; the
+/// downstream kind it generates is learned and watched, so a deleted or
+/// edited downstream is restored; a deleted trigger takes its downstream
+/// with it; deleting the policy deletes the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generating_policy_synchronizes_and_cleans_up() {
+    let sb = sandbox(vec![generating_policy(true, false, false)]).await;
+    let running = start(&sb);
+    let registry = running.registry.clone();
+    eventually("the policy is registered", HANG_BOUND, || {
+        registry.borrow().policies.contains_key("team-defaults")
+    })
+    .await;
+    for ns in ["team-a", "team-b", "team-c"] {
+        sb.store().create(namespace(ns)).unwrap();
+    }
+    sb.store()
+        .create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "plain"}}))
+        .unwrap();
+    eventually("three downstreams", HANG_BOUND, || {
+        team_defaults(&sb).len() == 3
+    })
+    .await;
+    let cm = sb
+        .store()
+        .get("v1", "ConfigMap", Some("default"), "team-a-defaults")
+        .unwrap();
+    assert_eq!(cm["data"]["team"], "team-a");
+    assert_eq!(
+        cm["metadata"]["labels"]["generate.kyverno.io/policy-name"],
+        "team-defaults"
+    );
+    eventually("the generated kind is watched", HANG_BOUND, || {
+        registry
+            .borrow()
+            .kinds
+            .get(&("v1".to_string(), "ConfigMap".to_string()))
+            .is_some_and(|r| !r.downstream_of.is_empty())
+    })
+    .await;
+    assert!(registry.borrow().is_consistent());
+    // Deleted: restored.
+    let uid = cm["metadata"]["uid"].clone();
+    sb.store()
+        .delete("v1", "ConfigMap", Some("default"), "team-a-defaults")
+        .unwrap();
+    eventually("the deleted downstream is restored", HANG_BOUND, || {
+        sb.store()
+            .get("v1", "ConfigMap", Some("default"), "team-a-defaults")
+            .is_ok_and(|c| c["metadata"]["uid"] != uid)
+    })
+    .await;
+    // Edited: put back.
+    let mut edited = sb
+        .store()
+        .get("v1", "ConfigMap", Some("default"), "team-b-defaults")
+        .unwrap();
+    edited["data"]["team"] = json!("someone-else");
+    sb.store().update(edited).unwrap();
+    eventually("the edited downstream is put back", HANG_BOUND, || {
+        sb.store()
+            .get("v1", "ConfigMap", Some("default"), "team-b-defaults")
+            .is_ok_and(|c| c["data"]["team"] == "team-b")
+    })
+    .await;
+    // The trigger changes: the downstream follows it.
+    let mut ns = sb.store().get("v1", "Namespace", None, "team-c").unwrap();
+    ns["metadata"]["labels"]["team"] = json!("platform");
+    sb.store().update(ns).unwrap();
+    eventually("the downstream follows its trigger", HANG_BOUND, || {
+        sb.store()
+            .get("v1", "ConfigMap", Some("default"), "team-c-defaults")
+            .is_ok_and(|c| c["data"]["team"] == "platform")
+    })
+    .await;
+    // The trigger goes: so does its downstream.
+    sb.store()
+        .delete("v1", "Namespace", None, "team-b")
+        .unwrap();
+    eventually("the trigger's downstream is deleted", HANG_BOUND, || {
+        team_defaults(&sb)
+            .iter()
+            .all(|c| c["metadata"]["name"] != "team-b-defaults")
+    })
+    .await;
+    sb.store()
+        .delete(
+            "policies.kyverno.io/v1",
+            "GeneratingPolicy",
+            None,
+            "team-defaults",
+        )
+        .unwrap();
+    eventually(
+        "deleting the policy deletes its downstreams",
+        HANG_BOUND,
+        || team_defaults(&sb).is_empty(),
+    )
+    .await;
+    running.scope.token().cancel();
+    running.scope.shutdown().await.unwrap();
+    sb.shutdown().await.unwrap();
+}
+
+/// A GeneratingPolicy with `generateExisting` generates for namespaces
+/// that were there before it; with `orphanDownstreamOnPolicyDelete` its
+/// downstreams stay when it goes; without `synchronize` a deleted
+/// downstream stays deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generating_policy_generates_for_existing_triggers_and_orphans() {
+    let sb = sandbox(vec![namespace("old-a"), namespace("old-b")]).await;
+    let running = start(&sb);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    sb.store()
+        .create(generating_policy(false, true, true))
+        .unwrap();
+    eventually(
+        "existing namespaces get their downstream",
+        HANG_BOUND,
+        || team_defaults(&sb).len() == 2,
+    )
+    .await;
+    sb.store()
+        .delete("v1", "ConfigMap", Some("default"), "old-a-defaults")
+        .unwrap();
+    sb.store().create(namespace("new-c")).unwrap();
+    eventually("a new namespace gets its downstream", HANG_BOUND, || {
+        sb.store()
+            .get("v1", "ConfigMap", Some("default"), "new-c-defaults")
+            .is_ok()
+    })
+    .await;
+    assert!(
+        sb.store()
+            .get("v1", "ConfigMap", Some("default"), "old-a-defaults")
+            .is_err(),
+        "without synchronize, a deleted downstream is not restored"
+    );
+    sb.store()
+        .delete(
+            "policies.kyverno.io/v1",
+            "GeneratingPolicy",
+            None,
+            "team-defaults",
+        )
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(team_defaults(&sb).len(), 2, "orphaned downstreams stay");
+    running.scope.token().cancel();
+    running.scope.shutdown().await.unwrap();
+    sb.shutdown().await.unwrap();
+}

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use futures::FutureExt as _;
 use futures::future::BoxFuture;
 use leash_controller::{Breaker, CacheWatcher, Metrics, PolicySet, generate};
-use leash_policy::{Engine, KyvernoConfig};
+use leash_policy::{Engine, KyvernoConfig, Source};
 use leash_report::{self as report, Owner, PolicyMeta, ReportSource};
 use leash_runtime::Scope;
 use leash_webhook::{
@@ -39,12 +39,18 @@ impl std::fmt::Debug for UpdateRequestSink {
 impl TriggerSink for UpdateRequestSink {
     fn create(
         &self,
+        source: Source,
         policy: &str,
         rules: Vec<String>,
         trigger: Arc<serde_json::Value>,
     ) -> BoxFuture<'static, Result<(), String>> {
         let client = self.client.clone();
-        let request = generate::update_request(&self.namespace, policy, &rules, &trigger);
+        let request_type = match source {
+            Source::GeneratingPolicy => generate::REQUEST_CEL_GENERATE,
+            _ => generate::REQUEST_GENERATE,
+        };
+        let request =
+            generate::update_request(&self.namespace, request_type, policy, &rules, &trigger);
         async move {
             generate::create_update_request(&client, &request)
                 .await

@@ -18,6 +18,8 @@ const CRDS: &[&str] = &[
     include_str!("../../../../deploy/crds/policies.kyverno.io_validatingpolicies.yaml"),
     include_str!("../../../../deploy/crds/policies.kyverno.io_namespacedvalidatingpolicies.yaml"),
     include_str!("../../../../deploy/crds/policies.kyverno.io_policyexceptions.yaml"),
+    include_str!("../../../../deploy/crds/policies.kyverno.io_generatingpolicies.yaml"),
+    include_str!("../../../../deploy/crds/policies.kyverno.io_namespacedgeneratingpolicies.yaml"),
     include_str!("../../../../deploy/crds/reports.kyverno.io_ephemeralreports.yaml"),
     include_str!("../../../../deploy/crds/reports.kyverno.io_clusterephemeralreports.yaml"),
     include_str!("../../../../deploy/crds/wgpolicyk8s.io_policyreports.yaml"),

@@ -20,10 +20,14 @@ fn repo() -> PathBuf {
 }
 
 fn serve(url: &str, port: u16) -> ChildGuard {
+    serve_components(url, port, "admission,background")
+}
+
+fn serve_components(url: &str, port: u16, components: &str) -> ChildGuard {
     let listen = format!("127.0.0.1:{port}");
     let child = leash()
         .args(["serve", "--server", url, "--admission-listen", &listen])
-        .args(["--components", "admission,background"])
+        .args(["--components", components])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -75,9 +79,13 @@ async fn wait_for(what: &str, bound: Duration, mut check: impl FnMut() -> bool) 
 /// Creates a namespace through the API (and so through admission) until
 /// the API server has it: denials and transient errors are retried.
 async fn create_namespace(api: &Api<DynamicObject>, name: &str) {
+    create_labelled_namespace(api, name, json!({"gen": "yes"})).await
+}
+
+async fn create_labelled_namespace(api: &Api<DynamicObject>, name: &str, labels: Value) {
     let obj: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Namespace",
-        "metadata": {"name": name, "labels": {"gen": "yes"}}
+        "metadata": {"name": name, "labels": labels}
     }))
     .unwrap();
     let start = Instant::now();
@@ -196,5 +204,131 @@ async fn seed_fire_and_forget_update_request() {
     assert_eq!(uids(&first), uids(&again), "a downstream was made twice");
     leash_serve.0.kill().unwrap();
     let _ = leash_serve.0.wait();
+    sb.shutdown().await.unwrap();
+}
+
+/// The seed's own shape: a CEL GeneratingPolicy. Admission alone first
+/// (no background component): every admitted namespace already has its
+/// `cel-generate` UpdateRequest when its creation returns, though 15% of
+/// requests fail. Then the background component processes them: one
+/// downstream per namespace, and no UpdateRequest left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generating_policy_update_requests_exist_before_the_answer() {
+    let mut objects =
+        leash_sandbox::manifests::load_manifests(&[repo().join("deploy/crds")]).unwrap();
+    objects.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kyverno"}}));
+    objects.push(json!({
+        "apiVersion": "policies.kyverno.io/v1", "kind": "GeneratingPolicy",
+        "metadata": {"name": "cel-welcome"},
+        "spec": {
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                "operations": ["CREATE"], "resources": ["namespaces"]}]},
+            "matchConditions": [{"name": "labelled",
+                "expression": "has(object.metadata.labels) && 'cel' in object.metadata.labels"}],
+            "generate": [{"expression": r#"generator.Apply(object.metadata.name, [{
+                "apiVersion": dyn("v1"), "kind": dyn("ConfigMap"),
+                "metadata": dyn({"name": "cel-welcome"}),
+                "data": dyn({"namespace": object.metadata.name})
+            }])"#}]
+        }
+    }));
+    let sb = Sandbox::start(SandboxConfig {
+        objects,
+        ..SandboxConfig::default()
+    })
+    .await
+    .unwrap();
+    let port = free_port();
+    let mut admission = serve_components(&sb.url(), port, "admission");
+    let client =
+        leash_loader::client_from_config(kube::Config::new(sb.url().parse().unwrap())).unwrap();
+    let ns_api: Api<DynamicObject> = Api::all_with(
+        client,
+        &ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&()),
+    );
+    let requests = |sb: &Sandbox| -> Vec<Value> {
+        sb.store()
+            .list("kyverno.io/v2", "UpdateRequest", None)
+            .unwrap()
+    };
+    // The webhook is registered, for namespaces, before the run starts.
+    wait_for("the webhook is registered for namespaces", BOUND, || {
+        sb.store()
+            .list(
+                "admissionregistration.k8s.io/v1",
+                "ValidatingWebhookConfiguration",
+                None,
+            )
+            .unwrap()
+            .iter()
+            .any(|c| c.to_string().contains("\"namespaces\""))
+    })
+    .await;
+    create_labelled_namespace(&ns_api, "probe", json!({"cel": "yes"})).await;
+    wait_for("the probe's UpdateRequest", BOUND, || {
+        !requests(&sb).is_empty()
+    })
+    .await;
+
+    sb.set_faults(Faults {
+        fail_rate: 0.15,
+        retry_after_secs: 0,
+        ..Faults::default()
+    });
+    let names: Vec<String> = (0..40).map(|i| format!("cel-{i:02}")).collect();
+    for n in &names {
+        create_labelled_namespace(&ns_api, n, json!({"cel": "yes"})).await;
+        // The namespace exists, so admission answered: its request exists.
+        let urs = requests(&sb);
+        let ur = urs
+            .iter()
+            .find(|u| u["spec"]["resource"]["name"] == n.as_str())
+            .unwrap_or_else(|| panic!("namespace {n} was admitted without an UpdateRequest"));
+        assert_eq!(ur["spec"]["requestType"], "cel-generate");
+        assert_eq!(ur["spec"]["policy"], "cel-welcome");
+        assert_eq!(ur["spec"]["ruleContext"][0]["rule"], "cel-welcome");
+    }
+    // Not labelled: no request.
+    create_labelled_namespace(&ns_api, "plain", json!({})).await;
+    sb.set_faults(Faults::default());
+    assert!(
+        requests(&sb)
+            .iter()
+            .all(|u| u["spec"]["resource"]["name"] != "plain"),
+        "an unmatched namespace got an UpdateRequest"
+    );
+    admission.0.kill().unwrap();
+    let _ = admission.0.wait();
+
+    let mut background = serve_components(&sb.url(), port, "background");
+    let downstreams = |sb: &Sandbox| -> BTreeMap<String, Value> {
+        sb.store()
+            .list("v1", "ConfigMap", None)
+            .unwrap()
+            .into_iter()
+            .filter(|c| c["metadata"]["name"] == "cel-welcome")
+            .map(|c| (c["metadata"]["namespace"].as_str().unwrap().to_string(), c))
+            .collect()
+    };
+    wait_for(
+        "every UpdateRequest is processed and removed",
+        BOUND,
+        || requests(&sb).is_empty(),
+    )
+    .await;
+    let made = downstreams(&sb);
+    for n in names.iter().chain([&"probe".to_string()]) {
+        let cm = made
+            .get(n)
+            .unwrap_or_else(|| panic!("namespace {n} has no downstream"));
+        assert_eq!(cm["data"]["namespace"], n.as_str());
+        assert_eq!(
+            cm["metadata"]["labels"]["generate.kyverno.io/policy-name"],
+            "cel-welcome"
+        );
+    }
+    assert_eq!(made.len(), names.len() + 1, "one downstream per namespace");
+    background.0.kill().unwrap();
+    let _ = background.0.wait();
     sb.shutdown().await.unwrap();
 }
