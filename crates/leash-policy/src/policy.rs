@@ -42,6 +42,8 @@ pub struct Policy {
     pub(crate) annotations: BTreeMap<String, String>,
     pub(crate) background: bool,
     pub(crate) admission: bool,
+    /// `spec.failurePolicy: Ignore` (default `Fail`).
+    pub(crate) ignore_webhook_failures: bool,
     pub(crate) failure_action: FailureAction,
     /// `generateExisting` (or the older `generateExistingOnPolicyUpdate`).
     pub(crate) generate_existing: bool,
@@ -158,6 +160,13 @@ impl Policy {
     /// `spec.admission` (default true).
     pub fn admission(&self) -> bool {
         self.admission
+    }
+
+    /// `spec.failurePolicy: Ignore`: the webhook that serves this policy
+    /// admits when it cannot be called (Kyverno registers such policies
+    /// in its `-ignore` webhook).
+    pub fn ignores_webhook_failures(&self) -> bool {
+        self.ignore_webhook_failures
     }
 
     /// The policy-wide failure action.
@@ -304,6 +313,17 @@ impl Policy {
             }
         };
         let admission = bool_field("admission")?;
+        let ignore_webhook_failures = match &spec["failurePolicy"] {
+            Value::Null => false,
+            Value::String(s) if s == "Fail" => false,
+            Value::String(s) if s == "Ignore" => true,
+            other => {
+                return Err(err(
+                    "spec.failurePolicy".into(),
+                    format!("must be Fail or Ignore, got {other}"),
+                ));
+            }
+        };
         let Some(raw_rules) = spec["rules"].as_array() else {
             return Err(err(
                 "spec.rules".into(),
@@ -336,6 +356,7 @@ impl Policy {
             annotations,
             background,
             admission,
+            ignore_webhook_failures,
             failure_action,
             generate_existing,
             rules,
@@ -671,4 +692,42 @@ fn cache_add_plain(cache: &mut ExprCache, expr: &str) -> std::result::Result<(),
         return cache.collect(&Value::String(expr.to_string()));
     }
     cache.add(expr)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn with_failure_policy(v: Value) -> Result<Policy> {
+        Policy::compile(&json!({
+            "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "p"},
+            "spec": {"failurePolicy": v, "rules": [{"name": "r",
+                "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                "validate": {"pattern": {"metadata": {"name": "?*"}}}}]}
+        }))
+    }
+
+    #[test]
+    fn failure_policy_is_fail_ignore_or_an_error_naming_the_field() {
+        assert!(
+            !with_failure_policy(Value::Null)
+                .unwrap()
+                .ignores_webhook_failures()
+        );
+        assert!(
+            !with_failure_policy(json!("Fail"))
+                .unwrap()
+                .ignores_webhook_failures()
+        );
+        assert!(
+            with_failure_policy(json!("Ignore"))
+                .unwrap()
+                .ignores_webhook_failures()
+        );
+        let err = with_failure_policy(json!("Sometimes"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("spec.failurePolicy"), "{err}");
+    }
 }

@@ -396,6 +396,11 @@ impl ValidatingPolicy {
         self.admission
     }
 
+    /// `spec.failurePolicy: Ignore` (default `Fail`).
+    pub fn ignores_webhook_failures(&self) -> bool {
+        self.ignore_failures
+    }
+
     /// `spec.validationActions`.
     pub fn validation_actions(&self) -> &[ValidationAction] {
         &self.actions

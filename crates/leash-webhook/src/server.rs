@@ -94,6 +94,35 @@ impl FailurePolicy {
     }
 }
 
+/// The review endpoint a request came to: `/validate/fail` and
+/// `/validate/ignore` (what the registered configuration points at) serve
+/// the policies of that failure policy; `/validate` serves every policy,
+/// as `Fail`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Endpoint {
+    All,
+    Fail,
+    Ignore,
+}
+
+impl Endpoint {
+    fn mode(self) -> FailurePolicy {
+        match self {
+            Endpoint::All | Endpoint::Fail => FailurePolicy::Fail,
+            Endpoint::Ignore => FailurePolicy::Ignore,
+        }
+    }
+
+    /// Whether a policy (`failurePolicy: Ignore` or not) is answered here.
+    fn serves(self, ignores_failures: bool) -> bool {
+        match self {
+            Endpoint::All => true,
+            Endpoint::Fail => !ignores_failures,
+            Endpoint::Ignore => ignores_failures,
+        }
+    }
+}
+
 /// Where admission hands the triggers of generate rules: it creates their
 /// UpdateRequest (`policy` key, the rules that matched, the trigger) and
 /// answers once the API server has it.
@@ -247,18 +276,18 @@ impl AdmissionServer {
 }
 
 fn router(app: Arc<Admission>) -> Router {
-    let reviews = |mode: FailurePolicy| {
+    let reviews = |endpoint: Endpoint| {
         post(
             move |State(app): State<Arc<Admission>>, req: Request| async move {
-                app.handle(mode, req).await
+                app.handle(endpoint, req).await
             },
         )
         .fallback(method_not_allowed)
     };
     Router::new()
-        .route("/validate", reviews(FailurePolicy::Fail))
-        .route("/validate/fail", reviews(FailurePolicy::Fail))
-        .route("/validate/ignore", reviews(FailurePolicy::Ignore))
+        .route("/validate", reviews(Endpoint::All))
+        .route("/validate/fail", reviews(Endpoint::Fail))
+        .route("/validate/ignore", reviews(Endpoint::Ignore))
         .route(
             "/healthz",
             get(|| async { "ok" }).fallback(method_not_allowed),
@@ -418,14 +447,14 @@ impl Admission {
         fresh
     }
 
-    async fn handle(self: Arc<Self>, mode: FailurePolicy, req: Request) -> Response {
+    async fn handle(self: Arc<Self>, endpoint: Endpoint, req: Request) -> Response {
         let start = Instant::now();
-        let response = self.respond(mode, req).await;
+        let response = self.respond(endpoint, req).await;
         self.metrics.latency.observe(start.elapsed().as_secs_f64());
         response
     }
 
-    async fn respond(&self, mode: FailurePolicy, req: Request) -> Response {
+    async fn respond(&self, endpoint: Endpoint, req: Request) -> Response {
         let declared = req
             .headers()
             .get(header::CONTENT_LENGTH)
@@ -476,7 +505,7 @@ impl Admission {
             }
         };
         let uid = review.uid.clone();
-        let (answer, result) = self.decide(mode, review).await;
+        let (answer, result) = self.decide(endpoint, review).await;
         self.metrics.count(result);
         let body = answer.to_review(&uid);
         (
@@ -488,7 +517,8 @@ impl Admission {
     }
 
     /// The answer to one review and the result label for the metrics.
-    async fn decide(&self, mode: FailurePolicy, review: ReviewRequest) -> (Answer, &'static str) {
+    async fn decide(&self, endpoint: Endpoint, review: ReviewRequest) -> (Answer, &'static str) {
+        let mode = endpoint.mode();
         let started = tokio::time::Instant::now();
         let config = self.config.borrow().clone();
         if config.is_filtered(&review.kind, &review.namespace, &review.name) {
@@ -580,7 +610,13 @@ impl Admission {
                 );
             }
         };
-        results.retain(|r| snapshot.policy_of(r).is_some());
+        // This webhook's policies only: a request matched by both webhooks
+        // is evaluated by each, and each policy answers in one of them.
+        results.retain(|r| {
+            snapshot
+                .policy_of(r)
+                .is_some_and(|p| endpoint.serves(p.ignores_webhook_failures()))
+        });
         let v = verdict(&snapshot, &results);
         if v.blocked {
             let answer = Answer {
@@ -598,6 +634,7 @@ impl Admission {
             for (policy, g) in &generated {
                 if g.result.status == Status::Pass
                     && policy.admission()
+                    && endpoint.serves(policy.ignores_webhook_failures())
                     && snapshot.policy_of(&g.result).is_some()
                 {
                     by_policy
@@ -607,7 +644,10 @@ impl Admission {
                 }
             }
             for (policy, g) in &generated_cel {
-                if g.result.status == Status::Pass && !g.downstreams.is_empty() {
+                if g.result.status == Status::Pass
+                    && !g.downstreams.is_empty()
+                    && endpoint.serves(false)
+                {
                     by_policy
                         .entry((Source::GeneratingPolicy, policy.key()))
                         .or_default()

@@ -20,6 +20,16 @@ pub(crate) enum Served {
     Validating(Arc<ValidatingPolicy>),
 }
 
+impl Served {
+    /// `spec.failurePolicy: Ignore`.
+    pub(crate) fn ignores_webhook_failures(&self) -> bool {
+        match self {
+            Served::Kyverno(p) => p.ignores_webhook_failures(),
+            Served::Validating(p) => p.ignores_webhook_failures(),
+        }
+    }
+}
+
 /// One policy set as the webhook serves it.
 #[derive(Debug)]
 pub(crate) struct Snapshot {

@@ -11,9 +11,11 @@
 //! engine filters by operation), `sideEffects: None`,
 //! `admissionReviewVersions: [v1]`, `matchPolicy: Equivalent`.
 //!
-//! Limits: leash-policy does not expose a policy's `failurePolicy` or its
-//! match operations, so every policy goes to the `Fail` webhook with all
-//! operations (a superset of Kyverno's rules; the answers are the same).
+//! Each policy goes to the webhook of its `spec.failurePolicy`, and each
+//! webhook evaluates only its own policies, so a request matched by both
+//! is evaluated once per policy. Limits: every webhook rule names all
+//! four operations (a superset of Kyverno's rules; the engine filters by
+//! operation, so the answers are the same).
 //! Custom kinds without a group in the policy become `apiGroups: ["*"]`
 //! with the guessed plural (no discovery).
 //!
@@ -115,23 +117,31 @@ pub fn build_configuration(
     engine: &Engine,
 ) -> ValidatingWebhookConfiguration {
     let mut fail: BTreeMap<RuleKey, BTreeSet<String>> = BTreeMap::new();
-    let ignore: BTreeMap<RuleKey, BTreeSet<String>> = BTreeMap::new();
+    let mut ignore: BTreeMap<RuleKey, BTreeSet<String>> = BTreeMap::new();
     for p in engine.policies().iter().filter(|p| p.admission()) {
+        let rules = if p.ignores_webhook_failures() {
+            &mut ignore
+        } else {
+            &mut fail
+        };
         for k in p.matched_kinds().into_iter().chain(p.trigger_kinds()) {
-            rules_of_kind(&k, &mut fail);
+            rules_of_kind(&k, rules);
         }
     }
     let validating = engine
         .validating_policies()
         .iter()
         .filter(|v| v.admission())
-        .flat_map(|v| v.matched_resources());
-    // A GeneratingPolicy's triggers come through this webhook too.
+        .flat_map(|v| {
+            let ignores = v.ignores_webhook_failures();
+            v.matched_resources().into_iter().map(move |r| (ignores, r))
+        });
+    // A GeneratingPolicy's triggers come through the `Fail` webhook too.
     let generating = engine
         .generating_policies()
         .iter()
-        .flat_map(|g| g.matched_resources());
-    for (group, version, plural) in validating.chain(generating) {
+        .flat_map(|g| g.matched_resources().into_iter().map(|r| (false, r)));
+    for (ignores, (group, version, plural)) in validating.chain(generating) {
         let scope = if group == "*" || plural == "*" {
             "*"
         } else {
@@ -141,7 +151,10 @@ pub fn build_configuration(
                 None => "*",
             }
         };
-        let set = fail.entry((group, version, scope.to_string())).or_default();
+        let rules = if ignores { &mut ignore } else { &mut fail };
+        let set = rules
+            .entry((group, version, scope.to_string()))
+            .or_default();
         if plural == "pods" {
             set.insert("pods/ephemeralcontainers".to_string());
         }
@@ -453,6 +466,55 @@ mod tests {
             "{}",
             serde_json::to_string_pretty(&h["rules"]).unwrap()
         );
+    }
+
+    #[test]
+    fn policies_go_to_the_webhook_of_their_failure_policy() {
+        let mut ignored = cpol("i", &["ConfigMap"], true);
+        ignored["spec"]["failurePolicy"] = json!("Ignore");
+        let e = engine(&[
+            cpol("f", &["Namespace"], true),
+            ignored,
+            json!({"apiVersion": "policies.kyverno.io/v1", "kind": "ValidatingPolicy", "metadata": {"name": "v"},
+                "spec": {"failurePolicy": "Ignore", "validationActions": ["Deny"], "matchConstraints": {"resourceRules": [
+                    {"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["jobs"]}]},
+                    "validations": [{"expression": "true"}]}}),
+        ]);
+        let cfg = build_configuration(
+            "c",
+            &ClientTarget::Url("https://127.0.0.1:9443/validate".into()),
+            "CA",
+            10,
+            &e,
+        );
+        let v = serde_json::to_value(&cfg).unwrap();
+        let hook = |suffix: &str| {
+            v["webhooks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|h| h["name"] == format!("validate.kyverno.svc-{suffix}"))
+                .cloned()
+                .unwrap_or_else(|| panic!("no {suffix} webhook"))
+        };
+        let resources = |h: &serde_json::Value| -> Vec<String> {
+            h["rules"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|r| r["resources"].as_array().unwrap().clone())
+                .map(|r| r.as_str().unwrap().to_string())
+                .collect()
+        };
+        let (fail, ignore) = (hook("fail"), hook("ignore"));
+        assert_eq!(fail["failurePolicy"], "Fail");
+        assert_eq!(resources(&fail), ["namespaces"]);
+        assert_eq!(ignore["failurePolicy"], "Ignore");
+        assert_eq!(
+            ignore["clientConfig"]["url"],
+            "https://127.0.0.1:9443/validate/ignore"
+        );
+        assert_eq!(resources(&ignore), ["configmaps", "jobs"]);
     }
 
     #[test]

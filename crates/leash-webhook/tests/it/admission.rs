@@ -325,3 +325,42 @@ async fn seed_shared_policy_mutation() {
         "the compiled policies are unchanged"
     );
 }
+
+/// Each webhook answers for the policies of its failure policy:
+/// `/validate/fail` for `failurePolicy: Fail` (the default), and
+/// `/validate/ignore` for `Ignore`; `/validate` for all of them. A request
+/// matched by both webhooks is so evaluated once per policy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_webhook_answers_for_the_policies_of_its_failure_policy() {
+    let ignore_team = REQUIRE_TEAM
+        .replace("name: require-team", "name: ignore-team")
+        .replace(
+            "validationFailureAction: Enforce",
+            "validationFailureAction: Enforce\n  failurePolicy: Ignore",
+        );
+    let s = TestServer::start(engine(&[REQUIRE_TEAM, &ignore_team])).await;
+    let bad = review("u1", "CREATE", &pod("web", "prod", None, "nginx:1"));
+    let denied_by = |a: &Value| -> Vec<String> {
+        let r = response(a);
+        assert_eq!(r["allowed"], false, "{r}");
+        let msg = r["status"]["message"].as_str().unwrap().to_string();
+        ["require-team", "ignore-team"]
+            .iter()
+            .filter(|p| msg.contains(&format!("{p}:")))
+            .map(|p| p.to_string())
+            .collect()
+    };
+    assert_eq!(
+        denied_by(&s.review("/validate/fail", &bad).await),
+        ["require-team"]
+    );
+    assert_eq!(
+        denied_by(&s.review("/validate/ignore", &bad).await),
+        ["ignore-team"]
+    );
+    assert_eq!(
+        denied_by(&s.review("/validate", &bad).await),
+        ["require-team", "ignore-team"]
+    );
+    s.stop().await;
+}
