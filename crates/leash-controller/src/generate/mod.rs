@@ -189,7 +189,11 @@ pub fn update_request(
     })
 }
 
-/// Creates an UpdateRequest (admission calls this before answering).
+/// Creates an UpdateRequest (admission calls this before answering), then
+/// sets its state `Pending`, as Kyverno does (the status subresource
+/// ignores a status sent with the create). The request exists once the
+/// create succeeded: a failed status write is logged, not an error, and
+/// the background component treats a request without a state as pending.
 pub async fn create_update_request(
     client: &kube::Client,
     request: &Value,
@@ -198,7 +202,21 @@ pub async fn create_update_request(
     let api: Api<Object> = Api::namespaced_with(client.clone(), ns, &update_request_resource());
     let obj = Object::from_value(request.clone()).map_err(kube::Error::SerdeError)?;
     let created = api.create(&PostParams::default(), &obj).await?;
-    Ok(created.name().to_string())
+    let name = created.name().to_string();
+    let mut pending = created.raw.as_ref().clone();
+    pending["status"] = json!({"state": "Pending"});
+    match Object::from_value(pending) {
+        Ok(body) => {
+            if let Err(e) = api
+                .replace_status(&name, &PostParams::default(), &body)
+                .await
+            {
+                tracing::debug!("UpdateRequest {ns}/{name}: setting state Pending: {e}");
+            }
+        }
+        Err(e) => tracing::debug!("UpdateRequest {ns}/{name}: {e}"),
+    }
+    Ok(name)
 }
 
 /// Settings of the background component.

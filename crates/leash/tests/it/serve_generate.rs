@@ -269,6 +269,11 @@ async fn generating_policy_update_requests_exist_before_the_answer() {
         !requests(&sb).is_empty()
     })
     .await;
+    assert_eq!(
+        requests(&sb)[0]["status"]["state"],
+        "Pending",
+        "admission marks its UpdateRequest Pending"
+    );
 
     sb.set_faults(Faults {
         fail_rate: 0.15,
