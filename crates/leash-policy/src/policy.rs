@@ -84,6 +84,8 @@ pub(crate) enum Check {
     Deny(Value),
     Foreach(Vec<Foreach>),
     Cel(Box<CelRule>),
+    /// `podSecurity`: a Pod Security Standards profile.
+    PodSecurity(Box<crate::podsecurity::PodSecurity>),
     /// A kind of check this engine does not evaluate (named).
     Unsupported(&'static str),
 }
@@ -530,8 +532,10 @@ fn compile_check(
             }
             return Ok(Check::Cel(Box::new(rule)));
         }
-        if v.get("podSecurity").is_some_and(|p| !p.is_null()) {
-            return Ok(Check::Unsupported("validate.podSecurity"));
+        if let Some(p) = v.get("podSecurity").filter(|p| !p.is_null()) {
+            let ps =
+                crate::podsecurity::PodSecurity::compile(p, &format!("{field}.podSecurity"), err)?;
+            return Ok(Check::PodSecurity(Box::new(ps)));
         }
         if v.get("manifests").is_some_and(|p| !p.is_null()) {
             return Ok(Check::Unsupported("validate.manifests"));
