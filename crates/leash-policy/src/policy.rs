@@ -210,6 +210,17 @@ impl Policy {
             .any(|r| has_cm(&r.context) || r.validate.as_ref().is_some_and(|v| in_check(&v.check)))
     }
 
+    /// The `podSecurity` check of a validate rule, by rule name.
+    pub(crate) fn pod_security(&self, rule: &str) -> Option<&crate::podsecurity::PodSecurity> {
+        self.rules
+            .iter()
+            .find(|r| r.name == rule)
+            .and_then(|r| match &r.validate.as_ref()?.check {
+                Check::PodSecurity(ps) => Some(&**ps),
+                _ => None,
+            })
+    }
+
     /// Whether any rule mutates (`mutate`).
     pub fn has_mutate_rules(&self) -> bool {
         self.rules.iter().any(|r| r.mutate.is_some())

@@ -110,9 +110,9 @@ enum Version {
     Minor(u32),
 }
 
-/// One `exclude` entry.
+/// One `exclude` entry (of a rule, or of a PolicyException's `podSecurity`).
 #[derive(Debug, Clone)]
-struct Exclude {
+pub(crate) struct Exclude {
     control: String,
     images: Vec<String>,
     restricted_field: String,
@@ -128,6 +128,16 @@ pub(crate) struct PodSecurity {
     level: Level,
     version: Version,
     excludes: Vec<Exclude>,
+}
+
+/// What a podSecurity rule gives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Pass(String),
+    Fail(String),
+    Error(String),
+    /// It failed, and PolicyExceptions exempt every check that failed.
+    Exempt,
 }
 
 /// A check that failed, by ID.
@@ -173,6 +183,73 @@ fn parse_version(s: &str) -> Option<Version> {
     })
 }
 
+/// Parses a list of Pod Security Standards exclusions (`exclude` of a rule,
+/// `podSecurity` of a PolicyException); `field` is its path.
+pub(crate) fn parse_excludes(v: &Value, field: &str, err: &ErrFn<'_>) -> Result<Vec<Exclude>> {
+    let list = match v {
+        Value::Null => return Ok(Vec::new()),
+        Value::Array(list) => list,
+        _ => return Err(err(field.to_string(), "must be a list".into())),
+    };
+    let mut excludes = Vec::new();
+    for (i, e) in list.iter().enumerate() {
+        let ef = format!("{field}[{i}]");
+        let Some(control) = e["controlName"].as_str() else {
+            return Err(err(format!("{ef}.controlName"), "is required".into()));
+        };
+        if !CONTROLS.iter().any(|(name, _)| *name == control) {
+            return Err(err(
+                format!("{ef}.controlName"),
+                format!("{control:?} is not a Pod Security Standards control"),
+            ));
+        }
+        let images = string_list(&e["images"], &format!("{ef}.images"), err)?;
+        if CONTAINER_LEVEL_CONTROLS.contains(&control) && images.is_empty() {
+            return Err(err(
+                format!("{ef}.controlName"),
+                format!(
+                    "{control:?}: exclude.images must be specified for the container level control"
+                ),
+            ));
+        }
+        if POD_LEVEL_CONTROLS.contains(&control) && !images.is_empty() {
+            return Err(err(
+                format!("{ef}.controlName"),
+                format!(
+                    "{control:?}: exclude.images must not be specified for the pod level control"
+                ),
+            ));
+        }
+        let restricted_field = match &e["restrictedField"] {
+            Value::Null => String::new(),
+            Value::String(s) => s.clone(),
+            _ => {
+                return Err(err(
+                    format!("{ef}.restrictedField"),
+                    "must be a string".into(),
+                ));
+            }
+        };
+        let values = string_list(&e["values"], &format!("{ef}.values"), err)?;
+        if !restricted_field.is_empty() && values.is_empty() {
+            return Err(err(format!("{ef}.values"), "values is required".into()));
+        }
+        if restricted_field.is_empty() && !values.is_empty() {
+            return Err(err(
+                format!("{ef}.restrictedField"),
+                "restrictedField is required".into(),
+            ));
+        }
+        excludes.push(Exclude {
+            control: control.to_string(),
+            images,
+            restricted_field,
+            values,
+        });
+    }
+    Ok(excludes)
+}
+
 impl PodSecurity {
     /// Compiles a `validate.podSecurity` block; `field` is its path.
     pub(crate) fn compile(v: &Value, field: &str, err: &ErrFn<'_>) -> Result<PodSecurity> {
@@ -206,67 +283,7 @@ impl PodSecurity {
                 format!("{version_text:?} is not latest or v1.<minor>"),
             )
         })?;
-        let list = match &v["exclude"] {
-            Value::Null => Vec::new(),
-            Value::Array(list) => list.clone(),
-            _ => return Err(err(format!("{field}.exclude"), "must be a list".into())),
-        };
-        let mut excludes = Vec::new();
-        for (i, e) in list.iter().enumerate() {
-            let ef = format!("{field}.exclude[{i}]");
-            let Some(control) = e["controlName"].as_str() else {
-                return Err(err(format!("{ef}.controlName"), "is required".into()));
-            };
-            if !CONTROLS.iter().any(|(name, _)| *name == control) {
-                return Err(err(
-                    format!("{ef}.controlName"),
-                    format!("{control:?} is not a Pod Security Standards control"),
-                ));
-            }
-            let images = string_list(&e["images"], &format!("{ef}.images"), err)?;
-            if CONTAINER_LEVEL_CONTROLS.contains(&control) && images.is_empty() {
-                return Err(err(
-                    format!("{ef}.controlName"),
-                    format!(
-                        "{control:?}: exclude.images must be specified for the container level control"
-                    ),
-                ));
-            }
-            if POD_LEVEL_CONTROLS.contains(&control) && !images.is_empty() {
-                return Err(err(
-                    format!("{ef}.controlName"),
-                    format!(
-                        "{control:?}: exclude.images must not be specified for the pod level control"
-                    ),
-                ));
-            }
-            let restricted_field = match &e["restrictedField"] {
-                Value::Null => String::new(),
-                Value::String(s) => s.clone(),
-                _ => {
-                    return Err(err(
-                        format!("{ef}.restrictedField"),
-                        "must be a string".into(),
-                    ));
-                }
-            };
-            let values = string_list(&e["values"], &format!("{ef}.values"), err)?;
-            if !restricted_field.is_empty() && values.is_empty() {
-                return Err(err(format!("{ef}.values"), "values is required".into()));
-            }
-            if restricted_field.is_empty() && !values.is_empty() {
-                return Err(err(
-                    format!("{ef}.restrictedField"),
-                    "restrictedField is required".into(),
-                ));
-            }
-            excludes.push(Exclude {
-                control: control.to_string(),
-                images,
-                restricted_field,
-                values,
-            });
-        }
+        let excludes = parse_excludes(&v["exclude"], &format!("{field}.exclude"), err)?;
         Ok(PodSecurity {
             level_text,
             version_text,
@@ -279,6 +296,19 @@ impl PodSecurity {
     /// Evaluates the profile on `object` (a Pod, a pod controller or a
     /// CronJob) for the rule `rule`.
     pub(crate) fn evaluate(&self, rule: &str, object: &Value) -> (Status, String) {
+        match self.run(rule, object, &[]) {
+            Outcome::Pass(m) => (Status::Pass, m),
+            Outcome::Fail(m) => (Status::Fail, m),
+            Outcome::Error(m) => (Status::Error, m),
+            // Without exception exclusions a failing pod stays failing.
+            Outcome::Exempt => (Status::Skip, String::new()),
+        }
+    }
+
+    /// Evaluates the profile on `object`, then applies `exceptions` (the
+    /// `podSecurity` exclusions of the PolicyExceptions that match) to the
+    /// checks that still fail, as Kyverno does.
+    pub(crate) fn run(&self, rule: &str, object: &Value, exceptions: &[Exclude]) -> Outcome {
         let kind = object["kind"].as_str().unwrap_or("");
         let pod = if kind == "Pod" {
             Pod {
@@ -300,14 +330,19 @@ impl PodSecurity {
                 spec: &job["spec"]["template"]["spec"],
             }
         } else {
-            return (
-                Status::Error,
+            return Outcome::Error(
                 "Error while getting new resource: could not find correct resource type".into(),
             );
         };
-        let failures = self.failures(&pod);
+        let mut failures = self.failures(&pod);
         if failures.is_empty() {
-            return (Status::Pass, format!("Validation rule '{rule}' passed."));
+            return Outcome::Pass(format!("Validation rule '{rule}' passed."));
+        }
+        if !exceptions.is_empty() {
+            failures = self.apply_excludes(failures, exceptions, &pod);
+            if failures.is_empty() {
+                return Outcome::Exempt;
+            }
         }
         let mut checks = String::new();
         for f in &failures {
@@ -323,19 +358,27 @@ impl PodSecurity {
                 errs.join(", ")
             ));
         }
-        (
-            Status::Fail,
-            format!(
-                "Validation rule '{rule}' failed. It violates PodSecurity \"{}:{}\": {checks}",
-                self.level_text, self.version_text
-            ),
-        )
+        Outcome::Fail(format!(
+            "Validation rule '{rule}' failed. It violates PodSecurity \"{}:{}\": {checks}",
+            self.level_text, self.version_text
+        ))
     }
 
-    /// The checks the pod fails once the exclusions are applied.
+    /// The checks the pod fails once the rule's exclusions are applied.
     fn failures(&self, pod: &Pod<'_>) -> Vec<Failure> {
-        let mut failures = self.run_checks(pod);
-        for ex in &self.excludes {
+        let failures = self.run_checks(pod);
+        self.apply_excludes(failures, &self.excludes, pod)
+    }
+
+    /// `failures` without what `excludes` exempt, one exclusion after the
+    /// other (Kyverno's `ApplyPodSecurityExclusion`).
+    fn apply_excludes(
+        &self,
+        mut failures: Vec<Failure>,
+        excludes: &[Exclude],
+        pod: &Pod<'_>,
+    ) -> Vec<Failure> {
+        for ex in excludes {
             if ex.images.is_empty() {
                 let (meta, spec) = pod_level_pod(pod);
                 let reduced = Pod {

@@ -848,3 +848,108 @@ fn helpers() {
     assert_eq!(parse_version("v1.7"), Some(Version::Minor(7)));
     assert_eq!(parse_version("v1."), None);
 }
+
+fn exception(name: &str, pod_security: Option<Value>) -> Value {
+    let mut doc = json!({
+        "apiVersion": "kyverno.io/v2",
+        "kind": "PolicyException",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "exceptions": [{"policyName": "pss", "ruleNames": ["baseline"]}],
+            "match": {"any": [{"resources": {"kinds": ["Pod", "Deployment"]}}]}
+        }
+    });
+    if let Some(p) = pod_security {
+        doc["spec"]["podSecurity"] = p;
+    }
+    doc
+}
+
+fn engine_results(exceptions: &[Value], object: Value) -> Vec<(String, Status, String)> {
+    let mut engine = crate::Engine::new();
+    engine
+        .add_json(&json!({
+            "apiVersion": "kyverno.io/v1",
+            "kind": "ClusterPolicy",
+            "metadata": {"name": "pss"},
+            "spec": {"rules": [{
+                "name": "baseline",
+                "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                "validate": {"podSecurity": {"level": "baseline", "version": "latest"}}
+            }]}
+        }))
+        .unwrap();
+    for e in exceptions {
+        engine.add_json(e).unwrap();
+    }
+    engine
+        .evaluate(
+            EvalRequest::create(Arc::new(object)),
+            &NoClusterData,
+            &Bindings::default(),
+        )
+        .into_iter()
+        .map(|r| (r.rule, r.status, r.message))
+        .collect()
+}
+
+#[test]
+fn policy_exceptions_exempt_the_controls_they_name() {
+    let pod = |spec: Value| json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"}, "spec": spec});
+    let host_ipc = json!({"hostIPC": true, "containers": [{"name": "c", "image": "nginx"}]});
+    let both = json!({"hostIPC": true, "containers": [{"name": "c", "image": "nginx", "securityContext": {"privileged": true}}]});
+    let namespaces = exception("ns", Some(json!([{"controlName": "Host Namespaces"}])));
+    let privileged = exception(
+        "priv",
+        Some(json!([{"controlName": "Privileged Containers", "images": ["nginx"]}])),
+    );
+    let whole = exception("all", None);
+
+    let r = engine_results(std::slice::from_ref(&namespaces), pod(host_ipc.clone()));
+    assert_eq!(r[0].1, Status::Skip, "{r:?}");
+    assert!(r[0].2.contains("default/ns"), "{r:?}");
+    // A control the exception does not name still fails, and is the only
+    // one reported.
+    let r = engine_results(std::slice::from_ref(&namespaces), pod(both.clone()));
+    assert_eq!(r[0].1, Status::Fail, "{r:?}");
+    assert!(
+        r[0].2.contains("Forbidden reason: privileged") && !r[0].2.contains("host namespaces"),
+        "{r:?}"
+    );
+    // Several exceptions combine their exclusions.
+    let r = engine_results(&[namespaces.clone(), privileged], pod(both.clone()));
+    assert_eq!(r[0].1, Status::Skip, "{r:?}");
+    assert!(r[0].2.contains("default/ns, default/priv"), "{r:?}");
+    // An exception without podSecurity skips the rule whatever fails.
+    let r = engine_results(&[namespaces.clone(), whole], pod(both));
+    assert_eq!(
+        (r[0].1, r[0].2.as_str()),
+        (
+            Status::Skip,
+            "rule skipped due to policy exception default/all"
+        )
+    );
+    // A passing pod passes.
+    let r = engine_results(
+        std::slice::from_ref(&namespaces),
+        pod(json!({"containers": [{"name": "c"}]})),
+    );
+    assert_eq!(r[0].1, Status::Pass, "{r:?}");
+    // The autogen rule of a controller is exempted too.
+    let deploy = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "default"},
+                        "spec": {"template": {"spec": host_ipc}}});
+    let r = engine_results(std::slice::from_ref(&namespaces), deploy);
+    assert_eq!(
+        (r[0].0.as_str(), r[0].1),
+        ("autogen-baseline", Status::Skip),
+        "{r:?}"
+    );
+    // podSecurity exclusions are validated as a rule's are.
+    let bad = exception("bad", Some(json!([{"controlName": "Capabilities"}])));
+    match crate::Document::compile(&bad) {
+        Err(Error::InvalidPolicy { field, .. }) => {
+            assert_eq!(field, "spec.podSecurity[0].controlName")
+        }
+        other => panic!("{other:?}"),
+    }
+}
