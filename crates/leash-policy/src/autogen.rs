@@ -288,10 +288,16 @@ fn convert(
             "validate" => {
                 let mut val = v.clone();
                 let cel = val.as_object_mut().and_then(|m| m.remove("cel"));
+                // Kyverno keeps podSecurity as it is: the engine reads the
+                // pod template of the controller it is evaluated on.
+                let pss = val.as_object_mut().and_then(|m| m.remove("podSecurity"));
                 let mut val = replace_text(&val, refs);
                 wrap_patterns(&mut val, wrap);
                 if let Some(cel) = cel {
                     val["cel"] = replace_text(&cel, cel_refs);
+                }
+                if let Some(pss) = pss {
+                    val["podSecurity"] = pss;
                 }
                 val
             }

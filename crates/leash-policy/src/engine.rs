@@ -282,6 +282,52 @@ impl Engine {
         Applied { mutation, results }
     }
 
+    /// Applies the PolicyExceptions that cover a rule's result: the rule is
+    /// skipped, unless it is a podSecurity rule and every exception names
+    /// the Pod Security Standards controls it exempts (`podSecurity`); then,
+    /// as Kyverno, a failing rule is evaluated again with their exclusions
+    /// and skipped only when no check fails any more.
+    fn except(
+        &self,
+        policy: &Policy,
+        result: &mut RuleResult,
+        matched: &[&Arc<Exception>],
+        prepared: &Prepared,
+    ) {
+        let pss = policy.pod_security(&result.rule);
+        let whole = matched.iter().find(|e| e.pod_security().is_empty());
+        let (Some(pss), None) = (pss, whole) else {
+            let e = whole.unwrap_or(&matched[0]);
+            result.status = Status::Skip;
+            result.message = format!("rule skipped due to policy exception {}", e.key());
+            return;
+        };
+        if result.status != Status::Fail {
+            return;
+        }
+        let excludes: Vec<_> = matched
+            .iter()
+            .flat_map(|e| e.pod_security().iter().cloned())
+            .collect();
+        match pss.run(&result.rule, &prepared.request().object, &excludes) {
+            crate::podsecurity::Outcome::Exempt => {
+                let keys: Vec<String> = matched.iter().map(|e| e.key()).collect();
+                result.status = Status::Skip;
+                result.message =
+                    format!("rule skipped due to policy exceptions {}", keys.join(", "));
+            }
+            crate::podsecurity::Outcome::Fail(m) => result.message = m,
+            crate::podsecurity::Outcome::Pass(m) => {
+                result.status = Status::Pass;
+                result.message = m;
+            }
+            crate::podsecurity::Outcome::Error(m) => {
+                result.status = Status::Error;
+                result.message = m;
+            }
+        }
+    }
+
     /// Evaluates every policy against one request: one result per matching
     /// rule (and per matching ValidatingPolicy).
     pub fn evaluate(
@@ -305,13 +351,13 @@ impl Engine {
         for policy in &self.policies {
             for mut result in policy.evaluate(prepared, data, bindings) {
                 let base = base_rule(&result.rule);
-                if let Some(e) = self
+                let matched: Vec<&Arc<Exception>> = self
                     .exceptions
                     .iter()
-                    .find(|e| e.applies(policy.key(), &result.rule, base, prepared, None))
-                {
-                    result.status = Status::Skip;
-                    result.message = format!("rule skipped due to policy exception {}", e.key());
+                    .filter(|e| e.applies(policy.key(), &result.rule, base, prepared, None))
+                    .collect();
+                if !matched.is_empty() {
+                    self.except(policy, &mut result, &matched, prepared);
                 }
                 out.push(result);
             }

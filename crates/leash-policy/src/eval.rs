@@ -434,6 +434,17 @@ impl RuleCtx<'_> {
                 let (status, message) = cel.evaluate(self.req, self.data);
                 Outcome::new(status, message)
             }
+            Check::PodSecurity(ps) => {
+                if self.delete {
+                    // Kyverno does not evaluate a deleted pod.
+                    return Outcome::new(
+                        Status::Skip,
+                        "skipping PSS validation on deleted resource",
+                    );
+                }
+                let (status, message) = ps.evaluate(self.rule_name(), scope);
+                Outcome::new(status, message)
+            }
             Check::Unsupported(what) => {
                 Outcome::new(Status::Error, format!("{what} is not supported by leash"))
             }

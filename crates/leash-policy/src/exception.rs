@@ -20,6 +20,10 @@ pub struct Exception {
     match_: MatchBlock,
     conditions: Option<Value>,
     cache: ExprCache,
+    /// `spec.podSecurity`: the Pod Security Standards controls exempted
+    /// for a podSecurity rule (when set, the rule is evaluated and only
+    /// those controls are exempted).
+    pod_security: Vec<crate::podsecurity::Exclude>,
 }
 
 impl Exception {
@@ -70,6 +74,8 @@ impl Exception {
                 Some(c.clone())
             }
         };
+        let pod_security =
+            crate::podsecurity::parse_excludes(&spec["podSecurity"], "spec.podSecurity", &err)?;
         Ok(Exception {
             name,
             namespace,
@@ -77,6 +83,7 @@ impl Exception {
             match_,
             conditions,
             cache,
+            pod_security,
         })
     }
 
@@ -87,6 +94,11 @@ impl Exception {
         } else {
             format!("{}/{}", self.namespace, self.name)
         }
+    }
+
+    /// The `podSecurity` exclusions (empty when the exception has none).
+    pub(crate) fn pod_security(&self) -> &[crate::podsecurity::Exclude] {
+        &self.pod_security
     }
 
     /// Whether this exception covers `rule` (or the autogen rule derived

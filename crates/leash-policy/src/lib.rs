@@ -37,6 +37,7 @@ mod matching;
 pub mod mpol;
 pub mod mutate;
 pub mod pattern;
+mod podsecurity;
 mod policy;
 mod quantity;
 mod request;

@@ -86,6 +86,8 @@ pub(crate) enum Check {
     Deny(Value),
     Foreach(Vec<Foreach>),
     Cel(Box<CelRule>),
+    /// `podSecurity`: a Pod Security Standards profile.
+    PodSecurity(Box<crate::podsecurity::PodSecurity>),
     /// A kind of check this engine does not evaluate (named).
     Unsupported(&'static str),
 }
@@ -215,6 +217,17 @@ impl Policy {
         self.rules
             .iter()
             .any(|r| has_cm(&r.context) || r.validate.as_ref().is_some_and(|v| in_check(&v.check)))
+    }
+
+    /// The `podSecurity` check of a validate rule, by rule name.
+    pub(crate) fn pod_security(&self, rule: &str) -> Option<&crate::podsecurity::PodSecurity> {
+        self.rules
+            .iter()
+            .find(|r| r.name == rule)
+            .and_then(|r| match &r.validate.as_ref()?.check {
+                Check::PodSecurity(ps) => Some(&**ps),
+                _ => None,
+            })
     }
 
     /// Whether any rule mutates (`mutate`).
@@ -551,8 +564,10 @@ fn compile_check(
             }
             return Ok(Check::Cel(Box::new(rule)));
         }
-        if v.get("podSecurity").is_some_and(|p| !p.is_null()) {
-            return Ok(Check::Unsupported("validate.podSecurity"));
+        if let Some(p) = v.get("podSecurity").filter(|p| !p.is_null()) {
+            let ps =
+                crate::podsecurity::PodSecurity::compile(p, &format!("{field}.podSecurity"), err)?;
+            return Ok(Check::PodSecurity(Box::new(ps)));
         }
         if v.get("manifests").is_some_and(|p| !p.is_null()) {
             return Ok(Check::Unsupported("validate.manifests"));

@@ -13,7 +13,8 @@
 //! `indexOf`, `lastIndexOf`), sets (`sets.contains`, `sets.equivalent`,
 //! `sets.intersects`), `jsonpatch.escapeKey`, the `cel.bind` macro, regex (`find`, `findAll`), `quantity`, `url`,
 //! `ip`/`cidr`, `semver`, Kyverno's `image`, `resource.Get/List` and
-//! `globalContext.Get`.
+//! `globalContext.Get`, and Kyverno's `orValue` on a value that is not an
+//! optional (it returns the value, as cel-go before v0.28; see `compat`).
 //!
 //! # Evaluation model
 //!
@@ -30,6 +31,7 @@
 //! harmless).
 
 mod bind;
+mod compat;
 mod json;
 mod jsonpatch;
 pub(crate) mod libs;
@@ -61,6 +63,7 @@ static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| {
     jsonpatch::register(&mut env);
     sets::register(&mut env);
     bind::register(&mut env);
+    compat::register(&mut env);
     Arc::new(env)
 });
 

@@ -39,6 +39,13 @@ fn true_expressions() {
         "optional.of(1).value() == 1",
         "optional.of(1).orValue(2) == 1 && optional.none().orValue(2) == 2",
         "!optional.none().hasValue()",
+        "optional.of([1]).orValue([]) == [1] && optional.none().orValue([]) == []",
+        // orValue on a plain value returns it (cel-go before v0.28, Kyverno's compat)
+        "[1].orValue([]) == [1]",
+        "'a'.orValue('b') == 'a'",
+        "1.orValue(2) == 1",
+        "{'a': ['x']}.a.orValue([]).size() == 1",
+        "object.metadata.name.orValue('') == 'p'",
         "has(object.metadata.name) && !has(object.metadata.labels)",
         // strings extension
         "'a,b'.split(',') == ['a', 'b']",
@@ -135,6 +142,8 @@ fn true_expressions() {
 fn errors() {
     let cases = [
         ("object.spec.containers", "No such key"),
+        // A receiver that fails is an error, not the default.
+        ("object.spec.containers.orValue([])", "No such key"),
         ("quantity('ten')", "quantities must match"),
         ("[].min()", "empty list"),
         ("ip('x')", "parse error"),
