@@ -89,7 +89,7 @@ pub struct Prepared {
     base: std::sync::OnceLock<Vars>,
     /// `object` and `oldObject` as CEL values, converted once for every
     /// CEL policy evaluated on the request.
-    cel: std::sync::OnceLock<(::cel::Value, ::cel::Value)>,
+    cel: std::sync::OnceLock<crate::cel::CelObjects>,
 }
 
 impl Prepared {
@@ -103,16 +103,11 @@ impl Prepared {
         }
     }
 
-    pub(crate) fn cel_objects(&self) -> &(::cel::Value, ::cel::Value) {
-        self.cel.get_or_init(|| {
-            let old = self
-                .req
-                .old_object
-                .as_deref()
-                .map(crate::cel::from_json)
-                .unwrap_or(::cel::Value::Null);
-            (crate::cel::from_json(&self.req.object), old)
-        })
+    /// The request's objects as CEL values, converted on first use and
+    /// shared by every CEL policy evaluated on the request.
+    pub(crate) fn cel_objects(&self) -> &crate::cel::CelObjects {
+        self.cel
+            .get_or_init(|| crate::cel::CelObjects::new(&self.req))
     }
 
     fn base(&self) -> &Vars {

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use serde_json::Value as Json;
 
 use crate::cel::rule::{Validation, as_list, compile_expr, compile_validations, compile_variables};
-use crate::cel::{Activation, Expr, Variable};
+use crate::cel::{Activation, CelObjects, Expr, Variable};
 use crate::error::{Error, Result};
 use crate::request::{ClusterData, EvalRequest, Operation};
 use crate::result::{RuleResult, Source, Status};
@@ -430,7 +430,7 @@ impl ValidatingPolicy {
     pub(crate) fn evaluate_with(
         &self,
         req: &EvalRequest,
-        objects: Option<&(::cel::Value, ::cel::Value)>,
+        objects: Option<&CelObjects>,
         data: &dyn ClusterData,
     ) -> Option<RuleResult> {
         if let Some(ns) = &self.namespace
@@ -456,11 +456,11 @@ impl ValidatingPolicy {
         &self,
         body: &Body,
         req: &EvalRequest,
-        objects: Option<&(::cel::Value, ::cel::Value)>,
+        objects: Option<&CelObjects>,
         data: &dyn ClusterData,
     ) -> (Status, String) {
         let mut act = match objects {
-            Some((object, old)) => Activation::with_objects(req, object.clone(), old.clone(), data),
+            Some(objects) => Activation::shared(objects, data),
             None => Activation::new(req, data),
         };
         let mut errors = Vec::new();

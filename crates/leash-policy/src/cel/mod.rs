@@ -37,10 +37,14 @@ mod jsonpatch;
 pub(crate) mod libs;
 pub(crate) mod rule;
 mod sets;
+mod shared;
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 
+use ::cel::common::types::{CelMap, CelMapKey, CelNull};
+use ::cel::common::value::{CowVal, Val};
+use ::cel::context::VariableResolver;
 use ::cel::objects::{Key, Map};
 use ::cel::{Context, Env, ExecutionError, IdedExpr, Value};
 
@@ -48,7 +52,7 @@ use crate::request::{ClusterData, EvalRequest};
 
 pub use rule::CelRule;
 
-pub(crate) use json::from_json;
+pub(crate) use json::{from_json, to_val};
 
 /// The environment every program is compiled and run with.
 static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| {
@@ -115,7 +119,7 @@ impl Expr {
     /// Evaluates in `act`; the error is the evaluation error's text.
     pub(crate) fn eval(&self, act: &Activation<'_>) -> Result<Value, String> {
         let ctx = act.context();
-        match Value::resolve(&self.ast, &ctx) {
+        match Value::resolve(&self.ast, ctx) {
             Ok(v) => Ok(v),
             Err(e) => Err(act.explain(&e)),
         }
@@ -153,84 +157,163 @@ pub(crate) struct Variable {
     pub(crate) expr: Expr,
 }
 
-/// The values an expression sees. The objects are converted into the
-/// interpreter's values once, into `base`; every expression runs in an inner
-/// scope of it that adds `variables` (converting `object` per expression
-/// was most of a CEL evaluation's time).
+/// A request's objects as CEL values (`object`, `oldObject`, `request`,
+/// `namespaceObject`), converted once per request and shared by every CEL
+/// policy evaluated on it: an [`Activation`] reads them in place, through
+/// its context's variable resolver, with no copy per policy (converting the
+/// objects for each policy was most of a CEL evaluation's time).
+#[derive(Clone)]
+pub(crate) struct CelObjects {
+    object: Box<dyn Val>,
+    old_object: Box<dyn Val>,
+    request: Box<dyn Val>,
+    namespace_object: Box<dyn Val>,
+}
+
+impl CelObjects {
+    pub(crate) fn new(req: &EvalRequest) -> CelObjects {
+        CelObjects {
+            object: to_val(&req.object),
+            old_object: req
+                .old_object
+                .as_deref()
+                .map(to_val)
+                .unwrap_or_else(|| Box::new(CelNull)),
+            request: value_to_val(request_value(req)),
+            namespace_object: value_to_val(namespace_object(req)),
+        }
+    }
+}
+
+impl VariableResolver for CelObjects {
+    fn resolve<'b>(&'b self, variable: &str) -> Option<CowVal<'b, 'b>> {
+        let v = match variable {
+            "object" => &self.object,
+            "oldObject" => &self.old_object,
+            "request" => &self.request,
+            "namespaceObject" => &self.namespace_object,
+            _ => return None,
+        };
+        Some(CowVal::Borrowed(v.as_ref()))
+    }
+}
+
+impl std::fmt::Debug for CelObjects {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CelObjects").finish_non_exhaustive()
+    }
+}
+
+fn value_to_val(v: Value) -> Box<dyn Val> {
+    Box::<dyn Val>::try_from(v).unwrap_or_else(|_| Box::new(CelNull))
+}
+
+/// The values an expression sees: the request's objects (bound once, or
+/// read in place from shared [`CelObjects`]), the data handles, and
+/// `variables`, kept as interpreter values (a variable is never converted
+/// through [`Value`] and back).
 pub(crate) struct Activation<'a> {
     base: Context<'a, 'a>,
-    variables: HashMap<Key, Value>,
+    /// Whether the objects come from a resolver (then `set_object` cannot
+    /// rebind them).
+    shared: bool,
+    variables: Vec<(String, Box<dyn Val + 'a>)>,
     /// Variables that failed, with their error.
     failed: Vec<(String, String)>,
     data: &'a dyn ClusterData,
 }
 
 impl<'a> Activation<'a> {
-    /// The activation of an admission request (or a background scan).
+    /// The activation of an admission request (or a background scan),
+    /// converting its objects.
     pub(crate) fn new(req: &EvalRequest, data: &'a dyn ClusterData) -> Activation<'a> {
-        Activation::with_objects(
-            req,
-            from_json(&req.object),
+        let mut base = Context::with_env(ENV.clone());
+        base.add_variable_as_val("object", to_val(&req.object));
+        base.add_variable_as_val(
+            "oldObject",
             req.old_object
                 .as_deref()
-                .map(from_json)
-                .unwrap_or(Value::Null),
-            data,
-        )
+                .map(to_val)
+                .unwrap_or_else(|| Box::new(CelNull)),
+        );
+        base.add_variable_as_val("request", value_to_val(request_value(req)));
+        base.add_variable_as_val("namespaceObject", value_to_val(namespace_object(req)));
+        Activation::finish(base, false, data)
     }
 
-    /// As [`Activation::new`] with the objects given (already converted).
-    pub(crate) fn with_objects(
-        req: &EvalRequest,
-        object: Value,
-        old_object: Value,
+    /// As [`Activation::new`], reading the request's objects from `objects`
+    /// (converted once for the request).
+    pub(crate) fn shared(objects: &'a CelObjects, data: &'a dyn ClusterData) -> Activation<'a> {
+        let mut base = Context::with_env(ENV.clone());
+        base.set_variable_resolver(objects);
+        Activation::finish(base, true, data)
+    }
+
+    fn finish(
+        mut base: Context<'a, 'a>,
+        shared: bool,
         data: &'a dyn ClusterData,
     ) -> Activation<'a> {
-        let mut base = Context::with_env(ENV.clone());
-        bind(&mut base, "object", object);
-        bind(&mut base, "oldObject", old_object);
-        bind(&mut base, "request", request_value(req));
-        bind(&mut base, "namespaceObject", namespace_object(req));
-        bind(&mut base, "params", Value::Null);
+        base.add_variable_as_val("params", Box::new(CelNull));
         libs::bind_data(&mut base, data);
-        Activation {
+        let mut act = Activation {
             base,
-            variables: HashMap::new(),
+            shared,
+            variables: Vec::new(),
             failed: Vec::new(),
             data,
-        }
+        };
+        act.publish_variables();
+        act
     }
 
     /// Evaluates `vars` in order into `variables`.
     pub(crate) fn bind_variables(&mut self, vars: &[Variable]) {
         for var in vars {
-            match var.expr.eval(self) {
+            let result = Value::resolve_val(var.expr.ast(), &self.base).map(CowVal::into_owned);
+            match result {
                 Ok(v) => {
+                    self.variables.retain(|(n, _)| n != &var.name);
+                    // Shared: binding the map of variables after each one
+                    // copies none of them.
                     self.variables
-                        .insert(Key::String(Arc::new(var.name.clone())), v);
+                        .push((var.name.clone(), shared::Shared::boxed(v)));
+                    self.publish_variables();
                 }
-                Err(e) => self.failed.push((var.name.clone(), e)),
+                Err(e) => {
+                    let e = self.explain(&e);
+                    self.failed.push((var.name.clone(), e));
+                }
             }
         }
     }
 
     /// Rebinds `object` (a mutating policy's next mutation sees the object
     /// the previous one produced); variables already evaluated keep their
-    /// values.
-    pub(crate) fn set_object(&mut self, object: Value) {
-        bind(&mut self.base, "object", object);
+    /// values. Only for an activation made by [`Activation::new`].
+    pub(crate) fn set_object(&mut self, object: &serde_json::Value) {
+        debug_assert!(
+            !self.shared,
+            "objects read from a resolver cannot be rebound"
+        );
+        self.base.add_variable_as_val("object", to_val(object));
     }
 
-    fn context(&self) -> Context<'_, 'a> {
-        let mut ctx = self.base.new_inner_scope();
-        bind(
-            &mut ctx,
-            "variables",
-            Value::Map(Map {
-                map: Arc::new(self.variables.clone()),
-            }),
-        );
-        ctx
+    /// Binds `variables` to the variables evaluated so far. Done once per
+    /// variable, not per expression: the expressions that follow read the
+    /// bound map in place.
+    fn publish_variables(&mut self) {
+        let variables: HashMap<CelMapKey<'a>, Box<dyn Val + 'a>> = self
+            .variables
+            .iter()
+            .map(|(k, v)| (CelMapKey::from(k.clone()), v.clone()))
+            .collect();
+        self.base
+            .add_variable_as_val("variables", Box::new(CelMap::from(variables)));
+    }
+
+    fn context(&self) -> &Context<'a, 'a> {
+        &self.base
     }
 
     /// The text of an evaluation error; reading a failed variable reports
@@ -286,12 +369,6 @@ fn namespace_object(req: &EvalRequest) -> Value {
         ("kind", s("Namespace")),
         ("metadata", map(meta)),
     ])
-}
-
-fn bind(ctx: &mut Context<'_, '_>, name: &str, v: Value) {
-    if let Ok(val) = Box::<dyn ::cel::common::value::Val>::try_from(v) {
-        ctx.add_variable_as_val(name, val);
-    }
 }
 
 fn s(v: &str) -> Value {

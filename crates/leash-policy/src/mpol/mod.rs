@@ -42,7 +42,7 @@ use std::sync::Arc;
 use serde_json::Value as Json;
 
 use crate::cel::rule::as_list;
-use crate::cel::{Activation, Expr, Variable, from_json};
+use crate::cel::{Activation, Expr, Variable};
 use crate::error::{Error, Result};
 use crate::request::{ClusterData, EvalRequest};
 use crate::result::{RuleResult, Source, Status};
@@ -310,7 +310,7 @@ fn run(body: &Body, req: &EvalRequest, data: &dyn ClusterData) -> Result<Option<
         act.bind_variables(stage(i + 1));
         object = apply(m, &act, &object).map_err(|e| format!("mutation {i}: {e}"))?;
         if i + 1 < body.mutations.len() {
-            act.set_object(from_json(&object));
+            act.set_object(&object);
         }
     }
     Ok(Some(object))
