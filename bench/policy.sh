@@ -140,6 +140,8 @@ for _ in $(seq 1 "$reps"); do
   timed classic_all "$LEASH" apply "$classic" --cluster --server "$URL" -A
   timed load_all_1 taskset -c 0 "$LEASH" load pods --server "$URL" -A --progress never -o ndjson
   timed classic_all_1 taskset -c 0 "$LEASH" apply "$classic" --cluster --server "$URL" -A
+  timed cel_all "$LEASH" apply "$cel" --cluster --server "$URL" -A
+  timed cel_all_1 taskset -c 0 "$LEASH" apply "$cel" --cluster --server "$URL" -A
   timed load_ns "$LEASH" load pods --server "$URL" -n ns-0000 --progress never -o ndjson
   timed classic_ns "$LEASH" apply "$classic" --cluster --server "$URL" -n ns-0000
   timed cel_ns "$LEASH" apply "$cel" --cluster --server "$URL" -n ns-0000
@@ -149,6 +151,7 @@ for _ in $(seq 1 "$reps"); do
 done
 r_load_all=$(rss load_all "$LEASH" load pods --server "$URL" -A --progress never -o ndjson)
 r_classic_all=$(rss classic_all "$LEASH" apply "$classic" --cluster --server "$URL" -A)
+r_cel_all=$(rss cel_all "$LEASH" apply "$cel" --cluster --server "$URL" -A)
 r_load_ns=$(rss load_ns "$LEASH" load pods --server "$URL" -n ns-0000 --progress never -o ndjson)
 r_classic_ns=$(rss classic_ns "$LEASH" apply "$classic" --cluster --server "$URL" -n ns-0000)
 r_cel_ns=$(rss cel_ns "$LEASH" apply "$cel" --cluster --server "$URL" -n ns-0000)
@@ -166,11 +169,13 @@ arow() { # label apply-name load-name rss-apply rss-load
 }
 lrow "leash load pods -A ($P pods)" load_all "$r_load_all"
 arow "leash apply pss-classic -A" classic_all load_all "$r_classic_all" "$r_load_all"
+arow "leash apply pss-cel -A" cel_all load_all "$r_cel_all" "$r_load_all"
 lrow "leash load pods -n ns-0000 ($S pods)" load_ns "$r_load_ns"
 arow "leash apply pss-classic -n ns-0000" classic_ns load_ns "$r_classic_ns" "$r_load_ns"
 arow "leash apply pss-cel -n ns-0000" cel_ns load_ns "$r_cel_ns" "$r_load_ns"
-printf "CEL/classic on ns-0000: %.1fx (all cores), %.1fx (1 core)\n" "$(ratio cel_ns classic_ns)" "$(ratio cel_ns_1 classic_ns_1)"
+printf "CEL/classic: %.1fx -A, %.1fx on ns-0000 (all cores), %.1fx on ns-0000 (1 core)\n" "$(ratio cel_all classic_all)" "$(ratio cel_ns classic_ns)" "$(ratio cel_ns_1 classic_ns_1)"
 echo "results: classic -A: $(summary classic_all)"
+echo "         cel -A: $(summary cel_all)"
 echo "         classic ns-0000: $(summary classic_ns)"
 echo "         cel ns-0000: $(summary cel_ns)"
 echo "targets: apply within 2x of load in wall time and peak RSS"
