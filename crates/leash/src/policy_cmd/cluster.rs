@@ -1,12 +1,16 @@
-//! An in-memory [`ClusterData`]: the objects of a test's `Context` file (or
-//! any set of objects), looked up by apiVersion, resource or kind,
-//! namespace and name, and `apiCall` URL paths served from them.
+//! [`ClusterData`] for the CLI: [`MemoryCluster`], the objects of a test's
+//! `Context` file (or any set of objects), looked up by apiVersion,
+//! resource or kind, namespace and name, and `apiCall` URL paths served
+//! from them; and [`LiveCluster`], `leash apply --cluster`'s, which reads
+//! what it does not hold from the API server.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use leash_policy::ClusterData;
 use leash_policy::kinds::{plural_of, split_api_version};
 use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
 
 /// Objects held in memory.
 #[derive(Debug, Default)]
@@ -87,6 +91,167 @@ impl ClusterData for MemoryCluster {
                 .map(|o| (*o).clone()),
             _ => None,
         }
+    }
+}
+
+/// `leash apply --cluster`'s cluster data. The objects loaded before the
+/// evaluation (namespaces, and ConfigMaps when a policy reads them) are
+/// served from memory; anything else a rule asks for (an `apiCall`
+/// `urlPath`, CEL `resource.Get/List` of another kind) is read from the API
+/// server the first time, one GET per distinct path, and kept for the rest
+/// of the run, so a URL every object asks for costs one request.
+///
+/// The engine calls this synchronously from the evaluation threads (plain
+/// threads, not the runtime's), which wait on the runtime for the request.
+/// The cache's lock is never held across a request; two threads asking for
+/// the same new path at once may both fetch it. A cancelled `token`
+/// (Ctrl-C) ends every wait at once, and the lookup finds nothing.
+pub(crate) struct LiveCluster {
+    memory: MemoryCluster,
+    /// Resource plurals whose objects `memory` holds in full.
+    preloaded: Vec<String>,
+    client: kube::Client,
+    handle: tokio::runtime::Handle,
+    token: CancellationToken,
+    /// Path -> object (None: not found).
+    cache: Mutex<HashMap<String, Option<Arc<Value>>>>,
+}
+
+impl std::fmt::Debug for LiveCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LiveCluster")
+            .field("preloaded", &self.preloaded)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LiveCluster {
+    pub(crate) fn new(
+        memory: MemoryCluster,
+        preloaded: Vec<String>,
+        client: kube::Client,
+        handle: tokio::runtime::Handle,
+        token: CancellationToken,
+    ) -> LiveCluster {
+        LiveCluster {
+            memory,
+            preloaded,
+            client,
+            handle,
+            token,
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn is_preloaded(&self, resource: &str) -> bool {
+        let plural = resource_plural(resource);
+        self.preloaded.contains(&plural)
+    }
+
+    /// A GET of `path`, from the cache or the API server.
+    fn fetch(&self, path: &str) -> Option<Arc<Value>> {
+        if let Some(hit) = self
+            .cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(path)
+        {
+            return hit.clone();
+        }
+        let request = http::Request::get(path).body(Vec::new()).ok()?;
+        let (client, token) = (self.client.clone(), self.token.clone());
+        let answer = self.handle.block_on(async move {
+            tokio::select! {
+                _ = token.cancelled() => None,
+                r = client.request::<Value>(request) => Some(r),
+            }
+        })?;
+        let found = match answer {
+            Ok(v) => Some(Arc::new(v)),
+            Err(kube::Error::Api(s)) if s.code == 404 => None,
+            Err(e) => {
+                // Not kept: a later object may find the server answering.
+                tracing::debug!("GET {path}: {e}");
+                return None;
+            }
+        };
+        self.cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(path.to_string(), found.clone());
+        found
+    }
+}
+
+/// The plural of a resource named by plural or kind.
+fn resource_plural(resource: &str) -> String {
+    if resource.starts_with(|c: char| c.is_ascii_uppercase()) {
+        plural_of(resource)
+    } else {
+        resource.to_string()
+    }
+}
+
+/// The API path of a resource's collection or object.
+fn resource_path(api_version: &str, resource: &str, namespace: &str, name: &str) -> String {
+    let (group, version) = split_api_version(api_version);
+    let mut path = if group.is_empty() {
+        format!("/api/{}", if version.is_empty() { "v1" } else { version })
+    } else {
+        format!("/apis/{group}/{version}")
+    };
+    if !namespace.is_empty() {
+        path.push_str(&format!("/namespaces/{namespace}"));
+    }
+    path.push('/');
+    path.push_str(&resource_plural(resource));
+    if !name.is_empty() {
+        path.push('/');
+        path.push_str(name);
+    }
+    path
+}
+
+impl ClusterData for LiveCluster {
+    fn get(
+        &self,
+        api_version: &str,
+        resource: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Arc<Value>> {
+        if self.is_preloaded(resource) {
+            return self.memory.get(api_version, resource, namespace, name);
+        }
+        self.fetch(&resource_path(api_version, resource, namespace, name))
+    }
+
+    fn list(&self, api_version: &str, resource: &str, namespace: &str) -> Vec<Arc<Value>> {
+        if self.is_preloaded(resource) {
+            return self.memory.list(api_version, resource, namespace);
+        }
+        self.fetch(&resource_path(api_version, resource, namespace, ""))
+            .and_then(|l| l["items"].as_array().cloned())
+            .unwrap_or_default()
+            .into_iter()
+            .map(Arc::new)
+            .collect()
+    }
+
+    fn api_get(&self, url_path: &str) -> Option<Value> {
+        let path = url_path.split('?').next().unwrap_or("");
+        let resource = path.trim_matches('/').split('/').collect::<Vec<_>>();
+        // `.../namespaces` and `.../namespaces/<name>` are namespaces;
+        // `.../namespaces/<ns>/<resource>[/<name>]` is the resource.
+        let named = match resource.as_slice() {
+            ["api", _, "namespaces", _, r, ..] | ["apis", _, _, "namespaces", _, r, ..] => *r,
+            ["api", _, r, ..] | ["apis", _, _, r, ..] => *r,
+            _ => "",
+        };
+        if !named.is_empty() && self.is_preloaded(named) {
+            return self.memory.api_get(url_path);
+        }
+        self.fetch(url_path).map(|v| (*v).clone())
     }
 }
 

@@ -23,7 +23,7 @@ use leash_policy::{Bindings, Engine, EvalRequest, Operation, RuleResult, Status,
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::cluster::MemoryCluster;
+use super::cluster::{LiveCluster, MemoryCluster};
 use crate::cli_error::usage;
 use crate::load_cmd::args::Connection;
 use crate::load_cmd::connect::{Connected, connect};
@@ -97,7 +97,7 @@ pub(crate) async fn run(
         ..LoadOptions::default()
     };
     options.validate().map_err(|e| usage(e.to_string()))?;
-    let loader = Loader::new(client, options).map_err(|e| usage(e.to_string()))?;
+    let loader = Loader::new(client.clone(), options).map_err(|e| usage(e.to_string()))?;
     let catalog = tokio::select! {
         c = loader.discover(&token) => c.map_err(|e| usage(format!("discovery of {server} failed: {e}")))?,
         _ = tokio::signal::ctrl_c() => return Ok(Outcome::interrupted()),
@@ -138,6 +138,7 @@ pub(crate) async fn run(
     // ConfigMaps that `context.configMap` entries read: loaded up front
     // (the engine does no I/O), only when a policy reads them.
     let mut lookups: Vec<Value> = namespaces.values().map(|v| (**v).clone()).collect();
+    let mut preloaded = vec!["namespaces".to_string()];
     if engine.policies().iter().any(|p| p.reads_config_maps())
         && let Some(cm_kind) = catalog
             .kinds()
@@ -152,8 +153,17 @@ pub(crate) async fn run(
             }
         };
         let (_report, ()) = tokio::join!(load.report, collect);
+        preloaded.push("configmaps".to_string());
     }
-    let cluster = MemoryCluster::new(lookups);
+    // What a rule reads beyond those (apiCall, CEL resource.Get/List) is
+    // read from the server on first use.
+    let cluster = LiveCluster::new(
+        MemoryCluster::new(lookups),
+        preloaded,
+        client,
+        handle.clone(),
+        token.clone(),
+    );
     let interrupted_ref = &interrupted;
     let namespaces_ref = &namespaces;
     let cluster_ref = &cluster;
@@ -272,7 +282,7 @@ fn evaluate_one(
     engine: &Engine,
     value: Value,
     namespaces: &HashMap<String, Arc<Value>>,
-    cluster: &MemoryCluster,
+    cluster: &LiveCluster,
     bindings: &Bindings,
     user: &UserInfo,
     keep: Keep,

@@ -284,6 +284,77 @@ fn apply_cluster_loads_only_matched_kinds_and_evaluates_every_object() {
     );
 }
 
+/// Reads the cluster as it is evaluated: an `apiCall` counting the
+/// cluster's ConfigMaps, and a ValidatingPolicy listing them with CEL
+/// `resource.List`; neither kind is one the policies match, so both are
+/// read from the API server.
+const LIVE_POLICIES: &str = r#"
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: count-configmaps}
+spec:
+  rules:
+  - name: thirty
+    match:
+      any:
+      - resources:
+          kinds: [Pod]
+    context:
+    - name: configmaps
+      apiCall:
+        urlPath: /api/v1/configmaps
+        jmesPath: "items | length(@)"
+    validate:
+      message: "the cluster holds {{ configmaps }} configmaps"
+      deny:
+        conditions:
+          all:
+          - {key: "{{ configmaps }}", operator: Equals, value: 30}
+---
+apiVersion: policies.kyverno.io/v1
+kind: ValidatingPolicy
+metadata: {name: list-configmaps}
+spec:
+  validationActions: [Deny]
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: [v1]
+      operations: [CREATE, UPDATE]
+      resources: [pods]
+  validations:
+  - expression: "size(resource.List('v1', 'configmaps', '').items) != 30"
+    message: "thirty configmaps"
+"#;
+
+#[test]
+fn apply_cluster_reads_api_calls_and_cel_lookups_from_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    fs::write(&policy, LIVE_POLICIES).unwrap();
+    let out = leash()
+        .args(["apply", "--sandbox=pods=5,configmaps=30", "-o", "json"])
+        .arg(&policy)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(doc["summary"]["fail"], 10, "{doc}");
+    assert_eq!(doc["summary"]["error"], 0, "{doc}");
+    let messages: Vec<&str> = doc["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["message"].as_str())
+        .collect();
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains("the cluster holds 30 configmaps")),
+        "{messages:?}"
+    );
+}
+
 #[test]
 fn apply_cluster_table_streams_failures_and_exits_1() {
     let dir = tempfile::tempdir().unwrap();
