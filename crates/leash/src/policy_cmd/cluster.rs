@@ -115,6 +115,8 @@ pub(crate) struct LiveCluster {
     token: CancellationToken,
     /// Path -> object (None: not found).
     cache: Mutex<HashMap<String, Option<Arc<Value>>>>,
+    /// The global context entries, ready before the evaluation.
+    global: Option<leash_context::Store>,
 }
 
 impl std::fmt::Debug for LiveCluster {
@@ -140,7 +142,14 @@ impl LiveCluster {
             handle,
             token,
             cache: Mutex::new(HashMap::new()),
+            global: None,
         }
+    }
+
+    /// Serves `globalReference` from `store`.
+    pub(crate) fn with_global(mut self, store: Option<leash_context::Store>) -> LiveCluster {
+        self.global = store;
+        self
     }
 
     fn is_preloaded(&self, resource: &str) -> bool {
@@ -252,6 +261,14 @@ impl ClusterData for LiveCluster {
             return self.memory.api_get(url_path);
         }
         self.fetch(url_path).map(|v| (*v).clone())
+    }
+
+    fn global(&self, entry: &str, projection: Option<&str>) -> Option<Value> {
+        let store = self.global.as_ref()?;
+        match projection {
+            Some(p) => store.projection(entry, p).ok(),
+            None => store.get(entry).ok().map(|s| s.data.clone()),
+        }
     }
 }
 

@@ -155,6 +155,28 @@ pub(crate) async fn run(
         let (_report, ()) = tokio::join!(load.report, collect);
         preloaded.push("configmaps".to_string());
     }
+    // Kyverno's global context (`globalReference`, CEL
+    // `globalContext.Get`): the cluster's GlobalContextEntry objects, each
+    // made ready before the evaluation starts.
+    let global = if catalog
+        .kinds()
+        .iter()
+        .any(|k| k.group == "kyverno.io" && k.plural == "globalcontextentries")
+    {
+        let store =
+            leash_context::Store::new(leash_context::StoreConfig::default(), Some(client.clone()));
+        let ready = tokio::select! {
+            r = global_context(&client, &store) => Some(r),
+            _ = tokio::signal::ctrl_c() => None,
+        };
+        if ready.is_none() {
+            let _ = store.shutdown().await;
+            return Ok(Outcome::interrupted());
+        }
+        Some(store)
+    } else {
+        None
+    };
     // What a rule reads beyond those (apiCall, CEL resource.Get/List) is
     // read from the server on first use.
     let cluster = LiveCluster::new(
@@ -163,7 +185,8 @@ pub(crate) async fn run(
         client,
         handle.clone(),
         token.clone(),
-    );
+    )
+    .with_global(global.clone());
     let interrupted_ref = &interrupted;
     let namespaces_ref = &namespaces;
     let cluster_ref = &cluster;
@@ -247,6 +270,11 @@ pub(crate) async fn run(
             (gathered, report)
         })
     });
+    if let Some(store) = global
+        && let Err(e) = store.shutdown().await
+    {
+        tracing::warn!("global context shutdown: {e}");
+    }
     if let Some(sandbox) = sandbox
         && let Err(e) = sandbox.shutdown().await
     {
@@ -275,6 +303,33 @@ pub(crate) async fn run(
         None => outcome.interrupted = true,
     }
     Ok(outcome)
+}
+
+/// Adds the cluster's GlobalContextEntry objects to `store` and waits
+/// until each has its first data (or failed); what is invalid or failed is
+/// noted on stderr, and rules that read it give `error`.
+async fn global_context(client: &kube::Client, store: &leash_context::Store) {
+    let (entries, invalid) = match leash_context::list_cluster_entries(client).await {
+        Ok(listed) => listed,
+        Err(e) => {
+            eprintln!("leash: note: global context entries not read: {e}");
+            return;
+        }
+    };
+    for e in invalid {
+        eprintln!("leash: note: global context entry not used: {e}");
+    }
+    for entry in entries {
+        let name = entry.name().to_owned();
+        if let Err(e) = store.add(entry) {
+            eprintln!("leash: note: global context entry {name:?} not used: {e}");
+        }
+    }
+    for (name, result) in store.wait_all_ready().await {
+        if let Err(e) = result {
+            eprintln!("leash: note: global context entry {name:?} has no data: {e}");
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]

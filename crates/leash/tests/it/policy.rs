@@ -390,3 +390,89 @@ fn apply_cluster_table_streams_failures_and_exits_1() {
         stdout(&warned)
     );
 }
+
+/// `globalReference` against a cluster: the cluster's GlobalContextEntry
+/// objects are made ready before the evaluation; a rule reads an entry's
+/// data and one of its projections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_cluster_serves_global_context_entries() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut objects = leash_sandbox::manifests::load_manifests(&[
+        repo.join("deploy/crds/kyverno.io_globalcontextentries.yaml")
+    ])
+    .unwrap();
+    objects.push(serde_json::json!({
+        "apiVersion": "kyverno.io/v2beta1", "kind": "GlobalContextEntry",
+        "metadata": {"name": "deployments"},
+        "spec": {"kubernetesResource": {"group": "apps", "version": "v1", "resource": "deployments"},
+                 "projections": [{"name": "in-x", "jmesPath": "[?metadata.namespace=='x'] | length(@)"}]}
+    }));
+    for ns in ["x", "y"] {
+        objects.push(
+            serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+        );
+    }
+    for (i, ns) in ["x", "x", "y"].iter().enumerate() {
+        objects.push(serde_json::json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": format!("d{i}"), "namespace": ns},
+            "spec": {"selector": {}, "template": {"spec": {"containers": []}}}
+        }));
+    }
+    objects.push(serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "x"}
+    }));
+    let sb = leash_sandbox::Sandbox::start(leash_sandbox::SandboxConfig {
+        objects,
+        ..leash_sandbox::SandboxConfig::default()
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    fs::write(
+        &policy,
+        r#"
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: global}
+spec:
+  rules:
+  - name: counts
+    match:
+      any:
+      - resources:
+          kinds: [ConfigMap]
+    context:
+    - name: all
+      globalReference: {name: deployments, jmesPath: "length(@)"}
+    - name: inx
+      globalReference: {name: deployments, projection: in-x}
+    validate:
+      message: "{{ all }} deployments, {{ inx }} in x"
+      deny:
+        conditions:
+          all:
+          - {key: "{{ all }}", operator: Equals, value: 3}
+"#,
+    )
+    .unwrap();
+    let url = sb.url();
+    // The sandbox serves from this runtime's other thread meanwhile.
+    let out = tokio::task::block_in_place(|| {
+        leash()
+            .args(["apply", "--cluster", "-A", "-o", "json", "--server", &url])
+            .arg(&policy)
+            .output()
+            .unwrap()
+    });
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(doc["summary"]["fail"], 1, "{doc}");
+    assert_eq!(
+        doc["results"][0]["message"].as_str().unwrap_or(""),
+        "3 deployments, 2 in x",
+        "{doc}"
+    );
+    sb.shutdown().await.unwrap();
+}
