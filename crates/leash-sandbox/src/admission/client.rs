@@ -1,11 +1,22 @@
-//! The HTTPS client of admission webhooks: one connection per call, the server
-//! verified against the webhook's `caBundle` only, HTTP/1.1 driven inside the
-//! caller's future (nothing is spawned).
+//! The HTTPS client of admission webhooks: the server verified against the
+//! webhook's `caBundle` only, HTTP/1.1 driven inside the caller's future
+//! (nothing is spawned), connections kept alive between calls in a
+//! [`Pool`] as kube-apiserver's client keeps them (a call on a kept
+//! connection costs no TCP or TLS handshake).
+//!
+//! An idle connection is not driven while it waits in the pool (there is no
+//! task to drive it); a call that takes it first polls it, and drops it when
+//! the server has closed it meanwhile. A call whose kept connection fails
+//! before the answer is read is made again, once, on a new connection: an
+//! AdmissionReview may be sent twice, which webhooks must tolerate anyway
+//! (kube-apiserver retries too, and the review's uid names it).
 
 use std::collections::HashMap;
-use std::pin::pin;
-use std::sync::Arc;
-use std::time::Duration;
+use std::pin::{Pin, pin};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::FutureExt as _;
 
 use base64::Engine as _;
 use bytes::Bytes;
@@ -203,16 +214,136 @@ fn build_tls_config(ca_bundle: &str) -> Result<Arc<ClientConfig>, String> {
     Ok(Arc::new(config))
 }
 
-/// POSTs `body` (an AdmissionReview) to `ep` and returns the response body.
-/// Errors read as client-go's: `Post "URL": why`.
+type Conn = hyper::client::conn::http1::Connection<
+    TokioIo<tokio_rustls::client::TlsStream<TcpStream>>,
+    Full<Bytes>,
+>;
+
+/// One HTTP/1.1 connection: the request half and the connection future.
+struct Connection {
+    sender: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+    conn: Pin<Box<Conn>>,
+}
+
+/// Idle connections kept past their call.
+struct Idle {
+    connection: Connection,
+    since: Instant,
+}
+
+/// How many idle connections are kept per server.
+const IDLE_PER_SERVER: usize = 16;
+
+/// How long an idle connection is kept (kube-apiserver's transport keeps
+/// them 90 s; shorter here, as nothing drives them meanwhile).
+const IDLE_FOR: Duration = Duration::from_secs(30);
+
+/// Connections kept alive between calls, by server and TLS configuration
+/// (one per `caBundle`). The lock is held only to take or put back a
+/// connection, never across I/O.
+#[derive(Default)]
+pub(crate) struct Pool {
+    idle: Mutex<HashMap<(String, usize), Vec<Idle>>>,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        f.debug_struct("Pool")
+            .field("idle", &idle.values().map(Vec::len).sum::<usize>())
+            .finish()
+    }
+}
+
+impl Pool {
+    fn key(ep: &Endpoint, tls: &Arc<ClientConfig>) -> (String, usize) {
+        (
+            format!("{}|{:?}", ep.authority, ep.server_name),
+            Arc::as_ptr(tls) as usize,
+        )
+    }
+
+    /// A kept connection that is still open and ready for a request.
+    async fn take(&self, key: &(String, usize)) -> Option<Connection> {
+        loop {
+            let idle = {
+                let mut map = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+                let list = map.get_mut(key)?;
+                let idle = list.pop();
+                if list.is_empty() {
+                    map.remove(key);
+                }
+                idle?
+            };
+            if idle.since.elapsed() > IDLE_FOR {
+                continue;
+            }
+            let mut c = idle.connection;
+            // A connection the server closed ends when polled.
+            if c.conn.as_mut().now_or_never().is_some() {
+                continue;
+            }
+            let ready = tokio::select! {
+                biased;
+                r = c.sender.ready() => r.is_ok(),
+                _ = c.conn.as_mut() => false,
+            };
+            if ready {
+                return Some(c);
+            }
+        }
+    }
+
+    fn put(&self, key: (String, usize), connection: Connection) {
+        let mut map = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let list = map.entry(key).or_default();
+        list.retain(|i| i.since.elapsed() <= IDLE_FOR);
+        if list.len() < IDLE_PER_SERVER {
+            list.push(Idle {
+                connection,
+                since: Instant::now(),
+            });
+        }
+    }
+}
+
+/// POSTs `body` (an AdmissionReview) to `ep` and returns the response body,
+/// on a kept connection of `pool` when there is one. Errors read as
+/// client-go's: `Post "URL": why`.
 ///
 /// # Cancel safety
-/// Cancel safe: dropping it closes the connection.
+/// Cancel safe: dropping it closes the connection in use.
 pub(crate) async fn post(
+    pool: &Pool,
     ep: &Endpoint,
     tls: Arc<ClientConfig>,
     body: Bytes,
 ) -> Result<Bytes, String> {
+    let key = Pool::key(ep, &tls);
+    if let Some(kept) = pool.take(&key).await {
+        match exchange(ep, kept, body.clone()).await {
+            Ok((answer, Some(connection))) => {
+                pool.put(key, connection);
+                return answer;
+            }
+            Ok((answer, None)) => return answer,
+            // The kept connection failed before the answer: once more, anew.
+            Err(_) => {}
+        }
+    }
+    let connection = dial(ep, tls).await?;
+    match exchange(ep, connection, body).await {
+        Ok((answer, Some(connection))) => {
+            pool.put(key, connection);
+            answer
+        }
+        Ok((answer, None)) => answer,
+        Err(why) => Err(format!("Post \"{}\": {why}", ep.url)),
+    }
+}
+
+/// A new connection to `ep`.
+async fn dial(ep: &Endpoint, tls: Arc<ClientConfig>) -> Result<Connection, String> {
     let fail = |why: String| format!("Post \"{}\": {why}", ep.url);
     let tcp = TcpStream::connect((ep.host.as_str(), ep.port))
         .await
@@ -231,48 +362,73 @@ pub(crate) async fn post(
                 "tls: failed to verify certificate or handshake: {e}"
             ))
         })?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| fail(e.to_string()))?;
+    Ok(Connection {
+        sender,
+        conn: Box::pin(conn),
+    })
+}
+
+/// One request on `c`. `Err`: the exchange failed before an answer was
+/// read (the reason). `Ok`: the answer (a non-2xx status is an error of
+/// its own), and the connection when it can be kept.
+async fn exchange(
+    ep: &Endpoint,
+    c: Connection,
+    body: Bytes,
+) -> Result<(Result<Bytes, String>, Option<Connection>), String> {
+    let Connection {
+        mut sender,
+        mut conn,
+    } = c;
     let request = Request::post(ep.path_and_query.as_str())
         .header(header::HOST, ep.authority.as_str())
         .header(header::CONTENT_TYPE, "application/json")
         .header(header::ACCEPT, "application/json")
         .body(Full::new(body))
-        .map_err(|e| fail(e.to_string()))?;
-    let exchange = async move {
-        let response = sender
-            .send_request(request)
-            .await
-            .map_err(|e| e.to_string())?;
-        let status = response.status();
-        let body = Limited::new(response.into_body(), MAX_RESPONSE)
-            .collect()
-            .await
-            .map_err(|e| format!("reading the response: {e}"))?
-            .to_bytes();
-        Ok::<_, String>((status, body))
+        .map_err(|e| e.to_string())?;
+    let (result, open) = {
+        let exchange = async {
+            let response = sender
+                .send_request(request)
+                .await
+                .map_err(|e| e.to_string())?;
+            let status = response.status();
+            let body = Limited::new(response.into_body(), MAX_RESPONSE)
+                .collect()
+                .await
+                .map_err(|e| format!("reading the response: {e}"))?
+                .to_bytes();
+            Ok::<_, String>((status, body))
+        };
+        let mut exchange = pin!(exchange);
+        // The connection is driven here, beside the exchange, until the answer
+        // is read; a connection that ended meanwhile is not kept.
+        tokio::select! {
+            biased;
+            r = exchange.as_mut() => (r, true),
+            c = conn.as_mut() => match c {
+                Err(e) => (Err(e.to_string()), false),
+                Ok(()) => (exchange.await, false),
+            },
+        }
     };
-    let mut conn = pin!(conn);
-    let mut exchange = pin!(exchange);
-    // The connection is driven here, beside the exchange, until the answer is read.
-    let (status, body) = tokio::select! {
-        biased;
-        r = exchange.as_mut() => r,
-        c = conn.as_mut() => match c {
-            Err(e) => Err(e.to_string()),
-            Ok(()) => exchange.await,
-        },
-    }
-    .map_err(fail)?;
+    let (status, body) = result?;
+    let kept = open.then_some(Connection { sender, conn });
     if !status.is_success() {
         let text = String::from_utf8_lossy(&body);
         let text: String = text.chars().take(512).collect();
-        return Err(format!(
-            "an error on the server ({text:?}) has prevented the request from succeeding (HTTP {status})"
+        return Ok((
+            Err(format!(
+                "Post \"{}\": an error on the server ({text:?}) has prevented the request from succeeding (HTTP {status})",
+                ep.url
+            )),
+            kept,
         ));
     }
-    Ok(body)
+    Ok((Ok(body), kept))
 }
 
 #[cfg(test)]

@@ -116,6 +116,8 @@ pub(crate) struct Admission {
     services: HashMap<String, String>,
     permits: Semaphore,
     cancel: CancellationToken,
+    /// Webhook connections kept alive between calls.
+    pool: client::Pool,
 }
 
 impl Admission {
@@ -126,6 +128,7 @@ impl Admission {
             services,
             permits: Semaphore::new(MAX_IN_FLIGHT),
             cancel,
+            pool: client::Pool::default(),
         }
     }
 
@@ -310,7 +313,7 @@ impl Admission {
                 .acquire()
                 .await
                 .map_err(|_| "the webhook client is closed".to_string())?;
-            client::post(&ep, tls, body).await
+            client::post(&self.pool, &ep, tls, body).await
         });
         let answer = match self.cancel.run_until_cancelled(bounded).await {
             None => return Err(CallError::ShuttingDown),

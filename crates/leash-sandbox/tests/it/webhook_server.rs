@@ -70,6 +70,9 @@ pub(crate) struct WebhookServer {
     /// `caBundle` for it: base64 of its certificate's PEM.
     pub(crate) ca_bundle: String,
     requests: Arc<Mutex<Vec<Value>>>,
+    /// TLS connections accepted.
+    connections: Arc<std::sync::atomic::AtomicUsize>,
+    certificate: (String, CertificateDer<'static>, Vec<u8>),
     _scope: Scope,
 }
 
@@ -104,7 +107,32 @@ impl WebhookServer {
         names: &[&str],
         decide: impl Fn(&Value) -> Answer + Send + Sync + 'static,
     ) -> Self {
-        let (pem, der, key) = certificate_for(names);
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        Self::serve(listener, certificate_for(names), decide)
+    }
+
+    /// Stops this server and starts another on its address with its
+    /// certificate (a webhook restarted in place).
+    pub(crate) async fn restart(
+        self,
+        decide: impl Fn(&Value) -> Answer + Send + Sync + 'static,
+    ) -> Self {
+        let (addr, certificate) = (self.addr, self.certificate.clone());
+        // Joined, so the old listener is closed before the port is bound again.
+        let _ = self._scope.shutdown().await;
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket.set_reuseaddr(true).expect("SO_REUSEADDR");
+        socket.bind(addr).expect("bind the same port");
+        let listener = socket.listen(64).expect("listen");
+        Self::serve(listener, certificate, decide)
+    }
+
+    fn serve(
+        listener: TcpListener,
+        certificate: (String, CertificateDer<'static>, Vec<u8>),
+        decide: impl Fn(&Value) -> Answer + Send + Sync + 'static,
+    ) -> Self {
+        let (pem, der, key) = certificate.clone();
         let config =
             ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
                 .with_safe_default_protocol_versions()
@@ -116,8 +144,9 @@ impl WebhookServer {
                 )
                 .expect("server certificate");
         let acceptor = TlsAcceptor::from(Arc::new(config));
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("address");
+        let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let accepted = connections.clone();
         let requests = Arc::new(Mutex::new(Vec::new()));
         let decide: Arc<Decide> = Arc::new(decide);
         let scope = Scope::new();
@@ -133,6 +162,7 @@ impl WebhookServer {
                         Err(_) => continue,
                     },
                 };
+                accepted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let (acceptor, decide, recorded) =
                     (acceptor.clone(), decide.clone(), recorded.clone());
                 let token = token.clone();
@@ -198,8 +228,15 @@ impl WebhookServer {
             addr,
             ca_bundle: ca_bundle_of(&pem),
             requests,
+            connections,
+            certificate,
             _scope: scope,
         }
+    }
+
+    /// TCP connections accepted so far.
+    pub(crate) fn connections(&self) -> usize {
+        self.connections.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// `https://127.0.0.1:PORT{path}`.
