@@ -34,9 +34,9 @@ pub(crate) async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
     let mut interrupt = Interrupt::new()?;
     let started = Instant::now();
     let deadline = settings.timeout.map(|t| started + t);
-    let connected = tokio::select! {
-        c = connect(&settings.connection) => c?,
-        () = interrupt.recv() => return Ok(interrupted_exit(None)),
+    let connected = match connect(&settings.connection, interrupt.recv()).await {
+        Err(err) if cli_error::is_interrupted(&err) => return Ok(interrupted_exit(None)),
+        c => c?,
     };
     let Connected {
         client,
