@@ -109,6 +109,10 @@ pub(crate) struct Args {
     #[arg(long, value_name = "WHEN", value_enum, default_value_t = ProgressMode::Auto)]
     progress: ProgressMode,
 
+    /// The summary on stderr after the load: a table, or one line of JSON for scripts.
+    #[arg(long, value_name = "FORMAT", value_enum, default_value_t = SummaryFormat::Table)]
+    summary: SummaryFormat,
+
     /// Keep loading the other kinds when one fails (default: the first failure cancels the load).
     #[arg(long)]
     continue_on_error: bool,
@@ -155,6 +159,15 @@ impl Format {
     }
 }
 
+/// How the summary is printed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum SummaryFormat {
+    /// One row per kind and a TOTAL row, for people.
+    Table,
+    /// One JSON object on one line (see `summary_json`), for scripts.
+    Json,
+}
+
 /// When to show the progress bar.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum ProgressMode {
@@ -186,6 +199,7 @@ pub(crate) struct Settings {
     pub(crate) format: Format,
     pub(crate) output_dir: Option<PathBuf>,
     pub(crate) progress: ProgressMode,
+    pub(crate) summary: SummaryFormat,
     pub(crate) timeout: Option<Duration>,
 }
 
@@ -260,6 +274,7 @@ impl Args {
             format: self.output,
             output_dir: self.output_dir,
             progress: self.progress,
+            summary: self.summary,
             timeout: self.timeout,
         })
     }
