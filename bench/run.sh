@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # leash load vs kubectl, same sandbox data, same run, interleaved (A B A B ...).
 #
-#   bench/run.sh [--quick] [--reps N]
+#   bench/run.sh [--quick] [--reps N] [--only4]
+#
+# --only4 runs scenario 4 alone (P pods: leash and the plain client,
+# interleaved; no kubectl). LEASH=path uses that binary instead of building.
 #
 # Scenario 1: many kinds, latency-bound (K custom kinds x M objects, page size
 # 100, 20 ms per request): leash at concurrency 1/4/16/32 vs the limit, a
@@ -16,19 +19,22 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-quick=0 reps=3
+quick=0 reps=3 only4=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=1 ;;
     --reps) reps="$2"; shift ;;
-    *) echo "usage: bench/run.sh [--quick] [--reps N]" >&2; exit 2 ;;
+    --only4) only4=1 ;;
+    *) echo "usage: bench/run.sh [--quick] [--reps N] [--only4]" >&2; exit 2 ;;
   esac
   shift
 done
 if [ "$quick" = 1 ]; then K=40 M=200 P=10000 KL=10; else K=200 M=200 P=100000 KL=200; fi
 
-cargo build --release --locked -p leash >&2
-LEASH=${CARGO_TARGET_DIR:-target}/release/leash
+if [ -z "${LEASH:-}" ]; then
+  cargo build --release --locked -p leash >&2
+  LEASH=${CARGO_TARGET_DIR:-target}/release/leash
+fi
 out=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$out"' EXIT
 export HOME="$out/home" && mkdir -p "$HOME"
@@ -62,7 +68,22 @@ rss() { # cmd... : prints peak RSS in MB; a failed run is noted (printed at the 
 med() { median < "$out/t.$1"; }
 kubectl_() { kubectl --server "$URL" --cache-dir "$out/kcache" "$@"; }
 
-echo "# leash bench: $(date -u +%F), $(nproc) cores, quick=$quick, reps=$reps"
+echo "# leash bench: $(date -u +%F), $(nproc) cores, quick=$quick, reps=$reps, only4=$only4"
+
+if [ "$only4" = 1 ]; then
+  start_sandbox URL --generate "pods=$P" --namespaces 20
+  for _ in $(seq 1 "$reps"); do
+    timed "leash_p$P" "$LEASH" load --server "$URL" pods -A --page-size 500 --progress never -o ndjson
+    python3 bench/plain_list.py "$URL" /api/v1/pods 500 "$P" | awk '{print $2}' >> "$out/t.plain_p$P"
+  done
+  stop_sandbox URL
+  echo
+  echo "## Scenario 4: the sandbox alone, $P pods in pages of 500 to a plain HTTP client (bench/plain_list.py)"
+  printf "leash median %6.2fs; plain client median %6.2fs (%.0f objects/s); leash/plain %.2fx\n" \
+    "$(med "leash_p$P")" "$(med "plain_p$P")" "$(echo "$P/$(med "plain_p$P")" | bc -l)" "$(echo "$(med "leash_p$P")/$(med "plain_p$P")" | bc -l)"
+  [ -s "$out/notes" ] && { echo; cat "$out/notes"; }
+  exit 0
+fi
 
 # ---------------- scenario 1 ----------------
 start_sandbox URL --crds "$K:$M" --namespaces 4 --latency 20ms
@@ -107,19 +128,19 @@ printf "kubectl one call, %s kinds  median %6.2fs  kubectl/leash(c16) %.1fx\n" "
 # backoff) in the other. S3 runs are short, so they get 3x the repetitions.
 start_sandbox URL_RA1 --crds "$K:$M" --namespaces 4 --latency 20ms --fail-rate 0.05 --throttle-rate 0.05 --retry-after 1
 start_sandbox URL_RA0 --crds "$K:$M" --namespaces 4 --latency 20ms --fail-rate 0.05 --throttle-rate 0.05 --retry-after 0
-load16() { "$LEASH" load --server "$1" --all -A --page-size 100 --concurrency 16 --progress never -o ndjson; }
+load16() { "$LEASH" load --server "$1" --all -A --page-size 100 --concurrency 16 --progress never -o ndjson "${@:2}"; }
 for _ in $(seq 1 $((reps * 3))); do
   timed clean_c16 load16 "$URL"
   timed faulty_ra1 load16 "$URL_RA1"
   timed faulty_ra0 load16 "$URL_RA0"
 done
 uniq_uids() { # url: "objects unique-uids retries" of one more load
-  load16 "$1" > "$out/s3.ndjson" 2> "$out/s3.summary" || echo "  (load of $1 exited $?)" >&2
+  load16 "$1" --summary json > "$out/s3.ndjson" 2> "$out/s3.summary" || echo "  (load of $1 exited $?)" >&2
   python3 - "$out/s3.ndjson" "$out/s3.summary" <<'PY'
 import json, sys
 u = [json.loads(l)["metadata"]["uid"] for l in open(sys.argv[1])]
-total = [l.split() for l in open(sys.argv[2]) if l.startswith("TOTAL")][0]
-print(f"{len(u)} objects, {len(set(u))} unique uids, {total[5]} retries")
+total = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{")][0]["total"]
+print(f"{len(u)} objects, {len(set(u))} unique uids, {total['retries']} retries")
 PY
 }
 u1=$(uniq_uids "$URL_RA1"); u0=$(uniq_uids "$URL_RA0")

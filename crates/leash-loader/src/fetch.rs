@@ -72,6 +72,11 @@ impl Fetcher {
         }
     }
 
+    /// Retries per request the policy allows.
+    pub(crate) fn max_retries(&self) -> u32 {
+        self.policy.max_retries
+    }
+
     /// The same fetcher, limited to `slots.available_permits()` requests in
     /// flight (shared with every clone).
     pub(crate) fn with_slots(&self, slots: Arc<Semaphore>) -> Self {

@@ -8,14 +8,18 @@
 //!    (uid, else namespace/name) was not handed out before by this task, so a
 //!    list resumed or restarted after a 410 never repeats an object.
 //! 3. A page counts only once it arrived whole and parsed; a failed attempt
-//!    contributes nothing and is retried (see `fetch`).
+//!    contributes nothing and is retried (see `fetch`). A page whose head
+//!    (continue token) reads but whose items do not parse is fetched again
+//!    with the same continue token, within the same retry budget, and must
+//!    give the same continue token.
 //! 4. Every wait (request, backoff, room in the object channel) is raced
 //!    against the task's token.
-//! 5. The next page is requested as soon as the previous one is indexed (its
-//!    continue token known); building the previous page's objects and
-//!    waiting for room in the object channel run meanwhile (one `join!`, no
-//!    extra task), so the client's work, the server's and the consumer's
-//!    overlap instead of adding up.
+//! 5. The next page is requested as soon as the previous one's continue
+//!    token is read (from the page's head, before its items); parsing the
+//!    previous page's items (once each), building its objects and waiting
+//!    for room in the object channel run meanwhile (one `join!` that polls
+//!    the request first, no extra task), so the client's work, the server's
+//!    and the consumer's overlap instead of adding up.
 //! 6. The task's [`Tally`] is updated after each page under a short
 //!    `std::sync::Mutex` (never held across an await), so a task dropped by
 //!    cancellation still has its counts reported.
@@ -30,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::{Error, Result};
 use crate::fetch::{Fetcher, parse_status};
 use crate::load::LoadTarget;
-use crate::object::{LoadedObject, PageIndex, SeenSet, index_page};
+use crate::object::{LoadedObject, RawPage, SeenSet, read_page_head};
 use crate::report::Progress;
 
 /// What a task did so far.
@@ -59,7 +63,7 @@ pub(crate) struct ListContext<'a> {
 
 /// The answer to one page request.
 enum PageAnswer {
-    Page(PageIndex),
+    Page(RawPage),
     /// 410 Expired, with the fresh token if the server gave one.
     Expired(Option<String>),
 }
@@ -99,12 +103,15 @@ impl ListContext<'_> {
         let operation = format!("list {}", self.target.label());
         let mut seen = SeenSet::default();
         let mut continue_token: Option<String> = None;
-        // A page received and indexed, whose objects are not yet handed out.
-        let mut pending: Option<PageIndex> = None;
+        // A page received (its head read), whose objects are not yet handed
+        // out, with the continue token it was fetched with.
+        let mut pending: Option<(RawPage, Option<String>)> = None;
         loop {
-            let deliver = self.deliver(pending.take(), &mut seen, &pages, &operation, token);
             let fetch = self.fetch_page(&base, &operation, continue_token.as_deref(), token);
-            let (delivered, fetched) = tokio::join!(deliver, fetch);
+            let deliver = self.deliver(pending.take(), &mut seen, &pages, &base, &operation, token);
+            // The request first: it is on its way while the previous page
+            // is parsed.
+            let (fetched, delivered) = tokio::join!(fetch, deliver);
             delivered?;
             let (answer, retries) = fetched;
             self.progress.retried(retries);
@@ -114,7 +121,7 @@ impl ListContext<'_> {
                     self.update(|t| t.pages += 1);
                     self.progress.page();
                     let next = page.next.clone();
-                    pending = Some(page);
+                    pending = Some((page, continue_token.clone()));
                     match next {
                         Some(next) if continue_token.as_deref() == Some(next.as_str()) => {
                             return Err(Error::InconsistentList {
@@ -158,28 +165,61 @@ impl ListContext<'_> {
             }
         }
         // The last page's objects.
-        self.deliver(pending.take(), &mut seen, &pages, &operation, token)
+        self.deliver(pending.take(), &mut seen, &pages, &base, &operation, token)
             .await
     }
 
-    /// Build `page`'s objects, drop those already handed out, and send the
-    /// rest (waiting for room, raced against the token).
+    /// Parse `page` (fetching it again with the same continue token while
+    /// its items do not parse, within the retry budget), build its objects,
+    /// drop those already handed out, and send the rest (waiting for room,
+    /// raced against the token).
     async fn deliver(
         &self,
-        page: Option<PageIndex>,
+        page: Option<(RawPage, Option<String>)>,
         seen: &mut SeenSet,
         pages: &mpsc::Sender<Vec<LoadedObject>>,
+        base: &str,
         operation: &str,
         token: &CancellationToken,
     ) -> Result<()> {
-        let Some(page) = page else { return Ok(()) };
-        let mut objects =
-            page.into_objects(&self.target.kind)
-                .map_err(|source| Error::MalformedResponse {
-                    operation: operation.to_owned(),
-                    attempts: 1,
-                    source,
-                })?;
+        let Some((mut page, fetched_with)) = page else {
+            return Ok(());
+        };
+        let mut attempts = 1;
+        let index = loop {
+            let source = match page.parse() {
+                Ok(index) => break index,
+                Err(source) => source,
+            };
+            let malformed = |attempts| Error::MalformedResponse {
+                operation: operation.to_owned(),
+                attempts,
+                source,
+            };
+            if attempts > self.fetcher.max_retries() {
+                return Err(malformed(attempts));
+            }
+            attempts += 1;
+            tracing::debug!(%operation, "a page's items did not parse; fetching it again");
+            self.progress.retried(1);
+            self.update(|t| t.retries += 1);
+            let (again, retries) = self
+                .fetch_page(base, operation, fetched_with.as_deref(), token)
+                .await;
+            self.progress.retried(retries);
+            self.update(|t| t.retries += retries);
+            let PageAnswer::Page(again) = again? else {
+                return Err(malformed(attempts));
+            };
+            if again.next != page.next {
+                return Err(Error::InconsistentList {
+                    kind: self.target.label(),
+                    message: "a page fetched again had another continue token".into(),
+                });
+            }
+            page = again;
+        };
+        let mut objects = index.into_objects(&self.target.kind);
         objects.retain(|o| seen.insert(o));
         let count = objects.len() as u64;
         if objects.is_empty() {
@@ -236,7 +276,7 @@ impl ListContext<'_> {
                                 .filter(|t| !t.is_empty()),
                         ))
                     } else {
-                        index_page(&answer.body).map(PageAnswer::Page)
+                        read_page_head(&answer.body).map(PageAnswer::Page)
                     }
                 },
             )

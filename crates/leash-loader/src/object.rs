@@ -1,9 +1,11 @@
 //! Objects as the loader hands them out, and the parsing of list pages.
 //!
-//! Items are never deserialized into typed structs: a page is parsed into
-//! borrowed raw items, each item's `metadata.{name,namespace,uid}` is read,
-//! and the item's text is kept as the server sent it, with the `kind` and
-//! `apiVersion` that lists omit per item put in front (as kubectl adds them).
+//! Items are never deserialized into typed structs, and each is parsed once:
+//! a page is walked member by member, each item's
+//! `metadata.{name,namespace,uid}` is read where it stands (the rest of the
+//! item is skipped, not built), and the item's text is kept as the server
+//! sent it, with the `kind` and `apiVersion` that lists omit per item put in
+//! front (as kubectl adds them).
 
 use std::borrow::Cow;
 use std::collections::HashSet;
@@ -15,7 +17,6 @@ use bytes::Bytes;
 
 use serde::Deserialize;
 use serde::de::IgnoredAny;
-use serde_json::value::RawValue;
 
 use crate::kind::ResolvedKind;
 
@@ -93,25 +94,29 @@ impl LoadedObject {
     }
 }
 
-/// One page of a list, indexed but not yet turned into objects: the body
-/// and where each item is in it. Indexing validates the whole body as JSON
-/// (a body cut short fails here and the request is retried); building the
-/// objects reads each item's metadata, which can then overlap with the
+/// One page of a list, parsed but not yet turned into objects: the body,
+/// and each item's place in it with the metadata read from it. Parsing
+/// validates the whole body as JSON (a body cut short fails here and the
+/// request is retried); building the objects only slices the body (or puts
+/// `kind` and `apiVersion` in front), which can then overlap with the
 /// request for the next page.
 #[derive(Debug)]
 pub(crate) struct PageIndex {
     body: Bytes,
-    items: Vec<Range<usize>>,
+    items: Vec<ItemIndex>,
     /// `metadata.continue` (empty or absent: last page).
     pub(crate) next: Option<String>,
 }
 
-#[derive(Deserialize)]
-struct ListHead<'a> {
-    #[serde(default, borrow)]
-    metadata: ListMeta<'a>,
-    #[serde(default, borrow)]
-    items: Option<Vec<&'a RawValue>>,
+/// One item of a page: where it is and what was read from it.
+#[derive(Debug)]
+struct ItemIndex {
+    range: Range<usize>,
+    has_kind: bool,
+    has_api_version: bool,
+    name: String,
+    namespace: Option<String>,
+    uid: Option<String>,
 }
 
 #[derive(Default, Deserialize)]
@@ -141,27 +146,48 @@ struct ItemMeta<'a> {
     uid: Option<Cow<'a, str>>,
 }
 
-/// Index a list page's body. An error means the body is not a list (the
-/// caller retries the request).
+/// Parse a list page's body, in one pass over its bytes (after one UTF-8
+/// check of the whole body): the list's members are walked by [`Cursor`],
+/// each item is deserialized once into its [`ItemHead`] (the rest of it is
+/// skipped, not built) and its byte range is where that parse started and
+/// stopped. An error means the body is not a list of objects with
+/// `metadata.name` (the caller retries the request).
 pub(crate) fn index_page(body: &Bytes) -> serde_json::Result<PageIndex> {
-    let head: ListHead<'_> = serde_json::from_slice(body)?;
-    let base = body.as_ptr() as usize;
-    let items = head
-        .items
-        .unwrap_or_default()
-        .into_iter()
-        .map(|raw| {
-            // `raw` borrows from `body`: its offset is a pointer difference.
-            let text = raw.get();
-            let start = text.as_ptr() as usize - base;
-            start..start + text.len()
-        })
-        .collect();
-    let next = head
-        .metadata
-        .continue_token
-        .map(Cow::into_owned)
-        .filter(|t| !t.is_empty());
+    let text = std::str::from_utf8(body).map_err(serde::de::Error::custom)?;
+    let mut cursor = Cursor { text, pos: 0 };
+    let mut items = Vec::new();
+    let mut next = None;
+    let (mut seen_metadata, mut seen_items) = (false, false);
+    cursor.expect(b'{')?;
+    if !cursor.eat(b'}') {
+        loop {
+            let key: Cow<'_, str> = cursor.value()?;
+            cursor.expect(b':')?;
+            match &*key {
+                "metadata" => {
+                    duplicate(&mut seen_metadata, "metadata")?;
+                    let meta: Option<ListMeta<'_>> = cursor.value()?;
+                    next = meta
+                        .and_then(|m| m.continue_token)
+                        .map(Cow::into_owned)
+                        .filter(|t| !t.is_empty());
+                }
+                "items" => {
+                    duplicate(&mut seen_items, "items")?;
+                    cursor.items(&mut items)?;
+                }
+                _ => {
+                    cursor.value::<IgnoredAny>()?;
+                }
+            }
+            if cursor.eat(b',') {
+                continue;
+            }
+            cursor.expect(b'}')?;
+            break;
+        }
+    }
+    cursor.end()?;
     Ok(PageIndex {
         body: body.clone(),
         items,
@@ -169,37 +195,190 @@ pub(crate) fn index_page(body: &Bytes) -> serde_json::Result<PageIndex> {
     })
 }
 
-impl PageIndex {
-    /// Build the page's objects. Fails if an item is not an object with
-    /// `metadata.name` (a server bug: the kind fails loudly).
-    pub(crate) fn into_objects(
-        self,
-        kind: &Arc<ResolvedKind>,
-    ) -> serde_json::Result<Vec<LoadedObject>> {
-        let prefix = KindPrefix::new(kind);
-        let mut objects = Vec::with_capacity(self.items.len());
-        for range in self.items {
-            let bytes = &self.body[range.clone()];
-            let text = std::str::from_utf8(bytes).map_err(serde::de::Error::custom)?;
-            let item: ItemHead<'_> = serde_json::from_str(text)?;
-            let json = if item.kind.is_some() && item.api_version.is_some() {
-                self.body.slice(range)
-            } else {
-                Bytes::from(prefix.inject(
-                    text.trim(),
-                    item.kind.is_some(),
-                    item.api_version.is_some(),
-                ))
-            };
-            objects.push(LoadedObject {
-                kind: kind.clone(),
-                namespace: item.metadata.namespace.map(Cow::into_owned),
-                name: item.metadata.name.into_owned(),
-                uid: item.metadata.uid.map(Cow::into_owned),
-                json,
-            });
+/// A page's body as received, with its continue token: what the next
+/// request needs, read before (and much faster than) the items.
+#[derive(Debug)]
+pub(crate) struct RawPage {
+    body: Bytes,
+    /// `metadata.continue` (empty or absent: last page).
+    pub(crate) next: Option<String>,
+}
+
+/// Read a list page's continue token: its members up to `metadata`, which
+/// precedes `items` in what API servers send (a list that has its items
+/// first is skipped over to its metadata). An error means the body does not
+/// start as a list (the caller retries the request); the rest of the body
+/// is checked by [`RawPage::parse`].
+pub(crate) fn read_page_head(body: &Bytes) -> serde_json::Result<RawPage> {
+    let text = std::str::from_utf8(body).map_err(serde::de::Error::custom)?;
+    let mut cursor = Cursor { text, pos: 0 };
+    let mut next = None;
+    cursor.expect(b'{')?;
+    if !cursor.eat(b'}') {
+        loop {
+            let key: Cow<'_, str> = cursor.value()?;
+            cursor.expect(b':')?;
+            if key == "metadata" {
+                let meta: Option<ListMeta<'_>> = cursor.value()?;
+                next = meta
+                    .and_then(|m| m.continue_token)
+                    .map(Cow::into_owned)
+                    .filter(|t| !t.is_empty());
+                break;
+            }
+            cursor.value::<IgnoredAny>()?;
+            if cursor.eat(b',') {
+                continue;
+            }
+            cursor.expect(b'}')?;
+            break;
         }
-        Ok(objects)
+    }
+    Ok(RawPage {
+        body: body.clone(),
+        next,
+    })
+}
+
+impl RawPage {
+    /// Parse the whole page ([`index_page`]); its continue token must be
+    /// the one the head gave.
+    pub(crate) fn parse(&self) -> serde_json::Result<PageIndex> {
+        let index = index_page(&self.body)?;
+        if index.next != self.next {
+            return Err(serde::de::Error::custom(
+                "the list's continue token changed between its head and its end",
+            ));
+        }
+        Ok(index)
+    }
+}
+
+fn duplicate(seen: &mut bool, field: &'static str) -> serde_json::Result<()> {
+    if std::mem::replace(seen, true) {
+        return Err(serde::de::Error::duplicate_field(field));
+    }
+    Ok(())
+}
+
+/// A position in a page's text, between JSON tokens. Values are parsed by
+/// serde_json from the position on, and the cursor moves past them.
+struct Cursor<'a> {
+    text: &'a str,
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn error(&self, expected: &str) -> serde_json::Error {
+        serde::de::Error::custom(format_args!(
+            "expected {expected} at byte {} of the list",
+            self.pos
+        ))
+    }
+
+    /// The next byte that is not JSON whitespace (the cursor moves to it).
+    fn peek(&mut self) -> Option<u8> {
+        let bytes = self.text.as_bytes();
+        while let Some(b' ' | b'\n' | b'\t' | b'\r') = bytes.get(self.pos) {
+            self.pos += 1;
+        }
+        bytes.get(self.pos).copied()
+    }
+
+    /// Consume `byte` if it comes next.
+    fn eat(&mut self, byte: u8) -> bool {
+        let found = self.peek() == Some(byte);
+        if found {
+            self.pos += 1;
+        }
+        found
+    }
+
+    fn expect(&mut self, byte: u8) -> serde_json::Result<()> {
+        if self.eat(byte) {
+            Ok(())
+        } else {
+            Err(self.error(&format!("'{}'", char::from(byte))))
+        }
+    }
+
+    /// Nothing but whitespace is left.
+    fn end(&mut self) -> serde_json::Result<()> {
+        match self.peek() {
+            None => Ok(()),
+            Some(_) => Err(self.error("the end of the list")),
+        }
+    }
+
+    /// Parse one JSON value as `T` and move past it.
+    fn value<T: Deserialize<'a>>(&mut self) -> serde_json::Result<T> {
+        self.peek();
+        // `pos` is always at an ASCII byte (or the end): a char boundary.
+        let rest = self.text.get(self.pos..).unwrap_or_default();
+        let mut values = serde_json::Deserializer::from_str(rest).into_iter::<T>();
+        match values.next() {
+            Some(Ok(value)) => {
+                self.pos += values.byte_offset();
+                Ok(value)
+            }
+            Some(Err(err)) => Err(err),
+            None => Err(self.error("a value")),
+        }
+    }
+
+    /// The `items` member's value: `null` or an array of objects.
+    fn items(&mut self, items: &mut Vec<ItemIndex>) -> serde_json::Result<()> {
+        if self.peek() == Some(b'n') {
+            return self.value::<()>();
+        }
+        self.expect(b'[')?;
+        if self.eat(b']') {
+            return Ok(());
+        }
+        loop {
+            self.peek();
+            let start = self.pos;
+            let head: ItemHead<'_> = self.value()?;
+            items.push(ItemIndex {
+                range: start..self.pos,
+                has_kind: head.kind.is_some(),
+                has_api_version: head.api_version.is_some(),
+                name: head.metadata.name.into_owned(),
+                namespace: head.metadata.namespace.map(Cow::into_owned),
+                uid: head.metadata.uid.map(Cow::into_owned),
+            });
+            if self.eat(b',') {
+                continue;
+            }
+            return self.expect(b']');
+        }
+    }
+}
+
+impl PageIndex {
+    /// Build the page's objects (no parsing: that was done by
+    /// [`index_page`]).
+    pub(crate) fn into_objects(self, kind: &Arc<ResolvedKind>) -> Vec<LoadedObject> {
+        let prefix = KindPrefix::new(kind);
+        self.items
+            .into_iter()
+            .map(|item| {
+                let json = if item.has_kind && item.has_api_version {
+                    self.body.slice(item.range)
+                } else {
+                    // The range is of a whole JSON value: valid UTF-8.
+                    let text = std::str::from_utf8(&self.body[item.range]).unwrap_or_default();
+                    Bytes::from(prefix.inject(text, item.has_kind, item.has_api_version))
+                };
+                LoadedObject {
+                    kind: kind.clone(),
+                    namespace: item.namespace,
+                    name: item.name,
+                    uid: item.uid,
+                    json,
+                }
+            })
+            .collect()
     }
 }
 
@@ -323,7 +502,7 @@ mod tests {
         let index = index_page(&Bytes::copy_from_slice(body))?;
         let next = index.next.clone();
         Ok(Parsed {
-            objects: index.into_objects(kind)?,
+            objects: index.into_objects(kind),
             next,
         })
     }
@@ -399,6 +578,30 @@ mod tests {
         }
         assert!(parse_page(&pods(), b"Too many requests").is_err());
         assert!(parse_page(&pods(), br#"{"items":[{"metadata":{"name":"a"}}"#).is_err());
+    }
+
+    #[test]
+    fn the_head_gives_the_continue_token_and_the_parse_checks_the_rest() {
+        let head = |b: &[u8]| read_page_head(&Bytes::copy_from_slice(b));
+        let page = head(br#"{"kind":"PodList","metadata":{"continue":"t"},"items":[{"metadata":{"name":"a"}}]}"#).unwrap();
+        assert_eq!(page.next.as_deref(), Some("t"));
+        assert_eq!(page.parse().unwrap().items.len(), 1);
+        // Items before the metadata: skipped over to it.
+        let page =
+            head(br#"{"items":[{"metadata":{"name":"a"}}],"metadata":{"continue":"u"}}"#).unwrap();
+        assert_eq!(page.next.as_deref(), Some("u"));
+        assert_eq!(page.next, page.parse().unwrap().next);
+        // The head reads no further than the metadata; the parse fails on
+        // what comes after (the page is then fetched again).
+        let page =
+            head(br#"{"metadata":{"continue":"t"},"items":[{"metadata":{"name":"a"}}"#).unwrap();
+        assert!(page.parse().is_err());
+        let page = head(br#"{"metadata":{},"items":[{"spec":{}}]}"#).unwrap();
+        assert_eq!(page.next, None);
+        assert!(page.parse().is_err(), "an item without metadata.name");
+        assert!(head(b"Too many requests").is_err());
+        assert!(head(br#"{"metadata":"#).is_err());
+        assert_eq!(head(b"{}").unwrap().next, None);
     }
 
     #[test]

@@ -37,6 +37,10 @@ pub(crate) fn report(err: &anyhow::Error) -> ExitCode {
     if is_broken_pipe(err) {
         return ExitCode::SUCCESS;
     }
+    if is_interrupted(err) {
+        eprintln!("leash: interrupted");
+        return ExitCode::from(EXIT_INTERRUPTED);
+    }
     eprintln!("leash: error: {err:#}");
     if err.chain().any(|e| e.is::<UsageError>()) {
         ExitCode::from(EXIT_USAGE)
@@ -51,4 +55,26 @@ pub(crate) fn is_broken_pipe(err: &anyhow::Error) -> bool {
         e.downcast_ref::<std::io::Error>()
             .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
     })
+}
+
+/// Ctrl-C ended the command before it had anything to report: exit 130.
+#[derive(Debug)]
+pub(crate) struct Interrupted;
+
+impl fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("interrupted")
+    }
+}
+
+impl std::error::Error for Interrupted {}
+
+/// Build an `anyhow::Error` that exits with code 130.
+pub(crate) fn interrupted() -> anyhow::Error {
+    anyhow::Error::new(Interrupted)
+}
+
+/// True when `err` is (or wraps) [`Interrupted`].
+pub(crate) fn is_interrupted(err: &anyhow::Error) -> bool {
+    err.chain().any(|e| e.is::<Interrupted>())
 }

@@ -12,7 +12,6 @@
 //!    is always shut down before `run` returns.
 //! 2. Stdout is written by this task only, one whole JSON value per line.
 
-mod connect;
 mod output;
 mod serve;
 
@@ -28,6 +27,7 @@ use leash_context::{ContextEntry, CrdFeeder, Store, StoreConfig};
 use leash_runtime::Scope;
 
 use crate::cli_error::{EXIT_FAILURE, EXIT_INTERRUPTED, usage};
+use crate::connection::{Check, ConnectionArgs, ctrl_c};
 
 /// Flags of `leash context`.
 #[derive(Debug, clap::Args)]
@@ -53,7 +53,7 @@ pub(crate) struct Args {
     #[arg(long, value_name = "N", default_value_t = 0)]
     max_entries: usize,
     #[command(flatten)]
-    connection: connect::ConnectionArgs,
+    connection: ConnectionArgs,
 }
 
 /// Validated settings.
@@ -109,8 +109,10 @@ async fn validate(args: Args) -> anyhow::Result<Settings> {
         )));
     }
     let needs_client = args.watch_crds || entries.iter().any(ContextEntry::needs_kube_client);
+    // Validated whether or not it is used: a bad --server is always named.
+    let target = args.connection.target()?;
     let client = if needs_client {
-        Some(args.connection.client().await?)
+        Some(target.connect(Check::Version, ctrl_c()).await?.client)
     } else {
         None
     };

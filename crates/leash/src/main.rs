@@ -6,6 +6,7 @@
 //! logging and maps errors to exit codes.
 
 mod cli_error;
+mod connection;
 mod context_cmd;
 #[cfg(test)]
 mod flag_tests;

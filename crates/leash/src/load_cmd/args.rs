@@ -11,6 +11,7 @@ use std::time::Duration;
 use leash_loader::{KindSelection, LoadOptions, MAX_CONCURRENCY, NamespaceSelection, RetryPolicy};
 
 use crate::cli_error;
+use crate::connection::{ConnectionArgs, Target};
 
 /// Demo data of `--sandbox` without a value.
 pub(crate) const DEFAULT_SANDBOX_SPEC: &str = "pods=2000,deployments.apps=100,configmaps=500";
@@ -108,6 +109,10 @@ pub(crate) struct Args {
     #[arg(long, value_name = "WHEN", value_enum, default_value_t = ProgressMode::Auto)]
     progress: ProgressMode,
 
+    /// The summary on stderr after the load: a table, or one line of JSON for scripts.
+    #[arg(long, value_name = "FORMAT", value_enum, default_value_t = SummaryFormat::Table)]
+    summary: SummaryFormat,
+
     /// Keep loading the other kinds when one fails (default: the first failure cancels the load).
     #[arg(long)]
     continue_on_error: bool,
@@ -154,6 +159,15 @@ impl Format {
     }
 }
 
+/// How the summary is printed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum SummaryFormat {
+    /// One row per kind and a TOTAL row, for people.
+    Table,
+    /// One JSON object on one line (see `summary_json`), for scripts.
+    Json,
+}
+
 /// When to show the progress bar.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum ProgressMode {
@@ -168,19 +182,8 @@ pub(crate) enum ProgressMode {
 /// Where the cluster is.
 #[derive(Debug)]
 pub(crate) enum Connection {
-    /// A kubeconfig (path or the default resolution) and context.
-    Kubeconfig {
-        path: Option<PathBuf>,
-        context: Option<String>,
-        token: Option<String>,
-        insecure: bool,
-    },
-    /// A server URL.
-    Server {
-        url: http::Uri,
-        token: Option<String>,
-        insecure: bool,
-    },
+    /// A cluster, as the connection flags say.
+    Remote(Target),
     /// An in-process sandbox with generated data.
     Sandbox {
         kinds: Vec<(String, usize)>,
@@ -196,6 +199,7 @@ pub(crate) struct Settings {
     pub(crate) format: Format,
     pub(crate) output_dir: Option<PathBuf>,
     pub(crate) progress: ProgressMode,
+    pub(crate) summary: SummaryFormat,
     pub(crate) timeout: Option<Duration>,
 }
 
@@ -238,7 +242,7 @@ impl Args {
                 .map_err(|e| cli_error::usage(format!("invalid --sandbox-crds value: {e}")))?;
             Connection::Sandbox { kinds, crds }
         } else {
-            self.connection.connection()?
+            Connection::Remote(self.connection.target()?)
         };
         if let Some(selector) = &self.selector
             && selector.trim().is_empty()
@@ -270,6 +274,7 @@ impl Args {
             format: self.output,
             output_dir: self.output_dir,
             progress: self.progress,
+            summary: self.summary,
             timeout: self.timeout,
         })
     }
@@ -386,43 +391,5 @@ mod tests {
             s.connection,
             Connection::Sandbox { crds: (2, 3), .. }
         ));
-    }
-}
-
-/// The connection flags of every subcommand that talks to a cluster
-/// (`load`, `apply --cluster`, `serve`).
-#[derive(Debug, clap::Args)]
-pub(crate) struct ConnectionArgs {
-    /// Path to a kubeconfig file [default: $KUBECONFIG, else ~/.kube/config].
-    #[arg(long, value_name = "PATH")]
-    pub(crate) kubeconfig: Option<PathBuf>,
-
-    /// Kubeconfig context to use [default: current-context].
-    #[arg(long, value_name = "NAME")]
-    pub(crate) context: Option<String>,
-
-    /// API server URL, without a kubeconfig (for example a `leash sandbox`).
-    #[arg(long, value_name = "URL", conflicts_with_all = ["kubeconfig", "context"])]
-    pub(crate) server: Option<String>,
-
-    /// Bearer token for the API server.
-    #[arg(long, value_name = "TOKEN")]
-    pub(crate) token: Option<String>,
-
-    /// Don't verify the server's TLS certificate.
-    #[arg(long)]
-    pub(crate) insecure_skip_tls_verify: bool,
-}
-
-impl ConnectionArgs {
-    /// The connection the flags describe (usage errors name the flag).
-    pub(crate) fn connection(&self) -> anyhow::Result<Connection> {
-        super::connect::remote_connection(
-            self.server.as_deref(),
-            self.token.clone(),
-            self.insecure_skip_tls_verify,
-            self.kubeconfig.clone(),
-            self.context.clone(),
-        )
     }
 }

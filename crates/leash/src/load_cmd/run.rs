@@ -19,10 +19,10 @@ use leash_loader::{Error as LoadError, Load, Loader, Objects, Progress};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::args::Settings;
+use super::args::{Settings, SummaryFormat};
 use super::connect::{Connected, connect};
 use super::output::Sink;
-use super::summary::{ProgressView, summary};
+use super::summary::{ProgressView, summary, summary_json};
 use crate::cli_error::{self, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE};
 
 /// How often the progress bar refreshes while no page arrives.
@@ -34,9 +34,9 @@ pub(crate) async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
     let mut interrupt = Interrupt::new()?;
     let started = Instant::now();
     let deadline = settings.timeout.map(|t| started + t);
-    let connected = tokio::select! {
-        c = connect(&settings.connection) => c?,
-        () = interrupt.recv() => return Ok(interrupted_exit(None)),
+    let connected = match connect(&settings.connection, interrupt.recv()).await {
+        Err(err) if cli_error::is_interrupted(&err) => return Ok(interrupted_exit(None)),
+        c => c?,
     };
     let Connected {
         client,
@@ -124,7 +124,10 @@ async fn load(
     written.context("writing the output")?;
     sink.finish(&kinds).context("writing the output")?;
 
-    eprint!("{}", summary(&report, discovery));
+    match settings.summary {
+        SummaryFormat::Table => eprint!("{}", summary(&report, discovery)),
+        SummaryFormat::Json => eprint!("{}", summary_json(&report, discovery)),
+    }
     if was_interrupted {
         return Ok(interrupted_exit(Some(&report)));
     }

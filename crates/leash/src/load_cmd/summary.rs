@@ -168,6 +168,53 @@ pub(crate) fn summary(report: &LoadReport, discovery: Duration) -> String {
     out
 }
 
+/// The summary as one line of JSON (`--summary json`), for scripts: the
+/// table's numbers under stable names.
+///
+/// `{"kinds":[{"kind","namespace","version","objects","pages","retries",
+/// "restarts","seconds","acrossSnapshots","error"}],"total":{"kinds",
+/// "complete","objects","pages","retries","restarts","seconds"},
+/// "discoverySeconds","timedOut","errors":[...]}` (`namespace` and `error` are `null`
+/// when absent).
+pub(crate) fn summary_json(report: &LoadReport, discovery: Duration) -> String {
+    let kinds: Vec<serde_json::Value> = report
+        .kinds
+        .iter()
+        .map(|k| {
+            serde_json::json!({
+                "kind": k.kind.qualified_name(),
+                "version": k.kind.version,
+                "namespace": k.namespace,
+                "objects": k.objects,
+                "pages": k.pages,
+                "retries": k.retries,
+                "restarts": k.restarts,
+                "seconds": k.elapsed.as_secs_f64(),
+                "acrossSnapshots": k.across_snapshots,
+                "error": k.error.as_ref().map(ToString::to_string),
+            })
+        })
+        .collect();
+    let value = serde_json::json!({
+        "kinds": kinds,
+        "total": {
+            "kinds": report.kinds.len(),
+            "complete": report.kinds.iter().filter(|k| k.is_complete()).count(),
+            "objects": report.objects(),
+            "pages": report.pages(),
+            "retries": report.retries(),
+            "restarts": report.restarts(),
+            "seconds": report.elapsed.as_secs_f64(),
+        },
+        "discoverySeconds": discovery.as_secs_f64(),
+        "timedOut": report.timed_out,
+        "errors": report.errors.iter().map(ToString::to_string).collect::<Vec<_>>(),
+    });
+    let mut line = value.to_string();
+    line.push('\n');
+    line
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -219,6 +266,17 @@ mod tests {
             elapsed: Duration::from_secs(2),
             ..LoadReport::default()
         };
+        let json: serde_json::Value =
+            serde_json::from_str(&summary_json(&report, Duration::from_millis(30))).unwrap();
+        assert_eq!(json["total"]["objects"], 1205);
+        assert_eq!(json["total"]["retries"], 7);
+        assert_eq!(json["total"]["complete"], 1);
+        assert_eq!(json["kinds"][0]["namespace"], "a");
+        assert_eq!(json["kinds"][0]["acrossSnapshots"], true);
+        assert_eq!(json["kinds"][1]["kind"], "widgets.example.dev");
+        assert_eq!(json["kinds"][1]["error"], "cancelled before completion");
+        assert_eq!(json["discoverySeconds"], 0.03);
+
         let text = summary(&report, Duration::from_millis(30));
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 4, "{text}");

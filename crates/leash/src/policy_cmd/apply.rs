@@ -58,7 +58,7 @@ pub(crate) struct Args {
     #[arg(short = 'n', long, value_name = "NAMESPACE", value_delimiter = ',')]
     namespace: Vec<String>,
     #[command(flatten)]
-    connection: crate::load_cmd::args::ConnectionArgs,
+    connection: crate::connection::ConnectionArgs,
     /// Implies --cluster: an in-process sandbox with generated objects,
     /// KIND=COUNT[,...] (default pods=2000,deployments.apps=100,configmaps=500).
     #[arg(long, value_name = "KIND=COUNT,...", num_args = 0..=1, require_equals = true,
@@ -241,7 +241,7 @@ fn connection(args: &Args) -> Result<Connection> {
             crds: (0, 0),
         });
     }
-    args.connection.connection()
+    Ok(Connection::Remote(args.connection.target()?))
 }
 
 async fn run_cluster(

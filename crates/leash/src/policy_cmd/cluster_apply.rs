@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::cluster::{LiveCluster, MemoryCluster};
 use crate::cli_error::usage;
+use crate::connection::ctrl_c;
 use crate::load_cmd::args::Connection;
 use crate::load_cmd::connect::{Connected, connect};
 
@@ -83,9 +84,9 @@ pub(crate) async fn run(
         client,
         sandbox,
         server,
-    } = tokio::select! {
-        c = connect(&settings.connection) => c?,
-        _ = tokio::signal::ctrl_c() => return Ok(Outcome::interrupted()),
+    } = match connect(&settings.connection, ctrl_c()).await {
+        Err(err) if crate::cli_error::is_interrupted(&err) => return Ok(Outcome::interrupted()),
+        c => c?,
     };
     let options = LoadOptions {
         kinds: KindSelection::All {

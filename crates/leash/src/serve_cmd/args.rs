@@ -8,7 +8,7 @@ use leash_controller::leader::LeaseSettings;
 use leash_controller::{AggregateSettings, ReportsSettings, ScanSettings};
 
 use crate::cli_error::usage;
-use crate::load_cmd::args::Connection;
+use crate::connection::{ConnectionArgs, Target};
 
 /// Demo data of `--sandbox` without a value.
 pub(crate) const DEFAULT_SERVE_SANDBOX: &str = "pods=200,deployments.apps=20";
@@ -101,7 +101,7 @@ pub(crate) struct Args {
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
     shutdown_timeout: Duration,
     #[command(flatten)]
-    connection: crate::load_cmd::args::ConnectionArgs,
+    connection: ConnectionArgs,
     /// Start an in-process sandbox API server with demo data, leash's CRDs
     /// and the example policies of deploy/examples/policies, and serve it.
     #[arg(long, value_name = "KIND=COUNT,...", num_args = 0..=1, require_equals = true,
@@ -139,7 +139,9 @@ impl Components {
 
 #[derive(Debug)]
 pub(crate) struct Settings {
-    pub(crate) connection: Connection,
+    /// The cluster (unused with `--sandbox`, which conflicts with the
+    /// connection flags: `serve` starts its own).
+    pub(crate) connection: Target,
     pub(crate) components: Components,
     pub(crate) config_namespace: String,
     pub(crate) config_map: String,
@@ -206,17 +208,7 @@ impl Args {
             let identity = self.lease_identity.clone().unwrap_or_else(default_identity);
             LeaseSettings::new(&self.lease_name, &self.lease_namespace, &identity)
         });
-        let connection = if self.sandbox.is_some() {
-            // Unused: the sandbox is started by `serve` itself.
-            Connection::Kubeconfig {
-                path: None,
-                context: None,
-                token: None,
-                insecure: false,
-            }
-        } else {
-            self.connection.connection()?
-        };
+        let connection = self.connection.target()?;
         Ok(Settings {
             connection,
             components,

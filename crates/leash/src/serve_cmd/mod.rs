@@ -22,7 +22,7 @@ use tokio::sync::watch;
 pub(crate) use args::Args;
 
 use crate::cli_error::EXIT_FAILURE;
-use crate::load_cmd::connect::connect;
+use crate::connection::{Check, client_from_config};
 use crate::sandbox_cmd::Signals;
 
 /// What `/readyz` looks at.
@@ -74,9 +74,16 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         Some(spec) => {
             let sb = sandbox::start(spec, settings.sandbox_kubeconfig.as_deref()).await?;
             let config = kube::Config::new(sb.url().parse()?);
-            (leash_loader::client_from_config(config)?, Some(sb))
+            (client_from_config(config)?, Some(sb))
         }
-        None => (connect(&settings.connection).await?.client, None),
+        None => {
+            // A signal while connecting ends `serve` at once (nothing runs yet).
+            let interrupted = async {
+                signals.recv().await;
+            };
+            let connected = settings.connection.connect(Check::None, interrupted);
+            (connected.await?.client, None)
+        }
     };
 
     let mut registry = Registry::default();

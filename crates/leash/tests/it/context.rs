@@ -297,6 +297,70 @@ fn context_rejects_invalid_entries_and_unreachable_servers_with_exit_2() {
     );
 }
 
+/// Ctrl-C while the connection layer checks `/version` against a server
+/// that accepts the connection and never answers: exit 130 at once, not
+/// after the check's 15 s bound. The accepted connection is the readiness
+/// signal (no sleep).
+#[test]
+fn context_interrupted_while_connecting_exits_130() {
+    let dir = tempfile::tempdir().unwrap();
+    let entries = write(
+        dir.path(),
+        "pods.yaml",
+        "apiVersion: kyverno.io/v2beta1\nkind: GlobalContextEntry\nmetadata: {name: pods}\nspec:\n  kubernetesResource: {version: v1, resource: pods}\n",
+    );
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", silent.local_addr().unwrap());
+    let mut child = ChildGuard(
+        leash_piped(
+            "context",
+            &["-f", entries.to_str().unwrap(), "--once", "--server", &url],
+        )
+        .spawn()
+        .expect("run leash context"),
+    );
+    // Ready once leash's /version request has connected.
+    let _held = accept_within(&silent, &mut child, BOUND);
+    let sent = std::time::Instant::now();
+    send_signal(&child.0, "INT");
+    let status = wait_exit(&mut child.0, BOUND, "leash context exit after SIGINT");
+    let took = sent.elapsed();
+    let mut stderr = String::new();
+    let _ = child.0.stderr.take().unwrap().read_to_string(&mut stderr);
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    assert!(
+        took < std::time::Duration::from_secs(5),
+        "exit took {took:?} after SIGINT"
+    );
+}
+
+/// The first connection to `listener`; panics if `child` exits first or
+/// nothing connects within `bound` (a hang guard).
+fn accept_within(
+    listener: &std::net::TcpListener,
+    child: &mut ChildGuard,
+    bound: std::time::Duration,
+) -> TcpStream {
+    listener.set_nonblocking(true).unwrap();
+    let start = std::time::Instant::now();
+    loop {
+        match listener.accept() {
+            Ok((stream, _)) => return stream,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => panic!("accept: {e}"),
+        }
+        if let Some(status) = child.0.try_wait().unwrap() {
+            panic!("leash exited ({status:?}) before connecting");
+        }
+        assert!(
+            start.elapsed() < bound,
+            "nothing connected within {bound:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 /// One HTTP/1.0 GET: (status, body).
 fn get(addr: &str, path: &str) -> (u16, String) {
     let mut stream = TcpStream::connect(addr).unwrap();
