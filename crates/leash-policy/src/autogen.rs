@@ -26,6 +26,13 @@ const DEFAULT_CONTROLLERS: &[&str] = &[
     "CronJob",
 ];
 
+/// Whether `kind` is a pod controller whose pod template is
+/// `spec.template` (every autogen controller but CronJob, whose template
+/// is `spec.jobTemplate.spec.template`).
+pub(crate) fn has_pod_template(kind: &str) -> bool {
+    kind != "CronJob" && DEFAULT_CONTROLLERS.contains(&kind)
+}
+
 fn descriptions(block: &Value) -> Vec<&Value> {
     let mut out = Vec::new();
     if block.is_null() {

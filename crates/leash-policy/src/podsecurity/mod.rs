@@ -86,16 +86,6 @@ const POD_LEVEL_CONTROLS: &[&str] = &[
     "Volume Types",
 ];
 
-/// Pod controllers whose pod template is `spec.template`.
-const TEMPLATE_KINDS: &[&str] = &[
-    "DaemonSet",
-    "Deployment",
-    "Job",
-    "StatefulSet",
-    "ReplicaSet",
-    "ReplicationController",
-];
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Level {
     Privileged,
@@ -315,7 +305,7 @@ impl PodSecurity {
                 meta: &object["metadata"],
                 spec: &object["spec"],
             }
-        } else if TEMPLATE_KINDS.contains(&kind) {
+        } else if crate::autogen::has_pod_template(kind) {
             let template = &object["spec"]["template"];
             Pod {
                 meta: &template["metadata"],
@@ -432,7 +422,7 @@ impl PodSecurity {
 /// template for controllers (its `convertChecks`, which also moves
 /// `metadata` under `spec.template` for every kind).
 fn shown_field(field: &str, kind: &str) -> String {
-    let f = if TEMPLATE_KINDS.contains(&kind) {
+    let f = if crate::autogen::has_pod_template(kind) {
         field.replace("spec", "spec.template.spec")
     } else if kind == "CronJob" {
         field.replace("spec", "spec.jobTemplate.spec.template.spec")
