@@ -245,6 +245,23 @@ pub(crate) struct Filter {
     pub cluster_roles: Vec<String>,
 }
 
+impl Filter {
+    /// Whether the filter names operations and nothing else.
+    pub(crate) fn only_operations(&self) -> bool {
+        let r = &self.resources;
+        !r.operations.is_empty()
+            && r.kinds.is_empty()
+            && r.names.is_empty()
+            && r.namespaces.is_empty()
+            && r.annotations.is_empty()
+            && r.selector.is_none()
+            && r.namespace_selector.is_none()
+            && self.subjects.is_empty()
+            && self.roles.is_empty()
+            && self.cluster_roles.is_empty()
+    }
+}
+
 /// A `match` or `exclude` block.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct MatchBlock {

@@ -257,6 +257,53 @@ impl Policy {
         out
     }
 
+    /// The admission operations a webhook must send for each kind a
+    /// validate or generate rule matches, as Kyverno's webhook controller
+    /// derives them: the operations the rule's match filters name, all four
+    /// when they name none. Kyverno also drops the operations an exclude
+    /// filter names; leash drops them only when that filter names nothing
+    /// but operations (otherwise the exclusion depends on the resource, and
+    /// dropping the operation would skip resources the rule applies to).
+    pub fn webhook_operations(&self) -> Vec<(String, Vec<&'static str>)> {
+        const ALL: [crate::Operation; 4] = [
+            crate::Operation::Create,
+            crate::Operation::Update,
+            crate::Operation::Delete,
+            crate::Operation::Connect,
+        ];
+        let mut out = Vec::new();
+        for r in self
+            .rules
+            .iter()
+            .filter(|r| r.validate.is_some() || r.generate.is_some())
+        {
+            let named: Vec<crate::Operation> = r
+                .match_
+                .any
+                .iter()
+                .chain(&r.match_.all)
+                .flat_map(|f| f.resources.operations.iter().copied())
+                .collect();
+            let excluded: Vec<crate::Operation> = r
+                .exclude
+                .any
+                .iter()
+                .chain(&r.exclude.all)
+                .filter(|f| f.only_operations())
+                .flat_map(|f| f.resources.operations.iter().copied())
+                .collect();
+            let ops: Vec<&'static str> = ALL
+                .iter()
+                .filter(|o| (named.is_empty() || named.contains(o)) && !excluded.contains(o))
+                .map(|o| o.as_str())
+                .collect();
+            for k in r.match_.kinds() {
+                out.push((k.display(), ops.clone()));
+            }
+        }
+        out
+    }
+
     /// Parses and compiles a `ClusterPolicy` or `Policy` document.
     pub fn compile(doc: &Value) -> Result<Policy> {
         let kind = doc["kind"].as_str().unwrap_or("").to_string();

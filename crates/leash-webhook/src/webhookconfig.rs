@@ -13,8 +13,11 @@
 //!
 //! Each policy goes to the webhook of its `spec.failurePolicy`, and each
 //! webhook evaluates only its own policies, so a request matched by both
-//! is evaluated once per policy. Limits: every webhook rule names all
-//! four operations (a superset of Kyverno's rules; the engine filters by
+//! is evaluated once per policy. A classic rule's webhook operations are
+//! Kyverno's: those its match names, all four when it names none, less
+//! those an exclude filter names by operation alone
+//! ([`leash_policy::Policy::webhook_operations`]). ValidatingPolicies and
+//! GeneratingPolicies get all four (a superset; the engine filters by
 //! operation, so the answers are the same).
 //! Custom kinds without a group in the policy become `apiGroups: ["*"]`
 //! with the guessed plural (no discovery).
@@ -59,15 +62,16 @@ pub enum ClientTarget {
 /// One resource rule key: (group, version, scope).
 type RuleKey = (String, String, String);
 
+/// Resource rules: key → resource → the operations sent for it.
+type Rules = BTreeMap<RuleKey, BTreeMap<String, BTreeSet<&'static str>>>;
+
 const OPERATIONS: [&str; 4] = ["CREATE", "UPDATE", "DELETE", "CONNECT"];
 
 /// The webhook rules of one kind spec (`Pod`, `apps/v1/Deployment`,
 /// `v1/Pod`, `Pod/exec`, `*`).
-fn rules_of_kind(spec: &str, out: &mut BTreeMap<RuleKey, BTreeSet<String>>) {
+fn rules_of_kind(spec: &str, ops: &[&'static str], out: &mut Rules) {
     let Some(kind) = kind_of(spec) else {
-        out.entry(("*".into(), "*".into(), "*".into()))
-            .or_default()
-            .insert("*".into());
+        insert(out, ("*".into(), "*".into(), "*".into()), "*".into(), ops);
         return;
     };
     let parts: Vec<&str> = spec.split('/').collect();
@@ -94,18 +98,23 @@ fn rules_of_kind(spec: &str, out: &mut BTreeMap<RuleKey, BTreeSet<String>>) {
         Some(_) => "Cluster",
         None => "*",
     };
-    let set = out.entry((group, version, scope.to_string())).or_default();
+    let key = (group, version, scope.to_string());
     match sub {
-        Some(s) => {
-            set.insert(format!("{plural}/{s}"));
-        }
-        None => {
-            if plural == "pods" {
-                set.insert("pods/ephemeralcontainers".to_string());
-            }
-            set.insert(plural);
-        }
+        Some(s) => insert(out, key, format!("{plural}/{s}"), ops),
+        None => insert(out, key, plural, ops),
     }
+}
+
+/// Adds `resource` (and, for pods, `pods/ephemeralcontainers`) with `ops`.
+fn insert(out: &mut Rules, key: RuleKey, resource: String, ops: &[&'static str]) {
+    let resources = out.entry(key).or_default();
+    if resource == "pods" {
+        resources
+            .entry("pods/ephemeralcontainers".to_string())
+            .or_default()
+            .extend(ops);
+    }
+    resources.entry(resource).or_default().extend(ops);
 }
 
 /// The configuration for `engine`'s admission-enabled policies.
@@ -116,16 +125,16 @@ pub fn build_configuration(
     timeout_seconds: u8,
     engine: &Engine,
 ) -> ValidatingWebhookConfiguration {
-    let mut fail: BTreeMap<RuleKey, BTreeSet<String>> = BTreeMap::new();
-    let mut ignore: BTreeMap<RuleKey, BTreeSet<String>> = BTreeMap::new();
+    let mut fail = Rules::new();
+    let mut ignore = Rules::new();
     for p in engine.policies().iter().filter(|p| p.admission()) {
         let rules = if p.ignores_webhook_failures() {
             &mut ignore
         } else {
             &mut fail
         };
-        for k in p.matched_kinds().into_iter().chain(p.trigger_kinds()) {
-            rules_of_kind(&k, rules);
+        for (k, ops) in p.webhook_operations() {
+            rules_of_kind(&k, &ops, rules);
         }
     }
     let validating = engine
@@ -151,16 +160,16 @@ pub fn build_configuration(
                 None => "*",
             }
         };
+        // Every operation: the engine filters by the policy's own.
         let rules = if ignores { &mut ignore } else { &mut fail };
-        let set = rules
-            .entry((group, version, scope.to_string()))
-            .or_default();
-        if plural == "pods" {
-            set.insert("pods/ephemeralcontainers".to_string());
-        }
-        set.insert(plural);
+        insert(
+            rules,
+            (group, version, scope.to_string()),
+            plural,
+            &OPERATIONS,
+        );
     }
-    let webhook = |policy: FailurePolicy, rules: BTreeMap<RuleKey, BTreeSet<String>>| {
+    let webhook = |policy: FailurePolicy, rules: Rules| {
         let suffix = match policy {
             FailurePolicy::Fail => "fail",
             FailurePolicy::Ignore => "ignore",
@@ -193,12 +202,26 @@ pub fn build_configuration(
             rules: Some(
                 rules
                     .into_iter()
-                    .map(|((group, version, scope), resources)| RuleWithOperations {
-                        api_groups: Some(vec![group]),
-                        api_versions: Some(vec![version]),
-                        operations: Some(OPERATIONS.iter().map(|s| s.to_string()).collect()),
-                        resources: Some(resources.into_iter().collect()),
-                        scope: Some(scope),
+                    .flat_map(|((group, version, scope), resources)| {
+                        // One rule per set of operations.
+                        let mut by_ops: BTreeMap<Vec<&'static str>, Vec<String>> = BTreeMap::new();
+                        for (resource, ops) in resources {
+                            let ops: Vec<&'static str> = OPERATIONS
+                                .iter()
+                                .copied()
+                                .filter(|o| ops.contains(o))
+                                .collect();
+                            by_ops.entry(ops).or_default().push(resource);
+                        }
+                        by_ops.into_iter().filter(|(ops, _)| !ops.is_empty()).map(
+                            move |(ops, resources)| RuleWithOperations {
+                                api_groups: Some(vec![group.clone()]),
+                                api_versions: Some(vec![version.clone()]),
+                                operations: Some(ops.iter().map(|s| s.to_string()).collect()),
+                                resources: Some(resources),
+                                scope: Some(scope.clone()),
+                            },
+                        )
                     })
                     .collect(),
             ),
@@ -515,6 +538,57 @@ mod tests {
             "https://127.0.0.1:9443/validate/ignore"
         );
         assert_eq!(resources(&ignore), ["configmaps", "jobs"]);
+    }
+
+    #[test]
+    fn operations_come_from_the_rules_match_and_operation_only_excludes() {
+        let rule =
+            |name: &str, kind: &str, matched: serde_json::Value, exclude: serde_json::Value| {
+                json!({"name": name,
+                "match": {"any": [{"resources": {"kinds": [kind], "operations": matched}}]},
+                "exclude": exclude,
+                "validate": {"message": "m", "pattern": {"metadata": {"name": "?*"}}}})
+            };
+        let e = engine(&[
+            json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+            "metadata": {"name": "ops"},
+            "spec": {"rules": [
+                rule("a", "Namespace", json!(["CREATE", "UPDATE"]), json!(null)),
+                rule("b", "ConfigMap", json!(null), json!({"any": [{"resources": {"operations": ["DELETE", "CONNECT"]}}]})),
+                // An exclusion that depends on the resource keeps the operation.
+                rule("c", "Secret", json!(null), json!({"any": [{"resources": {"operations": ["DELETE"], "names": ["x"]}}]})),
+                rule("d", "Namespace", json!(["DELETE"]), json!(null)),
+            ]}}),
+        ]);
+        let cfg = build_configuration(
+            "c",
+            &ClientTarget::Url("https://127.0.0.1:9443/validate".into()),
+            "CA",
+            10,
+            &e,
+        );
+        let v = serde_json::to_value(&cfg).unwrap();
+        let ops_of = |resource: &str| -> serde_json::Value {
+            v["webhooks"][0]["rules"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| {
+                    r["resources"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|x| x == resource)
+                })
+                .map(|r| r["operations"].clone())
+                .unwrap_or_else(|| panic!("no rule for {resource}: {v}"))
+        };
+        assert_eq!(ops_of("namespaces"), json!(["CREATE", "UPDATE", "DELETE"]));
+        assert_eq!(ops_of("configmaps"), json!(["CREATE", "UPDATE"]));
+        assert_eq!(
+            ops_of("secrets"),
+            json!(["CREATE", "UPDATE", "DELETE", "CONNECT"])
+        );
     }
 
     #[test]
