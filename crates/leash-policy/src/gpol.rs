@@ -186,6 +186,14 @@ impl GeneratingPolicy {
         out
     }
 
+    /// [`GeneratingPolicy::matched_resources`], each with the admission
+    /// operations its resource rule names: what the webhook registers.
+    pub fn matched_resource_operations(&self) -> Vec<crate::vpol::ResourceOperations> {
+        let mut out = Vec::new();
+        self.matching.resources_with_operations(&mut out);
+        out
+    }
+
     /// What the policy generates for a trigger: None when its match
     /// constraints do not select it; Skip when a match condition is false;
     /// Pass with the downstreams; Error when an expression fails.

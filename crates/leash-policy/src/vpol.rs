@@ -188,6 +188,10 @@ impl<'a> Target<'a> {
     }
 }
 
+/// A resource of a resource rule, `(group, version, resource)`, and the
+/// admission operations the rule names.
+pub type ResourceOperations = ((String, String, String), Vec<&'static str>);
+
 /// `matchConstraints`.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct MatchResources {
@@ -200,6 +204,26 @@ pub(crate) struct MatchResources {
 impl MatchResources {
     /// The `(group, version, plural)` of every resource rule; `*` stays
     /// `*`, subresources are left out.
+    /// As [`MatchResources::resources`], each with the admission operations
+    /// its resource rule names (`*`: all four).
+    pub(crate) fn resources_with_operations(&self, out: &mut Vec<ResourceOperations>) {
+        const ALL: [&str; 4] = ["CREATE", "UPDATE", "DELETE", "CONNECT"];
+        for r in &self.rules {
+            let ops: Vec<&'static str> = ALL
+                .iter()
+                .copied()
+                .filter(|o| r.operations.iter().any(|x| x == "*" || x == o))
+                .collect();
+            let mut resources = Vec::new();
+            MatchResources {
+                rules: vec![r.clone()],
+                ..MatchResources::default()
+            }
+            .resources(&mut resources);
+            out.extend(resources.into_iter().map(|res| (res, ops.clone())));
+        }
+    }
+
     pub(crate) fn resources(&self, out: &mut Vec<(String, String, String)>) {
         for r in &self.rules {
             for g in &r.groups {
@@ -412,6 +436,16 @@ impl ValidatingPolicy {
         let mut out = Vec::new();
         for body in std::iter::once(&self.body).chain(&self.autogen) {
             body.matching.resources(&mut out);
+        }
+        out
+    }
+
+    /// [`ValidatingPolicy::matched_resources`], each with the admission
+    /// operations its resource rule names: what the webhook registers.
+    pub fn matched_resource_operations(&self) -> Vec<ResourceOperations> {
+        let mut out = Vec::new();
+        for body in std::iter::once(&self.body).chain(&self.autogen) {
+            body.matching.resources_with_operations(&mut out);
         }
         out
     }

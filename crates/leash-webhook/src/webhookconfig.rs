@@ -16,9 +16,8 @@
 //! is evaluated once per policy. A classic rule's webhook operations are
 //! Kyverno's: those its match names, all four when it names none, less
 //! those an exclude filter names by operation alone
-//! ([`leash_policy::Policy::webhook_operations`]). ValidatingPolicies and
-//! GeneratingPolicies get all four (a superset; the engine filters by
-//! operation, so the answers are the same).
+//! ([`leash_policy::Policy::webhook_operations`]); a ValidatingPolicy's or
+//! GeneratingPolicy's are those of its resource rules.
 //! Custom kinds without a group in the policy become `apiGroups: ["*"]`
 //! with the guessed plural (no discovery).
 //!
@@ -143,14 +142,17 @@ pub fn build_configuration(
         .filter(|v| v.admission())
         .flat_map(|v| {
             let ignores = v.ignores_webhook_failures();
-            v.matched_resources().into_iter().map(move |r| (ignores, r))
+            v.matched_resource_operations()
+                .into_iter()
+                .map(move |r| (ignores, r))
         });
     // A GeneratingPolicy's triggers come through the `Fail` webhook too.
-    let generating = engine
-        .generating_policies()
-        .iter()
-        .flat_map(|g| g.matched_resources().into_iter().map(|r| (false, r)));
-    for (ignores, (group, version, plural)) in validating.chain(generating) {
+    let generating = engine.generating_policies().iter().flat_map(|g| {
+        g.matched_resource_operations()
+            .into_iter()
+            .map(|r| (false, r))
+    });
+    for (ignores, ((group, version, plural), ops)) in validating.chain(generating) {
         let scope = if group == "*" || plural == "*" {
             "*"
         } else {
@@ -160,14 +162,8 @@ pub fn build_configuration(
                 None => "*",
             }
         };
-        // Every operation: the engine filters by the policy's own.
         let rules = if ignores { &mut ignore } else { &mut fail };
-        insert(
-            rules,
-            (group, version, scope.to_string()),
-            plural,
-            &OPERATIONS,
-        );
+        insert(rules, (group, version, scope.to_string()), plural, &ops);
     }
     let webhook = |policy: FailurePolicy, rules: Rules| {
         let suffix = match policy {
@@ -483,7 +479,9 @@ mod tests {
                     "Namespaced"
                 ),
                 rule("apps", "v1", json!(["deployments"]), "Namespaced"),
-                rule("batch", "v1", json!(["jobs"]), "Namespaced"),
+                // The ValidatingPolicy's resource rule names CREATE only.
+                json!({"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE"],
+                       "resources": ["jobs"], "scope": "Namespaced"}),
                 rule("example.com", "v1", json!(["widgets"]), "*"),
             ]),
             "{}",
