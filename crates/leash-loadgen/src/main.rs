@@ -90,6 +90,12 @@ enum Mode {
     },
 }
 
+/// The same allocator as the `leash` binary (see the workspace Cargo.toml):
+/// `review --policies` hosts leash's webhook in this process, and its
+/// figures should be those of the product.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let args = Args::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()

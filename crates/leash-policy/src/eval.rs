@@ -11,7 +11,7 @@ use crate::conditions::{self, CondOp};
 use crate::images;
 use crate::matching::Target;
 use crate::pattern::{self, Mismatch};
-use crate::policy::{Check, ContextEntry, ContextSource, Foreach, Policy, Rule};
+use crate::policy::{Check, ContextEntry, ContextSource, Foreach, Pattern, Policy, Rule};
 use crate::request::{ClusterData, EvalRequest, Operation};
 use crate::result::{RuleResult, Source, Status};
 use crate::vars::{self, Mode, Vars, to_var};
@@ -253,6 +253,7 @@ impl Policy {
         &self,
         rule: &Rule,
         req: &EvalRequest,
+        target: &Target<'_>,
         bindings: &'b Bindings,
     ) -> Option<(Vec<&'b (String, Value)>, Operation)> {
         let bound = bindings.for_rule(&self.name, &rule.base_name, req.name());
@@ -263,12 +264,10 @@ impl Policy {
             .and_then(|(_, v)| v.as_str())
             .and_then(Operation::parse)
             .unwrap_or(req.operation);
-        let target = Target::of(
-            &req.object,
-            req.namespace_labels.as_ref(),
+        let target = Target {
             operation,
-            &req.user_info,
-        );
+            ..*target
+        };
         (rule.match_.matches(&target) && !rule.exclude.excludes(&target))
             .then_some((bound, operation))
     }
@@ -289,11 +288,13 @@ impl Policy {
         {
             return;
         }
+        // The resource's identity, read once for all the rules.
+        let target = req.target();
         for rule in &self.rules {
             if !wanted(rule) {
                 continue;
             }
-            let Some((bound, operation)) = self.selects(rule, req, bindings) else {
+            let Some((bound, operation)) = self.selects(rule, req, &target, bindings) else {
                 continue;
             };
             let make = || {
@@ -486,8 +487,17 @@ impl RuleCtx<'_> {
         }
     }
 
-    fn check_pattern(&self, pattern: &Value, vars: &Lazy<'_>, scope: &Value) -> Outcome {
-        let pattern = match self.substituted(pattern, vars) {
+    /// A pattern with its variables substituted; borrowed as compiled when
+    /// it has none.
+    fn pattern<'d>(&self, p: &'d Pattern, vars: &Lazy<'_>) -> Result<Cow<'d, Value>, String> {
+        if !p.has_vars {
+            return Ok(Cow::Borrowed(&p.doc));
+        }
+        self.substituted(&p.doc, vars)
+    }
+
+    fn check_pattern(&self, pattern: &Pattern, vars: &Lazy<'_>, scope: &Value) -> Outcome {
+        let pattern = match self.pattern(pattern, vars) {
             Ok(p) => p,
             Err(e) => {
                 return Outcome::new(Status::Error, format!("variable substitution failed: {e}"));
@@ -505,12 +515,12 @@ impl RuleCtx<'_> {
         }
     }
 
-    fn check_any_pattern(&self, patterns: &[Value], vars: &Lazy<'_>, scope: &Value) -> Outcome {
+    fn check_any_pattern(&self, patterns: &[Pattern], vars: &Lazy<'_>, scope: &Value) -> Outcome {
         let name = self.rule_name();
         let mut failed = Vec::new();
         let mut skipped = Vec::new();
         for (i, p) in patterns.iter().enumerate() {
-            let p = match self.substituted(p, vars) {
+            let p = match self.pattern(p, vars) {
                 Ok(p) => p,
                 Err(e) => {
                     return Outcome::new(

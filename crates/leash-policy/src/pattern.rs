@@ -84,7 +84,7 @@ impl Err {
 
 /// Matches `resource` against `pattern` (variables already substituted).
 pub fn match_pattern(resource: &Value, pattern: &Value) -> Result<(), Mismatch> {
-    match element(resource, pattern, "/") {
+    match element(resource, pattern, &Path::ROOT) {
         Ok(()) => Ok(()),
         Err(e) if e.is_skip() => Err(Mismatch::Skip {
             message: e.message().to_string(),
@@ -118,7 +118,57 @@ fn display(v: &Value) -> String {
     }
 }
 
-fn element(resource: &Value, pattern: &Value, path: &str) -> Result<(), Err> {
+/// Where in the resource the matcher stands: a chain of segments on the
+/// stack, rendered (`/spec/containers/0/`) only when a message needs it, so
+/// that a pattern that holds costs no string building.
+#[derive(Clone, Copy)]
+struct Path<'a> {
+    parent: Option<&'a Path<'a>>,
+    seg: Seg<'a>,
+}
+
+#[derive(Clone, Copy)]
+enum Seg<'a> {
+    Root,
+    Key(&'a str),
+    Index(usize),
+}
+
+impl<'a> Path<'a> {
+    const ROOT: Path<'static> = Path {
+        parent: None,
+        seg: Seg::Root,
+    };
+
+    fn key(&'a self, key: &'a str) -> Path<'a> {
+        Path {
+            parent: Some(self),
+            seg: Seg::Key(key),
+        }
+    }
+
+    fn index(&'a self, index: usize) -> Path<'a> {
+        Path {
+            parent: Some(self),
+            seg: Seg::Index(index),
+        }
+    }
+}
+
+impl std::fmt::Display for Path<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(parent) = self.parent {
+            parent.fmt(f)?;
+        }
+        match self.seg {
+            Seg::Root => f.write_str("/"),
+            Seg::Key(key) => write!(f, "{key}/"),
+            Seg::Index(i) => write!(f, "{i}/"),
+        }
+    }
+}
+
+fn element(resource: &Value, pattern: &Value, path: &Path<'_>) -> Result<(), Err> {
     match pattern {
         Value::Object(p) => match resource {
             Value::Object(r) => map(r, p, path),
@@ -170,7 +220,11 @@ fn has_nested_anchor(v: &Value) -> bool {
     }
 }
 
-fn map(resource: &Map<String, Value>, pattern: &Map<String, Value>, path: &str) -> Result<(), Err> {
+fn map(
+    resource: &Map<String, Value>,
+    pattern: &Map<String, Value>,
+    path: &Path<'_>,
+) -> Result<(), Err> {
     let expanded;
     let pattern = match expand_metadata_wildcards(pattern, resource) {
         Some(p) => {
@@ -186,10 +240,11 @@ fn map(resource: &Map<String, Value>, pattern: &Map<String, Value>, path: &str) 
         }
     }
     // Phase 2: plain keys, those holding nested anchors first.
-    let plain = pattern.iter().filter(|(k, _)| parse_anchor(k).is_none());
-    let (nested, rest): (Vec<_>, Vec<_>) = plain.partition(|(_, v)| has_nested_anchor(v));
-    for (key, sub) in nested.into_iter().chain(rest) {
-        let current = format!("{path}{key}/");
+    let plain = || pattern.iter().filter(|(k, _)| parse_anchor(k).is_none());
+    let nested = plain().filter(|(_, v)| has_nested_anchor(v));
+    let rest = plain().filter(|(_, v)| !has_nested_anchor(v));
+    for (key, sub) in nested.chain(rest) {
+        let current = path.key(key);
         let value = resource.get(key.as_str()).unwrap_or(&Value::Null);
         if sub.as_str() == Some("*") {
             if value.is_null() {
@@ -210,9 +265,9 @@ fn anchored(
     key: &str,
     sub: &Value,
     resource: &Map<String, Value>,
-    path: &str,
+    path: &Path<'_>,
 ) -> Result<(), Err> {
-    let current = format!("{path}{key}/");
+    let current = path.key(key);
     let value = resource.get(key);
     match anchor {
         Anchor::Condition => match value {
@@ -234,7 +289,7 @@ fn anchored(
         },
         Anchor::Negation => match value {
             Some(_) => Err(Err::Negation(
-                current.clone(),
+                current.to_string(),
                 format!("{current} is not allowed"),
             )),
             None => Ok(()),
@@ -244,24 +299,24 @@ fn anchored(
             Some(Value::Array(items)) => {
                 let Value::Array(patterns) = sub else {
                     return Err(Err::Fail(
-                        current,
+                        current.to_string(),
                         "invalid pattern: the existence anchor needs a list pattern".to_string(),
                     ));
                 };
                 for p in patterns {
                     if !p.is_object() {
                         return Err(Err::Fail(
-                            current,
+                            current.to_string(),
                             "invalid pattern: existence anchor list items must be maps".to_string(),
                         ));
                     }
                     let found = items
                         .iter()
                         .enumerate()
-                        .any(|(i, item)| element(item, p, &format!("{current}{i}/")).is_ok());
+                        .any(|(i, item)| element(item, p, &current.index(i)).is_ok());
                     if !found {
                         return Err(Err::Fail(
-                            current.clone(),
+                            current.to_string(),
                             format!("existence anchor validation failed at path {current}"),
                         ));
                     }
@@ -269,7 +324,7 @@ fn anchored(
                 Ok(())
             }
             Some(other) => Err(Err::Fail(
-                current,
+                current.to_string(),
                 format!(
                     "invalid resource type {}: existence ^() anchor can be used only on list/array type resource",
                     type_name(other)
@@ -279,7 +334,7 @@ fn anchored(
     }
 }
 
-fn array(resource: &[Value], pattern: &[Value], path: &str) -> Result<(), Err> {
+fn array(resource: &[Value], pattern: &[Value], path: &Path<'_>) -> Result<(), Err> {
     let Some(first) = pattern.first() else {
         return Err(Err::Fail(
             path.to_string(),
@@ -291,7 +346,7 @@ fn array(resource: &[Value], pattern: &[Value], path: &str) -> Result<(), Err> {
             let mut applied = 0;
             let mut skips = Vec::new();
             for (i, item) in resource.iter().enumerate() {
-                match element(item, first, &format!("{path}{i}/")) {
+                match element(item, first, &path.index(i)) {
                     Ok(()) => applied += 1,
                     Err(e) if e.is_skip() => skips.push(e),
                     Err(e) => return Err(e),
@@ -325,7 +380,7 @@ fn array(resource: &[Value], pattern: &[Value], path: &str) -> Result<(), Err> {
             let mut applied = 0;
             let mut skips = Vec::new();
             for (i, p) in pattern.iter().enumerate() {
-                match element(&resource[i], p, &format!("{path}{i}/")) {
+                match element(&resource[i], p, &path.index(i)) {
                     Ok(()) => applied += 1,
                     Err(e) if e.is_skip() => skips.push(e),
                     Err(e) => return Err(e),
@@ -341,6 +396,9 @@ fn array(resource: &[Value], pattern: &[Value], path: &str) -> Result<(), Err> {
             }
             Ok(())
         }
+        // A scalar pattern in a list: every element must match it (the
+        // list is copied only for the message of a mismatch).
+        scalar if resource.iter().all(|item| value::validate(item, scalar)) => Ok(()),
         _ => element(&Value::Array(resource.to_vec()), first, path),
     }
 }

@@ -81,8 +81,8 @@ pub(crate) struct Validate {
 /// What a validate (or a foreach level) checks.
 #[derive(Debug)]
 pub(crate) enum Check {
-    Pattern(Value),
-    AnyPattern(Vec<Value>),
+    Pattern(Pattern),
+    AnyPattern(Vec<Pattern>),
     Deny(Value),
     Foreach(Vec<Foreach>),
     Cel(Box<CelRule>),
@@ -90,6 +90,24 @@ pub(crate) enum Check {
     PodSecurity(Box<crate::podsecurity::PodSecurity>),
     /// A kind of check this engine does not evaluate (named).
     Unsupported(&'static str),
+}
+
+/// A validate `pattern` (or one of `anyPattern`), with whether it holds
+/// variables known from compiling it: most hold none, and are matched in
+/// place without walking them first.
+#[derive(Debug)]
+pub(crate) struct Pattern {
+    pub doc: Value,
+    pub has_vars: bool,
+}
+
+impl Pattern {
+    fn new(doc: &Value) -> Pattern {
+        Pattern {
+            has_vars: crate::vars::has_vars(doc),
+            doc: doc.clone(),
+        }
+    }
 }
 
 /// One `foreach` declaration.
@@ -538,7 +556,7 @@ fn compile_check(
     };
     if let Some(p) = v.get("pattern").filter(|p| !p.is_null()) {
         collect(cache, p, &format!("{field}.pattern"))?;
-        return Ok(Check::Pattern(p.clone()));
+        return Ok(Check::Pattern(Pattern::new(p)));
     }
     if let Some(p) = v.get("anyPattern").filter(|p| !p.is_null()) {
         let Some(list) = p.as_array() else {
@@ -548,7 +566,7 @@ fn compile_check(
             ));
         };
         collect(cache, p, &format!("{field}.anyPattern"))?;
-        return Ok(Check::AnyPattern(list.clone()));
+        return Ok(Check::AnyPattern(list.iter().map(Pattern::new).collect()));
     }
     if let Some(d) = v.get("deny").filter(|d| !d.is_null()) {
         let conditions = d.get("conditions").cloned().unwrap_or(Value::Null);

@@ -110,6 +110,16 @@ impl EvalRequest {
     pub fn namespace(&self) -> &str {
         self.object["metadata"]["namespace"].as_str().unwrap_or("")
     }
+
+    /// What `match` / `exclude` look at, for the request's own operation.
+    pub(crate) fn target(&self) -> crate::matching::Target<'_> {
+        crate::matching::Target::of(
+            &self.object,
+            self.namespace_labels.as_ref(),
+            self.operation,
+            &self.user_info,
+        )
+    }
 }
 
 /// Read access to cluster data that rules may look up (`context.configMap`,

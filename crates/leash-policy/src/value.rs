@@ -3,6 +3,7 @@
 //! `!`, ranges `a-b` / `a!-b`), numbers, quantities, durations and
 //! wildcard strings.
 
+use std::borrow::Cow;
 use std::cmp::Ordering;
 use std::sync::OnceLock;
 
@@ -180,27 +181,26 @@ fn number_string(value: &Value) -> Option<String> {
 fn validate_string(value: &Value, pattern: &str, op: Op) -> bool {
     // Durations first (both sides must be durations), then quantities (which
     // cover plain numbers), then strings (equality only, with wildcards).
-    if let (Some(p), Some(v)) = (
-        parse_duration_strict(pattern),
-        number_string(value).and_then(|s| parse_duration_strict(&s)),
-    ) && let Some(ord) = v.partial_cmp(&p)
+    // The resource side is read only once the pattern side parsed.
+    if let Some(p) = parse_duration_strict(pattern)
+        && let Some(v) = number_string(value).and_then(|s| parse_duration_strict(&s))
+        && let Some(ord) = v.partial_cmp(&p)
     {
         return ordering_satisfies(ord, op);
     }
-    if let (Some(p), Some(v)) = (
-        Quantity::parse(pattern),
-        number_string(value).and_then(|s| Quantity::parse(&s)),
-    ) {
+    if let Some(p) = Quantity::parse(pattern)
+        && let Some(v) = number_string(value).and_then(|s| Quantity::parse(&s))
+    {
         return ordering_satisfies(v.cmp_to(p), op);
     }
     if matches!(op, Op::Equal | Op::NotEqual) {
-        let text = match value {
-            Value::String(s) => s.clone(),
-            Value::Number(n) => match n.as_i64() {
+        let text: Cow<'_, str> = match value {
+            Value::String(s) => Cow::Borrowed(s),
+            Value::Number(n) => Cow::Owned(match n.as_i64() {
                 Some(i) => i.to_string(),
                 None => format!("{:E}", n.as_f64().unwrap_or(0.0)),
-            },
-            Value::Bool(b) => b.to_string(),
+            }),
+            Value::Bool(b) => Cow::Borrowed(if *b { "true" } else { "false" }),
             _ => return false,
         };
         let matched = wildcard::matches(pattern, &text);

@@ -110,11 +110,7 @@ impl ExprCache {
     /// Finds and compiles every `{{ ... }}` of a document (non-nested ones).
     pub(crate) fn collect(&mut self, doc: &Value) -> Result<(), String> {
         match doc {
-            Value::String(s) => {
-                for expr in scan_vars(s) {
-                    self.add(&expr)?;
-                }
-            }
+            Value::String(s) => self.add_scanned(s)?,
             Value::Array(a) => {
                 for v in a {
                     self.collect(v)?;
@@ -122,13 +118,21 @@ impl ExprCache {
             }
             Value::Object(m) => {
                 for (k, v) in m {
-                    for expr in scan_vars(k) {
-                        self.add(&expr)?;
-                    }
+                    self.add_scanned(k)?;
                     self.collect(v)?;
                 }
             }
             _ => {}
+        }
+        Ok(())
+    }
+
+    fn add_scanned(&mut self, s: &str) -> Result<(), String> {
+        for (expr, braces) in scan_vars(s) {
+            match self.add(&expr) {
+                Err(_) if braces => {}
+                other => other?,
+            }
         }
         Ok(())
     }
@@ -152,18 +156,59 @@ impl ExprCache {
     }
 }
 
-/// The `{{ ... }}` expressions (outermost, without nesting) of a string.
-fn scan_vars(s: &str) -> Vec<String> {
+/// The `{{ ... }}` expressions of a string that hold no nested variable,
+/// cut exactly as `substitute_str` cuts them (so a JMESPath literal with
+/// braces, `{{ a || \`{}\` }}`, is found and cached too). The flag says
+/// whether the text holds a brace of its own: such a cut may not be a whole
+/// expression, so failing to compile it is left to evaluation.
+fn scan_vars(s: &str) -> Vec<(String, bool)> {
+    let chars: Vec<char> = s.chars().collect();
     let mut out = Vec::new();
-    let mut rest = s;
-    while let Some(start) = rest.find("{{") {
-        let after = &rest[start + 2..];
-        let Some(end) = after.find("}}") else { break };
-        let inner = &after[..end];
-        if !inner.contains('{') {
-            out.push(inner.trim().to_string());
+    // Open variables, innermost last: their text so far, and whether a
+    // nested variable was opened inside (then the text is not final).
+    let mut stack: Vec<(String, bool)> = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let next = chars.get(i + 1).copied();
+        if stack.is_empty() {
+            if c == '\\' && next == Some('{') && chars.get(i + 2) == Some(&'{') {
+                // Escaped `\{{ x }}`: literal up to its `}}`.
+                let rest: String = chars[i + 1..].iter().collect();
+                let end = rest.find("}}").map(|e| e + 2).unwrap_or(rest.len());
+                i += 1 + rest[..end].chars().count();
+                continue;
+            }
+            if c == '{' && next == Some('{') {
+                stack.push((String::new(), false));
+                i += 2;
+                continue;
+            }
+            i += 1;
+            continue;
         }
-        rest = &after[end + 2..];
+        if c == '{' && next == Some('{') {
+            if let Some(top) = stack.last_mut() {
+                top.1 = true;
+            }
+            stack.push((String::new(), false));
+            i += 2;
+            continue;
+        }
+        if c == '}' && next == Some('}') {
+            if let Some((text, nested)) = stack.pop()
+                && !nested
+            {
+                let braces = text.contains(['{', '}']);
+                out.push((text.trim().to_string(), braces));
+            }
+            i += 2;
+            continue;
+        }
+        if let Some(top) = stack.last_mut() {
+            top.0.push(c);
+        }
+        i += 1;
     }
     out
 }
@@ -259,6 +304,13 @@ fn substitute_str(
 ) -> Result<Value, String> {
     if !s.contains("{{") {
         return Ok(Value::String(s.to_string()));
+    }
+    // The common shape, one whole-string variable (`{{ request.object.x }}`),
+    // keeps the value's type and needs no scan.
+    if let Some(inner) = s.strip_prefix("{{").and_then(|r| r.strip_suffix("}}"))
+        && !inner.contains(['{', '}', '\\'])
+    {
+        return resolve(inner, vars, cache, mode, delete);
     }
     let chars: Vec<char> = s.chars().collect();
     let mut out = String::new();
@@ -420,6 +472,37 @@ mod tests {
         ] {
             assert_eq!(sub(input).unwrap(), want, "{input}");
         }
+    }
+
+    #[test]
+    fn every_expression_substitution_reads_is_compiled_up_front() {
+        // What `scan_vars` cuts must be what substitution looks up, braces
+        // of JMESPath literals included, or the expression is compiled
+        // again on every evaluation.
+        for (doc, want) in [
+            ("{{ a.b }}", vec!["a.b"]),
+            ("x-{{a}}-{{ b }}", vec!["a", "b"]),
+            ("{{ a || `{}` }}", vec!["a || `{}`"]),
+            (
+                "{{ items(a || `{}`, 'k', 'v') | length(@) }}",
+                vec!["items(a || `{}`, 'k', 'v') | length(@)"],
+            ),
+            ("{{ a.{{'b'}} }}", vec!["'b'"]),
+            ("\\{{ not.a.var }} {{ c }}", vec!["c"]),
+        ] {
+            let got: Vec<String> = scan_vars(doc).into_iter().map(|(e, _)| e).collect();
+            assert_eq!(got, want, "{doc}");
+            let mut cache = ExprCache::default();
+            cache.collect(&json!(doc)).unwrap();
+            for e in want {
+                assert!(cache.exprs.contains_key(e), "{doc}: {e} not cached");
+            }
+        }
+        // A cut holding braces that does not compile is left to evaluation;
+        // one without braces is the policy's error.
+        let mut cache = ExprCache::default();
+        assert!(cache.collect(&json!("{{ `{\"a\":{\"b\":1}}` }}")).is_ok());
+        assert!(cache.collect(&json!("{{ a[ }}")).is_err());
     }
 
     #[test]

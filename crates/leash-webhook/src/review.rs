@@ -52,7 +52,7 @@ impl ReviewRequest {
 /// Parses a request body.
 pub fn parse(body: &[u8]) -> Result<ReviewRequest, BadReview> {
     let bad = |m: String| BadReview(m);
-    let doc: Value =
+    let mut doc: Value =
         serde_json::from_slice(body).map_err(|e| bad(format!("request body is not JSON: {e}")))?;
     let Some(top) = doc.as_object() else {
         return Err(bad("request body is not a JSON object".into()));
@@ -69,7 +69,12 @@ pub fn parse(body: &[u8]) -> Result<ReviewRequest, BadReview> {
             "unsupported kind {kind:?}: want \"AdmissionReview\""
         )));
     }
-    let Some(req) = top.get("request").and_then(Value::as_object) else {
+    // The objects are moved out of the parsed review, not copied.
+    let Some(req) = doc.get_mut("request").and_then(Value::as_object_mut) else {
+        return Err(bad("AdmissionReview has no request object".into()));
+    };
+    let (object, old_object) = (req.remove("object"), req.remove("oldObject"));
+    let Some(req) = doc.get("request").and_then(Value::as_object) else {
         return Err(bad("AdmissionReview has no request object".into()));
     };
     let text = |k: &str| req.get(k).and_then(Value::as_str).unwrap_or("").to_string();
@@ -90,14 +95,14 @@ pub fn parse(body: &[u8]) -> Result<ReviewRequest, BadReview> {
             .unwrap_or("")
             .to_string()
     };
-    let object = match req.get("object") {
+    let object = match object {
         Some(Value::Null) | None => None,
-        Some(v @ Value::Object(_)) => Some(Arc::new(v.clone())),
+        Some(v @ Value::Object(_)) => Some(Arc::new(v)),
         Some(_) => return Err(bad("request.object is not an object".into())),
     };
-    let old_object = match req.get("oldObject") {
+    let old_object = match old_object {
         Some(Value::Null) | None => None,
-        Some(v @ Value::Object(_)) => Some(Arc::new(v.clone())),
+        Some(v @ Value::Object(_)) => Some(Arc::new(v)),
         Some(_) => return Err(bad("request.oldObject is not an object".into())),
     };
     let resource = match operation {

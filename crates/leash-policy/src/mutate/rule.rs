@@ -87,7 +87,9 @@ impl Policy {
             {
                 return (current, out, targets);
             }
-            let Some((bound, operation)) = self.selects(rule, &cur_req, bindings) else {
+            let Some((bound, operation)) =
+                self.selects(rule, &cur_req, &cur_req.target(), bindings)
+            else {
                 continue;
             };
             let result = |status: Status, message: String| RuleResult {
