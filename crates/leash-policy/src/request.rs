@@ -123,7 +123,8 @@ impl EvalRequest {
 }
 
 /// Read access to cluster data that rules may look up (`context.configMap`,
-/// `apiCall`, `globalReference`, CEL `resource.Get/List`, `globalContext.Get`).
+/// `apiCall`, `globalReference`, CEL `resource.Get/List`, `globalContext.Get`,
+/// `image.GetMetadata`).
 ///
 /// The engine never does I/O itself: the caller supplies this (a test's
 /// `Context` file, a snapshot loaded from the cluster, the global context
@@ -151,6 +152,16 @@ pub trait ClusterData: Send + Sync + std::fmt::Debug {
     /// A global context entry's data (`projection` None) or one projection.
     fn global(&self, entry: &str, projection: Option<&str>) -> Option<Value> {
         let _ = (entry, projection);
+        None
+    }
+
+    /// The metadata of an image, looked up by the exact reference a rule
+    /// names (CEL `image.GetMetadata`): Kyverno's `ImageData` object
+    /// (`image`, `resolvedImage`, `registry`, `repository`, `tag`,
+    /// `digest`, `imageIndex`, `manifest`, `config`). The engine reads no
+    /// registry; `leash test` serves a `Context` file's `spec.images`.
+    fn image_data(&self, image: &str) -> Option<Value> {
+        let _ = image;
         None
     }
 }

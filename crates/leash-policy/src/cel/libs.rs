@@ -148,10 +148,12 @@ pub(super) fn register(env: &mut Env) {
         ("tag", 0, img_tag),
         ("digest", 0, img_digest),
         ("containsDigest", 0, img_contains_digest),
-        // Kyverno data: resource.Get/List, globalContext.Get.
+        // Kyverno data: resource.Get/List, globalContext.Get,
+        // image.GetMetadata.
         ("Get", 4, data_get),
         ("List", 3, data_list),
         ("Get", 2, data_global),
+        ("GetMetadata", 1, data_image),
         // Kyverno's GeneratingPolicy: generator.Apply(namespace, objects).
         ("Apply", 2, generator_apply),
     ] {
@@ -1040,7 +1042,7 @@ overload!(img_contains_digest, |args| Ok(Value::Bool(
 
 static DATA_TYPE: Type = Type::new_unspecified_type("kyverno.data");
 
-/// `resource` and `globalContext`: the caller's cluster data, borrowed for
+/// `resource`, `globalContext` and `image`: the caller's cluster data, borrowed for
 /// one evaluation. Lookups go through [`Indexer::get`] with a list key
 /// (`[op, args...]`), the one way an overload reaches a borrowed value.
 #[derive(Debug, Clone, Copy)]
@@ -1123,6 +1125,18 @@ impl DataVal<'_> {
                         )
                     })
             }
+            "image" => {
+                let image = text(1);
+                self.data
+                    .image_data(image)
+                    .map(|v| from_json(&v))
+                    .ok_or_else(|| {
+                        ferr(
+                            "image.GetMetadata",
+                            format!("failed to get image data: image data for {image} not found"),
+                        )
+                    })
+            }
             _ => Err(ferr("data", "unknown lookup")),
         }
     }
@@ -1182,11 +1196,16 @@ fn data_global<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Exec
     data_call("global", args)
 }
 
-/// Binds `resource` and `globalContext` to `data` in `ctx`, and
-/// `generator`.
+fn data_image<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    data_call("image", args)
+}
+
+/// Binds `resource`, `globalContext` and `image` (the variable, beside the
+/// `image(ref)` function) to `data` in `ctx`, and `generator`.
 pub(super) fn bind_data<'a>(ctx: &mut Context<'_, 'a>, data: &'a dyn ClusterData) {
     ctx.add_variable_as_val("resource", Box::new(DataVal { data }));
     ctx.add_variable_as_val("globalContext", Box::new(DataVal { data }));
+    ctx.add_variable_as_val("image", Box::new(DataVal { data }));
     ctx.add_variable_as_val("generator", Box::new(GeneratorVal));
 }
 

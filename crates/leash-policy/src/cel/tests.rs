@@ -194,3 +194,62 @@ fn quantities() {
         assert!(libs::Quantity::parse(bad).is_none(), "{bad}");
     }
 }
+
+/// Cluster data holding the metadata of one image.
+#[derive(Debug)]
+struct OneImage;
+
+impl crate::request::ClusterData for OneImage {
+    fn get(&self, _: &str, _: &str, _: &str, _: &str) -> Option<Arc<serde_json::Value>> {
+        None
+    }
+    fn list(&self, _: &str, _: &str, _: &str) -> Vec<Arc<serde_json::Value>> {
+        Vec::new()
+    }
+    fn image_data(&self, image: &str) -> Option<serde_json::Value> {
+        (image == "ghcr.io/x/app:1").then(|| {
+            json!({"image": image, "registry": "", "resolvedImage": "", "repository": "",
+                   "config": {"architecture": "arm64", "Env": ["A=1"]},
+                   "manifest": {"annotations": {"base": "distroless"}}})
+        })
+    }
+}
+
+#[test]
+fn image_metadata() {
+    let object = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}});
+    let req = EvalRequest::create(Arc::new(object));
+    let act = Activation::new(&req, &OneImage);
+    let cases: [(&str, Result<Value, &str>); 5] = [
+        (
+            "image.GetMetadata('ghcr.io/x/app:1').config.architecture",
+            Ok(Value::String(Arc::new("arm64".into()))),
+        ),
+        (
+            "image.GetMetadata('ghcr.io/x/app:1').manifest.annotations['base'] == 'distroless'",
+            Ok(Value::Bool(true)),
+        ),
+        (
+            "'A=1' in image.GetMetadata('ghcr.io/x/app:1').config.Env",
+            Ok(Value::Bool(true)),
+        ),
+        // The image(ref) function is still there beside the variable.
+        (
+            "image('ghcr.io/x/app:1').registry()",
+            Ok(Value::String(Arc::new("ghcr.io".into()))),
+        ),
+        // An image the data does not hold is an error, as Kyverno's.
+        (
+            "image.GetMetadata('ghcr.io/x/app:2')",
+            Err("image data for ghcr.io/x/app:2 not found"),
+        ),
+    ];
+    for (expr, want) in cases {
+        let got = Expr::compile(expr).and_then(|e| e.eval(&act));
+        match (got, want) {
+            (Ok(v), Ok(w)) => assert_eq!(v, w, "{expr}"),
+            (Err(e), Err(w)) => assert!(e.contains(w), "{expr}: {e}"),
+            (got, want) => panic!("{expr}: got {got:?}, want {want:?}"),
+        }
+    }
+}

@@ -16,13 +16,23 @@ use tokio_util::sync::CancellationToken;
 #[derive(Debug, Default)]
 pub(crate) struct MemoryCluster {
     objects: Vec<Arc<Value>>,
+    /// Image metadata by reference (`image.GetMetadata`).
+    images: HashMap<String, Value>,
 }
 
 impl MemoryCluster {
     pub(crate) fn new(objects: Vec<Value>) -> MemoryCluster {
         MemoryCluster {
             objects: objects.into_iter().map(Arc::new).collect(),
+            images: HashMap::new(),
         }
+    }
+
+    /// Serves `images` (reference -> Kyverno's `ImageData`) to
+    /// `image.GetMetadata`.
+    pub(crate) fn with_images(mut self, images: HashMap<String, Value>) -> MemoryCluster {
+        self.images = images;
+        self
     }
 
     fn matching<'a>(
@@ -61,6 +71,10 @@ impl ClusterData for MemoryCluster {
         self.matching(api_version, resource, namespace)
             .cloned()
             .collect()
+    }
+
+    fn image_data(&self, image: &str) -> Option<Value> {
+        self.images.get(image).cloned()
     }
 
     fn api_get(&self, url_path: &str) -> Option<Value> {

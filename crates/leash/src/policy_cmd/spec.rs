@@ -314,18 +314,90 @@ pub(crate) fn read_userinfo(path: &Path) -> Result<UserInfo> {
     })
 }
 
-/// The objects of a `Context` file (`spec.resources`).
-pub(crate) fn read_context(path: &Path) -> Result<Vec<Value>> {
+/// What a `Context` file gives the rules: the objects of `spec.resources`
+/// (cluster data), and the image metadata of `spec.images` by reference.
+#[derive(Debug, Default)]
+pub(crate) struct ContextData {
+    pub(crate) objects: Vec<Value>,
+    pub(crate) images: HashMap<String, Value>,
+}
+
+/// Reads a `Context` file (or a plain file of objects).
+pub(crate) fn read_context(path: &Path) -> Result<ContextData> {
     let docs = files::read_file(path).with_context(|| "reading the test's context file")?;
-    let mut out = Vec::new();
+    let mut out = ContextData::default();
     for doc in docs {
+        if let Some(images) = doc.value["spec"]["images"].as_array() {
+            for entry in images {
+                if let Some(image) = entry["image"].as_str() {
+                    out.images.insert(image.to_string(), image_data(entry));
+                }
+            }
+        }
         match doc.value["spec"]["resources"].as_array() {
-            Some(list) => out.extend(list.iter().cloned()),
+            Some(list) => out.objects.extend(list.iter().cloned()),
             None if files::is_object(&doc.value) && doc.value["kind"] != "Context" => {
-                out.push(doc.value)
+                out.objects.push(doc.value)
             }
             None => {}
         }
     }
     Ok(out)
+}
+
+/// A `spec.images` entry as Kyverno's CLI hands it to `image.GetMetadata`:
+/// its `ImageData` fields only, through JSON, so `image`, `resolvedImage`,
+/// `registry` and `repository` are always there ("" when not given),
+/// `tag` and `digest` only when not empty, `imageIndex`, `manifest` and
+/// `config` only when given; any other key is dropped.
+fn image_data(entry: &Value) -> Value {
+    let mut out = serde_json::Map::new();
+    for key in ["image", "resolvedImage", "registry", "repository"] {
+        let text = entry[key].as_str().unwrap_or("");
+        out.insert(key.to_string(), Value::String(text.to_string()));
+    }
+    for key in ["tag", "digest"] {
+        match entry[key].as_str() {
+            Some(text) if !text.is_empty() => {
+                out.insert(key.to_string(), Value::String(text.to_string()));
+            }
+            _ => {}
+        }
+    }
+    for key in ["imageIndex", "manifest", "config"] {
+        match &entry[key] {
+            Value::Null => {}
+            v => {
+                out.insert(key.to_string(), v.clone());
+            }
+        }
+    }
+    Value::Object(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::image_data;
+
+    #[test]
+    fn context_images_as_kyverno_image_data() {
+        let cases = [
+            (
+                json!({"image": "a:1", "manifest": {"annotations": {"k": "v"}}}),
+                json!({"image": "a:1", "resolvedImage": "", "registry": "", "repository": "",
+                       "manifest": {"annotations": {"k": "v"}}}),
+            ),
+            (
+                json!({"image": "a:1", "registry": "r.io", "tag": "1", "digest": "",
+                       "config": {"architecture": "amd64"}, "imageIndex": null, "extra": 1}),
+                json!({"image": "a:1", "resolvedImage": "", "registry": "r.io", "repository": "",
+                       "tag": "1", "config": {"architecture": "amd64"}}),
+            ),
+        ];
+        for (entry, want) in cases {
+            assert_eq!(image_data(&entry), want, "{entry}");
+        }
+    }
 }

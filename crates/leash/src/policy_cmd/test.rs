@@ -321,10 +321,11 @@ fn evaluate_test(test: &TestFile, selector: &Selector) -> Result<Vec<Outcome>> {
         Some(p) => spec::read_userinfo(p)?,
         None => UserInfo::default(),
     };
-    let mut objects = match &test.context {
+    let context = match &test.context {
         Some(p) => spec::read_context(p)?,
-        None => Vec::new(),
+        None => spec::ContextData::default(),
     };
+    let mut objects = context.objects;
     // The existing resources `mutate.targets` rules look up.
     let mut targets = load::load_resources(&test.target_resources)?;
     for t in &mut targets {
@@ -343,7 +344,7 @@ fn evaluate_test(test: &TestFile, selector: &Selector) -> Result<Vec<Outcome>> {
         load::default_namespace(&mut object);
         objects.push(object);
     }
-    let cluster = MemoryCluster::new(objects);
+    let cluster = MemoryCluster::new(objects).with_images(context.images);
     let mut resources = load::load_resources(&test.resources)?;
     for r in &mut resources {
         load::default_namespace(r);
