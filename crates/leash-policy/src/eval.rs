@@ -181,13 +181,62 @@ pub(crate) fn base_vars(req: &EvalRequest, operation: Operation) -> Vars {
 pub(crate) struct Lazy<'a> {
     cell: std::cell::OnceCell<Vars>,
     make: Option<&'a dyn Fn() -> Vars>,
+    /// The request's objects, for `request.object.…` / `request.oldObject.…`
+    /// field chains read without building the context (`None` when the
+    /// context may differ from them, e.g. a values file sets `request.…`).
+    raw: Option<RawObjects<'a>>,
+}
+
+/// What `request.object` and `request.oldObject` are in a rule's context.
+#[derive(Clone, Copy)]
+pub(crate) struct RawObjects<'a> {
+    object: &'a Value,
+    old_object: Option<&'a Value>,
+}
+
+impl<'a> RawObjects<'a> {
+    /// As `base_vars` sets them for `operation`.
+    fn of(req: &'a EvalRequest, operation: Operation) -> RawObjects<'a> {
+        RawObjects {
+            object: &req.object,
+            old_object: match (&req.old_object, operation) {
+                (Some(old), _) => Some(old),
+                (None, Operation::Update) => Some(&req.object),
+                (None, _) => None,
+            },
+        }
+    }
+}
+
+impl vars::Source for Lazy<'_> {
+    fn vars(&self) -> &Vars {
+        self.get()
+    }
+
+    fn raw(&self, chain: &[String]) -> Option<Value> {
+        let raw = self.raw?;
+        match chain {
+            [request, object, rest @ ..] if request == "request" && !rest.is_empty() => {
+                match object.as_str() {
+                    "object" => vars::walk(raw.object, rest),
+                    "oldObject" => vars::walk(raw.old_object?, rest),
+                    _ => None,
+                }
+            }
+            _ => None,
+        }
+    }
 }
 
 impl Lazy<'_> {
     pub(crate) fn ready(v: Vars) -> Lazy<'static> {
         let cell = std::cell::OnceCell::new();
         let _ = cell.set(v);
-        Lazy { cell, make: None }
+        Lazy {
+            cell,
+            make: None,
+            raw: None,
+        }
     }
 
     pub(crate) fn get(&self) -> &Vars {
@@ -311,6 +360,8 @@ impl Policy {
             let lazy = Lazy {
                 cell: std::cell::OnceCell::new(),
                 make: Some(&make),
+                raw: (!bound.iter().any(|(k, _)| k.starts_with("request")))
+                    .then(|| RawObjects::of(req, operation)),
             };
             let ctx = RuleCtx {
                 policy: self,
@@ -390,7 +441,7 @@ impl RuleCtx<'_> {
         }
     }
 
-    fn message(&self, vars: &Vars) -> Option<String> {
+    fn message(&self, vars: &dyn vars::Source) -> Option<String> {
         let raw = self.rule.validate.as_ref()?.message.as_ref()?;
         match vars::substitute(
             &Value::String(raw.clone()),
@@ -409,13 +460,13 @@ impl RuleCtx<'_> {
         match check {
             Check::Pattern(p) => self.check_pattern(p, vars, scope),
             Check::AnyPattern(ps) => self.check_any_pattern(ps, vars, scope),
-            Check::Deny(conds) => match self.conditions(conds, vars.get(), Mode::Strict) {
+            Check::Deny(conds) => match self.conditions(conds, vars, Mode::Strict) {
                 Err(e) => Outcome::new(
                     Status::Error,
                     format!("failed to check deny conditions: {e}"),
                 ),
                 Ok(true) => {
-                    let msg = self.message(vars.get()).unwrap_or_else(|| {
+                    let msg = self.message(vars).unwrap_or_else(|| {
                         format!("validation error: rule {} failed", self.rule_name())
                     });
                     Outcome::new(Status::Fail, msg)
@@ -457,17 +508,10 @@ impl RuleCtx<'_> {
         if !vars::has_vars(doc) {
             return Ok(Cow::Borrowed(doc));
         }
-        vars::substitute(
-            doc,
-            vars.get(),
-            &self.policy.cache,
-            Mode::Strict,
-            self.delete,
-        )
-        .map(Cow::Owned)
+        vars::substitute(doc, vars, &self.policy.cache, Mode::Strict, self.delete).map(Cow::Owned)
     }
 
-    fn fail_message(&self, vars: &Vars, path: &str, detail: &str) -> String {
+    fn fail_message(&self, vars: &dyn vars::Source, path: &str, detail: &str) -> String {
         let rule = self.rule_name();
         match self.message(vars) {
             None if path.is_empty() => {
@@ -510,7 +554,7 @@ impl RuleCtx<'_> {
             ),
             Err(Mismatch::Skip { message }) => Outcome::new(Status::Skip, message),
             Err(Mismatch::Fail { path, message }) => {
-                Outcome::new(Status::Fail, self.fail_message(vars.get(), &path, &message))
+                Outcome::new(Status::Fail, self.fail_message(vars, &path, &message))
             }
         }
     }
@@ -550,7 +594,7 @@ impl RuleCtx<'_> {
             return Outcome::new(Status::Skip, skipped.join(" "));
         }
         let errors = failed.join(" ");
-        let msg = match self.message(vars.get()) {
+        let msg = match self.message(vars) {
             None => format!("validation error: {errors}"),
             Some(m) if m.ends_with('.') => format!("validation error: {m} {errors}"),
             Some(m) => format!("validation error: {m}. {errors}"),
@@ -661,7 +705,7 @@ impl RuleCtx<'_> {
     ) -> Result<bool, String> {
         match conds {
             None => Ok(true),
-            Some(c) => self.conditions(c, vars.get(), Mode::Preconditions),
+            Some(c) => self.conditions(c, vars, Mode::Preconditions),
         }
     }
 
@@ -669,7 +713,7 @@ impl RuleCtx<'_> {
     pub(crate) fn conditions(
         &self,
         conds: &Value,
-        vars: &Vars,
+        vars: &dyn vars::Source,
         mode: Mode,
     ) -> Result<bool, String> {
         let one = |c: &Value| -> Result<bool, String> {
@@ -843,5 +887,67 @@ impl RuleCtx<'_> {
                 Err(format!("{what} context entries are not supported by leash"))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::cell::Cell;
+
+    /// A plain `request.object.…` / `request.oldObject.…` chain is read
+    /// from the request's JSON without building the JMESPath context, and
+    /// gives what the context gives, errors included.
+    #[test]
+    fn field_chains_read_the_request_without_building_the_context() {
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web", "namespace": "ns", "labels": {"app.kubernetes.io/name": "web"}},
+            "spec": {"replicas": 3, "ratio": 2.0, "big": 9007199254740993_i64, "nested": {"a": [1, 2.0]}, "none": null}
+        });
+        let mut req = EvalRequest::create(Arc::new(pod.clone()));
+        req.operation = Operation::Update;
+        req.old_object = Some(Arc::new(json!({"metadata": {"name": "old"}})));
+        let mut cache = vars::ExprCache::default();
+        let docs = [
+            "{{ request.object.metadata.name }}",
+            "{{request.object.spec.replicas}}",
+            "{{ request.object.spec.ratio }}",
+            "{{ request.object.spec.big }}",
+            "{{ request.object.spec.nested }}",
+            "{{ request.object.spec.none }}",
+            "{{ request.object.metadata.labels.\"app.kubernetes.io/name\" }}",
+            "name={{ request.oldObject.metadata.name }}",
+            "{{ request.object.metadata.missing }}",
+            "{{ request.object.metadata.name.deeper }}",
+        ];
+        for d in docs {
+            cache.collect(&json!(d)).unwrap();
+        }
+        let built = Cell::new(0);
+        let make = || {
+            built.set(built.get() + 1);
+            base_vars(&req, req.operation)
+        };
+        let fast = Lazy {
+            cell: std::cell::OnceCell::new(),
+            make: Some(&make),
+            raw: Some(RawObjects::of(&req, req.operation)),
+        };
+        let slow = base_vars(&req, req.operation);
+        for (i, d) in docs.iter().enumerate() {
+            let doc = json!(d);
+            let want = vars::substitute(&doc, &slow, &cache, Mode::Strict, false);
+            let got = vars::substitute(&doc, &fast, &cache, Mode::Strict, false);
+            assert_eq!(got, want, "{d}");
+            // The first eight are whole paths into the objects: answered
+            // from the JSON; the last two need the context's error.
+            assert_eq!(built.get(), usize::from(i >= 8), "{d}");
+        }
+        assert_eq!(
+            vars::substitute(&json!(docs[2]), &fast, &cache, Mode::Strict, false),
+            Ok(json!(2))
+        );
     }
 }

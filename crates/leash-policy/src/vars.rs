@@ -95,6 +95,62 @@ impl Vars {
     }
 }
 
+/// Where substitution reads variables from: the JMESPath context, built
+/// on demand, and, for a plain field chain, the request's JSON directly.
+pub(crate) trait Source {
+    /// The whole context (built on first use).
+    fn vars(&self) -> &Vars;
+    /// The value at a field chain (`["request", "object", "metadata",
+    /// "name"]`) read without building the context, when this source can
+    /// answer it exactly as the context would; `None` sends the lookup to
+    /// the context.
+    fn raw(&self, chain: &[String]) -> Option<Value>;
+}
+
+impl Source for Vars {
+    fn vars(&self) -> &Vars {
+        self
+    }
+    fn raw(&self, _: &[String]) -> Option<Value> {
+        None
+    }
+}
+
+/// The names of a pure field chain (`a.b.c`, no functions, projections,
+/// filters or literals), or `None`.
+fn field_chain(ast: &jmespath::ast::Ast) -> Option<Vec<String>> {
+    use jmespath::ast::Ast;
+    match ast {
+        Ast::Field { name, .. } => Some(vec![name.clone()]),
+        Ast::Subexpr { lhs, rhs, .. } => {
+            let mut chain = field_chain(lhs)?;
+            match &**rhs {
+                Ast::Field { name, .. } => chain.push(name.clone()),
+                _ => return None,
+            }
+            Some(chain)
+        }
+        _ => None,
+    }
+}
+
+/// Walks a field chain through JSON: `Some` only when every key is there
+/// (JMESPath and Kyverno's strict mode agree on a full path); the value
+/// comes back as the context would return it (through a JMESPath value, so
+/// numbers read the same).
+pub(crate) fn walk(root: &Value, chain: &[String]) -> Option<Value> {
+    let mut at = root;
+    for key in chain {
+        at = at.as_object()?.get(key)?;
+    }
+    Some(match at {
+        Value::String(_) | Value::Bool(_) | Value::Null => at.clone(),
+        // Whole numbers a JMESPath (f64) value holds exactly.
+        Value::Number(n) if n.as_i64().is_some_and(|i| i.abs() <= 1 << 53) => at.clone(),
+        other => from_var(&to_var(other)),
+    })
+}
+
 /// Compiles a JMESPath expression with Kyverno's functions.
 pub(crate) fn compile(expr: &str) -> Result<Expr, String> {
     crate::jmespath::compile(expr)
@@ -104,6 +160,8 @@ pub(crate) fn compile(expr: &str) -> Result<Expr, String> {
 #[derive(Debug, Default)]
 pub(crate) struct ExprCache {
     exprs: HashMap<String, Arc<Expr>>,
+    /// The expressions that are plain field chains, split.
+    chains: HashMap<String, Vec<String>>,
 }
 
 impl ExprCache {
@@ -144,6 +202,9 @@ impl ExprCache {
             return Ok(());
         }
         let compiled = compile(expr).map_err(|e| format!("invalid JMESPath {expr:?}: {e}"))?;
+        if let Some(chain) = field_chain(compiled.as_ast()) {
+            self.chains.insert(expr.to_string(), chain);
+        }
         self.exprs.insert(expr.to_string(), Arc::new(compiled));
         Ok(())
     }
@@ -225,7 +286,7 @@ pub(crate) enum Mode {
 /// Substitutes every `{{ ... }}` in keys and string leaves of `doc`.
 pub(crate) fn substitute(
     doc: &Value,
-    vars: &Vars,
+    vars: &dyn Source,
     cache: &ExprCache,
     mode: Mode,
     delete: bool,
@@ -268,7 +329,7 @@ pub(crate) fn has_vars(doc: &Value) -> bool {
 
 fn resolve(
     name: &str,
-    vars: &Vars,
+    vars: &dyn Source,
     cache: &ExprCache,
     mode: Mode,
     delete: bool,
@@ -281,11 +342,15 @@ fn resolve(
     } else {
         name
     };
+    if let Some(v) = cache.chains.get(name).and_then(|chain| vars.raw(chain)) {
+        return Ok(v);
+    }
     let result = cache
         .get(name)
         .map_err(|e| format!("invalid variable {{{{{name}}}}}: {e}"))
         .and_then(|expr| {
-            vars.eval(&expr)
+            vars.vars()
+                .eval(&expr)
                 .map_err(|e| format!("failed to resolve {name}: {e}"))
         });
     match (result, mode) {
@@ -297,7 +362,7 @@ fn resolve(
 
 fn substitute_str(
     s: &str,
-    vars: &Vars,
+    vars: &dyn Source,
     cache: &ExprCache,
     mode: Mode,
     delete: bool,
