@@ -102,7 +102,7 @@ pub(crate) struct Connection {
     driver: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
 }
 
-async fn connect(target: &Target) -> Result<Connection> {
+pub(crate) async fn connect(target: &Target) -> Result<Connection> {
     let tcp = tokio::net::TcpStream::connect(target.addr)
         .await
         .with_context(|| format!("connecting to {}", target.addr))?;

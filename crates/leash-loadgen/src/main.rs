@@ -10,7 +10,11 @@
 //! (request count, latencies, errors): nothing is shared between clients
 //! while they run, and the totals are merged after every client has
 //! returned (seed: Kyverno's perf-testing goroutines shared one `err`).
-//! Clients run in a `leash_runtime::Scope`; Ctrl-C cancels them.
+//! Clients run in a `leash_runtime::Scope`; Ctrl-C cancels them. Every
+//! client opens its connection before the clock starts, and all start
+//! together: what is measured is requests on kept connections, as an API
+//! server sends them (a connect that fails counts as an error; a connection
+//! lost later is re-dialled within the request that needs it).
 
 mod client;
 mod report;
@@ -300,7 +304,12 @@ async fn run(args: Args) -> Result<()> {
     };
     let target = Arc::new(target);
     let make_body = Arc::new(make_body);
-    let deadline = Instant::now() + Duration::from_secs_f64(args.duration.max(0.0));
+    let duration = Duration::from_secs_f64(args.duration.max(0.0));
+    // Every client connects first (TLS included) and they start together,
+    // as an API server's webhook client works on kept connections: the
+    // latencies are of reviews, not of a storm of handshakes at the start.
+    // A connection lost later is re-dialled inside the request it fails.
+    let start = Arc::new(tokio::sync::Barrier::new(args.clients + 1));
     let per_client: Vec<Option<u64>> = (0..args.clients)
         .map(|i| {
             args.requests.map(|total| {
@@ -309,7 +318,6 @@ async fn run(args: Args) -> Result<()> {
             })
         })
         .collect();
-    let started = Instant::now();
     let handles: Vec<_> = per_client
         .into_iter()
         .enumerate()
@@ -317,10 +325,24 @@ async fn run(args: Args) -> Result<()> {
             let target = target.clone();
             let make_body = make_body.clone();
             let token = token.clone();
+            let start = start.clone();
             scope.spawn_with_output(async move {
                 // This client's own state (seed: the shared `err`).
                 let mut stats = ClientStats::default();
-                let mut conn: Option<Connection> = None;
+                let t0 = Instant::now();
+                let mut conn: Option<Connection> =
+                    match token.run_until_cancelled(client::connect(&target)).await {
+                        Some(Ok(c)) => Some(c),
+                        Some(Err(e)) => {
+                            stats.error(format!("{e:#}"), t0.elapsed());
+                            None
+                        }
+                        None => None,
+                    };
+                if token.run_until_cancelled(start.wait()).await.is_none() {
+                    return stats;
+                }
+                let deadline = Instant::now() + duration;
                 let mut n = 0u64;
                 loop {
                     let more = match budget {
@@ -349,6 +371,15 @@ async fn run(args: Args) -> Result<()> {
             })
         })
         .collect();
+    // Every client reaches the barrier (connected or not), unless cancelled.
+    let connecting = Instant::now();
+    let _ = token.run_until_cancelled(start.wait()).await;
+    eprintln!(
+        "leash-loadgen: {} clients connected in {:.1} ms; measuring",
+        args.clients,
+        connecting.elapsed().as_secs_f64() * 1000.0
+    );
+    let started = Instant::now();
     let mut all = Vec::with_capacity(handles.len());
     for h in handles {
         all.push(h.await.context("a client panicked")?);
