@@ -3,3 +3,4 @@
 mod generate;
 mod seeds;
 mod support;
+mod watch;
