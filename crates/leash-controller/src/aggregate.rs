@@ -426,7 +426,7 @@ impl Aggregator {
             self.index.report_store(namespace).put_if_newer(
                 namespace,
                 uid,
-                &report_identity(&stored.raw),
+                &report_identity(&stored.identity()),
             );
             self.metrics.policy_reports_written.inc();
         }
@@ -514,7 +514,7 @@ impl Aggregator {
                             self.index.report_store(&ns).put_if_newer(
                                 &ns,
                                 &owner.uid,
-                                &report_identity(&stored.raw),
+                                &report_identity(&stored.identity()),
                             );
                             self.metrics.policy_reports_written.inc();
                         })

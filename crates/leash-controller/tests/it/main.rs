@@ -4,3 +4,4 @@ mod generate;
 mod seeds;
 mod support;
 mod watch;
+mod writer;
