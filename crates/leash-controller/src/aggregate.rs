@@ -248,11 +248,13 @@ impl Aggregator {
                 let is_eph = store.resource.group == "reports.kyverno.io";
                 let resource = store.resource.clone();
                 let plural = resource.plural.clone();
-                // Policy reports are kept as their identity only (10,000
-                // reports of 17 results are ~150 MB of JSON); a merge reads
-                // the one it changes, the cleanup pages through them.
+                // Policy reports are known by their identity only (10,000
+                // reports of 17 results are ~150 MB of JSON): their watch
+                // reads only metadata; a merge reads the one it changes, the
+                // cleanup pages through them.
                 let scope = WatchScope {
                     keep: (!is_eph).then_some(report_identity as fn(&Value) -> Value),
+                    metadata_only: !is_eph,
                     ..WatchScope::default()
                 };
                 watch_into(
@@ -424,7 +426,7 @@ impl Aggregator {
             self.index.report_store(namespace).put_if_newer(
                 namespace,
                 uid,
-                &report_identity(&stored.raw),
+                &report_identity(&stored.identity()),
             );
             self.metrics.policy_reports_written.inc();
         }
@@ -512,7 +514,7 @@ impl Aggregator {
                             self.index.report_store(&ns).put_if_newer(
                                 &ns,
                                 &owner.uid,
-                                &report_identity(&stored.raw),
+                                &report_identity(&stored.identity()),
                             );
                             self.metrics.policy_reports_written.inc();
                         })
@@ -550,7 +552,8 @@ impl std::fmt::Debug for Aggregator {
     }
 }
 
-/// What the index keeps of a policy report: its identity and version.
+/// What the index keeps of a policy report: its identity and version (what
+/// its metadata-only watch reads, and what is kept of a report written).
 fn report_identity(rep: &Value) -> Value {
     let m = &rep["metadata"];
     let mut meta = serde_json::Map::new();
@@ -563,6 +566,5 @@ fn report_identity(rep: &Value) -> Value {
         "apiVersion": rep["apiVersion"],
         "kind": rep["kind"],
         "metadata": meta,
-        "scope": rep["scope"],
     })
 }

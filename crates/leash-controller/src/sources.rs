@@ -391,6 +391,7 @@ impl ConfigSource {
             namespace: Some(self.namespace.clone()),
             fields: Some(format!("metadata.name={}", self.name)),
             keep: None,
+            metadata_only: false,
             end_on_not_found: false,
         };
         let key = format!("{}/{}", self.namespace, self.name);

@@ -8,9 +8,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use kube::Api;
-use kube::core::ApiResource;
+use kube::core::{ApiResource, PartialObjectMeta};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use serde_json::Value;
@@ -43,6 +43,12 @@ pub struct WatchScope {
     pub fields: Option<String>,
     /// What of each object the store keeps (default: all of it).
     pub keep: Option<fn(&Value) -> Value>,
+    /// Read only the objects' metadata (`PartialObjectMetadata` lists and
+    /// watches): each object is `{apiVersion, kind, metadata}`, of the
+    /// watched kind; what a watcher that needs only the identity of the
+    /// objects (namespace, name, uid, labels, owners, resourceVersion) asks
+    /// for, so that their bodies are neither sent nor parsed.
+    pub metadata_only: bool,
     /// End the watch (return) when the resource is not served any more (a
     /// 404: its CRD was deleted), instead of retrying it forever; the
     /// owner decides whether to start a new one.
@@ -61,15 +67,27 @@ pub async fn watch_into(
     mut on_change: impl FnMut(Change),
     mut on_error: impl FnMut(&watcher::Error),
 ) {
-    let api: Api<Object> = match &scope.namespace {
-        Some(ns) => Api::namespaced_with(client, ns, &resource),
-        None => Api::all_with(client, &resource),
-    };
     let mut config = watcher::Config::default().page_size(500);
     if let Some(f) = &scope.fields {
         config = config.fields(f);
     }
-    let stream = watcher::watcher(api, config).default_backoff();
+    let stream = if scope.metadata_only {
+        let api: Api<PartialObjectMeta<Object>> = match &scope.namespace {
+            Some(ns) => Api::namespaced_with(client, ns, &resource),
+            None => Api::all_with(client, &resource),
+        };
+        let resource = resource.clone();
+        watcher::watcher(api, config)
+            .map_ok(move |event| metadata_event(&resource, event))
+            .default_backoff()
+            .boxed()
+    } else {
+        let api: Api<Object> = match &scope.namespace {
+            Some(ns) => Api::namespaced_with(client, ns, &resource),
+            None => Api::all_with(client, &resource),
+        };
+        watcher::watcher(api, config).default_backoff().boxed()
+    };
     futures::pin_mut!(stream);
     let mut listing: Option<HashMap<(String, String), Stored>> = None;
     loop {
@@ -131,6 +149,31 @@ pub async fn watch_into(
                 on_change(Change::Deleted(o.raw));
             }
         }
+    }
+}
+
+/// A metadata-only event with its object as an [`Object`] of the watched kind.
+fn metadata_event(
+    resource: &ApiResource,
+    event: Event<PartialObjectMeta<Object>>,
+) -> Event<Object> {
+    let object = |m: PartialObjectMeta<Object>| {
+        let raw = serde_json::json!({
+            "apiVersion": resource.api_version,
+            "kind": resource.kind,
+            "metadata": m.metadata,
+        });
+        Object {
+            meta: m.metadata,
+            raw: Arc::new(raw),
+        }
+    };
+    match event {
+        Event::Apply(m) => Event::Apply(object(m)),
+        Event::Delete(m) => Event::Delete(object(m)),
+        Event::InitApply(m) => Event::InitApply(object(m)),
+        Event::Init => Event::Init,
+        Event::InitDone => Event::InitDone,
     }
 }
 

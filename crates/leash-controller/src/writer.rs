@@ -4,9 +4,10 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams, Preconditions};
-use kube::core::ApiResource;
+use kube::core::{ApiResource, Request};
 use serde_json::Value;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -94,32 +95,70 @@ fn code(e: &kube::Error) -> Option<u16> {
     }
 }
 
+/// What a write keeps of the report the API server answers with: its
+/// identity and version. The answer's body (a report's results, tens of
+/// kilobytes) is skipped while it is read, never built into a `Value`.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+pub struct Written {
+    /// `apiVersion`.
+    #[serde(rename = "apiVersion", default)]
+    pub api_version: String,
+    /// `kind`.
+    #[serde(default)]
+    pub kind: String,
+    /// `metadata`.
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+}
+
+impl Written {
+    /// `{apiVersion, kind, metadata}` as JSON.
+    pub fn identity(&self) -> Value {
+        serde_json::json!({
+            "apiVersion": self.api_version,
+            "kind": self.kind,
+            "metadata": self.metadata,
+        })
+    }
+}
+
+/// The requests of a report kind in a namespace ("" for cluster-scoped).
+fn request_for(ar: &ApiResource, namespace: &str) -> Request {
+    let ns = (!namespace.is_empty()).then_some(namespace);
+    Request::new(<Object as kube::Resource>::url_path(ar, ns))
+}
+
 /// Creates a report, or replaces it if it exists (an unconditional update
-/// unless `doc` carries a resourceVersion). Returns the stored object.
+/// unless `doc` carries a resourceVersion). Returns the stored report's
+/// identity ([`Written`]).
 pub async fn put(
     client: &kube::Client,
     doc: Value,
     token: &CancellationToken,
-) -> Result<Object, WriteError> {
+) -> Result<Written, WriteError> {
     let kind = doc["kind"].as_str().unwrap_or("").to_string();
     let ar = resource_of(&kind).ok_or(WriteError::NotAReport(kind))?;
-    let ns = doc["metadata"]["namespace"]
-        .as_str()
-        .unwrap_or("")
-        .to_string();
+    let ns = doc["metadata"]["namespace"].as_str().unwrap_or("");
     let name = doc["metadata"]["name"].as_str().unwrap_or("").to_string();
-    let api = api_for(client, &ar, &ns);
-    let obj = Object::from_value(doc).map_err(|e| WriteError::NotAReport(e.to_string()))?;
+    let has_rv = doc["metadata"].get("resourceVersion").is_some();
+    let request = request_for(&ar, ns);
+    let body = serde_json::to_vec(&doc).map_err(|e| WriteError::NotAReport(e.to_string()))?;
+    drop(doc);
     let pp = PostParams::default();
-    let has_rv = obj.meta.resource_version.is_some();
     let write = async {
         if !has_rv {
-            match api.create(&pp, &obj).await {
+            let req = request
+                .create(&pp, body.clone())
+                .map_err(kube::Error::BuildRequest)?;
+            match client.request::<Written>(req).await {
                 Err(e) if code(&e) == Some(409) => {}
                 other => return other,
             }
         }
-        api.replace(&name, &pp, &obj).await
+        let req = request
+            .replace(&name, &pp, body)
+            .map_err(kube::Error::BuildRequest)?;
+        client.request::<Written>(req).await
     };
     tokio::select! {
         _ = token.cancelled() => Err(WriteError::Cancelled),
@@ -178,7 +217,6 @@ pub async fn delete(
     token: &CancellationToken,
 ) -> Result<bool, WriteError> {
     let ar = resource_of(kind).ok_or_else(|| WriteError::NotAReport(kind.to_string()))?;
-    let api = api_for(client, &ar, namespace);
     let dp = DeleteParams {
         preconditions: resource_version.map(|rv| Preconditions {
             resource_version: Some(rv),
@@ -186,9 +224,14 @@ pub async fn delete(
         }),
         ..DeleteParams::default()
     };
+    let req = request_for(&ar, namespace)
+        .delete(name, &dp)
+        .map_err(kube::Error::BuildRequest)?;
+    // The answer (the deleted report, or a Status) is not read: only
+    // whether the delete succeeded counts.
     let r = tokio::select! {
         _ = token.cancelled() => return Err(WriteError::Cancelled),
-        r = api.delete(name, &dp) => r,
+        r = client.request_text(req) => r,
     };
     match r {
         Ok(_) => Ok(true),

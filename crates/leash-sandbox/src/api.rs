@@ -34,6 +34,7 @@ use crate::selector::{FieldSelector, LabelSelector};
 use crate::status::ApiError;
 use crate::store::{Part, Store};
 use crate::table;
+use crate::transform::{self, MetaVersion, Transform};
 use crate::watch::{WatchParams, watch};
 
 /// Largest accepted request body (the API server's limit).
@@ -353,7 +354,7 @@ impl App {
         let method = req.method().clone();
         let ns_owned = ns.map(str::to_string);
         let obj_ns = if rt.namespaced { ns.unwrap_or("") } else { "" };
-        let table = table::negotiate(
+        let transform = Transform::negotiate(
             req.headers()
                 .get(header::ACCEPT)
                 .and_then(|h| h.to_str().ok()),
@@ -373,7 +374,7 @@ impl App {
                         &q,
                         bool_param("allowWatchBookmarks")?,
                         bool_param("sendInitialEvents")?,
-                        table.map(|v| (v, include)),
+                        transform.map(|t| (t, include)),
                     )
                 } else {
                     let params = ListParams {
@@ -389,12 +390,20 @@ impl App {
                         resource_version_match: q.get("resourceVersionMatch").cloned(),
                     };
                     let ttl = self.faults.get().continue_ttl;
-                    if let Some(version) = table {
-                        let page = page(&self.store, &self.snapshots, &rt, &sel, &params, ttl)?;
-                        let t = table::table(&rt, version, &page.items, &page.metadata, include)?;
-                        return Ok(value_response(StatusCode::OK, &t));
-                    }
-                    let body = list(&self.store, &self.snapshots, &rt, &sel, &params, ttl)?;
+                    let page = || page(&self.store, &self.snapshots, &rt, &sel, &params, ttl);
+                    let body = match transform {
+                        None => list(&self.store, &self.snapshots, &rt, &sel, &params, ttl)?,
+                        Some(Transform::MetadataList(version)) => {
+                            transform::partial_list(&page()?, version)
+                        }
+                        Some(Transform::Table(version)) => {
+                            let page = page()?;
+                            let t =
+                                table::table(&rt, version, &page.items, &page.metadata, include)?;
+                            return Ok(value_response(StatusCode::OK, &t));
+                        }
+                        Some(t @ Transform::Metadata(_)) => return Err(t.mismatch()),
+                    };
                     let len = body.len;
                     let pieces =
                         futures::stream::iter(body.pieces.into_iter().map(Ok::<_, Infallible>));
@@ -415,19 +424,26 @@ impl App {
                         &q,
                         bool_param("allowWatchBookmarks")?,
                         bool_param("sendInitialEvents")?,
-                        table.map(|v| (v, include)),
+                        transform.map(|t| (t, include)),
                     );
                 }
                 let entry = self.store.get_in(&rt, obj_ns, name)?;
-                if let Some(version) = table {
-                    let metadata = format!("{{\"resourceVersion\":\"{}\"}}", entry.rv);
-                    let t = table::table(&rt, version, &[entry], &metadata, include)?;
-                    return Ok(value_response(StatusCode::OK, &t));
+                match transform {
+                    Some(Transform::Table(version)) => {
+                        let metadata = format!("{{\"resourceVersion\":\"{}\"}}", entry.rv);
+                        let t = table::table(&rt, version, &[entry], &metadata, include)?;
+                        Ok(value_response(StatusCode::OK, &t))
+                    }
+                    Some(Transform::Metadata(version)) => Ok(json_response(
+                        StatusCode::OK,
+                        transform::partial_object(&entry.json, version),
+                    )),
+                    Some(t @ Transform::MetadataList(_)) => Err(t.mismatch()),
+                    None => Ok(json_response(
+                        StatusCode::OK,
+                        entry.json_at(&rt.api_version()),
+                    )),
                 }
-                Ok(json_response(
-                    StatusCode::OK,
-                    entry.json_at(&rt.api_version()),
-                ))
             }
             (&Method::POST, None) if part == Part::Main && !is_watch => {
                 if rt.namespaced && ns.is_none() {
@@ -542,8 +558,11 @@ impl App {
         q: &HashMap<String, String>,
         allow_bookmarks: Option<bool>,
         send_initial_events: Option<bool>,
-        as_table: Option<(table::TableVersion, table::IncludeObject)>,
+        transform: Option<(Transform, table::IncludeObject)>,
     ) -> Reply {
+        if let Some((t @ Transform::MetadataList(_), _)) = transform {
+            return Err(t.mismatch());
+        }
         let timeout = match q.get("timeoutSeconds").map(String::as_str) {
             None | Some("") => None,
             Some(t) => {
@@ -559,11 +578,17 @@ impl App {
             send_initial_events,
             allow_bookmarks: allow_bookmarks.unwrap_or(false),
             timeout,
+            metadata: match transform {
+                Some((Transform::Metadata(version), _)) => Some(version),
+                _ => None,
+            },
         };
         let stream = watch(&self.store, rt.clone(), sel, &params, self.cancel.clone())?;
-        let chunks: WatchChunks = match as_table {
-            None => Box::pin(stream),
-            Some((version, include)) => {
+        let chunks: WatchChunks = match transform {
+            None | Some((Transform::Metadata(_) | Transform::MetadataList(_), _)) => {
+                Box::pin(stream)
+            }
+            Some((Transform::Table(version), include)) => {
                 let mut first = true;
                 Box::pin(futures::StreamExt::map(stream, move |chunk| {
                     chunk.map(|c| table_events(&rt, version, include, &mut first, &c))
@@ -770,7 +795,7 @@ enum PatchKind {
 /// pass unchanged.
 fn table_events(
     rt: &ResourceType,
-    version: table::TableVersion,
+    version: MetaVersion,
     include: table::IncludeObject,
     first: &mut bool,
     chunk: &Bytes,

@@ -68,6 +68,10 @@
 //!   columns for the built-in kinds (wide ones at priority 1), a CRD version's
 //!   `additionalPrinterColumns`, rows carrying `includeObject`, paged like lists; a
 //!   watch that asks for Tables (`kubectl get -w`) gets one-row Tables.
+//! - Metadata only when `Accept` asks for it (kube-rs `Api<PartialObjectMeta<K>>`,
+//!   client-go's metadata informers): `PartialObjectMetadataList`s for lists (paged
+//!   like lists), `PartialObjectMetadata` for gets and each watch event; a
+//!   transformation that does not fit the request is 406, as in kube-apiserver.
 //! - Create-time defaults that `kubectl get` shows: a Service's type, node ports, cluster IP (from
 //!   10.96.0.0/12) and port protocol; a Secret's type; a Namespace's phase.
 //! - Lists: `labelSelector`, `fieldSelector` (metadata.name, metadata.namespace, and a
@@ -121,6 +125,7 @@ mod server;
 mod status;
 mod store;
 mod table;
+mod transform;
 mod watch;
 
 pub use config::{Faults, SandboxConfig, WatchCut};

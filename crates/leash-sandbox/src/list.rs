@@ -397,7 +397,7 @@ pub(crate) struct ListBody {
 }
 
 impl ListBody {
-    fn new(pieces: Vec<Bytes>) -> Self {
+    pub(crate) fn new(pieces: Vec<Bytes>) -> Self {
         Self {
             len: pieces.iter().map(Bytes::len).sum(),
             pieces,

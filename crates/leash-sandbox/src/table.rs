@@ -1,5 +1,5 @@
-//! `meta.k8s.io` `Table` answers (`Accept: application/json;as=Table;v=v1;g=meta.k8s.io`),
-//! what `kubectl get` asks for to print its columns.
+//! `meta.k8s.io` `Table` answers (`Accept: application/json;as=Table;v=v1;g=meta.k8s.io`,
+//! negotiated in [`crate::transform`]), what `kubectl get` asks for to print its columns.
 //!
 //! Built-in kinds get the columns kube-apiserver's printers define
 //! ([`printers`]); a CRD's kinds get `Name` plus the version's
@@ -23,52 +23,10 @@ use serde_json::{Map, Value, json};
 use crate::object::Entry;
 use crate::resources::ResourceType;
 use crate::status::ApiError;
+use crate::transform::MetaVersion;
 
 pub(crate) use jsonpath::JsonPath;
 pub(crate) use printers::format_selector;
-
-/// The `meta.k8s.io` version a client asked its Table in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum TableVersion {
-    V1,
-    V1beta1,
-}
-
-impl TableVersion {
-    fn api_version(self) -> &'static str {
-        match self {
-            Self::V1 => "meta.k8s.io/v1",
-            Self::V1beta1 => "meta.k8s.io/v1beta1",
-        }
-    }
-}
-
-/// The Table version `accept` asks for, if its first media range this server
-/// can answer is a JSON Table (kubectl lists Table v1, then v1beta1, then plain JSON).
-pub(crate) fn negotiate(accept: Option<&str>) -> Option<TableVersion> {
-    for range in accept?.split(',') {
-        let mut parts = range.split(';').map(str::trim);
-        let media = parts.next().unwrap_or("").to_ascii_lowercase();
-        let params: Vec<(String, String)> = parts
-            .filter_map(|p| p.split_once('='))
-            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-            .collect();
-        let param = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
-        let json = matches!(media.as_str(), "application/json" | "application/*" | "*/*");
-        match param("as") {
-            Some("Table") if json && param("g") == Some("meta.k8s.io") => match param("v") {
-                Some("v1") => return Some(TableVersion::V1),
-                Some("v1beta1") => return Some(TableVersion::V1beta1),
-                _ => {}
-            },
-            // Another transformation (PartialObjectMetadata): not served, try the next.
-            Some(_) => {}
-            None if json || media.contains("yaml") => return None,
-            None => {}
-        }
-    }
-    None
-}
 
 /// What each row carries (`includeObject`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,7 +62,7 @@ pub(crate) struct Column {
 /// The whole Table for `items` of `rt` with the list page's `metadata` (JSON text).
 pub(crate) fn table(
     rt: &ResourceType,
-    version: TableVersion,
+    version: MetaVersion,
     items: &[std::sync::Arc<Entry>],
     metadata: &str,
     include: IncludeObject,
@@ -127,7 +85,7 @@ pub(crate) fn table(
 /// event only (`headers`), the object's resourceVersion as the Table's.
 pub(crate) fn watch_event(
     rt: &ResourceType,
-    version: TableVersion,
+    version: MetaVersion,
     object: Value,
     include: IncludeObject,
     headers: bool,
@@ -148,7 +106,7 @@ pub(crate) fn watch_event(
 
 fn row(
     rt: &ResourceType,
-    version: TableVersion,
+    version: MetaVersion,
     object: Value,
     include: IncludeObject,
     now: SystemTime,
@@ -177,7 +135,7 @@ fn row(
 
 fn assemble(
     rt: &ResourceType,
-    version: TableVersion,
+    version: MetaVersion,
     metadata: Value,
     rows: Vec<Value>,
     headers: bool,

@@ -25,9 +25,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::list::Selection;
+use crate::object::Entry;
 use crate::resources::ResourceType;
 use crate::status::ApiError;
 use crate::store::{Objects, Store};
+use crate::transform::{self, MetaVersion};
 
 /// Default watch duration when `timeoutSeconds` is absent (the server's min-request-timeout).
 pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
@@ -45,6 +47,9 @@ pub(crate) struct WatchParams {
     pub(crate) send_initial_events: Option<bool>,
     pub(crate) allow_bookmarks: bool,
     pub(crate) timeout: Option<Duration>,
+    /// Events carry `PartialObjectMetadata`s of this version, not the
+    /// objects (`Accept: …;as=PartialObjectMetadata`).
+    pub(crate) metadata: Option<MetaVersion>,
 }
 
 enum Phase {
@@ -69,6 +74,7 @@ struct WatchState {
     deadline: Instant,
     bookmarks: bool,
     next_bookmark: Instant,
+    metadata: Option<MetaVersion>,
 }
 
 /// Starts a watch of `rt` for `sel`: the stream of response body chunks.
@@ -113,6 +119,7 @@ pub(crate) fn watch(
         deadline: now + params.timeout.unwrap_or(DEFAULT_TIMEOUT).min(MAX_TIMEOUT),
         bookmarks: params.allow_bookmarks,
         next_bookmark: now + BOOKMARK_INTERVAL,
+        metadata: params.metadata,
     };
     Ok(futures::stream::unfold(state, |mut s| async move {
         let chunk = s.next_chunk().await?;
@@ -131,19 +138,31 @@ fn line(kind: &str, object: &[u8]) -> Vec<u8> {
 }
 
 impl WatchState {
+    /// An event's object as this watch sends it: the object at `api_version`,
+    /// or its `PartialObjectMetadata`.
+    fn object(&self, e: &Entry, api_version: &str) -> Bytes {
+        match self.metadata {
+            None => e.json_at(api_version),
+            Some(version) => transform::partial_object(&e.json, version),
+        }
+    }
+
     fn bookmark(&self, initial_end: bool) -> Bytes {
         let annotations = if initial_end {
             ",\"annotations\":{\"k8s.io/initial-events-end\":\"true\"}"
         } else {
             ""
         };
-        let obj = format!(
-            "{{\"kind\":\"{}\",\"apiVersion\":\"{}\",\"metadata\":{{\"resourceVersion\":\"{}\"{annotations}}}}}",
-            self.rt.kind,
-            self.rt.api_version(),
-            self.cursor
-        );
-        Bytes::from(line("BOOKMARK", obj.as_bytes()))
+        let metadata = format!("{{\"resourceVersion\":\"{}\"{annotations}}}", self.cursor);
+        let obj = match self.metadata {
+            None => Bytes::from(format!(
+                "{{\"kind\":\"{}\",\"apiVersion\":\"{}\",\"metadata\":{metadata}}}",
+                self.rt.kind,
+                self.rt.api_version(),
+            )),
+            Some(version) => transform::partial_of_metadata(&metadata, version),
+        };
+        Bytes::from(line("BOOKMARK", &obj))
     }
 
     fn too_old(&self, floor: u64) -> Bytes {
@@ -182,7 +201,7 @@ impl WatchState {
                     for (k, e) in objects.range((lower, std::ops::Bound::Unbounded)) {
                         last = Some(k.clone());
                         if self.sel.matches(e) {
-                            out.extend_from_slice(&line("ADDED", &e.json_at(&at)));
+                            out.extend_from_slice(&line("ADDED", &self.object(e, &at)));
                             n += 1;
                             if n == BATCH {
                                 break;
@@ -228,7 +247,7 @@ impl WatchState {
                                 for e in events {
                                     out.extend_from_slice(&line(
                                         e.kind.as_str(),
-                                        &e.entry.json_at(&at),
+                                        &self.object(&e.entry, &at),
                                     ));
                                 }
                                 return Some(Bytes::from(out));

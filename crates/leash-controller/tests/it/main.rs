@@ -3,3 +3,5 @@
 mod generate;
 mod seeds;
 mod support;
+mod watch;
+mod writer;

@@ -11,6 +11,7 @@ mod kubectl_admission;
 mod kubectl_create;
 mod kubectl_table;
 mod list;
+mod metadata;
 mod request_log;
 mod table;
 mod watch;
