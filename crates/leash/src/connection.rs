@@ -37,9 +37,14 @@ pub(crate) const VERSION_CHECK: Duration = Duration::from_secs(15);
 /// The client never retries on its own: kube's retry layer is off, because
 /// every subcommand retries itself (the loader's retry policy, the context
 /// store's and the controllers' backoff), and two layers would multiply the
-/// attempts and hide the count. Connecting (reading the configuration,
-/// running a credential plugin, the optional `/version` check) is raced
-/// against Ctrl-C: an interrupt ends it at once (exit 130).
+/// attempts and hide the count. Connecting (reading the configuration, the
+/// optional `/version` check) is raced against Ctrl-C: an interrupt ends it
+/// at once (exit 130). Not a kubeconfig `exec` credential plugin: kube-rs
+/// runs it synchronously (`std::process::Command`) inside
+/// `Client::try_from`, which this task cannot preempt, so a signal sent to
+/// leash alone is seen when the plugin returns (measured: `sleep 30` as the
+/// plugin, SIGINT after 2 s, exit after 28 s). A terminal's Ctrl-C also
+/// reaches the plugin, in the same process group.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub(crate) struct ConnectionArgs {
     /// Kubeconfig file [default: $KUBECONFIG, else ~/.kube/config, else the in-cluster service account].
