@@ -42,9 +42,10 @@ pub(crate) const VERSION_CHECK: Duration = Duration::from_secs(15);
 /// at once (exit 130). Not a kubeconfig `exec` credential plugin: kube-rs
 /// runs it synchronously (`std::process::Command`) inside
 /// `Client::try_from`, which this task cannot preempt, so a signal sent to
-/// leash alone is seen when the plugin returns (measured: `sleep 30` as the
-/// plugin, SIGINT after 2 s, exit after 28 s). A terminal's Ctrl-C also
-/// reaches the plugin, in the same process group.
+/// leash alone waits for the plugin to return (measured with `leash serve`:
+/// `sleep 30` as the plugin, SIGINT after 2 s, exit 2 with the plugin's
+/// error 28 s later). A terminal's Ctrl-C also reaches the plugin, in the
+/// same process group.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub(crate) struct ConnectionArgs {
     /// Kubeconfig file [default: $KUBECONFIG, else ~/.kube/config, else the in-cluster service account].
