@@ -24,8 +24,8 @@ use crate::cache::{Cache, KindStore};
 use crate::metrics::{Metrics, Running};
 use crate::queue::WorkQueue;
 use crate::sources::PolicySet;
-use crate::watch::{Change, WatchScope, watch_into};
-use crate::writer::{self, Breaker, WriteError};
+use crate::watch::{Change, Seen, WatchScope, watch_into};
+use crate::writer::{self, Breaker, WriteError, Written};
 
 /// The report kind for a resource's namespace.
 fn report_kind(namespace: &str) -> &'static str {
@@ -52,7 +52,21 @@ pub struct ReportIndex {
     cluster_reports: Arc<KindStore>,
     by_uid: Mutex<HashMap<String, BTreeSet<EphKey>>>,
     deleted: Mutex<HashMap<String, Owner>>,
+    written: Mutex<HashMap<EphKey, WrittenBody>>,
     queue: WorkQueue<UidKey>,
+}
+
+/// An ephemeral report this process wrote: the body it sent and the
+/// version the server stored it as. The watch of ephemeral reports reads
+/// only their metadata; a merge takes the body from here when the version
+/// it merges is this one, and reads it from the API server otherwise (a
+/// report another process wrote, or one written again since).
+#[derive(Debug)]
+struct WrittenBody {
+    rv: u64,
+    resource_version: String,
+    created: Value,
+    json: Arc<[u8]>,
 }
 
 impl Default for ReportIndex {
@@ -74,6 +88,7 @@ impl ReportIndex {
             cluster_reports: Arc::new(KindStore::new(writer::cluster_report_resource(), false)),
             by_uid: Mutex::new(HashMap::new()),
             deleted: Mutex::new(HashMap::new()),
+            written: Mutex::new(HashMap::new()),
             queue: WorkQueue::new(),
         }
     }
@@ -123,19 +138,24 @@ impl ReportIndex {
         self.ephemeral.len() + self.cluster_ephemeral.len()
     }
 
-    /// Records an ephemeral report as present or gone; the key of its
-    /// resource, and whether the index changed (so that exactly one of the
-    /// watch and the deleting worker gives the breaker its room back).
-    fn track(&self, eph: &Value, present: bool) -> Option<(UidKey, bool)> {
-        let uid = eph["metadata"]["labels"][report::LABEL_RESOURCE_UID].as_str()?;
+    /// Records an ephemeral report (of `kind`) as present or gone; the key
+    /// of its resource, and whether the index changed (so that exactly one
+    /// of the watch and the deleting worker gives the breaker its room back).
+    fn track(&self, kind: &str, eph: &Seen, present: bool) -> Option<(UidKey, bool)> {
+        let uid = eph.label(report::LABEL_RESOURCE_UID)?;
         let key = (
-            eph["kind"].as_str().unwrap_or("").to_string(),
-            eph["metadata"]["namespace"]
-                .as_str()
-                .unwrap_or("")
-                .to_string(),
-            eph["metadata"]["name"].as_str().unwrap_or("").to_string(),
+            kind.to_string(),
+            eph.namespace().to_string(),
+            eph.name().to_string(),
         );
+        if !present {
+            let rv = eph
+                .meta
+                .resource_version
+                .as_deref()
+                .and_then(|v| v.parse().ok());
+            self.forget_written(&key, rv);
+        }
         let mut by_uid = self.by_uid.lock().unwrap_or_else(|e| e.into_inner());
         let set = by_uid.entry(uid.to_string()).or_default();
         let changed = if present {
@@ -150,6 +170,74 @@ impl ReportIndex {
         Some(((key.1, uid.to_string()), changed))
     }
 
+    /// An ephemeral report this process wrote (`body` as sent, `written` as
+    /// the server answered): its merge need not read it back.
+    pub fn wrote(&self, written: &Written, body: Arc<[u8]>) {
+        let m = &written.metadata;
+        let Some(resource_version) = m.resource_version.clone() else {
+            return;
+        };
+        let Ok(rv) = resource_version.parse::<u64>() else {
+            return;
+        };
+        let key = (
+            written.kind.clone(),
+            m.namespace.clone().unwrap_or_default(),
+            m.name.clone().unwrap_or_default(),
+        );
+        let created = serde_json::to_value(&m.creation_timestamp).unwrap_or(Value::Null);
+        let mut map = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        if map.get(&key).is_none_or(|old| old.rv < rv) {
+            map.insert(
+                key,
+                WrittenBody {
+                    rv,
+                    resource_version,
+                    created,
+                    json: body,
+                },
+            );
+        }
+    }
+
+    /// Drops a written body at or below version `upto` (all if `None`): its
+    /// report was deleted.
+    fn forget_written(&self, key: &EphKey, upto: Option<u64>) {
+        let mut map = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        if map
+            .get(key)
+            .is_some_and(|w| upto.is_none_or(|upto| w.rv <= upto))
+        {
+            map.remove(key);
+        }
+    }
+
+    /// The body this process wrote for an ephemeral report, if it is the
+    /// version `seen` (by the watch) or newer, with the metadata the server set.
+    fn written_body(&self, key: &EphKey, seen: u64) -> Option<Value> {
+        let (json, resource_version, created) = {
+            let map = self.written.lock().unwrap_or_else(|e| e.into_inner());
+            let w = map.get(key).filter(|w| w.rv >= seen)?;
+            (
+                w.json.clone(),
+                w.resource_version.clone(),
+                w.created.clone(),
+            )
+        };
+        let mut v: Value = serde_json::from_slice(&json).ok()?;
+        let meta = v.get_mut("metadata")?.as_object_mut()?;
+        meta.insert("resourceVersion".into(), Value::String(resource_version));
+        if !created.is_null() {
+            meta.insert("creationTimestamp".into(), created);
+        }
+        Some(v)
+    }
+
+    /// How many written bodies are held (for tests: none outlives its report).
+    pub fn written_bodies(&self) -> usize {
+        self.written.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
     fn untrack(&self, uid: &str, key: &EphKey) -> bool {
         let mut by_uid = self.by_uid.lock().unwrap_or_else(|e| e.into_inner());
         let Some(set) = by_uid.get_mut(uid) else {
@@ -162,7 +250,9 @@ impl ReportIndex {
         was
     }
 
-    fn ephemerals_of(&self, uid: &str) -> Vec<(EphKey, Arc<Value>)> {
+    /// The ephemeral reports of a resource, with the version the watch
+    /// last saw of each.
+    fn ephemerals_of(&self, uid: &str) -> Vec<(EphKey, u64)> {
         let keys: Vec<EphKey> = self
             .by_uid
             .lock()
@@ -172,8 +262,12 @@ impl ReportIndex {
             .unwrap_or_default();
         keys.into_iter()
             .filter_map(|k| {
-                let v = self.eph_store(&k.0).get(&k.1, &k.2)?;
-                Some((k, v))
+                let rv = self
+                    .eph_store(&k.0)
+                    .get_stored(&k.1, &k.2)?
+                    .resource_version()
+                    .unwrap_or(0);
+                Some((k, rv))
             })
             .collect()
     }
@@ -248,15 +342,18 @@ impl Aggregator {
                 let is_eph = store.resource.group == "reports.kyverno.io";
                 let resource = store.resource.clone();
                 let plural = resource.plural.clone();
-                // Policy reports are known by their identity only (10,000
-                // reports of 17 results are ~150 MB of JSON): their watch
-                // reads only metadata; a merge reads the one it changes, the
-                // cleanup pages through them.
+                // Reports are known by their identity only (10,000 policy
+                // reports of 17 results are ~150 MB of JSON): their watches
+                // read only metadata. A merge reads the policy report it
+                // changes, and the ephemeral reports' bodies from what this
+                // process wrote or from the API server; the cleanup pages
+                // through the policy reports.
                 let scope = WatchScope {
                     keep: (!is_eph).then_some(report_identity as fn(&Value) -> Value),
-                    metadata_only: !is_eph,
+                    metadata_only: true,
                     ..WatchScope::default()
                 };
+                let kind = resource.kind.clone();
                 watch_into(
                     this.client.clone(),
                     resource,
@@ -269,20 +366,20 @@ impl Aggregator {
                         }
                         match change {
                             Change::Applied(v) => {
-                                if let Some((k, _)) = this.index.track(&v, true) {
+                                if let Some((k, _)) = this.index.track(&kind, &v, true) {
                                     this.index.queue.add(k);
                                 }
                             }
                             Change::Deleted(v) => {
                                 // Gone before our delete returned (or deleted by
                                 // someone else): the room comes back here.
-                                if let Some((_, true)) = this.index.track(&v, false) {
+                                if let Some((_, true)) = this.index.track(&kind, &v, false) {
                                     this.breaker.release(1);
                                 }
                             }
                             Change::Listed { removed } => {
                                 for v in removed {
-                                    if let Some((_, true)) = this.index.track(&v, false) {
+                                    if let Some((_, true)) = this.index.track(&kind, &v, false) {
                                         this.breaker.release(1);
                                     }
                                 }
@@ -370,7 +467,17 @@ impl Aggregator {
             }
             return Ok(());
         }
-        let mut ephs = self.index.ephemerals_of(uid);
+        let mut ephs = Vec::new();
+        for (k, seen) in self.index.ephemerals_of(uid) {
+            let body = match self.index.written_body(&k, seen) {
+                Some(v) => Some(v),
+                None => writer::get(&self.client, &k.0, &k.1, &k.2, token).await?,
+            };
+            // Gone since (None): its watch event untracks it.
+            if let Some(v) = body {
+                ephs.push((k, v));
+            }
+        }
         if ephs.is_empty() {
             return Ok(());
         }
@@ -396,7 +503,7 @@ impl Aggregator {
         } else {
             None
         };
-        let docs: Vec<&Value> = ephs.iter().map(|(_, v)| &**v).collect();
+        let docs: Vec<&Value> = ephs.iter().map(|(_, v)| v).collect();
         let merged = report::merge(&owner, existing.as_deref(), &docs);
         // Results of policies or rules deleted since go now, not at the next cleanup.
         let set = self.policies.borrow().clone();
@@ -434,9 +541,12 @@ impl Aggregator {
             let rv = v["metadata"]["resourceVersion"]
                 .as_str()
                 .map(str::to_string);
-            if writer::delete(&self.client, &k.0, &k.1, &k.2, rv, token).await?
-                && self.index.untrack(uid, &k)
-            {
+            let deleted = writer::delete(&self.client, &k.0, &k.1, &k.2, rv.clone(), token).await?;
+            if deleted {
+                self.index
+                    .forget_written(&k, rv.and_then(|v| v.parse().ok()));
+            }
+            if deleted && self.index.untrack(uid, &k) {
                 self.index.eph_store(&k.0).remove(&k.1, &k.2);
                 self.breaker.release(1);
             }
@@ -453,6 +563,7 @@ impl Aggregator {
         }
         for (k, _) in self.index.ephemerals_of(&owner.uid) {
             writer::delete(&self.client, &k.0, &k.1, &k.2, None, token).await?;
+            self.index.forget_written(&k, None);
             if self.index.untrack(&owner.uid, &k) {
                 self.index.eph_store(&k.0).remove(&k.1, &k.2);
                 self.breaker.release(1);

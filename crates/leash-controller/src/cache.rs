@@ -44,6 +44,24 @@ impl Stored {
         }
     }
 
+    /// An object's JSON text as a watch sent it (not parsed here).
+    pub fn from_json(resource_version: Option<&str>, json: &str) -> Stored {
+        Stored {
+            rv: resource_version.and_then(|s| s.parse().ok()),
+            bytes: json.as_bytes().into(),
+        }
+    }
+
+    /// `metadata.resourceVersion`, when it is a number.
+    pub fn resource_version(&self) -> Option<u64> {
+        self.rv
+    }
+
+    /// The object's JSON text.
+    pub fn json(&self) -> &[u8] {
+        &self.bytes
+    }
+
     /// The object, parsed.
     pub fn decode(&self) -> Option<Arc<Value>> {
         serde_json::from_slice(&self.bytes).ok().map(Arc::new)
@@ -118,7 +136,11 @@ impl KindStore {
     /// numeric resourceVersion): a watch event that trails a write this
     /// process made must not put the older version back.
     pub fn put_if_newer(&self, namespace: &str, name: &str, object: &Value) {
-        let stored = Stored::encode(object);
+        self.put_stored_if_newer(namespace, name, Stored::encode(object));
+    }
+
+    /// [`KindStore::put_if_newer`] of an encoded object.
+    pub fn put_stored_if_newer(&self, namespace: &str, name: &str, stored: Stored) {
         let mut map = self.write();
         let key = (namespace.to_string(), name.to_string());
         if let Some(old) = map.get(&key)

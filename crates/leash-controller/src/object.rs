@@ -103,6 +103,61 @@ impl Resource for Object {
     }
 }
 
+/// An object of any kind as a watch or a list sends it: its parsed
+/// metadata and its JSON text, never built into a `Value` (the store keeps
+/// the text; a reader parses its own copy). What the full-body watches
+/// read: parsing 10,000 pods into `Value`s only to encode them again for the
+/// store cost more than the evaluation of their policies.
+#[derive(Debug, Clone)]
+pub struct RawObject {
+    /// `metadata`, parsed.
+    pub meta: ObjectMeta,
+    /// The document's JSON, as sent.
+    pub json: Box<serde_json::value::RawValue>,
+}
+
+impl<'de> Deserialize<'de> for RawObject {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Metadata {
+            #[serde(default)]
+            metadata: ObjectMeta,
+        }
+        let json = Box::<serde_json::value::RawValue>::deserialize(d)?;
+        let meta = serde_json::from_str::<Metadata>(json.get())
+            .map_err(serde::de::Error::custom)?
+            .metadata;
+        Ok(RawObject { meta, json })
+    }
+}
+
+impl Resource for RawObject {
+    type DynamicType = ApiResource;
+    type Scope = DynamicResourceScope;
+
+    fn kind(dt: &ApiResource) -> Cow<'_, str> {
+        Cow::from(&dt.kind)
+    }
+    fn group(dt: &ApiResource) -> Cow<'_, str> {
+        Cow::from(&dt.group)
+    }
+    fn version(dt: &ApiResource) -> Cow<'_, str> {
+        Cow::from(&dt.version)
+    }
+    fn api_version(dt: &ApiResource) -> Cow<'_, str> {
+        Cow::from(&dt.api_version)
+    }
+    fn plural(dt: &ApiResource) -> Cow<'_, str> {
+        Cow::from(&dt.plural)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.meta
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.meta
+    }
+}
+
 /// An `ApiResource` from its parts.
 pub fn api_resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
     ApiResource {
@@ -135,5 +190,24 @@ mod tests {
         assert!(
             serde_json::from_value::<Object>(serde_json::json!({"metadata": {"name": 3}})).is_err()
         );
+    }
+
+    #[test]
+    fn raw_objects_keep_the_text_as_sent_and_parse_only_metadata() {
+        let text = r#"{"kind":"Pod","metadata":{"name":"a","namespace":"n","uid":"u"},"spec":{"x":[1, 2]}}"#;
+        let o: RawObject = serde_json::from_str(text).unwrap();
+        assert_eq!(o.json.get(), text);
+        assert_eq!(o.meta.name.as_deref(), Some("a"));
+        assert_eq!(o.meta.uid.as_deref(), Some("u"));
+        let bare: RawObject = serde_json::from_str(r#"{"kind":"X"}"#).unwrap();
+        assert_eq!(bare.meta, ObjectMeta::default());
+        assert!(serde_json::from_str::<RawObject>(r#"{"metadata":{"name":3}}"#).is_err());
+        // As a watch event carries it: the tag comes first, the object is read in place.
+        let ev: kube::core::WatchEvent<RawObject> =
+            serde_json::from_str(&format!(r#"{{"type":"ADDED","object":{text}}}"#)).unwrap();
+        let kube::core::WatchEvent::Added(o) = ev else {
+            panic!("not an ADDED event")
+        };
+        assert_eq!(o.json.get(), text);
     }
 }

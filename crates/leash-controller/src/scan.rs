@@ -32,7 +32,7 @@ use crate::metrics::{Metrics, Running};
 use crate::object::api_resource;
 use crate::queue::WorkQueue;
 use crate::sources::PolicySet;
-use crate::watch::{Change, WatchScope, watch_into};
+use crate::watch::{Change, Seen, WatchScope, watch_into};
 use crate::writer::{self, Breaker, WriteError};
 
 /// A unit of scan work.
@@ -105,6 +105,18 @@ pub fn evaluate_object(
         .iter()
         .map(|r| report::result_entry(r, &PolicyMeta::of(&set.engine, &r.policy), now))
         .collect()
+}
+
+/// The resource a watched object is (its kind from the watch).
+fn owner_of(ar: &ApiResource, seen: &Seen) -> Option<Owner> {
+    let owner = Owner {
+        api_version: ar.api_version.clone(),
+        kind: ar.kind.clone(),
+        namespace: seen.namespace().to_string(),
+        name: seen.name().to_string(),
+        uid: seen.uid().to_string(),
+    };
+    (!owner.name.is_empty() && !owner.uid.is_empty()).then_some(owner)
 }
 
 fn now_seconds() -> u64 {
@@ -330,15 +342,19 @@ impl BackgroundScan {
                 store,
                 token,
                 |change| match change {
-                    Change::Applied(v) => this.enqueue(&k, &v),
+                    Change::Applied(v) => this.queue.add(Work::Object(
+                        k.clone(),
+                        v.namespace().to_string(),
+                        v.name().to_string(),
+                    )),
                     Change::Deleted(v) => {
-                        if let Some(owner) = Owner::of(&v) {
+                        if let Some(owner) = owner_of(&ar, &v) {
                             this.queue.add(Work::Gone(owner));
                         }
                     }
                     Change::Listed { removed } => {
                         for v in removed {
-                            if let Some(owner) = Owner::of(&v) {
+                            if let Some(owner) = owner_of(&ar, &v) {
                                 this.queue.add(Work::Gone(owner));
                             }
                         }
@@ -423,15 +439,6 @@ struct Shared {
 }
 
 impl Shared {
-    fn enqueue(&self, kind: &KindKey, v: &Value) {
-        let ns = v["metadata"]["namespace"]
-            .as_str()
-            .unwrap_or("")
-            .to_string();
-        let name = v["metadata"]["name"].as_str().unwrap_or("").to_string();
-        self.queue.add(Work::Object(kind.clone(), ns, name));
-    }
-
     fn enqueue_all(&self) {
         for store in self.cache.stores() {
             let k = kind_key(&store.resource);
@@ -478,8 +485,9 @@ impl Shared {
         if new_room && !self.breaker.acquire(token).await {
             return Err(WriteError::Cancelled);
         }
-        match writer::put(&self.client, eph, token).await {
-            Ok(_) => {
+        match writer::put_keeping_body(&self.client, eph, token).await {
+            Ok((written, body)) => {
+                self.index.wrote(&written, body);
                 self.metrics.ephemeral_reports_written.inc();
                 Ok(())
             }

@@ -404,7 +404,7 @@ impl ConfigSource {
             token,
             |change| {
                 let cm = match change {
-                    Change::Applied(v) => Some(v),
+                    Change::Applied(v) => v.value(),
                     Change::Deleted(_) => None,
                     Change::Listed { .. } => store.get(&self.namespace, &self.name),
                 };

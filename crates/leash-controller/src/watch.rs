@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::core::{ApiResource, PartialObjectMeta};
 use kube::runtime::WatchStreamExt;
@@ -17,21 +18,75 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::cache::{KindStore, Stored};
-use crate::object::Object;
+use crate::object::{Object, RawObject};
 
 /// What changed in a kind's store.
 #[derive(Debug)]
 pub enum Change {
     /// An object was added or modified.
-    Applied(Arc<Value>),
+    Applied(Seen),
     /// An object was deleted (its last state).
-    Deleted(Arc<Value>),
+    Deleted(Seen),
     /// A (re-)list completed: the store holds exactly the listed objects;
     /// `removed` are those the list no longer holds.
     Listed {
         /// Objects gone since the previous list.
-        removed: Vec<Arc<Value>>,
+        removed: Vec<Seen>,
     },
+}
+
+/// An object a watch delivered: its parsed metadata, and its JSON as the
+/// store keeps it, parsed only when a consumer asks for the whole object
+/// (most only need to know which object changed).
+#[derive(Debug, Clone)]
+pub struct Seen {
+    /// `metadata`, parsed.
+    pub meta: ObjectMeta,
+    stored: Stored,
+}
+
+impl Seen {
+    fn new(meta: ObjectMeta, stored: Stored) -> Seen {
+        Seen { meta, stored }
+    }
+
+    /// A stored object, its metadata parsed from its JSON.
+    fn from_stored(stored: Stored) -> Seen {
+        #[derive(serde::Deserialize)]
+        struct Metadata {
+            #[serde(default)]
+            metadata: ObjectMeta,
+        }
+        let meta = serde_json::from_slice::<Metadata>(stored.json())
+            .map(|m| m.metadata)
+            .unwrap_or_default();
+        Seen { meta, stored }
+    }
+
+    /// The whole object (as the store keeps it), parsed now.
+    pub fn value(&self) -> Option<Arc<Value>> {
+        self.stored.decode()
+    }
+
+    /// `metadata.namespace`, or "".
+    pub fn namespace(&self) -> &str {
+        self.meta.namespace.as_deref().unwrap_or("")
+    }
+
+    /// `metadata.name`, or "".
+    pub fn name(&self) -> &str {
+        self.meta.name.as_deref().unwrap_or("")
+    }
+
+    /// `metadata.uid`, or "".
+    pub fn uid(&self) -> &str {
+        self.meta.uid.as_deref().unwrap_or("")
+    }
+
+    /// A label's value.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.meta.labels.as_ref()?.get(key).map(String::as_str)
+    }
 }
 
 /// Where to watch.
@@ -71,6 +126,7 @@ pub async fn watch_into(
     if let Some(f) = &scope.fields {
         config = config.fields(f);
     }
+    let keep = scope.keep;
     let stream = if scope.metadata_only {
         let api: Api<PartialObjectMeta<Object>> = match &scope.namespace {
             Some(ns) => Api::namespaced_with(client, ns, &resource),
@@ -78,15 +134,18 @@ pub async fn watch_into(
         };
         let resource = resource.clone();
         watcher::watcher(api, config)
-            .map_ok(move |event| metadata_event(&resource, event))
+            .map_ok(move |event| map_event(event, |m| metadata_seen(&resource, m, keep)))
             .default_backoff()
             .boxed()
     } else {
-        let api: Api<Object> = match &scope.namespace {
+        let api: Api<RawObject> = match &scope.namespace {
             Some(ns) => Api::namespaced_with(client, ns, &resource),
             None => Api::all_with(client, &resource),
         };
-        watcher::watcher(api, config).default_backoff().boxed()
+        watcher::watcher(api, config)
+            .map_ok(move |event| map_event(event, |o| raw_seen(o, keep)))
+            .default_backoff()
+            .boxed()
     };
     futures::pin_mut!(stream);
     let mut listing: Option<HashMap<(String, String), Stored>> = None;
@@ -105,21 +164,21 @@ pub async fn watch_into(
             }
             Ok(Event::Init) => listing = Some(HashMap::new()),
             Ok(Event::InitApply(o)) => {
-                // Encoded at once: a list of 10,000 objects is never held parsed.
+                // Kept as text: a list of 10,000 objects is never held
+                // parsed, not even their metadata.
                 let key = (o.namespace().to_string(), o.name().to_string());
-                let stored = match scope.keep {
-                    Some(keep) => Stored::encode(&keep(&o.raw)),
-                    None => Stored::encode(&o.raw),
-                };
-                listing.get_or_insert_with(HashMap::new).insert(key, stored);
+                listing
+                    .get_or_insert_with(HashMap::new)
+                    .insert(key, o.stored);
             }
             Ok(Event::InitDone) => {
                 let listed = listing.take().unwrap_or_default();
-                let removed: Vec<Arc<Value>> = store
+                let removed: Vec<Seen> = store
                     .keys()
                     .into_iter()
                     .filter(|k| !listed.contains_key(k))
-                    .filter_map(|(ns, name)| store.get(&ns, &name))
+                    .filter_map(|(ns, name)| store.get_stored(&ns, &name))
+                    .map(Seen::from_stored)
                     .collect();
                 let changed: Vec<Stored> = listed
                     .iter()
@@ -130,51 +189,64 @@ pub async fn watch_into(
                     .collect();
                 store.replace_all(listed);
                 store.mark_synced();
-                for v in changed {
-                    if let Some(v) = v.decode() {
-                        on_change(Change::Applied(v));
-                    }
+                for stored in changed {
+                    on_change(Change::Applied(Seen::from_stored(stored)));
                 }
                 on_change(Change::Listed { removed });
             }
             Ok(Event::Apply(o)) => {
-                match scope.keep {
-                    Some(keep) => store.put_if_newer(o.namespace(), o.name(), &keep(&o.raw)),
-                    None => store.put_if_newer(o.namespace(), o.name(), &o.raw),
-                }
-                on_change(Change::Applied(o.raw));
+                store.put_stored_if_newer(o.namespace(), o.name(), o.stored.clone());
+                on_change(Change::Applied(o));
             }
             Ok(Event::Delete(o)) => {
                 store.remove(o.namespace(), o.name());
-                on_change(Change::Deleted(o.raw));
+                on_change(Change::Deleted(o));
             }
         }
     }
 }
 
-/// A metadata-only event with its object as an [`Object`] of the watched kind.
-fn metadata_event(
-    resource: &ApiResource,
-    event: Event<PartialObjectMeta<Object>>,
-) -> Event<Object> {
-    let object = |m: PartialObjectMeta<Object>| {
-        let raw = serde_json::json!({
-            "apiVersion": resource.api_version,
-            "kind": resource.kind,
-            "metadata": m.metadata,
-        });
-        Object {
-            meta: m.metadata,
-            raw: Arc::new(raw),
-        }
-    };
+/// An event with its objects mapped.
+fn map_event<A, B>(event: Event<A>, f: impl Fn(A) -> B) -> Event<B> {
     match event {
-        Event::Apply(m) => Event::Apply(object(m)),
-        Event::Delete(m) => Event::Delete(object(m)),
-        Event::InitApply(m) => Event::InitApply(object(m)),
+        Event::Apply(o) => Event::Apply(f(o)),
+        Event::Delete(o) => Event::Delete(f(o)),
+        Event::InitApply(o) => Event::InitApply(f(o)),
         Event::Init => Event::Init,
         Event::InitDone => Event::InitDone,
     }
+}
+
+/// A full object as the store keeps it: its text as sent, or what `keep`
+/// takes of it.
+fn raw_seen(o: RawObject, keep: Option<fn(&Value) -> Value>) -> Seen {
+    let stored = match keep {
+        Some(keep) => match serde_json::from_str::<Value>(o.json.get()) {
+            Ok(v) => Stored::encode(&keep(&v)),
+            Err(_) => Stored::from_json(o.meta.resource_version.as_deref(), o.json.get()),
+        },
+        None => Stored::from_json(o.meta.resource_version.as_deref(), o.json.get()),
+    };
+    Seen::new(o.meta, stored)
+}
+
+/// A metadata-only object as `{apiVersion, kind, metadata}` of the watched
+/// kind (or what `keep` takes of that).
+fn metadata_seen(
+    resource: &ApiResource,
+    m: PartialObjectMeta<Object>,
+    keep: Option<fn(&Value) -> Value>,
+) -> Seen {
+    let raw = serde_json::json!({
+        "apiVersion": resource.api_version,
+        "kind": resource.kind,
+        "metadata": m.metadata,
+    });
+    let stored = match keep {
+        Some(keep) => Stored::encode(&keep(&raw)),
+        None => Stored::encode(&raw),
+    };
+    Seen::new(m.metadata, stored)
 }
 
 /// Whether a watch error says the resource does not exist (404).

@@ -136,6 +136,16 @@ pub async fn put(
     doc: Value,
     token: &CancellationToken,
 ) -> Result<Written, WriteError> {
+    put_keeping_body(client, doc, token).await.map(|(w, _)| w)
+}
+
+/// [`put`], also returning the JSON body sent (what the server stored,
+/// before it set the metadata that [`Written`] holds).
+pub async fn put_keeping_body(
+    client: &kube::Client,
+    doc: Value,
+    token: &CancellationToken,
+) -> Result<(Written, Arc<[u8]>), WriteError> {
     let kind = doc["kind"].as_str().unwrap_or("").to_string();
     let ar = resource_of(&kind).ok_or(WriteError::NotAReport(kind))?;
     let ns = doc["metadata"]["namespace"].as_str().unwrap_or("");
@@ -156,14 +166,15 @@ pub async fn put(
             }
         }
         let req = request
-            .replace(&name, &pp, body)
+            .replace(&name, &pp, body.clone())
             .map_err(kube::Error::BuildRequest)?;
         client.request::<Written>(req).await
     };
-    tokio::select! {
-        _ = token.cancelled() => Err(WriteError::Cancelled),
-        r = write => r.map_err(WriteError::from),
-    }
+    let written = tokio::select! {
+        _ = token.cancelled() => return Err(WriteError::Cancelled),
+        r = write => r.map_err(WriteError::from)?,
+    };
+    Ok((written, body.into()))
 }
 
 /// Reads a report (`None` if it does not exist).

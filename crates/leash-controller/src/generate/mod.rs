@@ -393,7 +393,7 @@ impl Background {
                     t,
                     |change| match change {
                         Change::Applied(v) => s.queue.add(Work::Request {
-                            name: v["metadata"]["name"].as_str().unwrap_or("").to_string(),
+                            name: v.name().to_string(),
                         }),
                         Change::Listed { .. } => {
                             for v in st.list("") {
@@ -694,10 +694,18 @@ impl Shared {
                 store,
                 token,
                 |change| match change {
-                    Change::Applied(v) => this.on_event(&g, &v, false),
-                    Change::Deleted(v) => this.on_event(&g, &v, true),
+                    Change::Applied(v) => {
+                        if let Some(v) = v.value() {
+                            this.on_event(&g, &v, false);
+                        }
+                    }
+                    Change::Deleted(v) => {
+                        if let Some(v) = v.value() {
+                            this.on_event(&g, &v, true);
+                        }
+                    }
                     Change::Listed { removed } => {
-                        for v in removed {
+                        for v in removed.iter().filter_map(|v| v.value()) {
                             this.on_event(&g, &v, true);
                         }
                         for v in st.list("") {

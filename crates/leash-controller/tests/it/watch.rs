@@ -61,7 +61,7 @@ async fn metadata_only_watches_keep_the_identity_and_not_the_body() {
         token.clone(),
         move |change| {
             if let Change::Applied(v) | Change::Deleted(v) = change {
-                seen.lock().unwrap().push((*v).clone());
+                seen.lock().unwrap().push((*v.value().unwrap()).clone());
             }
         },
         |e| panic!("watch error: {e}"),

@@ -220,7 +220,7 @@ impl Args {
                     interval: self.background_scan_interval,
                 },
                 aggregate: AggregateSettings {
-                    workers: workers.clamp(2, 8),
+                    workers: (workers * 2).clamp(2, 16),
                     cleanup_interval: self.report_cleanup_interval,
                 },
                 max_ephemeral_reports: self.max_ephemeral_reports,
