@@ -270,6 +270,13 @@ impl Cache {
             .cloned()
     }
 
+    /// Whether a kind (by `apiVersion` and kind or plural) is watched and
+    /// its first list stored: what the cache answers for it is complete.
+    pub fn serves(&self, api_version: &str, resource: &str) -> bool {
+        self.find(api_version, resource)
+            .is_some_and(|s| s.is_synced())
+    }
+
     /// The labels of a namespace, when namespaces are watched.
     pub fn namespace(&self, name: &str) -> Option<Arc<Value>> {
         self.find("v1", "Namespace")?.get("", name)

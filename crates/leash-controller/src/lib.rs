@@ -20,6 +20,7 @@ pub mod cache;
 pub mod generate;
 pub mod kinds;
 pub mod leader;
+pub mod lookups;
 pub mod metrics;
 pub mod object;
 pub mod queue;

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use kube::core::ApiResource;
 use leash_loader::{Catalog, LoadOptions, Loader};
-use leash_policy::{Bindings, EvalRequest, KyvernoConfig, Operation, UserInfo};
+use leash_policy::{Bindings, ClusterData, EvalRequest, KyvernoConfig, Operation, UserInfo};
 use leash_report::{self as report, Owner, PolicyMeta, ReportSource};
 use leash_runtime::{Every, Scope, ScopeError};
 use serde_json::Value;
@@ -28,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 use crate::aggregate::ReportIndex;
 use crate::cache::{Cache, KindKey, kind_key};
 use crate::kinds::select_kinds;
+use crate::lookups::{Lookups, ScanData};
 use crate::metrics::{Metrics, Running};
 use crate::object::api_resource;
 use crate::queue::WorkQueue;
@@ -71,6 +72,19 @@ pub fn evaluate_object(
     object: &Arc<Value>,
     now: u64,
 ) -> Vec<Value> {
+    evaluate_object_with(set, config, cache, cache, object, now)
+}
+
+/// [`evaluate_object`] with the cluster data lookups read (`data`) apart
+/// from the cache that holds the namespaces.
+pub fn evaluate_object_with(
+    set: &PolicySet,
+    config: &KyvernoConfig,
+    cache: &Cache,
+    data: &dyn ClusterData,
+    object: &Arc<Value>,
+    now: u64,
+) -> Vec<Value> {
     let kind = object["kind"].as_str().unwrap_or("");
     let ns = object["metadata"]["namespace"].as_str().unwrap_or("");
     let name = object["metadata"]["name"].as_str().unwrap_or("");
@@ -101,7 +115,7 @@ pub fn evaluate_object(
         namespace_object,
     };
     set.background
-        .evaluate(req, cache, &Bindings::default())
+        .evaluate(req, data, &Bindings::default())
         .iter()
         .map(|r| report::result_entry(r, &PolicyMeta::of(&set.engine, &r.policy), now))
         .collect()
@@ -189,6 +203,7 @@ impl BackgroundScan {
             breaker: self.breaker.clone(),
             metrics: self.metrics.clone(),
             queue: queue.clone(),
+            lookups: Lookups::default(),
         });
         let worker_set = Arc::new(Running::start(&self.metrics.worker_sets));
         for n in 0..self.settings.workers.max(1) {
@@ -436,6 +451,8 @@ struct Shared {
     breaker: Arc<Breaker>,
     metrics: Arc<Metrics>,
     queue: Arc<WorkQueue<Work>>,
+    /// What evaluations read beyond the watched kinds.
+    lookups: Lookups,
 }
 
 impl Shared {
@@ -464,11 +481,28 @@ impl Shared {
         };
         let set = self.policies.borrow().clone();
         let config = self.config.borrow().clone();
-        let start = Instant::now();
-        let results = evaluate_object(&set, &config, &self.cache, &object, now_seconds());
+        let mut evaluating = Duration::ZERO;
+        let data = ScanData::new(&self.cache, &self.lookups);
+        let mut results = Vec::new();
+        // A configMap, apiCall or CEL lookup of data no watch holds is read
+        // between evaluations (the engine never waits on the network); a
+        // lookup found may lead to another (at most four rounds).
+        for _ in 0..4 {
+            let start = Instant::now();
+            results =
+                evaluate_object_with(&set, &config, &self.cache, &data, &object, now_seconds());
+            evaluating += start.elapsed();
+            let missed = data.take_missed();
+            if missed.is_empty() {
+                break;
+            }
+            if !self.lookups.fetch(&self.client, missed, token).await {
+                return Err(WriteError::Cancelled);
+            }
+        }
         self.metrics
             .evaluation_seconds
-            .observe(start.elapsed().as_secs_f64());
+            .observe(evaluating.as_secs_f64());
         self.metrics.resources_scanned.inc();
         if results.is_empty() && !self.index.has_reports(ns, &owner.uid) {
             return Ok(()); // nothing matches and no report to clear

@@ -101,6 +101,11 @@ pub struct PolicySet {
     pub rules: HashSet<(String, String)>,
     /// Policies that did not compile: `(kind namespace/name, error)`.
     pub errors: Vec<(String, String)>,
+    /// Policies with `spec.background` true kept out of the background
+    /// scan because their rules depend on the request's user, as Kyverno
+    /// refuses them: `(policy key, Kyverno's reason)`. They still run at
+    /// admission.
+    pub admission_only: Vec<(String, String)>,
     /// How many times the set was compiled (0: nothing read yet).
     pub generation: u64,
     /// Policy key → (resourceVersion, creationTimestamp) of every policy
@@ -152,7 +157,9 @@ impl PolicySet {
                         set.generating.insert(key.clone(), (rv.clone(), created));
                     }
                     let p = Arc::new(p);
-                    if p.background() {
+                    if let Some(why) = p.background_refused() {
+                        set.admission_only.push((key, why.to_string()));
+                    } else if p.background() {
                         set.background_versions.push((key, rv));
                         set.background.add_shared(Shared::Policy(p.clone()));
                     }
@@ -284,6 +291,7 @@ impl PolicySource {
         }
         let mut generation = 0;
         let mut last_errors: Vec<(String, String)> = Vec::new();
+        let mut last_admission_only: Vec<(String, String)> = Vec::new();
         let started = tokio::time::Instant::now();
         let mut pending = false;
         loop {
@@ -323,6 +331,14 @@ impl PolicySource {
                     tracing::warn!("policy {name} is not used: {err}");
                 }
                 last_errors = set.errors.clone();
+            }
+            if set.admission_only != last_admission_only {
+                for (name, why) in &set.admission_only {
+                    tracing::warn!(
+                        "policy {name} is not evaluated in background, only at admission: {why}"
+                    );
+                }
+                last_admission_only = set.admission_only.clone();
             }
             self.metrics.policies.set(
                 (set.engine.policies().len()
@@ -451,5 +467,63 @@ impl std::fmt::Debug for PolicySource {
 impl std::fmt::Debug for ConfigSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ConfigSource").finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn policy(name: &str, background: Option<bool>, message: &str) -> Arc<Value> {
+        let mut spec = json!({"validationFailureAction": "Audit", "rules": [{
+            "name": "r",
+            "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+            "validate": {"message": message, "pattern": {"metadata": {"labels": {"team": "?*"}}}}}]});
+        if let Some(b) = background {
+            spec["background"] = json!(b);
+        }
+        Arc::new(
+            json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+            "metadata": {"name": name, "resourceVersion": "1"}, "spec": spec}),
+        )
+    }
+
+    #[test]
+    fn policies_reading_the_requests_user_stay_out_of_the_background_set() {
+        let docs = [
+            policy("plain", None, "a team label is required"),
+            policy(
+                "by-user",
+                None,
+                "{{request.userInfo.username}} must set a team label",
+            ),
+            policy(
+                "admission",
+                Some(false),
+                "{{request.userInfo.username}}: no team",
+            ),
+        ];
+        let set = PolicySet::compile(&docs, 1);
+        assert!(set.errors.is_empty(), "{:?}", set.errors);
+        let background: Vec<&str> = set
+            .background_versions
+            .iter()
+            .map(|(k, _)| k.as_str())
+            .collect();
+        assert_eq!(background, ["plain"]);
+        assert_eq!(set.admission_only.len(), 1);
+        assert_eq!(set.admission_only[0].0, "by-user");
+        assert!(
+            set.admission_only[0]
+                .1
+                .ends_with("variable {{request.userInfo.username}} is not allowed"),
+            "{}",
+            set.admission_only[0].1
+        );
+        // All three still run at admission.
+        assert_eq!(set.engine.policies().len(), 3);
+        assert_eq!(set.background.policies().len(), 1);
     }
 }

@@ -21,6 +21,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 mod autogen;
+mod background;
 pub mod cel;
 mod conditions;
 pub mod config;

@@ -41,6 +41,9 @@ pub struct Policy {
     pub(crate) key: Arc<str>,
     pub(crate) annotations: BTreeMap<String, String>,
     pub(crate) background: bool,
+    /// Why Kyverno would refuse this policy in background mode (see
+    /// [`crate::background`]), when `background` is true.
+    pub(crate) background_refused: Option<String>,
     pub(crate) admission: bool,
     /// `spec.failurePolicy: Ignore` (default `Fail`).
     pub(crate) ignore_webhook_failures: bool,
@@ -175,6 +178,15 @@ impl Policy {
     /// `spec.background` (default true).
     pub fn background(&self) -> bool {
         self.background
+    }
+
+    /// Kyverno's reason for refusing this policy in background mode, when
+    /// `spec.background` is true but its rules depend on the request's user
+    /// (user info in a match or exclude block, or a variable such as
+    /// `request.userInfo`): a background scan has no request, so such a
+    /// policy belongs to admission only.
+    pub fn background_refused(&self) -> Option<&str> {
+        self.background_refused.as_deref()
     }
 
     /// `spec.admission` (default true).
@@ -377,6 +389,11 @@ impl Policy {
             }
         };
         let background = bool_field("background")?;
+        let background_refused = if background {
+            crate::background::user_info_error(doc)
+        } else {
+            None
+        };
         let generate_existing = match (
             &spec["generateExisting"],
             &spec["generateExistingOnPolicyUpdate"],
@@ -433,6 +450,7 @@ impl Policy {
             key,
             annotations,
             background,
+            background_refused,
             admission,
             ignore_webhook_failures,
             failure_action,

@@ -2,6 +2,7 @@
 
 mod aggregate;
 mod generate;
+mod scan;
 mod seeds;
 mod support;
 mod watch;

@@ -1,0 +1,355 @@
+//! Cluster data the watched kinds do not hold, for the background scan: a
+//! `configMap` context entry, an `apiCall` `urlPath`, a CEL
+//! `resource.Get`/`List` of a kind no policy matches.
+//!
+//! The engine is pure and synchronous, so it never waits on the network.
+//! [`ScanData`] answers an evaluation from the watched [`Cache`] and from
+//! [`Lookups`], the API server's answers kept for a short while (one GET per
+//! distinct path per [`Lookups::ttl`], however many resources ask), and
+//! records what neither holds; the worker fetches those (async, no lock
+//! held, cancellable) and evaluates again. A failed read is kept as "no
+//! data" for the same while, so a policy whose `apiCall` fails gives the
+//! rule's error (or its `default`) without a GET per resource.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use leash_policy::ClusterData;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::cache::Cache;
+
+/// One lookup an evaluation made.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Lookup {
+    /// An object: `apiVersion`, resource (plural), namespace, name.
+    Get(String, String, String, String),
+    /// A list: `apiVersion`, resource (plural), namespace ("" for all).
+    List(String, String, String),
+    /// An `apiCall` `urlPath`.
+    Api(String),
+}
+
+impl Lookup {
+    /// The API path read for it; `None` when it names a kind rather than a
+    /// resource (`ConfigMap` instead of `configmaps`), which has no path
+    /// without discovery.
+    fn path(&self) -> Option<String> {
+        let prefix = |av: &str| {
+            if av.contains('/') {
+                format!("/apis/{av}")
+            } else {
+                format!("/api/{av}")
+            }
+        };
+        let plural = |r: &str| !r.is_empty() && !r.contains(|c: char| c.is_ascii_uppercase());
+        let scoped = |ns: &str| {
+            if ns.is_empty() {
+                String::new()
+            } else {
+                format!("/namespaces/{ns}")
+            }
+        };
+        match self {
+            Lookup::Get(av, r, ns, name) if plural(r) && !av.is_empty() => {
+                Some(format!("{}{}/{r}/{name}", prefix(av), scoped(ns)))
+            }
+            Lookup::List(av, r, ns) if plural(r) && !av.is_empty() => {
+                Some(format!("{}{}/{r}", prefix(av), scoped(ns)))
+            }
+            Lookup::Api(path) => Some(path.clone()),
+            _ => None,
+        }
+    }
+}
+
+/// When an answer was read, and what (`None`: no data, a failed read).
+type Answer = (Instant, Option<Arc<Value>>);
+
+/// The API server's answers, shared by the scan's workers. See the module docs.
+#[derive(Debug)]
+pub struct Lookups {
+    ttl: Duration,
+    max: usize,
+    answers: Mutex<HashMap<Lookup, Answer>>,
+}
+
+impl Default for Lookups {
+    fn default() -> Self {
+        Lookups::new(Duration::from_secs(30), 10_000)
+    }
+}
+
+impl Lookups {
+    /// Answers kept `ttl`, at most `max` of them.
+    pub fn new(ttl: Duration, max: usize) -> Lookups {
+        Lookups {
+            ttl,
+            max: max.max(1),
+            answers: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// How long an answer is used.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// A fresh answer: `Some(None)` is a kept failure.
+    fn answer(&self, key: &Lookup) -> Option<Option<Arc<Value>>> {
+        let answers = self.answers.lock().unwrap_or_else(|e| e.into_inner());
+        let (at, v) = answers.get(key)?;
+        (at.elapsed() < self.ttl).then(|| v.clone())
+    }
+
+    fn keep(&self, key: Lookup, v: Option<Arc<Value>>) {
+        let mut answers = self.answers.lock().unwrap_or_else(|e| e.into_inner());
+        if answers.len() >= self.max {
+            let ttl = self.ttl;
+            answers.retain(|_, (at, _)| at.elapsed() < ttl);
+            if answers.len() >= self.max {
+                answers.clear();
+            }
+        }
+        answers.insert(key, (Instant::now(), v));
+    }
+
+    /// Reads each lookup from the API server and keeps the answer (a
+    /// failure as no data). Returns false if `token` was cancelled first.
+    pub async fn fetch(
+        &self,
+        client: &kube::Client,
+        missed: Vec<Lookup>,
+        token: &CancellationToken,
+    ) -> bool {
+        for key in missed {
+            if self.answer(&key).is_some() {
+                continue; // another worker read it meanwhile
+            }
+            let Some(path) = key.path() else {
+                self.keep(key, None);
+                continue;
+            };
+            let read = async {
+                let req = http::Request::get(&path).body(Vec::new()).ok()?;
+                let text = client.request_text(req).await.ok()?;
+                serde_json::from_str::<Value>(&text).ok()
+            };
+            let got = tokio::select! {
+                _ = token.cancelled() => return false,
+                got = read => got,
+            };
+            // A Status answer (404, 403) is no data.
+            let got = got.filter(|v| v["kind"] != "Status");
+            if got.is_none() {
+                tracing::debug!("background lookup {path}: no data");
+            }
+            self.keep(key, got.map(Arc::new));
+        }
+        true
+    }
+}
+
+/// One evaluation's cluster data. See the module docs.
+pub struct ScanData<'a> {
+    cache: &'a Cache,
+    lookups: &'a Lookups,
+    missed: Mutex<Vec<Lookup>>,
+}
+
+impl std::fmt::Debug for ScanData<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScanData").finish_non_exhaustive()
+    }
+}
+
+impl<'a> ScanData<'a> {
+    /// Data from `cache`, then from `lookups`.
+    pub fn new(cache: &'a Cache, lookups: &'a Lookups) -> ScanData<'a> {
+        ScanData {
+            cache,
+            lookups,
+            missed: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The lookups neither held since the last call (each once).
+    pub fn take_missed(&self) -> Vec<Lookup> {
+        let mut m = std::mem::take(&mut *self.missed.lock().unwrap_or_else(|e| e.into_inner()));
+        m.sort();
+        m.dedup();
+        m
+    }
+
+    fn looked_up(&self, key: Lookup) -> Option<Arc<Value>> {
+        match self.lookups.answer(&key) {
+            Some(v) => v,
+            None => {
+                self.missed
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(key);
+                None
+            }
+        }
+    }
+}
+
+impl ClusterData for ScanData<'_> {
+    fn get(
+        &self,
+        api_version: &str,
+        resource: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Arc<Value>> {
+        if self.cache.serves(api_version, resource) {
+            return self.cache.get(api_version, resource, namespace, name);
+        }
+        self.looked_up(Lookup::Get(
+            api_version.into(),
+            resource.into(),
+            namespace.into(),
+            name.into(),
+        ))
+    }
+
+    fn list(&self, api_version: &str, resource: &str, namespace: &str) -> Vec<Arc<Value>> {
+        if self.cache.serves(api_version, resource) {
+            return self.cache.list(api_version, resource, namespace);
+        }
+        let list = self.looked_up(Lookup::List(
+            api_version.into(),
+            resource.into(),
+            namespace.into(),
+        ));
+        list.and_then(|l| l["items"].as_array().cloned())
+            .unwrap_or_default()
+            .into_iter()
+            .map(Arc::new)
+            .collect()
+    }
+
+    fn api_get(&self, url_path: &str) -> Option<Value> {
+        // A path of a watched kind without a query is answered from the cache.
+        if !url_path.contains('?')
+            && let Some((api_version, namespace, resource, name)) = split_path(url_path)
+            && self.cache.serves(&api_version, resource)
+        {
+            return match name {
+                Some(name) => self
+                    .cache
+                    .get(&api_version, resource, namespace, name)
+                    .map(|o| (*o).clone()),
+                None => {
+                    let items: Vec<Value> = self
+                        .cache
+                        .list(&api_version, resource, namespace)
+                        .iter()
+                        .map(|o| (**o).clone())
+                        .collect();
+                    Some(
+                        json!({"apiVersion": "v1", "kind": "List", "metadata": {}, "items": items}),
+                    )
+                }
+            };
+        }
+        self.looked_up(Lookup::Api(url_path.to_string()))
+            .map(|v| (*v).clone())
+    }
+}
+
+/// `(apiVersion, namespace, resource, name)` of a resource path
+/// (`/api/v1/namespaces/ns/pods`, `/apis/apps/v1/deployments/x`).
+fn split_path(path: &str) -> Option<(String, &str, &str, Option<&str>)> {
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (api_version, rest) = match parts.as_slice() {
+        ["api", v, rest @ ..] => (v.to_string(), rest),
+        ["apis", g, v, rest @ ..] => (format!("{g}/{v}"), rest),
+        _ => return None,
+    };
+    let (namespace, rest) = match rest {
+        ["namespaces", ns, rest @ ..] if !rest.is_empty() => (*ns, rest),
+        _ => ("", rest),
+    };
+    match rest {
+        [resource] => Some((api_version, namespace, resource, None)),
+        [resource, name] => Some((api_version, namespace, resource, Some(name))),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::object::api_resource;
+
+    #[test]
+    fn lookups_have_the_paths_kubectl_would_read() {
+        let get = |av: &str, r: &str, ns: &str, n: &str| {
+            Lookup::Get(av.into(), r.into(), ns.into(), n.into()).path()
+        };
+        assert_eq!(
+            get("v1", "configmaps", "kyverno", "allowed").as_deref(),
+            Some("/api/v1/namespaces/kyverno/configmaps/allowed")
+        );
+        assert_eq!(
+            get("apps/v1", "deployments", "", "x").as_deref(),
+            Some("/apis/apps/v1/deployments/x")
+        );
+        assert_eq!(
+            Lookup::List("v1".into(), "pods".into(), "a".into())
+                .path()
+                .as_deref(),
+            Some("/api/v1/namespaces/a/pods")
+        );
+        assert_eq!(get("v1", "ConfigMap", "a", "b"), None);
+    }
+
+    #[test]
+    fn watched_kinds_come_from_the_cache_the_rest_is_recorded_once_then_answered() {
+        let cache = Cache::new();
+        let ns = cache.store(&api_resource("", "v1", "Namespace", "namespaces"), false);
+        ns.put("", "a", &json!({"metadata": {"name": "a"}}));
+        ns.mark_synced();
+        let lookups = Lookups::new(Duration::from_secs(60), 10);
+        let data = ScanData::new(&cache, &lookups);
+        assert!(data.get("v1", "namespaces", "", "a").is_some());
+        assert_eq!(
+            data.api_get("/api/v1/namespaces").unwrap()["items"]
+                .as_array()
+                .unwrap()
+                .len(),
+            1
+        );
+        assert!(data.get("v1", "configmaps", "a", "cm").is_none());
+        assert!(data.api_get("/api/v1/namespaces/a/pods").is_none());
+        assert!(data.get("v1", "configmaps", "a", "cm").is_none());
+        assert_eq!(
+            data.take_missed(),
+            [
+                Lookup::Get("v1".into(), "configmaps".into(), "a".into(), "cm".into()),
+                Lookup::Api("/api/v1/namespaces/a/pods".into()),
+            ]
+        );
+        lookups.keep(
+            Lookup::Get("v1".into(), "configmaps".into(), "a".into(), "cm".into()),
+            Some(Arc::new(json!({"data": {"k": "v"}}))),
+        );
+        lookups.keep(Lookup::Api("/api/v1/namespaces/a/pods".into()), None);
+        assert_eq!(
+            data.get("v1", "configmaps", "a", "cm").unwrap()["data"]["k"],
+            "v"
+        );
+        assert!(data.api_get("/api/v1/namespaces/a/pods").is_none());
+        assert!(
+            data.take_missed().is_empty(),
+            "kept answers are not missed again"
+        );
+        let expired = Lookups::new(Duration::ZERO, 10);
+        expired.keep(Lookup::Api("/x".into()), None);
+        assert!(expired.answer(&Lookup::Api("/x".into())).is_none());
+    }
+}

@@ -1,0 +1,102 @@
+//! The background scan reads what its policies' context entries name: a
+//! `configMap` entry and an `apiCall` `urlPath` of kinds no policy matches
+//! (so no watch holds them) are read from the API server.
+
+use leash_controller::ReportsSettings;
+use leash_runtime::Scope;
+use leash_sandbox::Sandbox;
+use serde_json::{Value, json};
+
+use crate::support::*;
+
+fn pod(name: &str, registry: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "team", "labels": {"registry": registry}},
+        "spec": {"containers": [{"name": "c", "image": format!("{registry}/app:1")}]}})
+}
+
+fn policy() -> Value {
+    json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+        "metadata": {"name": "lookups"},
+        "spec": {"validationFailureAction": "Audit", "rules": [
+            {"name": "allowed-registry",
+             "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+             "context": [{"name": "allowed", "configMap": {"name": "allowed", "namespace": "kyverno"}}],
+             "validate": {"message": "registry not allowed",
+                "deny": {"conditions": {"any": [{"key": "{{ request.object.metadata.labels.registry }}",
+                    "operator": "NotEquals", "value": "{{ allowed.data.registry }}"}]}}}},
+            {"name": "no-services",
+             "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+             "context": [{"name": "services", "apiCall": {
+                "urlPath": "/api/v1/namespaces/{{ request.namespace }}/services",
+                "jmesPath": "items | length(@)"}}],
+             "validate": {"message": "{{ services }} services in the namespace",
+                "deny": {"conditions": {"any": [{"key": "{{ services }}",
+                    "operator": "GreaterThan", "value": 0}]}}}}]}})
+}
+
+/// `(pod name, rule, result)` of the policy `lookups` in the reports of `team`.
+fn results(sb: &Sandbox) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    for rep in sb
+        .store()
+        .list("wgpolicyk8s.io/v1alpha2", "PolicyReport", Some("team"))
+        .unwrap()
+    {
+        let pod = rep["scope"]["name"].as_str().unwrap_or("").to_string();
+        for r in rep["results"].as_array().into_iter().flatten() {
+            if r["policy"] == "lookups" {
+                out.push((
+                    pod.clone(),
+                    r["rule"].as_str().unwrap_or("").to_string(),
+                    r["result"].as_str().unwrap_or("").to_string(),
+                ));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scan_reads_configmap_and_api_call_context_from_the_api_server() {
+    let sb = sandbox(vec![
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}}),
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kyverno"}}),
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "allowed", "namespace": "kyverno"}, "data": {"registry": "ghcr.io"}}),
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s", "namespace": "team"},
+            "spec": {"ports": [{"port": 80}]}}),
+        pod("good", "ghcr.io"),
+        pod("bad", "docker.io"),
+        policy(),
+    ])
+    .await;
+    let parts = Parts::new(&sb);
+    let reports = parts.reports(ReportsSettings::default());
+    let scope = Scope::new();
+    let t = scope.token().clone();
+    scope.spawn("policies", parts.policies.run(t.clone()));
+    scope.spawn("reports", reports.run(t));
+    let want = |p: &str, r: &str, s: &str| (p.to_string(), r.to_string(), s.to_string());
+    let expected = vec![
+        want("bad", "allowed-registry", "fail"),
+        want("bad", "no-services", "fail"),
+        want("good", "allowed-registry", "pass"),
+        want("good", "no-services", "fail"),
+    ];
+    let start = std::time::Instant::now();
+    loop {
+        let got = results(&sb);
+        if got == expected {
+            break;
+        }
+        assert!(
+            start.elapsed() < HANG_BOUND,
+            "the reports hold {got:?}, not {expected:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    scope.shutdown().await.unwrap();
+    sb.shutdown().await.unwrap();
+}
