@@ -503,8 +503,16 @@ impl Aggregator {
         } else {
             None
         };
-        let docs: Vec<&Value> = ephs.iter().map(|(_, v)| v).collect();
-        let merged = report::merge(&owner, existing.as_deref(), &docs);
+        let mut deletes = Vec::with_capacity(ephs.len());
+        let mut docs = Vec::with_capacity(ephs.len());
+        for (k, v) in ephs {
+            let rv = v["metadata"]["resourceVersion"]
+                .as_str()
+                .map(str::to_string);
+            deletes.push((k, rv));
+            docs.push(v);
+        }
+        let merged = report::merge_owned(&owner, existing.as_deref().cloned(), docs);
         // Results of policies or rules deleted since go now, not at the next cleanup.
         let set = self.policies.borrow().clone();
         let merged = match set.generation {
@@ -537,10 +545,7 @@ impl Aggregator {
             );
             self.metrics.policy_reports_written.inc();
         }
-        for (k, v) in ephs {
-            let rv = v["metadata"]["resourceVersion"]
-                .as_str()
-                .map(str::to_string);
+        for (k, rv) in deletes {
             let deleted = writer::delete(&self.client, &k.0, &k.1, &k.2, rv.clone(), token).await?;
             if deleted {
                 self.index

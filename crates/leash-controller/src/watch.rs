@@ -96,7 +96,9 @@ pub struct WatchScope {
     pub namespace: Option<String>,
     /// A field selector (`metadata.name=kyverno`).
     pub fields: Option<String>,
-    /// What of each object the store keeps (default: all of it).
+    /// What of each object the store keeps (default: all of it). The
+    /// `Applied` changes a (re-)list reports carry what the store keeps, so
+    /// a consumer that reads labels from them needs the labels kept.
     pub keep: Option<fn(&Value) -> Value>,
     /// Read only the objects' metadata (`PartialObjectMetadata` lists and
     /// watches): each object is `{apiVersion, kind, metadata}`, of the

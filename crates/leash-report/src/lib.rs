@@ -310,7 +310,14 @@ fn seconds(r: &Value) -> u64 {
 }
 
 fn sort_results(results: &mut [Value]) {
-    results.sort_by_key(key_of);
+    // Compared in place: a key built per comparison is two allocations.
+    fn key(r: &Value) -> (&str, &str) {
+        (
+            r["policy"].as_str().unwrap_or(""),
+            r["rule"].as_str().unwrap_or(""),
+        )
+    }
+    results.sort_by(|a, b| key(a).cmp(&key(b)));
 }
 
 /// The results of a policy report (empty when it has none).
@@ -324,32 +331,51 @@ pub fn report_results(report: &Value) -> &[Value] {
 /// results (the caller deletes it then: a resource nothing matches has no
 /// report).
 pub fn merge(owner: &Owner, existing: Option<&Value>, ephemerals: &[&Value]) -> Value {
+    merge_owned(
+        owner,
+        existing.cloned(),
+        ephemerals.iter().map(|v| (*v).clone()).collect(),
+    )
+}
+
+/// [`merge`] of reports the caller gives up: their results are moved into
+/// the policy report, not copied.
+pub fn merge_owned(owner: &Owner, existing: Option<Value>, ephemerals: Vec<Value>) -> Value {
+    let take_results = |mut report: Value, at: &[&str]| -> Vec<Value> {
+        let mut v = &mut report;
+        for k in at {
+            v = &mut v[*k];
+        }
+        match v.take() {
+            Value::Array(a) => a,
+            _ => Vec::new(),
+        }
+    };
     let mut results: BTreeMap<(String, String), Value> = existing
-        .map(report_results)
+        .map(|e| take_results(e, &["results"]))
         .unwrap_or_default()
-        .iter()
-        .map(|r| (key_of(r), r.clone()))
+        .into_iter()
+        .map(|r| (key_of(&r), r))
         .collect();
     for eph in ephemerals {
-        let incoming = eph["spec"]["results"]
-            .as_array()
-            .map_or(&[][..], Vec::as_slice);
-        match ephemeral_source(eph) {
+        let source = ephemeral_source(&eph);
+        let evaluated = ephemeral_policies(&eph);
+        let incoming = take_results(eph, &["spec", "results"]);
+        match source {
             ReportSource::BackgroundScan => {
-                let evaluated = ephemeral_policies(eph);
                 results.retain(|(policy, _), _| !evaluated.contains(policy));
                 for r in incoming {
-                    results.insert(key_of(r), r.clone());
+                    results.insert(key_of(&r), r);
                 }
             }
             ReportSource::Admission => {
                 for r in incoming {
-                    let key = key_of(r);
+                    let key = key_of(&r);
                     let newer = results
                         .get(&key)
-                        .is_none_or(|old| seconds(old) <= seconds(r));
+                        .is_none_or(|old| seconds(old) <= seconds(&r));
                     if newer {
-                        results.insert(key, r.clone());
+                        results.insert(key, r);
                     }
                 }
             }
