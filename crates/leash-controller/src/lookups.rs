@@ -153,26 +153,33 @@ impl Lookups {
 }
 
 /// One evaluation's cluster data. See the module docs.
-pub struct ScanData<'a> {
-    cache: &'a Cache,
-    lookups: &'a Lookups,
+pub struct ScanData {
+    cache: Arc<Cache>,
+    lookups: Arc<Lookups>,
     missed: Mutex<Vec<Lookup>>,
 }
 
-impl std::fmt::Debug for ScanData<'_> {
+impl std::fmt::Debug for ScanData {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ScanData").finish_non_exhaustive()
     }
 }
 
-impl<'a> ScanData<'a> {
+impl ScanData {
     /// Data from `cache`, then from `lookups`.
-    pub fn new(cache: &'a Cache, lookups: &'a Lookups) -> ScanData<'a> {
+    pub fn new(cache: Arc<Cache>, lookups: Arc<Lookups>) -> ScanData {
         ScanData {
             cache,
             lookups,
             missed: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Fetches what was missed since the last call (see [`Lookups::fetch`]);
+    /// false if nothing was missed or `token` was cancelled.
+    pub async fn fetch_missed(&self, client: &kube::Client, token: &CancellationToken) -> bool {
+        let missed = self.take_missed();
+        !missed.is_empty() && self.lookups.fetch(client, missed, token).await
     }
 
     /// The lookups neither held since the last call (each once).
@@ -197,7 +204,7 @@ impl<'a> ScanData<'a> {
     }
 }
 
-impl ClusterData for ScanData<'_> {
+impl ClusterData for ScanData {
     fn get(
         &self,
         api_version: &str,
@@ -315,7 +322,8 @@ mod tests {
         ns.put("", "a", &json!({"metadata": {"name": "a"}}));
         ns.mark_synced();
         let lookups = Lookups::new(Duration::from_secs(60), 10);
-        let data = ScanData::new(&cache, &lookups);
+        let lookups = Arc::new(lookups);
+        let data = ScanData::new(Arc::new(cache), lookups.clone());
         assert!(data.get("v1", "namespaces", "", "a").is_some());
         assert_eq!(
             data.api_get("/api/v1/namespaces").unwrap()["items"]

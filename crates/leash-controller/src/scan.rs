@@ -203,7 +203,7 @@ impl BackgroundScan {
             breaker: self.breaker.clone(),
             metrics: self.metrics.clone(),
             queue: queue.clone(),
-            lookups: Lookups::default(),
+            lookups: Arc::new(Lookups::default()),
         });
         let worker_set = Arc::new(Running::start(&self.metrics.worker_sets));
         for n in 0..self.settings.workers.max(1) {
@@ -452,7 +452,7 @@ struct Shared {
     metrics: Arc<Metrics>,
     queue: Arc<WorkQueue<Work>>,
     /// What evaluations read beyond the watched kinds.
-    lookups: Lookups,
+    lookups: Arc<Lookups>,
 }
 
 impl Shared {
@@ -482,7 +482,7 @@ impl Shared {
         let set = self.policies.borrow().clone();
         let config = self.config.borrow().clone();
         let mut evaluating = Duration::ZERO;
-        let data = ScanData::new(&self.cache, &self.lookups);
+        let data = ScanData::new(self.cache.clone(), self.lookups.clone());
         let mut results = Vec::new();
         // A configMap, apiCall or CEL lookup of data no watch holds is read
         // between evaluations (the engine never waits on the network); a

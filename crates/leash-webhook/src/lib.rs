@@ -56,7 +56,7 @@ pub use audit::{
 };
 pub use error::{Error, Result};
 pub use recorder::{PolicyRef, Readiness, Recorder};
-pub use server::{AdmissionServer, FailurePolicy, TriggerSink};
+pub use server::{AdmissionServer, FailurePolicy, Lookup, LookupSource, TriggerSink};
 pub use settings::{AuditSettings, ServiceRef, Settings};
 pub use status::StatusWriter;
 pub use tls::{TlsMaterial, generate as generate_tls};

@@ -140,6 +140,23 @@ pub trait TriggerSink: Send + Sync + std::fmt::Debug {
     ) -> futures::future::BoxFuture<'static, std::result::Result<(), String>>;
 }
 
+/// Cluster data beyond what the webhook's `cluster` holds (a `configMap`
+/// context entry, an `apiCall`, a CEL `resource.Get`): the engine never
+/// waits on the network, so an evaluation records what it could not find,
+/// the request's task fetches it, and evaluates again (at most four rounds,
+/// all within the review's deadline).
+pub trait LookupSource: Send + Sync + std::fmt::Debug {
+    /// The data for one evaluation.
+    fn begin(&self) -> Box<dyn Lookup>;
+}
+
+/// One evaluation's cluster data. See [`LookupSource`].
+pub trait Lookup: ClusterData {
+    /// Fetches what evaluations asked for and did not find since the last
+    /// call; false when nothing was missing.
+    fn fetch_missed(&self) -> futures::future::BoxFuture<'_, bool>;
+}
+
 /// The admission server component. `new` binds the listener (so the bound
 /// address and CA are known before `run`) and starts nothing.
 #[derive(Debug)]
@@ -155,6 +172,7 @@ pub struct AdmissionServer {
     recorder: Recorder,
     metrics: ServerMetrics,
     triggers: Option<Arc<dyn TriggerSink>>,
+    lookups: Option<Arc<dyn LookupSource>>,
 }
 
 impl AdmissionServer {
@@ -192,7 +210,15 @@ impl AdmissionServer {
             audit,
             recorder,
             triggers: None,
+            lookups: None,
         })
+    }
+
+    /// Reads what evaluations need beyond `cluster` through `source`
+    /// (without one, such lookups find nothing).
+    pub fn with_lookups(mut self, source: Arc<dyn LookupSource>) -> AdmissionServer {
+        self.lookups = Some(source);
+        self
     }
 
     /// Creates UpdateRequests for generate rules through `sink` (without
@@ -246,6 +272,7 @@ impl AdmissionServer {
             deadline: self.settings.answer_deadline(),
             scope: scope.handle(),
             triggers: self.triggers,
+            lookups: self.lookups,
         });
         // Policy changes are installed (and recorded as served) as they come,
         // not only when a review arrives.
@@ -428,6 +455,7 @@ struct Admission {
     metrics: ServerMetrics,
     deadline: Duration,
     triggers: Option<Arc<dyn TriggerSink>>,
+    lookups: Option<Arc<dyn LookupSource>>,
     scope: ScopeHandle,
 }
 
@@ -561,17 +589,33 @@ impl Admission {
         };
         let engine = snapshot.engine.clone();
         let cluster = self.cluster.clone();
+        let lookups = self.lookups.clone();
         let generates = self.triggers.is_some()
             && matches!(review.operation, Operation::Create | Operation::Update)
             && review.sub_resource.is_empty();
         let task = self.scope.spawn_with_output(async move {
             let prepared = Prepared::new(eval);
-            let results =
-                engine.evaluate_prepared(&prepared, cluster.as_ref(), &Bindings::default());
+            let lookup = lookups.map(|l| l.begin());
+            let data: &dyn ClusterData = match &lookup {
+                Some(l) => l.as_ref(),
+                None => cluster.as_ref(),
+            };
+            let mut results = engine.evaluate_prepared(&prepared, data, &Bindings::default());
+            // What a context entry asked for and did not find is fetched,
+            // then the policies are evaluated again (the task is bounded by
+            // the review's deadline).
+            if let Some(l) = &lookup {
+                for _ in 0..3 {
+                    if !l.fetch_missed().await {
+                        break;
+                    }
+                    results = engine.evaluate_prepared(&prepared, data, &Bindings::default());
+                }
+            }
             let (generated, generated_cel) = if generates {
                 (
-                    engine.generate(&prepared, cluster.as_ref(), &Bindings::default()),
-                    engine.generate_cel(&prepared, cluster.as_ref()),
+                    engine.generate(&prepared, data, &Bindings::default()),
+                    engine.generate_cel(&prepared, data),
                 )
             } else {
                 (Vec::new(), Vec::new())

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use futures::FutureExt as _;
 use futures::future::BoxFuture;
+use leash_controller::lookups::{Lookups, ScanData};
 use leash_controller::{Breaker, CacheWatcher, Metrics, PolicySet, generate};
 use leash_policy::{Engine, KyvernoConfig, Source};
 use leash_report::{self as report, Owner, PolicyMeta, ReportSource};
@@ -136,6 +137,77 @@ impl ReportSink for EphemeralSink {
     }
 }
 
+/// What admission reads beyond its cache (namespaces, role bindings): a
+/// `configMap` context entry, an `apiCall`, a CEL lookup, from the API
+/// server between evaluations, kept for the scan's 30 s
+/// ([`leash_controller::lookups`]).
+struct AdmissionLookups {
+    client: kube::Client,
+    cache: Arc<leash_controller::Cache>,
+    lookups: Arc<Lookups>,
+    token: CancellationToken,
+}
+
+impl std::fmt::Debug for AdmissionLookups {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdmissionLookups").finish_non_exhaustive()
+    }
+}
+
+impl leash_webhook::LookupSource for AdmissionLookups {
+    fn begin(&self) -> Box<dyn leash_webhook::Lookup> {
+        Box::new(AdmissionLookup {
+            data: ScanData::new(self.cache.clone(), self.lookups.clone()),
+            client: self.client.clone(),
+            token: self.token.clone(),
+        })
+    }
+}
+
+/// One review's data. See [`AdmissionLookups`].
+struct AdmissionLookup {
+    data: ScanData,
+    client: kube::Client,
+    token: CancellationToken,
+}
+
+impl std::fmt::Debug for AdmissionLookup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdmissionLookup").finish_non_exhaustive()
+    }
+}
+
+impl leash_policy::ClusterData for AdmissionLookup {
+    fn get(
+        &self,
+        api_version: &str,
+        resource: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Arc<serde_json::Value>> {
+        self.data.get(api_version, resource, namespace, name)
+    }
+
+    fn list(
+        &self,
+        api_version: &str,
+        resource: &str,
+        namespace: &str,
+    ) -> Vec<Arc<serde_json::Value>> {
+        self.data.list(api_version, resource, namespace)
+    }
+
+    fn api_get(&self, url_path: &str) -> Option<serde_json::Value> {
+        self.data.api_get(url_path)
+    }
+}
+
+impl leash_webhook::Lookup for AdmissionLookup {
+    fn fetch_missed(&self) -> BoxFuture<'_, bool> {
+        self.data.fetch_missed(&self.client, &self.token).boxed()
+    }
+}
+
 /// Everything the admission component needs.
 pub(crate) struct Admission {
     pub(crate) client: kube::Client,
@@ -191,6 +263,12 @@ impl Admission {
         .with_triggers(Arc::new(UpdateRequestSink {
             client: self.client.clone(),
             namespace: self.update_request_namespace.clone(),
+        }))
+        .with_lookups(Arc::new(AdmissionLookups {
+            client: self.client.clone(),
+            cache: cache_watcher.cache(),
+            lookups: Arc::new(Lookups::default()),
+            token: token.clone(),
         }));
         let url = server.webhook_url();
         let registrar = Registrar::new(

@@ -234,3 +234,77 @@ async fn readyz_waits_for_the_webhook_registration() {
     wait_exit(&mut server.0, BOUND, "leash serve exit after SIGTERM");
     sb.shutdown().await.unwrap();
 }
+
+/// A `configMap` context entry at admission: the webhook reads the
+/// ConfigMap (no watch holds ConfigMaps) and denies with a message built
+/// from its data; a pod that satisfies it is created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_admission_reads_configmap_context_from_the_api_server() {
+    if !kubectl_installed() {
+        return;
+    }
+    let mut objects =
+        leash_sandbox::manifests::load_manifests(&[repo().join("deploy/crds")]).unwrap();
+    objects.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kyverno"}}));
+    objects.push(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "registries", "namespace": "kyverno"}, "data": {"allowed": "ghcr.io"}}));
+    objects.push(json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+        "metadata": {"name": "allowed-registry"},
+        "spec": {"validationFailureAction": "Enforce", "background": false, "rules": [{
+            "name": "registry-label",
+            "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+            "context": [{"name": "registries", "configMap": {"name": "registries", "namespace": "kyverno"}}],
+            "validate": {"message": "the registry label must be {{ registries.data.allowed }}",
+                "deny": {"conditions": {"any": [{
+                    "key": "{{ request.object.metadata.labels.registry || '' }}",
+                    "operator": "NotEquals", "value": "{{ registries.data.allowed }}"}]}}}}]}}));
+    let sb = Sandbox::start(SandboxConfig {
+        objects,
+        ..SandboxConfig::default()
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    std::fs::write(&kc, sb.kubeconfig_yaml()).unwrap();
+    let port = free_port();
+    let mut server = serve(&sb.url(), port);
+    tokio::task::block_in_place(|| {
+        let run = |name: &str, registry: &str| {
+            kubectl(
+                &kc,
+                &[
+                    "run",
+                    name,
+                    "--image",
+                    "nginx:1.27",
+                    "--labels",
+                    &format!("registry={registry}"),
+                ],
+            )
+        };
+        // Until the webhook is registered, pods are admitted: try new names.
+        let start = Instant::now();
+        let mut attempt = 0;
+        let denied = loop {
+            let out = run(&format!("from-hub-{attempt}"), "docker.io");
+            let t = text(&out);
+            if t.contains("denied the request") {
+                break t;
+            }
+            assert!(out.status.success(), "{t}");
+            assert!(start.elapsed() < BOUND, "never denied; last: {t}");
+            attempt += 1;
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        assert!(
+            denied.contains("registry-label: the registry label must be ghcr.io"),
+            "{denied}"
+        );
+        let out = run("from-ghcr", "ghcr.io");
+        assert!(out.status.success(), "{}", text(&out));
+        send_signal(&server.0, "TERM");
+        assert!(wait_exit(&mut server.0, BOUND, "exit after SIGTERM").success());
+    });
+    sb.shutdown().await.unwrap();
+}
