@@ -404,7 +404,9 @@ impl ContextEntry {
     }
 }
 
-fn parse_ca_bundle(pem: &str) -> std::result::Result<Vec<CertificateDer<'static>>, String> {
+pub(crate) fn parse_ca_bundle(
+    pem: &str,
+) -> std::result::Result<Vec<CertificateDer<'static>>, String> {
     let certs = CertificateDer::pem_slice_iter(pem.as_bytes())
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(|e| format!("not PEM certificates: {e}"))?;

@@ -29,6 +29,43 @@ use crate::spec::Method;
 /// Largest response body accepted (bytes).
 const MAX_BODY: usize = 64 * 1024 * 1024;
 
+/// One call of a policy's `apiCall` `service`: `url` (http or https),
+/// `ca_bundle` (PEM; the system roots without it), `method` and the JSON
+/// `body` of a POST; the answer's body parsed as JSON. What `leash serve`
+/// calls for a rule's context entry (a GlobalContextEntry keeps its own
+/// client).
+///
+/// # Errors
+/// A bad URL or `caBundle`, and every failure of the call, naming the URL.
+pub async fn call_service(
+    url: &str,
+    ca_bundle: Option<&str>,
+    method: Method,
+    body: Option<&Value>,
+) -> Result<Value> {
+    let fail = |reason: String| Error::HttpFailed {
+        method: method.as_http().to_string(),
+        url: url.to_string(),
+        reason,
+    };
+    let uri: http::Uri = url.parse().map_err(|e| fail(format!("bad URL: {e}")))?;
+    if uri.host().is_none() || !matches!(uri.scheme_str(), Some("http" | "https")) {
+        return Err(fail("needs an http or https URL with a host".to_owned()));
+    }
+    let ca_bundle = match ca_bundle.map(str::trim).filter(|p| !p.is_empty()) {
+        Some(pem) => Some(Arc::new(
+            crate::entry::parse_ca_bundle(pem).map_err(|e| fail(format!("caBundle: {e}")))?,
+        )),
+        None => None,
+    };
+    let target = ServiceTarget {
+        url: uri,
+        headers: http::HeaderMap::new(),
+        ca_bundle,
+    };
+    ServiceClient::new(&target)?.call(method, body).await
+}
+
 /// A client for one service target: the TLS configuration is built once.
 #[derive(Clone, Debug)]
 pub(crate) struct ServiceClient {

@@ -79,6 +79,7 @@ pub use feed::{
     CrdFeeder, DEFAULT_FULL_RETRY, entry_from_object, global_context_entry_resource,
     list_cluster_entries,
 };
+pub use http::call_service;
 pub use parse::{decode_entry, load_entry_files, parse_entries};
 pub use snapshot::Snapshot;
 pub use spec::GlobalContextEntry;

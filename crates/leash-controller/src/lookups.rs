@@ -1,5 +1,5 @@
 //! Cluster data the watched kinds do not hold, for the background scan: a
-//! `configMap` context entry, an `apiCall` `urlPath`, a CEL
+//! `configMap` context entry, an `apiCall` `urlPath` or `service`, a CEL
 //! `resource.Get`/`List` of a kind no policy matches.
 //!
 //! The engine is pure and synchronous, so it never waits on the network.
@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use leash_policy::ClusterData;
+use leash_policy::{ClusterData, ServiceCall};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -30,6 +30,8 @@ pub enum Lookup {
     List(String, String, String),
     /// An `apiCall` `urlPath`.
     Api(String),
+    /// An `apiCall` `service` call.
+    Service(ServiceCall),
 }
 
 impl Lookup {
@@ -60,6 +62,7 @@ impl Lookup {
                 Some(format!("{}{}/{r}", prefix(av), scoped(ns)))
             }
             Lookup::Api(path) => Some(path.clone()),
+            Lookup::Service(call) => Some(call.url.clone()),
             _ => None,
         }
     }
@@ -132,6 +135,30 @@ impl Lookups {
                 self.keep(key, None);
                 continue;
             };
+            if let Lookup::Service(call) = &key {
+                let body = call
+                    .body
+                    .as_deref()
+                    .and_then(|b| serde_json::from_str::<Value>(b).ok());
+                let method = if call.method == "POST" {
+                    leash_context::spec::Method::Post
+                } else {
+                    leash_context::spec::Method::Get
+                };
+                let answer = tokio::select! {
+                    _ = token.cancelled() => return false,
+                    r = leash_context::call_service(&call.url, call.ca_bundle.as_deref(), method, body.as_ref()) => r,
+                };
+                let got = match answer {
+                    Ok(v) => Some(Arc::new(v)),
+                    Err(e) => {
+                        tracing::debug!("background service call: {e}");
+                        None
+                    }
+                };
+                self.keep(key, got);
+                continue;
+            }
             let read = async {
                 let req = http::Request::get(&path).body(Vec::new()).ok()?;
                 let text = client.request_text(req).await.ok()?;
@@ -264,6 +291,11 @@ impl ClusterData for ScanData {
             };
         }
         self.looked_up(Lookup::Api(url_path.to_string()))
+            .map(|v| (*v).clone())
+    }
+
+    fn api_service(&self, call: &ServiceCall) -> Option<Value> {
+        self.looked_up(Lookup::Service(call.clone()))
             .map(|v| (*v).clone())
     }
 }

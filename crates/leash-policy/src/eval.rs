@@ -872,6 +872,45 @@ impl RuleCtx<'_> {
                     },
                 }
             }
+            ContextSource::ApiService {
+                url,
+                ca_bundle,
+                method,
+                data,
+                jmes_path,
+                default,
+            } => {
+                let url = self.sub_str(url, vars)?;
+                let body = if method == "POST" {
+                    let mut m = serde_json::Map::new();
+                    for (k, v) in data {
+                        let v = vars::substitute(
+                            v,
+                            vars,
+                            &self.policy.cache,
+                            Mode::Strict,
+                            self.delete,
+                        )?;
+                        m.insert(k.clone(), v);
+                    }
+                    Some(Value::Object(m).to_string())
+                } else {
+                    None
+                };
+                let call = crate::request::ServiceCall {
+                    url: url.clone(),
+                    ca_bundle: ca_bundle.clone(),
+                    method: method.clone(),
+                    body,
+                };
+                match self.data.api_service(&call) {
+                    Some(v) => self.apply_jmes(jmes_path.as_deref(), v, vars),
+                    None => match default {
+                        Some(d) => Ok(d.clone()),
+                        None => Err(format!("API call to service {url} failed: no answer")),
+                    },
+                }
+            }
             ContextSource::GlobalReference {
                 name,
                 projection,

@@ -57,5 +57,5 @@ pub use generate::{GenerateTarget, Generated, downstream_labels};
 pub use mutate::{Mutation, MutationStep, PatchedTarget};
 pub use policy::{FailureAction, Policy};
 pub use quantity::{Quantity, parse_duration};
-pub use request::{ClusterData, EvalRequest, NoClusterData, Operation, UserInfo};
+pub use request::{ClusterData, EvalRequest, NoClusterData, Operation, ServiceCall, UserInfo};
 pub use result::{RuleResult, Source, Status};

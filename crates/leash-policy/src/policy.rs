@@ -146,6 +146,17 @@ pub(crate) enum ContextSource {
         jmes_path: Option<String>,
         default: Option<Value>,
     },
+    /// `apiCall.service`: a call of an HTTP(S) service.
+    ApiService {
+        url: String,
+        ca_bundle: Option<String>,
+        /// `GET` or `POST`.
+        method: String,
+        /// `data`: the `key`/`value` pairs of a POST's JSON body.
+        data: Vec<(String, Value)>,
+        jmes_path: Option<String>,
+        default: Option<Value>,
+    },
     GlobalReference {
         name: String,
         projection: Option<String>,
@@ -762,7 +773,38 @@ pub(crate) fn compile_context(
                     jmes_path: jp(call)?,
                     default: call.get("default").cloned(),
                 },
-                None => ContextSource::Unsupported("apiCall.service"),
+                None => {
+                    let service = &call["service"];
+                    let Some(url) = service["url"].as_str() else {
+                        return Err(err(
+                            format!("{ef}.apiCall"),
+                            "needs urlPath or service.url".into(),
+                        ));
+                    };
+                    let method = match call["method"].as_str().unwrap_or("GET") {
+                        m @ ("GET" | "POST") => m.to_string(),
+                        other => {
+                            return Err(err(
+                                format!("{ef}.apiCall.method"),
+                                format!("{other:?} is not GET or POST"),
+                            ));
+                        }
+                    };
+                    let data = call["data"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|d| Some((d["key"].as_str()?.to_string(), d["value"].clone())))
+                        .collect();
+                    ContextSource::ApiService {
+                        url: url.to_string(),
+                        ca_bundle: service["caBundle"].as_str().map(String::from),
+                        method,
+                        data,
+                        jmes_path: jp(call)?,
+                        default: call.get("default").cloned(),
+                    }
+                }
             }
         } else if let Some(g) = e.get("globalReference").filter(|x| !x.is_null()) {
             ContextSource::GlobalReference {
@@ -804,6 +846,51 @@ mod tests {
                 "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
                 "validate": {"pattern": {"metadata": {"name": "?*"}}}}]}
         }))
+    }
+
+    fn with_api_call(call: Value) -> Result<Policy> {
+        Policy::compile(&json!({
+            "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "p"},
+            "spec": {"rules": [{"name": "r",
+                "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                "context": [{"name": "c", "apiCall": call}],
+                "validate": {"pattern": {"metadata": {"name": "?*"}}}}]}
+        }))
+    }
+
+    #[test]
+    fn api_call_services_compile_and_bad_ones_name_the_field() {
+        let p = with_api_call(json!({"method": "POST",
+            "service": {"url": "https://svc.ns:443/check", "caBundle": "PEM"},
+            "data": [{"key": "name", "value": "{{ request.object.metadata.name }}"}]}))
+        .unwrap();
+        let ContextSource::ApiService {
+            url,
+            method,
+            data,
+            ca_bundle,
+            ..
+        } = &p.rules[0].context[0].source
+        else {
+            panic!("not a service call")
+        };
+        assert_eq!(
+            (url.as_str(), method.as_str()),
+            ("https://svc.ns:443/check", "POST")
+        );
+        assert_eq!(ca_bundle.as_deref(), Some("PEM"));
+        assert_eq!(data[0].0, "name");
+        let err = with_api_call(json!({"method": "PUT", "service": {"url": "http://x"}}))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("apiCall.method") && err.contains("PUT"),
+            "{err}"
+        );
+        let err = with_api_call(json!({"service": {}}))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("needs urlPath or service.url"), "{err}");
     }
 
     #[test]

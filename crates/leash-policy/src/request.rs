@@ -149,6 +149,12 @@ pub trait ClusterData: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// An `apiCall` `service` call: the answer's JSON body.
+    fn api_service(&self, call: &ServiceCall) -> Option<Value> {
+        let _ = call;
+        None
+    }
+
     /// A global context entry's data (`projection` None) or one projection.
     fn global(&self, entry: &str, projection: Option<&str>) -> Option<Value> {
         let _ = (entry, projection);
@@ -164,6 +170,19 @@ pub trait ClusterData: Send + Sync + std::fmt::Debug {
         let _ = image;
         None
     }
+}
+
+/// One `apiCall` `service` call, its variables substituted.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ServiceCall {
+    /// `service.url`.
+    pub url: String,
+    /// `service.caBundle` (PEM).
+    pub ca_bundle: Option<String>,
+    /// `GET` or `POST`.
+    pub method: String,
+    /// A POST's JSON body (`data` as an object), as JSON text.
+    pub body: Option<String>,
 }
 
 /// No cluster data: every lookup finds nothing.

@@ -100,3 +100,108 @@ async fn scan_reads_configmap_and_api_call_context_from_the_api_server() {
     scope.shutdown().await.unwrap();
     sb.shutdown().await.unwrap();
 }
+
+/// A minimal HTTP service on 127.0.0.1: answers `{"allowed": true}` when the
+/// POSTed body names the pod `good`, false otherwise; counts its calls.
+async fn verdict_service(
+    scope: &Scope,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/verdict", listener.local_addr().unwrap());
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = calls.clone();
+    let token = scope.token().clone();
+    scope.spawn("verdict service", async move {
+        loop {
+            let (mut conn, _) = tokio::select! {
+                _ = token.cancelled() => break,
+                c = listener.accept() => c.unwrap(),
+            };
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            let body = loop {
+                let n = conn.read(&mut chunk).await.unwrap();
+                if n == 0 {
+                    break String::new();
+                }
+                buf.extend_from_slice(&chunk[..n]);
+                let text = String::from_utf8_lossy(&buf).to_string();
+                if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                    let len: usize = head
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase()
+                                .strip_prefix("content-length:")
+                                .map(|v| v.trim().parse().unwrap())
+                        })
+                        .unwrap_or(0);
+                    if body.len() >= len {
+                        break body.to_string();
+                    }
+                }
+            };
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let doc: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+            let answer = json!({"allowed": doc["name"] == "good"}).to_string();
+            let reply = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{answer}",
+                answer.len()
+            );
+            conn.write_all(reply.as_bytes()).await.unwrap();
+        }
+        Ok::<(), std::convert::Infallible>(())
+    });
+    (url, calls)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scan_calls_an_api_call_service_with_the_posted_data() {
+    let scope = Scope::new();
+    let (url, calls) = verdict_service(&scope).await;
+    let policy = json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+        "metadata": {"name": "lookups"},
+        "spec": {"validationFailureAction": "Audit", "rules": [
+            {"name": "service-verdict",
+             "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+             "context": [{"name": "verdict", "apiCall": {
+                "method": "POST", "service": {"url": url},
+                "data": [{"key": "name", "value": "{{ request.object.metadata.name }}"}],
+                "jmesPath": "allowed"}}],
+             "validate": {"message": "the service refused {{ request.object.metadata.name }}",
+                "deny": {"conditions": {"any": [{"key": "{{ verdict }}",
+                    "operator": "Equals", "value": false}]}}}}]}});
+    let sb = sandbox(vec![
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}}),
+        pod("good", "ghcr.io"),
+        pod("bad", "docker.io"),
+        policy,
+    ])
+    .await;
+    let parts = Parts::new(&sb);
+    let reports = parts.reports(ReportsSettings::default());
+    let t = scope.token().clone();
+    scope.spawn("policies", parts.policies.run(t.clone()));
+    scope.spawn("reports", reports.run(t));
+    let want = |p: &str, r: &str, s: &str| (p.to_string(), r.to_string(), s.to_string());
+    let expected = vec![
+        want("bad", "service-verdict", "fail"),
+        want("good", "service-verdict", "pass"),
+    ];
+    let start = std::time::Instant::now();
+    loop {
+        let got = results(&sb);
+        if got == expected {
+            break;
+        }
+        assert!(
+            start.elapsed() < HANG_BOUND,
+            "the reports hold {got:?}, not {expected:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // One call per distinct body (per pod), not one per evaluation round.
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 2);
+    scope.shutdown().await.unwrap();
+    sb.shutdown().await.unwrap();
+}

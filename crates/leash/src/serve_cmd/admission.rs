@@ -200,6 +200,10 @@ impl leash_policy::ClusterData for AdmissionLookup {
     fn api_get(&self, url_path: &str) -> Option<serde_json::Value> {
         self.data.api_get(url_path)
     }
+
+    fn api_service(&self, call: &leash_policy::ServiceCall) -> Option<serde_json::Value> {
+        self.data.api_service(call)
+    }
 }
 
 impl leash_webhook::Lookup for AdmissionLookup {
