@@ -269,26 +269,10 @@ impl ClusterData for ScanData {
     fn api_get(&self, url_path: &str) -> Option<Value> {
         // A path of a watched kind without a query is answered from the cache.
         if !url_path.contains('?')
-            && let Some((api_version, namespace, resource, name)) = split_path(url_path)
+            && let Some((api_version, _, resource, _)) = split_path(url_path)
             && self.cache.serves(&api_version, resource)
         {
-            return match name {
-                Some(name) => self
-                    .cache
-                    .get(&api_version, resource, namespace, name)
-                    .map(|o| (*o).clone()),
-                None => {
-                    let items: Vec<Value> = self
-                        .cache
-                        .list(&api_version, resource, namespace)
-                        .iter()
-                        .map(|o| (**o).clone())
-                        .collect();
-                    Some(
-                        json!({"apiVersion": "v1", "kind": "List", "metadata": {}, "items": items}),
-                    )
-                }
-            };
+            return answer_path(&*self.cache, url_path);
         }
         self.looked_up(Lookup::Api(url_path.to_string()))
             .map(|v| (*v).clone())
@@ -300,9 +284,30 @@ impl ClusterData for ScanData {
     }
 }
 
-/// `(apiVersion, namespace, resource, name)` of a resource path
-/// (`/api/v1/namespaces/ns/pods`, `/apis/apps/v1/deployments/x`).
+/// Answers a resource path (`/api/v1/namespaces/ns/pods`,
+/// `/apis/apps/v1/deployments/x`; a query is ignored) from `data`'s get and
+/// list: an object, or a `List` of the objects.
+pub fn answer_path(data: &dyn ClusterData, url_path: &str) -> Option<Value> {
+    let (api_version, namespace, resource, name) = split_path(url_path)?;
+    match name {
+        Some(name) => data
+            .get(&api_version, resource, namespace, name)
+            .map(|o| (*o).clone()),
+        None => {
+            let items: Vec<Value> = data
+                .list(&api_version, resource, namespace)
+                .iter()
+                .map(|o| (**o).clone())
+                .collect();
+            Some(json!({"apiVersion": api_version, "kind": "List", "metadata": {}, "items": items}))
+        }
+    }
+}
+
+/// `(apiVersion, namespace, resource, name)` of a resource path (its query
+/// cut off).
 fn split_path(path: &str) -> Option<(String, &str, &str, Option<&str>)> {
+    let path = path.split('?').next().unwrap_or("");
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
     let (api_version, rest) = match parts.as_slice() {
         ["api", v, rest @ ..] => (v.to_string(), rest),

@@ -76,32 +76,40 @@ impl Serialize for Object {
     }
 }
 
-impl Resource for Object {
-    type DynamicType = ApiResource;
-    type Scope = DynamicResourceScope;
+/// `kube::Resource` of a type with a `meta: ObjectMeta` field, its kind
+/// given at run time by an `ApiResource` (as `DynamicObject`'s is).
+macro_rules! dynamic_resource {
+    ($t:ty) => {
+        impl Resource for $t {
+            type DynamicType = ApiResource;
+            type Scope = DynamicResourceScope;
 
-    fn kind(dt: &ApiResource) -> Cow<'_, str> {
-        Cow::from(&dt.kind)
-    }
-    fn group(dt: &ApiResource) -> Cow<'_, str> {
-        Cow::from(&dt.group)
-    }
-    fn version(dt: &ApiResource) -> Cow<'_, str> {
-        Cow::from(&dt.version)
-    }
-    fn api_version(dt: &ApiResource) -> Cow<'_, str> {
-        Cow::from(&dt.api_version)
-    }
-    fn plural(dt: &ApiResource) -> Cow<'_, str> {
-        Cow::from(&dt.plural)
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.meta
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.meta
-    }
+            fn kind(dt: &ApiResource) -> Cow<'_, str> {
+                Cow::from(&dt.kind)
+            }
+            fn group(dt: &ApiResource) -> Cow<'_, str> {
+                Cow::from(&dt.group)
+            }
+            fn version(dt: &ApiResource) -> Cow<'_, str> {
+                Cow::from(&dt.version)
+            }
+            fn api_version(dt: &ApiResource) -> Cow<'_, str> {
+                Cow::from(&dt.api_version)
+            }
+            fn plural(dt: &ApiResource) -> Cow<'_, str> {
+                Cow::from(&dt.plural)
+            }
+            fn meta(&self) -> &ObjectMeta {
+                &self.meta
+            }
+            fn meta_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.meta
+            }
+        }
+    };
 }
+
+dynamic_resource!(Object);
 
 /// An object of any kind as a watch or a list sends it: its parsed
 /// metadata and its JSON text, never built into a `Value` (the store keeps
@@ -131,32 +139,7 @@ impl<'de> Deserialize<'de> for RawObject {
     }
 }
 
-impl Resource for RawObject {
-    type DynamicType = ApiResource;
-    type Scope = DynamicResourceScope;
-
-    fn kind(dt: &ApiResource) -> Cow<'_, str> {
-        Cow::from(&dt.kind)
-    }
-    fn group(dt: &ApiResource) -> Cow<'_, str> {
-        Cow::from(&dt.group)
-    }
-    fn version(dt: &ApiResource) -> Cow<'_, str> {
-        Cow::from(&dt.version)
-    }
-    fn api_version(dt: &ApiResource) -> Cow<'_, str> {
-        Cow::from(&dt.api_version)
-    }
-    fn plural(dt: &ApiResource) -> Cow<'_, str> {
-        Cow::from(&dt.plural)
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.meta
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.meta
-    }
-}
+dynamic_resource!(RawObject);
 
 /// An `ApiResource` from its parts.
 pub fn api_resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {

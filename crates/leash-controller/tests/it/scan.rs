@@ -58,6 +58,26 @@ fn results(sb: &Sandbox) -> Vec<(String, String, String)> {
     out
 }
 
+fn want(pod: &str, rule: &str, result: &str) -> (String, String, String) {
+    (pod.to_string(), rule.to_string(), result.to_string())
+}
+
+/// Waits until the reports of `team` hold exactly `expected`.
+async fn reports_hold(sb: &Sandbox, expected: &[(String, String, String)]) {
+    let start = std::time::Instant::now();
+    loop {
+        let got = results(sb);
+        if got == expected {
+            return;
+        }
+        assert!(
+            start.elapsed() < HANG_BOUND,
+            "the reports hold {got:?}, not {expected:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scan_reads_configmap_and_api_call_context_from_the_api_server() {
     let sb = sandbox(vec![
@@ -78,25 +98,13 @@ async fn scan_reads_configmap_and_api_call_context_from_the_api_server() {
     let t = scope.token().clone();
     scope.spawn("policies", parts.policies.run(t.clone()));
     scope.spawn("reports", reports.run(t));
-    let want = |p: &str, r: &str, s: &str| (p.to_string(), r.to_string(), s.to_string());
     let expected = vec![
         want("bad", "allowed-registry", "fail"),
         want("bad", "no-services", "fail"),
         want("good", "allowed-registry", "pass"),
         want("good", "no-services", "fail"),
     ];
-    let start = std::time::Instant::now();
-    loop {
-        let got = results(&sb);
-        if got == expected {
-            break;
-        }
-        assert!(
-            start.elapsed() < HANG_BOUND,
-            "the reports hold {got:?}, not {expected:?}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    reports_hold(&sb, &expected).await;
     scope.shutdown().await.unwrap();
     sb.shutdown().await.unwrap();
 }
@@ -183,23 +191,11 @@ async fn scan_calls_an_api_call_service_with_the_posted_data() {
     let t = scope.token().clone();
     scope.spawn("policies", parts.policies.run(t.clone()));
     scope.spawn("reports", reports.run(t));
-    let want = |p: &str, r: &str, s: &str| (p.to_string(), r.to_string(), s.to_string());
     let expected = vec![
         want("bad", "service-verdict", "fail"),
         want("good", "service-verdict", "pass"),
     ];
-    let start = std::time::Instant::now();
-    loop {
-        let got = results(&sb);
-        if got == expected {
-            break;
-        }
-        assert!(
-            start.elapsed() < HANG_BOUND,
-            "the reports hold {got:?}, not {expected:?}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    reports_hold(&sb, &expected).await;
     // One call per distinct body (per pod), not one per evaluation round.
     assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 2);
     scope.shutdown().await.unwrap();

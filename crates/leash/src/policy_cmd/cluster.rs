@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use leash_policy::ClusterData;
 use leash_policy::kinds::{plural_of, split_api_version};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 /// Objects held in memory.
@@ -78,33 +78,7 @@ impl ClusterData for MemoryCluster {
     }
 
     fn api_get(&self, url_path: &str) -> Option<Value> {
-        let path = url_path.split('?').next().unwrap_or("");
-        let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
-        let (api_version, rest) = match parts.as_slice() {
-            ["api", v, rest @ ..] => (v.to_string(), rest),
-            ["apis", g, v, rest @ ..] => (format!("{g}/{v}"), rest),
-            _ => return None,
-        };
-        let (namespace, rest) = match rest {
-            ["namespaces", ns, rest @ ..] if !rest.is_empty() => (*ns, rest),
-            _ => ("", rest),
-        };
-        match rest {
-            [resource] => {
-                let items: Vec<Value> = self
-                    .list(&api_version, resource, namespace)
-                    .iter()
-                    .map(|o| (**o).clone())
-                    .collect();
-                Some(
-                    json!({"apiVersion": api_version, "kind": "List", "metadata": {}, "items": items}),
-                )
-            }
-            [resource, name] => self
-                .get(&api_version, resource, namespace, name)
-                .map(|o| (*o).clone()),
-            _ => None,
-        }
+        leash_controller::lookups::answer_path(self, url_path)
     }
 }
 
@@ -289,6 +263,7 @@ impl ClusterData for LiveCluster {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn cluster() -> MemoryCluster {
         MemoryCluster::new(vec![
