@@ -5,7 +5,8 @@
 //! The engine is pure and synchronous, so it never waits on the network.
 //! [`ScanData`] answers an evaluation from the watched [`Cache`] and from
 //! [`Lookups`], the API server's answers kept for a short while (one GET per
-//! distinct path per [`Lookups::ttl`], however many resources ask), and
+//! distinct path per [`Lookups::ttl`], however many resources ask; workers
+//! that miss the same path at the same moment may each read it), and
 //! records what neither holds; the worker fetches those (async, no lock
 //! held, cancellable) and evaluates again. A failed read is kept as "no
 //! data" for the same while, so a policy whose `apiCall` fails gives the

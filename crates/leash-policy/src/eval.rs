@@ -789,6 +789,23 @@ impl RuleCtx<'_> {
         Ok(vars)
     }
 
+    /// An `apiCall`'s answer through its `jmesPath`; without an answer,
+    /// its `default`, or the error `failed` names.
+    fn answer_or_default(
+        &self,
+        answer: Option<Value>,
+        jmes_path: &Option<String>,
+        default: &Option<Value>,
+        vars: &Vars,
+        failed: impl FnOnce() -> String,
+    ) -> Result<Value, String> {
+        match (answer, default) {
+            (Some(v), _) => self.apply_jmes(jmes_path.as_deref(), v, vars),
+            (None, Some(d)) => Ok(d.clone()),
+            (None, None) => Err(failed()),
+        }
+    }
+
     pub(crate) fn sub_str(&self, s: &str, vars: &Vars) -> Result<String, String> {
         match vars::substitute(
             &Value::String(s.to_string()),
@@ -864,13 +881,10 @@ impl RuleCtx<'_> {
                 default,
             } => {
                 let url = self.sub_str(url_path, vars)?;
-                match self.data.api_get(&url) {
-                    Some(v) => self.apply_jmes(jmes_path.as_deref(), v, vars),
-                    None => match default {
-                        Some(d) => Ok(d.clone()),
-                        None => Err(format!("API call {url} failed: no cluster data for it")),
-                    },
-                }
+                let answer = self.data.api_get(&url);
+                self.answer_or_default(answer, jmes_path, default, vars, || {
+                    format!("API call {url} failed: no cluster data for it")
+                })
             }
             ContextSource::ApiService {
                 url,
@@ -903,13 +917,10 @@ impl RuleCtx<'_> {
                     method: method.clone(),
                     body,
                 };
-                match self.data.api_service(&call) {
-                    Some(v) => self.apply_jmes(jmes_path.as_deref(), v, vars),
-                    None => match default {
-                        Some(d) => Ok(d.clone()),
-                        None => Err(format!("API call to service {url} failed: no answer")),
-                    },
-                }
+                let answer = self.data.api_service(&call);
+                self.answer_or_default(answer, jmes_path, default, vars, || {
+                    format!("API call to service {url} failed: no answer")
+                })
             }
             ContextSource::GlobalReference {
                 name,
