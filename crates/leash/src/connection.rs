@@ -9,7 +9,10 @@ use std::time::Duration;
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
+use base64::Engine as _;
+
 use crate::cli_error::{interrupted, usage};
+use crate::credential::{self, Credential};
 
 /// Bound on the `/version` request of [`Check::Version`].
 pub(crate) const VERSION_CHECK: Duration = Duration::from_secs(15);
@@ -39,13 +42,10 @@ pub(crate) const VERSION_CHECK: Duration = Duration::from_secs(15);
 /// store's and the controllers' backoff), and two layers would multiply the
 /// attempts and hide the count. Connecting (reading the configuration, the
 /// optional `/version` check) is raced against Ctrl-C: an interrupt ends it
-/// at once (exit 130). Not a kubeconfig `exec` credential plugin: kube-rs
-/// runs it synchronously (`std::process::Command`) inside
-/// `Client::try_from`, which this task cannot preempt, so a signal sent to
-/// leash alone waits for the plugin to return (measured with `leash serve`:
-/// `sleep 30` as the plugin, SIGINT after 2 s, exit 2 with the plugin's
-/// error 28 s later). A terminal's Ctrl-C also reaches the plugin, in the
-/// same process group.
+/// at once (exit 130), a kubeconfig `exec` credential plugin included:
+/// leash runs the plugin itself ([`crate::credential`]; kube-rs would run
+/// it synchronously inside `Client::try_from`, where no interrupt can reach
+/// it) and kills it when the interrupt wins.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub(crate) struct ConnectionArgs {
     /// Kubeconfig file [default: $KUBECONFIG, else ~/.kube/config, else the in-cluster service account].
@@ -168,10 +168,27 @@ impl Target {
     }
 
     async fn connect_uninterrupted(&self, check: Check) -> anyhow::Result<Connected> {
-        let config = self.config().await?;
+        let mut config = self.config().await?;
         let server = config.cluster_url.to_string();
-        let client = client_from_config(config)
-            .map_err(|e| usage(format!("cannot build a client for {server}: {e:#}")))?;
+        let cannot = |e: anyhow::Error| usage(format!("cannot build a client for {server}: {e:#}"));
+        let client = match credential::take_plugin(&mut config.auth_info) {
+            None => client_from_config(config).map_err(cannot)?,
+            Some(exec) => match credential::run(&exec).await.map_err(cannot)? {
+                Credential::Certificate { cert, key } => {
+                    let b64 = |pem: String| base64::engine::general_purpose::STANDARD.encode(pem);
+                    config.auth_info.client_certificate_data = Some(b64(cert));
+                    config.auth_info.client_key_data = Some(b64(key).into());
+                    client_from_config(config).map_err(cannot)?
+                }
+                Credential::Token { header, expires } => {
+                    config.default_retry = false;
+                    kube::client::ClientBuilder::try_from(config)
+                        .map_err(|e| cannot(e.into()))?
+                        .with_layer(&credential::TokenLayer::new(exec, header, expires))
+                        .build()
+                }
+            },
+        };
         if check == Check::Version {
             check_version(&client, &server).await?;
         }
@@ -404,6 +421,150 @@ mod tests {
             };
             let err = result.unwrap_err();
             assert!(crate::cli_error::is_interrupted(&err), "{err:#}");
+        });
+    }
+
+    /// A kubeconfig whose user's credentials come from `sh SCRIPT`.
+    fn plugin_kubeconfig(dir: &std::path::Path, server: &str, script: &str) -> Target {
+        let script_path = dir.join(format!("plugin-{}.sh", script.len()));
+        std::fs::write(&script_path, script).unwrap();
+        let path = dir.join(format!("config-{}", script.len()));
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: v1\nkind: Config\ncurrent-context: a\n\
+                 clusters:\n- name: a\n  cluster: {{server: '{server}'}}\n\
+                 contexts:\n- name: a\n  context: {{cluster: a, user: u}}\n\
+                 users:\n- name: u\n  user:\n    exec:\n      apiVersion: client.authentication.k8s.io/v1\n\
+                 \x20     command: sh\n      args: ['{}']\n      interactiveMode: Never\n",
+                script_path.display()
+            ),
+        )
+        .unwrap();
+        Target::Kubeconfig {
+            path: Some(path),
+            context: None,
+            token: None,
+            insecure: false,
+        }
+    }
+
+    /// A plugin answering `token`, valid for `seconds`, counting its runs in `count`.
+    fn token_plugin(count: &std::path::Path, token: &str, seconds: u32) -> String {
+        format!(
+            "echo run >> '{}'\nprintf '{{\"apiVersion\":\"client.authentication.k8s.io/v1\",\
+             \"kind\":\"ExecCredential\",\"status\":{{\"token\":\"{token}\",\
+             \"expirationTimestamp\":\"%s\"}}}}' \"$(date -u -d '+{seconds} seconds' +%Y-%m-%dT%H:%M:%SZ)\"\n",
+            count.display()
+        )
+    }
+
+    fn runs(count: &std::path::Path) -> usize {
+        std::fs::read_to_string(count).map_or(0, |s| s.lines().count())
+    }
+
+    /// The plugin's token reaches the API server; the plugin is run once to
+    /// connect (kube-rs would run it twice), again before a request once the
+    /// token has under a minute left, and not while it holds; a refused token and
+    /// a failing plugin are errors naming them.
+    #[test]
+    fn credential_plugin_tokens_are_sent_and_renewed_before_they_expire() {
+        let rt = rt();
+        rt.block_on(async {
+            let sandbox = leash_sandbox::Sandbox::start(leash_sandbox::SandboxConfig {
+                token: Some("t0k3n".into()),
+                ..leash_sandbox::SandboxConfig::default()
+            })
+            .await
+            .unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            let connect = |script: String| {
+                let target = plugin_kubeconfig(dir.path(), &sandbox.url(), &script);
+                async move { target.connect(Check::Version, std::future::pending()).await }
+            };
+
+            let short = dir.path().join("short");
+            // Under a minute left: renewed before every request, the
+            // connection's /version check included.
+            let c = connect(token_plugin(&short, "t0k3n", 30)).await.unwrap();
+            assert_eq!(runs(&short), 2);
+            c.client.apiserver_version().await.unwrap();
+            assert_eq!(runs(&short), 3, "a token with 30 s left is renewed");
+
+            let long = dir.path().join("long");
+            let c = connect(token_plugin(&long, "t0k3n", 3600)).await.unwrap();
+            c.client.apiserver_version().await.unwrap();
+            c.client.apiserver_version().await.unwrap();
+            assert_eq!(runs(&long), 1, "a token valid for an hour is kept");
+
+            let wrong = dir.path().join("wrong");
+            let err = connect(token_plugin(&wrong, "nope", 3600))
+                .await
+                .unwrap_err();
+            assert!(
+                format!("{err:#}").contains("refused the credentials (401)"),
+                "{err:#}"
+            );
+
+            let err = connect("exit 3\n".into()).await.unwrap_err();
+            let err = format!("{err:#}");
+            assert!(
+                err.contains("credential plugin \"sh\" failed") && err.contains("3"),
+                "{err}"
+            );
+            sandbox.shutdown().await.unwrap();
+        });
+    }
+
+    /// Ctrl-C while the credential plugin runs (seed: the signal used to
+    /// wait for the plugin): connecting ends at once and the plugin is killed.
+    #[test]
+    fn an_interrupt_ends_a_credential_plugin() {
+        let rt = rt();
+        rt.block_on(async {
+            let dir = tempfile::tempdir().unwrap();
+            let pid_file = dir.path().join("pid");
+            let script = format!(
+                "echo $$ > '{}.tmp'\nmv '{0}.tmp' '{0}'\nexec sleep 30\n",
+                pid_file.display()
+            );
+            let target = plugin_kubeconfig(dir.path(), "http://127.0.0.1:1", &script);
+            let started = async {
+                // Interrupt once the plugin runs.
+                while !pid_file.exists() {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            };
+            let begun = std::time::Instant::now();
+            let result = tokio::time::timeout(
+                Duration::from_secs(10),
+                target.connect(Check::Version, started),
+            )
+            .await
+            .expect("the interrupt ended the plugin's run");
+            let err = result.unwrap_err();
+            assert!(crate::cli_error::is_interrupted(&err), "{err:#}");
+            assert!(begun.elapsed() < Duration::from_secs(10));
+            let pid = std::fs::read_to_string(&pid_file).unwrap();
+            let stat = format!("/proc/{}/stat", pid.trim());
+            // Killed: gone, or a zombie until tokio reaps it.
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            loop {
+                let state = std::fs::read_to_string(&stat).ok().and_then(|s| {
+                    s.rsplit(')')
+                        .next()
+                        .and_then(|r| r.split_whitespace().next())
+                        .map(str::to_owned)
+                });
+                if state.as_deref().is_none_or(|s| s == "Z" || s == "X") {
+                    break;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "plugin {pid} still runs: {state:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
         });
     }
 }

@@ -8,6 +8,7 @@
 mod cli_error;
 mod connection;
 mod context_cmd;
+mod credential;
 #[cfg(test)]
 mod flag_tests;
 mod load_cmd;
