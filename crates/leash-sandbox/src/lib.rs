@@ -44,7 +44,9 @@
 //!   (also each object of a deletecollection) of any kind but the webhook configurations
 //!   themselves: the stored configurations' `rules` (operations, apiGroups, apiVersions,
 //!   resources with `*` and subresources, scope), `namespaceSelector` (a namespace's own
-//!   labels for namespaces) and `objectSelector` (object or old object) pick the webhooks;
+//!   labels for namespaces), `objectSelector` (object or old object) and `matchConditions`
+//!   (CEL over `object`, `oldObject` and `request`; any false skips the webhook, an error
+//!   is a failed call under `failurePolicy`) pick the webhooks;
 //!   each gets an `admission.k8s.io/v1` `AdmissionReview` (fresh uid, the object as it would
 //!   be stored: defaults, generated name, uid; the old object; dryRun; options; the user
 //!   `system:admin` in `system:masters`) over HTTPS (`clientConfig.url`, or
@@ -96,8 +98,9 @@
 //! owner-reference garbage collection, conversion between CRD versions, subresources
 //! other than `status` and `scale`, field managers (`managedFields`), HTTP/2 and TLS.
 //! Of admission: writes of the `scale` subresource and writes through [`Store`] (no HTTP)
-//! skip the webhooks; `matchConditions` (CEL) are not evaluated (a webhook with them is
-//! called as if they matched), `matchPolicy: Equivalent` matches only the requested
+//! skip the webhooks; `matchConditions` get no `authorizer` (an expression using it fails
+//! under the failure policy) and are compiled when used, not refused when written,
+//! `matchPolicy: Equivalent` matches only the requested
 //! version, `reinvocationPolicy` is ignored (no second round), plain `http://` URLs and an
 //! empty `caBundle` (kube-apiserver would use the system roots) fail the call under its
 //! failure policy, a service reference's port is only named in messages (the mapped URL

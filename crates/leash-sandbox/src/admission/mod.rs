@@ -27,7 +27,7 @@ mod webhook;
 mod writes;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
 use serde_json::{Value, json};
@@ -118,6 +118,15 @@ pub(crate) struct Admission {
     cancel: CancellationToken,
     /// Webhook connections kept alive between calls.
     pool: client::Pool,
+    /// The webhooks of each configuration kind, parsed.
+    parsed: Mutex<HashMap<&'static str, Parsed>>,
+}
+
+/// Parsed webhooks, and the configurations (name, resourceVersion) they come from.
+#[derive(Debug)]
+struct Parsed {
+    from: Vec<(String, u64)>,
+    hooks: Arc<[Webhook]>,
 }
 
 impl Admission {
@@ -129,6 +138,7 @@ impl Admission {
             permits: Semaphore::new(MAX_IN_FLIGHT),
             cancel,
             pool: client::Pool::default(),
+            parsed: Mutex::default(),
         }
     }
 
@@ -149,16 +159,35 @@ impl Admission {
     }
 
     /// The webhooks of the stored configurations of `plural`, by configuration
-    /// name, then in order.
-    fn webhooks(store: &Store, plural: &str) -> Vec<Webhook> {
+    /// name, then in order: parsed (and their `matchConditions` compiled) once
+    /// per version of the configurations.
+    fn webhooks(&self, store: &Store, plural: &'static str) -> Arc<[Webhook]> {
         let Some(rt) = store.registry().by_path(GROUP, "v1", plural) else {
-            return Vec::new();
+            return Arc::new([]);
         };
         let (configs, _) = store.snapshot(&rt);
-        configs
+        let from: Vec<(String, u64)> = configs.values().map(|e| (e.name.clone(), e.rv)).collect();
+        let parsed = |p: &HashMap<&str, Parsed>| {
+            p.get(plural)
+                .filter(|p| p.from == from)
+                .map(|p| p.hooks.clone())
+        };
+        if let Some(hooks) = parsed(&self.parsed.lock().unwrap_or_else(PoisonError::into_inner)) {
+            return hooks;
+        }
+        let hooks: Arc<[Webhook]> = configs
             .values()
             .flat_map(|e| webhook::parse_configuration(&e.value()))
-            .collect()
+            .collect();
+        let mut cache = self.parsed.lock().unwrap_or_else(PoisonError::into_inner);
+        cache.insert(
+            plural,
+            Parsed {
+                from,
+                hooks: hooks.clone(),
+            },
+        );
+        hooks
     }
 
     /// The labels the namespaceSelector is matched against: a namespace's own, the
@@ -174,11 +203,12 @@ impl Admission {
         Some(labels_of(ns.as_ref()))
     }
 
-    fn matching(store: &Store, plural: &str, a: &Attributes) -> Vec<Webhook> {
+    fn matching(&self, store: &Store, plural: &'static str, a: &Attributes) -> Vec<Webhook> {
         let ns_labels = Self::namespace_labels(store, a);
-        Self::webhooks(store, plural)
-            .into_iter()
+        self.webhooks(store, plural)
+            .iter()
             .filter(|h| h.matches(a, ns_labels.as_ref()))
+            .cloned()
             .collect()
     }
 
@@ -199,10 +229,10 @@ impl Admission {
         a: &mut Attributes,
         warnings: &mut Vec<String>,
     ) -> Result<(), ApiError> {
-        for hook in Self::matching(store, MUTATING, a) {
+        for hook in self.matching(store, MUTATING, a) {
             self.mutate(&hook, a, warnings).await?;
         }
-        let validating = Self::matching(store, VALIDATING, a);
+        let validating = self.matching(store, VALIDATING, a);
         if validating.is_empty() {
             return Ok(());
         }
@@ -265,21 +295,36 @@ impl Admission {
         }
     }
 
-    /// Calls `hook` for `a`. `Ok(None)`: the call failed and the failure policy is
-    /// Ignore (the request goes on as if the webhook had allowed it).
+    /// Calls `hook` for `a`. `Ok(None)`: the webhook is not called (its
+    /// `matchConditions` do not hold), or the call failed and the failure policy
+    /// is Ignore (the request goes on as if the webhook had allowed it).
     async fn call(
         &self,
         hook: &Webhook,
         a: &Attributes,
         mutating: bool,
     ) -> Result<Option<review::Verdict>, ApiError> {
+        let uid = review::fresh_uid();
+        let review = review::request(a, &uid);
+        match hook.conditions_hold(&review["request"]) {
+            Ok(true) => {}
+            Ok(false) => return Ok(None),
+            Err(why) if hook.ignore_failures => {
+                tracing::warn!(webhook = %hook.name, %why, "sandbox: matchConditions failed, skipping the webhook");
+                return Ok(None);
+            }
+            Err(why) => {
+                let reason = format!("failed evaluating matchConditions: {why}");
+                return Err(review::call_failed(&hook.name, &reason));
+            }
+        }
         if a.dry_run && !hook.dry_run_safe {
             return Err(ApiError::bad_request(format!(
                 "admission webhook {:?} does not support dry run",
                 hook.name
             )));
         }
-        match self.exchange(hook, a, mutating).await {
+        match self.exchange(hook, review, &uid, mutating).await {
             Ok(v) => Ok(Some(v)),
             Err(CallError::ShuttingDown) => Err(ApiError::new(
                 503,
@@ -297,15 +342,15 @@ impl Admission {
     async fn exchange(
         &self,
         hook: &Webhook,
-        a: &Attributes,
+        review: Value,
+        uid: &str,
         mutating: bool,
     ) -> Result<review::Verdict, CallError> {
         let rest_client = |e: String| CallError::Failed(format!("could not get REST client: {e}"));
         let ep =
             client::endpoint(&hook.target, &self.services, hook.timeout).map_err(rest_client)?;
         let tls = client::tls_config(&hook.ca_bundle).map_err(rest_client)?;
-        let uid = review::fresh_uid();
-        let body = Bytes::from(review::request(a, &uid).to_string());
+        let body = Bytes::from(review.to_string());
         let bounded = tokio::time::timeout(hook.timeout, async {
             // Closed never: the semaphore lives as long as `self`.
             let _permit = self
@@ -334,7 +379,7 @@ impl Admission {
                 ep.url
             ))
         })?;
-        review::verify(&review, &uid, mutating).map_err(|e| CallError::Failed(e.reason()))
+        review::verify(&review, uid, mutating).map_err(|e| CallError::Failed(e.reason()))
     }
 }
 

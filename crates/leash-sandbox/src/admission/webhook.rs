@@ -1,8 +1,10 @@
 //! The webhooks of stored `ValidatingWebhookConfiguration` and
 //! `MutatingWebhookConfiguration` objects, parsed, and which requests they match
-//! (kube-apiserver's `rules`, `namespaceSelector` and `objectSelector`).
+//! (kube-apiserver's `rules`, `namespaceSelector`, `objectSelector` and
+//! `matchConditions`).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -45,6 +47,43 @@ pub(crate) struct Webhook {
     /// `sideEffects` is `None` or `NoneOnDryRun` (may be called for dry runs).
     pub(crate) dry_run_safe: bool,
     pub(crate) timeout: Duration,
+    /// `matchConditions`, compiled.
+    conditions: Vec<Condition>,
+}
+
+/// One of a webhook's `matchConditions`: a CEL expression over `object`,
+/// `oldObject` and `request` (the AdmissionRequest the webhook would get).
+#[derive(Debug, Clone)]
+struct Condition {
+    name: String,
+    /// The program, or why the expression does not compile (kube-apiserver
+    /// refuses such a configuration when it is written; the sandbox stores it
+    /// and fails the condition when it is evaluated).
+    program: Result<Arc<cel::Program>, String>,
+}
+
+impl Condition {
+    fn parse(c: &Value) -> Condition {
+        let expression = s(c, "expression");
+        Condition {
+            name: s(c, "name").to_string(),
+            program: cel::Program::compile(expression)
+                .map(Arc::new)
+                .map_err(|e| format!("compilation failed: {e}")),
+        }
+    }
+
+    fn evaluate(&self, vars: &cel::Context) -> Result<bool, String> {
+        let program = self.program.as_ref().map_err(Clone::clone)?;
+        match program.execute(vars) {
+            Ok(cel::Value::Bool(b)) => Ok(b),
+            Ok(other) => Err(format!(
+                "expression must evaluate to bool, got {:?}",
+                other.type_of()
+            )),
+            Err(e) => Err(e.to_string()),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -222,6 +261,11 @@ fn parse_webhook(h: &Value) -> Webhook {
         object_selector: Selector::parse(h.get("objectSelector")),
         dry_run_safe: matches!(s(h, "sideEffects"), "None" | "NoneOnDryRun"),
         timeout: Duration::from_secs(timeout),
+        conditions: h
+            .get("matchConditions")
+            .and_then(Value::as_array)
+            .map(|cs| cs.iter().map(Condition::parse).collect())
+            .unwrap_or_default(),
     }
 }
 
@@ -279,6 +323,37 @@ impl Webhook {
         let old = labels_of(a.old_object.as_ref());
         let matched = |l: &BTreeMap<String, String>| self.object_selector.matches(l);
         (a.object.is_some() && matched(&object)) || (a.old_object.is_some() && matched(&old))
+    }
+
+    /// `matchConditions` for the AdmissionRequest `request` (which holds the
+    /// object and the old one), in kube-apiserver's order: any condition
+    /// false, `Ok(false)` (the webhook is not called); all true (or none),
+    /// `Ok(true)`; otherwise, the first error, for the failure policy.
+    pub(crate) fn conditions_hold(&self, request: &Value) -> Result<bool, String> {
+        if self.conditions.is_empty() {
+            return Ok(true);
+        }
+        let mut vars = cel::Context::default();
+        let null = Value::Null;
+        for (name, v) in [
+            ("object", request.get("object").unwrap_or(&null)),
+            ("oldObject", request.get("oldObject").unwrap_or(&null)),
+            ("request", request),
+        ] {
+            vars.add_variable(name, v)
+                .map_err(|e| format!("the request's {name} cannot be read by CEL: {e}"))?;
+        }
+        let mut first_error = None;
+        for c in &self.conditions {
+            match c.evaluate(&vars) {
+                Ok(false) => return Ok(false),
+                Ok(true) => {}
+                Err(e) => {
+                    first_error.get_or_insert_with(|| format!("matchCondition {:?}: {e}", c.name));
+                }
+            }
+        }
+        first_error.map_or(Ok(true), Err)
     }
 }
 

@@ -513,6 +513,77 @@ async fn selectors_and_rules_that_do_not_match_skip_the_webhook() {
     sb.shutdown().await.unwrap();
 }
 
+/// `matchConditions` (CEL over `object`, `oldObject` and `request`) in
+/// kube-apiserver's order: any false skips the webhook, all true calls it, an
+/// error (none false) is a failed call under the failure policy. The webhook
+/// denies everything, so 201 means it was not called.
+#[tokio::test]
+async fn match_conditions_decide_whether_the_webhook_is_called() {
+    let server = WebhookServer::start(|_| Answer::deny(403, "called")).await;
+    let sb = start(vec![]).await;
+    let base = hook("mc.leash.dev", &server.url("/"), &server.ca_bundle);
+    let with = |conditions: &[(&str, &str)], policy: &str| {
+        let mut h = base.clone();
+        h["failurePolicy"] = json!(policy);
+        h["matchConditions"] = conditions
+            .iter()
+            .map(|(name, expression)| json!({"name": name, "expression": expression}))
+            .collect();
+        h
+    };
+    let not_skipped = ("not-skipped", "!object.metadata.name.startsWith('skip-')");
+    let missing = ("missing", "object.metadata.nope == 'x'");
+    // (webhook, pod name, status, message part)
+    let cases = [
+        (with(&[not_skipped], "Fail"), "skip-a", 201, ""),
+        (with(&[not_skipped], "Fail"), "check-a", 403, "called"),
+        (
+            with(
+                &[(
+                    "create-in-default",
+                    "request.operation == 'CREATE' && request.namespace == 'default' && request.resource.resource == 'pods' && oldObject == null",
+                )],
+                "Fail",
+            ),
+            "b",
+            403,
+            "called",
+        ),
+        (with(&[missing, not_skipped], "Fail"), "skip-c", 201, ""),
+        (
+            with(&[missing, not_skipped], "Fail"),
+            "d",
+            500,
+            "failed calling webhook \"mc.leash.dev\": failed evaluating matchConditions: matchCondition \"missing\"",
+        ),
+        (with(&[missing], "Ignore"), "e", 201, ""),
+        (
+            with(&[("broken", "object.(")], "Fail"),
+            "f",
+            500,
+            "compilation failed",
+        ),
+        (
+            with(&[("not-bool", "'yes'")], "Fail"),
+            "g",
+            500,
+            "must evaluate to bool",
+        ),
+    ];
+    for (i, (h, name, status, message)) in cases.into_iter().enumerate() {
+        configure(&sb, "ValidatingWebhookConfiguration", "mc", vec![h.clone()]).await;
+        let r = post(&sb, PODS, &pod(name, json!({}))).await;
+        let body = String::from_utf8_lossy(&r.body);
+        assert_eq!(r.status, status, "case {i}: {h}\n{body}");
+        if status != 201 {
+            let said = r.json()["message"].as_str().unwrap_or_default().to_string();
+            assert!(said.contains(message), "case {i}: {said}");
+        }
+        unconfigure(&sb, "mc").await;
+    }
+    sb.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn updates_patches_status_and_deletes_send_the_old_object() {
     let server = WebhookServer::start(deny_labelled).await;
