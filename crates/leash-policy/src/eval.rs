@@ -185,6 +185,8 @@ pub(crate) struct Lazy<'a> {
     /// field chains read without building the context (`None` when the
     /// context may differ from them, e.g. a values file sets `request.…`).
     raw: Option<RawObjects<'a>>,
+    /// The foreach element the context's `element` is (in a foreach level).
+    element: Option<&'a Value>,
 }
 
 /// What `request.object` and `request.oldObject` are in a rule's context.
@@ -226,6 +228,14 @@ impl vars::Source for Lazy<'_> {
             _ => None,
         }
     }
+
+    fn root(&self, root: vars::Root) -> Option<&Value> {
+        match root {
+            vars::Root::Object => self.raw.map(|r| r.object),
+            vars::Root::OldObject => self.raw?.old_object,
+            vars::Root::Element => self.element,
+        }
+    }
 }
 
 impl Lazy<'_> {
@@ -236,7 +246,26 @@ impl Lazy<'_> {
             cell,
             make: None,
             raw: None,
+            element: None,
         }
+    }
+
+    /// `v`, the context of `from` with `entries` loaded: the roots of `from`
+    /// still hold unless an entry's name reaches them.
+    fn loaded<'b>(v: Vars, entries: &[ContextEntry], from: &Lazy<'b>) -> Lazy<'b> {
+        let mut lazy = Lazy::ready(v);
+        let shadows = |root: &str| {
+            entries
+                .iter()
+                .any(|e| e.name == root || e.name.starts_with(&format!("{root}.")))
+        };
+        if !shadows("request") {
+            lazy.raw = from.raw;
+        }
+        if !shadows("element") {
+            lazy.element = from.element;
+        }
+        lazy
     }
 
     pub(crate) fn get(&self) -> &Vars {
@@ -362,6 +391,7 @@ impl Policy {
                 make: Some(&make),
                 raw: (!bound.iter().any(|(k, _)| k.starts_with("request")))
                     .then(|| RawObjects::of(req, operation)),
+                element: None,
             };
             let ctx = RuleCtx {
                 policy: self,
@@ -392,7 +422,7 @@ impl RuleCtx<'_> {
         } else {
             match self.load_context(&self.rule.context, lazy.get()) {
                 Ok(v) => {
-                    loaded = Lazy::ready(v);
+                    loaded = Lazy::loaded(v, &self.rule.context, lazy);
                     &loaded
                 }
                 Err(e) => {
@@ -609,15 +639,9 @@ impl RuleCtx<'_> {
         scope: &Value,
         nesting: usize,
     ) -> Outcome {
-        let vars = lazy.get();
         let mut applied = 0;
         for decl in decls {
-            let list = match self
-                .policy
-                .cache
-                .get(&decl.list)
-                .and_then(|e| vars.eval(&e))
-            {
+            let list = match self.policy.cache.eval(&decl.list, lazy) {
                 Ok(v) => v,
                 Err(_) => continue,
             };
@@ -626,7 +650,7 @@ impl RuleCtx<'_> {
                 Value::Null => Vec::new(),
                 other => vec![other],
             };
-            let (outcome, count) = self.elements(decl, &elements, vars, scope, nesting);
+            let (outcome, count) = self.elements(decl, &elements, lazy, scope, nesting);
             if outcome.status != Status::Pass {
                 return outcome;
             }
@@ -642,7 +666,7 @@ impl RuleCtx<'_> {
         &self,
         decl: &Foreach,
         elements: &[Value],
-        vars: &Vars,
+        lazy: &Lazy<'_>,
         scope: &Value,
         nesting: usize,
     ) -> (Outcome, usize) {
@@ -651,14 +675,23 @@ impl RuleCtx<'_> {
             if element.is_null() {
                 continue;
             }
-            let el: Rcvar = to_var(element);
-            let idx = to_var(&json!(index));
-            let mut v = vars
-                .with("element", el.clone())
-                .with("elementIndex", idx.clone());
-            v = v
-                .with(&format!("element{nesting}"), el)
-                .with(&format!("elementIndex{nesting}"), idx);
+            // The element's context, built only for an expression that
+            // cannot be read from the JSON in place.
+            let make = || {
+                let el: Rcvar = to_var(element);
+                let idx = to_var(&json!(index));
+                lazy.get()
+                    .with("element", el.clone())
+                    .with("elementIndex", idx.clone())
+                    .with(&format!("element{nesting}"), el)
+                    .with(&format!("elementIndex{nesting}"), idx)
+            };
+            let v = Lazy {
+                cell: std::cell::OnceCell::new(),
+                make: Some(&make),
+                raw: lazy.raw,
+                element: Some(element),
+            };
             let scoped = decl.element_scope.unwrap_or(element.is_object());
             let element_scope = if scoped { element } else { scope };
             let r = self.level(decl, &v, element_scope, nesting);
@@ -680,12 +713,22 @@ impl RuleCtx<'_> {
         (Outcome::new(Status::Pass, ""), applied)
     }
 
-    fn level(&self, decl: &Foreach, vars: &Vars, scope: &Value, nesting: usize) -> Outcome {
-        let vars = match self.load_context(&decl.context, vars) {
-            Ok(v) => Lazy::ready(v),
-            Err(e) => return Outcome::new(Status::Error, format!("failed to load context: {e}")),
+    fn level(&self, decl: &Foreach, lazy: &Lazy<'_>, scope: &Value, nesting: usize) -> Outcome {
+        let loaded;
+        let vars = if decl.context.is_empty() {
+            lazy
+        } else {
+            match self.load_context(&decl.context, lazy.get()) {
+                Ok(v) => {
+                    loaded = Lazy::loaded(v, &decl.context, lazy);
+                    &loaded
+                }
+                Err(e) => {
+                    return Outcome::new(Status::Error, format!("failed to load context: {e}"));
+                }
+            }
         };
-        match self.preconditions(decl.preconditions.as_ref(), &vars) {
+        match self.preconditions(decl.preconditions.as_ref(), vars) {
             Ok(true) => {}
             Ok(false) => return Outcome::new(Status::Skip, "preconditions not met"),
             Err(e) => {
@@ -695,7 +738,7 @@ impl RuleCtx<'_> {
                 );
             }
         }
-        self.check(&decl.check, &vars, scope, nesting + 1)
+        self.check(&decl.check, vars, scope, nesting + 1)
     }
 
     pub(crate) fn preconditions(
@@ -949,6 +992,7 @@ mod tests {
     /// A plain `request.object.…` / `request.oldObject.…` chain is read
     /// from the request's JSON without building the JMESPath context, and
     /// gives what the context gives, errors included.
+    /// (Other expressions: `jmespath::native`'s tests.)
     #[test]
     fn field_chains_read_the_request_without_building_the_context() {
         let pod = json!({
@@ -984,6 +1028,7 @@ mod tests {
             cell: std::cell::OnceCell::new(),
             make: Some(&make),
             raw: Some(RawObjects::of(&req, req.operation)),
+            element: None,
         };
         let slow = base_vars(&req, req.operation);
         for (i, d) in docs.iter().enumerate() {
@@ -991,13 +1036,60 @@ mod tests {
             let want = vars::substitute(&doc, &slow, &cache, Mode::Strict, false);
             let got = vars::substitute(&doc, &fast, &cache, Mode::Strict, false);
             assert_eq!(got, want, "{d}");
-            // The first eight are whole paths into the objects: answered
-            // from the JSON; the last two need the context's error.
-            assert_eq!(built.get(), usize::from(i >= 8), "{d}");
+            // All answered from the JSON: the first eight by the field
+            // chain fast path, the last two (errors) evaluated in place.
+            assert_eq!(built.get(), 0, "{d} ({i})");
         }
         assert_eq!(
             vars::substitute(&json!(docs[2]), &fast, &cache, Mode::Strict, false),
             Ok(json!(2))
         );
+    }
+
+    /// Foreach lists and conditions over `element` and projections of the
+    /// request are read from the JSON in place: the JMESPath context is
+    /// never built, and the results are Kyverno's.
+    #[test]
+    fn foreach_and_projections_run_without_the_jmespath_context() {
+        let policy = Policy::compile(&json!({
+            "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+            "metadata": {"name": "caps"},
+            "spec": {"rules": [
+                {"name": "drop-all", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                 "validate": {"message": "drop ALL", "foreach": [{
+                    "list": "request.object.spec.[ephemeralContainers, initContainers, containers][]",
+                    "deny": {"conditions": {"all": [{"key": "ALL", "operator": "AnyNotIn",
+                        "value": "{{ element.securityContext.capabilities.drop[] || `[]` }}"}]}}}]}},
+                {"name": "no-latest", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                 "validate": {"message": "no latest", "deny": {"conditions": {"any": [{
+                    "key": "{{ request.object.spec.[initContainers, containers][].image }}",
+                    "operator": "AnyIn", "value": ["*:latest"]}]}}}},
+            ]}
+        }))
+        .unwrap();
+        let pod = |drop: Value, image: &str| {
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns"},
+                   "spec": {"initContainers": [{"name": "i", "image": "init:1",
+                                                "securityContext": {"capabilities": {"drop": ["ALL"]}}}],
+                            "containers": [{"name": "c", "image": image,
+                                            "securityContext": {"capabilities": {"drop": drop}}}]}})
+        };
+        for (p, want) in [
+            (pod(json!(["ALL"]), "app:1"), ["pass", "pass"]),
+            (pod(json!(["NET_RAW"]), "app:latest"), ["fail", "fail"]),
+        ] {
+            let prepared = Prepared::new(EvalRequest::create(Arc::new(p)));
+            let results = policy.evaluate(
+                &prepared,
+                &crate::request::NoClusterData,
+                &Bindings::default(),
+            );
+            let got: Vec<String> = results.iter().map(|r| r.status.to_string()).collect();
+            assert_eq!(got, want, "{results:?}");
+            assert!(
+                prepared.base.get().is_none(),
+                "the JMESPath context was built"
+            );
+        }
     }
 }

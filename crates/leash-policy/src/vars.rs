@@ -13,6 +13,8 @@ use jmespath::{Rcvar, Variable};
 
 use serde_json::{Map, Value};
 
+pub(crate) use crate::jmespath::native::{Native, Partial, Root};
+
 /// A compiled JMESPath expression.
 pub(crate) type Expr = jmespath::Expression<'static>;
 
@@ -105,6 +107,12 @@ pub(crate) trait Source {
     /// answer it exactly as the context would; `None` sends the lookup to
     /// the context.
     fn raw(&self, chain: &[String]) -> Option<Value>;
+    /// The JSON of `request.object`, `request.oldObject` or `element`, for
+    /// expressions evaluated in place ([`Native`]), when this source holds
+    /// it exactly as the context would.
+    fn root(&self, _: Root) -> Option<&Value> {
+        None
+    }
 }
 
 impl Source for Vars {
@@ -113,6 +121,15 @@ impl Source for Vars {
     }
     fn raw(&self, _: &[String]) -> Option<Value> {
         None
+    }
+}
+
+/// A source's roots, for [`Native::eval`].
+pub(crate) struct Roots<'s>(pub(crate) &'s dyn Source);
+
+impl crate::jmespath::native::Roots for Roots<'_> {
+    fn root(&self, r: Root) -> Option<&Value> {
+        self.0.root(r)
     }
 }
 
@@ -162,6 +179,11 @@ pub(crate) struct ExprCache {
     exprs: HashMap<String, Arc<Expr>>,
     /// The expressions that are plain field chains, split.
     chains: HashMap<String, Vec<String>>,
+    /// The expressions evaluated in place on the request's JSON.
+    natives: HashMap<String, Native>,
+    /// The others that read only parts of the request's objects: evaluated
+    /// by the crate on a context of just those parts.
+    partials: HashMap<String, Partial>,
 }
 
 impl ExprCache {
@@ -205,8 +227,33 @@ impl ExprCache {
         if let Some(chain) = field_chain(compiled.as_ast()) {
             self.chains.insert(expr.to_string(), chain);
         }
+        if let Some(native) = Native::compile(&compiled) {
+            self.natives.insert(expr.to_string(), native);
+        } else if let Some(partial) = Partial::analyze(&compiled) {
+            self.partials.insert(expr.to_string(), partial);
+        }
         self.exprs.insert(expr.to_string(), Arc::new(compiled));
         Ok(())
+    }
+
+    /// Evaluates `expr` (compiled) as the context of `vars` would:
+    /// in place when it can, else through the context.
+    pub(crate) fn eval(&self, expr: &str, vars: &dyn Source) -> Result<Value, String> {
+        if let Some(r) = self.natives.get(expr).and_then(|n| n.eval(&Roots(vars))) {
+            return r.map_err(|e| e.to_string());
+        }
+        let compiled = self.get(expr)?;
+        match self.partial(expr, vars) {
+            Some(context) => context.eval(&compiled),
+            None => vars.vars().eval(&compiled),
+        }
+    }
+
+    /// The part of the context `expr` reads, when it reads only parts of
+    /// the request's objects and `vars` holds them.
+    fn partial(&self, expr: &str, vars: &dyn Source) -> Option<Vars> {
+        let root = self.partials.get(expr)?.context(&Roots(vars))?;
+        Some(Vars { root })
     }
 
     pub(crate) fn get(&self, expr: &str) -> Result<Arc<Expr>, String> {
@@ -345,14 +392,21 @@ fn resolve(
     if let Some(v) = cache.chains.get(name).and_then(|chain| vars.raw(chain)) {
         return Ok(v);
     }
-    let result = cache
-        .get(name)
-        .map_err(|e| format!("invalid variable {{{{{name}}}}}: {e}"))
-        .and_then(|expr| {
-            vars.vars()
-                .eval(&expr)
-                .map_err(|e| format!("failed to resolve {name}: {e}"))
-        });
+    let native = cache.natives.get(name).and_then(|n| n.eval(&Roots(vars)));
+    let result = match native {
+        Some(r) => r.map_err(|e| format!("failed to resolve {name}: {e}")),
+        None => cache
+            .get(name)
+            .map_err(|e| format!("invalid variable {{{{{name}}}}}: {e}"))
+            .and_then(|expr| {
+                let partial = cache.partial(name, vars);
+                partial
+                    .as_ref()
+                    .unwrap_or_else(|| vars.vars())
+                    .eval(&expr)
+                    .map_err(|e| format!("failed to resolve {name}: {e}"))
+            }),
+    };
     match (result, mode) {
         (Ok(v), _) => Ok(v),
         (Err(_), Mode::Preconditions) => Ok(Value::String(String::new())),

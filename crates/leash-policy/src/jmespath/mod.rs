@@ -84,6 +84,7 @@ mod corpus_tests;
 mod duration;
 mod hash;
 mod image;
+pub(crate) mod native;
 mod quantity;
 mod random;
 mod semver;
@@ -287,7 +288,7 @@ pub fn to_json(v: &Variable) -> Value {
     }
 }
 
-fn normalize_number(n: &Number) -> Number {
+pub(crate) fn normalize_number(n: &Number) -> Number {
     match n.as_f64().filter(|_| n.is_f64()).and_then(whole) {
         Some(i) => Number::from(i),
         None => n.clone(),
