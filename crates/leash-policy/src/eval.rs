@@ -238,6 +238,12 @@ impl vars::Source for Lazy<'_> {
     }
 }
 
+impl crate::jmespath::native::Roots for Lazy<'_> {
+    fn root(&self, root: vars::Root) -> Option<&Value> {
+        vars::Source::root(self, root)
+    }
+}
+
 impl Lazy<'_> {
     pub(crate) fn ready(v: Vars) -> Lazy<'static> {
         let cell = std::cell::OnceCell::new();
@@ -641,14 +647,9 @@ impl RuleCtx<'_> {
     ) -> Outcome {
         let mut applied = 0;
         for decl in decls {
-            let list = match self.policy.cache.eval(&decl.list, lazy) {
+            let elements = match self.policy.cache.eval_items(&decl.list, lazy) {
                 Ok(v) => v,
                 Err(_) => continue,
-            };
-            let elements = match list {
-                Value::Array(items) => items,
-                Value::Null => Vec::new(),
-                other => vec![other],
             };
             let (outcome, count) = self.elements(decl, &elements, lazy, scope, nesting);
             if outcome.status != Status::Pass {
@@ -665,13 +666,14 @@ impl RuleCtx<'_> {
     fn elements(
         &self,
         decl: &Foreach,
-        elements: &[Value],
+        elements: &[std::borrow::Cow<'_, Value>],
         lazy: &Lazy<'_>,
         scope: &Value,
         nesting: usize,
     ) -> (Outcome, usize) {
         let mut applied = 0;
         for (index, element) in elements.iter().enumerate() {
+            let element: &Value = element;
             if element.is_null() {
                 continue;
             }

@@ -249,6 +249,24 @@ impl ExprCache {
         }
     }
 
+    /// A foreach `list`'s elements (see [`Native::eval_items`]), borrowed
+    /// from the request where they can be.
+    pub(crate) fn eval_items<'s>(
+        &'s self,
+        expr: &str,
+        vars: &'s (impl Source + crate::jmespath::native::Roots),
+    ) -> Result<Vec<std::borrow::Cow<'s, Value>>, String> {
+        use std::borrow::Cow;
+        if let Some(r) = self.natives.get(expr).and_then(|n| n.eval_items(vars)) {
+            return r.map_err(|e| e.to_string());
+        }
+        Ok(match self.eval(expr, vars)? {
+            Value::Array(items) => items.into_iter().map(Cow::Owned).collect(),
+            Value::Null => Vec::new(),
+            other => vec![Cow::Owned(other)],
+        })
+    }
+
     /// The part of the context `expr` reads, when it reads only parts of
     /// the request's objects and `vars` holds them.
     fn partial(&self, expr: &str, vars: &dyn Source) -> Option<Vars> {

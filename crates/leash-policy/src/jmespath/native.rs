@@ -94,6 +94,51 @@ impl Native {
     }
 }
 
+/// Whether `v` holds a float (which a round trip through the crate may
+/// change: whole floats become integers).
+fn has_float(v: &Value) -> bool {
+    match v {
+        Value::Number(n) => n.is_f64(),
+        Value::Array(a) => a.iter().any(has_float),
+        Value::Object(o) => o.values().any(has_float),
+        _ => false,
+    }
+}
+
+impl Native {
+    /// [`Native::eval`] for a foreach `list`: its elements (an array's, or
+    /// the value itself; none for null), borrowed from the JSON where the
+    /// crate's round trip would leave them unchanged.
+    pub(crate) fn eval_items<'s>(
+        &'s self,
+        roots: &'s dyn Roots,
+    ) -> Option<Result<Vec<std::borrow::Cow<'s, Value>>, SearchError>> {
+        use std::borrow::Cow;
+        let ev = Eval { roots };
+        let item = |j: &'s Value| {
+            if has_float(j) {
+                Cow::Owned(normalized(j))
+            } else {
+                Cow::Borrowed(j)
+            }
+        };
+        match ev.strict(&self.node, V::Context) {
+            Ok(V::Json(Value::Null)) => Some(Ok(Vec::new())),
+            Ok(V::Json(Value::Array(a))) => Some(Ok(a.iter().map(item).collect())),
+            Ok(V::List(l)) => Some(Ok(l
+                .iter()
+                .map(|v| match v {
+                    V::Json(j) => item(j),
+                    other => Cow::Owned(other.to_json()),
+                })
+                .collect())),
+            Ok(other) => Some(Ok(vec![Cow::Owned(other.to_json())])),
+            Err(Stop::NotFound(key)) => Some(Err(SearchError::NotFound(key))),
+            Err(Stop::Unavailable) => None,
+        }
+    }
+}
+
 /// The field names of a plain chain (`a.b.c`, no pipe), outermost first.
 fn chain<'a>(ast: &'a Ast, text: &str) -> Option<Vec<&'a str>> {
     match ast {
@@ -634,6 +679,18 @@ mod tests {
                 (Err(SearchError::Other(_)), _) => panic!("{text}: {want:?}"),
                 _ => assert_eq!(got, want, "{text}"),
             }
+            // As a foreach list: the array's elements, null none, else itself.
+            let roots = Json(ctx.clone());
+            let items = n
+                .eval_items(&roots)
+                .unwrap()
+                .map(|v| v.into_iter().map(|c| c.into_owned()).collect::<Vec<_>>());
+            let want_items = want.clone().map(|w| match w {
+                Value::Array(a) => a,
+                Value::Null => Vec::new(),
+                other => vec![other],
+            });
+            assert_eq!(items, want_items, "{text} as a list");
         }
         for text in [
             "request.operation",
