@@ -22,7 +22,7 @@ curl -sf -X POST -H 'Content-Type: application/json' "$URL/api/v1/namespaces" \
 health=127.0.0.1:$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 row() { # label
   "$G" pods --server "$URL" --clients "$clients" --duration 5 --violating-every 0 --json |
-    python3 -c "import sys,json; d=json.load(sys.stdin); l=d['latency_ms']; print('%-10s %8.0f req/s  p50 %6.2f  p95 %6.2f  p99 %6.2f  max %6.1f ms  errors %d' % ('$1', d['requests_per_second'], l['p50'], l['p95'], l['p99'], l['max'], d['error_count']))"
+    python3 -c "import sys,json; d=json.load(sys.stdin); l=d['latency_ms']; print('%-10s %8.0f req/s  p50 %6.2f  p95 %6.2f  p99 %6.2f  max %6.1f ms  errors %d' % ('$1', d['requests_per_second'], l['p50'], l['p95'], l['p99'], l['max'], d['error_count']) + (' %s' % d['errors'] if d['error_count'] else ''))"
 }
 echo "# pods through the sandbox, $clients clients, $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 for _ in $(seq 1 "$reps"); do
