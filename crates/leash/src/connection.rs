@@ -373,7 +373,18 @@ mod tests {
         assert_eq!(c.cluster_url.to_string(), "http://127.0.0.1:1/");
         let c = config(Some("b"), Some("flag"));
         assert_eq!(c.cluster_url.to_string(), "http://127.0.0.1:2/");
-        assert!(c.auth_info.token.is_some());
+        // kube writes kubeconfigs: its serializer shows the secret.
+        let token = |c: &kube::Config| {
+            serde_json::to_value(&c.auth_info).unwrap()["token"]
+                .as_str()
+                .map(str::to_owned)
+        };
+        assert_eq!(
+            token(&c).as_deref(),
+            Some("flag"),
+            "--token replaces the kubeconfig's"
+        );
+        assert_eq!(token(&config(None, None)).as_deref(), Some("from-file"));
 
         let missing = Target::Kubeconfig {
             path: Some(dir.path().join("nope")),
@@ -449,10 +460,12 @@ mod tests {
         }
     }
 
-    /// A plugin answering `token`, valid for `seconds`, counting its runs in `count`.
+    /// A plugin answering `token`, valid for `seconds`, counting its runs in
+    /// `count`; it fails unless `KUBERNETES_EXEC_INFO` holds the request.
     fn token_plugin(count: &std::path::Path, token: &str, seconds: u32) -> String {
         format!(
-            "echo run >> '{}'\nprintf '{{\"apiVersion\":\"client.authentication.k8s.io/v1\",\
+            "case \"$KUBERNETES_EXEC_INFO\" in *'\"kind\":\"ExecCredential\"'*'\"interactive\":false'*) ;; *) echo \"bad exec info: $KUBERNETES_EXEC_INFO\" >&2; exit 9;; esac\n\
+             echo run >> '{}'\nprintf '{{\"apiVersion\":\"client.authentication.k8s.io/v1\",\
              \"kind\":\"ExecCredential\",\"status\":{{\"token\":\"{token}\",\
              \"expirationTimestamp\":\"%s\"}}}}' \"$(date -u -d '+{seconds} seconds' +%Y-%m-%dT%H:%M:%SZ)\"\n",
             count.display()
