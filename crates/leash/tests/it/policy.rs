@@ -141,6 +141,85 @@ fn test_fails_on_a_wrong_expectation_and_on_unknown_resources() {
     );
 }
 
+/// `--test-case-selector` keeps the rows it names, `--fail-only` the rows
+/// that did not match, `--detailed-results` adds each row's message; a bad
+/// flag value is a usage error (exit 2).
+#[test]
+fn test_selector_fail_only_detailed_results_and_usage_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let wrong = GOOD_RESULTS.replace(
+        "resources: [untagged], kind: Pod, result: fail",
+        "resources: [untagged], kind: Pod, result: pass",
+    );
+    folder(dir.path(), &wrong);
+    let rows = |args: &[&str]| {
+        let out = leash()
+            .arg("test")
+            .arg(dir.path())
+            .args(args)
+            .args(["-o", "json"])
+            .output()
+            .unwrap();
+        let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+        let rows: Vec<(String, String, bool)> = doc["tests"][0]["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                let s = |k: &str| r[k].as_str().unwrap_or_default().to_string();
+                (s("rule"), s("resource"), r["passed"] == true)
+            })
+            .collect();
+        (out.status.code(), rows)
+    };
+    let (code, all) = rows(&[]);
+    assert_eq!((code, all.len()), (Some(1), 7), "{all:?}");
+    let (code, selected) = rows(&["--test-case-selector", "rule=no-latest"]);
+    assert_eq!(
+        code,
+        Some(0),
+        "the failing row is not selected: {selected:?}"
+    );
+    assert_eq!(selected.len(), 4);
+    assert!(
+        selected.iter().all(|(rule, _, _)| rule == "no-latest"),
+        "{selected:?}"
+    );
+    let (code, failed) = rows(&["--fail-only"]);
+    assert_eq!(code, Some(1));
+    assert_eq!(
+        failed,
+        [("require-tag".to_string(), "untagged".to_string(), false)]
+    );
+
+    let out = leash()
+        .arg("test")
+        .arg(dir.path())
+        .arg("--detailed-results")
+        .output()
+        .unwrap();
+    let table = stdout(&out);
+    assert!(
+        table
+            .lines()
+            .any(|l| l.contains("RESULT") && l.contains("MESSAGE")),
+        "{table}"
+    );
+    assert!(
+        table.contains("An image tag is required (untagged)"),
+        "the failing row's message: {table}"
+    );
+
+    let out = leash()
+        .arg("test")
+        .arg(dir.path())
+        .args(["-o", "nope"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--output"), "{}", stderr(&out));
+}
+
 #[test]
 fn test_reports_an_invalid_policy_naming_file_and_field() {
     let dir = tempfile::tempdir().unwrap();
@@ -219,6 +298,103 @@ fn apply_audit_warn_and_policy_report() {
     assert_eq!(r["category"], "Best Practices");
     assert_eq!(r["severity"], "medium");
     assert_eq!(r["scored"], true);
+}
+
+/// A policy that does not compile is an input error (exit 2) naming its
+/// file, document and field.
+#[test]
+fn apply_names_a_policy_that_does_not_compile_and_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    folder(dir.path(), GOOD_RESULTS);
+    let bad = POLICY.replace(
+        "operator: AnyIn\n        value: [CREATE",
+        "operator: Sometimes\n        value: [CREATE",
+    );
+    fs::write(
+        dir.path().join("policy.yaml"),
+        format!("{POLICY}---\n{bad}"),
+    )
+    .unwrap();
+    let out = leash()
+        .arg("apply")
+        .arg(dir.path().join("policy.yaml"))
+        .arg("-r")
+        .arg(dir.path().join(".kyverno-test/resources.yaml"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    let said = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(said.contains("policy.yaml (document 2)"), "{said}");
+    assert!(
+        said.contains("spec.rules[1].preconditions.all[0].operator"),
+        "{said}"
+    );
+}
+
+/// `--policy-report`: a `ClusterPolicyReport` holds the results of
+/// cluster-scoped resources, next to the namespaces' `PolicyReport`s.
+#[test]
+fn apply_policy_report_puts_cluster_scoped_resources_in_a_cluster_policy_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = r#"
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: team-label}
+spec:
+  rules:
+  - name: team
+    match:
+      any:
+      - resources:
+          kinds: [Namespace, ConfigMap]
+    validate:
+      message: "a team label is required"
+      pattern:
+        metadata:
+          labels:
+            team: "?*"
+"#;
+    let resources = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: apps, labels: {team: a}}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: unowned}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: c, namespace: apps}
+"#;
+    fs::write(dir.path().join("p.yaml"), policy).unwrap();
+    fs::write(dir.path().join("r.yaml"), resources).unwrap();
+    let out = leash()
+        .args(["apply", "--policy-report", "-o", "json"])
+        .arg(dir.path().join("p.yaml"))
+        .arg("-r")
+        .arg(dir.path().join("r.yaml"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let items = doc["items"].as_array().unwrap();
+    let cluster: Vec<_> = items
+        .iter()
+        .filter(|r| r["kind"] == "ClusterPolicyReport")
+        .collect();
+    assert_eq!(cluster.len(), 1, "{doc}");
+    assert!(cluster[0]["metadata"]["namespace"].is_null(), "{doc}");
+    assert_eq!(cluster[0]["summary"]["pass"], 1);
+    assert_eq!(cluster[0]["summary"]["fail"], 1);
+    let apps = items
+        .iter()
+        .find(|r| r["kind"] == "PolicyReport" && r["metadata"]["namespace"] == "apps")
+        .unwrap_or_else(|| panic!("no PolicyReport for apps: {doc}"));
+    assert_eq!(
+        apps["summary"]["fail"], 1,
+        "the ConfigMap has no team label"
+    );
 }
 
 #[test]
