@@ -263,6 +263,11 @@ fn sandbox_bad_flags_exit_2_naming_the_value() {
             args(&["no-such-namespace", "object 1 of those loaded by --data"]),
         ),
     ];
+    // An address that cannot be bound: this test holds it.
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = held.local_addr().unwrap().to_string();
+    let mut cases = cases;
+    cases.push((args(&["--listen", &taken]), args(&[&taken])));
     for (argv, needles) in cases {
         let output = leash()
             .arg("sandbox")
