@@ -13,7 +13,7 @@ use leash_runtime::Scope;
 use leash_sandbox::{Sandbox, SandboxConfig};
 use serde_json::{Value, json};
 
-use crate::support::{BOUND, ChildGuard, leash_piped, send_signal, wait_exit};
+use crate::support::{BOUND, ChildGuard, accept_within, leash_piped, send_signal, wait_exit};
 
 /// A multi-thread runtime serving the sandbox and a JSON service while the
 /// test thread drives the `leash` process.
@@ -333,32 +333,6 @@ fn context_interrupted_while_connecting_exits_130() {
         took < std::time::Duration::from_secs(5),
         "exit took {took:?} after SIGINT"
     );
-}
-
-/// The first connection to `listener`; panics if `child` exits first or
-/// nothing connects within `bound` (a hang guard).
-fn accept_within(
-    listener: &std::net::TcpListener,
-    child: &mut ChildGuard,
-    bound: std::time::Duration,
-) -> TcpStream {
-    listener.set_nonblocking(true).unwrap();
-    let start = std::time::Instant::now();
-    loop {
-        match listener.accept() {
-            Ok((stream, _)) => return stream,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(e) => panic!("accept: {e}"),
-        }
-        if let Some(status) = child.0.try_wait().unwrap() {
-            panic!("leash exited ({status:?}) before connecting");
-        }
-        assert!(
-            start.elapsed() < bound,
-            "nothing connected within {bound:?}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
 }
 
 /// One HTTP/1.0 GET: (status, body).

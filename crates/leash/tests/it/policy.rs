@@ -4,7 +4,9 @@
 use std::fs;
 use std::path::Path;
 
-use crate::support::{leash, stderr, stdout};
+use crate::support::{
+    BOUND, ChildGuard, accept_within, leash, leash_piped, send_signal, stderr, stdout, wait_exit,
+};
 
 const POLICY: &str = r#"
 apiVersion: kyverno.io/v1
@@ -394,6 +396,38 @@ metadata: {name: c, namespace: apps}
     assert_eq!(
         apps["summary"]["fail"], 1,
         "the ConfigMap has no team label"
+    );
+}
+
+/// Ctrl-C while `apply --cluster` waits on a server that accepts and never
+/// answers: exit 130 at once.
+#[test]
+fn apply_cluster_interrupted_exits_130() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join("policy.yaml"), POLICY).unwrap();
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", silent.local_addr().unwrap());
+    let policy = dir.path().join("policy.yaml");
+    let mut child = ChildGuard(
+        leash_piped(
+            "apply",
+            &[policy.to_str().unwrap(), "--cluster", "--server", &url],
+        )
+        .spawn()
+        .expect("run leash apply"),
+    );
+    // Ready once leash's first request has connected.
+    let _held = accept_within(&silent, &mut child, BOUND);
+    let sent = std::time::Instant::now();
+    send_signal(&child.0, "INT");
+    let status = wait_exit(&mut child.0, BOUND, "leash apply exit after SIGINT");
+    let took = sent.elapsed();
+    let mut err = String::new();
+    let _ = std::io::Read::read_to_string(&mut child.0.stderr.take().unwrap(), &mut err);
+    assert_eq!(status.code(), Some(130), "{err}");
+    assert!(
+        took < std::time::Duration::from_secs(5),
+        "exit took {took:?} after SIGINT"
     );
 }
 

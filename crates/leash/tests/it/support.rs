@@ -196,3 +196,29 @@ pub(crate) fn http_get(addr: &str, path: &str) -> (u16, String) {
         .unwrap_or_default();
     (status, body)
 }
+
+/// The first connection to `listener`; panics if `child` exits first or
+/// nothing connects within `bound` (a hang guard).
+pub(crate) fn accept_within(
+    listener: &std::net::TcpListener,
+    child: &mut ChildGuard,
+    bound: std::time::Duration,
+) -> std::net::TcpStream {
+    listener.set_nonblocking(true).unwrap();
+    let start = std::time::Instant::now();
+    loop {
+        match listener.accept() {
+            Ok((stream, _)) => return stream,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => panic!("accept: {e}"),
+        }
+        if let Some(status) = child.0.try_wait().unwrap() {
+            panic!("leash exited ({status:?}) before connecting");
+        }
+        assert!(
+            start.elapsed() < bound,
+            "nothing connected within {bound:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
