@@ -431,6 +431,66 @@ fn apply_cluster_interrupted_exits_130() {
     );
 }
 
+/// `--set` and `--values-file` bind variables (here `request.operation`,
+/// which the `no-latest` precondition reads: DELETE skips it) and
+/// `--userinfo` sets the request's user (which `subjects` match).
+#[test]
+fn apply_values_set_and_userinfo_reach_the_evaluation() {
+    let dir = tempfile::tempdir().unwrap();
+    folder(dir.path(), GOOD_RESULTS);
+    let d = dir.path();
+    fs::write(
+        d.join("values.yaml"),
+        "apiVersion: cli.kyverno.io/v1alpha1\nkind: Value\nmetadata: {name: v}\nglobalValues:\n  request.operation: DELETE\n",
+    )
+    .unwrap();
+    fs::write(
+        d.join("user.yaml"),
+        "apiVersion: cli.kyverno.io/v1alpha1\nkind: UserInfo\nmetadata: {name: u}\nuserInfo:\n  username: alice\n",
+    )
+    .unwrap();
+    fs::write(
+        d.join("alice.yaml"),
+        "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata: {name: not-alice}\nspec:\n  rules:\n  - name: deny-alice\n    match:\n      any:\n      - resources: {kinds: [Pod]}\n        subjects: [{kind: User, name: alice}]\n    validate:\n      message: alice may not\n      deny: {}\n",
+    )
+    .unwrap();
+    let summary = |policy: &str, extra: &[&str]| {
+        let out = leash()
+            .arg("apply")
+            .arg(d.join(policy))
+            .arg("-r")
+            .arg(d.join(".kyverno-test/resources.yaml"))
+            .args(extra)
+            .output()
+            .unwrap();
+        stdout(&out).lines().last().unwrap_or_default().to_string()
+    };
+    assert_eq!(
+        summary("policy.yaml", &[]),
+        "pass: 5, fail: 3, warn: 0, error: 0, skip: 0"
+    );
+    let deleted = "pass: 3, fail: 1, warn: 0, error: 0, skip: 4";
+    assert_eq!(
+        summary("policy.yaml", &["--set", "request.operation=DELETE"]),
+        deleted
+    );
+    let values = d.join("values.yaml");
+    assert_eq!(
+        summary("policy.yaml", &["--values-file", values.to_str().unwrap()]),
+        deleted
+    );
+    assert_eq!(
+        summary("alice.yaml", &[]),
+        "pass: 0, fail: 0, warn: 0, error: 0, skip: 0"
+    );
+    let user = d.join("user.yaml");
+    assert_eq!(
+        summary("alice.yaml", &["--userinfo", user.to_str().unwrap()]),
+        "pass: 0, fail: 4, warn: 0, error: 0, skip: 0",
+        "alice's three pods and, through the autogen rule, her deployment"
+    );
+}
+
 #[test]
 fn apply_usage_errors_exit_2() {
     let out = leash()
