@@ -272,3 +272,50 @@ fn parse_service(s: &str) -> anyhow::Result<leash_webhook::ServiceRef> {
         path: "/validate".into(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(argv: &[&str]) -> Result<Settings, String> {
+        crate::flag_tests::parse_settings("serve", argv, Args::into_settings)
+    }
+
+    /// The defaults the README states for `leash serve`.
+    #[test]
+    fn defaults_are_the_readmes() {
+        let s = settings(&[]).unwrap();
+        assert_eq!(s.shutdown_timeout, Duration::from_secs(10));
+        assert_eq!(
+            (s.config_namespace.as_str(), s.config_map.as_str()),
+            ("kyverno", "kyverno")
+        );
+        assert_eq!(s.reports.scan.interval, Duration::from_secs(3600));
+        assert_eq!(s.max_ephemeral_reports, 10_000);
+        let admission = s.admission.expect("admission runs by default");
+        assert_eq!(
+            admission.listen,
+            "127.0.0.1:9443".parse::<SocketAddr>().unwrap()
+        );
+        assert_eq!(admission.timeout_seconds, 10);
+        assert!(s.lease.is_none(), "no leader election unless asked");
+    }
+
+    #[test]
+    fn bad_values_are_usage_errors_naming_the_flag() {
+        for (argv, flag) in [
+            (&["--webhook-timeout", "31"][..], "--webhook-timeout"),
+            (
+                &["--background-scan-interval", "0s"],
+                "--background-scan-interval",
+            ),
+            (&["--max-ephemeral-reports", "0"], "--max-ephemeral-reports"),
+            (&["--components", "reports,nope"], "nope"),
+        ] {
+            let err = settings(argv)
+                .err()
+                .unwrap_or_else(|| panic!("{argv:?} accepted"));
+            assert!(err.contains(flag), "{argv:?}: {err}");
+        }
+    }
+}
