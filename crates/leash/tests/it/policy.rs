@@ -491,6 +491,64 @@ fn apply_values_set_and_userinfo_reach_the_evaluation() {
     );
 }
 
+/// Resources a mutate rule changed: printed after the rule's line, in
+/// `-o json` as `mutatedResources`, and written by `--mutated-output` to a
+/// file (one YAML stream) or a directory (`NAME-mutated.yaml` each).
+#[test]
+fn apply_mutated_resources_are_printed_listed_and_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    fs::write(
+        d.join("p.yaml"),
+        "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata: {name: add-team}\nspec:\n  rules:\n  - name: team\n    match:\n      any:\n      - resources: {kinds: [ConfigMap]}\n    mutate:\n      patchStrategicMerge:\n        metadata:\n          labels:\n            team: platform\n",
+    )
+    .unwrap();
+    fs::write(
+        d.join("r.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: apps}\ndata: {a: b}\n",
+    )
+    .unwrap();
+    let apply = |extra: &[&str]| {
+        let out = leash()
+            .arg("apply")
+            .arg(d.join("p.yaml"))
+            .arg("-r")
+            .arg(d.join("r.yaml"))
+            .args(extra)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        stdout(&out)
+    };
+    let text = apply(&[]);
+    assert!(
+        text.contains("mutate policy add-team applied to ConfigMap/apps/c:"),
+        "{text}"
+    );
+    assert!(text.contains("team: platform"), "{text}");
+
+    let doc: serde_json::Value = serde_json::from_str(&apply(&["-o", "json"])).unwrap();
+    assert_eq!(
+        doc["mutatedResources"][0]["metadata"]["labels"]["team"], "platform",
+        "{doc}"
+    );
+    assert_eq!(doc["mutatedResources"][0]["data"]["a"], "b");
+
+    let file = d.join("out.yaml");
+    apply(&["--mutated-output", file.to_str().unwrap()]);
+    let written = fs::read_to_string(&file).unwrap();
+    assert!(
+        written.contains("team: platform") && written.contains("name: c"),
+        "{written}"
+    );
+
+    let out_dir = d.join("out");
+    fs::create_dir(&out_dir).unwrap();
+    apply(&["--mutated-output", &format!("{}/", out_dir.display())]);
+    let one = fs::read_to_string(out_dir.join("c-mutated.yaml")).unwrap();
+    assert!(one.contains("team: platform"), "{one}");
+}
+
 #[test]
 fn apply_usage_errors_exit_2() {
     let out = leash()
