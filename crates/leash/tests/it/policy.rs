@@ -432,10 +432,11 @@ fn apply_cluster_interrupted_exits_130() {
 }
 
 /// `--set` and `--values-file` bind variables (here `request.operation`,
-/// which the `no-latest` precondition reads: DELETE skips it) and
-/// `--userinfo` sets the request's user (which `subjects` match).
+/// which the `no-latest` precondition reads: DELETE skips it),
+/// `--userinfo` sets the request's user (which `subjects` match) and
+/// `--exception` reads PolicyExceptions.
 #[test]
-fn apply_values_set_and_userinfo_reach_the_evaluation() {
+fn apply_values_set_userinfo_and_exceptions_reach_the_evaluation() {
     let dir = tempfile::tempdir().unwrap();
     folder(dir.path(), GOOD_RESULTS);
     let d = dir.path();
@@ -488,6 +489,18 @@ fn apply_values_set_and_userinfo_reach_the_evaluation() {
         summary("alice.yaml", &["--userinfo", user.to_str().unwrap()]),
         "pass: 0, fail: 4, warn: 0, error: 0, skip: 0",
         "alice's three pods and, through the autogen rule, her deployment"
+    );
+    // --exception: a PolicyException turns the `latest` pod's no-latest
+    // failure into a skip.
+    fs::write(
+        d.join("exception.yaml"),
+        "apiVersion: kyverno.io/v2\nkind: PolicyException\nmetadata: {name: let-latest, namespace: apps}\nspec:\n  exceptions:\n  - policyName: disallow-latest\n    ruleNames: [no-latest]\n  match:\n    any:\n    - resources:\n        kinds: [Pod]\n        names: [latest]\n",
+    )
+    .unwrap();
+    let exception = d.join("exception.yaml");
+    assert_eq!(
+        summary("policy.yaml", &["--exception", exception.to_str().unwrap()]),
+        "pass: 5, fail: 2, warn: 0, error: 0, skip: 1"
     );
 }
 
