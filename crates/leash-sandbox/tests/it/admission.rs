@@ -255,18 +255,21 @@ async fn mutating_patches_apply_in_order_before_validation_and_storage() {
     sb2.shutdown().await.unwrap();
 }
 
-/// A URL where nothing listens: a port bound on 127.0.0.1 and released.
-async fn closed_url() -> String {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    drop(l);
-    format!("https://{addr}/")
+/// A URL where nothing listens: a port on 127.0.0.1 bound by the returned
+/// socket, which never listens (connecting is refused). Held, not released:
+/// a released port can be taken by another test's server meanwhile (the
+/// call then fails in the TLS handshake instead).
+fn closed_url() -> (tokio::net::TcpSocket, String) {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = socket.local_addr().unwrap();
+    (socket, format!("https://{addr}/"))
 }
 
 #[tokio::test]
 async fn a_webhook_that_is_down_denies_under_fail_and_admits_under_ignore() {
     let (pem, _, _) = certificate();
-    let url = closed_url().await;
+    let (_held, url) = closed_url();
     let sb = start(vec![]).await;
     let h = hook("down.leash.dev", &url, &ca_bundle_of(&pem));
     configure(

@@ -19,11 +19,12 @@ fn webhook_service_flag_routes_service_references_and_kubectl_prints_the_failure
     if !kubectl_installed() {
         return;
     }
-    // A port where nothing listens: bound on 127.0.0.1 and released.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    // A port where nothing listens: bound on 127.0.0.1 by a socket that
+    // never listens (connecting is refused), held for the test so that no
+    // other test's server can take the port meanwhile.
+    let held = tokio::net::TcpSocket::new_v4().unwrap();
+    held.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let closed = held.local_addr().unwrap();
     let mapping = format!("hooks/down=https://{closed}");
     let sandbox = SandboxProcess::start(&["--webhook-service", &mapping]);
     let dir = tempfile::tempdir().unwrap();
