@@ -85,7 +85,10 @@ impl LoadedObject {
 
     /// The object as a `serde_json::Value`.
     pub fn to_value(&self) -> serde_json::Result<serde_json::Value> {
-        serde_json::from_slice(&self.json)
+        // From the text, not the bytes: the text was checked as UTF-8 once
+        // (here again in one fast pass), so serde_json need not check every
+        // string as it parses (about a fifth of the parse's time on pods).
+        serde_json::from_str(self.json())
     }
 
     /// Deserialize the object into `T`.

@@ -348,8 +348,10 @@ impl Engine {
         bindings: &Bindings,
     ) -> Vec<RuleResult> {
         let mut out = Vec::new();
+        // The resource's identity, read once for every policy and rule.
+        let target = prepared.request().target();
         for policy in &self.policies {
-            for mut result in policy.evaluate(prepared, data, bindings) {
+            for mut result in policy.evaluate_for(prepared, &target, data, bindings) {
                 let base = base_rule(&result.rule);
                 let matched: Vec<&Arc<Exception>> = self
                     .exceptions

@@ -316,9 +316,22 @@ impl Policy {
         data: &dyn ClusterData,
         bindings: &Bindings,
     ) -> Vec<RuleResult> {
+        self.evaluate_for(prepared, &prepared.req.target(), data, bindings)
+    }
+
+    /// [`Policy::evaluate`] with the resource's identity already read
+    /// (the engine reads it once for all its policies).
+    pub(crate) fn evaluate_for(
+        &self,
+        prepared: &Prepared,
+        target: &Target<'_>,
+        data: &dyn ClusterData,
+        bindings: &Bindings,
+    ) -> Vec<RuleResult> {
         let mut out = Vec::new();
         self.each_matching_rule(
             prepared,
+            target,
             data,
             bindings,
             |rule| rule.validate.is_some(),
@@ -340,7 +353,7 @@ impl Policy {
         target: &Target<'_>,
         bindings: &'b Bindings,
     ) -> Option<(Vec<&'b (String, Value)>, Operation)> {
-        let bound = bindings.for_rule(&self.name, &rule.base_name, req.name());
+        let bound = bindings.for_rule(&self.name, &rule.base_name, target.name);
         let operation = bound
             .iter()
             .rev()
@@ -361,6 +374,7 @@ impl Policy {
     pub(crate) fn each_matching_rule(
         &self,
         prepared: &Prepared,
+        target: &Target<'_>,
         data: &dyn ClusterData,
         bindings: &Bindings,
         wanted: impl Fn(&Rule) -> bool,
@@ -372,13 +386,11 @@ impl Policy {
         {
             return;
         }
-        // The resource's identity, read once for all the rules.
-        let target = req.target();
         for rule in &self.rules {
             if !wanted(rule) {
                 continue;
             }
-            let Some((bound, operation)) = self.selects(rule, req, &target, bindings) else {
+            let Some((bound, operation)) = self.selects(rule, req, target, bindings) else {
                 continue;
             };
             let make = || {
@@ -755,17 +767,25 @@ impl RuleCtx<'_> {
     }
 
     /// Evaluates `any`/`all` (or a legacy list, all of which must hold).
-    pub(crate) fn conditions(
+    pub(crate) fn conditions<'v>(
         &self,
-        conds: &Value,
+        conds: &'v Value,
         vars: &dyn vars::Source,
         mode: Mode,
     ) -> Result<bool, String> {
-        let one = |c: &Value| -> Result<bool, String> {
+        let one = |c: &'v Value| -> Result<bool, String> {
             let op = CondOp::parse(c["operator"].as_str().unwrap_or(""))
                 .ok_or_else(|| format!("unknown operator {}", c["operator"]))?;
-            let key = vars::substitute(&c["key"], vars, &self.policy.cache, mode, self.delete)?;
-            let value = vars::substitute(&c["value"], vars, &self.policy.cache, mode, self.delete)?;
+            // Borrowed when without variables (most values: lists of
+            // allowed names), so a condition costs no copy of them.
+            let sub = |v: &'v Value| -> Result<Cow<'v, Value>, String> {
+                if !vars::has_vars(v) {
+                    return Ok(Cow::Borrowed(v));
+                }
+                vars::substitute(v, vars, &self.policy.cache, mode, self.delete).map(Cow::Owned)
+            };
+            let key = sub(&c["key"])?;
+            let value = sub(&c["value"])?;
             Ok(conditions::evaluate(op, &key, &value))
         };
         match conds {

@@ -347,6 +347,7 @@ impl Policy {
         let mut out = Vec::new();
         self.each_matching_rule(
             prepared,
+            &prepared.request().target(),
             data,
             bindings,
             |rule| rule.generate.is_some(),

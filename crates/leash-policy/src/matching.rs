@@ -91,9 +91,11 @@ impl KindSel {
     }
 
     pub(crate) fn matches(&self, t: &Target<'_>) -> bool {
-        wildcard::matches(&self.group, t.group)
+        // The kind first: it is what tells most selectors apart (a rule's
+        // autogen twins name six controller kinds a pod never is).
+        wildcard::matches(&self.kind, t.kind)
+            && wildcard::matches(&self.group, t.group)
             && wildcard::matches(&self.version, t.version)
-            && wildcard::matches(&self.kind, t.kind)
             && (self.subresource.is_empty() || self.subresource == "*")
     }
 }
