@@ -104,6 +104,24 @@ impl Engine {
         Engine::default()
     }
 
+    /// What evaluating a resource against these policies reads of it
+    /// (see [`ReadSet`]): a resource built with just those parts
+    /// ([`ReadSet::parse`]) gets the same results as the whole one.
+    pub fn reads(&self) -> crate::ReadSet {
+        if !self.validating.is_empty()
+            || !self.mutating.is_empty()
+            || !self.generating.is_empty()
+            || !self.exceptions.is_empty()
+        {
+            return crate::ReadSet::all();
+        }
+        let mut reads = crate::ReadSet::identity();
+        for policy in &self.policies {
+            reads.merge(&policy.reads);
+        }
+        reads
+    }
+
     /// Adds a compiled document.
     pub fn add(&mut self, doc: Document) {
         match doc {

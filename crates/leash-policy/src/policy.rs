@@ -52,6 +52,8 @@ pub struct Policy {
     pub(crate) generate_existing: bool,
     pub(crate) rules: Vec<Rule>,
     pub(crate) cache: ExprCache,
+    /// What its rules read of a resource.
+    pub(crate) reads: crate::ReadSet,
 }
 
 /// One rule (including autogen-generated ones).
@@ -439,12 +441,15 @@ impl Policy {
         let controllers = autogen::controllers(annotations_json, raw_rules);
         let mut cache = ExprCache::default();
         let mut rules = Vec::new();
+        let mut reads = crate::ReadSet::identity();
         for (i, raw) in raw_rules.iter().enumerate() {
             let field = format!("spec.rules[{i}]");
             let base = compile_rule(raw, &field, &err, &mut cache)?;
             let base_name = base.name.clone();
             rules.push(base);
+            reads.add_rule(raw);
             for generated in autogen::rules_for(raw, &controllers) {
+                reads.add_rule(&generated);
                 let mut rule = compile_rule(&generated, &field, &err, &mut cache)?;
                 rule.base_name = base_name.clone();
                 rules.push(rule);
@@ -468,6 +473,7 @@ impl Policy {
             generate_existing,
             rules,
             cache,
+            reads,
         })
     }
 }

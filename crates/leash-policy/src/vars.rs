@@ -287,7 +287,7 @@ impl ExprCache {
 /// braces, `{{ a || \`{}\` }}`, is found and cached too). The flag says
 /// whether the text holds a brace of its own: such a cut may not be a whole
 /// expression, so failing to compile it is left to evaluation.
-fn scan_vars(s: &str) -> Vec<(String, bool)> {
+pub(crate) fn scan_vars(s: &str) -> Vec<(String, bool)> {
     let chars: Vec<char> = s.chars().collect();
     let mut out = Vec::new();
     // Open variables, innermost last: their text so far, and whether a

@@ -191,6 +191,9 @@ pub(crate) async fn run(
     let interrupted_ref = &interrupted;
     let namespaces_ref = &namespaces;
     let cluster_ref = &cluster;
+    // Each object is built with only what the policies read of it.
+    let reads = engine.reads();
+    let reads_ref = &reads;
     // block_in_place: this runtime thread blocks in the scope below while
     // the loader's tasks run on the others.
     let (gathered, report) = tokio::task::block_in_place(|| {
@@ -206,7 +209,7 @@ pub(crate) async fn run(
                                 if interrupted_ref.load(Ordering::Relaxed) {
                                     return g;
                                 }
-                                let Ok(value) = object.to_value() else {
+                                let Ok(value) = reads_ref.parse(object.json()) else {
                                     continue;
                                 };
                                 evaluate_one(

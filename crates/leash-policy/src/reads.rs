@@ -1,0 +1,917 @@
+//! What of a resource a set of policies can read, so that a resource read
+//! from JSON text can be built with just those parts (`leash apply
+//! --cluster` parses 100,000 pods: most of a pod's text, `status` and the
+//! parts of its spec no control looks at, is then skipped instead of built).
+//!
+//! The analysis is conservative: every part of a rule that reads the
+//! resource is looked at, and anything it cannot bound (CEL, `podSecurity`,
+//! mutate and generate rules, a variable it cannot follow, `$(...)`
+//! references, wildcard keys) reads the whole resource. What it can bound:
+//! - `apiVersion`, `kind` and `metadata` are always read (matching,
+//!   exceptions, reports);
+//! - a `pattern` reads the keys it names (anchors stripped), and at its
+//!   leaves what is under them;
+//! - a variable `{{ ... }}` anywhere in a rule (conditions, messages,
+//!   context entries, pattern values) reads the subtree at each plain field
+//!   chain it starts from `request.object` or `request.oldObject`
+//!   (JMESPath has no other way to the context: no root reference, and
+//!   functions see only their arguments), and through the fields, indexes,
+//!   projections and multi-selects that follow, down to the values that a
+//!   comparison, a function or the result takes whole;
+//! - a context `variable.jmesPath` likewise;
+//! - a `foreach` reads under each path its list yields what its body reads
+//!   of the element (its patterns, `element` in its variables, nested
+//!   declarations).
+//!
+//! Lists are transparent: what is read under a list is read under each of
+//! its elements. A part that is not read is absent from the built value;
+//! a part that is read keeps its type, so a pattern that finds a map where
+//! it wants a list says so as it would on the whole resource.
+//!
+//! `leash test` evaluates its resources narrowed the same way, so the
+//! conformance corpus checks this analysis on every policy it holds.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Value};
+
+use crate::pattern::parse_anchor;
+use crate::vars::scan_vars;
+
+/// The parts of a resource some policies read ([`crate::Engine::reads`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadSet {
+    root: Node,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Node {
+    /// The whole subtree.
+    All,
+    /// These keys of a map (of each element, under a list); a scalar is
+    /// kept as it is.
+    Fields(BTreeMap<String, Node>),
+}
+
+impl Node {
+    /// Marks `path` (below this node) as read whole.
+    fn add(&mut self, path: &[&str]) {
+        let Node::Fields(fields) = self else { return };
+        match path.split_first() {
+            None => *self = Node::All,
+            Some((first, rest)) => fields
+                .entry((*first).to_string())
+                .or_insert_with(|| Node::Fields(BTreeMap::new()))
+                .add(rest),
+        }
+    }
+
+    /// Keeps `path` (below this node) without reading it: a value there
+    /// keeps its type, and so whether it is null.
+    fn touch(&mut self, path: &[&str]) {
+        let Node::Fields(fields) = self else { return };
+        if let Some((first, rest)) = path.split_first() {
+            fields
+                .entry((*first).to_string())
+                .or_insert_with(|| Node::Fields(BTreeMap::new()))
+                .touch(rest);
+        }
+    }
+
+    fn merge(&mut self, other: &Node) {
+        match (&mut *self, other) {
+            (Node::All, _) => {}
+            (_, Node::All) => *self = Node::All,
+            (Node::Fields(mine), Node::Fields(theirs)) => {
+                for (k, n) in theirs {
+                    match mine.get_mut(k) {
+                        Some(m) => m.merge(n),
+                        None => {
+                            mine.insert(k.clone(), n.clone());
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn prune(&self, v: &Value) -> Value {
+        match (self, v) {
+            (Node::All, v) => v.clone(),
+            (Node::Fields(fields), Value::Object(m)) => Value::Object(
+                m.iter()
+                    .filter_map(|(k, v)| fields.get(k).map(|n| (k.clone(), n.prune(v))))
+                    .collect(),
+            ),
+            (node, Value::Array(items)) => {
+                Value::Array(items.iter().map(|i| node.prune(i)).collect())
+            }
+            (_, scalar) => scalar.clone(),
+        }
+    }
+}
+
+impl ReadSet {
+    /// Everything: what is read when nothing can be bounded.
+    pub fn all() -> ReadSet {
+        ReadSet { root: Node::All }
+    }
+
+    /// What every resource's evaluation reads: its identity and metadata.
+    pub(crate) fn identity() -> ReadSet {
+        let mut root = Node::Fields(BTreeMap::new());
+        for key in ["apiVersion", "kind", "metadata"] {
+            root.add(&[key]);
+        }
+        ReadSet { root }
+    }
+
+    /// Whether the whole resource is read.
+    pub fn is_all(&self) -> bool {
+        self.root == Node::All
+    }
+
+    /// Adds what `other` reads.
+    pub fn merge(&mut self, other: &ReadSet) {
+        self.root.merge(&other.root);
+    }
+
+    /// `value` with only the parts read.
+    pub fn prune(&self, value: &Value) -> Value {
+        self.root.prune(value)
+    }
+
+    /// The JSON text `json`, built with only the parts read (the rest is
+    /// checked as JSON and skipped). Errors are serde_json's.
+    pub fn parse(&self, json: &str) -> serde_json::Result<Value> {
+        let mut de = serde_json::Deserializer::from_str(json);
+        let v = Seed(&self.root).deserialize(&mut de)?;
+        de.end()?;
+        Ok(v)
+    }
+
+    /// Adds what one compiled policy's raw rule (after autogen) reads.
+    pub(crate) fn add_rule(&mut self, rule: &Value) {
+        if self.is_all() {
+            return;
+        }
+        if !rule_reads(rule, &mut self.root) {
+            self.root = Node::All;
+        }
+    }
+}
+
+/// Where reads go: the resource, and inside a `foreach` the element (read
+/// under each path its list yields).
+struct Scope<'a> {
+    resource: &'a mut Node,
+    element: Node,
+}
+
+/// Adds what `rule` reads to `root`; false when it cannot be bounded.
+fn rule_reads(rule: &Value, root: &mut Node) -> bool {
+    let Some(rule) = rule.as_object() else {
+        return false;
+    };
+    let s = &mut Scope {
+        resource: root,
+        element: Node::Fields(BTreeMap::new()),
+    };
+    for (key, v) in rule {
+        let ok = match key.as_str() {
+            // Matching reads only the identity and metadata (always read).
+            "name" | "match" | "exclude" | "skipBackgroundRequests" | "reportProperties" => true,
+            "preconditions" => vars_read(v, s),
+            "context" => context_reads(v, s),
+            "validate" => validate_reads(v, s),
+            // celPreconditions, mutate, generate, verifyImages, and what
+            // leash does not know.
+            _ => false,
+        };
+        if !ok {
+            return false;
+        }
+    }
+    true
+}
+
+fn context_reads(entries: &Value, s: &mut Scope<'_>) -> bool {
+    let Some(entries) = entries.as_array() else {
+        return vars_read(entries, s);
+    };
+    entries.iter().all(|entry| {
+        // An entry that shadows the request's roots.
+        let name = entry["name"].as_str().unwrap_or("");
+        if ["request", "images", "element"]
+            .iter()
+            .any(|root| name == *root || name.starts_with(&format!("{root}.")))
+        {
+            return false;
+        }
+        // A variable's jmesPath (without a value) queries the whole
+        // context; other entries' jmesPath query what they fetched.
+        let query = &entry["variable"];
+        let jmes_ok = match (&query["jmesPath"], &query["value"]) {
+            (Value::String(q), Value::Null) => expr_reads(q, s),
+            _ => true,
+        };
+        jmes_ok && vars_read(entry, s)
+    })
+}
+
+fn validate_reads(validate: &Value, s: &mut Scope<'_>) -> bool {
+    let Some(validate) = validate.as_object() else {
+        return false;
+    };
+    validate.iter().all(|(key, v)| match key.as_str() {
+        "message" | "deny" | "failureAction" | "allowExistingViolations" => vars_read(v, s),
+        "pattern" => pattern_reads(v, &mut Vec::new(), s.resource) && vars_read(v, s),
+        "anyPattern" => v.as_array().is_some_and(|ps| {
+            ps.iter()
+                .all(|p| pattern_reads(p, &mut Vec::new(), s.resource) && vars_read(p, s))
+        }),
+        "foreach" => foreach_reads(v, s),
+        // cel, podSecurity, manifests, and what leash does not know.
+        _ => false,
+    })
+}
+
+/// A foreach declaration reads, under each path its list yields, what its
+/// body reads of the element (its patterns, `element` in its variables,
+/// nested declarations); its variables read what they read of the
+/// resource.
+fn foreach_reads(decls: &Value, s: &mut Scope<'_>) -> bool {
+    let Some(decls) = decls.as_array() else {
+        return false;
+    };
+    decls.iter().all(|d| {
+        // `elementScope: false`: its patterns are matched against the
+        // resource, not the element.
+        if d["elementScope"] == Value::Bool(false) {
+            return false;
+        }
+        let Some(list) = d["list"].as_str() else {
+            return false;
+        };
+        let Some((roots, paths)) = context_of(list, false) else {
+            return false;
+        };
+        if !apply_roots(&roots, s) {
+            return false;
+        }
+        let mut body = Scope {
+            resource: &mut *s.resource,
+            element: Node::Fields(BTreeMap::new()),
+        };
+        let body_ok = d.as_object().is_some_and(|d| {
+            d.iter().all(|(key, v)| match key.as_str() {
+                "list" | "elementScope" => true,
+                "pattern" => {
+                    pattern_reads(v, &mut Vec::new(), &mut body.element) && vars_read(v, &mut body)
+                }
+                "anyPattern" => v.as_array().is_some_and(|ps| {
+                    ps.iter().all(|p| {
+                        pattern_reads(p, &mut Vec::new(), &mut body.element)
+                            && vars_read(p, &mut body)
+                    })
+                }),
+                "foreach" => foreach_reads(v, &mut body),
+                "context" => context_reads(v, &mut body),
+                _ => vars_read(v, &mut body),
+            })
+        });
+        if !body_ok {
+            return false;
+        }
+        let element = body.element;
+        // The elements are where the list took them from.
+        for path in &paths {
+            let target = match path.split_first() {
+                Some((root, rest)) if root == "element" => {
+                    graft(&mut s.element, rest, &element);
+                    continue;
+                }
+                Some((request, rest)) if request == "request" => match rest.split_first() {
+                    Some((object, rest))
+                        if (object == "object" || object == "oldObject") && !rest.is_empty() =>
+                    {
+                        rest
+                    }
+                    Some((object, _)) if object == "object" || object == "oldObject" => {
+                        return false;
+                    }
+                    None => return false,
+                    // The request's other fields.
+                    Some(_) => continue,
+                },
+                // The whole context.
+                None => return false,
+                // A context entry: bounded where it is defined.
+                Some(_) => continue,
+            };
+            graft(s.resource, target, &element);
+        }
+        true
+    })
+}
+
+/// Merges `node` in at `path` below `into`.
+fn graft(into: &mut Node, path: &[String], node: &Node) {
+    let Node::Fields(fields) = into else { return };
+    match path.split_first() {
+        None => into.merge(node),
+        Some((first, rest)) => graft(
+            fields
+                .entry(first.clone())
+                .or_insert_with(|| Node::Fields(BTreeMap::new())),
+            rest,
+            node,
+        ),
+    }
+}
+
+/// What a pattern reads of the resource at `path`: the keys it names, and
+/// under each leaf everything.
+fn pattern_reads(p: &Value, path: &mut Vec<String>, root: &mut Node) -> bool {
+    match p {
+        Value::Object(m) => {
+            for (key, sub) in m {
+                let name = parse_anchor(key).map_or(key.as_str(), |(_, inner)| inner);
+                // A `$(...)` reference reads another part of the resource.
+                if name.starts_with("$(") || name.contains("{{") {
+                    return false;
+                }
+                if crate::wildcard::has_wildcard(name) {
+                    // Any key of this map may match.
+                    add(root, path);
+                    continue;
+                }
+                path.push(name.to_string());
+                let ok = pattern_reads(sub, path, root);
+                path.pop();
+                if !ok {
+                    return false;
+                }
+            }
+            true
+        }
+        Value::Array(items) => items.iter().all(|item| pattern_reads(item, path, root)),
+        Value::String(s) if s.contains("$(") => false,
+        _ => {
+            add(root, path);
+            true
+        }
+    }
+}
+
+fn add(root: &mut Node, path: &[String]) {
+    let path: Vec<&str> = path.iter().map(String::as_str).collect();
+    root.add(&path);
+}
+
+/// Adds what the variables in the keys and strings of `doc` read.
+fn vars_read(doc: &Value, s: &mut Scope<'_>) -> bool {
+    match doc {
+        Value::String(text) => str_reads(text, s),
+        Value::Array(a) => a.iter().all(|v| vars_read(v, s)),
+        Value::Object(m) => m.iter().all(|(k, v)| str_reads(k, s) && vars_read(v, s)),
+        _ => true,
+    }
+}
+
+fn str_reads(text: &str, s: &mut Scope<'_>) -> bool {
+    if !text.contains("{{") {
+        return true;
+    }
+    if nested(text) {
+        // The inner variable's value becomes part of the outer's text.
+        return false;
+    }
+    scan_vars(text)
+        .iter()
+        .all(|(expr, _)| expr_reads(expr.trim(), s))
+}
+
+/// Whether a `{{` opens inside another variable.
+fn nested(s: &str) -> bool {
+    let mut depth = 0usize;
+    let mut rest = s;
+    while let Some(i) = rest.find(['{', '}']) {
+        let tail = &rest[i..];
+        if let Some(after) = tail.strip_prefix("{{") {
+            depth += 1;
+            if depth > 1 {
+                return true;
+            }
+            rest = after;
+        } else if let Some(after) = tail.strip_prefix("}}") {
+            depth = depth.saturating_sub(1);
+            rest = after;
+        } else {
+            rest = &tail[1..];
+        }
+    }
+    false
+}
+
+/// Adds what one JMESPath expression reads (its result whole).
+fn expr_reads(expr: &str, s: &mut Scope<'_>) -> bool {
+    context_of(expr, true).is_some_and(|(roots, _)| apply_roots(&roots, s))
+}
+
+/// What `expr` reads of its context, by root, and the paths of the values
+/// it yields (read whole too when `whole_result`); `None` when it cannot
+/// be bounded (it does not compile, or it reads the whole context).
+fn context_of(expr: &str, whole_result: bool) -> Option<(BTreeMap<String, Node>, Vec<Path>)> {
+    let compiled = crate::jmespath::compile(expr).ok()?;
+    let mut ctx = Node::Fields(BTreeMap::new());
+    let result = walk(compiled.as_ast(), &[Vec::new()], &mut ctx);
+    if whole_result {
+        mark(&mut ctx, &result);
+    }
+    match ctx {
+        Node::Fields(roots) => Some((roots, result)),
+        Node::All => None,
+    }
+}
+
+/// Adds the reads of the context's roots to the scope: `request.object`
+/// and `request.oldObject` to the resource, `element` to the element.
+/// Other roots are the request's other fields, user info and context
+/// entries (bounded where they are defined).
+fn apply_roots(roots: &BTreeMap<String, Node>, s: &mut Scope<'_>) -> bool {
+    if roots.contains_key("images") {
+        // Computed from the resource's containers.
+        return false;
+    }
+    if let Some(element) = roots.get("element") {
+        s.element.merge(element);
+    }
+    match roots.get("request") {
+        None => true,
+        Some(Node::All) => false,
+        Some(Node::Fields(request)) => {
+            for object in ["object", "oldObject"] {
+                match request.get(object) {
+                    Some(Node::All) => return false,
+                    Some(read) => s.resource.merge(read),
+                    None => {}
+                }
+            }
+            true
+        }
+    }
+}
+
+type Path = Vec<String>;
+
+/// The paths (of the context) whose values `ast`, applied to the values at
+/// `cur`, yields; what it reads on the way is marked in `ctx`. Lists are
+/// transparent, so an index, a projection or a flatten keeps the paths;
+/// what consumes a value (a comparison, a function, a filter's
+/// predicate) reads it whole; a new value (a literal, a function's
+/// result) is at no path.
+fn walk(ast: &jmespath::ast::Ast, cur: &[Path], ctx: &mut Node) -> Vec<Path> {
+    use jmespath::ast::{Ast, Comparator};
+    match ast {
+        Ast::Field { name, .. } => cur
+            .iter()
+            .map(|p| {
+                let mut p = p.clone();
+                p.push(name.clone());
+                p
+            })
+            .collect(),
+        Ast::Identity { .. } | Ast::Index { .. } | Ast::Slice { .. } => cur.to_vec(),
+        Ast::Subexpr { lhs, rhs, .. } | Ast::Projection { lhs, rhs, .. } => {
+            let at = walk(lhs, cur, ctx);
+            walk(rhs, &at, ctx)
+        }
+        Ast::Flatten { node, .. } => walk(node, cur, ctx),
+        Ast::MultiList { elements, .. } => {
+            elements.iter().flat_map(|e| walk(e, cur, ctx)).collect()
+        }
+        Ast::ObjectValues { node, .. } => {
+            // Any key's value: the object whole.
+            let at = walk(node, cur, ctx);
+            mark(ctx, &at);
+            at
+        }
+        Ast::Literal { .. } => Vec::new(),
+        Ast::Condition {
+            predicate, then, ..
+        } => {
+            let tested = walk(predicate, cur, ctx);
+            mark(ctx, &tested);
+            walk(then, cur, ctx)
+        }
+        Ast::Or { lhs, rhs, .. } | Ast::And { lhs, rhs, .. } => {
+            // Truthiness reads each side whole; the result is one of them.
+            let mut at = walk(lhs, cur, ctx);
+            let other = walk(rhs, cur, ctx);
+            mark(ctx, &at);
+            mark(ctx, &other);
+            at.extend(other);
+            at
+        }
+        Ast::Not { node, .. } => {
+            let at = walk(node, cur, ctx);
+            mark(ctx, &at);
+            Vec::new()
+        }
+        Ast::Comparison {
+            comparator: Comparator::Equal | Comparator::NotEqual,
+            lhs,
+            rhs,
+            ..
+        } if is_null(lhs) || is_null(rhs) => {
+            // Whether a value is null (what `a.[b, c]` asks of `a`): a
+            // value kept at its path keeps that.
+            for side in [lhs, rhs] {
+                for p in walk(side, cur, ctx) {
+                    let p: Vec<&str> = p.iter().map(String::as_str).collect();
+                    ctx.touch(&p);
+                }
+            }
+            Vec::new()
+        }
+        Ast::Comparison { lhs, rhs, .. } => {
+            for side in [lhs, rhs] {
+                let at = walk(side, cur, ctx);
+                mark(ctx, &at);
+            }
+            Vec::new()
+        }
+        Ast::Function { args, .. } => {
+            for arg in args {
+                let at = walk(arg, cur, ctx);
+                mark(ctx, &at);
+            }
+            Vec::new()
+        }
+        Ast::MultiHash { elements, .. } => {
+            for kv in elements {
+                let at = walk(&kv.value, cur, ctx);
+                mark(ctx, &at);
+            }
+            Vec::new()
+        }
+        // Applied by a function to the values of its other arguments,
+        // which are read whole: at no path of the context.
+        Ast::Expref { ast, .. } => {
+            walk(ast, &[], ctx);
+            Vec::new()
+        }
+    }
+}
+
+fn is_null(ast: &jmespath::ast::Ast) -> bool {
+    matches!(ast, jmespath::ast::Ast::Literal { value, .. } if value.is_null())
+}
+
+fn mark(ctx: &mut Node, paths: &[Path]) {
+    for p in paths {
+        add(ctx, p);
+    }
+}
+
+/// Builds a value with only the parts `node` reads.
+struct Seed<'n>(&'n Node);
+
+impl<'de> DeserializeSeed<'de> for Seed<'_> {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        match self.0 {
+            Node::All => serde::Deserialize::deserialize(d),
+            Node::Fields(fields) => d.deserialize_any(Narrow {
+                node: self.0,
+                fields,
+            }),
+        }
+    }
+}
+
+struct Narrow<'n> {
+    node: &'n Node,
+    fields: &'n BTreeMap<String, Node>,
+}
+
+impl<'de> Visitor<'de> for Narrow<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_string()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(v) = seq.next_element_seed(Seed(self.node))? {
+            out.push(v);
+        }
+        Ok(Value::Array(out))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = Map::new();
+        while let Some(key) = map.next_key_seed(Key)? {
+            match self.fields.get(key.as_ref()) {
+                Some(node) => {
+                    let v = map.next_value_seed(Seed(node))?;
+                    out.insert(key.into_owned(), v);
+                }
+                None => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(Value::Object(out))
+    }
+}
+
+/// A map key, borrowed from the text when it has no escapes.
+struct Key;
+
+impl<'de> DeserializeSeed<'de> for Key {
+    type Value = Cow<'de, str>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Cow<'de, str>, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Key {
+    type Value = Cow<'de, str>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a map key")
+    }
+
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Cow<'de, str>, E> {
+        Ok(Cow::Borrowed(v))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Cow<'de, str>, E> {
+        Ok(Cow::Owned(v.to_string()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Cow<'de, str>, E> {
+        Ok(Cow::Owned(v))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn reads_of(rules: Value) -> ReadSet {
+        let doc = json!({
+            "apiVersion": "kyverno.io/v1",
+            "kind": "ClusterPolicy",
+            "metadata": {"name": "p"},
+            "spec": {"rules": rules},
+        });
+        let mut engine = crate::Engine::new();
+        engine.add(
+            crate::Document::compile(&doc)
+                .expect("compiles")
+                .expect("a policy"),
+        );
+        engine.reads()
+    }
+
+    #[test]
+    fn pss_controls_read_the_container_fields_they_name() {
+        let reads = reads_of(json!([
+            {"name": "caps", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+             "validate": {"message": "no caps on {{ request.object.metadata.name }}", "deny": {"conditions": {"all": [
+                {"key": "{{ request.object.spec.[ephemeralContainers, initContainers, containers][].securityContext.capabilities.add[] }}",
+                 "operator": "AnyNotIn", "value": ["CHOWN"]}]}}}},
+            {"name": "host", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+             "validate": {"pattern": {"spec": {"=(hostNetwork)": "false",
+                "containers": [{"=(ports)": [{"=(hostPort)": 0}]}]}}}},
+        ]));
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "a", "labels": {"x": "y"}},
+            "spec": {
+                "hostNetwork": false,
+                "containers": [{"name": "c", "image": "i", "env": [{"name": "E"}],
+                    "ports": [{"hostPort": 80, "containerPort": 80}],
+                    "securityContext": {"capabilities": {"add": ["NET_ADMIN"]}, "runAsUser": 0}}],
+                "volumes": [{"name": "v"}],
+            },
+            "status": {"phase": "Running"},
+        });
+        let want = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "a", "labels": {"x": "y"}},
+            "spec": {
+                "hostNetwork": false,
+                "containers": [{"ports": [{"hostPort": 80}],
+                    "securityContext": {"capabilities": {"add": ["NET_ADMIN"]}}}],
+            },
+        });
+        assert_eq!(reads.prune(&pod), want);
+        assert_eq!(reads.parse(&pod.to_string()).expect("parses"), want);
+    }
+    /// The Pod Security set of bench/ (17 classic policies, patterns,
+    /// deny conditions and foreach): pods narrowed to what it reads get
+    /// the results the whole pods get, and `status` and the containers'
+    /// `env` are not read.
+    #[test]
+    fn the_pod_security_set_gets_the_same_results_on_narrowed_pods() {
+        let dir = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../bench/policies/pss-classic"
+        );
+        let mut engine = crate::Engine::new();
+        let mut files: Vec<_> = std::fs::read_dir(dir)
+            .expect("bench policies")
+            .map(|f| f.expect("entry").path())
+            .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+            .collect();
+        files.sort();
+        assert_eq!(files.len(), 17);
+        for f in files {
+            let text = std::fs::read_to_string(f).expect("readable");
+            for doc in serde_saphyr::from_multiple::<Value>(&text).expect("YAML") {
+                engine.add(
+                    crate::Document::compile(&doc)
+                        .expect("compiles")
+                        .expect("a policy"),
+                );
+            }
+        }
+        let reads = engine.reads();
+        assert!(!reads.is_all());
+        let container = |name: &str, security: Value| {
+            json!({"name": name, "image": "nginx:1.27", "env": [{"name": "A", "value": "b"}],
+                   "ports": [{"containerPort": 80}], "securityContext": security})
+        };
+        let restricted = json!({"allowPrivilegeEscalation": false, "runAsNonRoot": true,
+            "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}});
+        let pods = [
+            json!({"spec": {"containers": [container("a", restricted.clone())]}}),
+            json!({"spec": {"hostNetwork": true, "hostPID": false,
+                "initContainers": [container("i", json!({"privileged": true}))],
+                "containers": [container("a", json!({"capabilities": {"add": ["NET_ADMIN", "CHOWN"]},
+                    "procMount": "Unmasked", "seLinuxOptions": {"type": "spc_t"}})),
+                    container("b", json!({"runAsUser": 0}))],
+                "volumes": [{"name": "h", "hostPath": {"path": "/"}}, {"name": "e", "emptyDir": {}}],
+                "securityContext": {"sysctls": [{"name": "kernel.msgmax", "value": "1"}],
+                    "seccompProfile": {"type": "Unconfined"}}}}),
+            json!({"metadata": {"annotations": {
+                "container.apparmor.security.beta.kubernetes.io/a": "unconfined"}},
+                "spec": {"containers": [container("a", json!({"windowsOptions": {"hostProcess": true}})),
+                    container("b", json!({"runAsNonRoot": false}))],
+                "ephemeralContainers": [container("e", json!({"capabilities": {"add": ["SYS_ADMIN"]}}))]}}),
+        ];
+        let mut failures = 0;
+        for (i, p) in pods.iter().enumerate() {
+            let mut pod = json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": format!("p{i}"), "namespace": "default"},
+                "status": {"phase": "Running", "podIP": "10.0.0.1"}});
+            for (k, v) in p.as_object().expect("object") {
+                match (pod.get_mut(k), v) {
+                    (Some(Value::Object(have)), Value::Object(add)) => have.extend(add.clone()),
+                    _ => {
+                        pod[k] = v.clone();
+                    }
+                }
+            }
+            let narrowed = reads.parse(&pod.to_string()).expect("parses");
+            assert_eq!(narrowed, reads.prune(&pod));
+            assert!(narrowed.get("status").is_none());
+            assert!(
+                narrowed["spec"]["containers"][0].get("env").is_none(),
+                "{reads:?}"
+            );
+            assert!(
+                narrowed["spec"]["containers"][0]
+                    .get("securityContext")
+                    .is_some()
+            );
+            let results = |object: &Value| {
+                let req = crate::EvalRequest {
+                    object: std::sync::Arc::new(object.clone()),
+                    old_object: None,
+                    operation: crate::Operation::Create,
+                    user_info: Default::default(),
+                    namespace_labels: None,
+                    namespace_object: None,
+                };
+                engine.evaluate(req, &crate::NoClusterData, &Default::default())
+            };
+            let whole = results(&pod);
+            failures += whole
+                .iter()
+                .filter(|r| r.status == crate::result::Status::Fail)
+                .count();
+            assert_eq!(results(&narrowed), whole, "pod {i}");
+        }
+        // The pods are built to fail many controls, not to pass vacuously.
+        assert!(failures >= 15, "{failures} failures");
+    }
+    #[test]
+    fn what_cannot_be_bounded_reads_everything() {
+        let pod_rule = |validate: Value| {
+            json!([{"name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                    "validate": validate}])
+        };
+        for (what, validate) in [
+            (
+                "the whole object",
+                json!({"message": "{{ to_string(request.object) }}", "deny": {}}),
+            ),
+            (
+                "the context",
+                json!({"message": "{{ length(@) }}", "deny": {}}),
+            ),
+            (
+                "a nested variable",
+                json!({"message": "{{ request.object.{{ request.object.metadata.name }} }}", "deny": {}}),
+            ),
+            (
+                "images",
+                json!({"message": "{{ images.containers }}", "deny": {}}),
+            ),
+            ("a reference", json!({"pattern": {"spec": {"a": "$(./b)"}}})),
+            (
+                "CEL",
+                json!({"cel": {"expressions": [{"expression": "true"}]}}),
+            ),
+            (
+                "podSecurity",
+                json!({"podSecurity": {"level": "baseline", "version": "latest"}}),
+            ),
+            (
+                "elementScope false",
+                json!({"foreach": [{"list": "request.object.spec.containers",
+                "elementScope": false, "pattern": {"spec": {"x": 1}}}]}),
+            ),
+            (
+                "foreach over the object",
+                json!({"foreach": [{"list": "request.object",
+                "deny": {}}]}),
+            ),
+        ] {
+            let reads = reads_of(pod_rule(validate));
+            assert!(reads.is_all(), "{what}: {reads:?}");
+        }
+        // `{{ element }}` reads the elements whole, and not the rest.
+        let reads = reads_of(pod_rule(
+            json!({"foreach": [{"list": "request.object.spec.containers",
+            "deny": {"conditions": {"any": [{"key": "{{ element }}", "operator": "Equals", "value": 1}]}}}]}),
+        ));
+        assert_eq!(
+            reads.prune(&json!({"spec": {"a": 1, "containers": [{"x": {"y": 1}}]}, "status": 1})),
+            json!({"spec": {"containers": [{"x": {"y": 1}}]}})
+        );
+        let mut engine = crate::Engine::new();
+        engine.add(
+            crate::Document::compile(&json!({"apiVersion": "policies.kyverno.io/v1",
+                "kind": "ValidatingPolicy", "metadata": {"name": "v"},
+                "spec": {"validations": [{"expression": "true"}]}}))
+            .expect("compiles")
+            .expect("a policy"),
+        );
+        assert!(engine.reads().is_all(), "a ValidatingPolicy");
+    }
+}
