@@ -9,7 +9,8 @@ use leash_policy::{Engine, wildcard};
 /// name that it does not serve.
 pub fn select_kinds(engine: &Engine, catalog: &Catalog) -> (Vec<Arc<ResolvedKind>>, Vec<String>) {
     let mut chosen: Vec<Arc<ResolvedKind>> = Vec::new();
-    let mut not_served = Vec::new();
+    // Each kind not served, with the policies that name it.
+    let mut not_served: std::collections::BTreeMap<String, Vec<String>> = Default::default();
     let mut add = |k: &Arc<ResolvedKind>| {
         if k.is_listable()
             && !chosen
@@ -39,7 +40,10 @@ pub fn select_kinds(engine: &Engine, catalog: &Catalog) -> (Vec<Arc<ResolvedKind
                 .filter(|c| !c.is_event() || kind != "*")
                 .collect();
             if hits.is_empty() {
-                not_served.push(format!("{} (policy {})", selector, policy.key()));
+                not_served
+                    .entry(selector.to_string())
+                    .or_default()
+                    .push(policy.key().to_string());
             }
             for h in hits {
                 add(h);
@@ -54,16 +58,35 @@ pub fn select_kinds(engine: &Engine, catalog: &Catalog) -> (Vec<Arc<ResolvedKind
                 .filter(|c| (g == "*" || g == c.group) && (plural == "*" || plural == c.plural))
                 .collect();
             if hits.is_empty() {
-                not_served.push(format!("{plural}.{g} (policy {})", vpol.name()));
+                not_served
+                    .entry(format!("{plural}.{g}"))
+                    .or_default()
+                    .push(vpol.name().to_string());
             }
             for h in hits {
                 add(h);
             }
         }
     }
-    not_served.sort();
-    not_served.dedup();
+    let not_served = not_served
+        .into_iter()
+        .map(|(kind, mut policies)| {
+            policies.sort();
+            policies.dedup();
+            format!("{kind} ({})", named(&policies))
+        })
+        .collect();
     (chosen, not_served)
+}
+
+/// `policy a`, `policies a, b`, or past three `17 policies: a, b, c, ...`:
+/// one note per kind, however many policies name it.
+fn named(policies: &[String]) -> String {
+    match policies {
+        [one] => format!("policy {one}"),
+        few if few.len() <= 3 => format!("policies {}", few.join(", ")),
+        many => format!("{} policies: {}, ...", many.len(), many[..3].join(", ")),
+    }
 }
 
 #[cfg(test)]
@@ -124,5 +147,30 @@ mod tests {
             not_served.iter().any(|n| n.starts_with("batch/*/CronJob")),
             "{not_served:?}"
         );
+    }
+    #[test]
+    fn a_kind_not_served_is_noted_once_with_the_policies_naming_it() {
+        let catalog = Catalog::from_kinds(vec![kind("", "v1", "Pod", "pods")]);
+        let mut engine = Engine::new();
+        for (i, kinds) in [["Widget"], ["Widget"], ["Widget"], ["Widget"], ["Gadget"]]
+            .iter()
+            .enumerate()
+        {
+            engine
+                .add_json(&json!({
+                    "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+                    "metadata": {"name": format!("p{i}")},
+                    "spec": {"rules": [{"name": "r",
+                        "match": {"any": [{"resources": {"kinds": kinds}}]},
+                        "validate": {"pattern": {"metadata": {"name": "?*"}}}}]}
+                }))
+                .unwrap();
+        }
+        let (_, not_served) = select_kinds(&engine, &catalog);
+        assert_eq!(
+            not_served,
+            ["Gadget (policy p4)", "Widget (4 policies: p0, p1, p2, ...)"]
+        );
+        assert_eq!(named(&["a".into(), "b".into()]), "policies a, b");
     }
 }

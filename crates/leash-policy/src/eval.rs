@@ -44,6 +44,10 @@ impl Bindings {
         rule: &str,
         resource: &str,
     ) -> Vec<&'a (String, Value)> {
+        if self.global.is_empty() && self.policies.is_empty() {
+            // The common case, nothing bound: no lookups per rule.
+            return Vec::new();
+        }
         let mut out: Vec<&(String, Value)> = self.global.iter().collect();
         if let Some(p) = self.policies.get(policy) {
             if let Some(r) = p.resources.get(resource) {
@@ -519,10 +523,7 @@ impl RuleCtx<'_> {
                     });
                     Outcome::new(Status::Fail, msg)
                 }
-                Ok(false) => Outcome::new(
-                    Status::Pass,
-                    format!("validation rule '{}' passed.", self.rule_name()),
-                ),
+                Ok(false) => Outcome::new(Status::Pass, self.rule.pass_message.clone()),
             },
             Check::Foreach(decls) => self.foreach(decls, vars, scope, nesting),
             Check::Cel(cel) => {
@@ -596,10 +597,7 @@ impl RuleCtx<'_> {
             }
         };
         match pattern::match_pattern(scope, &pattern) {
-            Ok(()) => Outcome::new(
-                Status::Pass,
-                format!("validation rule '{}' passed.", self.rule_name()),
-            ),
+            Ok(()) => Outcome::new(Status::Pass, self.rule.pass_message.clone()),
             Err(Mismatch::Skip { message }) => Outcome::new(Status::Skip, message),
             Err(Mismatch::Fail { path, message }) => {
                 Outcome::new(Status::Fail, self.fail_message(vars, &path, &message))

@@ -74,6 +74,8 @@ pub(crate) struct Rule {
     pub failure_action: Option<FailureAction>,
     /// `generate`: the downstreams a trigger asks for.
     pub generate: Option<crate::generate::GenerateSpec>,
+    /// Kyverno's message of a passing validate rule, made once.
+    pub pass_message: String,
 }
 
 /// A rule's `validate`.
@@ -566,6 +568,7 @@ fn compile_rule(raw: &Value, field: &str, err: &ErrFn<'_>, cache: &mut ExprCache
     };
     Ok(Rule {
         base_name: name.clone(),
+        pass_message: format!("validation rule '{name}' passed."),
         name,
         match_,
         exclude,
