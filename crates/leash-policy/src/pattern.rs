@@ -233,17 +233,19 @@ fn map(
         }
         None => pattern,
     };
-    // Phase 1: anchors.
+    // Phase 1: anchors; the plain keys are noted on the way, with whether
+    // they hold nested anchors (each key parsed and walked once).
+    let mut plain = Vec::with_capacity(pattern.len());
     for (key, sub) in pattern {
-        if let Some((anchor, name)) = parse_anchor(key) {
-            anchored(anchor, name, sub, resource, path)?;
+        match parse_anchor(key) {
+            Some((anchor, name)) => anchored(anchor, name, sub, resource, path)?,
+            None => plain.push((key, sub, has_nested_anchor(sub))),
         }
     }
     // Phase 2: plain keys, those holding nested anchors first.
-    let plain = || pattern.iter().filter(|(k, _)| parse_anchor(k).is_none());
-    let nested = plain().filter(|(_, v)| has_nested_anchor(v));
-    let rest = plain().filter(|(_, v)| !has_nested_anchor(v));
-    for (key, sub) in nested.chain(rest) {
+    let nested = plain.iter().filter(|(_, _, n)| *n);
+    let rest = plain.iter().filter(|(_, _, n)| !*n);
+    for &(key, sub, _) in nested.chain(rest) {
         let current = path.key(key);
         let value = resource.get(key.as_str()).unwrap_or(&Value::Null);
         if sub.as_str() == Some("*") {
