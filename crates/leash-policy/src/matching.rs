@@ -56,6 +56,9 @@ pub(crate) struct KindSel {
     pub version: String,
     pub kind: String,
     pub subresource: String,
+    /// A plain `Kind` (any group and version, no wildcard, no
+    /// subresource): matched by comparing the kind alone.
+    pub plain: bool,
 }
 
 impl KindSel {
@@ -87,10 +90,14 @@ impl KindSel {
             version: v.to_string(),
             kind: k.to_string(),
             subresource: sub.to_string(),
+            plain: g == "*" && v == "*" && sub.is_empty() && !wildcard::has_wildcard(k),
         }
     }
 
     pub(crate) fn matches(&self, t: &Target<'_>) -> bool {
+        if self.plain {
+            return self.kind == t.kind;
+        }
         // The kind first: it is what tells most selectors apart (a rule's
         // autogen twins name six controller kinds a pod never is).
         wildcard::matches(&self.kind, t.kind)

@@ -176,14 +176,22 @@ pub(crate) fn compile(expr: &str) -> Result<Expr, String> {
 /// Expressions compiled once per policy, looked up by their text.
 #[derive(Debug, Default)]
 pub(crate) struct ExprCache {
-    exprs: HashMap<String, Arc<Expr>>,
-    /// The expressions that are plain field chains, split.
-    chains: HashMap<String, Vec<String>>,
-    /// The expressions evaluated in place on the request's JSON.
-    natives: HashMap<String, Native>,
-    /// The others that read only parts of the request's objects: evaluated
-    /// by the crate on a context of just those parts.
-    partials: HashMap<String, Partial>,
+    /// One entry an expression, so that resolving a variable hashes its
+    /// text once.
+    exprs: HashMap<String, Cached>,
+}
+
+/// One compiled expression and the faster ways to evaluate it.
+#[derive(Debug)]
+struct Cached {
+    expr: Arc<Expr>,
+    /// A plain field chain, split.
+    chain: Option<Vec<String>>,
+    /// Evaluated in place on the request's JSON.
+    native: Option<Native>,
+    /// Reads only parts of the request's objects: evaluated by the crate
+    /// on a context of just those parts.
+    partial: Option<Partial>,
 }
 
 impl ExprCache {
@@ -224,26 +232,40 @@ impl ExprCache {
             return Ok(());
         }
         let compiled = compile(expr).map_err(|e| format!("invalid JMESPath {expr:?}: {e}"))?;
-        if let Some(chain) = field_chain(compiled.as_ast()) {
-            self.chains.insert(expr.to_string(), chain);
-        }
-        if let Some(native) = Native::compile(&compiled) {
-            self.natives.insert(expr.to_string(), native);
-        } else if let Some(partial) = Partial::analyze(&compiled) {
-            self.partials.insert(expr.to_string(), partial);
-        }
-        self.exprs.insert(expr.to_string(), Arc::new(compiled));
+        let chain = field_chain(compiled.as_ast());
+        let native = Native::compile(&compiled);
+        let partial = if native.is_none() {
+            Partial::analyze(&compiled)
+        } else {
+            None
+        };
+        self.exprs.insert(
+            expr.to_string(),
+            Cached {
+                expr: Arc::new(compiled),
+                chain,
+                native,
+                partial,
+            },
+        );
         Ok(())
     }
 
     /// Evaluates `expr` (compiled) as the context of `vars` would:
     /// in place when it can, else through the context.
     pub(crate) fn eval(&self, expr: &str, vars: &dyn Source) -> Result<Value, String> {
-        if let Some(r) = self.natives.get(expr).and_then(|n| n.eval(&Roots(vars))) {
+        let cached = self.exprs.get(expr);
+        if let Some(r) = cached
+            .and_then(|c| c.native.as_ref())
+            .and_then(|n| n.eval(&Roots(vars)))
+        {
             return r.map_err(|e| e.to_string());
         }
-        let compiled = self.get(expr)?;
-        match self.partial(expr, vars) {
+        let compiled = match cached {
+            Some(c) => c.expr.clone(),
+            None => Arc::new(compile(expr)?),
+        };
+        match cached.and_then(|c| partial(c, vars)) {
             Some(context) => context.eval(&compiled),
             None => vars.vars().eval(&compiled),
         }
@@ -257,7 +279,12 @@ impl ExprCache {
         vars: &'s (impl Source + crate::jmespath::native::Roots),
     ) -> Result<Vec<std::borrow::Cow<'s, Value>>, String> {
         use std::borrow::Cow;
-        if let Some(r) = self.natives.get(expr).and_then(|n| n.eval_items(vars)) {
+        if let Some(r) = self
+            .exprs
+            .get(expr)
+            .and_then(|c| c.native.as_ref())
+            .and_then(|n| n.eval_items(vars))
+        {
             return r.map_err(|e| e.to_string());
         }
         Ok(match self.eval(expr, vars)? {
@@ -267,19 +294,19 @@ impl ExprCache {
         })
     }
 
-    /// The part of the context `expr` reads, when it reads only parts of
-    /// the request's objects and `vars` holds them.
-    fn partial(&self, expr: &str, vars: &dyn Source) -> Option<Vars> {
-        let root = self.partials.get(expr)?.context(&Roots(vars))?;
-        Some(Vars { root })
-    }
-
     pub(crate) fn get(&self, expr: &str) -> Result<Arc<Expr>, String> {
-        if let Some(e) = self.exprs.get(expr) {
-            return Ok(e.clone());
+        if let Some(c) = self.exprs.get(expr) {
+            return Ok(c.expr.clone());
         }
         compile(expr).map(Arc::new)
     }
+}
+
+/// The part of the context an expression reads, when it reads only parts
+/// of the request's objects and `vars` holds them.
+fn partial(cached: &Cached, vars: &dyn Source) -> Option<Vars> {
+    let root = cached.partial.as_ref()?.context(&Roots(vars))?;
+    Some(Vars { root })
 }
 
 /// The `{{ ... }}` expressions of a string that hold no nested variable,
@@ -407,23 +434,34 @@ fn resolve(
     } else {
         name
     };
-    if let Some(v) = cache.chains.get(name).and_then(|chain| vars.raw(chain)) {
+    let cached = cache.exprs.get(name);
+    if let Some(v) = cached
+        .and_then(|c| c.chain.as_ref())
+        .and_then(|chain| vars.raw(chain))
+    {
         return Ok(v);
     }
-    let native = cache.natives.get(name).and_then(|n| n.eval(&Roots(vars)));
+    let native = cached
+        .and_then(|c| c.native.as_ref())
+        .and_then(|n| n.eval(&Roots(vars)));
     let result = match native {
         Some(r) => r.map_err(|e| format!("failed to resolve {name}: {e}")),
-        None => cache
-            .get(name)
-            .map_err(|e| format!("invalid variable {{{{{name}}}}}: {e}"))
-            .and_then(|expr| {
-                let partial = cache.partial(name, vars);
-                partial
-                    .as_ref()
-                    .unwrap_or_else(|| vars.vars())
-                    .eval(&expr)
-                    .map_err(|e| format!("failed to resolve {name}: {e}"))
-            }),
+        None => {
+            let compiled = match cached {
+                Some(c) => Ok(c.expr.clone()),
+                None => compile(name).map(Arc::new),
+            };
+            compiled
+                .map_err(|e| format!("invalid variable {{{{{name}}}}}: {e}"))
+                .and_then(|expr| {
+                    let partial = cached.and_then(|c| partial(c, vars));
+                    partial
+                        .as_ref()
+                        .unwrap_or_else(|| vars.vars())
+                        .eval(&expr)
+                        .map_err(|e| format!("failed to resolve {name}: {e}"))
+                })
+        }
     };
     match (result, mode) {
         (Ok(v), _) => Ok(v),
