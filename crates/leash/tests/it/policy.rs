@@ -817,3 +817,176 @@ spec:
     );
     sb.shutdown().await.unwrap();
 }
+
+/// Policies that read a pod's `status`, a foreach element and a message
+/// variable, beside the Pod Security set of bench/ (which reads neither
+/// `status` nor most of the spec).
+const READS_POLICY: &str = r#"
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: reads-status}
+spec:
+  rules:
+  - name: not-running
+    match:
+      any:
+      - resources:
+          kinds: [Pod]
+    validate:
+      message: "{{ request.object.metadata.name }} is {{ request.object.status.phase }}"
+      deny:
+        conditions:
+          any:
+          - {key: "{{ request.object.status.phase }}", operator: Equals, value: Running}
+  - name: named-ports
+    match:
+      any:
+      - resources:
+          kinds: [Pod]
+    validate:
+      foreach:
+      - list: request.object.spec.containers
+        deny:
+          conditions:
+            any:
+            - {key: "{{ element.ports[].name || `[]` }}", operator: AnyIn, value: ["metrics"]}
+"#;
+
+/// `apply --cluster` builds each loaded object with only what the policies
+/// read of it; the same pods applied whole from a file get the same
+/// results, rule for rule and message for message.
+#[test]
+fn apply_cluster_narrowed_objects_get_the_results_of_whole_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    fs::create_dir(&policies).unwrap();
+    let bench = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/policies/pss-classic");
+    for entry in fs::read_dir(&bench).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            fs::copy(&path, policies.join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    fs::write(policies.join("reads-status.yaml"), READS_POLICY).unwrap();
+    let pods = dir.path().join("pods.yaml");
+    let load = leash()
+        .args([
+            "load",
+            "--sandbox=pods=200",
+            "pods",
+            "-A",
+            "-o",
+            "yaml",
+            "--progress",
+            "never",
+        ])
+        .output()
+        .unwrap();
+    assert!(load.status.success(), "{}", stderr(&load));
+    fs::write(&pods, &load.stdout).unwrap();
+    let results = |args: &[&str]| {
+        let out = leash()
+            .arg("apply")
+            .arg(&policies)
+            .args(args)
+            .args(["-o", "json", "--detailed-results"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+        let mut rows: Vec<String> = doc["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r.to_string())
+            .collect();
+        rows.sort();
+        (doc["summary"].clone(), rows)
+    };
+    let (narrowed_summary, narrowed) = results(&["--sandbox=pods=200"]);
+    let (whole_summary, whole) = results(&["--resource", pods.to_str().unwrap()]);
+    assert_eq!(narrowed_summary, whole_summary);
+    assert_eq!(narrowed.len(), whole.len());
+    for (n, w) in narrowed.iter().zip(&whole) {
+        assert_eq!(n, w);
+    }
+    // What the status policy reads is there: every generated pod runs.
+    let running = narrowed
+        .iter()
+        .filter(|r| r.contains("is Running") && r.contains("\"fail\""))
+        .count();
+    assert_eq!(running, 200, "{narrowed_summary}");
+    assert!(
+        narrowed_summary["fail"].as_u64().unwrap() > 200,
+        "the Pod Security set fails some generated pods too: {narrowed_summary}"
+    );
+}
+
+/// `leash apply` makes no `apiCall` `service` calls: a rule with a
+/// `default` gets it, one without gives `error`.
+#[test]
+fn apply_makes_no_service_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    fs::write(
+        &policy,
+        r#"
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: service-call}
+spec:
+  rules:
+  - name: with-default
+    match: {any: [{resources: {kinds: [Pod]}}]}
+    context:
+    - name: answer
+      apiCall:
+        method: POST
+        data: [{key: pod, value: "{{ request.object.metadata.name }}"}]
+        service: {url: "http://127.0.0.1:9/check"}
+        default: allowed
+    validate:
+      message: "the service said {{ answer }}"
+      deny:
+        conditions:
+          all:
+          - {key: "{{ answer }}", operator: NotEquals, value: allowed}
+  - name: without-default
+    match: {any: [{resources: {kinds: [Pod]}}]}
+    context:
+    - name: answer
+      apiCall:
+        service: {url: "http://127.0.0.1:9/check"}
+    validate:
+      message: "the service said {{ answer }}"
+      deny:
+        conditions:
+          all:
+          - {key: "{{ answer }}", operator: NotEquals, value: allowed}
+"#,
+    )
+    .unwrap();
+    let out = leash()
+        .args([
+            "apply",
+            "--sandbox=pods=3",
+            "-o",
+            "json",
+            "--detailed-results",
+        ])
+        .arg(&policy)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(doc["summary"]["pass"], 3, "{doc}");
+    assert_eq!(doc["summary"]["error"], 3, "{doc}");
+    for r in doc["results"].as_array().unwrap() {
+        let want = if r["rule"] == "with-default" {
+            "pass"
+        } else {
+            "error"
+        };
+        assert_eq!(r["result"], want, "{r}");
+    }
+}
