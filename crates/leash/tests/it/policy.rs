@@ -990,3 +990,60 @@ spec:
         assert_eq!(r["result"], want, "{r}");
     }
 }
+
+/// `apply --cluster` reads the Namespaces before the evaluation, so a
+/// `namespaceSelector` selects by the labels of each object's namespace.
+#[test]
+fn apply_cluster_selects_by_the_labels_of_namespaces() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    fs::write(
+        &policy,
+        r#"
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: one-namespace}
+spec:
+  rules:
+  - name: deny-in-ns-0000
+    match:
+      any:
+      - resources:
+          kinds: [Pod]
+          namespaceSelector:
+            matchLabels: {kubernetes.io/metadata.name: ns-0000}
+    validate:
+      message: "not in ns-0000"
+      deny: {}
+"#,
+    )
+    .unwrap();
+    let names = leash()
+        .args([
+            "load",
+            "--sandbox=pods=40",
+            "pods",
+            "-n",
+            "ns-0000",
+            "-o",
+            "name",
+            "--progress",
+            "never",
+        ])
+        .output()
+        .unwrap();
+    assert!(names.status.success(), "{}", stderr(&names));
+    let in_ns = stdout(&names).lines().count();
+    assert!(in_ns > 0 && in_ns < 40, "{in_ns} pods in ns-0000");
+    let out = leash()
+        .args(["apply", "--sandbox=pods=40", "-o", "json"])
+        .arg(&policy)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(doc["summary"]["fail"], in_ns as u64, "{doc}");
+    for r in doc["results"].as_array().unwrap() {
+        assert!(r["resource"].to_string().contains("ns-0000"), "{r}");
+    }
+}
