@@ -263,6 +263,22 @@ fn unreachable_server_exits_2() {
     assert!(stderr(&out).contains("cannot reach"), "{}", stderr(&out));
 }
 
+/// A kubeconfig that cannot be read, or is not a kubeconfig, is exit 2
+/// with its path named, before any request.
+#[test]
+fn unreadable_kubeconfig_exits_2_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing-config");
+    let garbage = dir.path().join("garbage-config");
+    std::fs::write(&garbage, "clusters: [this is: not: a kubeconfig").unwrap();
+    for path in [&missing, &garbage] {
+        let out = load(&["pods", "--kubeconfig", path.to_str().unwrap()]);
+        assert_exit(&out, 2);
+        let name = path.file_name().unwrap().to_str().unwrap();
+        assert!(stderr(&out).contains(name), "{}", stderr(&out));
+    }
+}
+
 /// Bad flag values and a bad selector (the server's 400) are exit 2.
 #[test]
 fn usage_errors_exit_2() {
