@@ -1047,3 +1047,50 @@ spec:
         assert!(r["resource"].to_string().contains("ns-0000"), "{r}");
     }
 }
+
+/// A mutate rule's row checks its patched resource, under the current key
+/// (`patchedResources`) and the older one (`patchedResource`) alike; a
+/// patched file that differs fails the row and names the field.
+#[test]
+fn test_checks_patched_resources_under_either_key() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(
+        dir.path().join("policy.yaml"),
+        "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata: {name: add-team}\nspec:\n  rules:\n  - name: team\n    match:\n      any:\n      - resources: {kinds: [ConfigMap]}\n    mutate:\n      patchStrategicMerge:\n        metadata:\n          labels:\n            team: platform\n",
+    )
+    .unwrap();
+    fs::write(
+        dir.path().join("resource.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: apps}\ndata: {a: b}\n",
+    )
+    .unwrap();
+    let patched = |team: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: c, namespace: apps, labels: {{team: {team}}}}}\ndata: {{a: b}}\n"
+        )
+    };
+    fs::write(dir.path().join("patched.yaml"), patched("platform")).unwrap();
+    fs::write(dir.path().join("wrong.yaml"), patched("other")).unwrap();
+    let run = |key: &str, file: &str| {
+        fs::write(
+            dir.path().join("kyverno-test.yaml"),
+            format!(
+                "apiVersion: cli.kyverno.io/v1alpha1\nkind: Test\nmetadata: {{name: t}}\npolicies: [policy.yaml]\nresources: [resource.yaml]\nresults:\n- {{policy: add-team, rule: team, resources: [c], kind: ConfigMap, result: pass, {key}: {file}}}\n"
+            ),
+        )
+        .unwrap();
+        leash().args(["test"]).arg(dir.path()).output().unwrap()
+    };
+    for key in ["patchedResources", "patchedResource"] {
+        let out = run(key, "patched.yaml");
+        assert!(
+            out.status.success(),
+            "{key}: {}{}",
+            stdout(&out),
+            stderr(&out)
+        );
+        let out = run(key, "wrong.yaml");
+        assert_eq!(out.status.code(), Some(1), "{key}: {}", stdout(&out));
+        assert!(stdout(&out).contains("team"), "{key}: {}", stdout(&out));
+    }
+}
