@@ -1094,3 +1094,90 @@ fn test_checks_patched_resources_under_either_key() {
         assert!(stdout(&out).contains("team"), "{key}: {}", stdout(&out));
     }
 }
+
+/// The older untyped Test form (`name`, `status` in its rows) with its
+/// `Values`, `UserInfo` and `Context` files: each reaches the evaluation
+/// (every row expects `fail`, which only the files' data gives).
+#[test]
+fn test_reads_the_untyped_form_with_values_userinfo_and_context_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| fs::write(dir.path().join(name), text).unwrap();
+    write(
+        "policy.yaml",
+        r#"
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: p}
+spec:
+  rules:
+  - name: by-user
+    match:
+      any:
+      - resources: {kinds: [Pod]}
+        subjects: [{kind: User, name: alice}]
+    validate:
+      message: "alice may not"
+      deny: {}
+  - name: by-value
+    match:
+      any:
+      - resources: {kinds: [Pod]}
+    validate:
+      message: "mode is {{ mode }}"
+      deny:
+        conditions:
+          all:
+          - {key: "{{ mode }}", operator: Equals, value: strict}
+  - name: by-configmap
+    match:
+      any:
+      - resources: {kinds: [Pod]}
+    context:
+    - name: settings
+      configMap: {name: settings, namespace: default}
+    validate:
+      message: "locked"
+      deny:
+        conditions:
+          all:
+          - {key: "{{ settings.data.locked }}", operator: Equals, value: "yes"}
+"#,
+    );
+    write(
+        "resource.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: web, namespace: default}\nspec:\n  containers: [{name: c, image: nginx:1.27}]\n",
+    );
+    write(
+        "values.yaml",
+        "apiVersion: cli.kyverno.io/v1alpha1\nkind: Value\npolicies:\n- name: p\n  rules:\n  - name: by-value\n    values: {mode: strict}\n",
+    );
+    write(
+        "user.yaml",
+        "apiVersion: cli.kyverno.io/v1alpha1\nkind: UserInfo\nclusterRoles: [admin]\nuserInfo: {username: alice}\n",
+    );
+    write(
+        "context.yaml",
+        "apiVersion: cli.kyverno.io/v1alpha1\nkind: Context\nspec:\n  resources:\n  - apiVersion: v1\n    kind: ConfigMap\n    metadata: {name: settings, namespace: default}\n    data: {locked: \"yes\"}\n",
+    );
+    let rows = |status: &str| {
+        format!(
+            "name: untyped\npolicies: [policy.yaml]\nresources: [resource.yaml]\nvariables: values.yaml\nuserinfo: user.yaml\ncontext: context.yaml\nresults:\n- {{policy: p, rule: by-user, resource: web, kind: Pod, status: {status}}}\n- {{policy: p, rule: by-value, resource: web, kind: Pod, status: {status}}}\n- {{policy: p, rule: by-configmap, resource: web, kind: Pod, status: {status}}}\n"
+        )
+    };
+    write("kyverno-test.yaml", &rows("fail"));
+    let out = leash().args(["test"]).arg(dir.path()).output().unwrap();
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        stdout(&out).contains("3 passed, 0 failed"),
+        "{}",
+        stdout(&out)
+    );
+    write("kyverno-test.yaml", &rows("pass"));
+    let out = leash().args(["test"]).arg(dir.path()).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("0 passed, 3 failed"),
+        "{}",
+        stdout(&out)
+    );
+}
