@@ -395,7 +395,27 @@ impl Engine {
                 }
                 _ => vpol.evaluate_with(req, Some(prepared.cel_objects()), data),
             };
-            if let Some(result) = result {
+            if let Some(mut result) = result {
+                // A policy skipped by its own match conditions stays so;
+                // otherwise a CEL PolicyException naming it may exempt it.
+                if result.status != Status::Skip {
+                    let keys: Vec<String> = self
+                        .exceptions
+                        .iter()
+                        .filter(|e| {
+                            e.exempts(vpol.kind(), vpol.name(), prepared.cel_objects(), data)
+                        })
+                        .map(|e| e.key())
+                        .collect();
+                    if !keys.is_empty() {
+                        result.status = Status::Skip;
+                        result.rule = "exception".to_string();
+                        result.message = format!(
+                            "rule is skipped due to policy exception: {}",
+                            keys.join(", ")
+                        );
+                    }
+                }
                 out.push(result);
             }
         }

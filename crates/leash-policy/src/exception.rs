@@ -1,5 +1,9 @@
 //! `kyverno.io/v2` (and `v2beta1`) `PolicyException`: resources it matches
-//! get `skip` for the rules it names.
+//! get `skip` for the rules it names. And the CEL form of
+//! `policies.kyverno.io` (`spec.policyRefs` and `spec.matchConditions`):
+//! a ValidatingPolicy it names gets `skip` (rule `exception`, "rule is
+//! skipped due to policy exception: NS/NAME", as Kyverno's engine says) for
+//! the resources every one of its match conditions holds for.
 
 use serde_json::Value;
 
@@ -24,6 +28,14 @@ pub struct Exception {
     /// for a podSecurity rule (when set, the rule is evaluated and only
     /// those controls are exempted).
     pod_security: Vec<crate::podsecurity::Exclude>,
+    /// The CEL form: the policies named (kind, name) and the conditions.
+    cel: Option<CelForm>,
+}
+
+#[derive(Debug)]
+struct CelForm {
+    refs: Vec<(String, String)>,
+    conditions: Vec<(String, crate::cel::Expr)>,
 }
 
 impl Exception {
@@ -38,6 +50,9 @@ impl Exception {
             Error::invalid("PolicyException", name.clone(), field, message)
         };
         let spec = &doc["spec"];
+        if spec.get("policyRefs").is_some() {
+            return Exception::compile_cel(doc, name, namespace);
+        }
         let Some(list) = spec["exceptions"].as_array() else {
             return Err(err(
                 "spec.exceptions".into(),
@@ -84,7 +99,84 @@ impl Exception {
             conditions,
             cache,
             pod_security,
+            cel: None,
         })
+    }
+
+    /// The CEL form (`policyRefs`, `matchConditions`).
+    fn compile_cel(doc: &Value, name: String, namespace: String) -> Result<Exception> {
+        use crate::cel::rule::{as_list, compile_expr};
+        const KIND: &str = "PolicyException";
+        let spec = &doc["spec"];
+        let mut refs = Vec::new();
+        let listed = as_list(spec.get("policyRefs"), KIND, &name, "spec.policyRefs")?;
+        if listed.is_empty() {
+            return Err(Error::invalid(
+                KIND,
+                &name,
+                "spec.policyRefs",
+                "must name at least one policy",
+            ));
+        }
+        for (i, r) in listed.iter().enumerate() {
+            let Some(policy) = r["name"].as_str().filter(|n| !n.is_empty()) else {
+                return Err(Error::invalid(
+                    KIND,
+                    &name,
+                    format!("spec.policyRefs[{i}].name"),
+                    "is required",
+                ));
+            };
+            let kind = r["kind"].as_str().unwrap_or("ValidatingPolicy");
+            refs.push((kind.to_string(), policy.to_string()));
+        }
+        let mut conditions = Vec::new();
+        for (i, c) in as_list(
+            spec.get("matchConditions"),
+            KIND,
+            &name,
+            "spec.matchConditions",
+        )?
+        .iter()
+        .enumerate()
+        {
+            let field = format!("spec.matchConditions[{i}].expression");
+            let expr = compile_expr(&c["expression"], KIND, &name, &field)?;
+            conditions.push((c["name"].as_str().unwrap_or("").to_string(), expr));
+        }
+        Ok(Exception {
+            name,
+            namespace,
+            exceptions: Vec::new(),
+            match_: MatchBlock::default(),
+            conditions: None,
+            cache: ExprCache::default(),
+            pod_security: Vec::new(),
+            cel: Some(CelForm { refs, conditions }),
+        })
+    }
+
+    /// Whether this (CEL) exception exempts the resource from the
+    /// ValidatingPolicy `kind`/`name`: it names the policy and each of its
+    /// match conditions holds (a condition that fails to evaluate does
+    /// not hold).
+    pub(crate) fn exempts(
+        &self,
+        kind: &str,
+        name: &str,
+        objects: &crate::cel::CelObjects,
+        data: &dyn crate::request::ClusterData,
+    ) -> bool {
+        let Some(cel) = &self.cel else {
+            return false;
+        };
+        if !cel.refs.iter().any(|(k, n)| k == kind && n == name) {
+            return false;
+        }
+        let act = crate::cel::Activation::shared(objects, data);
+        cel.conditions
+            .iter()
+            .all(|(_, c)| c.eval_bool(&act).unwrap_or(false))
     }
 
     /// `namespace/name` (or `name`).

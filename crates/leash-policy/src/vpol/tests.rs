@@ -531,3 +531,73 @@ fn corpus_all() {
         failures.join("\n")
     );
 }
+
+/// A CEL PolicyException (`policies.kyverno.io`, `policyRefs` and
+/// `matchConditions`) exempts the resources all its conditions hold for
+/// from the ValidatingPolicies it names, as Kyverno reports it; a policy
+/// it does not name, a condition that does not hold, and a policy skipped
+/// by its own match conditions are left as they are.
+#[test]
+fn cel_policy_exceptions_exempt_the_policies_they_name() {
+    let vpol = |name: &str| {
+        json!({"apiVersion": "policies.kyverno.io/v1", "kind": "ValidatingPolicy",
+            "metadata": {"name": name},
+            "spec": {"matchConstraints": pods_rule(),
+                "matchConditions": [{"name": "not-skipped",
+                    "expression": "object.metadata.name != 'skipped'"}],
+                "validations": [{"expression": "false", "message": "always fails"}]}})
+    };
+    let exception = json!({"apiVersion": "policies.kyverno.io/v1alpha1", "kind": "PolicyException",
+        "metadata": {"name": "allow-web", "namespace": "kyverno"},
+        "spec": {"policyRefs": [{"name": "named", "kind": "ValidatingPolicy"}],
+            "matchConditions": [{"name": "web", "expression": "object.metadata.name.startsWith('web')"},
+                {"name": "labelled", "expression": "object.metadata.?labels.exempt.orValue('') == 'yes'"}]}});
+    let mut engine = crate::Engine::new();
+    for doc in [vpol("named"), vpol("other"), exception] {
+        engine.add(
+            crate::Document::compile(&doc)
+                .expect("compiles")
+                .expect("a document"),
+        );
+    }
+    let results = |obj: Json| {
+        let mut r: Vec<(String, String, Status, String)> = engine
+            .evaluate(
+                EvalRequest::create(Arc::new(obj)),
+                &NoClusterData,
+                &Default::default(),
+            )
+            .into_iter()
+            .map(|r| (r.policy.to_string(), r.rule, r.status, r.message))
+            .collect();
+        r.sort_by(|a, b| a.0.cmp(&b.0));
+        r
+    };
+    let exempt = json!({"exempt": "yes"});
+    let got = results(pod("web-1", exempt.clone(), json!({})));
+    assert_eq!(
+        got[0],
+        (
+            "named".to_string(),
+            "exception".to_string(),
+            Status::Skip,
+            "rule is skipped due to policy exception: kyverno/allow-web".to_string()
+        )
+    );
+    assert_eq!((got[1].0.as_str(), got[1].2), ("other", Status::Fail));
+    // One condition does not hold: no exemption.
+    let got = results(pod("web-2", json!({}), json!({})));
+    assert_eq!((got[0].0.as_str(), got[0].2), ("named", Status::Fail));
+    let got = results(pod("api", exempt.clone(), json!({})));
+    assert_eq!((got[0].0.as_str(), got[0].2), ("named", Status::Fail));
+    // Skipped by the policy's own match conditions: not an exception.
+    let got = results(pod("skipped", exempt, json!({})));
+    assert_eq!((got[0].1.as_str(), got[0].2), ("named", Status::Skip));
+    // A CEL exception without a policy to name is a compile error.
+    let bad = json!({"apiVersion": "policies.kyverno.io/v1alpha1", "kind": "PolicyException",
+        "metadata": {"name": "bad"}, "spec": {"policyRefs": [{"kind": "ValidatingPolicy"}]}});
+    let err = crate::Document::compile(&bad)
+        .expect_err("no name")
+        .to_string();
+    assert!(err.contains("spec.policyRefs[0].name"), "{err}");
+}

@@ -1181,3 +1181,46 @@ spec:
         stdout(&out)
     );
 }
+
+/// `apply --exception` reads the CEL form of PolicyException too.
+#[test]
+fn apply_reads_cel_policy_exceptions() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        fs::write(&path, text).unwrap();
+        path
+    };
+    let policy = write(
+        "vpol.yaml",
+        "apiVersion: policies.kyverno.io/v1\nkind: ValidatingPolicy\nmetadata: {name: no-latest}\nspec:\n  validationActions: [Deny]\n  matchConstraints:\n    resourceRules:\n    - {apiGroups: [''], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [pods]}\n  validations:\n  - expression: \"object.spec.containers.all(c, !c.image.endsWith(':latest'))\"\n    message: no latest\n",
+    );
+    let exception = write(
+        "exception.yaml",
+        "apiVersion: policies.kyverno.io/v1alpha1\nkind: PolicyException\nmetadata: {name: allow-web, namespace: default}\nspec:\n  policyRefs: [{name: no-latest, kind: ValidatingPolicy}]\n  matchConditions:\n  - {name: web, expression: \"object.metadata.name == 'web'\"}\n",
+    );
+    let pods = write(
+        "pods.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: web, namespace: default}\nspec: {containers: [{name: c, image: 'nginx:latest'}]}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: api, namespace: default}\nspec: {containers: [{name: c, image: 'nginx:latest'}]}\n",
+    );
+    let out = leash()
+        .arg("apply")
+        .arg(&policy)
+        .arg("--resource")
+        .arg(&pods)
+        .arg("--exception")
+        .arg(&exception)
+        .arg("--detailed-results")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("resource Pod/default/web rule exception: rule is skipped due to policy exception: default/allow-web"),
+        "{text}"
+    );
+    assert!(
+        text.contains("pass: 0, fail: 1, warn: 0, error: 0, skip: 1"),
+        "{text}"
+    );
+}
