@@ -7,8 +7,9 @@
 //! resource is looked at, and anything it cannot bound (CEL, `podSecurity`,
 //! mutate and generate rules, a variable it cannot follow, `$(...)`
 //! references, wildcard keys) reads the whole resource. What it can bound:
-//! - `apiVersion`, `kind` and `metadata` are always read (matching,
-//!   exceptions, reports);
+//! - `apiVersion`, `kind` and the metadata that names an object and that
+//!   matching selects by (`name`, `generateName`, `namespace`, `uid`,
+//!   `labels`, `annotations`) are always read;
 //! - a `pattern` reads the keys it names (anchors stripped), and at its
 //!   leaves what is under them;
 //! - a variable `{{ ... }}` anywhere in a rule (conditions, messages,
@@ -120,11 +121,22 @@ impl ReadSet {
         ReadSet { root: Node::All }
     }
 
-    /// What every resource's evaluation reads: its identity and metadata.
+    /// What every resource's evaluation reads: its identity (kind,
+    /// name, namespace, uid; `generateName` names an object without a
+    /// name) and what `match`/`exclude` select by (labels, annotations).
     pub(crate) fn identity() -> ReadSet {
         let mut root = Node::Fields(BTreeMap::new());
-        for key in ["apiVersion", "kind", "metadata"] {
-            root.add(&[key]);
+        root.add(&["apiVersion"]);
+        root.add(&["kind"]);
+        for key in [
+            "name",
+            "generateName",
+            "namespace",
+            "uid",
+            "labels",
+            "annotations",
+        ] {
+            root.add(&["metadata", key]);
         }
         ReadSet { root }
     }
