@@ -209,8 +209,20 @@ pub(crate) async fn run(
                                 if interrupted_ref.load(Ordering::Relaxed) {
                                     return g;
                                 }
-                                let Ok(value) = reads_ref.parse(object.json()) else {
-                                    continue;
+                                let value = match reads_ref.parse(object.json()) {
+                                    Ok(v) => v,
+                                    Err(e) => {
+                                        // Not lost: named, and counted as
+                                        // an error (the exit status says so).
+                                        eprintln!(
+                                            "leash: error: {} {}/{} is not valid JSON: {e}",
+                                            object.kind().qualified_name(),
+                                            object.namespace().unwrap_or(""),
+                                            object.name()
+                                        );
+                                        *g.counts.entry("error").or_default() += 1;
+                                        continue;
+                                    }
                                 };
                                 evaluate_one(
                                     engine,
