@@ -78,6 +78,18 @@ spec:
       containers: [{name: c, image: "nginx:latest"}]
 "#;
 
+/// Asserts that the command's stdout holds `want`, printing it otherwise.
+#[track_caller]
+fn assert_stdout_has(out: &std::process::Output, want: &str) {
+    assert_has(&stdout(out), want);
+}
+
+/// Asserts that `text` holds `want`, printing it otherwise.
+#[track_caller]
+fn assert_has(text: &str, want: &str) {
+    assert!(text.contains(want), "{text}");
+}
+
 fn test_file(results: &str) -> String {
     format!(
         "apiVersion: cli.kyverno.io/v1alpha1\nkind: Test\nmetadata: {{name: t}}\npolicies: [../policy.yaml]\nresources: [resources.yaml]\nresults:\n{results}"
@@ -234,11 +246,8 @@ fn test_reports_an_invalid_policy_naming_file_and_field() {
     let out = leash().args(["test"]).arg(dir.path()).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     let text = stdout(&out);
-    assert!(text.contains("policy.yaml (document 1)"), "{text}");
-    assert!(
-        text.contains("spec.rules[1].preconditions.all[0].operator"),
-        "{text}"
-    );
+    assert_has(&text, "policy.yaml (document 1)");
+    assert_has(&text, "spec.rules[1].preconditions.all[0].operator");
 }
 
 #[test]
@@ -255,18 +264,12 @@ fn apply_prints_failures_and_summary_and_exits_1() {
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let text = stdout(&out);
     // 3 pods x 2 rules, the deployment x 2 autogen rules.
-    assert!(
-        text.contains("pass: 5, fail: 3, warn: 0, error: 0, skip: 0"),
-        "{text}"
+    assert_has(&text, "pass: 5, fail: 3, warn: 0, error: 0, skip: 0");
+    assert_has(
+        &text,
+        "validation error: An image tag is required (untagged). rule require-tag failed at path /spec/containers/0/image/",
     );
-    assert!(
-        text.contains("validation error: An image tag is required (untagged). rule require-tag failed at path /spec/containers/0/image/"),
-        "{text}"
-    );
-    assert!(
-        text.contains("rule autogen-no-latest: latest is not allowed"),
-        "{text}"
-    );
+    assert_has(&text, "rule autogen-no-latest: latest is not allowed");
 }
 
 #[test]
@@ -534,11 +537,8 @@ fn apply_mutated_resources_are_printed_listed_and_written() {
         stdout(&out)
     };
     let text = apply(&[]);
-    assert!(
-        text.contains("mutate policy add-team applied to ConfigMap/apps/c:"),
-        "{text}"
-    );
-    assert!(text.contains("team: platform"), "{text}");
+    assert_has(&text, "mutate policy add-team applied to ConfigMap/apps/c:");
+    assert_has(&text, "team: platform");
 
     let doc: serde_json::Value = serde_json::from_str(&apply(&["-o", "json"])).unwrap();
     assert_eq!(
@@ -715,10 +715,7 @@ fn apply_cluster_table_streams_failures_and_exits_1() {
         25,
         "{text}"
     );
-    assert!(
-        text.contains("pass: 0, fail: 25, warn: 0, error: 0, skip: 0"),
-        "{text}"
-    );
+    assert_has(&text, "pass: 0, fail: 25, warn: 0, error: 0, skip: 0");
     let warned = leash()
         .args(["apply", "--sandbox=pods=25", "--audit-warn"])
         .arg(&policy)
@@ -1167,19 +1164,11 @@ spec:
     write("kyverno-test.yaml", &rows("fail"));
     let out = leash().args(["test"]).arg(dir.path()).output().unwrap();
     assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
-    assert!(
-        stdout(&out).contains("3 passed, 0 failed"),
-        "{}",
-        stdout(&out)
-    );
+    assert_stdout_has(&out, "3 passed, 0 failed");
     write("kyverno-test.yaml", &rows("pass"));
     let out = leash().args(["test"]).arg(dir.path()).output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
-    assert!(
-        stdout(&out).contains("0 passed, 3 failed"),
-        "{}",
-        stdout(&out)
-    );
+    assert_stdout_has(&out, "0 passed, 3 failed");
 }
 
 /// `apply --exception` reads the CEL form of PolicyException too.
@@ -1215,12 +1204,9 @@ fn apply_reads_cel_policy_exceptions() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let text = stdout(&out);
-    assert!(
-        text.contains("resource Pod/default/web rule exception: rule is skipped due to policy exception: default/allow-web"),
-        "{text}"
+    assert_has(
+        &text,
+        "resource Pod/default/web rule exception: rule is skipped due to policy exception: default/allow-web",
     );
-    assert!(
-        text.contains("pass: 0, fail: 1, warn: 0, error: 0, skip: 1"),
-        "{text}"
-    );
+    assert_has(&text, "pass: 0, fail: 1, warn: 0, error: 0, skip: 1");
 }
