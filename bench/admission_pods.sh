@@ -28,7 +28,7 @@ echo "# pods through the sandbox, $clients clients, $(nproc) cores, load average
 for _ in $(seq 1 "$reps"); do
   row none
   "$L" serve --server "$URL" --components admission --admission-listen 127.0.0.1:0 \
-    --health "$health" --cleanup-webhooks > "$out/serve.log" 2>&1 &
+    --health "$health" --cleanup-webhooks --max-ephemeral-reports 1000000 > "$out/serve.log" 2>&1 &
   serve=$!
   for _ in $(seq 200); do curl -sf "http://$health/readyz" > /dev/null && break; sleep 0.1; done
   row admission

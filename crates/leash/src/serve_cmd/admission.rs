@@ -13,8 +13,8 @@ use leash_policy::{Engine, KyvernoConfig, Source};
 use leash_report::{self as report, Owner, PolicyMeta, ReportSource};
 use leash_runtime::Scope;
 use leash_webhook::{
-    AdmissionServer, AuditRecord, LossReason, Recorder, Registrar, ReportSink, StatusWriter,
-    TriggerSink, audit_channel,
+    AdmissionServer, AuditRecord, Recorder, Registrar, ReportSink, StatusWriter, TriggerSink,
+    audit_channel,
 };
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
@@ -126,14 +126,6 @@ impl ReportSink for EphemeralSink {
             }
         }
         .boxed()
-    }
-
-    fn lost(&self, record: &AuditRecord, reason: LossReason) {
-        tracing::warn!(
-            "admission results of {} not written to a report: {}",
-            record.resource_name(),
-            reason.as_str()
-        );
     }
 }
 
@@ -247,9 +239,12 @@ impl Admission {
             policies: self.policies.clone(),
             breaker: self.breaker.clone(),
         });
+        // The drain gets four fifths of the shutdown deadline, so that what
+        // it could not write is reported before leash exits, and shutdown
+        // still ends in time.
         let (queue, writer) = audit_channel(
             self.settings.audit.clone(),
-            self.settings.shutdown_timeout,
+            self.settings.shutdown_timeout * 4 / 5,
             sink,
             registry,
         );

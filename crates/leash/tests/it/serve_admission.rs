@@ -9,7 +9,8 @@ use leash_sandbox::{Sandbox, SandboxConfig};
 use serde_json::json;
 
 use crate::support::{
-    BOUND, ChildGuard, free_port, http_get, kubectl_installed, leash, send_signal, wait_exit,
+    BOUND, ChildGuard, free_port, http_get, http_post_json, kubectl_installed, leash, send_signal,
+    wait_exit,
 };
 
 fn repo() -> PathBuf {
@@ -212,16 +213,7 @@ async fn readyz_waits_for_the_webhook_registration() {
             .spawn()
             .expect("run leash serve"),
     );
-    let start = Instant::now();
-    loop {
-        let ready = std::net::TcpStream::connect(&health).is_ok()
-            && tokio::task::block_in_place(|| http_get(&health, "/readyz")).0 == 200;
-        if ready {
-            break;
-        }
-        assert!(start.elapsed() < BOUND, "/readyz never 200");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_ready(&health).await;
     sb.store()
         .get(
             "admissionregistration.k8s.io/v1",
@@ -232,6 +224,101 @@ async fn readyz_waits_for_the_webhook_registration() {
         .expect("ready only with the webhook configuration written");
     send_signal(&server.0, "TERM");
     wait_exit(&mut server.0, BOUND, "leash serve exit after SIGTERM");
+    sb.shutdown().await.unwrap();
+}
+
+/// Waits until `/readyz` on `health` answers 200.
+async fn wait_ready(health: &str) {
+    let start = Instant::now();
+    loop {
+        let ready = std::net::TcpStream::connect(health).is_ok()
+            && tokio::task::block_in_place(|| http_get(health, "/readyz")).0 == 200;
+        if ready {
+            return;
+        }
+        assert!(start.elapsed() < BOUND, "/readyz never 200");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// With nowhere to write them (no aggregate controller, room for one
+/// ephemeral report), admitted requests' results wait in the audit queue;
+/// at SIGTERM leash serve drains what it can, names each resource whose
+/// results it could not write, and still exits 0 within --shutdown-timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_names_the_admission_results_it_could_not_write() {
+    let mut objects = leash_sandbox::manifests::load_manifests(&[
+        repo().join("deploy/crds"),
+        repo().join("deploy/examples/policies"),
+    ])
+    .unwrap();
+    objects.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kyverno"}}));
+    let sb = Sandbox::start(SandboxConfig {
+        objects,
+        ..SandboxConfig::default()
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("serve.log");
+    let health = format!("127.0.0.1:{}", free_port());
+    let mut server = ChildGuard(
+        leash()
+            .args(["serve", "--server", &sb.url(), "--components", "admission"])
+            .args(["--admission-listen", "127.0.0.1:0", "--health", &health])
+            .args(["--max-ephemeral-reports", "1", "--shutdown-timeout", "3s"])
+            .env("NO_COLOR", "1")
+            .stdout(std::fs::File::create(&log).unwrap())
+            .stderr(std::fs::File::create(dir.path().join("serve.err")).unwrap())
+            .spawn()
+            .expect("run leash serve"),
+    );
+    wait_ready(&health).await;
+    let api = sb.url().trim_start_matches("http://").to_string();
+    let names: Vec<String> = (0..4).map(|i| format!("kept-{i}")).collect();
+    for name in &names {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "x"}},
+            "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}});
+        let (status, body) = tokio::task::block_in_place(|| {
+            http_post_json(&api, "/api/v1/namespaces/default/pods", &pod)
+        });
+        assert_eq!(status, 201, "{name}: {body}");
+    }
+    send_signal(&server.0, "TERM");
+    let start = Instant::now();
+    let status = wait_exit(&mut server.0, BOUND, "exit after SIGTERM");
+    let waited = start.elapsed();
+    let out = std::fs::read_to_string(&log).unwrap()
+        + &std::fs::read_to_string(dir.path().join("serve.err")).unwrap();
+    assert!(status.success(), "leash serve exited with {status}: {out}");
+    assert!(waited < Duration::from_secs(5), "shutdown took {waited:?}");
+    let written: Vec<String> = sb
+        .store()
+        .list("reports.kyverno.io/v1", "EphemeralReport", Some("default"))
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["spec"]["owner"]["name"].as_str().map(String::from))
+        .collect();
+    assert!(written.len() <= 1, "room for one report, got {written:?}");
+    let mut named = 0;
+    for name in names.iter().filter(|n| !written.contains(n)) {
+        let line = out
+            .lines()
+            .find(|l| {
+                l.contains("audit results not written")
+                    && l.contains(&format!("Pod default/{name} "))
+            })
+            .unwrap_or_else(|| panic!("{name}: no loss reported in {out}"));
+        assert!(line.contains("shutdown deadline passed"), "{line}");
+        assert!(
+            line.contains("disallow-latest-tag/validate-image-tag=pass"),
+            "{line}"
+        );
+        named += 1;
+    }
+    assert!(named >= 3, "{named} losses named: {out}");
+    assert!(out.contains("admission results were not written"), "{out}");
     sb.shutdown().await.unwrap();
 }
 

@@ -175,13 +175,27 @@ pub(crate) fn free_port() -> u16 {
 
 /// A minimal HTTP GET on 127.0.0.1: (status, body).
 pub(crate) fn http_get(addr: &str, path: &str) -> (u16, String) {
+    http_request(addr, "GET", path, None)
+}
+
+/// POSTs the JSON `body` to `path` on `addr`: the status and the body.
+pub(crate) fn http_post_json(addr: &str, path: &str, body: &serde_json::Value) -> (u16, String) {
+    http_request(addr, "POST", path, Some(&body.to_string()))
+}
+
+fn http_request(addr: &str, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
     use std::io::{Read as _, Write as _};
     let mut s = std::net::TcpStream::connect(addr).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
+    let head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    match body {
+        None => write!(s, "{head}\r\n"),
+        Some(b) => write!(
+            s,
+            "{head}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{b}",
+            b.len()
+        ),
+    }
     .unwrap();
     let mut text = String::new();
     s.read_to_string(&mut text).unwrap();
