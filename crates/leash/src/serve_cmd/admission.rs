@@ -285,7 +285,6 @@ impl Admission {
             let t = scope.token().clone();
             scope.spawn("admission cache", cache_watcher.run(t.clone()));
             scope.spawn("admission server", server.run(t.clone()));
-            scope.spawn("webhook registrar", registrar.run(t.clone()));
             scope.spawn("policy status", status.run(t.clone()));
             {
                 let t = t.clone();
@@ -296,6 +295,18 @@ impl Admission {
                     }
                     Ok::<(), std::convert::Infallible>(())
                 });
+            }
+            // The webhook is registered (and readiness follows) only once the
+            // first policy set is served: a configuration written from the
+            // empty engine would match nothing, and requests made right after
+            // /readyz would not reach the webhook.
+            let first = tokio::select! {
+                _ = t.cancelled() => None,
+                r = policies.wait_for(|set| set.generation > 0) => r.ok().map(|set| set.engine.clone()),
+            };
+            if let Some(engine) = first {
+                engine_tx.send_replace(Arc::new(engine));
+                scope.spawn("webhook registrar", registrar.run(t.clone()));
             }
             // Feed the server the admission view of each policy set.
             loop {

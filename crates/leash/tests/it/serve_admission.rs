@@ -6,7 +6,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use leash_sandbox::{Sandbox, SandboxConfig};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::support::{
     BOUND, ChildGuard, free_port, http_get, http_post_json, kubectl_installed, leash, send_signal,
@@ -214,7 +214,8 @@ async fn readyz_waits_for_the_webhook_registration() {
             .expect("run leash serve"),
     );
     wait_ready(&health).await;
-    sb.store()
+    let vwc = sb
+        .store()
         .get(
             "admissionregistration.k8s.io/v1",
             "ValidatingWebhookConfiguration",
@@ -222,6 +223,15 @@ async fn readyz_waits_for_the_webhook_registration() {
             "leash-validating-webhook-cfg",
         )
         .expect("ready only with the webhook configuration written");
+    // Written from the policies, not from the empty set served before them.
+    let resources: Vec<&Value> = vwc["webhooks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|w| w["rules"].as_array().into_iter().flatten())
+        .flat_map(|r| r["resources"].as_array().into_iter().flatten())
+        .collect();
+    assert!(resources.iter().any(|r| *r == "pods"), "{vwc}");
     send_signal(&server.0, "TERM");
     wait_exit(&mut server.0, BOUND, "leash serve exit after SIGTERM");
     sb.shutdown().await.unwrap();
