@@ -279,6 +279,70 @@ fn unreadable_kubeconfig_exits_2_naming_it() {
     }
 }
 
+/// Without `--server` or `--kubeconfig`, the kubeconfig is `$KUBECONFIG`,
+/// else `~/.kube/config`, and `--context NAME` picks one of its contexts
+/// (README, "Connection flags", steps 3 and 4), as kubectl resolves them.
+/// The file's current context points at a port nothing listens on, the
+/// `good` context at a sandbox.
+#[test]
+fn kubeconfig_comes_from_kubeconfig_then_home_and_context_picks_in_it() {
+    let sandbox = SandboxProcess::start(&["--seed", "1"]);
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config = |current: &str| {
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: {current}\n\
+             clusters:\n\
+             - name: good\n  cluster: {{server: \"{}\"}}\n\
+             - name: dead\n  cluster: {{server: \"http://127.0.0.1:{dead}\"}}\n\
+             contexts:\n\
+             - name: good\n  context: {{cluster: good, user: u}}\n\
+             - name: dead\n  context: {{cluster: dead, user: u}}\n\
+             users:\n- name: u\n  user: {{}}\n",
+            sandbox.url
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(home.join(".kube")).unwrap();
+    std::fs::write(home.join(".kube/config"), config("dead")).unwrap();
+    let env_config = dir.path().join("env-config");
+    std::fs::write(&env_config, config("good")).unwrap();
+    let run = |kubeconfig_env: Option<&std::path::Path>, args: &[&str]| {
+        let mut cmd = load_command(&["namespaces", "-o", "name", "--retries", "1"]);
+        cmd.args(args).env("HOME", &home);
+        if let Some(path) = kubeconfig_env {
+            cmd.env("KUBECONFIG", path);
+        }
+        cmd.output().expect("run leash load")
+    };
+    let reached = |out: &Output| {
+        assert_exit(out, 0);
+        assert!(stdout(out).contains("namespace/"), "{}", stdout(out));
+    };
+    let refused = |out: &Output| {
+        assert_exit(out, 2);
+        assert!(
+            stderr(out).contains(&format!("127.0.0.1:{dead}")),
+            "{}",
+            stderr(out)
+        );
+    };
+    // ~/.kube/config: its current context, or the one --context names.
+    refused(&run(None, &[]));
+    reached(&run(None, &["--context", "good"]));
+    // $KUBECONFIG wins over ~/.kube/config; --context picks in it too.
+    reached(&run(Some(&env_config), &[]));
+    refused(&run(Some(&env_config), &["--context", "dead"]));
+    // A context neither file has is named.
+    let out = run(Some(&env_config), &["--context", "nowhere"]);
+    assert_exit(&out, 2);
+    assert!(stderr(&out).contains("nowhere"), "{}", stderr(&out));
+}
+
 /// Bad flag values and a bad selector (the server's 400) are exit 2.
 #[test]
 fn usage_errors_exit_2() {
