@@ -526,4 +526,27 @@ mod tests {
         assert_eq!(set.engine.policies().len(), 3);
         assert_eq!(set.background.policies().len(), 1);
     }
+
+    /// A policy that does not compile is left out of the set, named with
+    /// the reason (the source logs each such error once); the others still
+    /// run.
+    #[test]
+    fn a_policy_that_does_not_compile_is_left_out_and_named() {
+        let mut broken = (*policy("broken", None, "m")).clone();
+        broken["spec"]["rules"][0]["validate"] = json!({"message": "m", "deny": {"conditions": {"any": [{"key": "{{ request.object.metadata.name }}", "operator": "Equalz", "value": "x"}]}}});
+        let docs = [
+            policy("plain", None, "a team label is required"),
+            Arc::new(broken),
+        ];
+        let set = PolicySet::compile(&docs, 1);
+        assert_eq!(set.errors.len(), 1, "{:?}", set.errors);
+        assert!(set.errors[0].0.contains("broken"), "{:?}", set.errors);
+        assert!(
+            set.errors[0].1.contains("unknown operator \"Equalz\""),
+            "{:?}",
+            set.errors
+        );
+        let names: Vec<&str> = set.engine.policies().iter().map(|p| p.name()).collect();
+        assert_eq!(names, ["plain"]);
+    }
 }
