@@ -154,6 +154,43 @@ async fn validating_webhook_denies_with_the_status_kube_apiserver_sends() {
     sb.shutdown().await.unwrap();
 }
 
+/// Validating webhooks are called concurrently, as kube-apiserver calls
+/// them: each of two webhooks answers only once both have been called (it
+/// gives up after 3 s and denies), so called one after the other the first
+/// would deny; called together, both allow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn validating_webhooks_are_called_concurrently() {
+    let arrived = Arc::new((std::sync::Mutex::new(0_usize), std::sync::Condvar::new()));
+    let rendezvous = |arrived: Arc<(std::sync::Mutex<usize>, std::sync::Condvar)>| {
+        move |_: &Value| {
+            let (count, both) = &*arrived;
+            let mut n = count.lock().unwrap();
+            *n += 1;
+            both.notify_all();
+            let (n, waited) = both
+                .wait_timeout_while(n, Duration::from_secs(3), |n| *n < 2)
+                .unwrap();
+            if waited.timed_out() {
+                Answer::deny(403, &format!("called alone ({} of 2 webhooks called)", *n))
+            } else {
+                Answer::allow()
+            }
+        }
+    };
+    let a = WebhookServer::start(rendezvous(arrived.clone())).await;
+    let b = WebhookServer::start(rendezvous(arrived.clone())).await;
+    let sb = start(vec![]).await;
+    let hooks = vec![
+        hook("a.leash.dev", &a.url("/"), &a.ca_bundle),
+        hook("b.leash.dev", &b.url("/"), &b.ca_bundle),
+    ];
+    configure(&sb, "ValidatingWebhookConfiguration", "both", hooks).await;
+    let r = post(&sb, PODS, &pod("together", json!({}))).await;
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!((a.requests().len(), b.requests().len()), (1, 1));
+    sb.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn warnings_reach_the_client_as_warning_headers() {
     let server = WebhookServer::start(|_| Answer::Review {
