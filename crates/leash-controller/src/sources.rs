@@ -527,6 +527,52 @@ mod tests {
         assert_eq!(set.background.policies().len(), 1);
     }
 
+    /// An invalid update of Kyverno's ConfigMap is refused, saying why, and
+    /// the previous configuration stays in effect; a valid one replaces it
+    /// whole.
+    #[test]
+    fn an_invalid_config_update_keeps_the_previous_configuration() {
+        // Applied to, never run: the client never connects.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let _enter = rt.enter();
+        let client =
+            kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
+                .unwrap();
+        let source = ConfigSource::new(
+            client,
+            "kyverno",
+            "kyverno",
+            Arc::new(Metrics::unregistered()),
+        );
+        let rx = source.subscribe();
+        let alice = leash_policy::UserInfo {
+            username: "alice".into(),
+            ..leash_policy::UserInfo::default()
+        };
+        source
+            .apply(Some(&json!({"data": {"excludeUsernames": "alice"}})))
+            .unwrap();
+        assert!(rx.borrow().is_excluded(&alice));
+        let err = source
+            .apply(Some(&json!({"data": {"excludeUsernames": 5}})))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("excludeUsernames") && err.contains("not a string"),
+            "{err}"
+        );
+        assert!(
+            rx.borrow().is_excluded(&alice),
+            "the previous configuration stays"
+        );
+        source
+            .apply(Some(&json!({"data": {"excludeUsernames": "bob"}})))
+            .unwrap();
+        assert!(!rx.borrow().is_excluded(&alice));
+    }
+
     /// A policy that does not compile is left out of the set, named with
     /// the reason (the source logs each such error once); the others still
     /// run.
