@@ -17,6 +17,23 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+/// A sandbox with leash's CRDs, the example policies and the `kyverno`
+/// namespace.
+async fn demo_sandbox() -> Sandbox {
+    let mut objects = leash_sandbox::manifests::load_manifests(&[
+        repo().join("deploy/crds"),
+        repo().join("deploy/examples/policies"),
+    ])
+    .unwrap();
+    objects.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kyverno"}}));
+    Sandbox::start(SandboxConfig {
+        objects,
+        ..SandboxConfig::default()
+    })
+    .await
+    .unwrap()
+}
+
 fn kubectl(kubeconfig: &std::path::Path, args: &[&str]) -> Output {
     Command::new("kubectl")
         .arg("--kubeconfig")
@@ -80,18 +97,7 @@ async fn serve_admission_end_to_end_with_kubectl() {
     if !kubectl_installed() {
         return;
     }
-    let mut objects = leash_sandbox::manifests::load_manifests(&[
-        repo().join("deploy/crds"),
-        repo().join("deploy/examples/policies"),
-    ])
-    .unwrap();
-    objects.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kyverno"}}));
-    let sb = Sandbox::start(SandboxConfig {
-        objects,
-        ..SandboxConfig::default()
-    })
-    .await
-    .unwrap();
+    let sb = demo_sandbox().await;
     let dir = tempfile::tempdir().unwrap();
     let kc = dir.path().join("kubeconfig");
     std::fs::write(&kc, sb.kubeconfig_yaml()).unwrap();
@@ -191,18 +197,7 @@ async fn serve_admission_end_to_end_with_kubectl() {
 /// the first request after it goes through the webhook.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readyz_waits_for_the_webhook_registration() {
-    let mut objects = leash_sandbox::manifests::load_manifests(&[
-        repo().join("deploy/crds"),
-        repo().join("deploy/examples/policies"),
-    ])
-    .unwrap();
-    objects.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kyverno"}}));
-    let sb = Sandbox::start(SandboxConfig {
-        objects,
-        ..SandboxConfig::default()
-    })
-    .await
-    .unwrap();
+    let sb = demo_sandbox().await;
     let health = format!("127.0.0.1:{}", free_port());
     let mut server = ChildGuard(
         leash()
@@ -257,18 +252,7 @@ async fn wait_ready(health: &str) {
 /// results it could not write, and still exits 0 within --shutdown-timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_names_the_admission_results_it_could_not_write() {
-    let mut objects = leash_sandbox::manifests::load_manifests(&[
-        repo().join("deploy/crds"),
-        repo().join("deploy/examples/policies"),
-    ])
-    .unwrap();
-    objects.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kyverno"}}));
-    let sb = Sandbox::start(SandboxConfig {
-        objects,
-        ..SandboxConfig::default()
-    })
-    .await
-    .unwrap();
+    let sb = demo_sandbox().await;
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("serve.log");
     let health = format!("127.0.0.1:{}", free_port());
