@@ -15,27 +15,40 @@
 //! 4. Every wait (request, backoff, room in the object channel) is raced
 //!    against the task's token.
 //! 5. The next page is requested as soon as the previous one's continue
-//!    token is read (from the page's head, before its items); parsing the
-//!    previous page's items (once each), building its objects and waiting
-//!    for room in the object channel run meanwhile (one `join!` that polls
-//!    the request first, no extra task), so the client's work, the server's
-//!    and the consumer's overlap instead of adding up.
+//!    token is read (from the page's head, before its items). Each page's
+//!    items are parsed (once each) and built into objects by a task of the
+//!    list's own scope, started when the page arrives, so that up to
+//!    [`PARSING_AHEAD`] pages are parsed at once, on as many cores, while
+//!    the next request is on its way; pages are still delivered one by one
+//!    in the order they were listed (deduplication and the object channel
+//!    see them in that order). The client's work, the server's and the
+//!    consumer's overlap instead of adding up. The scope is joined before
+//!    the task returns, on every path; a parse task holds no lock and waits
+//!    on nothing, so the join takes at most one page's parse.
 //! 6. The task's [`Tally`] is updated after each page under a short
 //!    `std::sync::Mutex` (never held across an await), so a task dropped by
 //!    cancellation still has its counts reported.
 
-use std::sync::Mutex;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use http::StatusCode;
+use leash_runtime::{Scope, ScopeHandle};
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
 use crate::fetch::{Fetcher, parse_status};
+use crate::kind::ResolvedKind;
 use crate::load::LoadTarget;
 use crate::object::{LoadedObject, RawPage, SeenSet, read_page_head};
 use crate::report::Progress;
+
+/// How many pages of one list are parsed at once (invariant 5): two, so
+/// that one big kind keeps two cores busy; each costs one page of memory.
+pub(crate) const PARSING_AHEAD: usize = 2;
 
 /// What a task did so far.
 #[derive(Debug, Default, Clone)]
@@ -59,6 +72,35 @@ pub(crate) struct ListContext<'a> {
     pub(crate) max_restarts: u32,
     pub(crate) tally: &'a Mutex<Tally>,
     pub(crate) progress: &'a Progress,
+}
+
+/// A page received (its head read), whose items are being parsed into
+/// objects by a task of the list's scope, with the continue token it was
+/// fetched with (to fetch it again if its items do not parse).
+struct Parsing {
+    objects: JoinHandle<serde_json::Result<Vec<LoadedObject>>>,
+    next: Option<String>,
+    fetched_with: Option<String>,
+}
+
+impl Parsing {
+    /// Start parsing `page`'s items in a task of `scope`.
+    fn start(
+        scope: &ScopeHandle,
+        page: RawPage,
+        fetched_with: Option<String>,
+        kind: &Arc<ResolvedKind>,
+    ) -> Parsing {
+        let next = page.next.clone();
+        let kind = kind.clone();
+        let objects = scope
+            .spawn_with_output(async move { page.parse().map(|index| index.into_objects(&kind)) });
+        Parsing {
+            objects,
+            next,
+            fetched_with,
+        }
+    }
 }
 
 /// The answer to one page request.
@@ -98,19 +140,40 @@ impl ListContext<'_> {
         pages: mpsc::Sender<Vec<LoadedObject>>,
         token: &CancellationToken,
     ) -> Result<()> {
+        // The parse tasks' scope (invariant 5), joined on every path.
+        let parsers = Scope::with_parent_token(token);
+        let result = self.pages_in(&parsers.handle(), pages, token).await;
+        match (result, parsers.join().await) {
+            (Err(err), _) => Err(err),
+            (Ok(()), Err(err)) => Err(Error::Pool(format!("a page's parse failed: {err}"))),
+            (Ok(()), Ok(())) => Ok(()),
+        }
+    }
+
+    async fn pages_in(
+        &self,
+        parsers: &ScopeHandle,
+        pages: mpsc::Sender<Vec<LoadedObject>>,
+        token: &CancellationToken,
+    ) -> Result<()> {
         let kind = &self.target.kind;
         let base = kind.list_path(self.target.namespace.as_deref());
         let operation = format!("list {}", self.target.label());
         let mut seen = SeenSet::default();
         let mut continue_token: Option<String> = None;
-        // A page received (its head read), whose objects are not yet handed
-        // out, with the continue token it was fetched with.
-        let mut pending: Option<(RawPage, Option<String>)> = None;
+        // Pages received whose objects are not yet handed out, oldest first.
+        let mut parsing: VecDeque<Parsing> = VecDeque::with_capacity(PARSING_AHEAD);
         loop {
             let fetch = self.fetch_page(&base, &operation, continue_token.as_deref(), token);
-            let deliver = self.deliver(pending.take(), &mut seen, &pages, &base, &operation, token);
-            // The request first: it is on its way while the previous page
-            // is parsed.
+            // The oldest page is delivered once as many pages as may be
+            // parsed at once are parsing; the others go on meanwhile.
+            let oldest = if parsing.len() >= PARSING_AHEAD {
+                parsing.pop_front()
+            } else {
+                None
+            };
+            let deliver = self.deliver(oldest, &mut seen, &pages, &base, &operation, token);
+            // The request first: it is on its way while pages are parsed.
             let (fetched, delivered) = tokio::join!(fetch, deliver);
             delivered?;
             let (answer, retries) = fetched;
@@ -121,7 +184,7 @@ impl ListContext<'_> {
                     self.update(|t| t.pages += 1);
                     self.progress.page();
                     let next = page.next.clone();
-                    pending = Some((page, continue_token.clone()));
+                    parsing.push_back(Parsing::start(parsers, page, continue_token.clone(), kind));
                     match next {
                         Some(next) if continue_token.as_deref() == Some(next.as_str()) => {
                             return Err(Error::InconsistentList {
@@ -164,31 +227,44 @@ impl ListContext<'_> {
                 }
             }
         }
-        // The last page's objects.
-        self.deliver(pending.take(), &mut seen, &pages, &base, &operation, token)
-            .await
+        // The last pages' objects, in order.
+        while let Some(oldest) = parsing.pop_front() {
+            self.deliver(Some(oldest), &mut seen, &pages, &base, &operation, token)
+                .await?;
+        }
+        Ok(())
     }
 
-    /// Parse `page` (fetching it again with the same continue token while
-    /// its items do not parse, within the retry budget), build its objects,
-    /// drop those already handed out, and send the rest (waiting for room,
-    /// raced against the token).
+    /// Wait for `page`'s objects (fetching the page again with the same
+    /// continue token while its items do not parse, within the retry
+    /// budget), drop those already handed out, and send the rest (waiting
+    /// for room, raced against the token).
     async fn deliver(
         &self,
-        page: Option<(RawPage, Option<String>)>,
+        page: Option<Parsing>,
         seen: &mut SeenSet,
         pages: &mpsc::Sender<Vec<LoadedObject>>,
         base: &str,
         operation: &str,
         token: &CancellationToken,
     ) -> Result<()> {
-        let Some((mut page, fetched_with)) = page else {
+        let Some(Parsing {
+            objects: parsed,
+            next,
+            fetched_with,
+        }) = page
+        else {
             return Ok(());
         };
+        let mut parsed = match token.run_until_cancelled(parsed).await {
+            None => return Err(Error::Cancelled),
+            Some(Err(join)) => return Err(Error::Pool(format!("a page's parse failed: {join}"))),
+            Some(Ok(parsed)) => parsed,
+        };
         let mut attempts = 1;
-        let index = loop {
-            let source = match page.parse() {
-                Ok(index) => break index,
+        let mut objects = loop {
+            let source = match parsed {
+                Ok(objects) => break objects,
                 Err(source) => source,
             };
             let malformed = |attempts| Error::MalformedResponse {
@@ -211,15 +287,17 @@ impl ListContext<'_> {
             let PageAnswer::Page(again) = again? else {
                 return Err(malformed(attempts));
             };
-            if again.next != page.next {
+            if again.next != next {
                 return Err(Error::InconsistentList {
                     kind: self.target.label(),
                     message: "a page fetched again had another continue token".into(),
                 });
             }
-            page = again;
+            // Rare: parsed here, in this task.
+            parsed = again
+                .parse()
+                .map(|index| index.into_objects(&self.target.kind));
         };
-        let mut objects = index.into_objects(&self.target.kind);
         objects.retain(|o| seen.insert(o));
         let count = objects.len() as u64;
         if objects.is_empty() {

@@ -18,8 +18,9 @@
 //!    retry). The pool runs `2 x concurrency` list tasks, so a kind waiting
 //!    out a `Retry-After` or a backoff leaves its request slot to another.
 //! 5. Memory is bounded: the object channel holds at most `concurrency`
-//!    pages, and each task holds at most two more (one being delivered, one
-//!    arriving), so at most `5 x concurrency x page_size` objects are in
+//!    pages, and each task holds at most three more (two being parsed or
+//!    delivered, one arriving: `list::PARSING_AHEAD`), so at most
+//!    `7 x concurrency x page_size` objects are in
 //!    memory whatever the cluster's size.
 //! 6. The object stream ends after the report future has joined every task:
 //!    tasks hold the only senders besides the driver's, which is dropped

@@ -131,7 +131,7 @@ impl App {
         match action {
             Action::Fail => return error_response(&faults::failed()),
             Action::Throttle(secs) => return faults::throttled(secs),
-            Action::Serve | Action::Reset => {}
+            Action::Serve | Action::Reset | Action::Truncate => {}
         }
         if !authenticated {
             return error_response(&ApiError::new(401, "Unauthorized", "Unauthorized"));
@@ -140,10 +140,10 @@ impl App {
             Ok(r) => r,
             Err(e) => error_response(&e),
         };
-        if action == Action::Reset {
-            faults::reset(response)
-        } else {
-            response
+        match action {
+            Action::Reset => faults::reset(response),
+            Action::Truncate => faults::truncate(response).await,
+            _ => response,
         }
     }
 

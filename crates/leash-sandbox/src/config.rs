@@ -69,6 +69,10 @@ pub struct Faults {
     pub retry_after_secs: u64,
     /// Probability that the connection is dropped in the middle of the response body.
     pub reset_rate: f64,
+    /// Probability that a response's body is cut to its first half but ends cleanly (a
+    /// `Content-Length` of the half): a complete answer whose JSON is not, as a broken
+    /// proxy may deliver. Drawn with `reset_rate`'s value, after it (no extra draw).
+    pub truncate_rate: f64,
     /// How long a list's continue tokens stay valid, counted from its first page (default 5 min).
     pub continue_ttl: Duration,
     /// Discovery (`/api`, `/apis`, their group/version documents) and `/version` always obey
@@ -105,6 +109,7 @@ impl Default for Faults {
             throttle_rate: 0.0,
             retry_after_secs: 1,
             reset_rate: 0.0,
+            truncate_rate: 0.0,
             continue_ttl: Duration::from_secs(300),
             fail_discovery: false,
             watch_cut_after: None,

@@ -39,6 +39,7 @@ pub(crate) enum Action {
     Fail,
     Throttle(u64),
     Reset,
+    Truncate,
 }
 
 /// The live fault settings and the generator.
@@ -88,6 +89,8 @@ impl FaultInjector {
             Action::Throttle(f.retry_after_secs)
         } else if reset < f.reset_rate.clamp(0.0, 1.0) {
             Action::Reset
+        } else if reset < f.reset_rate.clamp(0.0, 1.0) + f.truncate_rate.clamp(0.0, 1.0) {
+            Action::Truncate
         } else {
             Action::Serve
         };
@@ -165,6 +168,29 @@ pub(crate) fn reset(response: Response<Body>) -> Response<Body> {
         ))
     }));
     Response::from_parts(parts, Body::from_stream(stream))
+}
+
+/// `response` with only the first half of its body, ended cleanly: the status, the
+/// headers and a `Content-Length` that matches what is sent.
+/// A body of unknown length (a watch's stream) is left whole: it has no length to halve.
+pub(crate) async fn truncate(response: Response<Body>) -> Response<Body> {
+    use axum::body::HttpBody as _;
+    let known = response.headers().contains_key(header::CONTENT_LENGTH)
+        || response.body().size_hint().exact().is_some();
+    if !known {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    // A body of known length is built in memory (a list's pieces, an object): collecting
+    // it waits on nothing. One that fails to collect is sent empty (a truncation too).
+    let bytes = axum::body::to_bytes(body, usize::MAX)
+        .await
+        .unwrap_or_default();
+    let half = bytes.slice(..bytes.len() / 2);
+    parts
+        .headers
+        .insert(header::CONTENT_LENGTH, HeaderValue::from(half.len()));
+    Response::from_parts(parts, Body::from(half))
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
-//! Faulty servers: 500s, 429s and connection resets are retried; every
-//! object still arrives exactly once; what is not retried fails loudly.
+//! Faulty servers: 500s, 429s, connection resets and truncated pages are
+//! retried; every object still arrives exactly once; what is not retried
+//! fails loudly.
 
 use std::time::Duration;
 
@@ -56,6 +57,94 @@ async fn seed_partial_pages_discarded() {
         total_retries > 20,
         "faults were not injected? {total_retries} retries"
     );
+}
+
+/// A page that arrives whole but whose items do not parse (its body cut in
+/// half and ended cleanly, as a broken proxy may send it) is fetched again
+/// with the same continue token: every object arrives exactly once and in
+/// the server's order, though up to two pages of a kind are parsed at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_whose_items_do_not_parse_are_fetched_again_and_kept_in_order() {
+    let faults = Faults {
+        truncate_rate: 0.3,
+        ..Faults::default()
+    };
+    let mut total_retries = 0;
+    for seed in 0..10 {
+        let sb = sandbox(crds(2, 60), faults.clone(), seed).await;
+        let options = LoadOptions {
+            kinds: KindSelection::Names((0..2).map(crd_name).collect()),
+            namespaces: NamespaceSelection::All,
+            page_size: 5,
+            concurrency: 2,
+            // P(a page is cut 13 times in a row) = 0.3^13 ~ 2e-7.
+            retry: fast_retry(12),
+            ..LoadOptions::default()
+        };
+        let (objects, report) = load_all(client(&sb), options).await;
+        assert!(
+            report.is_complete(),
+            "seed {seed}: {:?}",
+            report.failed().collect::<Vec<_>>()
+        );
+        assert_eq!(assert_exactly_once(&objects), 120, "seed {seed}");
+        for kind in 0..2 {
+            let plural = crd_name(kind);
+            let order: Vec<(String, String)> = objects
+                .iter()
+                .filter(|o| format!("{}.{}", o.kind().plural, o.kind().group) == plural)
+                .map(|o| (o.namespace().unwrap_or("").to_owned(), o.name().to_owned()))
+                .collect();
+            assert_eq!(order.len(), 60, "seed {seed}, kind {plural}");
+            assert!(
+                order.windows(2).all(|w| w[0] < w[1]),
+                "seed {seed}, kind {plural}: objects out of the server's order: {order:?}"
+            );
+        }
+        total_retries += report.retries();
+        sb.shutdown().await.unwrap();
+    }
+    // 13 pages x 2 kinds x 10 runs at 30%: far more than 10 retries.
+    assert!(
+        total_retries > 10,
+        "no page was cut? {total_retries} retries"
+    );
+}
+
+/// A server whose pages never parse makes the kind fail as a malformed
+/// response after 1 + retries attempts, naming the list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_that_never_parse_fail_as_malformed() {
+    let sb = sandbox(crds(1, 30), Faults::default(), 5).await;
+    let loader = Loader::new(
+        client(&sb),
+        LoadOptions {
+            kinds: KindSelection::Names(vec![crd_name(0)]),
+            namespaces: NamespaceSelection::All,
+            page_size: 10,
+            retry: fast_retry(3),
+            ..LoadOptions::default()
+        },
+    )
+    .unwrap();
+    let token = CancellationToken::new();
+    let kinds = loader.resolve(&token).await.unwrap();
+    sb.set_faults(Faults {
+        truncate_rate: 1.0,
+        ..Faults::default()
+    });
+    let report = drain(loader.load(kinds, token)).await;
+    let kind = &report.kinds[0];
+    match &kind.error {
+        Some(Error::MalformedResponse {
+            operation,
+            attempts: 4,
+            ..
+        }) => assert!(operation.starts_with("list "), "{operation}"),
+        other => panic!("expected a malformed response after 4 attempts, got {other:?}"),
+    }
+    assert!(!report.is_complete());
+    sb.shutdown().await.unwrap();
 }
 
 /// Retries are bounded: a server that always fails makes the kind fail

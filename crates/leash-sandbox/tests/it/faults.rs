@@ -1,4 +1,5 @@
 //! Fault injection: latency, 500s, 429s with Retry-After, connection resets,
+//! truncated bodies,
 //! discovery exemptions, run-time changes and seeded reproducibility.
 
 use std::time::{Duration, Instant};
@@ -91,6 +92,42 @@ async fn resets_drop_the_connection_mid_response() {
     );
     sb.set_faults(Faults::default());
     assert!(api.list(&ListParams::default()).await.is_ok());
+    sb.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn truncations_end_a_halved_body_cleanly_and_leave_watches_whole() {
+    let sb = start(vec![]).await;
+    let whole = get(sb.addr(), LIST).await;
+    assert_eq!(whole.status, 200);
+    sb.set_faults(Faults {
+        truncate_rate: 1.0,
+        ..Faults::default()
+    });
+    let r = get(sb.addr(), LIST).await;
+    assert_eq!(r.status, 200);
+    assert!(!r.truncated, "the response ends where it says: {r:?}");
+    assert_eq!(r.body.len(), whole.body.len() / 2);
+    assert_eq!(r.header("content-length"), Some(&*r.body.len().to_string()));
+    assert!(
+        whole.body.starts_with(&r.body),
+        "the first half of the body"
+    );
+    assert!(serde_json::from_slice::<serde_json::Value>(&r.body).is_err());
+    // A watch has no length to halve: it streams whole, to its timeout.
+    let w = get(sb.addr(), "/api/v1/namespaces?watch=1&timeoutSeconds=1").await;
+    assert_eq!(w.status, 200);
+    assert!(!w.truncated, "{w:?}");
+    let events: Vec<serde_json::Value> = w
+        .body
+        .split(|b| *b == b'\n')
+        .filter(|line| !line.is_empty())
+        .map(|line| serde_json::from_slice(line).expect("each event is whole JSON"))
+        .collect();
+    assert!(
+        !events.is_empty(),
+        "the namespaces were sent as ADDED events"
+    );
     sb.shutdown().await.unwrap();
 }
 

@@ -96,6 +96,10 @@ pub(crate) struct Args {
     #[arg(long, value_name = "P", allow_negative_numbers = true, value_parser = parse_probability)]
     reset_rate: Option<f64>,
 
+    /// Probability (0 to 1) that a response's body is cut to its first half but ends cleanly (its Content-Length says so): a complete answer whose JSON is not.
+    #[arg(long, value_name = "P", allow_negative_numbers = true, value_parser = parse_probability)]
+    truncate_rate: Option<f64>,
+
     /// How long a list's continue tokens stay valid, from its first page (then 410 Expired).
     #[arg(long, value_name = "D", default_value = "5m", value_parser = parse_positive_duration)]
     continue_ttl: Duration,
@@ -165,6 +169,7 @@ impl Args {
             throttle_rate: self.throttle_rate.unwrap_or(0.0),
             retry_after_secs: self.retry_after,
             reset_rate: self.reset_rate.unwrap_or(0.0),
+            truncate_rate: self.truncate_rate.unwrap_or(0.0),
             continue_ttl: self.continue_ttl,
             fail_discovery: self.fail_discovery,
             watch_cut_after: self.watch_cut_after,
@@ -339,6 +344,8 @@ mod tests {
             "3",
             "--reset-rate",
             "0.05",
+            "--truncate-rate",
+            "0.03",
             "--continue-ttl",
             "2s",
             "--fail-discovery",
@@ -350,8 +357,8 @@ mod tests {
             (Duration::from_millis(20), Duration::from_millis(5))
         );
         assert_eq!(
-            (f.fail_rate, f.throttle_rate, f.reset_rate),
-            (0.1, 0.2, 0.05)
+            (f.fail_rate, f.throttle_rate, f.reset_rate, f.truncate_rate),
+            (0.1, 0.2, 0.05, 0.03)
         );
         assert_eq!(f.retry_after_secs, 3);
         assert_eq!(f.continue_ttl, Duration::from_secs(2));

@@ -185,6 +185,7 @@ fn summary(
         ("500s", faults.fail_rate),
         ("429s", faults.throttle_rate),
         ("resets", faults.reset_rate),
+        ("truncations", faults.truncate_rate),
     ] {
         if rate > 0.0 {
             fault_list.push(format!("{name} {rate}"));
