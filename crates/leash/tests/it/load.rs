@@ -633,3 +633,186 @@ fn seed_partial_pages_discarded() {
         .sum();
     assert_eq!(per_kind, retries, "{summary}");
 }
+
+/// Run `cmd` to completion within [`BOUND`] (killed and a panic after it),
+/// with its output.
+fn output_within(mut cmd: Command) -> Output {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start leash");
+    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    // The pipes are read meanwhile; a child killed after the bound closes
+    // them, so the readers end and the scope joins them.
+    std::thread::scope(|s| {
+        let stdout = s.spawn(move || {
+            let mut buf = Vec::new();
+            let _ = out.read_to_end(&mut buf);
+            buf
+        });
+        let stderr = s.spawn(move || {
+            let mut buf = Vec::new();
+            let _ = err.read_to_end(&mut buf);
+            buf
+        });
+        let status = wait_exit(&mut child, BOUND, "exit");
+        Output {
+            status,
+            stdout: stdout.join().unwrap(),
+            stderr: stderr.join().unwrap(),
+        }
+    })
+}
+
+/// A fake API server on 127.0.0.1 that serves legacy discovery of one
+/// resource (`pods`) and answers every other request with a 503 Status
+/// (which kube's own retry layer would retry), recording each request's
+/// path in order. Runs `client` (given the URL) while serving; returns its
+/// output and the request paths.
+fn with_unavailable_server(client: impl FnOnce(&str) -> Output) -> (Output, Vec<String>) {
+    use std::io::Write as _;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let paths = Mutex::new(Vec::new());
+    let done = AtomicBool::new(false);
+    let answer = |path: &str| -> (u16, String) {
+        match path.split('?').next().unwrap_or("") {
+            "/api" => (200, r#"{"kind":"APIVersions","versions":["v1"]}"#.into()),
+            "/apis" => (
+                200,
+                r#"{"kind":"APIGroupList","apiVersion":"v1","groups":[]}"#.into(),
+            ),
+            "/api/v1" => (
+                200,
+                r#"{"kind":"APIResourceList","apiVersion":"v1","groupVersion":"v1","resources":[{"name":"pods","singularName":"pod","namespaced":true,"kind":"Pod","verbs":["get","list","watch"]}]}"#.into(),
+            ),
+            _ => (
+                503,
+                r#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"unavailable","reason":"ServiceUnavailable","code":503}"#.into(),
+            ),
+        }
+    };
+    let serve = |stream: std::net::TcpStream| {
+        stream.set_nonblocking(false).unwrap();
+        stream.set_read_timeout(Some(BOUND)).unwrap();
+        let mut reader = BufReader::new(stream.try_clone().unwrap());
+        let mut writer = stream;
+        loop {
+            let mut request_line = String::new();
+            if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
+                return;
+            }
+            // Headers up to the blank line (GETs carry no body).
+            let mut line = String::new();
+            while reader.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
+                line.clear();
+            }
+            let path = request_line.split(' ').nth(1).unwrap_or("").to_owned();
+            let (status, body) = answer(&path);
+            paths.lock().unwrap().push(path);
+            let head = format!(
+                "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                body.len()
+            );
+            if writer.write_all(head.as_bytes()).is_err()
+                || writer.write_all(body.as_bytes()).is_err()
+            {
+                return;
+            }
+        }
+    };
+    // Set on every exit of the client (a panic included), so that the
+    // accept loop ends and the scope can join it.
+    struct SetOnDrop<'a>(&'a AtomicBool);
+    impl Drop for SetOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+    let out = std::thread::scope(|s| {
+        s.spawn(|| {
+            while !done.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        s.spawn(|| serve(stream));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        let _done = SetOnDrop(&done);
+        client(&url)
+    });
+    (out, paths.into_inner().unwrap())
+}
+
+/// README, "Connection flags": the client never retries on its own (only
+/// leash's retries do: 1 + `--retries 2` requests for the list with
+/// `load`, 1 + 5 with `apply --cluster`, where kube's retry layer would add
+/// its own retries of each 503), and `load` and `apply --cluster` let
+/// discovery be the first request (no `/version` probe before it).
+#[test]
+fn discovery_comes_first_and_only_leash_retries() {
+    let (out, paths) = with_unavailable_server(|url| {
+        output_within(load_command(&[
+            "--server",
+            url,
+            "pods",
+            "-A",
+            "--retries",
+            "2",
+        ]))
+    });
+    assert_exit(&out, 1);
+    assert!(stderr(&out).contains("503"), "{}", stderr(&out));
+    assert!(
+        matches!(paths.first().map(String::as_str), Some("/api" | "/apis")),
+        "discovery first: {paths:?}"
+    );
+    let lists = paths
+        .iter()
+        .filter(|p| p.starts_with("/api/v1/pods"))
+        .count();
+    assert_eq!(
+        lists, 3,
+        "one request and two retries of leash's: {paths:?}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata: {name: p}\nspec:\n  rules:\n  - name: r\n    match: {any: [{resources: {kinds: [Pod]}}]}\n    validate: {message: m, pattern: {metadata: {name: \"?*\"}}}\n",
+    )
+    .unwrap();
+    let (out, paths) = with_unavailable_server(|url| {
+        let mut apply = leash();
+        apply.args([
+            "apply",
+            policy.to_str().unwrap(),
+            "--cluster",
+            "-A",
+            "--server",
+            url,
+        ]);
+        output_within(apply)
+    });
+    assert!(!out.status.success(), "{}", stderr(&out));
+    assert!(
+        matches!(paths.first().map(String::as_str), Some("/api" | "/apis")),
+        "discovery first: {paths:?}"
+    );
+    let lists = paths
+        .iter()
+        .filter(|p| p.starts_with("/api/v1/pods"))
+        .count();
+    assert_eq!(
+        lists, 6,
+        "one request and leash's 5 retries (apply's default): {paths:?}"
+    );
+}
