@@ -816,3 +816,76 @@ fn discovery_comes_first_and_only_leash_retries() {
         "one request and leash's 5 retries (apply's default): {paths:?}"
     );
 }
+
+/// README, `leash load`: `--summary json` is one JSON line with exactly
+/// the listed fields; a kind's `namespace` and `error` are `null` when
+/// absent (all namespaces, no failure), and set when not.
+#[test]
+fn summary_json_has_the_listed_fields_and_nulls_when_absent() {
+    let keys = |v: &Value| -> BTreeSet<String> {
+        v.as_object().expect("an object").keys().cloned().collect()
+    };
+    let set =
+        |names: &[&str]| -> BTreeSet<String> { names.iter().map(|s| s.to_string()).collect() };
+    let kind_fields = set(&[
+        "kind",
+        "version",
+        "namespace",
+        "objects",
+        "pages",
+        "retries",
+        "restarts",
+        "seconds",
+        "acrossSnapshots",
+        "error",
+    ]);
+    for (namespaces, namespace) in [
+        ("-A", Value::Null),
+        ("--namespace=ns-0001", "ns-0001".into()),
+    ] {
+        let out = load(&[
+            "--sandbox=pods=8",
+            "pods",
+            namespaces,
+            "--summary",
+            "json",
+            "-o",
+            "name",
+        ]);
+        assert_exit(&out, 0);
+        let summary = json_summary(&out);
+        assert_eq!(
+            keys(&summary),
+            set(&["kinds", "total", "discoverySeconds", "timedOut", "errors"])
+        );
+        assert_eq!(
+            keys(&summary["total"]),
+            set(&[
+                "kinds", "complete", "objects", "pages", "retries", "restarts", "seconds"
+            ])
+        );
+        let kind = &summary["kinds"][0];
+        assert_eq!(keys(kind), kind_fields);
+        assert_eq!(kind["namespace"], namespace, "{namespaces}");
+        assert_eq!(kind["error"], Value::Null);
+        assert_eq!(kind["kind"], "pods");
+        assert_eq!(kind["version"], "v1");
+    }
+    // A failed kind names its error.
+    let (out, _) = with_unavailable_server(|url| {
+        output_within(load_command(&[
+            "--server",
+            url,
+            "pods",
+            "-A",
+            "--retries",
+            "0",
+            "--summary",
+            "json",
+        ]))
+    });
+    assert_exit(&out, 1);
+    let summary = json_summary(&out);
+    let error = summary["kinds"][0]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("503"), "{summary}");
+}

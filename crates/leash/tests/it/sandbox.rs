@@ -294,3 +294,36 @@ fn sandbox_bad_flags_exit_2_naming_the_value() {
 fn args(items: &[&str]) -> Vec<String> {
     items.iter().map(|s| (*s).to_owned()).collect()
 }
+
+/// README, `leash sandbox`: a second signal during shutdown exits 130
+/// without waiting for it. A client asks for a list far larger than the
+/// sockets' buffers and stops reading after its first bytes, so the
+/// graceful shutdown the first signal starts waits on that response (up to
+/// its drain bound); once the listener is closed (the shutdown has begun),
+/// the second signal ends the process at once.
+#[test]
+fn a_second_signal_during_shutdown_exits_130() {
+    let sandbox = SandboxProcess::start(&["--generate", "pods=6000"]);
+    let authority = sandbox.url.strip_prefix("http://").unwrap().to_owned();
+    let mut held = TcpStream::connect(&authority).unwrap();
+    held.set_read_timeout(Some(BOUND)).unwrap();
+    write!(
+        held,
+        "GET /api/v1/pods HTTP/1.1\r\nHost: {authority}\r\nAccept: application/json\r\n\r\n"
+    )
+    .unwrap();
+    let mut status_line = [0u8; 12];
+    held.read_exact(&mut status_line).unwrap();
+    assert_eq!(&status_line, b"HTTP/1.1 200", "the list is being sent");
+
+    crate::support::send_signal(&sandbox.child.0, "TERM");
+    let start = std::time::Instant::now();
+    while TcpStream::connect(&authority).is_ok() {
+        assert!(start.elapsed() < BOUND, "the listener never closed");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let (status, stderr) = sandbox.signal_and_wait("INT");
+    assert_eq!(status.code(), Some(130), "stderr:\n{stderr}");
+    assert!(stderr.contains("second signal"), "{stderr}");
+    drop(held);
+}
