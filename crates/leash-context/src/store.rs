@@ -753,6 +753,34 @@ spec:
         store.shutdown().await.unwrap();
     }
 
+    /// README, `leash context`: a refresh task that keeps failing is
+    /// restarted after 1 s, then after twice the previous pause, up to 60 s
+    /// (paused time: each run's start is exact).
+    #[tokio::test(start_paused = true)]
+    async fn restarts_back_off_from_one_second_doubling_to_a_minute() {
+        let store = Store::new(StoreConfig::default(), None);
+        let starts = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let recorded = starts.clone();
+        add_with(&store, entry("f"), move |_cell, _token| {
+            recorded.lock().unwrap().push(tokio::time::Instant::now());
+            Box::pin(async { Err(Error::ClientRequired("f".into())) })
+        });
+        let deadline = tokio::time::Instant::now() + MAX_RESTART_DELAY * 10;
+        while starts.lock().unwrap().len() < 10 {
+            assert!(tokio::time::Instant::now() < deadline, "too few restarts");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let starts = starts.lock().unwrap().clone();
+        let pauses: Vec<u64> = starts
+            .windows(2)
+            .map(|w| (w[1] - w[0]).as_secs_f64().round() as u64)
+            .collect();
+        assert_eq!(pauses, [1, 2, 4, 8, 16, 32, 60, 60, 60]);
+        assert_eq!(FIRST_RESTART_DELAY, Duration::from_secs(1));
+        assert_eq!(MAX_RESTART_DELAY, Duration::from_secs(60));
+        store.shutdown().await.unwrap();
+    }
+
     /// Seed row "`Stop()` holds the lock while waiting" (seed 000), in its
     /// real shape: the refresh, once told to stop, needs the store's map
     /// lock before it can return (Kyverno's poller needed the mutex its

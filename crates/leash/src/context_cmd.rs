@@ -251,3 +251,28 @@ async fn serve_and_print(
         stdout.flush()?;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser as _;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    /// README, `leash context`: `--ready-timeout` defaults to 30 s
+    /// (Kyverno's cache-sync timeout, the store's own default) and takes
+    /// durations.
+    #[test]
+    fn ready_timeout_defaults_to_kyvernos_30s() {
+        let cli = Cli::try_parse_from(["context", "-f", "entries.yaml"]).unwrap();
+        assert_eq!(cli.args.ready_timeout, Duration::from_secs(30));
+        assert_eq!(cli.args.ready_timeout, leash_context::DEFAULT_READY_TIMEOUT);
+        let cli =
+            Cli::try_parse_from(["context", "-f", "e.yaml", "--ready-timeout", "2m"]).unwrap();
+        assert_eq!(cli.args.ready_timeout, Duration::from_secs(120));
+    }
+}

@@ -449,3 +449,33 @@ fn the_iterator_knows_its_length_and_kinds_before_building_anything() {
     );
     assert_eq!(counts["Widget0001"], 4);
 }
+
+/// README, `--generate`: `namespaces=N` adds N empty namespaces named
+/// `ns-idle-0000`, ... after the spread ones (`ns-0000`, ...), and nothing
+/// is generated into them.
+#[test]
+fn idle_namespaces_are_named_after_the_spread_ones_and_stay_empty() {
+    let objects = generate(&spec(&[("namespaces", 2), ("pods", 6)], 3, None, 1)).unwrap();
+    let namespaces: Vec<&str> = objects
+        .iter()
+        .filter(|o| str_at(o, "/kind") == "Namespace")
+        .map(|o| str_at(o, "/metadata/name"))
+        .collect();
+    assert_eq!(
+        namespaces,
+        [
+            "ns-0000",
+            "ns-0001",
+            "ns-0002",
+            "ns-idle-0000",
+            "ns-idle-0001"
+        ]
+    );
+    assert!(
+        objects
+            .iter()
+            .filter_map(|o| o.pointer("/metadata/namespace").and_then(|n| n.as_str()))
+            .all(|ns| !ns.starts_with("ns-idle-")),
+        "idle namespaces stay empty"
+    );
+}

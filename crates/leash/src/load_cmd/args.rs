@@ -378,7 +378,13 @@ mod tests {
         assert_eq!(s.format, Format::Ndjson);
         match s.connection {
             Connection::Sandbox { kinds, crds } => {
-                assert_eq!(kinds.len(), 3);
+                // README, `--sandbox`: the default demo data.
+                let kinds: Vec<(&str, usize)> =
+                    kinds.iter().map(|(k, n)| (k.as_str(), *n)).collect();
+                assert_eq!(
+                    kinds,
+                    [("pods", 2000), ("deployments.apps", 100), ("configmaps", 500)]
+                );
                 assert_eq!(crds, (20, 50));
             }
             other => panic!("{other:?}"),

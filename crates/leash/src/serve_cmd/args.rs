@@ -302,6 +302,63 @@ mod tests {
         assert!(s.lease.is_none(), "no leader election unless asked");
     }
 
+    /// README, `leash serve` admission: `--webhook-url`, `--webhook-service
+    /// NS/NAME[:PORT]`, `--webhook-timeout` and `--cleanup-webhooks` reach
+    /// the webhook's settings; a malformed service is refused naming it.
+    #[test]
+    fn webhook_flags_reach_the_admission_settings() {
+        let s = settings(&[
+            "--webhook-url",
+            "https://leash.example:8443/validate",
+            "--webhook-timeout",
+            "7",
+            "--cleanup-webhooks",
+        ])
+        .unwrap();
+        let a = s.admission.unwrap();
+        assert_eq!(
+            a.webhook_url.as_deref(),
+            Some("https://leash.example:8443/validate")
+        );
+        assert_eq!(a.timeout_seconds, 7);
+        assert!(a.cleanup_webhooks);
+        assert!(a.service.is_none());
+        let defaults = settings(&[]).unwrap().admission.unwrap();
+        assert!(!defaults.cleanup_webhooks && defaults.webhook_url.is_none());
+
+        for (flag, port) in [
+            ("kyverno/leash-svc:9443", Some(9443)),
+            ("kyverno/leash-svc", None),
+        ] {
+            let a = settings(&["--webhook-service", flag])
+                .unwrap()
+                .admission
+                .unwrap();
+            let service = a.service.expect("a service reference");
+            assert_eq!(
+                (
+                    service.namespace.as_str(),
+                    service.name.as_str(),
+                    service.port
+                ),
+                ("kyverno", "leash-svc", port)
+            );
+            assert_eq!(service.path, "/validate");
+        }
+        for bad in [
+            "leash-svc",
+            "/leash-svc",
+            "kyverno/",
+            "kyverno/leash-svc:https",
+        ] {
+            let err = settings(&["--webhook-service", bad]).err().expect(bad);
+            assert!(
+                err.contains("--webhook-service") && err.contains(bad),
+                "{err}"
+            );
+        }
+    }
+
     #[test]
     fn bad_values_are_usage_errors_naming_the_flag() {
         for (argv, flag) in [

@@ -546,6 +546,12 @@ fn apply_mutated_resources_are_printed_listed_and_written() {
         "{doc}"
     );
     assert_eq!(doc["mutatedResources"][0]["data"]["a"], "b");
+    let doc: serde_json::Value = serde_saphyr::from_str(&apply(&["-o", "yaml"])).unwrap();
+    assert_eq!(
+        doc["mutatedResources"][0]["metadata"]["labels"]["team"], "platform",
+        "{doc}"
+    );
+    assert_eq!(doc["mutatedResources"][0]["metadata"]["name"], "c");
 
     let file = d.join("out.yaml");
     apply(&["--mutated-output", file.to_str().unwrap()]);

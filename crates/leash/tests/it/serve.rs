@@ -405,6 +405,25 @@ fn serve_sandbox_demo_health_metrics_and_sigterm() {
             if written >= 20.0 && body.lines().any(|l| l == "leash_ephemeral_reports 0") {
                 assert!(body.contains("leash_leader 1"), "{body}");
                 assert!(body.contains("leash_policies 3"), "{body}");
+                // README, `--metrics`: the families it lists (counters
+                // carry `_total` in the text format).
+                for family in [
+                    "leash_resources_scanned_total",
+                    "leash_evaluation_seconds_bucket",
+                    "leash_scan_queue_depth",
+                    "leash_aggregate_queue_depth",
+                    "leash_audit_queue_depth",
+                    "leash_policy_reports_written_total",
+                    "leash_api_errors_total",
+                    "leash_breaker_waits_total",
+                    "leash_admission_review_duration_seconds_bucket",
+                    "leash_audit_results_lost_total",
+                ] {
+                    assert!(
+                        body.lines().any(|l| l.starts_with(family)),
+                        "no {family} in:\n{body}"
+                    );
+                }
                 break;
             }
             assert!(start.elapsed() < BOUND, "no reports written: {body}");
