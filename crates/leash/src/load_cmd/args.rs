@@ -383,7 +383,11 @@ mod tests {
                     kinds.iter().map(|(k, n)| (k.as_str(), *n)).collect();
                 assert_eq!(
                     kinds,
-                    [("pods", 2000), ("deployments.apps", 100), ("configmaps", 500)]
+                    [
+                        ("pods", 2000),
+                        ("deployments.apps", 100),
+                        ("configmaps", 500)
+                    ]
                 );
                 assert_eq!(crds, (20, 50));
             }

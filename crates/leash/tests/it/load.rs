@@ -770,7 +770,10 @@ fn discovery_comes_first_and_only_leash_retries() {
     });
     assert_exit(&out, 1);
     let err = stderr(&out);
-    assert!(err.contains("503") && err.contains("pods"), "the failed kind named: {err}");
+    assert!(
+        err.contains("503") && err.contains("pods"),
+        "the failed kind named: {err}"
+    );
     assert!(
         matches!(paths.first().map(String::as_str), Some("/api" | "/apis")),
         "discovery first: {paths:?}"
