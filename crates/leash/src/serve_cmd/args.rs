@@ -351,7 +351,7 @@ mod tests {
             "kyverno/",
             "kyverno/leash-svc:https",
         ] {
-            let err = settings(&["--webhook-service", bad]).err().expect(bad);
+            let err = settings(&["--webhook-service", bad]).expect_err(bad);
             assert!(
                 err.contains("--webhook-service") && err.contains(bad),
                 "{err}"
