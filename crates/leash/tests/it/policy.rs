@@ -1216,3 +1216,98 @@ fn apply_reads_cel_policy_exceptions() {
     );
     assert_has(&text, "pass: 0, fail: 1, warn: 0, error: 0, skip: 1");
 }
+
+/// README, `leash apply --cluster`: a `configMap` context reads the
+/// cluster's ConfigMap (loaded with the namespaces before the evaluation),
+/// and `apiCall` `service` calls are not made even against a cluster: the
+/// rule gives `error` and the service never sees a connection (with a
+/// `default`: `apply_makes_no_service_calls`).
+#[test]
+fn apply_cluster_reads_config_maps_and_makes_no_service_calls() {
+    let service = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    service.set_nonblocking(true).unwrap();
+    let service_url = format!("http://{}/check", service.local_addr().unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data.yaml");
+    fs::write(
+        &data,
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: team-a}\n---\n\
+         apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: team-a}\ndata: {color: blue}\n---\n\
+         apiVersion: v1\nkind: Pod\nmetadata: {name: web, namespace: team-a}\n\
+         spec: {containers: [{name: c, image: nginx}]}\n",
+    )
+    .unwrap();
+    let policy = dir.path().join("policy.yaml");
+    fs::write(
+        &policy,
+        format!(
+            r#"apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {{name: reads}}
+spec:
+  validationFailureAction: Audit
+  rules:
+  - name: color
+    match: {{any: [{{resources: {{kinds: [Pod]}}}}]}}
+    context:
+    - name: settings
+      configMap: {{name: settings, namespace: team-a}}
+    validate:
+      message: "the color is {{{{ settings.data.color }}}}"
+      deny:
+        conditions:
+          any:
+          - {{key: "{{{{ settings.data.color }}}}", operator: Equals, value: blue}}
+  - name: remote
+    match: {{any: [{{resources: {{kinds: [Pod]}}}}]}}
+    context:
+    - name: answer
+      apiCall:
+        service: {{url: "{service_url}"}}
+    validate:
+      message: "remote said no"
+      deny:
+        conditions:
+          any:
+          - {{key: "{{{{ answer.allowed }}}}", operator: Equals, value: false}}
+"#
+        ),
+    )
+    .unwrap();
+    let sandbox = crate::support::SandboxProcess::start(&["--data", data.to_str().unwrap()]);
+    let out = leash()
+        .args([
+            "apply",
+            "--cluster",
+            "-A",
+            "--server",
+            &sandbox.url,
+            "-o",
+            "json",
+        ])
+        .arg(&policy)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let result = |rule: &str| -> (String, String) {
+        let r = doc["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["rule"] == rule)
+            .unwrap_or_else(|| panic!("no result for {rule}: {doc}"));
+        (
+            r["result"].as_str().unwrap_or_default().to_owned(),
+            r["message"].as_str().unwrap_or_default().to_owned(),
+        )
+    };
+    let (color, message) = result("color");
+    assert_eq!(color, "fail", "{doc}");
+    assert!(message.contains("the color is blue"), "{message}");
+    assert_eq!(result("remote").0, "error", "{doc}");
+    assert!(
+        matches!(service.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "the service was called"
+    );
+}

@@ -187,6 +187,10 @@ fn pod(name: &str, image: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_reports_converge_to_apply_and_follow_changes() {
     let sb = start_sandbox("pods=2000,deployments.apps=200").await;
+    sb.store()
+        .create(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                       "metadata": {"name": "unmatched", "namespace": "default"}}))
+        .unwrap();
     let url = sb.url();
     let mut server = serve(&url, &[]);
     let want = tokio::task::block_in_place(|| expected(&url));
@@ -204,6 +208,27 @@ async fn serve_reports_converge_to_apply_and_follow_changes() {
         0,
         "every ephemeral report was aggregated and deleted"
     );
+    // README: a resource nothing matches has no report. The namespaces and
+    // a ConfigMap (kinds no policy matches) have none; every report is of
+    // a resource apply has results for, and holds results.
+    let matched: BTreeSet<&str> = want.iter().map(|r| r.0.as_str()).collect();
+    for kind in ["PolicyReport", "ClusterPolicyReport"] {
+        for rep in sb
+            .store()
+            .list("wgpolicyk8s.io/v1alpha2", kind, None)
+            .unwrap()
+        {
+            let scope = &rep["scope"];
+            assert!(
+                matched.contains(scope["uid"].as_str().unwrap_or("")),
+                "a report of a resource nothing matches: {scope}"
+            );
+            assert!(
+                rep["results"].as_array().is_some_and(|r| !r.is_empty()),
+                "an empty report: {scope}"
+            );
+        }
+    }
 
     // A new violating pod: its report within 2 s.
     let created = sb.store().create(pod("bad", "nginx:latest")).unwrap();
