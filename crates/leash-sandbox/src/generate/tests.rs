@@ -285,6 +285,7 @@ fn crds_follow_the_contract_naming() {
     assert_eq!(str_at(crd, "/spec/names/singular"), "widget0001");
     assert_eq!(str_at(crd, "/spec/names/listKind"), "Widget0001List");
     assert_eq!(str_at(crd, "/spec/names/shortNames/0"), "wg0001");
+    assert_eq!(str_at(crd, "/spec/names/categories/0"), "widgets");
     assert_eq!(str_at(crd, "/spec/versions/0/name"), "v1");
     let widgets: Vec<(&str, &str, &str)> = objects[4..]
         .iter()

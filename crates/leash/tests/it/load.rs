@@ -665,12 +665,39 @@ fn output_within(mut cmd: Command) -> Output {
     })
 }
 
-/// A fake API server on 127.0.0.1 that serves legacy discovery of one
-/// resource (`pods`) and answers every other request with a 503 Status
-/// (which kube's own retry layer would retry), recording each request's
-/// path in order. Runs `client` (given the URL) while serving; returns its
-/// output and the request paths.
+/// Legacy discovery of one resource (`pods`), a 503 Status (which kube's
+/// own retry layer would retry) for everything else.
+fn unavailable(path: &str) -> (u16, String) {
+    match path.split('?').next().unwrap_or("") {
+        "/api" => (200, r#"{"kind":"APIVersions","versions":["v1"]}"#.into()),
+        "/apis" => (
+            200,
+            r#"{"kind":"APIGroupList","apiVersion":"v1","groups":[]}"#.into(),
+        ),
+        "/api/v1" => (
+            200,
+            r#"{"kind":"APIResourceList","apiVersion":"v1","groupVersion":"v1","resources":[{"name":"pods","singularName":"pod","namespaced":true,"kind":"Pod","verbs":["get","list","watch"]}]}"#.into(),
+        ),
+        _ => (
+            503,
+            r#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"unavailable","reason":"ServiceUnavailable","code":503}"#.into(),
+        ),
+    }
+}
+
+/// [`with_server`] answering as [`unavailable`].
 fn with_unavailable_server(client: impl FnOnce(&str) -> Output) -> (Output, Vec<String>) {
+    with_server(unavailable, client)
+}
+
+/// A fake API server on 127.0.0.1 whose `answer` gives each request path
+/// its status and JSON body, recording each request's path in order. Runs
+/// `client` (given the URL) while serving; returns its output and the
+/// request paths.
+fn with_server(
+    answer: impl Fn(&str) -> (u16, String) + Sync,
+    client: impl FnOnce(&str) -> Output,
+) -> (Output, Vec<String>) {
     use std::io::Write as _;
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -680,23 +707,6 @@ fn with_unavailable_server(client: impl FnOnce(&str) -> Output) -> (Output, Vec<
     let url = format!("http://{}", listener.local_addr().unwrap());
     let paths = Mutex::new(Vec::new());
     let done = AtomicBool::new(false);
-    let answer = |path: &str| -> (u16, String) {
-        match path.split('?').next().unwrap_or("") {
-            "/api" => (200, r#"{"kind":"APIVersions","versions":["v1"]}"#.into()),
-            "/apis" => (
-                200,
-                r#"{"kind":"APIGroupList","apiVersion":"v1","groups":[]}"#.into(),
-            ),
-            "/api/v1" => (
-                200,
-                r#"{"kind":"APIResourceList","apiVersion":"v1","groupVersion":"v1","resources":[{"name":"pods","singularName":"pod","namespaced":true,"kind":"Pod","verbs":["get","list","watch"]}]}"#.into(),
-            ),
-            _ => (
-                503,
-                r#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"unavailable","reason":"ServiceUnavailable","code":503}"#.into(),
-            ),
-        }
-    };
     let serve = |stream: std::net::TcpStream| {
         stream.set_nonblocking(false).unwrap();
         stream.set_read_timeout(Some(BOUND)).unwrap();
@@ -892,4 +902,72 @@ fn summary_json_has_the_listed_fields_and_nulls_when_absent() {
     let summary = json_summary(&out);
     let error = summary["kinds"][0]["error"].as_str().unwrap_or_default();
     assert!(error.contains("503"), "{summary}");
+}
+
+/// README, exit codes and connection flags: a 403 from the server (RBAC
+/// refuses the credentials) is exit 2, as a 401 is, for `load` and `apply
+/// --cluster`; a `--server` that is not `http(s)://HOST[:PORT]` is refused
+/// before any request, naming `--server` (exit 2), by `load`, `apply
+/// --cluster` and `context`.
+#[test]
+fn forbidden_and_bad_server_urls_exit_2() {
+    let forbidden = |_: &str| {
+        (
+            403,
+            r#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"forbidden: User \"system:anonymous\" cannot get path \"/api\"","reason":"Forbidden","code":403}"#.to_owned(),
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata: {name: p}\nspec:\n  rules:\n  - name: r\n    match: {any: [{resources: {kinds: [Pod]}}]}\n    validate: {message: m, pattern: {metadata: {name: \"?*\"}}}\n",
+    )
+    .unwrap();
+    let apply = |url: &str| {
+        let mut cmd = leash();
+        cmd.args([
+            "apply",
+            policy.to_str().unwrap(),
+            "--cluster",
+            "-A",
+            "--server",
+            url,
+        ]);
+        cmd
+    };
+    let (out, _) = with_server(forbidden, |url| {
+        output_within(load_command(&["--server", url, "pods", "-A"]))
+    });
+    assert_exit(&out, 2);
+    assert!(stderr(&out).contains("403"), "{}", stderr(&out));
+    let (out, _) = with_server(forbidden, |url| output_within(apply(url)));
+    assert_exit(&out, 2);
+    assert!(stderr(&out).contains("403"), "{}", stderr(&out));
+
+    let entries = dir.path().join("entries.yaml");
+    std::fs::write(&entries, "").unwrap();
+    for bad in ["ftp://127.0.0.1:1", "127.0.0.1:6443", "http://"] {
+        let mut context = leash();
+        context.args([
+            "context",
+            "-f",
+            entries.to_str().unwrap(),
+            "--once",
+            "--server",
+            bad,
+        ]);
+        for (what, out) in [
+            ("load", load(&["--server", bad, "pods"])),
+            ("apply", apply(bad).output().unwrap()),
+            ("context", context.output().unwrap()),
+        ] {
+            assert_eq!(out.status.code(), Some(2), "{what} {bad}: {}", stderr(&out));
+            assert!(
+                stderr(&out).contains("--server"),
+                "{what} {bad}: {}",
+                stderr(&out)
+            );
+        }
+    }
 }
