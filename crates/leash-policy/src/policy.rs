@@ -592,6 +592,37 @@ fn compile_check(
     let collect = |cache: &mut ExprCache, doc: &Value, f: &str| {
         cache.collect(doc).map_err(|e| err(f.to_string(), e))
     };
+    // Kyverno refuses a rule with more than one check (its policy
+    // validation: "only one of pattern, anyPattern, deny, foreach, cel can
+    // be specified"); taking the first would silently drop the others.
+    let present = |key: &str| v.get(key).is_some_and(|x| !x.is_null());
+    let mut kinds: Vec<&str> = ["pattern", "anyPattern", "deny", "foreach"]
+        .into_iter()
+        .filter(|k| present(k))
+        .collect();
+    if top {
+        kinds.extend(["cel", "podSecurity"].into_iter().filter(|k| present(k)));
+        if v["manifests"]["attestors"]
+            .as_array()
+            .is_some_and(|a| !a.is_empty())
+        {
+            kinds.push("manifests");
+        }
+    }
+    if kinds.len() > 1 {
+        let what = if top {
+            "pattern, anyPattern, deny, foreach, cel or podSecurity"
+        } else {
+            "pattern, anyPattern, deny or a nested foreach"
+        };
+        return Err(err(
+            field.to_string(),
+            format!(
+                "has {}: only one of {what} can be specified",
+                kinds.join(" and ")
+            ),
+        ));
+    }
     if let Some(p) = v.get("pattern").filter(|p| !p.is_null()) {
         collect(cache, p, &format!("{field}.pattern"))?;
         return Ok(Check::Pattern(Pattern::new(p)));
@@ -900,6 +931,52 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("needs urlPath or service.url"), "{err}");
+    }
+
+    fn with_validate(validate: Value) -> Result<Policy> {
+        Policy::compile(&json!({
+            "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "p"},
+            "spec": {"rules": [{"name": "r",
+                "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                "validate": validate}]}
+        }))
+    }
+
+    /// As Kyverno's policy validation: a validate rule (or a foreach
+    /// element) has exactly one check; two are refused naming both, never
+    /// evaluated as the first alone.
+    #[test]
+    fn a_rule_with_two_checks_is_refused_naming_them() {
+        let pattern = json!({"metadata": {"name": "?*"}});
+        let deny =
+            json!({"conditions": {"any": [{"key": "a", "operator": "Equals", "value": "a"}]}});
+        for (validate, named, at) in [
+            (
+                json!({"pattern": pattern, "deny": deny}),
+                "pattern and deny",
+                "rules[0].validate",
+            ),
+            (
+                json!({"anyPattern": [pattern], "cel": {"expressions": [{"expression": "true"}]}}),
+                "anyPattern and cel",
+                "rules[0].validate",
+            ),
+            (
+                json!({"foreach": [{"list": "request.object.spec.containers",
+                                    "pattern": pattern, "deny": deny}]}),
+                "pattern and deny",
+                "foreach[0]",
+            ),
+        ] {
+            let err = with_validate(validate).unwrap_err().to_string();
+            assert!(
+                err.contains(named) && err.contains("only one of") && err.contains(at),
+                "{err}"
+            );
+        }
+        // One check, with a message beside it, compiles.
+        with_validate(json!({"message": "m", "pattern": pattern})).unwrap();
+        with_validate(json!({"message": "m", "deny": deny})).unwrap();
     }
 
     #[test]
