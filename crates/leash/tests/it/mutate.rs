@@ -145,7 +145,18 @@ fn test_fails_when_the_patched_resource_differs_and_names_the_field() {
 /// passed): with a differing patched resource, and with a matching one.
 #[test]
 fn a_fail_row_of_a_mutate_rule_passes_as_in_kyverno_test() {
-    for (patched, passes) in [(PATCHED_WRONG, true), (PATCHED_LATEST, true)] {
+    for (patched, passes, says) in [
+        (
+            PATCHED_WRONG,
+            true,
+            "the mutated resource differs from the patched resource, as a fail row expects",
+        ),
+        (
+            PATCHED_LATEST,
+            true,
+            "passed as kyverno test passes it: a mutate rule never fails, and a fail row counts as passed",
+        ),
+    ] {
         let dir = tempfile::tempdir().unwrap();
         folder(
             dir.path(),
@@ -153,7 +164,22 @@ fn a_fail_row_of_a_mutate_rule_passes_as_in_kyverno_test() {
             "- {policy: defaults, rule: pull-always, resources: [latest], kind: Pod, result: fail, patchedResources: patched.yaml}\n",
         );
         let out = leash().args(["test"]).arg(dir.path()).output().unwrap();
-        assert_eq!(out.status.success(), passes, "{}", stdout(&out));
+        let table = stdout(&out);
+        assert_eq!(out.status.success(), passes, "{table}");
+        // README: the table's columns, and what it says of the row.
+        let header: Vec<&str> = table
+            .lines()
+            .find(|l| l.trim_start().starts_with("ID "))
+            .unwrap_or_else(|| panic!("no table header: {table}"))
+            .split_whitespace()
+            .collect();
+        assert_eq!(
+            header,
+            [
+                "ID", "POLICY", "RULE", "RESOURCE", "EXPECTED", "GOT", "RESULT"
+            ]
+        );
+        assert!(table.contains(&format!("row 1: {says}")), "{table}");
     }
     // A validate rule's fail row stays strict: the pod passes, so it fails.
     let dir = tempfile::tempdir().unwrap();
