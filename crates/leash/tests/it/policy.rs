@@ -737,7 +737,8 @@ fn apply_cluster_table_streams_failures_and_exits_1() {
 
 /// `globalReference` against a cluster: the cluster's GlobalContextEntry
 /// objects are made ready before the evaluation; a rule reads an entry's
-/// data and one of its projections.
+/// data and one of its projections, and a ValidatingPolicy the projection
+/// through CEL `globalContext.Get`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn apply_cluster_serves_global_context_entries() {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -798,6 +799,24 @@ spec:
         conditions:
           all:
           - {key: "{{ all }}", operator: Equals, value: 3}
+---
+apiVersion: policies.kyverno.io/v1
+kind: ValidatingPolicy
+metadata: {name: global-cel}
+spec:
+  validationActions: [Audit]
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: [v1]
+      operations: [CREATE, UPDATE]
+      resources: [configmaps]
+  variables:
+  - name: inx
+    expression: globalContext.Get("deployments", "in-x")
+  validations:
+  - expression: "int(variables.inx) != 2"
+    messageExpression: "'CEL reads ' + string(int(variables.inx)) + ' in x'"
 "#,
     )
     .unwrap();
@@ -812,12 +831,20 @@ spec:
     });
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
-    assert_eq!(doc["summary"]["fail"], 1, "{doc}");
-    assert_eq!(
-        doc["results"][0]["message"].as_str().unwrap_or(""),
-        "3 deployments, 2 in x",
-        "{doc}"
-    );
+    assert_eq!(doc["summary"]["fail"], 2, "{doc}");
+    let message = |policy: &str| {
+        doc["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["policy"] == policy)
+            .and_then(|r| r["message"].as_str())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert_eq!(message("global"), "3 deployments, 2 in x", "{doc}");
+    // README: CEL `globalContext.Get` reads the same entries.
+    assert_eq!(message("global-cel"), "CEL reads 2 in x", "{doc}");
     sb.shutdown().await.unwrap();
 }
 
