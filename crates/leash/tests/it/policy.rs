@@ -1338,3 +1338,60 @@ spec:
         "the service was called"
     );
 }
+
+/// README, `leash apply --cluster`: objects are evaluated as pages arrive
+/// and the table's lines stream out. Against a sandbox that answers each
+/// request after 300 ms, four pages of ten pods take over a second; the
+/// first failure is printed while later pages are still on their way (the
+/// process is still running), and every pod's failure is printed in the end.
+#[test]
+fn apply_cluster_prints_failures_as_pages_arrive() {
+    use std::io::BufRead as _;
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    fs::write(&policy, CLUSTER_POLICY).unwrap();
+    let sandbox =
+        crate::support::SandboxProcess::start(&["--generate", "pods=40", "--latency", "300ms"]);
+    let mut child = ChildGuard(
+        leash_piped(
+            "apply",
+            &[
+                "--cluster",
+                "-A",
+                "--page-size",
+                "10",
+                "--server",
+                &sandbox.url,
+            ],
+        )
+        .arg(&policy)
+        .spawn()
+        .unwrap(),
+    );
+    let stdout = child.0.stdout.take().unwrap();
+    let mut lines = std::io::BufReader::new(stdout).lines();
+    let first = lines
+        .by_ref()
+        .map(|l| l.unwrap())
+        .find(|l| l.starts_with("FAIL: policy every-pod"))
+        .expect("a failure line");
+    let printed = std::time::Instant::now();
+    assert!(
+        child.0.try_wait().unwrap().is_none(),
+        "the first failure ({first}) came only after the run ended"
+    );
+    let rest = lines
+        .map(|l| l.unwrap())
+        .filter(|l| l.starts_with("FAIL: policy every-pod"))
+        .count();
+    assert_eq!(1 + rest, 40);
+    let status = wait_exit(&mut child.0, BOUND, "apply exit");
+    assert_eq!(status.code(), Some(1));
+    // At least two more pages (300 ms each) came after the first line; a
+    // table printed only at the end would leave no such gap.
+    assert!(
+        printed.elapsed() >= std::time::Duration::from_millis(300),
+        "the first failure came {:?} before the end",
+        printed.elapsed()
+    );
+}
