@@ -971,3 +971,57 @@ fn forbidden_and_bad_server_urls_exit_2() {
         }
     }
 }
+
+/// README, `leash load` exit codes: 1 when some kinds failed, each named,
+/// with what loaded still written. The server lists pods and fails every
+/// request for configmaps and secrets; with `--continue-on-error` the pods
+/// are on stdout and both failed kinds are named.
+#[test]
+fn failed_kinds_are_named_and_what_loaded_is_written() {
+    let answer = |path: &str| -> (u16, String) {
+        match path.split('?').next().unwrap_or("") {
+            "/api/v1" => (
+                200,
+                r#"{"kind":"APIResourceList","apiVersion":"v1","groupVersion":"v1","resources":[
+                    {"name":"pods","singularName":"pod","namespaced":true,"kind":"Pod","verbs":["list"]},
+                    {"name":"configmaps","singularName":"configmap","namespaced":true,"kind":"ConfigMap","verbs":["list"]},
+                    {"name":"secrets","singularName":"secret","namespaced":true,"kind":"Secret","verbs":["list"]}]}"#
+                    .into(),
+            ),
+            "/api/v1/pods" => (
+                200,
+                r#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"1"},"items":[
+                    {"metadata":{"name":"a","namespace":"n","uid":"u-a"}},
+                    {"metadata":{"name":"b","namespace":"n","uid":"u-b"}}]}"#
+                    .into(),
+            ),
+            other => unavailable(other),
+        }
+    };
+    let (out, _) = with_server(answer, |url| {
+        output_within(load_command(&[
+            "--server",
+            url,
+            "pods,configmaps,secrets",
+            "-A",
+            "--retries",
+            "0",
+            "--continue-on-error",
+            "-o",
+            "name",
+        ]))
+    });
+    assert_exit(&out, 1);
+    let names: BTreeSet<String> = stdout(&out).lines().map(str::to_owned).collect();
+    assert_eq!(
+        names,
+        BTreeSet::from(["pod/a".to_owned(), "pod/b".to_owned()])
+    );
+    let err = stderr(&out);
+    for kind in ["configmaps", "secrets"] {
+        assert!(
+            err.lines().any(|l| l.contains(kind) && l.contains("503")),
+            "{kind} not named as failed:\n{err}"
+        );
+    }
+}
