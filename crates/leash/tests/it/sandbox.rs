@@ -104,12 +104,14 @@ fn sandbox_prints_its_url_serves_generated_pods_and_exits_0_on_sigint() {
         &format!("/api/v1/pods?watch=true&resourceVersion={rv}"),
     );
 
-    let (exit, stderr) = sandbox.signal_and_wait("INT");
+    let (exit, rest_of_stdout, stderr) = sandbox.signal_and_wait_for_output("INT");
     assert_eq!(
         exit.code(),
         Some(0),
         "exit after SIGINT: {exit:?}; stderr:\n{stderr}"
     );
+    // README: nothing but the URL goes to stdout, from start to exit.
+    assert_eq!(rest_of_stdout, "", "more than the URL on stdout");
     assert!(
         stderr.contains("Pod 50"),
         "summary lacks the pod count:\n{stderr}"

@@ -82,6 +82,8 @@ pub(crate) struct SandboxProcess {
     pub(crate) child: ChildGuard,
     pub(crate) url: String,
     stderr: mpsc::Receiver<String>,
+    /// What stdout held after the URL line, once it closed.
+    rest_of_stdout: mpsc::Receiver<String>,
 }
 
 impl SandboxProcess {
@@ -95,6 +97,7 @@ impl SandboxProcess {
         let stdout = child.0.stdout.take().expect("piped stdout");
         let stderr = child.0.stderr.take().expect("piped stderr");
         let (line_tx, line_rx) = mpsc::channel();
+        let (rest_tx, rest_rx) = mpsc::channel();
         #[allow(
             clippy::disallowed_methods,
             reason = "a test thread drains the child process pipe; it ends when the pipe closes"
@@ -103,7 +106,8 @@ impl SandboxProcess {
             let mut lines = BufReader::new(stdout).lines();
             let _ = line_tx.send(lines.next());
             // Keep draining so the child never blocks on a full pipe.
-            for _ in lines {}
+            let rest: Vec<String> = lines.map_while(Result::ok).collect();
+            let _ = rest_tx.send(rest.join("\n"));
         });
         let (err_tx, err_rx) = mpsc::channel();
         #[allow(
@@ -120,6 +124,7 @@ impl SandboxProcess {
                 child,
                 url,
                 stderr: err_rx,
+                rest_of_stdout: rest_rx,
             },
             other => {
                 drop(child);
@@ -131,15 +136,26 @@ impl SandboxProcess {
 
     /// Send `signal` (`INT`, `TERM`) and wait for the exit: its status and
     /// the whole stderr.
-    pub(crate) fn signal_and_wait(mut self, signal: &str) -> (ExitStatus, String) {
+    pub(crate) fn signal_and_wait(self, signal: &str) -> (ExitStatus, String) {
+        let (exit, _, stderr) = self.signal_and_wait_for_output(signal);
+        (exit, stderr)
+    }
+
+    /// As [`SandboxProcess::signal_and_wait`], also with what stdout held
+    /// after the URL line.
+    pub(crate) fn signal_and_wait_for_output(
+        mut self,
+        signal: &str,
+    ) -> (ExitStatus, String, String) {
         send_signal(&self.child.0, signal);
         let exit = wait_exit(
             &mut self.child.0,
             BOUND,
             &format!("leash sandbox exit after SIG{signal}"),
         );
+        let rest = self.rest_of_stdout.recv_timeout(BOUND).unwrap_or_default();
         let stderr = self.stderr.recv_timeout(BOUND).unwrap_or_default();
-        (exit, stderr)
+        (exit, rest, stderr)
     }
 }
 
