@@ -691,7 +691,8 @@ fn with_unavailable_server(client: impl FnOnce(&str) -> Output) -> (Output, Vec<
 }
 
 /// A fake API server on 127.0.0.1 whose `answer` gives each request path
-/// its status and JSON body, recording each request's path in order. Runs
+/// its status and JSON body (a 429 with `Retry-After: 1`), recording each
+/// request's path in order. Runs
 /// `client` (given the URL) while serving; returns its output and the
 /// request paths.
 fn with_server(
@@ -725,8 +726,15 @@ fn with_server(
             let path = request_line.split(' ').nth(1).unwrap_or("").to_owned();
             let (status, body) = answer(&path);
             paths.lock().unwrap().push(path);
+            // A 429 asks for a one-second wait, as API Priority and
+            // Fairness does.
+            let retry_after = if status == 429 {
+                "retry-after: 1\r\n"
+            } else {
+                ""
+            };
             let head = format!(
-                "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\n{retry_after}content-length: {}\r\n\r\n",
                 body.len()
             );
             if writer.write_all(head.as_bytes()).is_err()
@@ -1024,4 +1032,57 @@ fn failed_kinds_are_named_and_what_loaded_is_written() {
             "{kind} not named as failed:\n{err}"
         );
     }
+}
+
+/// README, `leash load`: up to 2N kinds are in progress for N requests in
+/// flight, so a kind waiting out a `Retry-After` leaves its request slot to
+/// another. With one slot, two kinds each throttled once (429, `Retry-After:
+/// 1`): the second kind's first request comes while the first kind waits,
+/// before either retries (one list task per slot would retry the first kind
+/// before starting the second, and wait twice as long).
+#[test]
+fn a_kind_waiting_out_retry_after_leaves_its_slot_to_another() {
+    use std::sync::Mutex;
+    let throttled: Mutex<BTreeSet<String>> = Mutex::default();
+    let answer = |path: &str| -> (u16, String) {
+        let base = path.split('?').next().unwrap_or("");
+        match base {
+            "/api/v1" => (
+                200,
+                r#"{"kind":"APIResourceList","apiVersion":"v1","groupVersion":"v1","resources":[
+                    {"name":"configmaps","singularName":"configmap","namespaced":true,"kind":"ConfigMap","verbs":["list"]},
+                    {"name":"secrets","singularName":"secret","namespaced":true,"kind":"Secret","verbs":["list"]}]}"#
+                    .into(),
+            ),
+            "/api/v1/configmaps" | "/api/v1/secrets" => {
+                if throttled.lock().unwrap().insert(base.to_owned()) {
+                    (429, r#"{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"TooManyRequests","code":429}"#.into())
+                } else {
+                    (200, r#"{"kind":"List","apiVersion":"v1","metadata":{},"items":[]}"#.into())
+                }
+            }
+            other => unavailable(other),
+        }
+    };
+    let (out, paths) = with_server(answer, |url| {
+        output_within(load_command(&[
+            "--server",
+            url,
+            "configmaps,secrets",
+            "-A",
+            "--concurrency",
+            "1",
+        ]))
+    });
+    assert_exit(&out, 0);
+    let lists: Vec<&str> = paths
+        .iter()
+        .filter(|p| p.starts_with("/api/v1/configmaps") || p.starts_with("/api/v1/secrets"))
+        .map(|p| p.split('?').next().unwrap_or(""))
+        .collect();
+    assert_eq!(lists.len(), 4, "{paths:?}");
+    assert_ne!(
+        lists[0], lists[1],
+        "the second kind started while the first waited: {lists:?}"
+    );
 }
