@@ -5,7 +5,8 @@ use std::fs;
 use std::path::Path;
 
 use crate::support::{
-    BOUND, ChildGuard, accept_within, leash, leash_piped, send_signal, stderr, stdout, wait_exit,
+    BOUND, ChildGuard, accept_within, leash, leash_piped, output_within, send_signal, stderr,
+    stdout, unavailable, wait_exit, with_server,
 };
 
 const POLICY: &str = r#"
@@ -1394,4 +1395,110 @@ fn apply_cluster_prints_failures_as_pages_arrive() {
         "the first failure came {:?} before the end",
         printed.elapsed()
     );
+}
+
+/// Twenty pods in namespace `n` and a ConfigMap list at
+/// `/api/v1/namespaces/team/configmaps` (two items, or a 503 when
+/// `failing`), for [`with_server`].
+fn pods_and_a_lookup(failing: bool) -> impl Fn(&str) -> (u16, String) + Sync {
+    move |path: &str| -> (u16, String) {
+        match path.split('?').next().unwrap_or("") {
+            "/api/v1" => (
+                200,
+                r#"{"kind":"APIResourceList","apiVersion":"v1","groupVersion":"v1","resources":[
+                    {"name":"pods","singularName":"pod","namespaced":true,"kind":"Pod","verbs":["list"]},
+                    {"name":"namespaces","singularName":"namespace","namespaced":false,"kind":"Namespace","verbs":["list"]},
+                    {"name":"configmaps","singularName":"configmap","namespaced":true,"kind":"ConfigMap","verbs":["list"]}]}"#
+                    .into(),
+            ),
+            "/api/v1/namespaces" => (
+                200,
+                r#"{"kind":"NamespaceList","apiVersion":"v1","metadata":{},"items":[{"metadata":{"name":"n","uid":"ns-n"}}]}"#.into(),
+            ),
+            "/api/v1/pods" => {
+                let items: Vec<String> = (0..20)
+                    .map(|i| format!(r#"{{"metadata":{{"name":"p{i}","namespace":"n","uid":"u{i}"}},"spec":{{"containers":[{{"name":"c","image":"nginx"}}]}}}}"#))
+                    .collect();
+                (
+                    200,
+                    format!(r#"{{"kind":"PodList","apiVersion":"v1","metadata":{{}},"items":[{}]}}"#, items.join(",")),
+                )
+            }
+            "/api/v1/namespaces/team/configmaps" if !failing => (
+                200,
+                r#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{},"items":[{"metadata":{"name":"a"}},{"metadata":{"name":"b"}}]}"#.into(),
+            ),
+            other => unavailable(other),
+        }
+    }
+}
+
+/// README, `leash apply --cluster`: what a rule reads through an `apiCall`
+/// `urlPath` is read from the API server when first asked for and kept for
+/// the rest of the run; a failed read is not kept, and the next object
+/// that asks tries again. Twenty pods read one path: it is requested once
+/// (at most once per evaluation thread, when they miss it at the same
+/// moment); when it fails, once per pod, each pod's rule an `error`.
+#[test]
+fn apply_cluster_keeps_what_it_read_and_retries_what_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        r#"apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: lookup}
+spec:
+  rules:
+  - name: count
+    match: {any: [{resources: {kinds: [Pod]}}]}
+    context:
+    - name: cms
+      apiCall:
+        urlPath: /api/v1/namespaces/team/configmaps
+        jmesPath: "items | length(@)"
+    validate:
+      message: "{{ cms }} configmaps"
+      deny:
+        conditions:
+          any:
+          - {key: "{{ cms }}", operator: Equals, value: 2}
+"#,
+    )
+    .unwrap();
+    let lookups = |paths: &[String]| {
+        paths
+            .iter()
+            .filter(|p| p.starts_with("/api/v1/namespaces/team/configmaps"))
+            .count()
+    };
+    let run = |url: &str| {
+        let mut cmd = leash();
+        cmd.args([
+            "apply",
+            policy.to_str().unwrap(),
+            "--cluster",
+            "-A",
+            "-o",
+            "json",
+        ])
+        .args(["--server", url]);
+        output_within(cmd)
+    };
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let (out, paths) = with_server(pods_and_a_lookup(false), run);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(doc["summary"]["fail"], 20, "{doc}");
+    let n = lookups(&paths);
+    assert!(
+        (1..=threads.min(19)).contains(&n),
+        "kept: {n} requests for 20 pods ({threads} threads)"
+    );
+
+    let (out, paths) = with_server(pods_and_a_lookup(true), run);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(doc["summary"]["error"], 20, "{doc}");
+    assert_eq!(lookups(&paths), 20, "a failed read is not kept: {paths:?}");
 }

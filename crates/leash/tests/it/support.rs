@@ -252,3 +252,140 @@ pub(crate) fn accept_within(
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
+
+/// Run `cmd` to completion within [`BOUND`] (killed and a panic after it),
+/// with its output.
+pub(crate) fn output_within(mut cmd: Command) -> Output {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start leash");
+    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    // The pipes are read meanwhile; a child killed after the bound closes
+    // them, so the readers end and the scope joins them.
+    std::thread::scope(|s| {
+        let stdout = s.spawn(move || {
+            let mut buf = Vec::new();
+            let _ = out.read_to_end(&mut buf);
+            buf
+        });
+        let stderr = s.spawn(move || {
+            let mut buf = Vec::new();
+            let _ = err.read_to_end(&mut buf);
+            buf
+        });
+        let status = wait_exit(&mut child, BOUND, "exit");
+        Output {
+            status,
+            stdout: stdout.join().unwrap(),
+            stderr: stderr.join().unwrap(),
+        }
+    })
+}
+
+/// Legacy discovery of one resource (`pods`), a 503 Status (which kube's
+/// own retry layer would retry) for everything else.
+pub(crate) fn unavailable(path: &str) -> (u16, String) {
+    match path.split('?').next().unwrap_or("") {
+        "/api" => (200, r#"{"kind":"APIVersions","versions":["v1"]}"#.into()),
+        "/apis" => (
+            200,
+            r#"{"kind":"APIGroupList","apiVersion":"v1","groups":[]}"#.into(),
+        ),
+        "/api/v1" => (
+            200,
+            r#"{"kind":"APIResourceList","apiVersion":"v1","groupVersion":"v1","resources":[{"name":"pods","singularName":"pod","namespaced":true,"kind":"Pod","verbs":["get","list","watch"]}]}"#.into(),
+        ),
+        _ => (
+            503,
+            r#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"unavailable","reason":"ServiceUnavailable","code":503}"#.into(),
+        ),
+    }
+}
+
+/// [`with_server`] answering as [`unavailable`].
+pub(crate) fn with_unavailable_server(
+    client: impl FnOnce(&str) -> Output,
+) -> (Output, Vec<String>) {
+    with_server(unavailable, client)
+}
+
+/// A fake API server on 127.0.0.1 whose `answer` gives each request path
+/// its status and JSON body (a 429 with `Retry-After: 1`), recording each
+/// request's path in order. Runs
+/// `client` (given the URL) while serving; returns its output and the
+/// request paths.
+pub(crate) fn with_server(
+    answer: impl Fn(&str) -> (u16, String) + Sync,
+    client: impl FnOnce(&str) -> Output,
+) -> (Output, Vec<String>) {
+    use std::io::Write as _;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let paths = Mutex::new(Vec::new());
+    let done = AtomicBool::new(false);
+    let serve = |stream: std::net::TcpStream| {
+        stream.set_nonblocking(false).unwrap();
+        stream.set_read_timeout(Some(BOUND)).unwrap();
+        let mut reader = BufReader::new(stream.try_clone().unwrap());
+        let mut writer = stream;
+        loop {
+            let mut request_line = String::new();
+            if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
+                return;
+            }
+            // Headers up to the blank line (GETs carry no body).
+            let mut line = String::new();
+            while reader.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
+                line.clear();
+            }
+            let path = request_line.split(' ').nth(1).unwrap_or("").to_owned();
+            let (status, body) = answer(&path);
+            paths.lock().unwrap().push(path);
+            // A 429 asks for a one-second wait, as API Priority and
+            // Fairness does.
+            let retry_after = if status == 429 {
+                "retry-after: 1\r\n"
+            } else {
+                ""
+            };
+            let head = format!(
+                "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\n{retry_after}content-length: {}\r\n\r\n",
+                body.len()
+            );
+            if writer.write_all(head.as_bytes()).is_err()
+                || writer.write_all(body.as_bytes()).is_err()
+            {
+                return;
+            }
+        }
+    };
+    // Set on every exit of the client (a panic included), so that the
+    // accept loop ends and the scope can join it.
+    struct SetOnDrop<'a>(&'a AtomicBool);
+    impl Drop for SetOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+    let out = std::thread::scope(|s| {
+        s.spawn(|| {
+            while !done.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        s.spawn(|| serve(stream));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        let _done = SetOnDrop(&done);
+        client(&url)
+    });
+    (out, paths.into_inner().unwrap())
+}
