@@ -483,3 +483,47 @@ fn serve_rejects_bad_flags() {
         assert!(err.contains(want), "{args:?}: {err}");
     }
 }
+
+/// README, `leash serve` reports: the background scan evaluates every
+/// `--background-scan-interval` as well as on change. With a 1 s interval
+/// and nothing changing, the count of scanned resources grows by at least
+/// one more full scan.
+#[test]
+fn the_background_scan_runs_again_every_interval() {
+    let metrics = format!("127.0.0.1:{}", crate::support::free_port());
+    let child = leash()
+        .args(["serve", "--sandbox=pods=5", "--components", "reports"])
+        .args(["--background-scan-interval", "1s", "--metrics", &metrics])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run leash serve");
+    let mut guard = ChildGuard(child);
+    let scanned = || -> Option<f64> {
+        // Not listening yet: no figure.
+        std::net::TcpStream::connect(&metrics).ok()?;
+        let (code, body) = http_get(&metrics, "/metrics");
+        (code == 200).then_some(())?;
+        body.lines()
+            .find(|l| l.starts_with("leash_resources_scanned_total "))?
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    };
+    let wait_for = |what: &str, ok: &dyn Fn(f64) -> bool| -> f64 {
+        let start = Instant::now();
+        loop {
+            if let Some(n) = scanned().filter(|n| ok(*n)) {
+                return n;
+            }
+            assert!(start.elapsed() < BOUND, "{what}: {:?}", scanned());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let first = wait_for("no first scan", &|n| n > 0.0);
+    wait_for("no rescan without changes", &|n| n >= 2.0 * first);
+    send_signal(&guard.0, "TERM");
+    let status = wait_exit(&mut guard.0, BOUND, "exit after SIGTERM");
+    assert!(status.success(), "{status:?}");
+}
