@@ -389,3 +389,64 @@ async fn serve_admission_reads_configmap_context_from_the_api_server() {
     });
     sb.shutdown().await.unwrap();
 }
+
+/// README, `leash serve`: a `background: true` policy whose rule reads the
+/// request's user is left out of the background scan (Kyverno's reason;
+/// unit tests in leash-controller's sources) but still runs at admission:
+/// a pod created through the sandbox (as `system:admin`) is denied with
+/// the user in the message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_reading_the_requests_user_still_runs_at_admission() {
+    let mut objects =
+        leash_sandbox::manifests::load_manifests(&[repo().join("deploy/crds")]).unwrap();
+    objects.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kyverno"}}));
+    objects.push(
+        json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+        "metadata": {"name": "who"},
+        "spec": {"validationFailureAction": "Enforce", "background": true, "rules": [{
+            "name": "not-admin",
+            "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+            "validate": {"message": "created by {{ request.userInfo.username }}",
+                "deny": {"conditions": {"any": [{
+                    "key": "{{ request.userInfo.username }}",
+                    "operator": "Equals", "value": "system:admin"}]}}}}]}}),
+    );
+    let sb = Sandbox::start(SandboxConfig {
+        objects,
+        ..SandboxConfig::default()
+    })
+    .await
+    .unwrap();
+    let health = format!("127.0.0.1:{}", free_port());
+    let mut server = ChildGuard(
+        leash()
+            .args([
+                "serve",
+                "--server",
+                &sb.url(),
+                "--admission-listen",
+                "127.0.0.1:0",
+            ])
+            .args(["--health", &health])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("run leash serve"),
+    );
+    wait_ready(&health).await;
+    let addr = sb.url().trim_start_matches("http://").to_owned();
+    let pod = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}});
+    let (status, body) = tokio::task::block_in_place(|| {
+        http_post_json(&addr, "/api/v1/namespaces/default/pods", &pod)
+    });
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.contains("denied the request") && body.contains("created by system:admin"),
+        "{body}"
+    );
+    send_signal(&server.0, "TERM");
+    tokio::task::block_in_place(|| wait_exit(&mut server.0, BOUND, "exit after SIGTERM"));
+    sb.shutdown().await.unwrap();
+}
