@@ -412,6 +412,10 @@ impl ConfigSource {
         };
         let key = format!("{}/{}", self.namespace, self.name);
         let metrics = self.metrics.clone();
+        // The object a rejection was logged for, by resourceVersion: the
+        // initial list hands the same object over twice (as applied, then
+        // as listed), and it is one rejection.
+        let mut rejected: Option<String> = None;
         watch_into(
             self.client.clone(),
             resource,
@@ -424,9 +428,19 @@ impl ConfigSource {
                     Change::Deleted(_) => None,
                     Change::Listed { .. } => store.get(&self.namespace, &self.name),
                 };
-                if let Err(e) = self.apply(cm.as_deref()) {
-                    metrics.config_rejected.inc();
-                    tracing::warn!("ConfigMap {key}: the update is not used, the previous configuration stays: {e}");
+                let version = cm
+                    .as_deref()
+                    .and_then(|c| c["metadata"]["resourceVersion"].as_str())
+                    .unwrap_or_default()
+                    .to_owned();
+                match self.apply(cm.as_deref()) {
+                    Err(_) if rejected.as_deref() == Some(version.as_str()) => {}
+                    Err(e) => {
+                        metrics.config_rejected.inc();
+                        tracing::warn!("ConfigMap {key}: the update is not used, the previous configuration stays: {e}");
+                        rejected = Some(version);
+                    }
+                    Ok(()) => rejected = None,
                 }
             },
             |e| {

@@ -377,7 +377,7 @@ fn serve_sandbox_demo_health_metrics_and_sigterm() {
         .spawn()
         .expect("run leash serve");
     let stderr = child.stderr.take().unwrap();
-    let mut guard = ChildGuard(child);
+    let guard = ChildGuard(child);
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::scope(|s| {
         s.spawn(move || {
@@ -388,6 +388,9 @@ fn serve_sandbox_demo_health_metrics_and_sigterm() {
                 let _ = tx.send(line);
             }
         });
+        // Dropped (the child killed) if an assertion fails, so that the
+        // reader sees the pipe close and the scope can join it.
+        let mut guard = guard;
         let (mut health, mut metrics) = (None, None);
         let start = Instant::now();
         while health.is_none() || metrics.is_none() {
@@ -526,4 +529,91 @@ fn the_background_scan_runs_again_every_interval() {
     send_signal(&guard.0, "TERM");
     let status = wait_exit(&mut guard.0, BOUND, "exit after SIGTERM");
     assert!(status.success(), "{status:?}");
+}
+
+/// README, `leash serve`: what it cannot use is logged, naming it. A
+/// policy that does not compile, a `background: true` policy that reads the
+/// request's user (left out of the scan with the reason) and a Kyverno
+/// ConfigMap that does not parse each get their log line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_logs_what_it_cannot_use() {
+    use std::io::BufRead as _;
+    let mut objects =
+        leash_sandbox::manifests::load_manifests(&[repo().join("deploy/crds")]).unwrap();
+    objects.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kyverno"}}));
+    objects.push(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "kyverno", "namespace": "kyverno"},
+        "data": {"excludeUsernames": 5}}));
+    objects.push(
+        json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+        "metadata": {"name": "broken"},
+        "spec": {"rules": [{"name": "r",
+            "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+            "validate": {"deny": {"conditions": {"any": [
+                {"key": "a", "operator": "Resembles", "value": "b"}]}}}}]}}),
+    );
+    objects.push(json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+        "metadata": {"name": "who"},
+        "spec": {"background": true, "rules": [{"name": "r",
+            "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+            "validate": {"message": "m", "deny": {"conditions": {"any": [
+                {"key": "{{ request.userInfo.username }}", "operator": "Equals", "value": "x"}]}}}}]}}));
+    let sb = Sandbox::start(SandboxConfig {
+        objects,
+        ..SandboxConfig::default()
+    })
+    .await
+    .unwrap();
+    let mut child = leash()
+        .args(["serve", "--server", &sb.url(), "--components", "reports"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run leash serve");
+    let stderr = child.stderr.take().unwrap();
+    let guard = ChildGuard(child);
+    let mut want = vec![
+        "policy ClusterPolicy broken is not used:",
+        "policy who is not evaluated in background, only at admission:",
+        "ConfigMap kyverno/kyverno: the update is not used",
+    ];
+    tokio::task::block_in_place(|| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                for line in std::io::BufReader::new(stderr)
+                    .lines()
+                    .map_while(Result::ok)
+                {
+                    let _ = tx.send(line);
+                }
+            });
+            // Dropped (the child killed) if an assertion fails, so that
+            // the reader sees the pipe close and the scope can join it.
+            let mut guard = guard;
+            let start = Instant::now();
+            let mut seen = Vec::new();
+            while !want.is_empty() {
+                assert!(
+                    start.elapsed() < BOUND,
+                    "not logged: {want:?}; log:\n{}",
+                    seen.join("\n")
+                );
+                let Ok(line) = rx.recv_timeout(Duration::from_millis(100)) else {
+                    continue;
+                };
+                want.retain(|w| !line.contains(w));
+                seen.push(line);
+            }
+            // Logged once, though the first list hands the object over twice.
+            let rejected = seen
+                .iter()
+                .filter(|l| l.contains("ConfigMap kyverno/kyverno: the update is not used"))
+                .count();
+            assert_eq!(rejected, 1, "{}", seen.join("\n"));
+            send_signal(&guard.0, "TERM");
+            assert!(wait_exit(&mut guard.0, BOUND, "exit after SIGTERM").success());
+        });
+    });
+    sb.shutdown().await.unwrap();
 }
