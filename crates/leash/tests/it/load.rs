@@ -635,6 +635,10 @@ fn seed_partial_pages_discarded() {
     assert_eq!(per_kind, retries, "{summary}");
 }
 
+/// A policy that every pod with a name passes, for `apply --cluster` runs
+/// whose point is the requests they make.
+const NAMED_PODS_POLICY: &str = "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata: {name: p}\nspec:\n  rules:\n  - name: r\n    match: {any: [{resources: {kinds: [Pod]}}]}\n    validate: {message: m, pattern: {metadata: {name: \"?*\"}}}\n";
+
 /// README, "Connection flags": the client never retries on its own (only
 /// leash's retries do: 1 + `--retries 2` requests for the list with
 /// `load`, 1 + 5 with `apply --cluster`, where kube's retry layer would add
@@ -673,11 +677,7 @@ fn discovery_comes_first_and_only_leash_retries() {
 
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("policy.yaml");
-    std::fs::write(
-        &policy,
-        "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata: {name: p}\nspec:\n  rules:\n  - name: r\n    match: {any: [{resources: {kinds: [Pod]}}]}\n    validate: {message: m, pattern: {metadata: {name: \"?*\"}}}\n",
-    )
-    .unwrap();
+    std::fs::write(&policy, NAMED_PODS_POLICY).unwrap();
     let (out, paths) = with_unavailable_server(|url| {
         let mut apply = leash();
         apply.args([
@@ -793,11 +793,7 @@ fn forbidden_and_bad_server_urls_exit_2() {
     };
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("policy.yaml");
-    std::fs::write(
-        &policy,
-        "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata: {name: p}\nspec:\n  rules:\n  - name: r\n    match: {any: [{resources: {kinds: [Pod]}}]}\n    validate: {message: m, pattern: {metadata: {name: \"?*\"}}}\n",
-    )
-    .unwrap();
+    std::fs::write(&policy, NAMED_PODS_POLICY).unwrap();
     let apply = |url: &str| {
         let mut cmd = leash();
         cmd.args([

@@ -356,10 +356,9 @@ async fn serve_reports_converge_under_faults_and_after_kill_9() {
 /// SIGTERM exits 0.
 #[test]
 fn serve_sandbox_demo_health_metrics_and_sigterm() {
-    use std::io::BufRead as _;
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kc");
-    let mut child = leash()
+    let child = leash()
         .args([
             "serve",
             "--sandbox=pods=20",
@@ -376,21 +375,7 @@ fn serve_sandbox_demo_health_metrics_and_sigterm() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("run leash serve");
-    let stderr = child.stderr.take().unwrap();
-    let guard = ChildGuard(child);
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::scope(|s| {
-        s.spawn(move || {
-            for line in std::io::BufReader::new(stderr)
-                .lines()
-                .map_while(Result::ok)
-            {
-                let _ = tx.send(line);
-            }
-        });
-        // Dropped (the child killed) if an assertion fails, so that the
-        // reader sees the pipe close and the scope can join it.
-        let mut guard = guard;
+    with_stderr_lines(child, |guard, rx| {
         let (mut health, mut metrics) = (None, None);
         let start = Instant::now();
         while health.is_none() || metrics.is_none() {
@@ -537,7 +522,6 @@ fn the_background_scan_runs_again_every_interval() {
 /// ConfigMap that does not parse each get their log line.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_logs_what_it_cannot_use() {
-    use std::io::BufRead as _;
     let mut objects =
         leash_sandbox::manifests::load_manifests(&[repo().join("deploy/crds")]).unwrap();
     objects.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kyverno"}}));
@@ -564,33 +548,19 @@ async fn serve_logs_what_it_cannot_use() {
     })
     .await
     .unwrap();
-    let mut child = leash()
+    let child = leash()
         .args(["serve", "--server", &sb.url(), "--components", "reports"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .expect("run leash serve");
-    let stderr = child.stderr.take().unwrap();
-    let guard = ChildGuard(child);
     let mut want = vec![
         "policy ClusterPolicy broken is not used:",
         "policy who is not evaluated in background, only at admission:",
         "ConfigMap kyverno/kyverno: the update is not used",
     ];
     tokio::task::block_in_place(|| {
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::scope(|s| {
-            s.spawn(move || {
-                for line in std::io::BufReader::new(stderr)
-                    .lines()
-                    .map_while(Result::ok)
-                {
-                    let _ = tx.send(line);
-                }
-            });
-            // Dropped (the child killed) if an assertion fails, so that
-            // the reader sees the pipe close and the scope can join it.
-            let mut guard = guard;
+        with_stderr_lines(child, |guard, rx| {
             let start = Instant::now();
             let mut seen = Vec::new();
             while !want.is_empty() {
@@ -616,4 +586,30 @@ async fn serve_logs_what_it_cannot_use() {
         });
     });
     sb.shutdown().await.unwrap();
+}
+
+/// Runs `body` with `child` (its stderr piped) guarded and its stderr's
+/// lines arriving on a channel. The guard is dropped (the child killed)
+/// before the reader is joined, also when `body` panics, so a failed
+/// assertion cannot leave the test waiting on a pipe that never closes.
+fn with_stderr_lines<T>(
+    mut child: std::process::Child,
+    body: impl FnOnce(&mut ChildGuard, &std::sync::mpsc::Receiver<String>) -> T,
+) -> T {
+    use std::io::BufRead as _;
+    let stderr = child.stderr.take().expect("piped stderr");
+    let guard = ChildGuard(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                let _ = tx.send(line);
+            }
+        });
+        let mut guard = guard;
+        body(&mut guard, &rx)
+    })
 }
