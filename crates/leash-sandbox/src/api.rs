@@ -56,6 +56,8 @@ pub(crate) struct App {
     pub(crate) admission: Admission,
     /// The distinct requests served, as RBAC sees them.
     pub(crate) requests: RequestLog,
+    /// The watches open now, by resource.
+    pub(crate) open_watches: Arc<crate::watch::OpenWatches>,
 }
 
 type Reply = Result<Response<Body>, ApiError>;
@@ -584,6 +586,12 @@ impl App {
             },
         };
         let stream = watch(&self.store, rt.clone(), sel, &params, self.cancel.clone())?;
+        // Counted open for as long as the body lives.
+        let open = self.open_watches.open(&rt);
+        let stream = futures::StreamExt::map(stream, move |chunk| {
+            let _open = &open;
+            chunk
+        });
         let chunks: WatchChunks = match transform {
             None | Some((Transform::Metadata(_) | Transform::MetadataList(_), _)) => {
                 Box::pin(stream)

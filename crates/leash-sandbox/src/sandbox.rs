@@ -98,6 +98,7 @@ impl Sandbox {
             server: addr.to_string(),
             admission: Admission::new(services, scope.token().clone()),
             requests: RequestLog::default(),
+            open_watches: Arc::default(),
         });
         scope.spawn(
             "sandbox-accept",
@@ -180,6 +181,14 @@ preferences: {{}}
     /// [`Sandbox::requests_not_recorded`] counts the distinct ones past that.
     pub fn requests(&self) -> BTreeSet<ApiRequest> {
         self.app.requests.snapshot()
+    }
+
+    /// The watches open right now, by resource as kubectl names it
+    /// (`configmaps`, `deployments.apps`); a resource with none is absent.
+    /// A watch counts from its first response until its body is dropped
+    /// (it ended, or its client went away).
+    pub fn open_watches(&self) -> std::collections::BTreeMap<String, usize> {
+        self.app.open_watches.snapshot()
     }
 
     /// How many distinct requests were not recorded because the log was full.

@@ -201,3 +201,70 @@ async fn scan_calls_an_api_call_service_with_the_posted_data() {
     scope.shutdown().await.unwrap();
     sb.shutdown().await.unwrap();
 }
+
+/// README, `leash serve` reports: the scan watches every kind a background
+/// policy matches, and its watchers come and go as policies change. A
+/// policy on ConfigMaps arrives: a ConfigMap watch opens; it is deleted:
+/// that watch ends, while the example policies' watches stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watchers_come_and_go_with_the_policies() {
+    let sb = sandbox(vec![]).await;
+    let parts = Parts::new(&sb);
+    let reports = parts.reports(ReportsSettings::default());
+    let scope = Scope::new();
+    let t = scope.token().clone();
+    scope.spawn("policies", parts.policies.run(t.clone()));
+    scope.spawn("reports", reports.run(t));
+    until_watches(&sb, "the example policies' pods watched", |w| {
+        w.contains_key("pods")
+    })
+    .await;
+    assert!(!sb.open_watches().contains_key("configmaps"));
+    sb.store()
+        .create(json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+            "metadata": {"name": "configmaps-labelled"},
+            "spec": {"rules": [{"name": "r",
+                "match": {"any": [{"resources": {"kinds": ["ConfigMap"]}}]},
+                "validate": {"message": "m", "pattern": {"metadata": {"labels": {"team": "?*"}}}}}]}}))
+        .unwrap();
+    until_watches(&sb, "a ConfigMap watch", |w| {
+        w.get("configmaps") == Some(&1)
+    })
+    .await;
+    sb.store()
+        .delete(
+            "kyverno.io/v1",
+            "ClusterPolicy",
+            None,
+            "configmaps-labelled",
+        )
+        .unwrap();
+    until_watches(&sb, "the ConfigMap watch ended", |w| {
+        !w.contains_key("configmaps")
+    })
+    .await;
+    assert!(
+        sb.open_watches().contains_key("pods"),
+        "{:?}",
+        sb.open_watches()
+    );
+    scope.shutdown().await.unwrap();
+    sb.shutdown().await.unwrap();
+}
+
+/// Waits until the sandbox's open watches satisfy `ok`.
+async fn until_watches(
+    sb: &Sandbox,
+    what: &str,
+    ok: impl Fn(&std::collections::BTreeMap<String, usize>) -> bool,
+) {
+    let start = std::time::Instant::now();
+    while !ok(&sb.open_watches()) {
+        assert!(
+            start.elapsed() < HANG_BOUND,
+            "{what}: {:?}",
+            sb.open_watches()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}

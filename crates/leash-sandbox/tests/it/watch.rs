@@ -306,3 +306,64 @@ async fn deleting_a_crd_sends_deleted_events_and_ends_its_watches() {
     assert_eq!(events[0]["object"]["metadata"]["name"], "g1");
     sb.shutdown().await.unwrap();
 }
+
+/// `Sandbox::open_watches` counts each watch by resource from its first
+/// response until its body is dropped: a kube watcher of ConfigMaps and a
+/// raw watch of Deployments count, and stop counting once ended (the raw
+/// client gone, seen at the next event written to it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_watches_are_counted_by_resource_while_they_last() {
+    use std::io::{Read as _, Write as _};
+    let sb = start(vec![]).await;
+    assert!(sb.open_watches().is_empty());
+    let api: Api<ConfigMap> = Api::all(client(&sb));
+    let mut stream = watcher(api, watcher::Config::default()).boxed();
+    let scope = leash_runtime::Scope::new();
+    let token = scope.token().clone();
+    scope.spawn("configmap watcher", async move {
+        while token
+            .run_until_cancelled(stream.next())
+            .await
+            .flatten()
+            .is_some()
+        {}
+        Ok::<(), std::convert::Infallible>(())
+    });
+    eventually("the ConfigMap watch counted", || {
+        sb.open_watches().get("configmaps") == Some(&1)
+    })
+    .await;
+    let addr = sb.addr();
+    let raw = tokio::task::block_in_place(|| {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        write!(
+            s,
+            "GET /apis/apps/v1/deployments?watch=1 HTTP/1.1\r\nHost: x\r\n\r\n"
+        )
+        .unwrap();
+        let mut head = [0u8; 12];
+        s.read_exact(&mut head).unwrap();
+        s
+    });
+    eventually("the Deployment watch counted", || {
+        sb.open_watches().get("deployments.apps") == Some(&1)
+    })
+    .await;
+    drop(raw);
+    // The next event written to the closed connection ends that watch.
+    sb.store()
+        .create(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "d", "namespace": "default"},
+            "spec": {"selector": {}, "template": {"spec": {"containers": []}}}}))
+        .unwrap();
+    eventually("the Deployment watch no longer counted", || {
+        !sb.open_watches().contains_key("deployments.apps")
+    })
+    .await;
+    scope.shutdown().await.unwrap();
+    eventually("the ConfigMap watch no longer counted", || {
+        sb.open_watches().is_empty()
+    })
+    .await;
+    sb.shutdown().await.unwrap();
+}
