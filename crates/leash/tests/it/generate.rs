@@ -141,3 +141,120 @@ fn apply_prints_what_generate_rules_would_create() {
         "team-a"
     );
 }
+
+/// A classic generate rule whose data reads a rule `context` variable, and
+/// a `GeneratingPolicy` (CEL `generator.Apply`), both on a Namespace.
+const CONTEXT_AND_GPOL: &str = r#"
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: ns-context}
+spec:
+  rules:
+  - name: limits
+    match:
+      any:
+      - resources: {kinds: [Namespace]}
+    context:
+    - name: pods
+      variable: {jmesPath: "request.object.metadata.labels.pods", default: "10"}
+    generate:
+      apiVersion: v1
+      kind: ConfigMap
+      name: limits
+      namespace: "{{ request.object.metadata.name }}"
+      data:
+        data: {pods: "{{ pods }}"}
+---
+apiVersion: policies.kyverno.io/v1alpha1
+kind: GeneratingPolicy
+metadata: {name: ns-owner}
+spec:
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: [v1]
+      operations: [CREATE]
+      resources: [namespaces]
+  variables:
+  - name: ns
+    expression: object.metadata.name
+  generate:
+  - expression: >-
+      generator.Apply(variables.ns, [{"kind": dyn("ConfigMap"), "apiVersion": dyn("v1"),
+        "metadata": dyn({"name": "owner"}), "data": dyn({"namespace": variables.ns})}])
+"#;
+
+/// README, generate rules: a classic rule with `context`, and a
+/// `GeneratingPolicy`, through `leash test` (the expected downstream
+/// objects match; a wrong one fails naming the field) and `leash apply`
+/// (what each would create is printed).
+#[test]
+fn generate_rules_with_context_and_generating_policies_in_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let t = d.join(".kyverno-test");
+    fs::create_dir_all(&t).unwrap();
+    fs::write(d.join("policy.yaml"), CONTEXT_AND_GPOL).unwrap();
+    fs::write(t.join("ns.yaml"), NAMESPACE).unwrap();
+    let limits = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: limits, namespace: team-a}\ndata: {pods: '20'}\n";
+    let owner = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: owner, namespace: team-a}\ndata: {namespace: team-a}\n";
+    let run_test = |owner: &str| {
+        fs::write(t.join("limits.yaml"), limits).unwrap();
+        fs::write(t.join("owner.yaml"), owner).unwrap();
+        fs::write(
+            t.join("kyverno-test.yaml"),
+            r#"apiVersion: cli.kyverno.io/v1alpha1
+kind: Test
+metadata: {name: gen}
+policies: [../policy.yaml]
+resources: [ns.yaml]
+results:
+- {policy: ns-context, rule: limits, resources: [team-a], kind: Namespace, result: pass, generatedResource: limits.yaml}
+- {policy: ns-owner, resources: [team-a], kind: Namespace, result: pass, generatedResource: owner.yaml, isGeneratingPolicy: true}
+"#,
+        )
+        .unwrap();
+        leash().arg("test").arg(d).output().unwrap()
+    };
+    let out = run_test(owner);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        stdout(&out).contains("2 passed, 0 failed"),
+        "{}",
+        stdout(&out)
+    );
+    let out = run_test(&owner.replace("data: {namespace: team-a}", "data: {namespace: team-b}"));
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("/data/namespace: expected \"team-b\", got \"team-a\""),
+        "{}",
+        stdout(&out)
+    );
+
+    let out = leash()
+        .arg("apply")
+        .arg(d.join("policy.yaml"))
+        .arg("--resource")
+        .arg(t.join("ns.yaml"))
+        .args(["-o", "json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let created: Vec<(&str, &str)> = doc["generatedResources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["metadata"]["name"].as_str().unwrap_or(""),
+                r["data"]
+                    .as_object()
+                    .and_then(|d| d.values().next())
+                    .and_then(|v| v.as_str())
+                    .unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(created, [("limits", "20"), ("owner", "team-a")], "{doc}");
+}
