@@ -397,5 +397,7 @@ mod tests {
         let expired = Lookups::new(Duration::ZERO, 10);
         expired.keep(Lookup::Api("/x".into()), None);
         assert!(expired.answer(&Lookup::Api("/x".into())).is_none());
+        // README: the scan's and the webhook's answers are kept 30 s.
+        assert_eq!(Lookups::default().ttl(), Duration::from_secs(30));
     }
 }
