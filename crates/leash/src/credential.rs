@@ -92,13 +92,20 @@ pub(crate) async fn run(exec: &ExecConfig) -> anyhow::Result<Credential> {
     for name in exec.drop_env.iter().flatten() {
         cmd.env_remove(name);
     }
-    let out = cmd.output().await.map_err(|e| {
+    // Not `cmd.output()`: tokio's `output` pipes stderr whatever was set,
+    // and the plugin's messages (a login prompt, its errors) would be
+    // captured and lost instead of reaching the user.
+    let child = cmd.spawn().map_err(|e| {
         let hint = match (&exec.install_hint, e.kind()) {
             (Some(hint), std::io::ErrorKind::NotFound) => format!("\n{}", hint.trim_end()),
             _ => String::new(),
         };
         anyhow!("cannot run the credential plugin {program:?}: {e}{hint}")
     })?;
+    let out = child
+        .wait_with_output()
+        .await
+        .map_err(|e| anyhow!("the credential plugin {program:?}: {e}"))?;
     if !out.status.success() {
         bail!(
             "the credential plugin {program:?} failed ({}); its messages, if any, are above",

@@ -948,3 +948,48 @@ fn a_kind_waiting_out_retry_after_leaves_its_slot_to_another() {
         "the second kind started while the first waited: {lists:?}"
     );
 }
+
+/// README, "Connection flags": a kubeconfig `exec` credential plugin is run
+/// by leash with leash's stderr as its own (its prompts and errors reach
+/// the user), and its token is sent.
+#[test]
+fn a_credential_plugins_stderr_is_leashs() {
+    let sandbox = SandboxProcess::start(&["--token", "plugin-token", "--generate", "pods=3"]);
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("plugin.sh");
+    std::fs::write(
+        &script,
+        "echo 'plugin: logging in as u' >&2\n\
+         printf '%s' '{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\",\"status\":{\"token\":\"plugin-token\"}}'\n",
+    )
+    .unwrap();
+    let kubeconfig = dir.path().join("config");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\ncurrent-context: a\n\
+             clusters:\n- name: a\n  cluster: {{server: '{}'}}\n\
+             contexts:\n- name: a\n  context: {{cluster: a, user: u}}\n\
+             users:\n- name: u\n  user:\n    exec:\n      apiVersion: client.authentication.k8s.io/v1\n\
+             \x20     command: sh\n      args: ['{}']\n      interactiveMode: Never\n",
+            sandbox.url,
+            script.display()
+        ),
+    )
+    .unwrap();
+    let out = output_within(load_command(&[
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "pods",
+        "-A",
+        "-o",
+        "name",
+    ]));
+    assert_exit(&out, 0);
+    assert_eq!(stdout(&out).lines().count(), 3, "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("plugin: logging in as u"),
+        "the plugin's stderr is not leash's:\n{}",
+        stderr(&out)
+    );
+}
