@@ -5,7 +5,9 @@
 //!    against the caller's token: cancellation drops the in-flight request
 //!    (hyper closes its connection) and returns [`Error::Cancelled`] at once.
 //! 2. A response counts only once its whole body has arrived: a body cut short
-//!    is a transport error of that attempt and is retried like a reset.
+//!    is a transport error of that attempt and is retried like a reset. A
+//!    server certificate refused by TLS verification is a transport error
+//!    that no retry can fix: it fails at once.
 //! 3. At most `1 + max_retries` attempts per call; `retries` is incremented
 //!    once per retry actually made, so callers can report it.
 //! 4. With request slots (a load's semaphore of `concurrency` permits), a
@@ -36,6 +38,29 @@ pub(crate) struct Answer {
 }
 
 /// An attempt that got no response: retried or turned into an [`Error`].
+/// Whether `err` (a transport error) is TLS refusing the server's
+/// certificate: a configuration to fix (a CA, `--insecure-skip-tls-verify`),
+/// not a transient failure. rustls' error sits inside `io::Error`s, whose
+/// `source` skips what they wrap: each is looked into.
+fn is_certificate_refusal(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(err);
+    while let Some(e) = next {
+        if let Some(rustls::Error::InvalidCertificate(_)) = e.downcast_ref() {
+            return true;
+        }
+        // An `io::Error` wrapping another error: look at what it wraps (its
+        // `source` would skip that error and go to the wrapped one's source).
+        next = match e
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+        {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => e.source(),
+        };
+    }
+    false
+}
+
 enum AttemptError {
     Transport(Box<dyn std::error::Error + Send + Sync>),
     Auth(kube::Error),
@@ -162,7 +187,8 @@ impl Fetcher {
                 },
                 Err(AttemptError::Auth(err)) => return Err(Error::Client(err)),
                 Err(AttemptError::Transport(source)) => {
-                    if attempt > self.policy.max_retries {
+                    if attempt > self.policy.max_retries || is_certificate_refusal(source.as_ref())
+                    {
                         return Err(Error::Transport {
                             operation: operation.to_owned(),
                             attempts: attempt,
@@ -330,5 +356,17 @@ mod tests {
         );
         assert!(!e.is_configuration());
         assert!(e.to_string().contains("after 6 attempts"), "{e}");
+    }
+
+    #[test]
+    fn a_refused_certificate_is_found_inside_nested_io_errors() {
+        use std::io::{Error as IoError, ErrorKind};
+        let refused = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+        let nested = IoError::other(IoError::new(ErrorKind::InvalidData, refused));
+        assert!(is_certificate_refusal(&nested));
+        let refused_conn = IoError::new(ErrorKind::ConnectionRefused, "refused");
+        assert!(!is_certificate_refusal(&refused_conn));
+        let other_tls = IoError::new(ErrorKind::InvalidData, rustls::Error::DecryptError);
+        assert!(!is_certificate_refusal(&other_tls));
     }
 }

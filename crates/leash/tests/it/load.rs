@@ -993,3 +993,57 @@ fn a_credential_plugins_stderr_is_leashs() {
         stderr(&out)
     );
 }
+
+/// README, "Connection flags": `--insecure-skip-tls-verify` turns off
+/// certificate verification. The TLS server here is `leash serve`'s
+/// admission webhook (a self-signed certificate no client trusts): without
+/// the flag the connection is refused for the certificate, at once (a
+/// certificate is not retried); with it the TLS session is made and the
+/// request reaches the server (which serves no API: the kind is not found).
+#[test]
+fn insecure_skip_tls_verify_turns_off_certificate_checks() {
+    let sandbox = SandboxProcess::start(&[]);
+    let port = crate::support::free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let serve = leash()
+        .args([
+            "serve",
+            "--server",
+            &sandbox.url,
+            "--components",
+            "admission",
+        ])
+        .args(["--admission-listen", &listen])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run leash serve");
+    let _serve = crate::support::ChildGuard(serve);
+    let start = Instant::now();
+    while std::net::TcpStream::connect(&listen).is_err() {
+        assert!(start.elapsed() < BOUND, "the webhook never listened");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let url = format!("https://{listen}");
+    let out = output_within(load_command(&["--server", &url, "pods"]));
+    assert_exit(&out, 2);
+    let err = stderr(&out);
+    assert!(err.contains("certificate"), "{err}");
+    assert!(
+        !err.contains("attempts"),
+        "a certificate is not retried: {err}"
+    );
+    let out = output_within(load_command(&[
+        "--server",
+        &url,
+        "pods",
+        "--insecure-skip-tls-verify",
+    ]));
+    assert_exit(&out, 2);
+    let err = stderr(&out);
+    assert!(!err.contains("certificate"), "{err}");
+    assert!(
+        err.contains("doesn't have a resource type \"pods\""),
+        "the request reached the server: {err}"
+    );
+}
