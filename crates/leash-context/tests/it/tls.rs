@@ -141,3 +141,23 @@ async fn service_ca_bundle_is_trusted_for_tls() {
     store.shutdown().await.unwrap();
     scope.shutdown().await.unwrap();
 }
+
+/// What `leash serve` calls for a rule's `apiCall` `service`
+/// (`call_service`) trusts the entry's `caBundle` for https, and without it
+/// the system roots, which do not know the private CA.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule_service_calls_trust_their_ca_bundle() {
+    let scope = Scope::new();
+    let url = start_https(&scope).await;
+    let answer =
+        leash_context::call_service(&url, Some(CA), leash_context::spec::Method::Get, None)
+            .await
+            .unwrap();
+    assert_eq!(answer, json!({"secret": 42}));
+    let err = leash_context::call_service(&url, None, leash_context::spec::Method::Get, None)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("TLS") && err.contains(&url), "{err}");
+    scope.shutdown().await.unwrap();
+}
