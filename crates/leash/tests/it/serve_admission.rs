@@ -450,3 +450,63 @@ async fn a_policy_reading_the_requests_user_still_runs_at_admission() {
     tokio::task::block_in_place(|| wait_exit(&mut server.0, BOUND, "exit after SIGTERM"));
     sb.shutdown().await.unwrap();
 }
+
+/// README: a `policies.kyverno.io` `PolicyException` exempts the
+/// ValidatingPolicy it names at admission in `leash serve` (watched with
+/// the policies, through the same engine): of two pods the policy denies,
+/// the one the exception's conditions match is created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cel_policy_exception_exempts_at_admission() {
+    let mut objects =
+        leash_sandbox::manifests::load_manifests(&[repo().join("deploy/crds")]).unwrap();
+    objects.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kyverno"}}));
+    objects.push(
+        json!({"apiVersion": "policies.kyverno.io/v1", "kind": "ValidatingPolicy",
+        "metadata": {"name": "no-pods"},
+        "spec": {"validationActions": ["Deny"],
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                "operations": ["CREATE"], "resources": ["pods"]}]},
+            "validations": [{"expression": "false", "message": "no pods here"}]}}),
+    );
+    objects.push(
+        json!({"apiVersion": "policies.kyverno.io/v1alpha1", "kind": "PolicyException",
+        "metadata": {"name": "allow-exempt", "namespace": "kyverno"},
+        "spec": {"policyRefs": [{"name": "no-pods", "kind": "ValidatingPolicy"}],
+            "matchConditions": [{"name": "by-name",
+                "expression": "object.metadata.name == 'exempt'"}]}}),
+    );
+    let sb = Sandbox::start(SandboxConfig {
+        objects,
+        ..SandboxConfig::default()
+    })
+    .await
+    .unwrap();
+    let health = format!("127.0.0.1:{}", free_port());
+    let mut server = ChildGuard(
+        leash()
+            .args(["serve", "--server", &sb.url(), "--components", "admission"])
+            .args(["--admission-listen", "127.0.0.1:0", "--health", &health])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("run leash serve"),
+    );
+    wait_ready(&health).await;
+    let addr = sb.url().trim_start_matches("http://").to_owned();
+    let create = |name: &str| {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}});
+        tokio::task::block_in_place(|| {
+            http_post_json(&addr, "/api/v1/namespaces/default/pods", &pod)
+        })
+    };
+    let (status, body) = create("other");
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("no pods here"), "{body}");
+    let (status, body) = create("exempt");
+    assert_eq!(status, 201, "the exception exempts it: {body}");
+    send_signal(&server.0, "TERM");
+    tokio::task::block_in_place(|| wait_exit(&mut server.0, BOUND, "exit after SIGTERM"));
+    sb.shutdown().await.unwrap();
+}
