@@ -153,11 +153,7 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode> {
     for r in &mut resources {
         load::default_namespace(r);
     }
-    let threads = match args.concurrency {
-        Some(0) => return Err(usage("--concurrency must be at least 1")),
-        Some(n) => n,
-        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
-    };
+    let threads = evaluation_threads(args.concurrency)?;
     let interrupted = Arc::new(AtomicBool::new(false));
     let mut targets =
         load::load_resources(&args.target_resources).map_err(|e| usage(format!("{e:#}")))?;
@@ -269,11 +265,7 @@ async fn run_cluster(
         list_concurrency: args.list_concurrency,
         page_size: args.page_size,
     };
-    let threads = match args.concurrency {
-        Some(0) => return Err(usage("--concurrency must be at least 1")),
-        Some(n) => n,
-        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
-    };
+    let threads = evaluation_threads(args.concurrency)?;
     let keep = if args.policy_report || args.output != Format::Table {
         cluster_apply::Keep::All
     } else if args.audit_warn {
@@ -685,4 +677,30 @@ fn print_reports(
         }
     }
     Ok(())
+}
+
+/// The evaluation threads of `--concurrency`: one per core unless given
+/// (the cores this process may run on: a `taskset` shrinks it).
+fn evaluation_threads(concurrency: Option<usize>) -> anyhow::Result<usize> {
+    match concurrency {
+        Some(0) => Err(usage("--concurrency must be at least 1")),
+        Some(n) => Ok(n),
+        None => Ok(std::thread::available_parallelism().map_or(1, |n| n.get())),
+    }
+}
+
+#[cfg(test)]
+mod threads_tests {
+    use super::*;
+
+    /// README: policies are evaluated on every core: one thread per core
+    /// by default, `--concurrency N` otherwise, never zero.
+    #[test]
+    fn one_evaluation_thread_per_core_unless_told() {
+        let cores = std::thread::available_parallelism().unwrap().get();
+        assert_eq!(evaluation_threads(None).unwrap(), cores);
+        assert_eq!(evaluation_threads(Some(3)).unwrap(), 3);
+        let err = evaluation_threads(Some(0)).unwrap_err().to_string();
+        assert!(err.contains("--concurrency"), "{err}");
+    }
 }
