@@ -225,6 +225,45 @@ fn leash_serve_needs_only_what_deploy_leash_yaml_grants() {
     ] {
         assert!(args.iter().any(|a| a == flag), "{flag} not in {args:?}");
     }
+    // README: two replicas under leader election, with probes, and the
+    // webhook Service that `--webhook-service` names.
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let port_of = |name: &str| {
+        container["ports"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|p| p["name"] == name)
+            .and_then(|p| p["containerPort"].as_i64())
+            .unwrap_or_else(|| panic!("no container port {name}: {container}"))
+    };
+    let flag_port = |flag: &str| -> i64 {
+        args.iter()
+            .find_map(|a| a.strip_prefix(flag))
+            .and_then(|addr| addr.rsplit(':').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no {flag} in {args:?}"))
+    };
+    assert_eq!(port_of("health"), flag_port("--health="));
+    assert_eq!(port_of("webhook"), flag_port("--admission-listen="));
+    for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
+        assert_eq!(container[probe]["httpGet"]["path"], path, "{probe}");
+        assert_eq!(container[probe]["httpGet"]["port"], "health", "{probe}");
+    }
+    let service = store
+        .get("v1", "Service", Some("kyverno"), "leash-svc")
+        .expect("the webhook Service");
+    let https = service["spec"]["ports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["port"] == 443)
+        .expect("port 443, as --webhook-service names it");
+    assert_eq!(https["targetPort"], "webhook");
+    assert_eq!(
+        service["spec"]["selector"], deployment["spec"]["template"]["metadata"]["labels"],
+        "the Service selects the Deployment's pods"
+    );
     // Kyverno's ConfigMap, as a Kyverno installation leaves it.
     store
         .create(json!({
