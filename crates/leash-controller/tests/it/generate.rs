@@ -528,3 +528,65 @@ async fn generating_policy_generates_for_existing_triggers_and_orphans() {
     running.scope.shutdown().await.unwrap();
     sb.shutdown().await.unwrap();
 }
+
+/// README, generate rules (classic, `synchronize: true`): an edited
+/// downstream is put back, and a deleted trigger deletes its downstreams.
+/// Triggers are ConfigMaps and their downstreams live in another namespace
+/// (a deleted Namespace would take its objects with it in the sandbox,
+/// proving nothing of leash).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn classic_synchronize_restores_edits_and_follows_trigger_deletion() {
+    let policy = json!({
+        "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "copies"},
+        "spec": {"rules": [{
+            "name": "copy",
+            "match": {"any": [{"resources": {"kinds": ["ConfigMap"], "namespaces": ["apps"]}}]},
+            "generate": {
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "name": "{{ request.object.metadata.name }}-copy", "namespace": "copies",
+                "synchronize": true,
+                "data": {"data": {"from": "{{ request.object.metadata.name }}"}}
+            }
+        }]}
+    });
+    let trigger = |name: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": name, "namespace": "apps"}, "data": {"k": "v"}})
+    };
+    let sb = sandbox(vec![
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "apps"}}),
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "copies"}}),
+        policy,
+        trigger("a"),
+        trigger("b"),
+    ])
+    .await;
+    let running = start(&sb);
+    let copy = |name: &str| sb.store().get("v1", "ConfigMap", Some("copies"), name);
+    eventually("both downstreams", HANG_BOUND, || {
+        copy("a-copy").is_ok() && copy("b-copy").is_ok()
+    })
+    .await;
+    let mut edited = copy("a-copy").unwrap();
+    edited["data"]["from"] = json!("someone-else");
+    sb.store().update(edited).unwrap();
+    eventually("the edit is undone", HANG_BOUND, || {
+        copy("a-copy").is_ok_and(|c| c["data"]["from"] == "a")
+    })
+    .await;
+    sb.store()
+        .delete("v1", "ConfigMap", Some("apps"), "b")
+        .unwrap();
+    eventually(
+        "the deleted trigger's downstream is deleted",
+        HANG_BOUND,
+        || copy("b-copy").is_err(),
+    )
+    .await;
+    assert!(
+        copy("a-copy").is_ok(),
+        "the other trigger's downstream stays"
+    );
+    running.scope.shutdown().await.unwrap();
+    sb.shutdown().await.unwrap();
+}
