@@ -397,10 +397,7 @@ async fn serve_admission_reads_configmap_context_from_the_api_server() {
 /// the user in the message.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_policy_reading_the_requests_user_still_runs_at_admission() {
-    let mut objects =
-        leash_sandbox::manifests::load_manifests(&[repo().join("deploy/crds")]).unwrap();
-    objects.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kyverno"}}));
-    objects.push(
+    let admitting = Admitting::start(vec![
         json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
         "metadata": {"name": "who"},
         "spec": {"validationFailureAction": "Enforce", "background": true, "rules": [{
@@ -410,45 +407,15 @@ async fn a_policy_reading_the_requests_user_still_runs_at_admission() {
                 "deny": {"conditions": {"any": [{
                     "key": "{{ request.userInfo.username }}",
                     "operator": "Equals", "value": "system:admin"}]}}}}]}}),
-    );
-    let sb = Sandbox::start(SandboxConfig {
-        objects,
-        ..SandboxConfig::default()
-    })
-    .await
-    .unwrap();
-    let health = format!("127.0.0.1:{}", free_port());
-    let mut server = ChildGuard(
-        leash()
-            .args([
-                "serve",
-                "--server",
-                &sb.url(),
-                "--admission-listen",
-                "127.0.0.1:0",
-            ])
-            .args(["--health", &health])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("run leash serve"),
-    );
-    wait_ready(&health).await;
-    let addr = sb.url().trim_start_matches("http://").to_owned();
-    let pod = json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "web", "namespace": "default"},
-        "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}});
-    let (status, body) = tokio::task::block_in_place(|| {
-        http_post_json(&addr, "/api/v1/namespaces/default/pods", &pod)
-    });
+    ])
+    .await;
+    let (status, body) = admitting.create_pod("web");
     assert_eq!(status, 400, "{body}");
     assert!(
         body.contains("denied the request") && body.contains("created by system:admin"),
         "{body}"
     );
-    send_signal(&server.0, "TERM");
-    tokio::task::block_in_place(|| wait_exit(&mut server.0, BOUND, "exit after SIGTERM"));
-    sb.shutdown().await.unwrap();
+    admitting.stop().await;
 }
 
 /// README: a `policies.kyverno.io` `PolicyException` exempts the
@@ -457,56 +424,78 @@ async fn a_policy_reading_the_requests_user_still_runs_at_admission() {
 /// the one the exception's conditions match is created.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cel_policy_exception_exempts_at_admission() {
-    let mut objects =
-        leash_sandbox::manifests::load_manifests(&[repo().join("deploy/crds")]).unwrap();
-    objects.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kyverno"}}));
-    objects.push(
+    let admitting = Admitting::start(vec![
         json!({"apiVersion": "policies.kyverno.io/v1", "kind": "ValidatingPolicy",
-        "metadata": {"name": "no-pods"},
-        "spec": {"validationActions": ["Deny"],
-            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
-                "operations": ["CREATE"], "resources": ["pods"]}]},
-            "validations": [{"expression": "false", "message": "no pods here"}]}}),
-    );
-    objects.push(
+            "metadata": {"name": "no-pods"},
+            "spec": {"validationActions": ["Deny"],
+                "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                    "operations": ["CREATE"], "resources": ["pods"]}]},
+                "validations": [{"expression": "false", "message": "no pods here"}]}}),
         json!({"apiVersion": "policies.kyverno.io/v1alpha1", "kind": "PolicyException",
-        "metadata": {"name": "allow-exempt", "namespace": "kyverno"},
-        "spec": {"policyRefs": [{"name": "no-pods", "kind": "ValidatingPolicy"}],
-            "matchConditions": [{"name": "by-name",
-                "expression": "object.metadata.name == 'exempt'"}]}}),
-    );
-    let sb = Sandbox::start(SandboxConfig {
-        objects,
-        ..SandboxConfig::default()
-    })
-    .await
-    .unwrap();
-    let health = format!("127.0.0.1:{}", free_port());
-    let mut server = ChildGuard(
-        leash()
-            .args(["serve", "--server", &sb.url(), "--components", "admission"])
-            .args(["--admission-listen", "127.0.0.1:0", "--health", &health])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("run leash serve"),
-    );
-    wait_ready(&health).await;
-    let addr = sb.url().trim_start_matches("http://").to_owned();
-    let create = |name: &str| {
+            "metadata": {"name": "allow-exempt", "namespace": "kyverno"},
+            "spec": {"policyRefs": [{"name": "no-pods", "kind": "ValidatingPolicy"}],
+                "matchConditions": [{"name": "by-name",
+                    "expression": "object.metadata.name == 'exempt'"}]}}),
+    ])
+    .await;
+    let (status, body) = admitting.create_pod("other");
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("no pods here"), "{body}");
+    let (status, body) = admitting.create_pod("exempt");
+    assert_eq!(status, 201, "the exception exempts it: {body}");
+    admitting.stop().await;
+}
+
+/// A sandbox with leash's CRDs, the `kyverno` namespace and `objects`, and
+/// `leash serve --components admission` against it, ready (its webhook
+/// registered from the policies).
+struct Admitting {
+    sb: Sandbox,
+    server: ChildGuard,
+}
+
+impl Admitting {
+    async fn start(objects: Vec<Value>) -> Admitting {
+        let mut all =
+            leash_sandbox::manifests::load_manifests(&[repo().join("deploy/crds")]).unwrap();
+        all.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kyverno"}}));
+        all.extend(objects);
+        let sb = Sandbox::start(SandboxConfig {
+            objects: all,
+            ..SandboxConfig::default()
+        })
+        .await
+        .unwrap();
+        let health = format!("127.0.0.1:{}", free_port());
+        let server = ChildGuard(
+            leash()
+                .args(["serve", "--server", &sb.url(), "--components", "admission"])
+                .args(["--admission-listen", "127.0.0.1:0", "--health", &health])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("run leash serve"),
+        );
+        wait_ready(&health).await;
+        Admitting { sb, server }
+    }
+
+    /// Creates pod NAME in `default` through the sandbox's API (so through
+    /// its admission chain): the status and the body.
+    fn create_pod(&self, name: &str) -> (u16, String) {
+        let addr = self.sb.url().trim_start_matches("http://").to_owned();
         let pod = json!({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": "default"},
             "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}});
         tokio::task::block_in_place(|| {
             http_post_json(&addr, "/api/v1/namespaces/default/pods", &pod)
         })
-    };
-    let (status, body) = create("other");
-    assert_eq!(status, 400, "{body}");
-    assert!(body.contains("no pods here"), "{body}");
-    let (status, body) = create("exempt");
-    assert_eq!(status, 201, "the exception exempts it: {body}");
-    send_signal(&server.0, "TERM");
-    tokio::task::block_in_place(|| wait_exit(&mut server.0, BOUND, "exit after SIGTERM"));
-    sb.shutdown().await.unwrap();
+    }
+
+    /// SIGTERM, the exit waited for, the sandbox shut down.
+    async fn stop(mut self) {
+        send_signal(&self.server.0, "TERM");
+        tokio::task::block_in_place(|| wait_exit(&mut self.server.0, BOUND, "exit after SIGTERM"));
+        self.sb.shutdown().await.unwrap();
+    }
 }
