@@ -12,8 +12,8 @@ use leash_sandbox::{ApiRequest, Faults, Sandbox, SandboxConfig};
 use serde_json::Value;
 
 use crate::support::{
-    BOUND, SandboxProcess, kubectl_installed, leash, output_within, send_signal, stderr, stdout,
-    unavailable, wait_exit, with_server, with_unavailable_server,
+    BOUND, SandboxProcess, core_resources, kubectl_installed, leash, output_within, send_signal,
+    stderr, stdout, unavailable, wait_exit, with_server, with_unavailable_server,
 };
 
 /// `leash load ARGS --progress never`.
@@ -852,11 +852,11 @@ fn failed_kinds_are_named_and_what_loaded_is_written() {
         match path.split('?').next().unwrap_or("") {
             "/api/v1" => (
                 200,
-                r#"{"kind":"APIResourceList","apiVersion":"v1","groupVersion":"v1","resources":[
-                    {"name":"pods","singularName":"pod","namespaced":true,"kind":"Pod","verbs":["list"]},
-                    {"name":"configmaps","singularName":"configmap","namespaced":true,"kind":"ConfigMap","verbs":["list"]},
-                    {"name":"secrets","singularName":"secret","namespaced":true,"kind":"Secret","verbs":["list"]}]}"#
-                    .into(),
+                core_resources(&[
+                    ("pods", "Pod", true),
+                    ("configmaps", "ConfigMap", true),
+                    ("secrets", "Secret", true),
+                ]),
             ),
             "/api/v1/pods" => (
                 200,
@@ -911,16 +911,19 @@ fn a_kind_waiting_out_retry_after_leaves_its_slot_to_another() {
         match base {
             "/api/v1" => (
                 200,
-                r#"{"kind":"APIResourceList","apiVersion":"v1","groupVersion":"v1","resources":[
-                    {"name":"configmaps","singularName":"configmap","namespaced":true,"kind":"ConfigMap","verbs":["list"]},
-                    {"name":"secrets","singularName":"secret","namespaced":true,"kind":"Secret","verbs":["list"]}]}"#
-                    .into(),
+                core_resources(&[
+                    ("configmaps", "ConfigMap", true),
+                    ("secrets", "Secret", true),
+                ]),
             ),
             "/api/v1/configmaps" | "/api/v1/secrets" => {
                 if throttled.lock().unwrap().insert(base.to_owned()) {
                     (429, r#"{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"TooManyRequests","code":429}"#.into())
                 } else {
-                    (200, r#"{"kind":"List","apiVersion":"v1","metadata":{},"items":[]}"#.into())
+                    (
+                        200,
+                        r#"{"kind":"List","apiVersion":"v1","metadata":{},"items":[]}"#.into(),
+                    )
                 }
             }
             other => unavailable(other),

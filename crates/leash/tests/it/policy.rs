@@ -5,8 +5,8 @@ use std::fs;
 use std::path::Path;
 
 use crate::support::{
-    BOUND, ChildGuard, accept_within, leash, leash_piped, output_within, send_signal, stderr,
-    stdout, unavailable, wait_exit, with_server,
+    BOUND, ChildGuard, accept_within, core_resources, leash, leash_piped, output_within,
+    send_signal, stderr, stdout, unavailable, wait_exit, with_server,
 };
 
 const POLICY: &str = r#"
@@ -1405,11 +1405,7 @@ fn pods_and_a_lookup(failing: bool) -> impl Fn(&str) -> (u16, String) + Sync {
         match path.split('?').next().unwrap_or("") {
             "/api/v1" => (
                 200,
-                r#"{"kind":"APIResourceList","apiVersion":"v1","groupVersion":"v1","resources":[
-                    {"name":"pods","singularName":"pod","namespaced":true,"kind":"Pod","verbs":["list"]},
-                    {"name":"namespaces","singularName":"namespace","namespaced":false,"kind":"Namespace","verbs":["list"]},
-                    {"name":"configmaps","singularName":"configmap","namespaced":true,"kind":"ConfigMap","verbs":["list"]}]}"#
-                    .into(),
+                core_resources(&[("pods", "Pod", true), ("namespaces", "Namespace", false), ("configmaps", "ConfigMap", true)]),
             ),
             "/api/v1/namespaces" => (
                 200,

@@ -295,13 +295,28 @@ pub(crate) fn unavailable(path: &str) -> (u16, String) {
         ),
         "/api/v1" => (
             200,
-            r#"{"kind":"APIResourceList","apiVersion":"v1","groupVersion":"v1","resources":[{"name":"pods","singularName":"pod","namespaced":true,"kind":"Pod","verbs":["get","list","watch"]}]}"#.into(),
+            core_resources(&[("pods", "Pod", true)]),
         ),
         _ => (
             503,
             r#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"unavailable","reason":"ServiceUnavailable","code":503}"#.into(),
         ),
     }
+}
+
+/// The core group's legacy discovery document (`/api/v1`) serving
+/// `(plural, kind, namespaced)` resources, each listable and watchable.
+pub(crate) fn core_resources(resources: &[(&str, &str, bool)]) -> String {
+    let resources: Vec<serde_json::Value> = resources
+        .iter()
+        .map(|(plural, kind, namespaced)| {
+            serde_json::json!({"name": plural, "singularName": kind.to_lowercase(),
+                "namespaced": namespaced, "kind": kind, "verbs": ["get", "list", "watch"]})
+        })
+        .collect();
+    serde_json::json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "v1",
+        "resources": resources})
+    .to_string()
 }
 
 /// [`with_server`] answering as [`unavailable`].
