@@ -364,3 +364,83 @@ async fn each_webhook_answers_for_the_policies_of_its_failure_policy() {
     );
     s.stop().await;
 }
+
+/// An UpdateRequest sink that fails every creation, or never finishes one.
+#[derive(Debug)]
+struct BrokenTriggers {
+    hang: bool,
+}
+
+impl leash_webhook::TriggerSink for BrokenTriggers {
+    fn create(
+        &self,
+        _source: leash_policy::Source,
+        _policy: &str,
+        _rules: Vec<String>,
+        _trigger: Arc<Value>,
+    ) -> futures::future::BoxFuture<'static, Result<(), String>> {
+        let hang = self.hang;
+        Box::pin(async move {
+            if hang {
+                std::future::pending::<()>().await;
+            }
+            Err("the API server refused it".to_owned())
+        })
+    }
+}
+
+/// README, `leash serve` background: when a trigger's UpdateRequest cannot
+/// be created in time (the API server refuses it, or does not answer
+/// within the answer deadline), the webhook's failure policy decides: a
+/// `Fail` policy's trigger is denied naming the cause, an `Ignore`
+/// policy's is allowed with a warning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_requests_not_created_in_time_follow_the_failure_policy() {
+    let policy = |name: &str, failure: &str| {
+        format!(
+            "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata: {{name: {name}}}\n\
+             spec:\n  failurePolicy: {failure}\n  rules:\n  - name: copy\n    match:\n      any:\n      - resources: {{kinds: [Pod]}}\n\
+             \x20   generate:\n      apiVersion: v1\n      kind: ConfigMap\n      name: \"{{{{ request.object.metadata.name }}}}-copy\"\n\
+             \x20     namespace: \"{{{{ request.object.metadata.namespace }}}}\"\n      data:\n        data: {{from: pod}}\n"
+        )
+    };
+    for hang in [false, true] {
+        let mut opts = Options {
+            triggers: Some(Arc::new(BrokenTriggers { hang })),
+            ..Options::default()
+        };
+        // One second to answer: a sink that never answers costs 0.9 s.
+        opts.settings.timeout_seconds = 1;
+        let engine = engine(&[&policy("gen-fail", "Fail"), &policy("gen-ignore", "Ignore")]);
+        let server = TestServer::start_with(engine, opts).await;
+        let object = pod("web", "apps", None, "nginx:1.27");
+        let cause = if hang {
+            "not created within"
+        } else {
+            "the API server refused it"
+        };
+
+        let denied = server
+            .review("/validate/fail", &review("u1", "CREATE", &object))
+            .await;
+        let r = response(&denied);
+        assert_eq!(r["allowed"], false, "{denied}");
+        let message = r["status"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("gen-fail") && message.contains(cause),
+            "{denied}"
+        );
+
+        let allowed = server
+            .review("/validate/ignore", &review("u2", "CREATE", &object))
+            .await;
+        let r = response(&allowed);
+        assert_eq!(r["allowed"], true, "{allowed}");
+        let warnings = r["warnings"].to_string();
+        assert!(
+            warnings.contains("gen-ignore") && warnings.contains(cause),
+            "{allowed}"
+        );
+        server.stop().await;
+    }
+}

@@ -12,7 +12,7 @@ use leash_policy::{ClusterData, Engine, KyvernoConfig, NoClusterData};
 use leash_runtime::{BoxError, CancellationToken, Scope};
 use leash_webhook::{
     AdmissionServer, AuditRecord, AuditSettings, DrainSummary, LossReason, Recorder, ReportSink,
-    Settings, audit_channel,
+    Settings, TriggerSink, audit_channel,
 };
 use prometheus_client::registry::Registry;
 use rustls_pki_types::pem::PemObject;
@@ -218,6 +218,8 @@ pub struct Options {
     pub settings: Settings,
     pub cluster: Arc<dyn ClusterData>,
     pub config: KyvernoConfig,
+    /// Where generate rules' UpdateRequests go (none: not created).
+    pub triggers: Option<Arc<dyn TriggerSink>>,
 }
 
 impl Default for Options {
@@ -235,6 +237,7 @@ impl Default for Options {
             },
             cluster: Arc::new(NoClusterData),
             config: KyvernoConfig::default(),
+            triggers: None,
         }
     }
 }
@@ -256,7 +259,7 @@ impl TestServer {
         let (ptx, prx) = watch::channel(Arc::new(engine));
         let (ctx, crx) = watch::channel(Arc::new(opts.config));
         let recorder = Recorder::new(&mut registry);
-        let server = AdmissionServer::new(
+        let mut server = AdmissionServer::new(
             opts.settings,
             prx,
             crx,
@@ -266,6 +269,9 @@ impl TestServer {
             &mut registry,
         )
         .expect("server builds");
+        if let Some(triggers) = opts.triggers {
+            server = server.with_triggers(triggers);
+        }
         let addr = server.local_addr();
         let client = Client::new(addr, server.ca_pem());
         let scope = Scope::new();
