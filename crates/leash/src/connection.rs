@@ -435,6 +435,49 @@ mod tests {
         });
     }
 
+    /// README: `leash context` checks `GET /version` with a 15 s bound: a
+    /// server that accepts the connection and never answers is a usage
+    /// error saying so once the bound passes (paused time: no waiting).
+    #[test]
+    fn a_silent_server_fails_the_version_check_after_15_seconds() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let url = format!("http://{}", listener.local_addr().unwrap());
+            let target = ConnectionArgs {
+                server: Some(url),
+                ..ConnectionArgs::default()
+            }
+            .target()
+            .unwrap();
+            let silent = async move {
+                let (socket, _) = listener.accept().await.unwrap();
+                std::future::pending::<()>().await;
+                drop(socket);
+            };
+            let began = tokio::time::Instant::now();
+            let result = tokio::select! {
+                r = target.connect(Check::Version, std::future::pending::<()>()) => r,
+                () = silent => unreachable!(),
+            };
+            let err = result.err().expect("the check fails");
+            assert!(
+                format!("{err:#}").contains("did not answer /version within 15s"),
+                "{err:#}"
+            );
+            assert!(
+                err.chain().any(|e| e.is::<crate::cli_error::UsageError>()),
+                "a usage error (exit 2): {err:#}"
+            );
+            assert_eq!(VERSION_CHECK, Duration::from_secs(15));
+            assert!(began.elapsed() >= VERSION_CHECK, "{:?}", began.elapsed());
+        });
+    }
+
     /// A kubeconfig whose user's credentials come from `sh SCRIPT`.
     fn plugin_kubeconfig(dir: &std::path::Path, server: &str, script: &str) -> Target {
         let script_path = dir.join(format!("plugin-{}.sh", script.len()));
