@@ -396,28 +396,40 @@ mod tests {
         assert!(err.contains("nope"), "{err}");
     }
 
+    /// A `--server` target on 127.0.0.1 whose server accepts one connection
+    /// and never answers (while the returned future is polled), and a
+    /// signal sent once it has accepted.
+    async fn silent_server() -> (
+        Target,
+        tokio::sync::oneshot::Receiver<()>,
+        impl std::future::Future<Output = ()>,
+    ) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let target = ConnectionArgs {
+            server: Some(url),
+            ..ConnectionArgs::default()
+        }
+        .target()
+        .unwrap();
+        let (accepted_tx, accepted_rx) = tokio::sync::oneshot::channel();
+        let silent = async move {
+            let (socket, _) = listener.accept().await.unwrap();
+            let _ = accepted_tx.send(());
+            // Hold the connection open without answering.
+            std::future::pending::<()>().await;
+            drop(socket);
+        };
+        (target, accepted_rx, silent)
+    }
+
     /// Ctrl-C while the `/version` check waits on a server that accepts and
     /// never answers: the interrupt wins at once.
     #[test]
     fn an_interrupt_ends_the_version_check() {
         let rt = rt();
         rt.block_on(async {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let url = format!("http://{}", listener.local_addr().unwrap());
-            let target = ConnectionArgs {
-                server: Some(url),
-                ..ConnectionArgs::default()
-            }
-            .target()
-            .unwrap();
-            let (accepted_tx, accepted_rx) = tokio::sync::oneshot::channel();
-            let silent = async move {
-                let (socket, _) = listener.accept().await.unwrap();
-                let _ = accepted_tx.send(());
-                // Hold the connection open without answering.
-                std::future::pending::<()>().await;
-                drop(socket);
-            };
+            let (target, accepted_rx, silent) = silent_server().await;
             let interrupt = async {
                 // Interrupt once the check's request has reached the server.
                 let _ = accepted_rx.await;
@@ -446,19 +458,7 @@ mod tests {
             .build()
             .unwrap();
         rt.block_on(async {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let url = format!("http://{}", listener.local_addr().unwrap());
-            let target = ConnectionArgs {
-                server: Some(url),
-                ..ConnectionArgs::default()
-            }
-            .target()
-            .unwrap();
-            let silent = async move {
-                let (socket, _) = listener.accept().await.unwrap();
-                std::future::pending::<()>().await;
-                drop(socket);
-            };
+            let (target, _accepted, silent) = silent_server().await;
             let began = tokio::time::Instant::now();
             let result = tokio::select! {
                 r = target.connect(Check::Version, std::future::pending::<()>()) => r,
