@@ -43,24 +43,35 @@ const NAMESPACE: &str =
 const SOURCE: &str = "apiVersion: v1\nkind: Secret\nmetadata: {name: regcred, namespace: default, uid: x, resourceVersion: '3'}\ntype: Opaque\ndata: {token: dG9r}\n";
 
 fn folder(dir: &Path, quota: &str, secret: &str) {
+    test_folder(
+        dir,
+        POLICY,
+        &[
+            ("source.yaml", SOURCE),
+            ("quota.yaml", quota),
+            ("secret.yaml", secret),
+        ],
+        "- {policy: ns-defaults, rule: quota, resources: [team-a], kind: Namespace, result: pass, generatedResource: quota.yaml}\n\
+         - {policy: ns-defaults, rule: regcred, resources: [team-a], kind: Namespace, result: pass, generatedResource: secret.yaml, cloneSourceResource: source.yaml}\n",
+    );
+}
+
+/// A test folder: `policies` in `policy.yaml`, the Namespace `team-a` as
+/// the resource, `files` beside the test, and its `results` rows.
+fn test_folder(dir: &Path, policies: &str, files: &[(&str, &str)], rows: &str) {
     let t = dir.join(".kyverno-test");
     fs::create_dir_all(&t).unwrap();
-    fs::write(dir.join("policy.yaml"), POLICY).unwrap();
+    fs::write(dir.join("policy.yaml"), policies).unwrap();
     fs::write(t.join("ns.yaml"), NAMESPACE).unwrap();
-    fs::write(t.join("source.yaml"), SOURCE).unwrap();
-    fs::write(t.join("quota.yaml"), quota).unwrap();
-    fs::write(t.join("secret.yaml"), secret).unwrap();
+    for (name, text) in files {
+        fs::write(t.join(name), text).unwrap();
+    }
     fs::write(
         t.join("kyverno-test.yaml"),
-        r#"apiVersion: cli.kyverno.io/v1alpha1
-kind: Test
-metadata: {name: gen}
-policies: [../policy.yaml]
-resources: [ns.yaml]
-results:
-- {policy: ns-defaults, rule: quota, resources: [team-a], kind: Namespace, result: pass, generatedResource: quota.yaml}
-- {policy: ns-defaults, rule: regcred, resources: [team-a], kind: Namespace, result: pass, generatedResource: secret.yaml, cloneSourceResource: source.yaml}
-"#,
+        format!(
+            "apiVersion: cli.kyverno.io/v1alpha1\nkind: Test\nmetadata: {{name: gen}}\n\
+             policies: [../policy.yaml]\nresources: [ns.yaml]\nresults:\n{rows}"
+        ),
     )
     .unwrap();
 }
@@ -193,27 +204,16 @@ fn generate_rules_with_context_and_generating_policies_in_the_cli() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let t = d.join(".kyverno-test");
-    fs::create_dir_all(&t).unwrap();
-    fs::write(d.join("policy.yaml"), CONTEXT_AND_GPOL).unwrap();
-    fs::write(t.join("ns.yaml"), NAMESPACE).unwrap();
     let limits = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: limits, namespace: team-a}\ndata: {pods: '20'}\n";
     let owner = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: owner, namespace: team-a}\ndata: {namespace: team-a}\n";
     let run_test = |owner: &str| {
-        fs::write(t.join("limits.yaml"), limits).unwrap();
-        fs::write(t.join("owner.yaml"), owner).unwrap();
-        fs::write(
-            t.join("kyverno-test.yaml"),
-            r#"apiVersion: cli.kyverno.io/v1alpha1
-kind: Test
-metadata: {name: gen}
-policies: [../policy.yaml]
-resources: [ns.yaml]
-results:
-- {policy: ns-context, rule: limits, resources: [team-a], kind: Namespace, result: pass, generatedResource: limits.yaml}
-- {policy: ns-owner, resources: [team-a], kind: Namespace, result: pass, generatedResource: owner.yaml, isGeneratingPolicy: true}
-"#,
-        )
-        .unwrap();
+        test_folder(
+            d,
+            CONTEXT_AND_GPOL,
+            &[("limits.yaml", limits), ("owner.yaml", owner)],
+            "- {policy: ns-context, rule: limits, resources: [team-a], kind: Namespace, result: pass, generatedResource: limits.yaml}\n\
+             - {policy: ns-owner, resources: [team-a], kind: Namespace, result: pass, generatedResource: owner.yaml, isGeneratingPolicy: true}\n",
+        );
         leash().arg("test").arg(d).output().unwrap()
     };
     let out = run_test(owner);
