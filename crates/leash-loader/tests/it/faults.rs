@@ -26,22 +26,8 @@ async fn seed_partial_pages_discarded() {
     };
     let mut total_retries = 0;
     for seed in 0..20 {
-        let sb = sandbox(crds(3, 40), faults.clone(), seed).await;
-        let options = LoadOptions {
-            kinds: KindSelection::Names((0..3).map(crd_name).collect()),
-            namespaces: NamespaceSelection::All,
-            page_size: 7,
-            concurrency: 3,
-            // P(a page fails 13 times in a row) < 0.35^13 ~ 1e-6.
-            retry: fast_retry(12),
-            ..LoadOptions::default()
-        };
-        let (objects, report) = load_all(client(&sb), options).await;
-        assert!(
-            report.is_complete(),
-            "seed {seed}: {:?}",
-            report.failed().collect::<Vec<_>>()
-        );
+        // P(a page fails 13 times in a row) < 0.35^13 ~ 1e-6.
+        let (sb, objects, report) = load_complete(&faults, seed, 3, 40, 7).await;
         assert_eq!(assert_exactly_once(&objects), 120, "seed {seed}");
         assert_eq!(objects.len(), 120, "seed {seed}");
         assert!(
@@ -59,6 +45,38 @@ async fn seed_partial_pages_discarded() {
     );
 }
 
+/// `kinds` custom kinds of `per_kind` objects in a sandbox with `faults`
+/// (seeded with `seed`), loaded in pages of `page_size` with one request in
+/// flight per kind and 12 retries per request; the load must complete.
+async fn load_complete(
+    faults: &Faults,
+    seed: u64,
+    kinds: usize,
+    per_kind: usize,
+    page_size: u32,
+) -> (
+    Sandbox,
+    Vec<leash_loader::LoadedObject>,
+    leash_loader::LoadReport,
+) {
+    let sb = sandbox(crds(kinds, per_kind), faults.clone(), seed).await;
+    let options = LoadOptions {
+        kinds: KindSelection::Names((0..kinds).map(crd_name).collect()),
+        namespaces: NamespaceSelection::All,
+        page_size,
+        concurrency: kinds,
+        retry: fast_retry(12),
+        ..LoadOptions::default()
+    };
+    let (objects, report) = load_all(client(&sb), options).await;
+    assert!(
+        report.is_complete(),
+        "seed {seed}: {:?}",
+        report.failed().collect::<Vec<_>>()
+    );
+    (sb, objects, report)
+}
+
 /// A page that arrives whole but whose items do not parse (its body cut in
 /// half and ended cleanly, as a broken proxy may send it) is fetched again
 /// with the same continue token: every object arrives exactly once and in
@@ -71,22 +89,8 @@ async fn pages_whose_items_do_not_parse_are_fetched_again_and_kept_in_order() {
     };
     let mut total_retries = 0;
     for seed in 0..10 {
-        let sb = sandbox(crds(2, 60), faults.clone(), seed).await;
-        let options = LoadOptions {
-            kinds: KindSelection::Names((0..2).map(crd_name).collect()),
-            namespaces: NamespaceSelection::All,
-            page_size: 5,
-            concurrency: 2,
-            // P(a page is cut 13 times in a row) = 0.3^13 ~ 2e-7.
-            retry: fast_retry(12),
-            ..LoadOptions::default()
-        };
-        let (objects, report) = load_all(client(&sb), options).await;
-        assert!(
-            report.is_complete(),
-            "seed {seed}: {:?}",
-            report.failed().collect::<Vec<_>>()
-        );
+        // P(a page is cut 13 times in a row) = 0.3^13 ~ 2e-7.
+        let (sb, objects, report) = load_complete(&faults, seed, 2, 60, 5).await;
         assert_eq!(assert_exactly_once(&objects), 120, "seed {seed}");
         for kind in 0..2 {
             let plural = crd_name(kind);
