@@ -283,6 +283,59 @@ impl WatchState {
     }
 }
 
+/// The watches open right now, by resource (`configmaps`,
+/// `deployments.apps`): tests wait on it to see a client start or stop
+/// watching a kind.
+#[derive(Debug, Default)]
+pub(crate) struct OpenWatches {
+    open: std::sync::Mutex<std::collections::BTreeMap<String, usize>>,
+}
+
+impl OpenWatches {
+    /// Counts a watch of `rt` as open until the returned guard is dropped
+    /// (with the response body: the watch ended or its client went away).
+    pub(crate) fn open(self: &Arc<Self>, rt: &ResourceType) -> OpenWatch {
+        let resource = if rt.group.is_empty() {
+            rt.plural.clone()
+        } else {
+            format!("{}.{}", rt.plural, rt.group)
+        };
+        *self
+            .open
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(resource.clone())
+            .or_default() += 1;
+        OpenWatch {
+            watches: self.clone(),
+            resource,
+        }
+    }
+
+    pub(crate) fn snapshot(&self) -> std::collections::BTreeMap<String, usize> {
+        self.open.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// One open watch, counted in [`OpenWatches`] while it lives.
+#[derive(Debug)]
+pub(crate) struct OpenWatch {
+    watches: Arc<OpenWatches>,
+    resource: String,
+}
+
+impl Drop for OpenWatch {
+    fn drop(&mut self) {
+        let mut open = self.watches.open.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = open.get_mut(&self.resource) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.resource);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -399,58 +452,5 @@ mod tests {
         futures::pin_mut!(s);
         token.cancel();
         assert!(s.next().await.is_none());
-    }
-}
-
-/// The watches open right now, by resource (`configmaps`,
-/// `deployments.apps`): tests wait on it to see a client start or stop
-/// watching a kind.
-#[derive(Debug, Default)]
-pub(crate) struct OpenWatches {
-    open: std::sync::Mutex<std::collections::BTreeMap<String, usize>>,
-}
-
-impl OpenWatches {
-    /// Counts a watch of `rt` as open until the returned guard is dropped
-    /// (with the response body: the watch ended or its client went away).
-    pub(crate) fn open(self: &Arc<Self>, rt: &ResourceType) -> OpenWatch {
-        let resource = if rt.group.is_empty() {
-            rt.plural.clone()
-        } else {
-            format!("{}.{}", rt.plural, rt.group)
-        };
-        *self
-            .open
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(resource.clone())
-            .or_default() += 1;
-        OpenWatch {
-            watches: self.clone(),
-            resource,
-        }
-    }
-
-    pub(crate) fn snapshot(&self) -> std::collections::BTreeMap<String, usize> {
-        self.open.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-}
-
-/// One open watch, counted in [`OpenWatches`] while it lives.
-#[derive(Debug)]
-pub(crate) struct OpenWatch {
-    watches: Arc<OpenWatches>,
-    resource: String,
-}
-
-impl Drop for OpenWatch {
-    fn drop(&mut self) {
-        let mut open = self.watches.open.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = open.get_mut(&self.resource) {
-            *n -= 1;
-            if *n == 0 {
-                open.remove(&self.resource);
-            }
-        }
     }
 }
