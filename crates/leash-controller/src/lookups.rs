@@ -5,10 +5,10 @@
 //! The engine is pure and synchronous, so it never waits on the network.
 //! [`ScanData`] answers an evaluation from the watched [`Cache`] and from
 //! [`Lookups`], the API server's answers kept for a short while (one GET per
-//! distinct path per [`Lookups::ttl`], however many resources ask; workers
-//! that miss the same path at the same moment may each read it), and
-//! records what neither holds; the worker fetches those (async, no lock
-//! held, cancellable) and evaluates again. A failed read is kept as "no
+//! distinct path per [`Lookups::ttl`], however many resources ask: workers
+//! that miss the same path at the same moment wait for the one that reads
+//! it), and records what neither holds; the worker fetches those (async, no
+//! lock held, cancellable) and evaluates again. A failed read is kept as "no
 //! data" for the same while, so a policy whose `apiCall` fails gives the
 //! rule's error (or its `default`) without a GET per resource.
 
@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use leash_policy::{ClusterData, ServiceCall};
 use serde_json::{Value, json};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::cache::Cache;
@@ -78,6 +79,36 @@ pub struct Lookups {
     ttl: Duration,
     max: usize,
     answers: Mutex<HashMap<Lookup, Answer>>,
+    /// The reads in progress: a waiter's receiver ends when the reader's
+    /// [`Reading`] is dropped (read, failed or cancelled).
+    reading: Mutex<HashMap<Lookup, watch::Receiver<()>>>,
+}
+
+/// What a worker that missed a lookup does about it.
+enum Turn<'a> {
+    /// It is answered now.
+    Answered,
+    /// Another worker is reading it: wait for that.
+    Wait(watch::Receiver<()>),
+    /// Read it (the others wait until this is dropped).
+    Read(Reading<'a>),
+}
+
+/// The claim on one read; dropping it wakes the workers waiting for it.
+struct Reading<'a> {
+    lookups: &'a Lookups,
+    key: Lookup,
+    _done: watch::Sender<()>,
+}
+
+impl Drop for Reading<'_> {
+    fn drop(&mut self) {
+        self.lookups
+            .reading
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.key);
+    }
 }
 
 impl Default for Lookups {
@@ -93,6 +124,7 @@ impl Lookups {
             ttl,
             max: max.max(1),
             answers: Mutex::new(HashMap::new()),
+            reading: Mutex::new(HashMap::new()),
         }
     }
 
@@ -120,8 +152,34 @@ impl Lookups {
         answers.insert(key, (Instant::now(), v));
     }
 
+    /// Whether `key` is answered, being read by another worker, or this
+    /// one's to read. Each map's lock is taken alone, for a few statements.
+    fn turn(&self, key: &Lookup) -> Turn<'_> {
+        if self.answer(key).is_some() {
+            return Turn::Answered;
+        }
+        let mut reading = self.reading.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(rx) = reading.get(key) {
+            return Turn::Wait(rx.clone());
+        }
+        let (tx, rx) = watch::channel(());
+        reading.insert(key.clone(), rx);
+        drop(reading);
+        let claim = Reading {
+            lookups: self,
+            key: key.clone(),
+            _done: tx,
+        };
+        // A reader that finished between the two looks: nothing to read.
+        if self.answer(key).is_some() {
+            return Turn::Answered;
+        }
+        Turn::Read(claim)
+    }
+
     /// Reads each lookup from the API server and keeps the answer (a
-    /// failure as no data). Returns false if `token` was cancelled first.
+    /// failure as no data); a lookup another worker is reading is waited
+    /// for, not read twice. Returns false if `token` was cancelled first.
     pub async fn fetch(
         &self,
         client: &kube::Client,
@@ -129,54 +187,80 @@ impl Lookups {
         token: &CancellationToken,
     ) -> bool {
         for key in missed {
-            if self.answer(&key).is_some() {
-                continue; // another worker read it meanwhile
-            }
-            let Some(path) = key.path() else {
-                self.keep(key, None);
-                continue;
-            };
-            if let Lookup::Service(call) = &key {
-                let body = call
-                    .body
-                    .as_deref()
-                    .and_then(|b| serde_json::from_str::<Value>(b).ok());
-                let method = if call.method == "POST" {
-                    leash_context::spec::Method::Post
-                } else {
-                    leash_context::spec::Method::Get
-                };
-                let answer = tokio::select! {
-                    _ = token.cancelled() => return false,
-                    r = leash_context::call_service(&call.url, call.ca_bundle.as_deref(), method, body.as_ref()) => r,
-                };
-                let got = match answer {
-                    Ok(v) => Some(Arc::new(v)),
-                    Err(e) => {
-                        tracing::debug!("background service call: {e}");
-                        None
+            loop {
+                match self.turn(&key) {
+                    Turn::Answered => break,
+                    Turn::Wait(mut rx) => {
+                        // Ends (Err) when the reader's claim is dropped;
+                        // then the answer is kept, or the read was given
+                        // up and this worker takes its turn.
+                        tokio::select! {
+                            _ = token.cancelled() => return false,
+                            _ = rx.changed() => {}
+                        }
                     }
-                };
-                self.keep(key, got);
-                continue;
+                    Turn::Read(claim) => {
+                        let Some(got) = self.read(client, &key, token).await else {
+                            return false;
+                        };
+                        self.keep(key.clone(), got);
+                        drop(claim);
+                        break;
+                    }
+                }
             }
-            let read = async {
-                let req = http::Request::get(&path).body(Vec::new()).ok()?;
-                let text = client.request_text(req).await.ok()?;
-                serde_json::from_str::<Value>(&text).ok()
-            };
-            let got = tokio::select! {
-                _ = token.cancelled() => return false,
-                got = read => got,
-            };
-            // A Status answer (404, 403) is no data.
-            let got = got.filter(|v| v["kind"] != "Status");
-            if got.is_none() {
-                tracing::debug!("background lookup {path}: no data");
-            }
-            self.keep(key, got.map(Arc::new));
         }
         true
+    }
+
+    /// One read of `key`: `None` if `token` was cancelled first, else the
+    /// answer (`Some(None)`: no data).
+    async fn read(
+        &self,
+        client: &kube::Client,
+        key: &Lookup,
+        token: &CancellationToken,
+    ) -> Option<Option<Arc<Value>>> {
+        let Some(path) = key.path() else {
+            return Some(None);
+        };
+        if let Lookup::Service(call) = key {
+            let body = call
+                .body
+                .as_deref()
+                .and_then(|b| serde_json::from_str::<Value>(b).ok());
+            let method = if call.method == "POST" {
+                leash_context::spec::Method::Post
+            } else {
+                leash_context::spec::Method::Get
+            };
+            let answer = tokio::select! {
+                _ = token.cancelled() => return None,
+                r = leash_context::call_service(&call.url, call.ca_bundle.as_deref(), method, body.as_ref()) => r,
+            };
+            return Some(match answer {
+                Ok(v) => Some(Arc::new(v)),
+                Err(e) => {
+                    tracing::debug!("background service call: {e}");
+                    None
+                }
+            });
+        }
+        let read = async {
+            let req = http::Request::get(&path).body(Vec::new()).ok()?;
+            let text = client.request_text(req).await.ok()?;
+            serde_json::from_str::<Value>(&text).ok()
+        };
+        let got = tokio::select! {
+            _ = token.cancelled() => return None,
+            got = read => got,
+        };
+        // A Status answer (404, 403) is no data.
+        let got = got.filter(|v| v["kind"] != "Status");
+        if got.is_none() {
+            tracing::debug!("background lookup {path}: no data");
+        }
+        Some(got.map(Arc::new))
     }
 }
 

@@ -1,6 +1,7 @@
 //! The request log: every request the sandbox served, as the authorization layer of
 //! kube-apiserver sees it (its `RequestInfo`: verb, API group, resource, subresource,
-//! namespace; or a non-resource path), kept as a set of distinct values.
+//! namespace; or a non-resource path), kept as a set of distinct values, each
+//! with the number of times it was served.
 //!
 //! # Invariants
 //! 1. Bounded: at most [`MAX_DISTINCT`] distinct requests are kept; any further new
@@ -9,8 +10,8 @@
 //! 3. The attributes follow kube-apiserver's `RequestInfoFactory`, so a test can check
 //!    them against RBAC rules: names are not part of a value (the set stays small).
 
-use std::collections::BTreeSet;
-use std::collections::HashSet;
+use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -113,10 +114,10 @@ fn watch_param(query: Option<&str>) -> bool {
     })
 }
 
-/// The distinct requests served so far.
+/// The distinct requests served so far, each with how many times.
 #[derive(Debug, Default)]
 pub(crate) struct RequestLog {
-    seen: Mutex<HashSet<ApiRequest>>,
+    seen: Mutex<HashMap<ApiRequest, u64>>,
     /// New distinct requests refused because the set was full. Only a counter: Relaxed.
     not_recorded: AtomicU64,
 }
@@ -124,7 +125,8 @@ pub(crate) struct RequestLog {
 impl RequestLog {
     pub(crate) fn record(&self, request: ApiRequest) {
         let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-        if seen.contains(&request) {
+        if let Some(count) = seen.get_mut(&request) {
+            *count += 1;
             return;
         }
         if seen.len() >= MAX_DISTINCT {
@@ -132,12 +134,17 @@ impl RequestLog {
             self.not_recorded.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        seen.insert(request);
+        seen.insert(request, 1);
     }
 
     pub(crate) fn snapshot(&self) -> BTreeSet<ApiRequest> {
         let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-        seen.iter().cloned().collect()
+        seen.keys().cloned().collect()
+    }
+
+    pub(crate) fn counts(&self) -> BTreeMap<ApiRequest, u64> {
+        let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        seen.iter().map(|(r, n)| (r.clone(), *n)).collect()
     }
 
     pub(crate) fn clear(&self) {
@@ -284,6 +291,7 @@ mod tests {
             log.record(res("list", "", "pods", "", ""));
         }
         assert_eq!(log.snapshot().len(), 1);
+        assert_eq!(log.counts().get(&res("list", "", "pods", "", "")), Some(&3));
         for i in 0..MAX_DISTINCT + 10 {
             log.record(res("get", "", "pods", "", &format!("ns-{i}")));
         }

@@ -183,6 +183,12 @@ preferences: {{}}
         self.app.requests.snapshot()
     }
 
+    /// [`Sandbox::requests`] with how many times each was served (a
+    /// request past the log's bound is not counted).
+    pub fn request_counts(&self) -> std::collections::BTreeMap<ApiRequest, u64> {
+        self.app.requests.counts()
+    }
+
     /// The watches open right now, by resource as kubectl names it
     /// (`configmaps`, `deployments.apps`); a resource with none is absent.
     /// A watch counts from its first response until its body is dropped

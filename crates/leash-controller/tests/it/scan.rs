@@ -268,3 +268,53 @@ async fn until_watches(
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
+
+/// README, "Context entries in `leash serve`": a ConfigMap read by every
+/// pod's rule is read once and kept (30 s), so many pods cost one GET:
+/// workers that miss it at the same moment wait for the one reading it.
+/// 1,000 pods on 8 workers, one `configMap` entry: every pod is reported,
+/// and the sandbox served one GET of that ConfigMap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scan_reads_a_configmap_once_for_many_pods() {
+    const PODS: usize = 1000;
+    let rule = &policy()["spec"]["rules"][0];
+    let policy = json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+        "metadata": {"name": "lookups"},
+        "spec": {"validationFailureAction": "Audit", "rules": [rule]}});
+    let mut objects = vec![
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}}),
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kyverno"}}),
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "allowed", "namespace": "kyverno"}, "data": {"registry": "ghcr.io"}}),
+        policy,
+    ];
+    objects.extend((0..PODS).map(|i| pod(&format!("p{i:04}"), "ghcr.io")));
+    let sb = sandbox(objects).await;
+    let parts = Parts::new(&sb);
+    let settings = ReportsSettings::default();
+    let workers = settings.scan.workers;
+    let reports = parts.reports(settings);
+    let scope = Scope::new();
+    let t = scope.token().clone();
+    scope.spawn("policies", parts.policies.run(t.clone()));
+    scope.spawn("reports", reports.run(t));
+    let mut expected: Vec<_> = (0..PODS)
+        .map(|i| want(&format!("p{i:04}"), "allowed-registry", "pass"))
+        .collect();
+    expected.sort();
+    reports_hold(&sb, &expected).await;
+    scope.shutdown().await.unwrap();
+    let get = leash_sandbox::ApiRequest::Resource {
+        verb: "get".into(),
+        group: String::new(),
+        resource: "configmaps".into(),
+        subresource: String::new(),
+        namespace: "kyverno".into(),
+    };
+    let gets = sb.request_counts().get(&get).copied().unwrap_or(0);
+    assert!(
+        gets == 1,
+        "{gets} GETs of the ConfigMap for {PODS} pods ({workers} workers)"
+    );
+    sb.shutdown().await.unwrap();
+}

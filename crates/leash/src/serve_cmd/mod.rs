@@ -260,21 +260,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         "leash serve: {signal}, shutting down (at most {:?})",
         settings.shutdown_timeout
     );
-    root.cancel();
-    let code = match tokio::time::timeout(settings.shutdown_timeout, root.shutdown()).await {
-        Ok(Ok(())) => ExitCode::SUCCESS,
-        Ok(Err(e)) => {
-            eprintln!("leash serve: error: {e}");
-            ExitCode::from(EXIT_FAILURE)
-        }
-        Err(_) => {
-            eprintln!(
-                "leash serve: error: tasks still running after --shutdown-timeout {:?}",
-                settings.shutdown_timeout
-            );
-            ExitCode::from(EXIT_FAILURE)
-        }
-    };
+    let code = shut_down(root, settings.shutdown_timeout).await;
     if let Some(sb) = sandbox
         && let Err(e) = sb.shutdown().await
     {
@@ -282,6 +268,26 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(EXIT_FAILURE));
     }
     Ok(code)
+}
+
+/// Cancels `root` and waits at most `timeout` for every task: exit 0, or
+/// 1 when a task failed or one was still running at the deadline (a line
+/// says which). Tasks left running are aborted when `root` is dropped.
+async fn shut_down(root: Scope, timeout: std::time::Duration) -> ExitCode {
+    root.cancel();
+    match tokio::time::timeout(timeout, root.shutdown()).await {
+        Ok(Ok(())) => ExitCode::SUCCESS,
+        Ok(Err(e)) => {
+            eprintln!("leash serve: error: {e}");
+            ExitCode::from(EXIT_FAILURE)
+        }
+        Err(_) => {
+            eprintln!(
+                "leash serve: error: tasks still running after --shutdown-timeout {timeout:?}"
+            );
+            ExitCode::from(EXIT_FAILURE)
+        }
+    }
 }
 
 /// Logs each new policy set (count, compile errors are logged by the source).
@@ -300,5 +306,56 @@ async fn log_policies(
             eprintln!("leash serve: {text}");
             last = text;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// README, `leash serve`: "exit 0, or 1 if something was still
+    /// running". leash's own tasks all end on cancellation, so the deadline
+    /// is checked with a task that ignores it (paused time: the deadline
+    /// passes at once); a task that ends on cancellation exits 0, and one
+    /// that fails exits 1.
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_exits_1_when_a_task_outlives_the_deadline() {
+        let root = Scope::new();
+        let token = root.token().clone();
+        root.spawn("cancellable", async move {
+            token.cancelled().await;
+            Ok::<(), std::convert::Infallible>(())
+        });
+        assert_eq!(
+            shut_down(root, Duration::from_secs(10)).await,
+            ExitCode::SUCCESS
+        );
+
+        let root = Scope::new();
+        root.spawn("stubborn", async {
+            std::future::pending::<()>().await;
+            Ok::<(), std::convert::Infallible>(())
+        });
+        let start = tokio::time::Instant::now();
+        assert_eq!(
+            shut_down(root, Duration::from_secs(10)).await,
+            ExitCode::from(EXIT_FAILURE)
+        );
+        assert_eq!(
+            start.elapsed(),
+            Duration::from_secs(10),
+            "waited the deadline out"
+        );
+
+        let root = Scope::new();
+        root.spawn("failing", async {
+            Err::<(), _>(std::io::Error::other("write failed"))
+        });
+        assert_eq!(
+            shut_down(root, Duration::from_secs(10)).await,
+            ExitCode::from(EXIT_FAILURE)
+        );
     }
 }

@@ -1050,3 +1050,112 @@ fn insecure_skip_tls_verify_turns_off_certificate_checks() {
         "the request reached the server: {err}"
     );
 }
+
+/// README, "Connection flags" step 4: with no kubeconfig (no `KUBECONFIG`,
+/// no `~/.kube/config`), leash uses the in-cluster service account as
+/// kubectl does: `https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT`,
+/// verified against the account's `ca.crt`, with its token. kube reads the
+/// account's files from their fixed path, so leash runs in a private mount
+/// namespace (`unshare`, util-linux) where they are put on a tmpfs over
+/// `/run`; the API server is a TLS listener here that records the first
+/// request and answers 403.
+#[test]
+fn without_a_kubeconfig_the_in_cluster_service_account_is_used() {
+    use std::io::Write as _;
+    let probe = Command::new("unshare")
+        .args(["--mount", "--map-root-user", "true"])
+        .stderr(Stdio::null())
+        .status();
+    if !probe.is_ok_and(|s| s.success()) {
+        // The kernel or the container refuses mount namespaces: nothing
+        // leash could do about it, and no other way to place the files.
+        eprintln!("skipped: `unshare --mount --map-root-user` is not permitted here");
+        return;
+    }
+    let tls = leash_webhook::generate_tls(vec!["127.0.0.1".into()]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let account = dir.path().join("serviceaccount");
+    std::fs::create_dir_all(&account).unwrap();
+    std::fs::write(account.join("token"), "in-cluster-token").unwrap();
+    std::fs::write(account.join("ca.crt"), &tls.ca_pem).unwrap();
+    std::fs::write(account.join("namespace"), "team").unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    // Each connection's request head, answered 403.
+    let serve = |tcp: std::net::TcpStream| -> Vec<String> {
+        tcp.set_nonblocking(false).unwrap();
+        tcp.set_read_timeout(Some(BOUND)).unwrap();
+        let conn = rustls::ServerConnection::new(tls.server_config.clone()).unwrap();
+        let mut stream = rustls::StreamOwned::new(conn, tcp);
+        let mut head = Vec::new();
+        let mut reader = BufReader::new(&mut stream);
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                break;
+            }
+            head.push(line.trim_end().to_string());
+        }
+        let body = r#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"forbidden","reason":"Forbidden","code":403}"#;
+        let _ = write!(
+            stream,
+            "HTTP/1.1 403 Forbidden\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let _ = stream.flush();
+        head
+    };
+    let (out, heads) = std::thread::scope(|s| {
+        let server = s.spawn(|| {
+            let mut heads = Vec::new();
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((tcp, _)) => heads.push(serve(tcp)),
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+            heads
+        });
+        let mut cmd = Command::new("unshare");
+        cmd.args(["--mount", "--map-root-user", "sh", "-c"])
+            .arg(
+                "mount -t tmpfs tmpfs /run && \
+                 mkdir -p /run/secrets/kubernetes.io && \
+                 cp -r \"$0\" /run/secrets/kubernetes.io/serviceaccount && \
+                 exec \"$@\"",
+            )
+            .arg(&account)
+            .arg(env!("CARGO_BIN_EXE_leash"))
+            .args(["load", "pods", "--progress", "never", "--retries", "1"])
+            .env_remove("KUBECONFIG")
+            .env_remove("LEASH_LOG")
+            .env("HOME", &home)
+            .env("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+            .env("KUBERNETES_SERVICE_PORT", port.to_string())
+            .stdin(Stdio::null());
+        let out = output_within(cmd);
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        (out, server.join().unwrap())
+    });
+    assert_exit(&out, 2);
+    // Discovery's requests, each over TLS verified by ca.crt (a refused
+    // certificate sends no request), each with the account's token.
+    assert!(!heads.is_empty(), "{}", stderr(&out));
+    for head in &heads {
+        assert!(
+            head.first().is_some_and(|l| l.starts_with("GET /api")),
+            "{head:?}"
+        );
+        assert!(
+            head.iter()
+                .any(|h| h.eq_ignore_ascii_case("authorization: Bearer in-cluster-token")),
+            "the account's token: {head:?}"
+        );
+    }
+    assert!(stderr(&out).contains("403"), "{}", stderr(&out));
+}

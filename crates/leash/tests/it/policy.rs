@@ -1498,3 +1498,114 @@ spec:
     assert_eq!(doc["summary"]["error"], 20, "{doc}");
     assert_eq!(lookups(&paths), 20, "a failed read is not kept: {paths:?}");
 }
+
+/// README, `leash apply --cluster`: "memory stays bounded by the load's
+/// window". A rule reads an `apiCall` path that the server answers only
+/// after 2 s, so evaluation stalls on the first pods; meanwhile the loader
+/// may fetch only what its window and the two evaluation threads'
+/// channels hold (three pages a thread, one in the feeder's hand, and the
+/// loader's: its object channel's `--list-concurrency` pages and three in
+/// the list task, leash-loader's invariant 5), not the 100 the list has (an
+/// unbounded pipeline would fetch them all in that time). Once the read is answered every page is
+/// fetched and every pod evaluated.
+#[test]
+fn apply_cluster_fetches_ahead_of_a_stalled_evaluation_only_its_window() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    const PAGES: usize = 100;
+    const PER_PAGE: usize = 10;
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    fs::write(
+        &policy,
+        r#"apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: slow-lookup}
+spec:
+  rules:
+  - name: no-services
+    match: {any: [{resources: {kinds: [Pod]}}]}
+    context:
+    - name: services
+      apiCall:
+        urlPath: /api/v1/namespaces/n/services
+        jmesPath: "items | length(@)"
+    validate:
+      message: "{{ services }} services"
+      deny:
+        conditions:
+          any:
+          - {key: "{{ services }}", operator: GreaterThan, value: 0}
+"#,
+    )
+    .unwrap();
+    let pages_served = AtomicUsize::new(0);
+    // Pages served when the first slow read was answered.
+    let served_while_stalled = AtomicUsize::new(usize::MAX);
+    let answer = |path: &str| -> (u16, String) {
+        let (base, query) = path.split_once('?').unwrap_or((path, ""));
+        match base {
+            "/api/v1" => (
+                200,
+                core_resources(&[("pods", "Pod", true), ("namespaces", "Namespace", false)]),
+            ),
+            "/api/v1/namespaces" => (
+                200,
+                r#"{"kind":"NamespaceList","apiVersion":"v1","metadata":{},"items":[{"metadata":{"name":"n","uid":"ns-n"}}]}"#.into(),
+            ),
+            "/api/v1/pods" => {
+                let page: usize = query
+                    .split('&')
+                    .find_map(|kv| kv.strip_prefix("continue="))
+                    .map_or(0, |c| c.parse().unwrap());
+                pages_served.fetch_add(1, Ordering::SeqCst);
+                let items: Vec<String> = (0..PER_PAGE)
+                    .map(|i| format!(r#"{{"metadata":{{"name":"p{page}-{i}","namespace":"n","uid":"u{page}-{i}"}},"spec":{{"containers":[{{"name":"c","image":"nginx"}}]}}}}"#))
+                    .collect();
+                let next = if page + 1 < PAGES {
+                    format!(r#""continue":"{}""#, page + 1)
+                } else {
+                    String::new()
+                };
+                (
+                    200,
+                    format!(r#"{{"kind":"PodList","apiVersion":"v1","metadata":{{{next}}},"items":[{}]}}"#, items.join(",")),
+                )
+            }
+            "/api/v1/namespaces/n/services" => {
+                // A slow server, not a synchronisation: the assertion below
+                // is an upper bound, which a slower loader only meets more
+                // easily.
+                std::thread::sleep(std::time::Duration::from_secs(2));
+                served_while_stalled
+                    .fetch_min(pages_served.load(Ordering::SeqCst), Ordering::SeqCst);
+                (
+                    200,
+                    r#"{"kind":"ServiceList","apiVersion":"v1","metadata":{},"items":[]}"#.into(),
+                )
+            }
+            other => unavailable(other),
+        }
+    };
+    let (out, paths) = with_server(answer, |url| {
+        let mut cmd = leash();
+        cmd.args(["apply", policy.to_str().unwrap(), "--cluster", "-A"])
+            .args(["--page-size", &PER_PAGE.to_string(), "--concurrency", "2"])
+            .args(["--list-concurrency", "4"])
+            .args(["-o", "json"])
+            .args(["--server", url]);
+        output_within(cmd)
+    });
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(doc["summary"]["pass"], PAGES * PER_PAGE, "{doc}");
+    let lists = paths
+        .iter()
+        .filter(|p| p.starts_with("/api/v1/pods"))
+        .count();
+    assert_eq!(lists, PAGES, "every page fetched once");
+    let ahead = served_while_stalled.load(Ordering::SeqCst);
+    assert!(
+        ahead <= 2 * 3 + 1 + (4 + 3),
+        "{ahead} of {PAGES} pages fetched while evaluation stalled: not bounded by the window"
+    );
+}
