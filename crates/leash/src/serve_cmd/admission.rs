@@ -56,7 +56,17 @@ impl TriggerSink for UpdateRequestSink {
             generate::create_update_request(&client, &request)
                 .await
                 .map(|_| ())
-                .map_err(|e| e.to_string())
+                .map_err(|e| match e {
+                    // kube's Display of an API error ends with the whole
+                    // Status in Debug form; the user needs what it says.
+                    kube::Error::Api(s) => {
+                        format!(
+                            "the API server answered {} {}: {}",
+                            s.code, s.reason, s.message
+                        )
+                    }
+                    e => e.to_string(),
+                })
         }
         .boxed()
     }

@@ -1022,6 +1022,67 @@ spec:
     }
 }
 
+/// README, "Not yet": `imageRegistry` context entries. A rule with one
+/// compiles and gives each resource an `error` naming what is missing, so
+/// it is never a silent pass; the other rules of the policy still run.
+#[test]
+fn an_image_registry_context_entry_is_an_error_result_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    fs::write(
+        &policy,
+        r#"
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: registry}
+spec:
+  rules:
+  - name: image-config
+    match: {any: [{resources: {kinds: [Pod]}}]}
+    context:
+    - name: config
+      imageRegistry: {reference: "{{ request.object.spec.containers[0].image }}"}
+    validate:
+      message: "runs as root"
+      deny:
+        conditions:
+          all:
+          - {key: "{{ config.configData.config.User || '' }}", operator: Equals, value: ""}
+  - name: has-containers
+    match: {any: [{resources: {kinds: [Pod]}}]}
+    validate:
+      message: "a container is required"
+      pattern: {spec: {containers: [{name: "?*"}]}}
+"#,
+    )
+    .unwrap();
+    let out = leash()
+        .args([
+            "apply",
+            "--sandbox=pods=2",
+            "-o",
+            "json",
+            "--detailed-results",
+        ])
+        .arg(&policy)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(doc["summary"]["error"], 2, "{doc}");
+    assert_eq!(doc["summary"]["pass"], 2, "{doc}");
+    for r in doc["results"].as_array().unwrap() {
+        if r["rule"] == "image-config" {
+            assert_eq!(r["result"], "error", "{r}");
+            let message = r["message"].as_str().unwrap_or_default();
+            assert!(
+                message.contains("imageRegistry") && message.contains("not supported"),
+                "{r}"
+            );
+        }
+    }
+}
+
 /// `apply --cluster` reads the Namespaces before the evaluation, so a
 /// `namespaceSelector` selects by the labels of each object's namespace.
 #[test]

@@ -444,6 +444,28 @@ fn serve_sandbox_demo_health_metrics_and_sigterm() {
         }
         let kc = std::fs::read_to_string(&kubeconfig).unwrap();
         assert!(kc.contains("server: http://127.0.0.1:"), "{kc}");
+        // README, the demo: the webhook registered itself in the sandbox
+        // (ready implies it), pointing at the admission listener.
+        let sandbox = kc
+            .split("server: http://")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .unwrap()
+            .trim_end_matches('/')
+            .to_string();
+        let (code, body) = http_get(
+            &sandbox,
+            "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/leash-validating-webhook-cfg",
+        );
+        assert_eq!(code, 200, "{body}");
+        let vwc: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let hooks = vwc["webhooks"].as_array().cloned().unwrap_or_default();
+        assert!(!hooks.is_empty(), "{vwc}");
+        for hook in &hooks {
+            let url = hook["clientConfig"]["url"].as_str().unwrap_or_default();
+            assert!(url.starts_with("https://127.0.0.1:"), "{hook}");
+            assert!(hook["clientConfig"]["caBundle"].is_string(), "{hook}");
+        }
         send_signal(&guard.0, "TERM");
         let status = wait_exit(&mut guard.0, BOUND, "exit after SIGTERM");
         assert!(status.success(), "{status}");

@@ -227,6 +227,18 @@ async fn readyz_waits_for_the_webhook_registration() {
         .flat_map(|r| r["resources"].as_array().into_iter().flatten())
         .collect();
     assert!(resources.iter().any(|r| *r == "pods"), "{vwc}");
+    // README, "Not yet": there is no mutating webhook.
+    assert_eq!(
+        sb.store()
+            .list(
+                "admissionregistration.k8s.io/v1",
+                "MutatingWebhookConfiguration",
+                None
+            )
+            .unwrap(),
+        Vec::<Value>::new(),
+        "a mutating webhook was registered"
+    );
     send_signal(&server.0, "TERM");
     wait_exit(&mut server.0, BOUND, "leash serve exit after SIGTERM");
     sb.shutdown().await.unwrap();

@@ -337,3 +337,100 @@ async fn generating_policy_update_requests_exist_before_the_answer() {
     let _ = background.0.wait();
     sb.shutdown().await.unwrap();
 }
+
+/// README, `background`: "if it cannot be created in time, the webhook's
+/// failure policy decides: `Fail` denies, `Ignore` allows with a warning",
+/// through `leash serve` and the sandbox's admission chain. The sandbox
+/// serves every CRD of deploy/crds but UpdateRequest's, so each
+/// UpdateRequest that admission creates is refused (404): a Namespace that
+/// the `Fail` policy's rule matches is denied naming the policy; one that
+/// the `Ignore` policy's rule matches is created, with the policy named in
+/// a `Warning` header of the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_requests_the_cluster_refuses_follow_the_failure_policy() {
+    let mut objects: Vec<Value> =
+        leash_sandbox::manifests::load_manifests(&[repo().join("deploy/crds")])
+            .unwrap()
+            .into_iter()
+            .filter(|o| o["spec"]["names"]["kind"] != "UpdateRequest")
+            .collect();
+    objects.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kyverno"}}));
+    for (name, failure) in [("gen-fail", "Fail"), ("gen-ignore", "Ignore")] {
+        let mut policy: Value = serde_saphyr::from_str(POLICY).unwrap();
+        policy["metadata"]["name"] = json!(name);
+        policy["spec"]["failurePolicy"] = json!(failure);
+        policy["spec"]["rules"][0]["match"]["any"][0]["resources"]["selector"] =
+            json!({"matchLabels": {"gen": name}});
+        objects.push(policy);
+    }
+    let sb = Sandbox::start(SandboxConfig {
+        objects,
+        ..SandboxConfig::default()
+    })
+    .await
+    .unwrap();
+    let (port, health) = (free_port(), free_port());
+    let child = leash()
+        .args(["serve", "--server", &sb.url(), "--components", "admission"])
+        .args(["--admission-listen", &format!("127.0.0.1:{port}")])
+        .args(["--health", &format!("127.0.0.1:{health}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run leash serve");
+    let _serve = ChildGuard(child);
+    let health = format!("127.0.0.1:{health}");
+    wait_for("leash serve is ready", BOUND, || {
+        std::net::TcpStream::connect(&health).is_ok()
+            && crate::support::http_get(&health, "/readyz").0 == 200
+    })
+    .await;
+    let addr = sb.url().trim_start_matches("http://").to_string();
+    let create = |name: &str, label: &str| {
+        let body = json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": name, "labels": {"gen": label}}})
+        .to_string();
+        let addr = addr.clone();
+        // The sandbox runs on this runtime's other worker meanwhile.
+        tokio::task::block_in_place(move || {
+            use std::io::{Read as _, Write as _};
+            let mut s = std::net::TcpStream::connect(&addr).unwrap();
+            s.set_read_timeout(Some(BOUND)).unwrap();
+            write!(
+                s,
+                "POST /api/v1/namespaces HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+                 Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .unwrap();
+            let mut text = String::new();
+            s.read_to_string(&mut text).unwrap();
+            text
+        })
+    };
+    let denied = create("team-fail", "gen-fail");
+    assert!(denied.starts_with("HTTP/1.1 4"), "{denied}");
+    let (_, body) = denied.split_once("\r\n\r\n").unwrap();
+    let status: Value = serde_json::from_str(body).unwrap_or_else(|_| panic!("{denied}"));
+    let message = status["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("gen-fail")
+            && message.contains("failed: the API server answered 404 NotFound: the server could not find the requested resource"),
+        "{denied}"
+    );
+    let allowed = create("team-ignore", "gen-ignore");
+    assert!(allowed.starts_with("HTTP/1.1 201"), "{allowed}");
+    let (head, _) = allowed.split_once("\r\n\r\n").unwrap();
+    assert!(
+        head.lines()
+            .any(|l| l.to_ascii_lowercase().starts_with("warning:") && l.contains("gen-ignore")),
+        "{allowed}"
+    );
+    assert!(
+        sb.store()
+            .get("v1", "Namespace", None, "team-fail")
+            .is_err(),
+        "the denied namespace exists"
+    );
+    sb.shutdown().await.unwrap();
+}
