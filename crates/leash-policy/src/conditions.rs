@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use crate::quantity::{Quantity, parse_duration};
 use crate::value;
-use crate::vars::go_format;
+use crate::vars::{go_format, has_vars};
 use crate::wildcard;
 
 /// A condition operator.
@@ -42,6 +42,89 @@ impl CondOp {
             "lessthanorequals" | "durationlessthanorequals" => CondOp::LessThanOrEquals,
             _ => return None,
         })
+    }
+}
+
+/// `any` / `all` conditions compiled once, when the policy is: each
+/// operator parsed and each operand sorted into a literal or a variable
+/// template, so that an evaluation neither parses nor scans them.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Conditions {
+    /// `any`: at least one must hold (`None`: no such block).
+    pub(crate) any: Option<Vec<Condition>>,
+    /// `all`, or a legacy list: every one must hold.
+    pub(crate) all: Option<Vec<Condition>>,
+}
+
+/// One compiled `{key, operator, value}`.
+#[derive(Debug, Clone)]
+pub(crate) struct Condition {
+    pub(crate) op: CondOp,
+    pub(crate) key: Operand,
+    pub(crate) value: Operand,
+}
+
+/// A condition's key or value.
+#[derive(Debug, Clone)]
+pub(crate) enum Operand {
+    /// Holds no variable: used as written.
+    Literal(Value),
+    /// A string that is one variable, `{{ expr }}` (its value keeps its
+    /// type): the expression's text.
+    Variable(String),
+    /// Variables in a longer string, a list or a map.
+    Template(Value),
+}
+
+impl Operand {
+    fn new(v: &Value) -> Operand {
+        if !has_vars(v) {
+            return Operand::Literal(v.clone());
+        }
+        // The shape `vars::substitute` resolves without a scan.
+        if let Value::String(s) = v
+            && let Some(inner) = s.strip_prefix("{{").and_then(|r| r.strip_suffix("}}"))
+            && !inner.contains(['{', '}', '\\'])
+        {
+            return Operand::Variable(inner.to_string());
+        }
+        Operand::Template(v.clone())
+    }
+}
+
+impl Condition {
+    /// `None` for an unknown operator (refused when the policy compiles).
+    fn new(c: &Value) -> Option<Condition> {
+        Some(Condition {
+            op: CondOp::parse(c["operator"].as_str().unwrap_or(""))?,
+            key: Operand::new(&c["key"]),
+            value: Operand::new(&c["value"]),
+        })
+    }
+}
+
+impl Conditions {
+    /// The conditions of a validated `any`/`all` object or legacy list.
+    pub(crate) fn new(v: &Value) -> Option<Conditions> {
+        let list = |l: &Value| -> Option<Option<Vec<Condition>>> {
+            match l {
+                Value::Array(items) => Some(Some(
+                    items.iter().map(Condition::new).collect::<Option<_>>()?,
+                )),
+                _ => Some(None),
+            }
+        };
+        match v {
+            Value::Array(_) => Some(Conditions {
+                any: None,
+                all: list(v)?,
+            }),
+            Value::Object(m) => Some(Conditions {
+                any: list(m.get("any").unwrap_or(&Value::Null))?,
+                all: list(m.get("all").unwrap_or(&Value::Null))?,
+            }),
+            _ => None,
+        }
     }
 }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use jmespath::Rcvar;
 use serde_json::{Value, json};
 
-use crate::conditions::{self, CondOp};
+use crate::conditions::{self, Condition, Conditions, Operand};
 use crate::images;
 use crate::matching::Target;
 use crate::pattern::{self, Mismatch};
@@ -755,7 +755,7 @@ impl RuleCtx<'_> {
 
     pub(crate) fn preconditions(
         &self,
-        conds: Option<&Value>,
+        conds: Option<&Conditions>,
         vars: &Lazy<'_>,
     ) -> Result<bool, String> {
         match conds {
@@ -765,61 +765,54 @@ impl RuleCtx<'_> {
     }
 
     /// Evaluates `any`/`all` (or a legacy list, all of which must hold).
-    pub(crate) fn conditions<'v>(
+    pub(crate) fn conditions(
         &self,
-        conds: &'v Value,
+        conds: &Conditions,
         vars: &dyn vars::Source,
         mode: Mode,
     ) -> Result<bool, String> {
-        let one = |c: &'v Value| -> Result<bool, String> {
-            let op = CondOp::parse(c["operator"].as_str().unwrap_or(""))
-                .ok_or_else(|| format!("unknown operator {}", c["operator"]))?;
-            // Borrowed when without variables (most values: lists of
-            // allowed names), so a condition costs no copy of them.
-            let sub = |v: &'v Value| -> Result<Cow<'v, Value>, String> {
-                if !vars::has_vars(v) {
-                    return Ok(Cow::Borrowed(v));
-                }
-                vars::substitute(v, vars, &self.policy.cache, mode, self.delete).map(Cow::Owned)
-            };
-            let key = sub(&c["key"])?;
-            let value = sub(&c["value"])?;
-            Ok(conditions::evaluate(op, &key, &value))
+        let one = |c: &Condition| -> Result<bool, String> {
+            let key = self.operand(&c.key, vars, mode)?;
+            let value = self.operand(&c.value, vars, mode)?;
+            Ok(conditions::evaluate(c.op, &key, &value))
         };
-        match conds {
-            Value::Null => Ok(true),
-            Value::Array(list) => {
-                for c in list {
-                    if !one(c)? {
-                        return Ok(false);
-                    }
+        if let Some(any) = &conds.any {
+            let mut held = false;
+            for c in any {
+                if one(c)? {
+                    held = true;
+                    break;
                 }
-                Ok(true)
             }
-            Value::Object(m) => {
-                let mut any_ok = true;
-                if let Some(any) = m.get("any").and_then(Value::as_array) {
-                    any_ok = false;
-                    for c in any {
-                        if one(c)? {
-                            any_ok = true;
-                            break;
-                        }
-                    }
-                }
-                if !any_ok {
-                    return Ok(false);
-                }
-                if let Some(all) = m.get("all").and_then(Value::as_array) {
-                    for c in all {
-                        if !one(c)? {
-                            return Ok(false);
-                        }
-                    }
-                }
-                Ok(true)
+            if !held {
+                return Ok(false);
             }
-            _ => Err("conditions must be any/all or a list".to_string()),
+        }
+        for c in conds.all.iter().flatten() {
+            if !one(c)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// A condition's operand with its variables resolved; a literal is
+    /// borrowed (most values: lists of allowed names), not copied.
+    fn operand<'v>(
+        &self,
+        o: &'v Operand,
+        vars: &dyn vars::Source,
+        mode: Mode,
+    ) -> Result<Cow<'v, Value>, String> {
+        let cache = &self.policy.cache;
+        match o {
+            Operand::Literal(v) => Ok(Cow::Borrowed(v)),
+            Operand::Variable(expr) => {
+                vars::resolve(expr, vars, cache, mode, self.delete).map(Cow::Owned)
+            }
+            Operand::Template(v) => {
+                vars::substitute(v, vars, cache, mode, self.delete).map(Cow::Owned)
+            }
         }
     }
 

@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 
 use crate::autogen;
 use crate::cel::CelRule;
-use crate::conditions::CondOp;
+use crate::conditions::{CondOp, Conditions};
 use crate::error::{Error, Result};
 use crate::matching::MatchBlock;
 use crate::vars::ExprCache;
@@ -65,7 +65,7 @@ pub(crate) struct Rule {
     pub match_: MatchBlock,
     pub exclude: MatchBlock,
     pub context: Vec<ContextEntry>,
-    pub preconditions: Option<Value>,
+    pub preconditions: Option<Conditions>,
     /// `celPreconditions`: CEL expressions that must all be true.
     pub cel_preconditions: Option<Box<CelRule>>,
     pub validate: Option<Validate>,
@@ -90,7 +90,7 @@ pub(crate) struct Validate {
 pub(crate) enum Check {
     Pattern(Pattern),
     AnyPattern(Vec<Pattern>),
-    Deny(Value),
+    Deny(Conditions),
     Foreach(Vec<Foreach>),
     Cel(Box<CelRule>),
     /// `podSecurity`: a Pod Security Standards profile.
@@ -123,7 +123,7 @@ pub(crate) struct Foreach {
     pub list: String,
     pub element_scope: Option<bool>,
     pub context: Vec<ContextEntry>,
-    pub preconditions: Option<Value>,
+    pub preconditions: Option<Conditions>,
     pub check: Check,
 }
 
@@ -641,7 +641,7 @@ fn compile_check(
         let conditions = d.get("conditions").cloned().unwrap_or(Value::Null);
         let compiled =
             compile_conditions(&conditions, &format!("{field}.deny.conditions"), err, cache)?;
-        return Ok(Check::Deny(compiled.unwrap_or(Value::Null)));
+        return Ok(Check::Deny(compiled.unwrap_or_default()));
     }
     if let Some(f) = v.get("foreach").filter(|f| !f.is_null()) {
         let Some(list) = f.as_array() else {
@@ -724,7 +724,7 @@ pub(crate) fn compile_conditions(
     field: &str,
     err: &ErrFn<'_>,
     cache: &mut ExprCache,
-) -> Result<Option<Value>> {
+) -> Result<Option<Conditions>> {
     let check_list = |list: &[Value], f: &str, cache: &mut ExprCache| -> Result<()> {
         for (i, c) in list.iter().enumerate() {
             let cf = format!("{f}[{i}]");
@@ -747,7 +747,7 @@ pub(crate) fn compile_conditions(
         Value::Null => Ok(None),
         Value::Array(list) => {
             check_list(list, field, cache)?;
-            Ok(Some(v.clone()))
+            Ok(Conditions::new(v))
         }
         Value::Object(m) => {
             for key in ["any", "all"] {
@@ -757,7 +757,7 @@ pub(crate) fn compile_conditions(
                     Some(_) => return Err(err(format!("{field}.{key}"), "must be a list".into())),
                 }
             }
-            Ok(Some(v.clone()))
+            Ok(Conditions::new(v))
         }
         _ => Err(err(
             field.to_string(),

@@ -419,7 +419,7 @@ pub(crate) fn has_vars(doc: &Value) -> bool {
     }
 }
 
-fn resolve(
+pub(crate) fn resolve(
     name: &str,
     vars: &dyn Source,
     cache: &ExprCache,

@@ -3,6 +3,7 @@
 
 use serde_json::Value;
 
+use crate::conditions::Conditions;
 use crate::error::Result;
 use crate::policy::{ContextEntry, ErrFn, compile_conditions, compile_context};
 use crate::vars::ExprCache;
@@ -37,7 +38,7 @@ pub(crate) struct TargetSpec {
     pub namespace: String,
     pub selector: Option<Value>,
     pub context: Vec<ContextEntry>,
-    pub preconditions: Option<Value>,
+    pub preconditions: Option<Conditions>,
 }
 
 /// Element order of a `foreach`.
@@ -56,7 +57,7 @@ pub(crate) struct MutateForeach {
     /// merge patch, ascending otherwise).
     pub order: Option<Order>,
     pub context: Vec<ContextEntry>,
-    pub preconditions: Option<Value>,
+    pub preconditions: Option<Conditions>,
     pub patch: ForeachPatch,
 }
 
