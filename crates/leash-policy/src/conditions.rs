@@ -81,15 +81,33 @@ impl Operand {
         if !has_vars(v) {
             return Operand::Literal(v.clone());
         }
-        // The shape `vars::substitute` resolves without a scan.
         if let Value::String(s) = v
-            && let Some(inner) = s.strip_prefix("{{").and_then(|r| r.strip_suffix("}}"))
-            && !inner.contains(['{', '}', '\\'])
+            && let Some(expr) = whole_variable(s)
         {
-            return Operand::Variable(inner.to_string());
+            return Operand::Variable(expr.to_string());
         }
         Operand::Template(v.clone())
     }
+}
+
+/// The expression of a string that is one variable and nothing else, cut
+/// where `vars::substitute` cuts it: from the opening `{{` to the first
+/// `}}`, with no `{{` between (a JMESPath literal's single braces, as in
+/// `{{ a || \`{}\` }}`, are part of it).
+fn whole_variable(s: &str) -> Option<&str> {
+    let b = s.as_bytes();
+    if !s.starts_with("{{") {
+        return None;
+    }
+    let mut i = 2;
+    while i + 1 < b.len() {
+        match (b[i], b[i + 1]) {
+            (b'{', b'{') => return None,
+            (b'}', b'}') => return (i + 2 == b.len()).then(|| &s[2..i]),
+            _ => i += 1,
+        }
+    }
+    None
 }
 
 impl Condition {
@@ -368,6 +386,45 @@ fn numeric(op: CondOp, key: &Value, value: &Value) -> bool {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A string is one whole variable exactly when `vars::substitute`
+    /// would return the variable's own (typed) value for it.
+    #[test]
+    fn whole_variables_are_cut_as_substitution_cuts_them() {
+        for (s, want) in [
+            ("{{ a.b }}", Some(" a.b ")),
+            ("{{ a || `{}` }}", Some(" a || `{}` ")),
+            (
+                "{{ items(a || `{}`, 'k', 'v') | length(@) }}",
+                Some(" items(a || `{}`, 'k', 'v') | length(@) "),
+            ),
+            ("x{{ a }}", None),
+            ("{{ a }}x", None),
+            ("{{ a }}{{ b }}", None),
+            ("{{ {{ a }} }}", None),
+            ("{{ a }", None),
+            ("{{}}", Some("")),
+            ("plain", None),
+        ] {
+            assert_eq!(whole_variable(s), want, "{s}");
+        }
+        assert!(matches!(
+            Operand::new(&json!("{{ a || `{}` }}")),
+            Operand::Variable(_)
+        ));
+        assert!(matches!(
+            Operand::new(&json!("x-{{ a }}")),
+            Operand::Template(_)
+        ));
+        assert!(matches!(
+            Operand::new(&json!(["{{ a }}"])),
+            Operand::Template(_)
+        ));
+        assert!(matches!(
+            Operand::new(&json!(["a", "b"])),
+            Operand::Literal(_)
+        ));
+    }
 
     #[test]
     fn operator_table() {
