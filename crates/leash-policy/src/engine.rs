@@ -383,6 +383,8 @@ impl Engine {
             }
         }
         let req = prepared.request();
+        // Variables the ValidatingPolicies share, evaluated once for all.
+        let var_memo = crate::cel::VarMemo::default();
         for vpol in &self.validating {
             let result = match bindings.operation_for(vpol.name(), req.name()) {
                 Some(op) if op != req.operation => {
@@ -393,7 +395,7 @@ impl Engine {
                     }
                     vpol.evaluate(&r, data)
                 }
-                _ => vpol.evaluate_with(req, Some(prepared.cel_objects()), data),
+                _ => vpol.evaluate_with(req, Some((prepared.cel_objects(), &var_memo)), data),
             };
             if let Some(mut result) = result {
                 // A policy skipped by its own match conditions stays so;
@@ -535,5 +537,85 @@ mod tests {
         }
         assert_eq!(results[0].len(), 1);
         assert_eq!(results[0][0].status, Status::Fail);
+    }
+
+    /// ValidatingPolicies that define the same variables share their
+    /// values on a request (evaluated once), and only those: a variable of
+    /// the same name with another expression, or after other variables,
+    /// gets its own value; a failed shared variable fails each policy that
+    /// reads it with the same error. Every result is the one the policy
+    /// gets evaluated alone.
+    #[test]
+    fn validating_policies_share_only_identical_variables() {
+        let vp = |name: &str, vars: serde_json::Value, check: &str| {
+            json!({"apiVersion": "policies.kyverno.io/v1", "kind": "ValidatingPolicy",
+                "metadata": {"name": name},
+                "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": [""],
+                    "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]},
+                    "variables": vars,
+                    "validations": [{"expression": check, "message": name}]}})
+        };
+        let containers =
+            json!([{"name": "c", "expression": "object.spec.containers.map(c, c.name)"}]);
+        let policies = [
+            vp("a", containers.clone(), "variables.c == ['x', 'y']"),
+            vp("b", containers.clone(), "variables.c.size() == 2"),
+            // Same name, another expression.
+            vp(
+                "c",
+                json!([{"name": "c", "expression": "object.spec.containers.size()"}]),
+                "variables.c == 2",
+            ),
+            // Same definition after another variable: not the same prefix.
+            vp(
+                "d",
+                json!([{"name": "z", "expression": "1"},
+                           {"name": "c", "expression": "object.spec.containers.map(c, c.name)"}]),
+                "variables.c == ['x', 'y'] && variables.z == 1",
+            ),
+            vp(
+                "e",
+                json!([{"name": "bad", "expression": "object.spec.missing.size()"}]),
+                "variables.bad == 1",
+            ),
+            vp(
+                "f",
+                json!([{"name": "bad", "expression": "object.spec.missing.size()"}]),
+                "variables.bad > 0",
+            ),
+        ];
+        let pod = Arc::new(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web", "namespace": "a"},
+            "spec": {"containers": [{"name": "x"}, {"name": "y"}]}}));
+        let evaluate = |policies: &[serde_json::Value]| {
+            let mut engine = Engine::new();
+            for p in policies {
+                assert!(engine.add_json(p).unwrap());
+            }
+            engine.evaluate(
+                EvalRequest::create(pod.clone()),
+                &NoClusterData,
+                &Bindings::default(),
+            )
+        };
+        let together = evaluate(&policies);
+        let alone: Vec<RuleResult> = policies
+            .iter()
+            .flat_map(|p| evaluate(std::slice::from_ref(p)))
+            .collect();
+        assert_eq!(together, alone);
+        let status: Vec<(&str, Status)> = together.iter().map(|r| (&*r.policy, r.status)).collect();
+        assert_eq!(
+            status,
+            [
+                ("a", Status::Pass),
+                ("b", Status::Pass),
+                ("c", Status::Pass),
+                ("d", Status::Pass),
+                ("e", Status::Error),
+                ("f", Status::Error)
+            ]
+        );
+        assert_eq!(together[4].message, together[5].message);
     }
 }

@@ -94,10 +94,10 @@ impl GeneratingPolicy {
             let var = v["name"].as_str().ok_or_else(|| {
                 Error::invalid(&kind, &name, format!("{f}.name"), "name is required")
             })?;
-            variables.push(Variable {
-                name: var.to_string(),
-                expr: compile(&v["expression"], &format!("{f}.expression"))?,
-            });
+            variables.push(Variable::new(
+                var.to_string(),
+                compile(&v["expression"], &format!("{f}.expression"))?,
+            ));
         }
         let generates: Vec<Expr> = as_list(spec.get("generate"), &kind, &name, "spec.generate")?
             .iter()

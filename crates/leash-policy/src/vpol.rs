@@ -13,7 +13,7 @@ use std::sync::Arc;
 use serde_json::Value as Json;
 
 use crate::cel::rule::{Validation, as_list, compile_expr, compile_validations, compile_variables};
-use crate::cel::{Activation, CelObjects, Expr, Variable};
+use crate::cel::{Activation, CelObjects, Expr, VarMemo, Variable};
 use crate::error::{Error, Result};
 use crate::request::{ClusterData, EvalRequest, Operation};
 use crate::result::{RuleResult, Source, Status};
@@ -461,11 +461,11 @@ impl ValidatingPolicy {
 
     /// As [`ValidatingPolicy::evaluate`], with the request's objects already
     /// converted to CEL values (shared by every policy evaluated on it).
-    pub(crate) fn evaluate_with(
+    pub(crate) fn evaluate_with<'a>(
         &self,
         req: &EvalRequest,
-        objects: Option<&CelObjects>,
-        data: &dyn ClusterData,
+        objects: Option<(&'a CelObjects, &VarMemo<'a>)>,
+        data: &'a dyn ClusterData,
     ) -> Option<RuleResult> {
         if let Some(ns) = &self.namespace
             && req.namespace() != ns
@@ -486,15 +486,15 @@ impl ValidatingPolicy {
         })
     }
 
-    fn run(
+    fn run<'a>(
         &self,
         body: &Body,
         req: &EvalRequest,
-        objects: Option<&CelObjects>,
-        data: &dyn ClusterData,
+        objects: Option<(&'a CelObjects, &VarMemo<'a>)>,
+        data: &'a dyn ClusterData,
     ) -> (Status, String) {
         let mut act = match objects {
-            Some(objects) => Activation::shared(objects, data),
+            Some((objects, memo)) => Activation::shared(objects, data).with_memo(memo),
             None => Activation::new(req, data),
         };
         let mut errors = Vec::new();

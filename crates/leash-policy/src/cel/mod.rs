@@ -117,7 +117,7 @@ impl Expr {
     }
 
     /// Evaluates in `act`; the error is the evaluation error's text.
-    pub(crate) fn eval(&self, act: &Activation<'_>) -> Result<Value, String> {
+    pub(crate) fn eval(&self, act: &Activation<'_, '_>) -> Result<Value, String> {
         let ctx = act.context();
         match Value::resolve(&self.ast, ctx) {
             Ok(v) => Ok(v),
@@ -126,7 +126,7 @@ impl Expr {
     }
 
     /// Evaluates to a bool; other results are an error.
-    pub(crate) fn eval_bool(&self, act: &Activation<'_>) -> Result<bool, String> {
+    pub(crate) fn eval_bool(&self, act: &Activation<'_, '_>) -> Result<bool, String> {
         match self.eval(act)? {
             Value::Bool(b) => Ok(b),
             other => Err(format!(
@@ -138,7 +138,7 @@ impl Expr {
     }
 
     /// Evaluates to a string (a message expression).
-    pub(crate) fn eval_string(&self, act: &Activation<'_>) -> Result<String, String> {
+    pub(crate) fn eval_string(&self, act: &Activation<'_, '_>) -> Result<String, String> {
         match self.eval(act)? {
             Value::String(s) => Ok(s.to_string()),
             other => Err(format!(
@@ -155,7 +155,51 @@ impl Expr {
 pub(crate) struct Variable {
     pub(crate) name: String,
     pub(crate) expr: Expr,
+    /// Equal for two variables exactly when they and every variable before
+    /// them in their lists have the same names and expressions (so, on one
+    /// request, the same value); 0: never shared. See [`VarMemo`].
+    pub(crate) memo: usize,
 }
+
+impl Variable {
+    /// A variable that is never shared between policies.
+    pub(crate) fn new(name: String, expr: Expr) -> Variable {
+        Variable {
+            name,
+            expr,
+            memo: 0,
+        }
+    }
+
+    /// A variable of a list whose values policies may share: `previous` is
+    /// the one before it in its list.
+    pub(crate) fn shareable(name: String, expr: Expr, previous: Option<&Variable>) -> Variable {
+        type Ids = HashMap<(usize, String, Arc<str>), usize>;
+        // Grows with the distinct variable definitions compiled in the
+        // process's life (a few per policy), never with requests.
+        static IDS: LazyLock<std::sync::Mutex<Ids>> = LazyLock::new(Default::default);
+        let key = (
+            previous.map_or(0, |p| p.memo),
+            name.clone(),
+            expr.source.clone(),
+        );
+        let mut ids = IDS.lock().unwrap_or_else(|e| e.into_inner());
+        let next = ids.len() + 1;
+        let memo = *ids.entry(key).or_insert(next);
+        drop(ids);
+        Variable { name, expr, memo }
+    }
+}
+
+/// The values of shareable variables evaluated on one request, by
+/// [`Variable::memo`]: ValidatingPolicies that define the same variables
+/// (every Pod Security policy's `containers` list) evaluate them once per
+/// request, not once per policy. Sound because such a variable reads only
+/// what every policy's activation of the request holds alike: the shared
+/// [`CelObjects`], the request's cluster data, `params` (null for
+/// ValidatingPolicies) and the variables before it, which its id covers.
+/// A failed variable is kept with its error.
+pub(crate) type VarMemo<'a> = std::cell::RefCell<HashMap<usize, Result<Box<dyn Val + 'a>, String>>>;
 
 /// A request's objects as CEL values (`object`, `oldObject`, `request`,
 /// `namespaceObject`), converted once per request and shared by every CEL
@@ -212,7 +256,7 @@ fn value_to_val(v: Value) -> Box<dyn Val> {
 /// read in place from shared [`CelObjects`]), the data handles, and
 /// `variables`, kept as interpreter values (a variable is never converted
 /// through [`Value`] and back).
-pub(crate) struct Activation<'a> {
+pub(crate) struct Activation<'a, 'm> {
     base: Context<'a, 'a>,
     /// Whether the objects come from a resolver (then `set_object` cannot
     /// rebind them).
@@ -221,12 +265,14 @@ pub(crate) struct Activation<'a> {
     /// Variables that failed, with their error.
     failed: Vec<(String, String)>,
     data: &'a dyn ClusterData,
+    /// Shareable variables' values on this request (a shared activation's).
+    memo: Option<&'m VarMemo<'a>>,
 }
 
-impl<'a> Activation<'a> {
+impl<'a, 'm> Activation<'a, 'm> {
     /// The activation of an admission request (or a background scan),
     /// converting its objects.
-    pub(crate) fn new(req: &EvalRequest, data: &'a dyn ClusterData) -> Activation<'a> {
+    pub(crate) fn new(req: &EvalRequest, data: &'a dyn ClusterData) -> Activation<'a, 'm> {
         let mut base = Context::with_env(ENV.clone());
         base.add_variable_as_val("object", to_val(&req.object));
         base.add_variable_as_val(
@@ -243,7 +289,7 @@ impl<'a> Activation<'a> {
 
     /// As [`Activation::new`], reading the request's objects from `objects`
     /// (converted once for the request).
-    pub(crate) fn shared(objects: &'a CelObjects, data: &'a dyn ClusterData) -> Activation<'a> {
+    pub(crate) fn shared(objects: &'a CelObjects, data: &'a dyn ClusterData) -> Activation<'a, 'm> {
         let mut base = Context::with_env(ENV.clone());
         base.set_variable_resolver(objects);
         Activation::finish(base, true, data)
@@ -253,7 +299,7 @@ impl<'a> Activation<'a> {
         mut base: Context<'a, 'a>,
         shared: bool,
         data: &'a dyn ClusterData,
-    ) -> Activation<'a> {
+    ) -> Activation<'a, 'm> {
         base.add_variable_as_val("params", Box::new(CelNull));
         libs::bind_data(&mut base, data);
         let mut act = Activation {
@@ -262,28 +308,59 @@ impl<'a> Activation<'a> {
             variables: Vec::new(),
             failed: Vec::new(),
             data,
+            memo: None,
         };
         act.publish_variables();
         act
     }
 
+    /// Reads and keeps shareable variables' values in `memo` (see
+    /// [`VarMemo`]); only for an activation made by [`Activation::shared`].
+    pub(crate) fn with_memo<'n>(self, memo: &'n VarMemo<'a>) -> Activation<'a, 'n> {
+        debug_assert!(self.shared, "only shared objects make values shareable");
+        Activation {
+            memo: self.shared.then_some(memo),
+            base: self.base,
+            shared: self.shared,
+            variables: self.variables,
+            failed: self.failed,
+            data: self.data,
+        }
+    }
+
     /// Evaluates `vars` in order into `variables`.
     pub(crate) fn bind_variables(&mut self, vars: &[Variable]) {
         for var in vars {
-            let result = Value::resolve_val(var.expr.ast(), &self.base).map(CowVal::into_owned);
+            let memo = self.memo.filter(|_| var.memo != 0);
+            let kept = memo.and_then(|m| {
+                m.borrow().get(&var.memo).map(|r| match r {
+                    Ok(v) => Ok(v.clone_as_boxed()),
+                    Err(e) => Err(e.clone()),
+                })
+            });
+            let result = kept.unwrap_or_else(|| {
+                // Shared: binding the map of variables after each one, and
+                // keeping the value for the other policies, copies none of
+                // it.
+                let result = Value::resolve_val(var.expr.ast(), &self.base)
+                    .map(|v| shared::Shared::boxed(v.into_owned()))
+                    .map_err(|e| self.explain(&e));
+                if let Some(m) = memo {
+                    let copy = match &result {
+                        Ok(v) => Ok(v.clone_as_boxed()),
+                        Err(e) => Err(e.clone()),
+                    };
+                    m.borrow_mut().insert(var.memo, copy);
+                }
+                result
+            });
             match result {
                 Ok(v) => {
                     self.variables.retain(|(n, _)| n != &var.name);
-                    // Shared: binding the map of variables after each one
-                    // copies none of them.
-                    self.variables
-                        .push((var.name.clone(), shared::Shared::boxed(v)));
+                    self.variables.push((var.name.clone(), v));
                     self.publish_variables();
                 }
-                Err(e) => {
-                    let e = self.explain(&e);
-                    self.failed.push((var.name.clone(), e));
-                }
+                Err(e) => self.failed.push((var.name.clone(), e)),
             }
         }
     }
@@ -328,7 +405,7 @@ impl<'a> Activation<'a> {
     }
 }
 
-impl std::fmt::Debug for Activation<'_> {
+impl std::fmt::Debug for Activation<'_, '_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Activation")
             .field("variables", &self.variables)

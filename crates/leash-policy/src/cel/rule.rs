@@ -19,7 +19,7 @@ impl Validation {
     /// The failure message, as Kubernetes' validator builds it: the message
     /// expression's result when it evaluates to a non-blank string, else the
     /// static message, else `failed expression: <expression>`.
-    pub(crate) fn failure_message(&self, act: &Activation<'_>) -> String {
+    pub(crate) fn failure_message(&self, act: &Activation<'_, '_>) -> String {
         if let Some(me) = &self.message_expr
             && let Ok(m) = me.eval_string(act)
             && !m.trim().is_empty()
@@ -47,10 +47,8 @@ pub(crate) fn compile_variables(
             .as_str()
             .ok_or_else(|| Error::invalid(kind, policy, format!("{f}.name"), "name is required"))?;
         let expr = compile_expr(&v["expression"], kind, policy, &format!("{f}.expression"))?;
-        out.push(Variable {
-            name: name.to_string(),
-            expr,
-        });
+        let var = Variable::shareable(name.to_string(), expr, out.last());
+        out.push(var);
     }
     Ok(out)
 }

@@ -316,7 +316,7 @@ fn run(body: &Body, req: &EvalRequest, data: &dyn ClusterData) -> Result<Option<
     Ok(Some(object))
 }
 
-fn apply(m: &Mutation, act: &Activation<'_>, object: &Json) -> Result<Json, String> {
+fn apply(m: &Mutation, act: &Activation<'_, '_>, object: &Json) -> Result<Json, String> {
     match m {
         Mutation::Apply(expr) => {
             let value = expr.eval(act)?;
@@ -434,10 +434,7 @@ fn compile_body(spec: &Json, kind: &str, name: &str) -> Result<Body> {
             name,
             &format!("{f}.expression"),
         )?;
-        variables.push(Variable {
-            name: var.to_string(),
-            expr,
-        });
+        variables.push(Variable::new(var.to_string(), expr));
     }
     let reads: Vec<(String, BTreeSet<String>)> = variables
         .iter()
