@@ -124,7 +124,12 @@ async fn first_failure_cancels_unless_continue_on_error() {
             LoadOptions {
                 kinds: KindSelection::Names((0..4).map(crd_name).collect()),
                 namespaces: NamespaceSelection::All,
+                // One request at a time, and two pages a kind: whichever
+                // kind's task gets the request slot first, the 404 comes
+                // before any other kind's second page (the slot is handed
+                // out in turn), so no other kind can complete first.
                 concurrency: 1,
+                page_size: 1,
                 fail_fast,
                 ..LoadOptions::default()
             },
