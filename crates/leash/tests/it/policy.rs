@@ -957,10 +957,8 @@ fn apply_cluster_narrowed_objects_get_the_results_of_whole_ones() {
 /// `default` gets it, one without gives `error`.
 #[test]
 fn apply_makes_no_service_calls() {
-    let dir = tempfile::tempdir().unwrap();
-    let policy = dir.path().join("policy.yaml");
-    fs::write(
-        &policy,
+    let doc = apply_detailed_on_sandbox_pods(
+        3,
         r#"
 apiVersion: kyverno.io/v1
 kind: ClusterPolicy
@@ -995,21 +993,7 @@ spec:
           all:
           - {key: "{{ answer }}", operator: NotEquals, value: allowed}
 "#,
-    )
-    .unwrap();
-    let out = leash()
-        .args([
-            "apply",
-            "--sandbox=pods=3",
-            "-o",
-            "json",
-            "--detailed-results",
-        ])
-        .arg(&policy)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    );
     assert_eq!(doc["summary"]["pass"], 3, "{doc}");
     assert_eq!(doc["summary"]["error"], 3, "{doc}");
     for r in doc["results"].as_array().unwrap() {
@@ -1022,15 +1006,30 @@ spec:
     }
 }
 
+/// `leash apply POLICY --sandbox=pods=N -o json --detailed-results` with
+/// `policy` (YAML) written to a file: exit 1 (some rule did not pass), and
+/// the JSON document.
+fn apply_detailed_on_sandbox_pods(pods: usize, policy: &str) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("policy.yaml");
+    fs::write(&path, policy).unwrap();
+    let out = leash()
+        .args(["apply", &format!("--sandbox=pods={pods}")])
+        .args(["-o", "json", "--detailed-results"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    serde_json::from_str(&stdout(&out)).unwrap()
+}
+
 /// README, "Not yet": `imageRegistry` context entries. A rule with one
 /// compiles and gives each resource an `error` naming what is missing, so
 /// it is never a silent pass; the other rules of the policy still run.
 #[test]
 fn an_image_registry_context_entry_is_an_error_result_naming_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let policy = dir.path().join("policy.yaml");
-    fs::write(
-        &policy,
+    let doc = apply_detailed_on_sandbox_pods(
+        2,
         r#"
 apiVersion: kyverno.io/v1
 kind: ClusterPolicy
@@ -1054,21 +1053,7 @@ spec:
       message: "a container is required"
       pattern: {spec: {containers: [{name: "?*"}]}}
 "#,
-    )
-    .unwrap();
-    let out = leash()
-        .args([
-            "apply",
-            "--sandbox=pods=2",
-            "-o",
-            "json",
-            "--detailed-results",
-        ])
-        .arg(&policy)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    );
     assert_eq!(doc["summary"]["error"], 2, "{doc}");
     assert_eq!(doc["summary"]["pass"], 2, "{doc}");
     for r in doc["results"].as_array().unwrap() {

@@ -35,6 +35,25 @@ fn serve_components(url: &str, port: u16, components: &str) -> ChildGuard {
     ChildGuard(child)
 }
 
+/// A sandbox serving the CRDs of deploy/crds that `keep` keeps, with the
+/// `kyverno` namespace and `objects`.
+async fn crd_sandbox(keep: impl Fn(&Value) -> bool, objects: Vec<Value>) -> Sandbox {
+    let mut all: Vec<Value> =
+        leash_sandbox::manifests::load_manifests(&[repo().join("deploy/crds")])
+            .unwrap()
+            .into_iter()
+            .filter(|crd| keep(crd))
+            .collect();
+    all.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kyverno"}}));
+    all.extend(objects);
+    Sandbox::start(SandboxConfig {
+        objects: all,
+        ..SandboxConfig::default()
+    })
+    .await
+    .unwrap()
+}
+
 /// A ConfigMap `welcome` in every namespace labelled `gen: "yes"`; not
 /// synchronized, so each downstream is made once, from its trigger.
 const POLICY: &str = r#"
@@ -108,17 +127,8 @@ async fn create_labelled_namespace(api: &Api<DynamicObject>, name: &str, labels:
 /// downstream, exactly one, created once; no UpdateRequest is left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seed_fire_and_forget_update_request() {
-    let mut objects =
-        leash_sandbox::manifests::load_manifests(&[repo().join("deploy/crds")]).unwrap();
-    objects.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kyverno"}}));
     let policy: Value = serde_saphyr::from_str(POLICY).unwrap();
-    objects.push(policy);
-    let sb = Sandbox::start(SandboxConfig {
-        objects,
-        ..SandboxConfig::default()
-    })
-    .await
-    .unwrap();
+    let sb = crd_sandbox(|_| true, vec![policy]).await;
     let port = free_port();
     let mut leash_serve = serve(&sb.url(), port);
     let client =
@@ -214,10 +224,7 @@ async fn seed_fire_and_forget_update_request() {
 /// downstream per namespace, and no UpdateRequest left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn generating_policy_update_requests_exist_before_the_answer() {
-    let mut objects =
-        leash_sandbox::manifests::load_manifests(&[repo().join("deploy/crds")]).unwrap();
-    objects.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kyverno"}}));
-    objects.push(json!({
+    let gpol = json!({
         "apiVersion": "policies.kyverno.io/v1", "kind": "GeneratingPolicy",
         "metadata": {"name": "cel-welcome"},
         "spec": {
@@ -231,13 +238,8 @@ async fn generating_policy_update_requests_exist_before_the_answer() {
                 "data": dyn({"namespace": object.metadata.name})
             }])"#}]
         }
-    }));
-    let sb = Sandbox::start(SandboxConfig {
-        objects,
-        ..SandboxConfig::default()
-    })
-    .await
-    .unwrap();
+    });
+    let sb = crd_sandbox(|_| true, vec![gpol]).await;
     let port = free_port();
     let mut admission = serve_components(&sb.url(), port, "admission");
     let client =
@@ -348,27 +350,20 @@ async fn generating_policy_update_requests_exist_before_the_answer() {
 /// a `Warning` header of the answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn update_requests_the_cluster_refuses_follow_the_failure_policy() {
-    let mut objects: Vec<Value> =
-        leash_sandbox::manifests::load_manifests(&[repo().join("deploy/crds")])
-            .unwrap()
-            .into_iter()
-            .filter(|o| o["spec"]["names"]["kind"] != "UpdateRequest")
-            .collect();
-    objects.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kyverno"}}));
+    let mut policies = Vec::new();
     for (name, failure) in [("gen-fail", "Fail"), ("gen-ignore", "Ignore")] {
         let mut policy: Value = serde_saphyr::from_str(POLICY).unwrap();
         policy["metadata"]["name"] = json!(name);
         policy["spec"]["failurePolicy"] = json!(failure);
         policy["spec"]["rules"][0]["match"]["any"][0]["resources"]["selector"] =
             json!({"matchLabels": {"gen": name}});
-        objects.push(policy);
+        policies.push(policy);
     }
-    let sb = Sandbox::start(SandboxConfig {
-        objects,
-        ..SandboxConfig::default()
-    })
-    .await
-    .unwrap();
+    let sb = crd_sandbox(
+        |crd| crd["spec"]["names"]["kind"] != "UpdateRequest",
+        policies,
+    )
+    .await;
     let (port, health) = (free_port(), free_port());
     let child = leash()
         .args(["serve", "--server", &sb.url(), "--components", "admission"])
