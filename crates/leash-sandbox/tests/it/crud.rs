@@ -376,3 +376,71 @@ async fn every_served_version_of_a_crd_shows_its_objects_at_that_version() {
     assert_eq!(after["apiVersion"], "example.leash.dev/v1");
     sb.shutdown().await.unwrap();
 }
+
+/// README, "Not served": protobuf answers (a client that asks for protobuf
+/// first gets JSON), garbage collection (an object whose owner is deleted
+/// stays), RBAC enforcement (a Role and RoleBinding that grant nothing are
+/// stored, and requests go on being served).
+#[tokio::test]
+async fn what_the_sandbox_does_not_serve() {
+    let sb = start(vec![
+        configmap("default", "owner", json!({})),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "nothing", "namespace": "default"}, "rules": []}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "nothing", "namespace": "default"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "nothing"},
+            "subjects": [{"kind": "User", "name": "anyone"}]}),
+    ])
+    .await;
+    let addr = sb.addr();
+    let answer = raw(
+        addr,
+        "GET",
+        "/api/v1/namespaces/default/configmaps/owner",
+        &[(
+            "Accept",
+            "application/vnd.kubernetes.protobuf, application/json",
+        )],
+        b"",
+    )
+    .await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.header("content-type"), Some("application/json"));
+    assert_eq!(answer.json()["metadata"]["name"], "owner");
+
+    let api: Api<ConfigMap> = Api::namespaced(client(&sb), "default");
+    let owner = api.get("owner").await.unwrap();
+    let mut dependent = cm("dependent");
+    dependent.metadata.owner_references = Some(vec![
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            name: "owner".into(),
+            uid: owner.metadata.uid.clone().unwrap(),
+            ..Default::default()
+        },
+    ]);
+    api.create(&PostParams::default(), &dependent)
+        .await
+        .unwrap();
+    api.delete("owner", &DeleteParams::default()).await.unwrap();
+    // A cluster's garbage collector would delete the dependent soon after;
+    // here it stays (checked once the owner's deletion is answered).
+    assert!(api.get_opt("owner").await.unwrap().is_none());
+    assert!(api.get_opt("dependent").await.unwrap().is_some());
+
+    for plural in ["roles", "rolebindings"] {
+        let list = get(
+            addr,
+            &format!("/apis/rbac.authorization.k8s.io/v1/namespaces/default/{plural}"),
+        )
+        .await;
+        assert_eq!(list.status, 200);
+        assert_eq!(list.json()["items"][0]["metadata"]["name"], "nothing");
+    }
+    api.create(&PostParams::default(), &cm("still-served"))
+        .await
+        .unwrap();
+    sb.shutdown().await.unwrap();
+}
