@@ -415,6 +415,48 @@ mod tests {
     use super::*;
     use crate::object::api_resource;
 
+    /// One read per lookup: while a worker holds the read, another that
+    /// misses the lookup waits; when the reader keeps an answer the waiter
+    /// finds it, and when the reader gives up (cancelled: its claim is
+    /// dropped) the waiter is woken and takes the read itself.
+    #[tokio::test]
+    async fn a_lookup_has_one_reader_and_a_given_up_read_passes_on() {
+        let lookups = Lookups::default();
+        let key = Lookup::Api("/api/v1/namespaces/a/services".into());
+
+        let Turn::Read(claim) = lookups.turn(&key) else {
+            panic!("the first worker reads")
+        };
+        let Turn::Wait(mut waiting) = lookups.turn(&key) else {
+            panic!("a second worker waits")
+        };
+        lookups.keep(key.clone(), Some(Arc::new(json!({"items": []}))));
+        drop(claim);
+        assert!(waiting.changed().await.is_err(), "woken when the read ends");
+        assert!(matches!(lookups.turn(&key), Turn::Answered));
+
+        let other = Lookup::Api("/api/v1/namespaces/b/services".into());
+        let Turn::Read(claim) = lookups.turn(&other) else {
+            panic!("the first worker reads")
+        };
+        let Turn::Wait(mut waiting) = lookups.turn(&other) else {
+            panic!("a second worker waits")
+        };
+        drop(claim); // cancelled: nothing kept
+        assert!(
+            waiting.changed().await.is_err(),
+            "woken when the read is given up"
+        );
+        assert!(
+            matches!(lookups.turn(&other), Turn::Read(_)),
+            "the waiter takes the read"
+        );
+        assert!(
+            lookups.reading.lock().unwrap().is_empty(),
+            "no claim left behind"
+        );
+    }
+
     #[test]
     fn lookups_have_the_paths_kubectl_would_read() {
         let get = |av: &str, r: &str, ns: &str, n: &str| {
