@@ -252,12 +252,19 @@ impl BackgroundScan {
         let mut policies = self.policies.clone();
         let mut config = self.config.clone();
         policies.mark_changed();
+        // A source whose sender is gone publishes no more changes: its last
+        // snapshot stays in force (the scan goes on with it, it does not
+        // end unnoticed with nothing said).
+        let (mut policies_open, mut config_open) = (true, true);
         let mut sync_check = tokio::time::interval(Duration::from_millis(100));
         loop {
             tokio::select! {
                 _ = token.cancelled() => break,
-                r = policies.changed() => {
-                    if r.is_err() { break; }
+                r = policies.changed(), if policies_open => {
+                    if r.is_err() {
+                        policies_open = false;
+                        tracing::debug!("the policy source is gone; scanning with its last policy set");
+                    }
                     let set = policies.borrow_and_update().clone();
                     if set.generation == 0 {
                         continue;
@@ -291,8 +298,12 @@ impl BackgroundScan {
                         this.enqueue_all();
                     }
                 }
-                r = config.changed() => {
-                    if r.is_err() { break; }
+                r = config.changed(), if config_open => {
+                    if r.is_err() {
+                        config_open = false;
+                        tracing::debug!("the configuration source is gone; scanning with its last configuration");
+                        continue;
+                    }
                     let c = config.borrow_and_update().clone();
                     if *c != *last_config {
                         last_config = c;

@@ -410,11 +410,19 @@ impl Background {
                 Ok::<(), std::convert::Infallible>(())
             });
         }
+        // A policy source that is gone publishes no more sets: the last
+        // one stays in force (the component goes on, it does not end
+        // unnoticed); a change marked here is still read, once.
+        let mut policies_open = true;
         loop {
             tokio::select! {
                 _ = token.cancelled() => break,
-                r = policies.changed() => {
-                    if r.is_err() { break; }
+                r = policies.changed(), if policies_open => {
+                    if r.is_err() {
+                        policies_open = false;
+                        tracing::debug!("the policy source is gone; generating with its last policy set");
+                        continue;
+                    }
                     let set = policies.borrow_and_update().clone();
                     if set.generation == 0 {
                         continue;
@@ -462,10 +470,15 @@ impl Background {
                 _ = retry.tick(), if incomplete => {
                     incomplete = false;
                     policies.mark_changed();
+                    // A marked change is read even from a closed channel.
+                    policies_open = true;
                 }
                 // A GeneratingPolicy generated a kind not watched yet: the
                 // same set, applied again, watches it.
-                _ = shared.relearn.notified() => policies.mark_changed(),
+                _ = shared.relearn.notified() => {
+                    policies.mark_changed();
+                    policies_open = true;
+                }
                 Some((k, id)) = ended_rx.recv() => {
                     // A watcher ended on its own: replace it only if the map
                     // still holds that same watcher (house rule 8).

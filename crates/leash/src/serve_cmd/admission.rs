@@ -323,7 +323,12 @@ impl Admission {
                 tokio::select! {
                     _ = t.cancelled() => break,
                     r = policies.changed() => {
-                        if r.is_err() { break; }
+                        if r.is_err() {
+                            // No more policy sets: the server keeps
+                            // serving the last one until shutdown.
+                            t.cancelled().await;
+                            break;
+                        }
                         let set = policies.borrow_and_update().clone();
                         if set.generation > 0 {
                             engine_tx.send_replace(Arc::new(set.engine.clone()));
