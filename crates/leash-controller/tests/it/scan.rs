@@ -35,6 +35,19 @@ fn policy() -> Value {
                     "operator": "GreaterThan", "value": 0}]}}}}]}})
 }
 
+/// Runs the policy source and the reports component (default settings)
+/// on `sb` in `scope`. The configuration source is neither run nor kept:
+/// once it is gone its last snapshot (the defaults) stays in force, and the
+/// scan goes on with it (before, the scan ended there, silently, and no
+/// report was ever written: these tests would hang).
+fn run_reports(scope: &Scope, sb: &Sandbox) {
+    let parts = Parts::new(sb);
+    let reports = parts.reports(ReportsSettings::default());
+    let t = scope.token().clone();
+    scope.spawn("policies", parts.policies.run(t.clone()));
+    scope.spawn("reports", reports.run(t));
+}
+
 /// `(pod name, rule, result)` of the policy `lookups` in the reports of `team`.
 fn results(sb: &Sandbox) -> Vec<(String, String, String)> {
     let mut out = Vec::new();
@@ -92,12 +105,8 @@ async fn scan_reads_configmap_and_api_call_context_from_the_api_server() {
         policy(),
     ])
     .await;
-    let parts = Parts::new(&sb);
-    let reports = parts.reports(ReportsSettings::default());
     let scope = Scope::new();
-    let t = scope.token().clone();
-    scope.spawn("policies", parts.policies.run(t.clone()));
-    scope.spawn("reports", reports.run(t));
+    run_reports(&scope, &sb);
     let expected = vec![
         want("bad", "allowed-registry", "fail"),
         want("bad", "no-services", "fail"),
@@ -186,11 +195,7 @@ async fn scan_calls_an_api_call_service_with_the_posted_data() {
         policy,
     ])
     .await;
-    let parts = Parts::new(&sb);
-    let reports = parts.reports(ReportsSettings::default());
-    let t = scope.token().clone();
-    scope.spawn("policies", parts.policies.run(t.clone()));
-    scope.spawn("reports", reports.run(t));
+    run_reports(&scope, &sb);
     let expected = vec![
         want("bad", "service-verdict", "fail"),
         want("good", "service-verdict", "pass"),
@@ -209,12 +214,8 @@ async fn scan_calls_an_api_call_service_with_the_posted_data() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watchers_come_and_go_with_the_policies() {
     let sb = sandbox(vec![]).await;
-    let parts = Parts::new(&sb);
-    let reports = parts.reports(ReportsSettings::default());
     let scope = Scope::new();
-    let t = scope.token().clone();
-    scope.spawn("policies", parts.policies.run(t.clone()));
-    scope.spawn("reports", reports.run(t));
+    run_reports(&scope, &sb);
     until_watches(&sb, "the example policies' pods watched", |w| {
         w.contains_key("pods")
     })
@@ -290,14 +291,9 @@ async fn scan_reads_a_configmap_once_for_many_pods() {
     ];
     objects.extend((0..PODS).map(|i| pod(&format!("p{i:04}"), "ghcr.io")));
     let sb = sandbox(objects).await;
-    let parts = Parts::new(&sb);
-    let settings = ReportsSettings::default();
-    let workers = settings.scan.workers;
-    let reports = parts.reports(settings);
+    let workers = ReportsSettings::default().scan.workers;
     let scope = Scope::new();
-    let t = scope.token().clone();
-    scope.spawn("policies", parts.policies.run(t.clone()));
-    scope.spawn("reports", reports.run(t));
+    run_reports(&scope, &sb);
     let mut expected: Vec<_> = (0..PODS)
         .map(|i| want(&format!("p{i:04}"), "allowed-registry", "pass"))
         .collect();

@@ -11,14 +11,10 @@ use leash_sandbox::generate::{GenerateSpec, parse_generate};
 use leash_sandbox::{Faults, Sandbox, SandboxConfig};
 use serde_json::{Value, json};
 
-use crate::support::{BOUND, ChildGuard, http_get, leash, send_signal, wait_exit};
+use crate::support::{BOUND, ChildGuard, http_get, leash, repo, send_signal, wait_exit};
 
 /// `(resource uid, policy, rule, result)`.
 type Row = (String, String, String, String);
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 /// The policies of the test: the two examples and four Pod Security ones.
 fn policy_files() -> Vec<PathBuf> {

@@ -1,7 +1,6 @@
 //! Issue 13's end-to-end test: kubectl against a sandbox whose admission
 //! chain calls `leash serve`'s webhook.
 
-use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -9,29 +8,17 @@ use leash_sandbox::{Sandbox, SandboxConfig};
 use serde_json::{Value, json};
 
 use crate::support::{
-    BOUND, ChildGuard, free_port, http_get, http_post_json, kubectl_installed, leash, send_signal,
-    wait_exit,
+    BOUND, ChildGuard, crd_sandbox, free_port, http_post_json, kubectl_installed, leash, repo,
+    send_signal, serve_admission_ready, wait_exit, wait_ready,
 };
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 /// A sandbox with leash's CRDs, the example policies and the `kyverno`
 /// namespace.
 async fn demo_sandbox() -> Sandbox {
-    let mut objects = leash_sandbox::manifests::load_manifests(&[
-        repo().join("deploy/crds"),
-        repo().join("deploy/examples/policies"),
-    ])
-    .unwrap();
-    objects.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kyverno"}}));
-    Sandbox::start(SandboxConfig {
-        objects,
-        ..SandboxConfig::default()
-    })
-    .await
-    .unwrap()
+    let policies =
+        leash_sandbox::manifests::load_manifests(&[repo().join("deploy/examples/policies")])
+            .unwrap();
+    crd_sandbox(|_| true, policies).await
 }
 
 fn kubectl(kubeconfig: &std::path::Path, args: &[&str]) -> Output {
@@ -198,17 +185,7 @@ async fn serve_admission_end_to_end_with_kubectl() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readyz_waits_for_the_webhook_registration() {
     let sb = demo_sandbox().await;
-    let health = format!("127.0.0.1:{}", free_port());
-    let mut server = ChildGuard(
-        leash()
-            .args(["serve", "--server", &sb.url(), "--components", "admission"])
-            .args(["--admission-listen", "127.0.0.1:0", "--health", &health])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("run leash serve"),
-    );
-    wait_ready(&health).await;
+    let mut server = serve_admission_ready(&sb.url()).await;
     let vwc = sb
         .store()
         .get(
@@ -242,20 +219,6 @@ async fn readyz_waits_for_the_webhook_registration() {
     send_signal(&server.0, "TERM");
     wait_exit(&mut server.0, BOUND, "leash serve exit after SIGTERM");
     sb.shutdown().await.unwrap();
-}
-
-/// Waits until `/readyz` on `health` answers 200.
-async fn wait_ready(health: &str) {
-    let start = Instant::now();
-    loop {
-        let ready = std::net::TcpStream::connect(health).is_ok()
-            && tokio::task::block_in_place(|| http_get(health, "/readyz")).0 == 200;
-        if ready {
-            return;
-        }
-        assert!(start.elapsed() < BOUND, "/readyz never 200");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// With nowhere to write them (no aggregate controller, room for one
@@ -468,27 +431,8 @@ struct Admitting {
 
 impl Admitting {
     async fn start(objects: Vec<Value>) -> Admitting {
-        let mut all =
-            leash_sandbox::manifests::load_manifests(&[repo().join("deploy/crds")]).unwrap();
-        all.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kyverno"}}));
-        all.extend(objects);
-        let sb = Sandbox::start(SandboxConfig {
-            objects: all,
-            ..SandboxConfig::default()
-        })
-        .await
-        .unwrap();
-        let health = format!("127.0.0.1:{}", free_port());
-        let server = ChildGuard(
-            leash()
-                .args(["serve", "--server", &sb.url(), "--components", "admission"])
-                .args(["--admission-listen", "127.0.0.1:0", "--health", &health])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("run leash serve"),
-        );
-        wait_ready(&health).await;
+        let sb = crd_sandbox(|_| true, objects).await;
+        let server = serve_admission_ready(&sb.url()).await;
         Admitting { sb, server }
     }
 

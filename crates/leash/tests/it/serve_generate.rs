@@ -3,21 +3,16 @@
 //! with transient API failures and a `kill -9` in the middle.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use kube::Api;
 use kube::api::PostParams;
 use kube::core::{ApiResource, DynamicObject};
-use leash_sandbox::{ApiRequest, Faults, Sandbox, SandboxConfig};
+use leash_sandbox::{ApiRequest, Faults, Sandbox};
 use serde_json::{Value, json};
 
-use crate::support::{BOUND, ChildGuard, free_port, leash};
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+use crate::support::{BOUND, ChildGuard, crd_sandbox, free_port, leash, serve_admission_ready};
 
 fn serve(url: &str, port: u16) -> ChildGuard {
     serve_components(url, port, "admission,background")
@@ -33,25 +28,6 @@ fn serve_components(url: &str, port: u16, components: &str) -> ChildGuard {
         .spawn()
         .expect("run leash serve");
     ChildGuard(child)
-}
-
-/// A sandbox serving the CRDs of deploy/crds that `keep` keeps, with the
-/// `kyverno` namespace and `objects`.
-async fn crd_sandbox(keep: impl Fn(&Value) -> bool, objects: Vec<Value>) -> Sandbox {
-    let mut all: Vec<Value> =
-        leash_sandbox::manifests::load_manifests(&[repo().join("deploy/crds")])
-            .unwrap()
-            .into_iter()
-            .filter(|crd| keep(crd))
-            .collect();
-    all.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kyverno"}}));
-    all.extend(objects);
-    Sandbox::start(SandboxConfig {
-        objects: all,
-        ..SandboxConfig::default()
-    })
-    .await
-    .unwrap()
 }
 
 /// A ConfigMap `welcome` in every namespace labelled `gen: "yes"`; not
@@ -364,22 +340,7 @@ async fn update_requests_the_cluster_refuses_follow_the_failure_policy() {
         policies,
     )
     .await;
-    let (port, health) = (free_port(), free_port());
-    let child = leash()
-        .args(["serve", "--server", &sb.url(), "--components", "admission"])
-        .args(["--admission-listen", &format!("127.0.0.1:{port}")])
-        .args(["--health", &format!("127.0.0.1:{health}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("run leash serve");
-    let _serve = ChildGuard(child);
-    let health = format!("127.0.0.1:{health}");
-    wait_for("leash serve is ready", BOUND, || {
-        std::net::TcpStream::connect(&health).is_ok()
-            && crate::support::http_get(&health, "/readyz").0 == 200
-    })
-    .await;
+    let _serve = serve_admission_ready(&sb.url()).await;
     let addr = sb.url().trim_start_matches("http://").to_string();
     let create = |name: &str, label: &str| {
         let body = json!({"apiVersion": "v1", "kind": "Namespace",

@@ -404,3 +404,62 @@ pub(crate) fn with_server(
     });
     (out, paths.into_inner().unwrap())
 }
+
+/// The repository's root.
+pub(crate) fn repo() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// A sandbox serving the CRDs of deploy/crds that `keep` keeps, with the
+/// `kyverno` namespace and `objects`.
+pub(crate) async fn crd_sandbox(
+    keep: impl Fn(&serde_json::Value) -> bool,
+    objects: Vec<serde_json::Value>,
+) -> leash_sandbox::Sandbox {
+    let mut all: Vec<serde_json::Value> =
+        leash_sandbox::manifests::load_manifests(&[repo().join("deploy/crds")])
+            .unwrap()
+            .into_iter()
+            .filter(|crd| keep(crd))
+            .collect();
+    all.push(serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": "kyverno"}}));
+    all.extend(objects);
+    leash_sandbox::Sandbox::start(leash_sandbox::SandboxConfig {
+        objects: all,
+        ..leash_sandbox::SandboxConfig::default()
+    })
+    .await
+    .unwrap()
+}
+
+/// Waits until `/readyz` on `health` answers 200 (a hang guard: [`BOUND`]).
+pub(crate) async fn wait_ready(health: &str) {
+    let start = Instant::now();
+    loop {
+        let ready = std::net::TcpStream::connect(health).is_ok()
+            && tokio::task::block_in_place(|| http_get(health, "/readyz")).0 == 200;
+        if ready {
+            return;
+        }
+        assert!(start.elapsed() < BOUND, "/readyz never 200");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `leash serve --components admission` against the API server at `url`,
+/// once ready (its webhook configuration written from the policies).
+pub(crate) async fn serve_admission_ready(url: &str) -> ChildGuard {
+    let health = format!("127.0.0.1:{}", free_port());
+    let server = ChildGuard(
+        leash()
+            .args(["serve", "--server", url, "--components", "admission"])
+            .args(["--admission-listen", "127.0.0.1:0", "--health", &health])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("run leash serve"),
+    );
+    wait_ready(&health).await;
+    server
+}
