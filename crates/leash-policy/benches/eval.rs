@@ -101,5 +101,62 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench);
+/// Each policy of `bench/policies/pss-classic` (what `bench/policy.sh`
+/// applies to 100,000 pods) alone, and the whole set, on the same pod: where
+/// the set's time goes.
+fn pss_classic(c: &mut Criterion) {
+    let pod: Value = serde_json::from_str(include_str!("pod.json")).expect("pod.json is JSON");
+    let pod = Arc::new(pod);
+    let dir = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../bench/policies/pss-classic"
+    );
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .expect("bench/policies/pss-classic")
+        .map(|e| e.expect("a directory entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    let docs: Vec<(String, Value)> = files
+        .iter()
+        .map(|f| {
+            let text = std::fs::read_to_string(f).expect("a policy file");
+            let doc: Value = serde_saphyr::from_str(&text).expect("a YAML policy");
+            let name = f
+                .file_stem()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned();
+            (name, doc)
+        })
+        .collect();
+    let mut group = c.benchmark_group("pss-classic on a 5.7 KB pod");
+    group.throughput(Throughput::Elements(1));
+    let mut all = Engine::new();
+    for (name, doc) in &docs {
+        assert!(all.add_json(doc).expect("the bench policy compiles"));
+        let engine = engine(doc.clone());
+        group.bench_function(name.as_str(), |b| {
+            b.iter(|| {
+                black_box(engine.evaluate(
+                    EvalRequest::create(black_box(pod.clone())),
+                    &NoClusterData,
+                    &Bindings::default(),
+                ))
+            })
+        });
+    }
+    group.bench_function("all 17", |b| {
+        b.iter(|| {
+            black_box(all.evaluate(
+                EvalRequest::create(black_box(pod.clone())),
+                &NoClusterData,
+                &Bindings::default(),
+            ))
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench, pss_classic);
 criterion_main!(benches);

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use crate::conditions::{self, Condition, Conditions, Operand};
 use crate::images;
 use crate::matching::Target;
-use crate::pattern::{self, Mismatch};
+use crate::pattern::{Compiled, Mismatch};
 use crate::policy::{Check, ContextEntry, ContextSource, Foreach, Pattern, Policy, Rule};
 use crate::request::{ClusterData, EvalRequest, Operation};
 use crate::result::{RuleResult, Source, Status};
@@ -580,13 +580,14 @@ impl RuleCtx<'_> {
         }
     }
 
-    /// A pattern with its variables substituted; borrowed as compiled when
-    /// it has none.
-    fn pattern<'d>(&self, p: &'d Pattern, vars: &Lazy<'_>) -> Result<Cow<'d, Value>, String> {
-        if !p.has_vars {
-            return Ok(Cow::Borrowed(&p.doc));
+    /// A pattern compiled: as the policy holds it when it has no
+    /// variables, else compiled once they are substituted.
+    fn pattern<'d>(&self, p: &'d Pattern, vars: &Lazy<'_>) -> Result<Cow<'d, Compiled>, String> {
+        if let Some(compiled) = &p.compiled {
+            return Ok(Cow::Borrowed(compiled));
         }
         self.substituted(&p.doc, vars)
+            .map(|doc| Cow::Owned(Compiled::new(&doc)))
     }
 
     fn check_pattern(&self, pattern: &Pattern, vars: &Lazy<'_>, scope: &Value) -> Outcome {
@@ -596,7 +597,7 @@ impl RuleCtx<'_> {
                 return Outcome::new(Status::Error, format!("variable substitution failed: {e}"));
             }
         };
-        match pattern::match_pattern(scope, &pattern) {
+        match pattern.matches(scope) {
             Ok(()) => Outcome::new(Status::Pass, self.rule.pass_message.clone()),
             Err(Mismatch::Skip { message }) => Outcome::new(Status::Skip, message),
             Err(Mismatch::Fail { path, message }) => {
@@ -619,7 +620,7 @@ impl RuleCtx<'_> {
                     );
                 }
             };
-            match pattern::match_pattern(scope, &p) {
+            match p.matches(scope) {
                 Ok(()) => {
                     return Outcome::new(
                         Status::Pass,

@@ -84,18 +84,93 @@ impl Err {
 
 /// Matches `resource` against `pattern` (variables already substituted).
 pub fn match_pattern(resource: &Value, pattern: &Value) -> Result<(), Mismatch> {
-    match element(resource, pattern, &Path::ROOT) {
-        Ok(()) => Ok(()),
-        Err(e) if e.is_skip() => Err(Mismatch::Skip {
-            message: e.message().to_string(),
-        }),
-        Err(Err::Fail(path, message)) | Err(Err::Negation(path, message)) => {
-            Err(Mismatch::Fail { path, message })
+    Compiled::new(pattern).matches(resource)
+}
+
+/// A pattern compiled once: each map's anchors parsed and its keys in the
+/// order they are checked (anchors, then plain keys holding anchors, then
+/// the rest), each leaf parsed ([`value::Leaf`]). Matching walks the
+/// resource along it, parsing nothing of the pattern again.
+#[derive(Debug, Clone)]
+pub(crate) struct Compiled(Node);
+
+#[derive(Debug, Clone)]
+enum Node {
+    Map(MapNode),
+    Array(Vec<Node>),
+    /// A scalar, as written (for messages) and parsed.
+    Leaf(Value, value::Leaf),
+}
+
+#[derive(Debug, Clone)]
+struct MapNode {
+    /// The map as written, kept only when a wildcard key under its
+    /// `metadata.labels` or `metadata.annotations` may be expanded against
+    /// the resource (then the expanded map is compiled and matched).
+    expands: Option<Map<String, Value>>,
+    /// Anchored keys, in the map's order.
+    anchored: Vec<(Anchor, String, Node)>,
+    /// Plain keys: those holding nested anchors first; `true` for a `"*"`
+    /// value (the key must be present).
+    plain: Vec<(String, Node, bool)>,
+}
+
+impl Compiled {
+    pub(crate) fn new(pattern: &Value) -> Compiled {
+        Compiled(Node::new(pattern))
+    }
+
+    /// Matches `resource` against the pattern.
+    pub(crate) fn matches(&self, resource: &Value) -> Result<(), Mismatch> {
+        match element(resource, &self.0, &Path::ROOT) {
+            Ok(()) => Ok(()),
+            Err(e) if e.is_skip() => Err(Mismatch::Skip {
+                message: e.message().to_string(),
+            }),
+            Err(Err::Fail(path, message)) | Err(Err::Negation(path, message)) => {
+                Err(Mismatch::Fail { path, message })
+            }
+            Err(e) => Err(Mismatch::Fail {
+                path: String::new(),
+                message: e.message().to_string(),
+            }),
         }
-        Err(e) => Err(Mismatch::Fail {
-            path: String::new(),
-            message: e.message().to_string(),
-        }),
+    }
+}
+
+impl Node {
+    fn new(pattern: &Value) -> Node {
+        match pattern {
+            Value::Object(map) => Node::Map(MapNode::new(map)),
+            Value::Array(items) => Node::Array(items.iter().map(Node::new).collect()),
+            scalar => Node::Leaf(scalar.clone(), value::Leaf::compile(scalar)),
+        }
+    }
+}
+
+impl MapNode {
+    fn new(pattern: &Map<String, Value>) -> MapNode {
+        let mut anchored = Vec::new();
+        let (mut nested, mut rest) = (Vec::new(), Vec::new());
+        for (key, sub) in pattern {
+            match parse_anchor(key) {
+                Some((anchor, name)) => anchored.push((anchor, name.to_string(), Node::new(sub))),
+                None => {
+                    let entry = (key.clone(), Node::new(sub), sub.as_str() == Some("*"));
+                    if has_nested_anchor(sub) {
+                        nested.push(entry);
+                    } else {
+                        rest.push(entry);
+                    }
+                }
+            }
+        }
+        nested.append(&mut rest);
+        MapNode {
+            expands: may_expand(pattern).then(|| pattern.clone()),
+            anchored,
+            plain: nested,
+        }
     }
 }
 
@@ -168,9 +243,9 @@ impl std::fmt::Display for Path<'_> {
     }
 }
 
-fn element(resource: &Value, pattern: &Value, path: &Path<'_>) -> Result<(), Err> {
+fn element(resource: &Value, pattern: &Node, path: &Path<'_>) -> Result<(), Err> {
     match pattern {
-        Value::Object(p) => match resource {
+        Node::Map(p) => match resource {
             Value::Object(r) => map(r, p, path),
             other => Err(Err::Fail(
                 path.to_string(),
@@ -180,7 +255,7 @@ fn element(resource: &Value, pattern: &Value, path: &Path<'_>) -> Result<(), Err
                 ),
             )),
         },
-        Value::Array(p) => match resource {
+        Node::Array(p) => match resource {
             Value::Array(r) => array(r, p, path),
             _ => Err(Err::Fail(
                 path.to_string(),
@@ -189,10 +264,10 @@ fn element(resource: &Value, pattern: &Value, path: &Path<'_>) -> Result<(), Err
                 ),
             )),
         },
-        scalar => {
+        Node::Leaf(scalar, leaf) => {
             let ok = match resource {
-                Value::Array(items) => items.iter().all(|item| value::validate(item, scalar)),
-                other => value::validate(other, scalar),
+                Value::Array(items) => items.iter().all(|item| leaf.matches(item)),
+                other => leaf.matches(other),
             };
             if ok {
                 Ok(())
@@ -220,35 +295,25 @@ fn has_nested_anchor(v: &Value) -> bool {
     }
 }
 
-fn map(
-    resource: &Map<String, Value>,
-    pattern: &Map<String, Value>,
-    path: &Path<'_>,
-) -> Result<(), Err> {
-    let expanded;
-    let pattern = match expand_metadata_wildcards(pattern, resource) {
-        Some(p) => {
-            expanded = p;
-            &expanded
-        }
-        None => pattern,
-    };
-    // Phase 1: anchors; the plain keys are noted on the way, with whether
-    // they hold nested anchors (each key parsed and walked once).
-    let mut plain = Vec::with_capacity(pattern.len());
-    for (key, sub) in pattern {
-        match parse_anchor(key) {
-            Some((anchor, name)) => anchored(anchor, name, sub, resource, path)?,
-            None => plain.push((key, sub, has_nested_anchor(sub))),
-        }
+fn map(resource: &Map<String, Value>, pattern: &MapNode, path: &Path<'_>) -> Result<(), Err> {
+    if let Some(expanded) = pattern
+        .expands
+        .as_ref()
+        .and_then(|raw| expand_metadata_wildcards(raw, resource))
+    {
+        let mut compiled = MapNode::new(&expanded);
+        // The expanded map's wildcards are the resource's keys now.
+        compiled.expands = None;
+        return map(resource, &compiled, path);
     }
-    // Phase 2: plain keys, those holding nested anchors first.
-    let nested = plain.iter().filter(|(_, _, n)| *n);
-    let rest = plain.iter().filter(|(_, _, n)| !*n);
-    for &(key, sub, _) in nested.chain(rest) {
+    // Anchors first, then plain keys, those holding nested anchors first.
+    for (anchor, name, sub) in &pattern.anchored {
+        anchored(*anchor, name, sub, resource, path)?;
+    }
+    for (key, sub, star) in &pattern.plain {
         let current = path.key(key);
         let value = resource.get(key.as_str()).unwrap_or(&Value::Null);
-        if sub.as_str() == Some("*") {
+        if *star {
             if value.is_null() {
                 return Err(Err::Fail(
                     path.to_string(),
@@ -265,7 +330,7 @@ fn map(
 fn anchored(
     anchor: Anchor,
     key: &str,
-    sub: &Value,
+    sub: &Node,
     resource: &Map<String, Value>,
     path: &Path<'_>,
 ) -> Result<(), Err> {
@@ -299,14 +364,14 @@ fn anchored(
         Anchor::Existence => match value {
             None => Ok(()),
             Some(Value::Array(items)) => {
-                let Value::Array(patterns) = sub else {
+                let Node::Array(patterns) = sub else {
                     return Err(Err::Fail(
                         current.to_string(),
                         "invalid pattern: the existence anchor needs a list pattern".to_string(),
                     ));
                 };
                 for p in patterns {
-                    if !p.is_object() {
+                    if !matches!(p, Node::Map(_)) {
                         return Err(Err::Fail(
                             current.to_string(),
                             "invalid pattern: existence anchor list items must be maps".to_string(),
@@ -336,7 +401,7 @@ fn anchored(
     }
 }
 
-fn array(resource: &[Value], pattern: &[Value], path: &Path<'_>) -> Result<(), Err> {
+fn array(resource: &[Value], pattern: &[Node], path: &Path<'_>) -> Result<(), Err> {
     let Some(first) = pattern.first() else {
         return Err(Err::Fail(
             path.to_string(),
@@ -344,7 +409,7 @@ fn array(resource: &[Value], pattern: &[Value], path: &Path<'_>) -> Result<(), E
         ));
     };
     match first {
-        Value::Object(_) => {
+        Node::Map(_) => {
             let mut applied = 0;
             let mut skips = Vec::new();
             for (i, item) in resource.iter().enumerate() {
@@ -368,7 +433,7 @@ fn array(resource: &[Value], pattern: &[Value], path: &Path<'_>) -> Result<(), E
             }
             Ok(())
         }
-        Value::Array(_) => {
+        Node::Array(_) => {
             if resource.len() < pattern.len() {
                 return Err(Err::Fail(
                     path.to_string(),
@@ -400,9 +465,25 @@ fn array(resource: &[Value], pattern: &[Value], path: &Path<'_>) -> Result<(), E
         }
         // A scalar pattern in a list: every element must match it (the
         // list is copied only for the message of a mismatch).
-        scalar if resource.iter().all(|item| value::validate(item, scalar)) => Ok(()),
-        _ => element(&Value::Array(resource.to_vec()), first, path),
+        Node::Leaf(_, leaf) if resource.iter().all(|item| leaf.matches(item)) => Ok(()),
+        Node::Leaf(..) => element(&Value::Array(resource.to_vec()), first, path),
     }
+}
+
+/// Whether [`expand_metadata_wildcards`] may change `pattern` for some
+/// resource: its `metadata` has a `labels` or `annotations` map (anchored
+/// or not) with a wildcard key.
+fn may_expand(pattern: &Map<String, Value>) -> bool {
+    let Some(pmeta) = pattern.get("metadata").and_then(Value::as_object) else {
+        return false;
+    };
+    pmeta.iter().any(|(pkey, pval)| {
+        let field = parse_anchor(pkey).map_or(pkey.as_str(), |(_, inner)| inner);
+        (field == "labels" || field == "annotations")
+            && pval
+                .as_object()
+                .is_some_and(|m| m.keys().any(|k| wildcard::has_wildcard(k)))
+    })
 }
 
 /// Kyverno's `ExpandInMetadata`: a wildcard key under `metadata.labels` or

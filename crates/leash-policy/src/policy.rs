@@ -105,13 +105,15 @@ pub(crate) enum Check {
 #[derive(Debug)]
 pub(crate) struct Pattern {
     pub doc: Value,
-    pub has_vars: bool,
+    /// Compiled with the policy when it holds no variables (else compiled
+    /// after each substitution).
+    pub compiled: Option<crate::pattern::Compiled>,
 }
 
 impl Pattern {
     fn new(doc: &Value) -> Pattern {
         Pattern {
-            has_vars: crate::vars::has_vars(doc),
+            compiled: (!crate::vars::has_vars(doc)).then(|| crate::pattern::Compiled::new(doc)),
             doc: doc.clone(),
         }
     }

@@ -79,25 +79,138 @@ pub(crate) fn operator_of(pattern: &str) -> Op {
 
 /// Whether a resource `value` satisfies a scalar (or map) `pattern`.
 pub fn validate(value: &Value, pattern: &Value) -> bool {
-    match pattern {
-        Value::Bool(p) => matches!(value, Value::Bool(v) if v == p),
-        Value::Number(n) => {
-            if let Some(p) = n.as_i64() {
-                validate_int(value, p)
-            } else {
-                validate_float(value, n.as_f64().unwrap_or(f64::NAN))
+    Leaf::compile(pattern).matches(value)
+}
+
+/// A scalar (or map) pattern parsed once: a string's alternatives (`|`),
+/// conditions (`&`), operators, range ends, and the duration and quantity
+/// each operand reads as. Matching then parses only the resource's side.
+#[derive(Debug, Clone)]
+pub(crate) enum Leaf {
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Null,
+    /// A map pattern: the value must be a map.
+    Object,
+    /// An array where a scalar was expected: matches nothing.
+    Never,
+    Str(StrPattern),
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct StrPattern {
+    /// The pattern as written: a resource string equal to it matches.
+    whole: String,
+    /// `a & b | c`: any alternative whose every condition holds.
+    alternatives: Vec<Vec<Cond>>,
+}
+
+#[derive(Debug, Clone)]
+enum Cond {
+    /// `lo-hi`.
+    InRange(Operand, Operand),
+    /// `lo!-hi`.
+    NotInRange(Operand, Operand),
+    Compare(Op, Operand),
+}
+
+/// One side of a comparison as the pattern gives it.
+#[derive(Debug, Clone)]
+struct Operand {
+    text: String,
+    duration: Option<f64>,
+    quantity: Option<Quantity>,
+}
+
+impl Operand {
+    fn new(text: &str) -> Operand {
+        Operand {
+            duration: parse_duration_strict(text),
+            quantity: Quantity::parse(text),
+            text: text.to_string(),
+        }
+    }
+}
+
+impl Cond {
+    fn new(pattern: &str) -> Cond {
+        match operator_of(pattern) {
+            Op::InRange => {
+                let mut ends = pattern.splitn(2, '-');
+                let (lo, hi) = (ends.next().unwrap_or(""), ends.next().unwrap_or(""));
+                Cond::InRange(Operand::new(lo.trim()), Operand::new(hi.trim()))
+            }
+            Op::NotInRange => {
+                let mut ends = pattern.splitn(2, "!-");
+                let (lo, hi) = (ends.next().unwrap_or(""), ends.next().unwrap_or(""));
+                Cond::NotInRange(Operand::new(lo.trim()), Operand::new(hi.trim()))
+            }
+            op => Cond::Compare(op, Operand::new(pattern[op.prefix_len()..].trim())),
+        }
+    }
+
+    fn holds(&self, value: &Value) -> bool {
+        match self {
+            Cond::InRange(lo, hi) => {
+                compare(value, lo, Op::MoreEqual) && compare(value, hi, Op::LessEqual)
+            }
+            Cond::NotInRange(lo, hi) => {
+                compare(value, lo, Op::Less) || compare(value, hi, Op::More)
+            }
+            Cond::Compare(op, operand) => compare(value, operand, *op),
+        }
+    }
+}
+
+impl Leaf {
+    pub(crate) fn compile(pattern: &Value) -> Leaf {
+        match pattern {
+            Value::Bool(p) => Leaf::Bool(*p),
+            Value::Number(n) => match n.as_i64() {
+                Some(p) => Leaf::Int(p),
+                None => Leaf::Float(n.as_f64().unwrap_or(f64::NAN)),
+            },
+            Value::Null => Leaf::Null,
+            Value::Object(_) => Leaf::Object,
+            Value::Array(_) => Leaf::Never,
+            Value::String(p) => Leaf::Str(StrPattern {
+                whole: p.clone(),
+                alternatives: p
+                    .split('|')
+                    .map(|alternative| {
+                        alternative
+                            .trim_matches(' ')
+                            .split('&')
+                            .map(|condition| Cond::new(condition.trim_matches(' ')))
+                            .collect()
+                    })
+                    .collect(),
+            }),
+        }
+    }
+
+    pub(crate) fn matches(&self, value: &Value) -> bool {
+        match self {
+            Leaf::Bool(p) => matches!(value, Value::Bool(v) if v == p),
+            Leaf::Int(p) => validate_int(value, *p),
+            Leaf::Float(p) => validate_float(value, *p),
+            Leaf::Null => match value {
+                Value::Null => true,
+                Value::Number(n) => n.as_f64() == Some(0.0),
+                Value::String(s) => s.is_empty(),
+                Value::Bool(b) => !b,
+                _ => false,
+            },
+            Leaf::Object => value.is_object(),
+            Leaf::Never => false,
+            Leaf::Str(p) => {
+                value.as_str() == Some(p.whole.as_str())
+                    || p.alternatives
+                        .iter()
+                        .any(|conds| conds.iter().all(|c| c.holds(value)))
             }
         }
-        Value::Null => match value {
-            Value::Null => true,
-            Value::Number(n) => n.as_f64() == Some(0.0),
-            Value::String(s) => s.is_empty(),
-            Value::Bool(b) => !b,
-            _ => false,
-        },
-        Value::Object(_) => value.is_object(),
-        Value::String(p) => validate_string_patterns(value, p),
-        Value::Array(_) => false,
     }
 }
 
@@ -122,36 +235,6 @@ fn validate_float(value: &Value, pattern: f64) -> bool {
     }
 }
 
-fn validate_string_patterns(value: &Value, pattern: &str) -> bool {
-    if value.as_str() == Some(pattern) {
-        return true;
-    }
-    pattern.split('|').any(|alternative| {
-        alternative
-            .trim_matches(' ')
-            .split('&')
-            .all(|condition| validate_string_pattern(value, condition.trim_matches(' ')))
-    })
-}
-
-fn validate_string_pattern(value: &Value, pattern: &str) -> bool {
-    match operator_of(pattern) {
-        Op::InRange => {
-            let mut ends = pattern.splitn(2, '-');
-            let (lo, hi) = (ends.next().unwrap_or(""), ends.next().unwrap_or(""));
-            validate_string(value, lo.trim(), Op::MoreEqual)
-                && validate_string(value, hi.trim(), Op::LessEqual)
-        }
-        Op::NotInRange => {
-            let mut ends = pattern.splitn(2, "!-");
-            let (lo, hi) = (ends.next().unwrap_or(""), ends.next().unwrap_or(""));
-            validate_string(value, lo.trim(), Op::Less)
-                || validate_string(value, hi.trim(), Op::More)
-        }
-        op => validate_string(value, pattern[op.prefix_len()..].trim(), op),
-    }
-}
-
 fn ordering_satisfies(ord: Ordering, op: Op) -> bool {
     match op {
         Op::Equal => ord == Ordering::Equal,
@@ -166,29 +249,29 @@ fn ordering_satisfies(ord: Ordering, op: Op) -> bool {
 
 /// A resource value as the string Kyverno compares as a number/quantity
 /// (`convertNumberToString`): null is "0".
-fn number_string(value: &Value) -> Option<String> {
+fn number_string(value: &Value) -> Option<Cow<'_, str>> {
     match value {
-        Value::Null => Some("0".to_string()),
-        Value::String(s) => Some(s.clone()),
-        Value::Number(n) => Some(match n.as_i64() {
+        Value::Null => Some(Cow::Borrowed("0")),
+        Value::String(s) => Some(Cow::Borrowed(s)),
+        Value::Number(n) => Some(Cow::Owned(match n.as_i64() {
             Some(i) => i.to_string(),
             None => format!("{:.6}", n.as_f64().unwrap_or(0.0)),
-        }),
+        })),
         _ => None,
     }
 }
 
-fn validate_string(value: &Value, pattern: &str, op: Op) -> bool {
+fn compare(value: &Value, pattern: &Operand, op: Op) -> bool {
     // Durations first (both sides must be durations), then quantities (which
     // cover plain numbers), then strings (equality only, with wildcards).
-    // The resource side is read only once the pattern side parsed.
-    if let Some(p) = parse_duration_strict(pattern)
+    // The resource side is read only when the pattern side parsed.
+    if let Some(p) = pattern.duration
         && let Some(v) = number_string(value).and_then(|s| parse_duration_strict(&s))
         && let Some(ord) = v.partial_cmp(&p)
     {
         return ordering_satisfies(ord, op);
     }
-    if let Some(p) = Quantity::parse(pattern)
+    if let Some(p) = pattern.quantity
         && let Some(v) = number_string(value).and_then(|s| Quantity::parse(&s))
     {
         return ordering_satisfies(v.cmp_to(p), op);
@@ -203,7 +286,7 @@ fn validate_string(value: &Value, pattern: &str, op: Op) -> bool {
             Value::Bool(b) => Cow::Borrowed(if *b { "true" } else { "false" }),
             _ => return false,
         };
-        let matched = wildcard::matches(pattern, &text);
+        let matched = wildcard::matches(&pattern.text, &text);
         return if op == Op::NotEqual {
             !matched
         } else {

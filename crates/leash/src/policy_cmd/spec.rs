@@ -17,6 +17,9 @@ pub(crate) struct ExpectedRow {
     pub rule: String,
     pub resources: Vec<String>,
     pub kind: String,
+    /// `namespace`: only the resources of that namespace (empty: any), as
+    /// Kyverno's CLI looks results up.
+    pub namespace: String,
     pub result: Status,
     pub validating_policy: bool,
     /// `generatedResource`: the file holding the downstream a generate rule
@@ -177,6 +180,7 @@ fn parse_row(row: &Value, i: usize, path: &Path, dir: &Path) -> Result<ExpectedR
         rule: field("rule"),
         resources,
         kind: field("kind"),
+        namespace: field("namespace"),
         result,
         validating_policy,
         generated_resource,

@@ -408,6 +408,13 @@ fn evaluate_test(test: &TestFile, selector: &Selector) -> Result<Vec<Outcome>> {
     Ok(rows)
 }
 
+/// Whether an object's `metadata` is in the namespace a row names: in the
+/// resource's `NS/NAME` form, and in the row's `namespace` field.
+fn in_namespace(row: &ExpectedRow, ns: Option<&str>, meta: &Value) -> bool {
+    let actual = meta["namespace"].as_str().unwrap_or("");
+    ns.is_none_or(|ns| actual == ns) && (row.namespace.is_empty() || actual == row.namespace)
+}
+
 fn compare(row: &ExpectedRow, resource: &str, evaluated: &[Evaluated]) -> Outcome {
     let (ns, name) = match resource.split_once('/') {
         Some((ns, name)) => (Some(ns), name),
@@ -415,8 +422,7 @@ fn compare(row: &ExpectedRow, resource: &str, evaluated: &[Evaluated]) -> Outcom
     };
     let named = |e: &&Evaluated| {
         let meta = &e.object["metadata"];
-        meta["name"].as_str() == Some(name)
-            && ns.is_none_or(|ns| meta["namespace"].as_str().unwrap_or("") == ns)
+        meta["name"].as_str() == Some(name) && in_namespace(row, ns, meta)
     };
     let by_kind: Vec<&Evaluated> = evaluated
         .iter()
@@ -582,7 +588,7 @@ fn target_result<'e>(
             for t in &step.targets {
                 let meta = &t.object["metadata"];
                 let named = meta["name"].as_str() == Some(name)
-                    && ns.is_none_or(|ns| meta["namespace"].as_str().unwrap_or("") == ns)
+                    && in_namespace(row, ns, meta)
                     && (row.kind.is_empty()
                         || t.object["kind"].as_str() == Some(row.kind.as_str()));
                 let rule_ok =

@@ -156,6 +156,83 @@ fn test_fails_on_a_wrong_expectation_and_on_unknown_resources() {
     );
 }
 
+/// A row's `namespace` picks among resources of the same name, as in
+/// Kyverno's CLI: two Pods named `web`, the rule matching only one
+/// namespace's; the other's row expects `skip`, and a namespace holding no
+/// `web` is a resource not found.
+#[test]
+fn test_rows_with_a_namespace_see_only_that_namespace() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(
+        dir.path().join("policy.yaml"),
+        r#"
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: prod-images}
+spec:
+  rules:
+  - name: pinned
+    match:
+      any:
+      - resources: {kinds: [Pod], namespaces: [production]}
+    validate:
+      message: pin the image
+      pattern:
+        spec:
+          containers: [{image: "*:*"}]
+"#,
+    )
+    .unwrap();
+    fs::write(
+        dir.path().join("resources.yaml"),
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: web, namespace: staging}
+spec: {containers: [{name: c, image: nginx}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: web, namespace: production}
+spec: {containers: [{name: c, image: "nginx:1.27"}]}
+"#,
+    )
+    .unwrap();
+    let run = |results: &str| {
+        fs::write(
+            dir.path().join("kyverno-test.yaml"),
+            format!(
+                "apiVersion: cli.kyverno.io/v1alpha1\nkind: Test\nmetadata: {{name: t}}\n\
+                 policies: [policy.yaml]\nresources: [resources.yaml]\nresults:\n{results}"
+            ),
+        )
+        .unwrap();
+        leash()
+            .args(["test", "-o", "json"])
+            .arg(dir.path())
+            .output()
+            .unwrap()
+    };
+    let out = run(
+        "- {policy: prod-images, rule: pinned, kind: Pod, namespace: staging, resources: [web], result: skip}\n\
+         - {policy: prod-images, rule: pinned, kind: Pod, namespace: production, resources: [web], result: pass}\n",
+    );
+    assert!(out.status.success(), "{}", stdout(&out));
+    let out = run(
+        "- {policy: prod-images, rule: pinned, kind: Pod, namespace: staging, resources: [web], result: pass}\n\
+         - {policy: prod-images, rule: pinned, kind: Pod, namespace: other, resources: [web], result: pass}\n",
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let rows = doc["tests"][0]["results"].as_array().unwrap();
+    assert_eq!(rows[0]["got"], "skip", "{}", rows[0]);
+    assert!(
+        rows[1]["error"].as_str().unwrap().contains("not found"),
+        "{}",
+        rows[1]
+    );
+}
+
 /// `--test-case-selector` keeps the rows it names, `--fail-only` the rows
 /// that did not match, `--detailed-results` adds each row's message; a bad
 /// flag value is a usage error (exit 2).
