@@ -94,6 +94,8 @@ pub struct Prepared {
     /// `object` and `oldObject` as CEL values, converted once for every
     /// CEL policy evaluated on the request.
     cel: std::sync::OnceLock<crate::cel::CelObjects>,
+    /// Whether `object` or `oldObject` holds a float, looked for once.
+    floats: std::sync::OnceLock<bool>,
 }
 
 impl Prepared {
@@ -104,6 +106,7 @@ impl Prepared {
             req,
             base: std::sync::OnceLock::new(),
             cel: std::sync::OnceLock::new(),
+            floats: std::sync::OnceLock::new(),
         }
     }
 
@@ -191,6 +194,8 @@ pub(crate) struct Lazy<'a> {
     raw: Option<RawObjects<'a>>,
     /// The foreach element the context's `element` is (in a foreach level).
     element: Option<&'a Value>,
+    /// The element holds no float (it was read from float-free roots).
+    element_float_free: bool,
 }
 
 /// What `request.object` and `request.oldObject` are in a rule's context.
@@ -198,12 +203,20 @@ pub(crate) struct Lazy<'a> {
 pub(crate) struct RawObjects<'a> {
     object: &'a Value,
     old_object: Option<&'a Value>,
+    /// Whether the request's objects hold a float, once looked for.
+    floats: &'a std::sync::OnceLock<bool>,
 }
 
 impl<'a> RawObjects<'a> {
-    /// As `base_vars` sets them for `operation`.
-    fn of(req: &'a EvalRequest, operation: Operation) -> RawObjects<'a> {
+    /// As `base_vars` sets them for `operation`; `floats` caches whether
+    /// the request's objects hold a float.
+    fn of(
+        req: &'a EvalRequest,
+        operation: Operation,
+        floats: &'a std::sync::OnceLock<bool>,
+    ) -> RawObjects<'a> {
         RawObjects {
+            floats,
             object: &req.object,
             old_object: match (&req.old_object, operation) {
                 (Some(old), _) => Some(old),
@@ -246,6 +259,15 @@ impl crate::jmespath::native::Roots for Lazy<'_> {
     fn root(&self, root: vars::Root) -> Option<&Value> {
         vars::Source::root(self, root)
     }
+
+    fn float_free(&self) -> bool {
+        use crate::jmespath::native::has_float;
+        let objects_free = self.raw.is_some_and(|r| {
+            !*r.floats
+                .get_or_init(|| has_float(r.object) || r.old_object.is_some_and(has_float))
+        });
+        objects_free && (self.element.is_none() || self.element_float_free)
+    }
 }
 
 impl Lazy<'_> {
@@ -257,6 +279,7 @@ impl Lazy<'_> {
             make: None,
             raw: None,
             element: None,
+            element_float_free: false,
         }
     }
 
@@ -274,6 +297,7 @@ impl Lazy<'_> {
         }
         if !shadows("element") {
             lazy.element = from.element;
+            lazy.element_float_free = from.element_float_free;
         }
         lazy
     }
@@ -412,8 +436,9 @@ impl Policy {
                 cell: std::cell::OnceCell::new(),
                 make: Some(&make),
                 raw: (!bound.iter().any(|(k, _)| k.starts_with("request")))
-                    .then(|| RawObjects::of(req, operation)),
+                    .then(|| RawObjects::of(req, operation, &prepared.floats)),
                 element: None,
+                element_float_free: false,
             };
             let ctx = RuleCtx {
                 policy: self,
@@ -658,11 +683,11 @@ impl RuleCtx<'_> {
     ) -> Outcome {
         let mut applied = 0;
         for decl in decls {
-            let elements = match self.policy.cache.eval_items(&decl.list, lazy) {
+            let (elements, float_free) = match self.policy.cache.eval_items(&decl.list, lazy) {
                 Ok(v) => v,
                 Err(_) => continue,
             };
-            let (outcome, count) = self.elements(decl, &elements, lazy, scope, nesting);
+            let (outcome, count) = self.elements(decl, &elements, float_free, lazy, scope, nesting);
             if outcome.status != Status::Pass {
                 return outcome;
             }
@@ -678,6 +703,7 @@ impl RuleCtx<'_> {
         &self,
         decl: &Foreach,
         elements: &[std::borrow::Cow<'_, Value>],
+        float_free: bool,
         lazy: &Lazy<'_>,
         scope: &Value,
         nesting: usize,
@@ -704,6 +730,7 @@ impl RuleCtx<'_> {
                 make: Some(&make),
                 raw: lazy.raw,
                 element: Some(element),
+                element_float_free: float_free,
             };
             let scoped = decl.element_scope.unwrap_or(element.is_object());
             let element_scope = if scoped { element } else { scope };
@@ -1038,11 +1065,13 @@ mod tests {
             built.set(built.get() + 1);
             base_vars(&req, req.operation)
         };
+        let floats = std::sync::OnceLock::new();
         let fast = Lazy {
             cell: std::cell::OnceCell::new(),
             make: Some(&make),
-            raw: Some(RawObjects::of(&req, req.operation)),
+            raw: Some(RawObjects::of(&req, req.operation, &floats)),
             element: None,
+            element_float_free: false,
         };
         let slow = base_vars(&req, req.operation);
         for (i, d) in docs.iter().enumerate() {

@@ -277,21 +277,24 @@ impl ExprCache {
         &'s self,
         expr: &str,
         vars: &'s (impl Source + crate::jmespath::native::Roots),
-    ) -> Result<Vec<std::borrow::Cow<'s, Value>>, String> {
+    ) -> Result<(Vec<std::borrow::Cow<'s, Value>>, bool), String> {
         use std::borrow::Cow;
-        if let Some(r) = self
+        if let Some((r, float_free)) = self
             .exprs
             .get(expr)
             .and_then(|c| c.native.as_ref())
             .and_then(|n| n.eval_items(vars))
         {
-            return r.map_err(|e| e.to_string());
+            return r
+                .map(|items| (items, float_free))
+                .map_err(|e| e.to_string());
         }
-        Ok(match self.eval(expr, vars)? {
+        let items = match self.eval(expr, vars)? {
             Value::Array(items) => items.into_iter().map(Cow::Owned).collect(),
             Value::Null => Vec::new(),
             other => vec![Cow::Owned(other)],
-        })
+        };
+        Ok((items, false))
     }
 
     pub(crate) fn get(&self, expr: &str) -> Result<Arc<Expr>, String> {

@@ -38,12 +38,20 @@ pub(crate) enum Root {
 /// else (then the crate evaluates the expression).
 pub(crate) trait Roots {
     fn root(&self, root: Root) -> Option<&Value>;
+    /// No root this source gives holds a float (so a value borrowed from
+    /// them needs no normalizing): lets [`Native::eval_items`] skip walking
+    /// each item to look for one.
+    fn float_free(&self) -> bool {
+        false
+    }
 }
 
 /// An expression compiled for in-place evaluation.
 #[derive(Debug)]
 pub(crate) struct Native {
     node: Node,
+    /// A literal of the expression holds a float.
+    float_literal: bool,
 }
 
 #[derive(Debug)]
@@ -79,7 +87,10 @@ enum Node {
 impl Native {
     /// `None` when the expression is not in the part evaluated here.
     pub(crate) fn compile(expr: &jmespath::Expression<'_>) -> Option<Native> {
-        node(expr.as_ast(), expr.as_str(), true).map(|node| Native { node })
+        node(expr.as_ast(), expr.as_str(), true).map(|node| Native {
+            float_literal: node.has_float_literal(),
+            node,
+        })
     }
 
     /// The expression's value, as [`super::search_strict_var`] and
@@ -94,9 +105,31 @@ impl Native {
     }
 }
 
+impl Node {
+    fn has_float_literal(&self) -> bool {
+        match self {
+            Node::Literal(v) => has_float(v),
+            Node::Root(_) | Node::Identity | Node::Field(_) | Node::Index(_) => false,
+            Node::Sub { lhs, rhs, .. }
+            | Node::Or(lhs, rhs)
+            | Node::And(lhs, rhs)
+            | Node::Projection(lhs, rhs)
+            | Node::Condition(lhs, rhs) => lhs.has_float_literal() || rhs.has_float_literal(),
+            Node::Not(n) | Node::Flatten(n) | Node::ObjectValues(n) | Node::Keys(n) => {
+                n.has_float_literal()
+            }
+            Node::IsNull(n, _) => n.has_float_literal(),
+            Node::MultiList(items) => items.iter().any(Node::has_float_literal),
+        }
+    }
+}
+
+/// A foreach list's elements, borrowed where they can be.
+pub(crate) type Items<'s> = Vec<std::borrow::Cow<'s, Value>>;
+
 /// Whether `v` holds a float (which a round trip through the crate may
 /// change: whole floats become integers).
-fn has_float(v: &Value) -> bool {
+pub(crate) fn has_float(v: &Value) -> bool {
     match v {
         Value::Number(n) => n.is_f64(),
         Value::Array(a) => a.iter().any(has_float),
@@ -108,34 +141,37 @@ fn has_float(v: &Value) -> bool {
 impl Native {
     /// [`Native::eval`] for a foreach `list`: its elements (an array's, or
     /// the value itself; none for null), borrowed from the JSON where the
-    /// crate's round trip would leave them unchanged.
+    /// crate's round trip would leave them unchanged; and whether they are
+    /// all free of floats (read from float-free roots and literals).
     pub(crate) fn eval_items<'s>(
         &'s self,
         roots: &'s dyn Roots,
-    ) -> Option<Result<Vec<std::borrow::Cow<'s, Value>>, SearchError>> {
+    ) -> Option<(Result<Items<'s>, SearchError>, bool)> {
         use std::borrow::Cow;
+        let free = !self.float_literal && roots.float_free();
         let ev = Eval { roots };
         let item = |j: &'s Value| {
-            if has_float(j) {
+            if !free && has_float(j) {
                 Cow::Owned(normalized(j))
             } else {
                 Cow::Borrowed(j)
             }
         };
-        match ev.strict(&self.node, V::Context) {
-            Ok(V::Json(Value::Null)) => Some(Ok(Vec::new())),
-            Ok(V::Json(Value::Array(a))) => Some(Ok(a.iter().map(item).collect())),
-            Ok(V::List(l)) => Some(Ok(l
+        let items = match ev.strict(&self.node, V::Context) {
+            Ok(V::Json(Value::Null)) => Ok(Vec::new()),
+            Ok(V::Json(Value::Array(a))) => Ok(a.iter().map(item).collect()),
+            Ok(V::List(l)) => Ok(l
                 .iter()
                 .map(|v| match v {
                     V::Json(j) => item(j),
                     other => Cow::Owned(other.to_json()),
                 })
-                .collect())),
-            Ok(other) => Some(Ok(vec![Cow::Owned(other.to_json())])),
-            Err(Stop::NotFound(key)) => Some(Err(SearchError::NotFound(key))),
-            Err(Stop::Unavailable) => None,
-        }
+                .collect()),
+            Ok(other) => Ok(vec![Cow::Owned(other.to_json())]),
+            Err(Stop::NotFound(key)) => Err(SearchError::NotFound(key)),
+            Err(Stop::Unavailable) => return None,
+        };
+        Some((items, free))
     }
 }
 
@@ -606,6 +642,21 @@ mod tests {
                 Root::Element => self.0.get("element"),
             }
         }
+        fn float_free(&self) -> bool {
+            !has_float(&self.0)
+        }
+    }
+
+    /// `v` with each float number made an integer.
+    fn integers(v: &Value) -> Value {
+        match v {
+            Value::Number(n) if n.is_f64() => json!(n.as_f64().unwrap_or(0.0) as i64),
+            Value::Array(a) => Value::Array(a.iter().map(integers).collect()),
+            Value::Object(o) => {
+                Value::Object(o.iter().map(|(k, x)| (k.clone(), integers(x))).collect())
+            }
+            other => other.clone(),
+        }
     }
 
     /// Every expression the native part compiles gives what the crate
@@ -670,10 +721,17 @@ mod tests {
             "request.object.spec.containers[?securityContext == `null`].name",
             "request.object.spec.nope.[a, b]",
         ];
-        for text in native {
+        // With floats in the roots, and without (where the items' walk for
+        // floats is skipped).
+        let without = integers(&ctx);
+        assert!(has_float(&ctx) && !has_float(&without));
+        for (ctx, text) in [&ctx, &without]
+            .into_iter()
+            .flat_map(|c| native.iter().map(move |t| (c, *t)))
+        {
             let expr = compile(text).unwrap();
             let n = Native::compile(&expr).unwrap_or_else(|| panic!("{text} not compiled"));
-            let want = search_strict(&expr, &ctx);
+            let want = search_strict(&expr, ctx);
             let got = n.eval(&Json(ctx.clone())).expect(text);
             match (&want, &got) {
                 (Err(SearchError::Other(_)), _) => panic!("{text}: {want:?}"),
@@ -681,10 +739,12 @@ mod tests {
             }
             // As a foreach list: the array's elements, null none, else itself.
             let roots = Json(ctx.clone());
-            let items = n
-                .eval_items(&roots)
-                .unwrap()
-                .map(|v| v.into_iter().map(|c| c.into_owned()).collect::<Vec<_>>());
+            let (items, float_free) = n.eval_items(&roots).unwrap();
+            let items = items.map(|v| v.into_iter().map(|c| c.into_owned()).collect::<Vec<_>>());
+            assert_eq!(float_free, !has_float(ctx), "{text}");
+            if float_free && let Ok(items) = &items {
+                assert!(!items.iter().any(has_float), "{text}");
+            }
             let want_items = want.clone().map(|w| match w {
                 Value::Array(a) => a,
                 Value::Null => Vec::new(),
