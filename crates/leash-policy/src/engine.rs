@@ -108,16 +108,15 @@ impl Engine {
     /// (see [`ReadSet`]): a resource built with just those parts
     /// ([`ReadSet::parse`]) gets the same results as the whole one.
     pub fn reads(&self) -> crate::ReadSet {
-        if !self.validating.is_empty()
-            || !self.mutating.is_empty()
-            || !self.generating.is_empty()
-            || !self.exceptions.is_empty()
-        {
+        if !self.mutating.is_empty() || !self.generating.is_empty() || !self.exceptions.is_empty() {
             return crate::ReadSet::all();
         }
         let mut reads = crate::ReadSet::identity();
         for policy in &self.policies {
             reads.merge(&policy.reads);
+        }
+        for policy in &self.validating {
+            reads.merge(&policy.reads());
         }
         reads
     }

@@ -4,9 +4,10 @@
 //! parts of its spec no control looks at, is then skipped instead of built).
 //!
 //! The analysis is conservative: every part of a rule that reads the
-//! resource is looked at, and anything it cannot bound (CEL, `podSecurity`,
-//! mutate and generate rules, a variable it cannot follow, `$(...)`
-//! references, wildcard keys) reads the whole resource. What it can bound:
+//! resource is looked at, and anything it cannot bound (a classic rule's
+//! `validate.cel`, `podSecurity`, mutate and generate rules, a variable it
+//! cannot follow, `$(...)` references, wildcard keys) reads the whole
+//! resource. What it can bound:
 //! - `apiVersion`, `kind` and the metadata that names an object and that
 //!   matching selects by (`name`, `generateName`, `namespace`, `uid`,
 //!   `labels`, `annotations`) are always read;
@@ -22,7 +23,12 @@
 //! - a context `variable.jmesPath` likewise;
 //! - a `foreach` reads under each path its list yields what its body reads
 //!   of the element (its patterns, `element` in its variables, nested
-//!   declarations).
+//!   declarations);
+//! - a ValidatingPolicy's CEL expressions (match conditions, variables,
+//!   validations, message expressions, of the policy and its autogen
+//!   variants) read the subtree at the end of each chain of field
+//!   selections from `object` or `oldObject`, and the whole object where
+//!   either is used otherwise ([`crate::cel::Expr::add_reads`]).
 //!
 //! Lists are transparent: what is read under a list is read under each of
 //! its elements. A part that is not read is absent from the built value;
@@ -163,6 +169,11 @@ impl ReadSet {
         let v = Seed(&self.root).deserialize(&mut de)?;
         de.end()?;
         Ok(v)
+    }
+
+    /// Adds the subtree at `path` (the whole resource for an empty path).
+    pub(crate) fn add_path(&mut self, path: &[&str]) {
+        self.root.add(path);
     }
 
     /// Adds what one compiled policy's raw rule (after autogen) reads.
@@ -916,14 +927,123 @@ mod tests {
             reads.prune(&json!({"spec": {"a": 1, "containers": [{"x": {"y": 1}}]}, "status": 1})),
             json!({"spec": {"containers": [{"x": {"y": 1}}]}})
         );
+    }
+
+    fn vpol_engine(spec: Value) -> crate::Engine {
         let mut engine = crate::Engine::new();
         engine.add(
             crate::Document::compile(&json!({"apiVersion": "policies.kyverno.io/v1",
-                "kind": "ValidatingPolicy", "metadata": {"name": "v"},
-                "spec": {"validations": [{"expression": "true"}]}}))
+                "kind": "ValidatingPolicy", "metadata": {"name": "v"}, "spec": spec}))
             .expect("compiles")
             .expect("a policy"),
         );
-        assert!(engine.reads().is_all(), "a ValidatingPolicy");
+        engine
+    }
+
+    /// A ValidatingPolicy reads the subtree at the end of each chain of
+    /// field selections on `object` / `oldObject` in its match conditions,
+    /// variables, validations and message expressions (and those of its
+    /// autogen variants, which read the pod template), and nothing else; and
+    /// evaluating a narrowed resource gives the results the whole one gives.
+    #[test]
+    fn a_validating_policy_reads_what_its_expressions_select() {
+        let engine = vpol_engine(json!({
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                "operations": ["CREATE"], "resources": ["pods"]}]},
+            "matchConditions": [{"name": "labelled",
+                "expression": "object.metadata.?labels[?'skip'].orValue('') != 'yes'"}],
+            "variables": [{"name": "containers",
+                "expression": "object.spec.containers + object.spec.?initContainers.orValue([])"}],
+            "validations": [
+                {"expression": "variables.containers.all(c, !has(c.securityContext) || c.securityContext.privileged != true)",
+                 "messageExpression": "'privileged: ' + object.spec['nodeName']"},
+                {"expression": "!has(object.spec.hostNetwork) || !object.spec.hostNetwork"},
+                {"expression": "object.spec.?priority.orValue(0) >= 0"}
+            ]
+        }));
+        let reads = engine.reads();
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "n", "labels": {"skip": "no"}, "managedFields": [{"x": 1}]},
+            "spec": {
+                "containers": [{"name": "c", "image": "i", "securityContext": {"privileged": true}}],
+                "initContainers": [{"name": "i", "image": "j"}],
+                "nodeName": "node-1", "hostNetwork": true, "priority": 5,
+                "volumes": [{"name": "v", "emptyDir": {}}], "dnsPolicy": "ClusterFirst"
+            },
+            "status": {"phase": "Running"}
+        });
+        let narrowed = reads.prune(&pod);
+        assert_eq!(
+            narrowed,
+            json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "p", "namespace": "n", "labels": {"skip": "no"}},
+                "spec": {
+                    "containers": [{"name": "c", "image": "i", "securityContext": {"privileged": true}}],
+                    "initContainers": [{"name": "i", "image": "j"}],
+                    "nodeName": "node-1", "hostNetwork": true, "priority": 5,
+                    // autogen: the controllers' variants read `spec.template`
+                }
+            }),
+            "{reads:?}"
+        );
+        // Pods, and a Deployment through the autogen variant: the same
+        // results narrowed and whole.
+        let deployment = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "d", "namespace": "n"},
+            "spec": {"replicas": 2, "template": {"metadata": {"labels": {"a": "b"}}, "spec": pod["spec"].clone()}},
+            "status": {"replicas": 2}
+        });
+        let mut quiet = pod.clone();
+        quiet["spec"]["containers"][0]["securityContext"]["privileged"] = json!(false);
+        quiet["spec"]["hostNetwork"] = json!(false);
+        let mut skipped = pod.clone();
+        skipped["metadata"]["labels"]["skip"] = json!("yes");
+        for object in [pod, quiet, skipped, deployment] {
+            let narrowed = reads.prune(&object);
+            let whole = engine.evaluate(
+                crate::EvalRequest::create(std::sync::Arc::new(object.clone())),
+                &crate::NoClusterData,
+                &crate::Bindings::default(),
+            );
+            let got = engine.evaluate(
+                crate::EvalRequest::create(std::sync::Arc::new(narrowed)),
+                &crate::NoClusterData,
+                &crate::Bindings::default(),
+            );
+            assert!(!whole.is_empty(), "{object}");
+            assert_eq!(format!("{got:?}"), format!("{whole:?}"), "{object}");
+        }
+        // A root used otherwise than through field selections reads the
+        // object whole, or the subtree where the selections stop.
+        let sample = json!({"kind": "Pod", "spec": {"containers": [{"image": "i", "name": "c"}], "x": 1}, "status": 1});
+        for (expr, spec) in [
+            ("object != null", None),
+            ("string(oldObject) != ''", None),
+            (
+                "object.spec[variables.k] != null",
+                Some(sample["spec"].clone()),
+            ),
+            (
+                "object.spec.containers[0].image != ''",
+                Some(json!({"containers": [{"image": "i", "name": "c"}]})),
+            ),
+        ] {
+            let reads = vpol_engine(json!({
+                "variables": [{"name": "k", "expression": "'x'"}],
+                "validations": [{"expression": expr}]
+            }))
+            .reads();
+            match spec {
+                None => assert!(reads.is_all(), "{expr}: {reads:?}"),
+                Some(spec) => {
+                    let kept = reads.prune(&sample);
+                    assert_eq!(kept["spec"], spec, "{expr}: {reads:?}");
+                    assert!(kept.get("status").is_none(), "{expr}: {reads:?}");
+                }
+            }
+        }
     }
 }

@@ -394,6 +394,29 @@ impl ValidatingPolicy {
         })
     }
 
+    /// What evaluating the policy can read of a resource (see
+    /// [`crate::ReadSet`]): its identity, and what each CEL expression of
+    /// the policy and of its autogen variants reads of `object` and
+    /// `oldObject` ([`crate::cel::Expr::add_reads`]).
+    pub fn reads(&self) -> crate::ReadSet {
+        let mut reads = crate::ReadSet::identity();
+        for body in std::iter::once(&self.body).chain(&self.autogen) {
+            for (_, e) in &body.conditions {
+                e.add_reads(&mut reads);
+            }
+            for v in &body.variables {
+                v.expr.add_reads(&mut reads);
+            }
+            for v in &body.validations {
+                v.expr.add_reads(&mut reads);
+                if let Some(m) = &v.message_expr {
+                    m.add_reads(&mut reads);
+                }
+            }
+        }
+        reads
+    }
+
     /// The policy's name.
     pub fn name(&self) -> &str {
         &self.name
