@@ -780,10 +780,27 @@ mod tests {
     /// `env` are not read.
     #[test]
     fn the_pod_security_set_gets_the_same_results_on_narrowed_pods() {
-        let dir = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../bench/policies/pss-classic"
+        pod_security_set_on_narrowed_pods(
+            concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../bench/policies/pss-classic"
+            ),
+            false,
         );
+    }
+
+    /// The same controls as 17 ValidatingPolicies (CEL): the same results
+    /// narrowed and whole; `status` is not read (the containers are: the
+    /// policies bind them whole to a variable).
+    #[test]
+    fn the_cel_pod_security_set_gets_the_same_results_on_narrowed_pods() {
+        pod_security_set_on_narrowed_pods(
+            concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench/policies/pss-cel"),
+            true,
+        );
+    }
+
+    fn pod_security_set_on_narrowed_pods(dir: &str, containers_whole: bool) {
         let mut engine = crate::Engine::new();
         let mut files: Vec<_> = std::fs::read_dir(dir)
             .expect("bench policies")
@@ -842,8 +859,9 @@ mod tests {
             let narrowed = reads.parse(&pod.to_string()).expect("parses");
             assert_eq!(narrowed, reads.prune(&pod));
             assert!(narrowed.get("status").is_none());
-            assert!(
-                narrowed["spec"]["containers"][0].get("env").is_none(),
+            assert_eq!(
+                narrowed["spec"]["containers"][0].get("env").is_some(),
+                containers_whole,
                 "{reads:?}"
             );
             assert!(
