@@ -4,10 +4,9 @@
 //! parts of its spec no control looks at, is then skipped instead of built).
 //!
 //! The analysis is conservative: every part of a rule that reads the
-//! resource is looked at, and anything it cannot bound (a classic rule's
-//! `validate.cel`, `podSecurity`, mutate and generate rules, a variable it
-//! cannot follow, `$(...)` references, wildcard keys) reads the whole
-//! resource. What it can bound:
+//! resource is looked at, and anything it cannot bound (`podSecurity`,
+//! mutate and generate rules, a variable it cannot follow, `$(...)`
+//! references, wildcard keys) reads the whole resource. What it can bound:
 //! - `apiVersion`, `kind` and the metadata that names an object and that
 //!   matching selects by (`name`, `generateName`, `namespace`, `uid`,
 //!   `labels`, `annotations`) are always read;
@@ -24,11 +23,11 @@
 //! - a `foreach` reads under each path its list yields what its body reads
 //!   of the element (its patterns, `element` in its variables, nested
 //!   declarations);
-//! - a ValidatingPolicy's CEL expressions (match conditions, variables,
-//!   validations, message expressions, of the policy and its autogen
-//!   variants) read the subtree at the end of each chain of field
+//! - CEL expressions (a classic rule's `validate.cel`; a ValidatingPolicy's
+//!   match conditions, variables, validations and message expressions, of
+//!   the policy and its autogen variants) read the subtree at the end of each chain of field
 //!   selections from `object` or `oldObject`, and the whole object where
-//!   either is used otherwise ([`crate::cel::Expr::add_reads`]).
+//!   either is used otherwise ([`crate::cel::Expr::object_paths`]).
 //!
 //! Lists are transparent: what is read under a list is read under each of
 //! its elements. A part that is not read is absent from the built value;
@@ -257,7 +256,16 @@ fn validate_reads(validate: &Value, s: &mut Scope<'_>) -> bool {
                 .all(|p| pattern_reads(p, &mut Vec::new(), s.resource) && vars_read(p, s))
         }),
         "foreach" => foreach_reads(v, s),
-        // cel, podSecurity, manifests, and what leash does not know.
+        // The paths its CEL reads of `object` (the rule as autogen wrote
+        // it: the pod template's paths for a controller's rule).
+        "cel" => match crate::cel::CelRule::compile(v, "ClusterPolicy", "", "validate.cel") {
+            Ok(rule) => {
+                rule.object_paths(&mut |path| s.resource.add(path));
+                true
+            }
+            Err(_) => false,
+        },
+        // podSecurity, manifests, and what leash does not know.
         _ => false,
     })
 }
@@ -915,8 +923,8 @@ mod tests {
             ),
             ("a reference", json!({"pattern": {"spec": {"a": "$(./b)"}}})),
             (
-                "CEL",
-                json!({"cel": {"expressions": [{"expression": "true"}]}}),
+                "CEL using the object whole",
+                json!({"cel": {"expressions": [{"expression": "object != null"}]}}),
             ),
             (
                 "podSecurity",
@@ -945,6 +953,53 @@ mod tests {
             reads.prune(&json!({"spec": {"a": 1, "containers": [{"x": {"y": 1}}]}, "status": 1})),
             json!({"spec": {"containers": [{"x": {"y": 1}}]}})
         );
+    }
+
+    /// A classic rule's `validate.cel` reads what its expressions select
+    /// of `object`, and its autogen rule the pod template's paths.
+    #[test]
+    fn a_classic_cel_rule_reads_what_its_expressions_select() {
+        let mut engine = crate::Engine::new();
+        engine.add(
+            crate::Document::compile(&json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+                "metadata": {"name": "c"},
+                "spec": {"rules": [{"name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                    "validate": {"cel": {
+                        "variables": [{"name": "n", "expression": "object.spec.?nodeName.orValue('')"}],
+                        "expressions": [{"expression": "variables.n != 'bad' && !has(object.spec.hostPID)",
+                                         "messageExpression": "'on ' + object.metadata.name"}]}}}]}}))
+            .expect("compiles")
+            .expect("a policy"),
+        );
+        let reads = engine.reads();
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+            "spec": {"nodeName": "bad", "hostPID": true, "containers": [{"name": "c"}]}, "status": {}});
+        assert_eq!(
+            reads.prune(&pod),
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                "spec": {"nodeName": "bad", "hostPID": true}}),
+            "{reads:?}"
+        );
+        let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+            "spec": {"replicas": 1, "template": {"spec": pod["spec"].clone()}}});
+        assert_eq!(
+            reads.prune(&deployment)["spec"],
+            json!({"template": {"spec": {"nodeName": "bad", "hostPID": true}}}),
+            "{reads:?}"
+        );
+        for object in [pod, deployment] {
+            let run = |o: Value| {
+                engine.evaluate(
+                    crate::EvalRequest::create(std::sync::Arc::new(o)),
+                    &crate::NoClusterData,
+                    &crate::Bindings::default(),
+                )
+            };
+            let whole = run(object.clone());
+            assert_eq!(whole.len(), 1, "{object}");
+            assert_eq!(whole[0].status, crate::result::Status::Fail);
+            assert_eq!(run(reads.prune(&object)), whole, "{object}");
+        }
     }
 
     fn vpol_engine(spec: Value) -> crate::Engine {

@@ -397,21 +397,19 @@ impl ValidatingPolicy {
     /// What evaluating the policy can read of a resource (see
     /// [`crate::ReadSet`]): its identity, and what each CEL expression of
     /// the policy and of its autogen variants reads of `object` and
-    /// `oldObject` ([`crate::cel::Expr::add_reads`]).
+    /// `oldObject` ([`crate::cel::Expr::object_paths`]).
     pub fn reads(&self) -> crate::ReadSet {
         let mut reads = crate::ReadSet::identity();
+        let add = &mut |path: &[&str]| reads.add_path(path);
         for body in std::iter::once(&self.body).chain(&self.autogen) {
             for (_, e) in &body.conditions {
-                e.add_reads(&mut reads);
+                e.object_paths(add);
             }
             for v in &body.variables {
-                v.expr.add_reads(&mut reads);
+                v.expr.object_paths(add);
             }
             for v in &body.validations {
-                v.expr.add_reads(&mut reads);
-                if let Some(m) = &v.message_expr {
-                    m.add_reads(&mut reads);
-                }
+                v.object_paths(add);
             }
         }
         reads

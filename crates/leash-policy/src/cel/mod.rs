@@ -54,13 +54,13 @@ pub use rule::CelRule;
 
 pub(crate) use json::{from_json, to_val};
 
-fn add_reads(e: &IdedExpr, reads: &mut crate::ReadSet) {
+fn object_paths(e: &IdedExpr, add: &mut dyn FnMut(&[&str])) {
     use ::cel::common::ast::{EntryExpr, Expr as E};
     if let Some(path) = object_path(e) {
-        reads.add_path(&path);
+        add(&path);
         return;
     }
-    let mut each = |x: &IdedExpr| add_reads(x, reads);
+    let mut each = |x: &IdedExpr| object_paths(x, add);
     match &e.expr {
         E::Unspecified | E::Literal(_) | E::Ident(_) => {}
         E::Call(c) => {
@@ -196,15 +196,15 @@ impl Expr {
         &self.ast
     }
 
-    /// Adds to `reads` what the expression can read of `object` and
+    /// Calls `add` with each path the expression can read of `object` and
     /// `oldObject`: the subtree at the end of each chain of field selections
     /// (`.f`, `.?f`, `["f"]`, `[?"f"]`) that starts at one, read whole (what
     /// follows, a call, a macro, an index, sees only that subtree); a root
     /// used otherwise is read whole. Nothing else in an expression reaches
     /// the objects: `variables` are expressions analysed as well, `request`
     /// holds no object, and the libraries see only their arguments.
-    pub(crate) fn add_reads(&self, reads: &mut crate::ReadSet) {
-        add_reads(&self.ast, reads);
+    pub(crate) fn object_paths(&self, add: &mut dyn FnMut(&[&str])) {
+        object_paths(&self.ast, add);
     }
 
     /// Evaluates in `act`; the error is the evaluation error's text.

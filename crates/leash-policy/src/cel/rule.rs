@@ -16,6 +16,15 @@ pub(crate) struct Validation {
 }
 
 impl Validation {
+    /// The paths its expression and message expression read of `object`
+    /// and `oldObject` (see [`Expr::object_paths`]).
+    pub(crate) fn object_paths(&self, add: &mut dyn FnMut(&[&str])) {
+        self.expr.object_paths(add);
+        if let Some(m) = &self.message_expr {
+            m.object_paths(add);
+        }
+    }
+
     /// The failure message, as Kubernetes' validator builds it: the message
     /// expression's result when it evaluates to a non-blank string, else the
     /// static message, else `failed expression: <expression>`.
@@ -151,6 +160,17 @@ impl CelRule {
             }
         }
         self
+    }
+
+    /// The paths its variables and expressions read of `object` and
+    /// `oldObject` (see [`Expr::object_paths`]).
+    pub(crate) fn object_paths(&self, add: &mut dyn FnMut(&[&str])) {
+        for v in &self.variables {
+            v.expr.object_paths(add);
+        }
+        for v in &self.validations {
+            v.object_paths(add);
+        }
     }
 
     /// Whether the rule uses `params` (`paramKind`/`paramRef`), which this
