@@ -71,6 +71,24 @@ fn cel_policy() -> Value {
     })
 }
 
+/// Benchmarks one whole evaluation of `pod` by `engine` as `name`.
+fn evaluations(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    name: &str,
+    engine: &Engine,
+    pod: &Arc<Value>,
+) {
+    group.bench_function(name, |b| {
+        b.iter(|| {
+            black_box(engine.evaluate(
+                EvalRequest::create(black_box(pod.clone())),
+                &NoClusterData,
+                &Bindings::default(),
+            ))
+        })
+    });
+}
+
 fn bench(c: &mut Criterion) {
     let pod: Value = serde_json::from_str(include_str!("pod.json")).expect("pod.json is JSON");
     let pod = Arc::new(pod);
@@ -88,15 +106,7 @@ fn bench(c: &mut Criterion) {
             &Bindings::default(),
         );
         assert_eq!(results.len(), 1, "{name}: the rule applies to the pod");
-        group.bench_function(name, |b| {
-            b.iter(|| {
-                black_box(engine.evaluate(
-                    EvalRequest::create(black_box(pod.clone())),
-                    &NoClusterData,
-                    &Bindings::default(),
-                ))
-            })
-        });
+        evaluations(&mut group, name, &engine, &pod);
     }
     group.finish();
 }
@@ -136,25 +146,9 @@ fn pss_classic(c: &mut Criterion) {
     for (name, doc) in &docs {
         assert!(all.add_json(doc).expect("the bench policy compiles"));
         let engine = engine(doc.clone());
-        group.bench_function(name.as_str(), |b| {
-            b.iter(|| {
-                black_box(engine.evaluate(
-                    EvalRequest::create(black_box(pod.clone())),
-                    &NoClusterData,
-                    &Bindings::default(),
-                ))
-            })
-        });
+        evaluations(&mut group, name, &engine, &pod);
     }
-    group.bench_function("all 17", |b| {
-        b.iter(|| {
-            black_box(all.evaluate(
-                EvalRequest::create(black_box(pod.clone())),
-                &NoClusterData,
-                &Bindings::default(),
-            ))
-        })
-    });
+    evaluations(&mut group, "all 17", &all, &pod);
     group.finish();
 }
 
