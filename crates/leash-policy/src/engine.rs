@@ -105,8 +105,8 @@ impl Engine {
     }
 
     /// What evaluating a resource against these policies reads of it
-    /// (see [`ReadSet`]): a resource built with just those parts
-    /// ([`ReadSet::parse`]) gets the same results as the whole one.
+    /// (see [`crate::ReadSet`]): a resource built with just those parts
+    /// ([`crate::ReadSet::parse`]) gets the same results as the whole one.
     pub fn reads(&self) -> crate::ReadSet {
         if !self.mutating.is_empty() || !self.generating.is_empty() || !self.exceptions.is_empty() {
             return crate::ReadSet::all();

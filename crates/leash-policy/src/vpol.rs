@@ -397,7 +397,8 @@ impl ValidatingPolicy {
     /// What evaluating the policy can read of a resource (see
     /// [`crate::ReadSet`]): its identity, and what each CEL expression of
     /// the policy and of its autogen variants reads of `object` and
-    /// `oldObject` ([`crate::cel::Expr::object_paths`]).
+    /// `oldObject` (the subtree at the end of each chain of field selections
+    /// from either; the whole object where one is used otherwise).
     pub fn reads(&self) -> crate::ReadSet {
         let mut reads = crate::ReadSet::identity();
         let add = &mut |path: &[&str]| reads.add_path(path);

@@ -15,15 +15,15 @@
 //!    makes it Error.
 //! 3. The mutations run in order, each on the object the previous one
 //!    produced (CEL `object` is rebound between them): an ApplyConfiguration
-//!    is merged with structured-merge semantics ([`merge`]), a JSONPatch's
-//!    operations are applied in order ([`jsonpatch`]). The first failure
+//!    is merged with structured-merge semantics (the `merge` module), a JSONPatch's
+//!    operations are applied in order (the `jsonpatch` module). The first failure
 //!    makes the result Error and the object is left as it was.
 //! 4. Otherwise the result is Pass, whether or not the object changed (as
 //!    Kyverno reports it).
 //!
 //! Variables are evaluated as Kubernetes' lazy variables are: once, when an
 //! expression first reads them, so a variable first read by a later
-//! mutation sees the object the earlier mutations produced ([`lazy`]).
+//! mutation sees the object the earlier mutations produced (the `lazy` module).
 //!
 //! `failurePolicy` and `reinvocationPolicy` are admission settings: the
 //! result says Error, and the admission component decides what an error

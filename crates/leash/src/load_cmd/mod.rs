@@ -3,7 +3,7 @@
 //!
 //! Split by stage: [`args`] parses the flags and validates them into
 //! [`args::Settings`]; [`connect`] builds the client (kubeconfig, `--server`
-//! or an in-process `--sandbox`); [`run`] resolves the kinds and runs the
+//! or an in-process `--sandbox`); [`run()`] resolves the kinds and runs the
 //! load on `leash_loader`, writing objects through [`output`] as they
 //! arrive; [`summary`] prints progress and the final table on stderr.
 
