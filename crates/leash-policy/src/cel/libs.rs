@@ -179,7 +179,53 @@ pub(super) fn register(env: &mut Env) {
     global("image", vec![st()], img_new);
     global("isImage", vec![st()], img_is);
     global("parseImageReference", vec![st()], img_parse_reference);
+    // Kyverno's hash, JSON and YAML libraries.
+    global("md5", vec![st()], hash_md5);
+    global("sha1", vec![st()], hash_sha1);
+    global("sha256", vec![st()], hash_sha256);
+    global("json.unmarshal", vec![d()], json_unmarshal);
+    global("yaml.parse", vec![st()], yaml_parse);
 }
+
+// ---------------------------------------------------------------- hash, json, yaml
+
+overload!(hash_md5, |args| {
+    let text = str_arg(args, 0, "md5")?;
+    Ok(s(&crate::jmespath::hash::hex(&crate::jmespath::hash::md5(
+        text.as_bytes(),
+    ))))
+});
+
+/// A ring digest of a string argument, as lowercase hex.
+fn digest_hex(args: &[Value], function: &str, algorithm: &'static ring::digest::Algorithm) -> R {
+    let text = str_arg(args, 0, function)?;
+    Ok(s(&crate::jmespath::hash::hex(
+        ring::digest::digest(algorithm, text.as_bytes()).as_ref(),
+    )))
+}
+
+overload!(hash_sha1, |args| digest_hex(
+    args,
+    "sha1",
+    &ring::digest::SHA1_FOR_LEGACY_USE_ONLY
+));
+overload!(hash_sha256, |args| digest_hex(
+    args,
+    "sha256",
+    &ring::digest::SHA256
+));
+overload!(json_unmarshal, |args| {
+    let text = str_arg(args, 0, "json.unmarshal")?;
+    let v: serde_json::Value = serde_json::from_str(text)
+        .map_err(|e| ferr("json.unmarshal", format!("invalid JSON: {e}")))?;
+    Ok(from_json(&v))
+});
+overload!(yaml_parse, |args| {
+    let text = str_arg(args, 0, "yaml.parse")?;
+    let v: serde_json::Value = serde_saphyr::from_str(text)
+        .map_err(|e| ferr("yaml.parse", format!("invalid YAML: {e}")))?;
+    Ok(from_json(&v))
+});
 
 // ---------------------------------------------------------------- lists
 

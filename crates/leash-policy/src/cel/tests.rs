@@ -123,6 +123,17 @@ fn true_expressions() {
         "base64.encode(b'hi') == 'aGk='",
         // math
         "math.greatest(1, 3, 2) == 3",
+        // Kyverno's hash library: lowercase hex digests of the UTF-8 bytes
+        "md5('a') == '0cc175b9c0f1b6a831c399e269772661'",
+        "sha1('a') == '86f7e437faa5a7fce15d1ddcb9eaeaea377667b8'",
+        "sha256('a') == 'ca978112ca1bbdcafac231b39a23dc4da786eff8147c4e72b9807785afee48bb'",
+        "sha256('') == 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855'",
+        // Kyverno's JSON and YAML libraries
+        "json.unmarshal('{\"a\": 1, \"b\": [true, \"x\"], \"c\": null}').b[1] == 'x'",
+        "json.unmarshal('{\"a\": 1}').a == 1 && json.unmarshal('[1.5]')[0] == 1.5",
+        "json.unmarshal('null') == null",
+        "yaml.parse('k: v\\nn: 2\\nl: [a, b]').l[1] == 'b'",
+        "yaml.parse('k: v\\nn: 2').n == 2",
     ];
     let mut failures = Vec::new();
     for case in cases {
@@ -152,6 +163,9 @@ fn errors() {
             "resource.Get('v1', 'configmaps', 'ns', 'missing')",
             "not found",
         ),
+        ("json.unmarshal('{')", "invalid JSON"),
+        ("yaml.parse('a: [')", "invalid YAML"),
+        ("sha256(1)", "sha256"),
     ];
     for (expr, want) in cases {
         match eval(expr) {

@@ -11,13 +11,12 @@ pub(super) fn register_all(rt: &mut Runtime) {
 }
 
 fn md5_fn(x: &[Rcvar]) -> Result<Rcvar, String> {
-    let digest = md5(arg_str(x, 0).as_bytes());
-    Ok(string(
-        digest
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<String>(),
-    ))
+    Ok(string(hex(&md5(arg_str(x, 0).as_bytes()))))
+}
+
+/// Lowercase hex of `bytes`.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Per-round shift amounts.

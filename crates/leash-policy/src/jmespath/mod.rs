@@ -82,7 +82,7 @@ mod arithmetic;
 #[cfg(test)]
 mod corpus_tests;
 mod duration;
-mod hash;
+pub(crate) mod hash;
 mod image;
 pub(crate) mod native;
 mod quantity;
