@@ -134,6 +134,11 @@ fn true_expressions() {
         "json.unmarshal('null') == null",
         "yaml.parse('k: v\\nn: 2\\nl: [a, b]').l[1] == 'b'",
         "yaml.parse('k: v\\nn: 2').n == 2",
+        // Kyverno's user library
+        "parseServiceAccount('system:serviceaccount:ns:sa') == {'Namespace': 'ns', 'Name': 'sa'}",
+        "parseServiceAccount('system:serviceaccount:ns:a:b').Name == 'a:b'",
+        "parseServiceAccount('system:serviceaccount:ns').Name == ''",
+        "parseServiceAccount('alice') == {'Namespace': '', 'Name': ''}",
     ];
     let mut failures = Vec::new();
     for case in cases {
@@ -166,6 +171,7 @@ fn errors() {
         ("json.unmarshal('{')", "invalid JSON"),
         ("yaml.parse('a: [')", "invalid YAML"),
         ("sha256(1)", "sha256"),
+        ("parseServiceAccount(1)", "parseServiceAccount"),
     ];
     for (expr, want) in cases {
         match eval(expr) {
