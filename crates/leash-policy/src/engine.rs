@@ -394,7 +394,7 @@ impl Engine {
                     }
                     vpol.evaluate(&r, data)
                 }
-                _ => vpol.evaluate_with(req, Some((prepared.cel_objects(), &var_memo)), data),
+                _ => vpol.evaluate_with(req, Some((prepared, &var_memo)), data),
             };
             if let Some(mut result) = result {
                 // A policy skipped by its own match conditions stays so;

@@ -13,8 +13,9 @@ use std::sync::Arc;
 use serde_json::Value as Json;
 
 use crate::cel::rule::{Validation, as_list, compile_expr, compile_validations, compile_variables};
-use crate::cel::{Activation, CelObjects, Expr, VarMemo, Variable};
+use crate::cel::{Activation, Expr, VarMemo, Variable, fast};
 use crate::error::{Error, Result};
+use crate::eval::Prepared;
 use crate::request::{ClusterData, EvalRequest, Operation};
 use crate::result::{RuleResult, Source, Status};
 
@@ -481,13 +482,46 @@ impl ValidatingPolicy {
         self.evaluate_with(req, None, data)
     }
 
-    /// As [`ValidatingPolicy::evaluate`], with the request's objects already
-    /// converted to CEL values (shared by every policy evaluated on it).
+    /// As [`ValidatingPolicy::evaluate`], with the request's objects
+    /// converted to CEL values once, when a policy first needs them, and
+    /// shared by every policy evaluated on it.
     pub(crate) fn evaluate_with<'a>(
         &self,
         req: &EvalRequest,
-        objects: Option<(&'a CelObjects, &VarMemo<'a>)>,
+        objects: Option<(&'a Prepared, &VarMemo<'a>)>,
         data: &'a dyn ClusterData,
+    ) -> Option<RuleResult> {
+        self.evaluate_inner(req, objects, data, true)
+    }
+
+    /// As [`ValidatingPolicy::evaluate`] with every expression evaluated by
+    /// the interpreter (what the fast path is compared with).
+    #[cfg(test)]
+    pub(crate) fn evaluate_interpreted(
+        &self,
+        req: &EvalRequest,
+        data: &dyn ClusterData,
+    ) -> Option<RuleResult> {
+        self.evaluate_inner(req, None, data, false)
+    }
+
+    /// Whether the fast path alone gives the policy's result on `req`
+    /// (false also when the policy does not match it).
+    #[cfg(test)]
+    pub(crate) fn fast_answers(&self, req: &EvalRequest) -> bool {
+        let target = Target::of(req);
+        std::iter::once(&self.body)
+            .chain(&self.autogen)
+            .find(|b| b.matching.matches(req, &target))
+            .is_some_and(|body| fast_run(body, req).is_some())
+    }
+
+    fn evaluate_inner<'a>(
+        &self,
+        req: &EvalRequest,
+        objects: Option<(&'a Prepared, &VarMemo<'a>)>,
+        data: &'a dyn ClusterData,
+        fast: bool,
     ) -> Option<RuleResult> {
         if let Some(ns) = &self.namespace
             && req.namespace() != ns
@@ -498,7 +532,8 @@ impl ValidatingPolicy {
         let body = std::iter::once(&self.body)
             .chain(&self.autogen)
             .find(|b| b.matching.matches(req, &target))?;
-        let (status, message) = self.run(body, req, objects, data);
+        let fast = fast.then(|| fast_run(body, req)).flatten();
+        let (status, message) = fast.unwrap_or_else(|| self.run(body, req, objects, data));
         Some(RuleResult {
             policy: self.name.clone(),
             rule: self.name.to_string(),
@@ -512,11 +547,13 @@ impl ValidatingPolicy {
         &self,
         body: &Body,
         req: &EvalRequest,
-        objects: Option<(&'a CelObjects, &VarMemo<'a>)>,
+        objects: Option<(&'a Prepared, &VarMemo<'a>)>,
         data: &'a dyn ClusterData,
     ) -> (Status, String) {
         let mut act = match objects {
-            Some((objects, memo)) => Activation::shared(objects, data).with_memo(memo),
+            Some((prepared, memo)) => {
+                Activation::shared(prepared.cel_objects(), data).with_memo(memo)
+            }
             None => Activation::new(req, data),
         };
         let mut errors = Vec::new();
@@ -555,6 +592,41 @@ impl ValidatingPolicy {
         }
         (Status::Pass, String::new())
     }
+}
+
+/// The policy's result when the CEL fast path answers every expression it
+/// needs (see [`crate::cel::fast`]), as [`ValidatingPolicy::run`] gives it:
+/// `Skip` when a match condition is false, `Pass` when every validation
+/// holds, `Fail` with the message of the first that does not (unless its
+/// message is an expression). Anything else (an error, an expression the
+/// fast path does not take) is None: the interpreter evaluates the policy.
+fn fast_run(body: &Body, req: &EvalRequest) -> Option<(Status, String)> {
+    let old = req.old_object.as_deref();
+    // Match conditions see no variables.
+    let mut scope = fast::Scope::new(&req.object, old, &[]);
+    for (_, cond) in &body.conditions {
+        match scope.eval_bool(cond.ast()) {
+            Ok(true) => {}
+            Ok(false) => return Some((Status::Skip, String::new())),
+            Err(_) => return None,
+        }
+    }
+    let mut scope = fast::Scope::new(&req.object, old, &body.variables);
+    for (i, v) in body.validations.iter().enumerate() {
+        match scope.eval_bool(v.expr.ast()) {
+            Ok(true) => {}
+            Ok(false) if v.message_expr.is_none() => {
+                let message = if v.message.is_empty() {
+                    format!("CEL expression validation failed at index {i}")
+                } else {
+                    v.message.clone()
+                };
+                return Some((Status::Fail, message));
+            }
+            _ => return None,
+        }
+    }
+    Some((Status::Pass, String::new()))
 }
 
 fn compile_body(spec: &Json, kind: &str, name: &str) -> Result<Body> {

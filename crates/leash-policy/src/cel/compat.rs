@@ -22,7 +22,7 @@ use cel::parser::{Macro, MacroExprHelper, ParseError};
 use cel::{Env, ExecutionError};
 
 /// The function `x.orValue(y)` is rewritten to call.
-const COMPAT_FUNCTION: &str = "__orValueCompat__";
+pub(super) const COMPAT_FUNCTION: &str = "__orValueCompat__";
 
 /// Registers the `orValue` macro and its function on `env`.
 pub(super) fn register(env: &mut Env) {

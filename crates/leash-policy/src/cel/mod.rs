@@ -32,6 +32,7 @@
 
 mod bind;
 mod compat;
+pub(crate) mod fast;
 mod json;
 mod jsonpatch;
 pub(crate) mod libs;
