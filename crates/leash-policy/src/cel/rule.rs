@@ -185,6 +185,40 @@ impl CelRule {
     /// expression that errors or is not a bool denies too: `(Fail, error
     /// text)`.
     pub fn evaluate(&self, req: &EvalRequest, data: &dyn ClusterData) -> (Status, String) {
+        self.fast(req)
+            .unwrap_or_else(|| self.evaluate_interpreted(req, data))
+    }
+
+    /// The result when the fast path (see [`super::fast`]) answers every
+    /// expression: `Pass`, or `Fail` with the first false expression's
+    /// message when that is not an expression; otherwise None.
+    fn fast(&self, req: &EvalRequest) -> Option<(Status, String)> {
+        let mut scope =
+            super::fast::Scope::new(&req.object, req.old_object.as_deref(), &self.variables);
+        for v in &self.validations {
+            match scope.eval_bool(v.expr.ast()) {
+                Ok(true) => {}
+                Ok(false) if v.message_expr.is_none() => {
+                    let message = if v.message.is_empty() {
+                        format!("failed expression: {}", v.expr.source().trim())
+                    } else {
+                        v.message.clone()
+                    };
+                    return Some((Status::Fail, message));
+                }
+                _ => return None,
+            }
+        }
+        Some((Status::Pass, String::new()))
+    }
+
+    /// [`CelRule::evaluate`] with every expression evaluated by the
+    /// interpreter.
+    pub(crate) fn evaluate_interpreted(
+        &self,
+        req: &EvalRequest,
+        data: &dyn ClusterData,
+    ) -> (Status, String) {
         let mut act = Activation::new(req, data);
         act.bind_variables(&self.variables);
         for v in &self.validations {

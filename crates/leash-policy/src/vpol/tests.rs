@@ -294,6 +294,14 @@ fn classic_cel_rule() {
     ] {
         let req = EvalRequest::create(Arc::new(pod(name, json!({}), json!({}))));
         let (s, m) = rule.evaluate(&req, &NoClusterData);
+        assert_eq!(
+            (s, &m),
+            (
+                rule.evaluate_interpreted(&req, &NoClusterData).0,
+                &rule.evaluate_interpreted(&req, &NoClusterData).1
+            ),
+            "{name}: fast path and interpreter"
+        );
         assert_eq!(s, want, "{name}: {m}");
         assert!(m.contains(msg), "{name}: {m}");
     }
@@ -741,4 +749,79 @@ fn fast_path_agrees_with_the_interpreter() {
             );
         }
     }
+}
+
+/// The classic `validate.cel` rules of the corpus's classic-validate-cel
+/// folders give, on every resource of their folder, as CREATE and as
+/// UPDATE, the same result with the CEL fast path as with the interpreter.
+#[test]
+fn classic_cel_fast_path_agrees_with_the_interpreter() {
+    let mut compared = 0;
+    let mut differ = Vec::new();
+    for folder in corpus_folders("classic-validate-cel") {
+        let mut files = Vec::new();
+        let mut walk = vec![Path::new(CORPUS).join(&folder)];
+        while let Some(dir) = walk.pop() {
+            for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    walk.push(path);
+                } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+                    files.push(path);
+                }
+            }
+        }
+        let all: Vec<Json> = files.iter().flat_map(|f| docs(f)).collect();
+        let mut rules = Vec::new();
+        let mut resources = Vec::new();
+        for doc in &all {
+            if doc["apiVersion"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with("kyverno.io/")
+            {
+                for rule in doc["spec"]["rules"].as_array().into_iter().flatten() {
+                    let validate = &rule["validate"];
+                    if let Ok(r) = CelRule::compile(&validate["cel"], "ClusterPolicy", "p", "cel") {
+                        rules.push(
+                            r.with_default_message(validate["message"].as_str().unwrap_or("")),
+                        );
+                    }
+                }
+            } else if doc["metadata"].is_object()
+                && !doc["apiVersion"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("kyverno.io")
+            {
+                resources.push(doc.clone());
+            }
+        }
+        for object in resources {
+            let create = EvalRequest::create(Arc::new(object.clone()));
+            let mut update = create.clone();
+            update.operation = Operation::Update;
+            update.old_object = Some(create.object.clone());
+            for req in [&create, &update] {
+                for rule in &rules {
+                    compared += 1;
+                    let fast = rule.evaluate(req, &NoClusterData);
+                    let slow = rule.evaluate_interpreted(req, &NoClusterData);
+                    if fast != slow {
+                        differ.push(format!(
+                            "{folder} on {} {}: fast {fast:?}, interpreter {slow:?}",
+                            object["kind"], object["metadata"]["name"]
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        differ.is_empty(),
+        "{} of {compared} differ:\n{}",
+        differ.len(),
+        differ.join("\n")
+    );
+    println!("{compared} results compared");
 }
