@@ -610,6 +610,32 @@ fn cel_policy_exceptions_exempt_the_policies_they_name() {
     assert!(err.contains("spec.policyRefs[0].name"), "{err}");
 }
 
+/// Every YAML document of the files under `dir`.
+fn yaml_docs(dir: &Path) -> Vec<Json> {
+    let mut out = Vec::new();
+    let mut walk = vec![dir.to_path_buf()];
+    while let Some(dir) = walk.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk.push(path);
+            } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+                out.extend(docs(&path));
+            }
+        }
+    }
+    out
+}
+
+/// A CREATE request for `object`, and an UPDATE of it from itself.
+fn create_and_update(object: &Json) -> [EvalRequest; 2] {
+    let create = EvalRequest::create(Arc::new(object.clone()));
+    let mut update = create.clone();
+    update.operation = Operation::Update;
+    update.old_object = Some(create.object.clone());
+    [create, update]
+}
+
 /// The CEL fast path gives what the interpreter gives: on pods written
 /// here (and Deployments of them, for the autogen variants), and on every
 /// resource of the corpus's ValidatingPolicy and Pod Security folders, the
@@ -619,21 +645,6 @@ fn cel_policy_exceptions_exempt_the_policies_they_name() {
 /// answers every bench policy by itself.
 #[test]
 fn fast_path_agrees_with_the_interpreter() {
-    fn yaml_docs(dir: &Path) -> Vec<Json> {
-        let mut out = Vec::new();
-        let mut walk = vec![dir.to_path_buf()];
-        while let Some(dir) = walk.pop() {
-            for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-                let path = entry.path();
-                if path.is_dir() {
-                    walk.push(path);
-                } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
-                    out.extend(docs(&path));
-                }
-            }
-        }
-        out
-    }
     fn split(docs: Vec<Json>) -> (Vec<ValidatingPolicy>, Vec<Json>) {
         let mut policies = Vec::new();
         let mut resources = Vec::new();
@@ -708,11 +719,7 @@ fn fast_path_agrees_with_the_interpreter() {
     let mut differ = Vec::new();
     for (policies, resources) in &sets {
         for object in resources {
-            let create = EvalRequest::create(Arc::new(object.clone()));
-            let mut update = create.clone();
-            update.operation = Operation::Update;
-            update.old_object = Some(create.object.clone());
-            for req in [&create, &update] {
+            for req in &create_and_update(object) {
                 for p in bench.iter().chain(policies) {
                     let key = |r: Option<RuleResult>| r.map(|r| (r.status, r.message));
                     let fast = key(p.evaluate(req, &NoClusterData));
@@ -759,19 +766,7 @@ fn classic_cel_fast_path_agrees_with_the_interpreter() {
     let mut compared = 0;
     let mut differ = Vec::new();
     for folder in corpus_folders("classic-validate-cel") {
-        let mut files = Vec::new();
-        let mut walk = vec![Path::new(CORPUS).join(&folder)];
-        while let Some(dir) = walk.pop() {
-            for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-                let path = entry.path();
-                if path.is_dir() {
-                    walk.push(path);
-                } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
-                    files.push(path);
-                }
-            }
-        }
-        let all: Vec<Json> = files.iter().flat_map(|f| docs(f)).collect();
+        let all = yaml_docs(&Path::new(CORPUS).join(&folder));
         let mut rules = Vec::new();
         let mut resources = Vec::new();
         for doc in &all {
@@ -797,12 +792,8 @@ fn classic_cel_fast_path_agrees_with_the_interpreter() {
                 resources.push(doc.clone());
             }
         }
-        for object in resources {
-            let create = EvalRequest::create(Arc::new(object.clone()));
-            let mut update = create.clone();
-            update.operation = Operation::Update;
-            update.old_object = Some(create.object.clone());
-            for req in [&create, &update] {
+        for object in &resources {
+            for req in &create_and_update(object) {
                 for rule in &rules {
                     compared += 1;
                     let fast = rule.evaluate(req, &NoClusterData);
