@@ -583,7 +583,7 @@ impl ValidatingPolicy {
                         };
                     }
                     if message.is_empty() {
-                        message = format!("CEL expression validation failed at index {i}");
+                        message = default_message(i);
                     }
                     return (Status::Fail, message);
                 }
@@ -617,7 +617,7 @@ fn fast_run(body: &Body, req: &EvalRequest) -> Option<(Status, String)> {
             Ok(true) => {}
             Ok(false) if v.message_expr.is_none() => {
                 let message = if v.message.is_empty() {
-                    format!("CEL expression validation failed at index {i}")
+                    default_message(i)
                 } else {
                     v.message.clone()
                 };
@@ -627,6 +627,11 @@ fn fast_run(body: &Body, req: &EvalRequest) -> Option<(Status, String)> {
         }
     }
     Some((Status::Pass, String::new()))
+}
+
+/// The message of failed validation `i` that has none.
+fn default_message(i: usize) -> String {
+    format!("CEL expression validation failed at index {i}")
 }
 
 fn compile_body(spec: &Json, kind: &str, name: &str) -> Result<Body> {

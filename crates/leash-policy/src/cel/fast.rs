@@ -336,19 +336,15 @@ impl<'a> Scope<'a> {
                 index_into(&target, &index)?.ok_or(Fallback)
             }
             (operators::OPT_INDEX, [target, index]) => {
-                let target = match self.eval(target)? {
-                    V::Opt(None) => return Ok(V::Opt(None)),
-                    V::Opt(Some(v)) => v.as_ref().clone(),
-                    v => v,
+                let Some(target) = unwrap_optional(self.eval(target)?) else {
+                    return Ok(V::Opt(None));
                 };
                 let index = self.eval(index)?;
                 Ok(V::Opt(index_into(&target, &index)?.map(Rc::new)))
             }
             (operators::OPT_SELECT, [target, field]) => {
-                let target = match self.eval(target)? {
-                    V::Opt(None) => return Ok(V::Opt(None)),
-                    V::Opt(Some(v)) => v.as_ref().clone(),
-                    v => v,
+                let Some(target) = unwrap_optional(self.eval(target)?) else {
+                    return Ok(V::Opt(None));
                 };
                 let field = self.eval(field)?;
                 let field = field.str().ok_or(Fallback)?;
@@ -391,6 +387,15 @@ impl<'a> Scope<'a> {
             }
             _ => Err(Fallback),
         }
+    }
+}
+
+/// The target of an optional selection or index: an optional's value, or
+/// the value itself; None for an empty optional (the result is none).
+fn unwrap_optional(v: V<'_>) -> Option<V<'_>> {
+    match v {
+        V::Opt(inner) => inner.map(|v| v.as_ref().clone()),
+        v => Some(v),
     }
 }
 

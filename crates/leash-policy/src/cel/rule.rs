@@ -35,6 +35,12 @@ impl Validation {
         {
             return m;
         }
+        self.static_message()
+    }
+
+    /// The failure message without the message expression: the static
+    /// message, else `failed expression: <expression>`.
+    pub(crate) fn static_message(&self) -> String {
         if !self.message.is_empty() {
             return self.message.clone();
         }
@@ -199,12 +205,7 @@ impl CelRule {
             match scope.eval_bool(v.expr.ast()) {
                 Ok(true) => {}
                 Ok(false) if v.message_expr.is_none() => {
-                    let message = if v.message.is_empty() {
-                        format!("failed expression: {}", v.expr.source().trim())
-                    } else {
-                        v.message.clone()
-                    };
-                    return Some((Status::Fail, message));
+                    return Some((Status::Fail, v.static_message()));
                 }
                 _ => return None,
             }
