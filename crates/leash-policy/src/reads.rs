@@ -27,7 +27,8 @@
 //!   match conditions, variables, validations and message expressions, of
 //!   the policy and its autogen variants) read the subtree at the end of each chain of field
 //!   selections from `object` or `oldObject`, and the whole object where
-//!   either is used otherwise ([`crate::cel::Expr::object_paths`]).
+//!   either is used otherwise, followed through variables and comprehension
+//!   variables into the fields they select ([`crate::cel::reads`]).
 //!
 //! Lists are transparent: what is read under a list is read under each of
 //! its elements. A part that is not read is absent from the built value;
@@ -60,30 +61,57 @@ enum Node {
     /// These keys of a map (of each element, under a list); a scalar is
     /// kept as it is.
     Fields(BTreeMap<String, Node>),
+    /// Under a list, each element as the inner node reads it; anything else
+    /// whole (a map iterated for its keys; a scalar). What a CEL
+    /// comprehension reads of the value it iterates.
+    Items(Box<Node>),
+}
+
+/// One step of a path into a resource: a map's field, or each element of a
+/// list (each key and value of a map).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Seg<'a> {
+    Field(&'a str),
+    Item,
 }
 
 impl Node {
     /// Marks `path` (below this node) as read whole.
     fn add(&mut self, path: &[&str]) {
-        let Node::Fields(fields) = self else { return };
-        match path.split_first() {
-            None => *self = Node::All,
-            Some((first, rest)) => fields
-                .entry((*first).to_string())
-                .or_insert_with(|| Node::Fields(BTreeMap::new()))
-                .add(rest),
-        }
+        let segs: Vec<Seg<'_>> = path.iter().map(|f| Seg::Field(f)).collect();
+        self.add_segs(&segs, true);
     }
 
     /// Keeps `path` (below this node) without reading it: a value there
     /// keeps its type, and so whether it is null.
     fn touch(&mut self, path: &[&str]) {
-        let Node::Fields(fields) = self else { return };
-        if let Some((first, rest)) = path.split_first() {
-            fields
-                .entry((*first).to_string())
+        let segs: Vec<Seg<'_>> = path.iter().map(|f| Seg::Field(f)).collect();
+        self.add_segs(&segs, false);
+    }
+
+    /// Marks `path` as read (`whole`), or kept with its type.
+    fn add_segs(&mut self, path: &[Seg<'_>], whole: bool) {
+        match (&mut *self, path.split_first()) {
+            (Node::All, _) => {}
+            (_, None) => {
+                if whole {
+                    *self = Node::All;
+                }
+            }
+            // A field under a list is each element's (lists are
+            // transparent); under a map read for its items, one of those.
+            (Node::Items(inner), Some((Seg::Item, rest))) => inner.add_segs(rest, whole),
+            (Node::Items(inner), Some((Seg::Field(_), _))) => inner.add_segs(path, whole),
+            (Node::Fields(fields), Some((Seg::Field(f), rest))) => fields
+                .entry((*f).to_string())
                 .or_insert_with(|| Node::Fields(BTreeMap::new()))
-                .touch(rest);
+                .add_segs(rest, whole),
+            (Node::Fields(fields), Some((Seg::Item, rest))) => {
+                // What was read of each element stays read of each element.
+                let mut inner = Node::Fields(std::mem::take(fields));
+                inner.add_segs(rest, whole);
+                *self = Node::Items(Box::new(inner));
+            }
         }
     }
 
@@ -101,12 +129,23 @@ impl Node {
                     }
                 }
             }
+            (Node::Items(mine), Node::Items(theirs)) => mine.merge(theirs),
+            (Node::Items(mine), theirs @ Node::Fields(_)) => mine.merge(theirs),
+            (Node::Fields(_), Node::Items(theirs)) => {
+                let mut inner = std::mem::replace(self, Node::All);
+                inner.merge(theirs);
+                *self = Node::Items(Box::new(inner));
+            }
         }
     }
 
     fn prune(&self, v: &Value) -> Value {
         match (self, v) {
             (Node::All, v) => v.clone(),
+            (Node::Items(inner), Value::Array(items)) => {
+                Value::Array(items.iter().map(|i| inner.prune(i)).collect())
+            }
+            (Node::Items(_), v) => v.clone(),
             (Node::Fields(fields), Value::Object(m)) => Value::Object(
                 m.iter()
                     .filter_map(|(k, v)| fields.get(k).map(|n| (k.clone(), n.prune(v))))
@@ -170,9 +209,10 @@ impl ReadSet {
         Ok(v)
     }
 
-    /// Adds the subtree at `path` (the whole resource for an empty path).
-    pub(crate) fn add_path(&mut self, path: &[&str]) {
-        self.root.add(path);
+    /// Adds the subtree at `path` (the whole resource for an empty path)
+    /// when `whole`, else keeps what is there with its type.
+    pub(crate) fn add_segs(&mut self, path: &[Seg<'_>], whole: bool) {
+        self.root.add_segs(path, whole);
     }
 
     /// Adds what one compiled policy's raw rule (after autogen) reads.
@@ -260,7 +300,7 @@ fn validate_reads(validate: &Value, s: &mut Scope<'_>) -> bool {
         // it: the pod template's paths for a controller's rule).
         "cel" => match crate::cel::CelRule::compile(v, "ClusterPolicy", "", "validate.cel") {
             Ok(rule) => {
-                rule.object_paths(&mut |path| s.resource.add(path));
+                rule.reads(&mut |path, whole| s.resource.add_segs(path, whole));
                 true
             }
             Err(_) => false,
@@ -351,10 +391,11 @@ fn foreach_reads(decls: &Value, s: &mut Scope<'_>) -> bool {
 
 /// Merges `node` in at `path` below `into`.
 fn graft(into: &mut Node, path: &[String], node: &Node) {
-    let Node::Fields(fields) = into else { return };
-    match path.split_first() {
-        None => into.merge(node),
-        Some((first, rest)) => graft(
+    match (into, path.split_first()) {
+        (into, None) => into.merge(node),
+        (Node::All, _) => {}
+        (Node::Items(inner), Some(_)) => graft(inner, path, node),
+        (Node::Fields(fields), Some((first, rest))) => graft(
             fields
                 .entry(first.clone())
                 .or_insert_with(|| Node::Fields(BTreeMap::new())),
@@ -465,7 +506,7 @@ fn context_of(expr: &str, whole_result: bool) -> Option<(BTreeMap<String, Node>,
     }
     match ctx {
         Node::Fields(roots) => Some((roots, result)),
-        Node::All => None,
+        Node::All | Node::Items(_) => None,
     }
 }
 
@@ -483,11 +524,11 @@ fn apply_roots(roots: &BTreeMap<String, Node>, s: &mut Scope<'_>) -> bool {
     }
     match roots.get("request") {
         None => true,
-        Some(Node::All) => false,
+        Some(Node::All | Node::Items(_)) => false,
         Some(Node::Fields(request)) => {
             for object in ["object", "oldObject"] {
                 match request.get(object) {
-                    Some(Node::All) => return false,
+                    Some(Node::All | Node::Items(_)) => return false,
                     Some(read) => s.resource.merge(read),
                     None => {}
                 }
@@ -618,17 +659,14 @@ impl<'de> DeserializeSeed<'de> for Seed<'_> {
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
         match self.0 {
             Node::All => serde::Deserialize::deserialize(d),
-            Node::Fields(fields) => d.deserialize_any(Narrow {
-                node: self.0,
-                fields,
-            }),
+            Node::Fields(_) | Node::Items(_) => d.deserialize_any(Narrow { node: self.0 }),
         }
     }
 }
 
+/// Builds a value as a `Fields` or `Items` node reads it.
 struct Narrow<'n> {
     node: &'n Node,
-    fields: &'n BTreeMap<String, Node>,
 }
 
 impl<'de> Visitor<'de> for Narrow<'_> {
@@ -671,17 +709,27 @@ impl<'de> Visitor<'de> for Narrow<'_> {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let each = match self.node {
+            Node::Items(inner) => inner,
+            node => node,
+        };
         let mut out = Vec::new();
-        while let Some(v) = seq.next_element_seed(Seed(self.node))? {
+        while let Some(v) = seq.next_element_seed(Seed(each))? {
             out.push(v);
         }
         Ok(Value::Array(out))
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let Node::Fields(fields) = self.node else {
+            // Read for its items: whole.
+            return serde::Deserialize::deserialize(serde::de::value::MapAccessDeserializer::new(
+                map,
+            ));
+        };
         let mut out = Map::new();
         while let Some(key) = map.next_key_seed(Key)? {
-            match self.fields.get(key.as_ref()) {
+            match fields.get(key.as_ref()) {
                 Some(node) => {
                     let v = map.next_value_seed(Seed(node))?;
                     out.insert(key.into_owned(), v);
@@ -788,27 +836,25 @@ mod tests {
     /// `env` are not read.
     #[test]
     fn the_pod_security_set_gets_the_same_results_on_narrowed_pods() {
-        pod_security_set_on_narrowed_pods(
-            concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/../../bench/policies/pss-classic"
-            ),
-            false,
-        );
+        pod_security_set_on_narrowed_pods(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../bench/policies/pss-classic"
+        ));
     }
 
     /// The same controls as 17 ValidatingPolicies (CEL): the same results
-    /// narrowed and whole; `status` is not read (the containers are: the
-    /// policies bind them whole to a variable).
+    /// narrowed and whole; neither `status` nor the parts of a container
+    /// no control looks at are read, though the policies reach the
+    /// containers through a variable and comprehension variables.
     #[test]
     fn the_cel_pod_security_set_gets_the_same_results_on_narrowed_pods() {
-        pod_security_set_on_narrowed_pods(
-            concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench/policies/pss-cel"),
-            true,
-        );
+        pod_security_set_on_narrowed_pods(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../bench/policies/pss-cel"
+        ));
     }
 
-    fn pod_security_set_on_narrowed_pods(dir: &str, containers_whole: bool) {
+    fn pod_security_set_on_narrowed_pods(dir: &str) {
         let mut engine = crate::Engine::new();
         let mut files: Vec<_> = std::fs::read_dir(dir)
             .expect("bench policies")
@@ -867,9 +913,8 @@ mod tests {
             let narrowed = reads.parse(&pod.to_string()).expect("parses");
             assert_eq!(narrowed, reads.prune(&pod));
             assert!(narrowed.get("status").is_none());
-            assert_eq!(
-                narrowed["spec"]["containers"][0].get("env").is_some(),
-                containers_whole,
+            assert!(
+                narrowed["spec"]["containers"][0].get("env").is_none(),
                 "{reads:?}"
             );
             assert!(
@@ -1053,8 +1098,10 @@ mod tests {
                 "apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": "p", "namespace": "n", "labels": {"skip": "no"}},
                 "spec": {
-                    "containers": [{"name": "c", "image": "i", "securityContext": {"privileged": true}}],
-                    "initContainers": [{"name": "i", "image": "j"}],
+                    // what the comprehension reads of each element of the
+                    // variable's lists
+                    "containers": [{"securityContext": {"privileged": true}}],
+                    "initContainers": [{}],
                     "nodeName": "node-1", "hostNetwork": true, "priority": 5,
                     // autogen: the controllers' variants read `spec.template`
                 }
@@ -1101,7 +1148,7 @@ mod tests {
             ),
             (
                 "object.spec.containers[0].image != ''",
-                Some(json!({"containers": [{"image": "i", "name": "c"}]})),
+                Some(json!({"containers": [{"image": "i"}]})),
             ),
         ] {
             let reads = vpol_engine(json!({
@@ -1118,5 +1165,115 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// What a ValidatingPolicy reads through variables, comprehension
+    /// variables, `has`, optionals, ternaries and literals: on pods built to
+    /// catch what a too narrow analysis would lose (a comprehension that
+    /// never looks at its elements, a map iterated for its keys, a list
+    /// where a map is expected), narrowed and whole give the same results.
+    #[test]
+    fn cel_reads_follow_variables_and_comprehensions() {
+        let exprs = [
+            "object.spec.containers.all(c, true)",
+            "object.spec.containers.exists(c, has(c.securityContext))",
+            "object.metadata.?annotations.orValue({}).all(k, k.startsWith('a'))",
+            "object.spec.containers.map(c, c.name).exists(n, n == 'b')",
+            "object.spec.containers.filter(c, c.image.startsWith('n')).size() > 1",
+            "object.spec.volumes.all(v, v.all(k, k != 'hostPath'))",
+            "variables.cs.all(c, c.?securityContext.?privileged.orValue(false) == false)",
+            "variables.cs.exists_one(c, c.name == 'a')",
+            "variables.first.?securityContext.hasValue()",
+            "cel.bind(x, object.spec.containers, x.all(c, c.name != ''))",
+            "[object.spec.containers[0]].all(c, c.name != 'x')",
+            "(object.spec.?hostNetwork.orValue(false) ? object.spec.containers : variables.cs).all(c, c.image != '')",
+            "size(object.spec.containers[0].ports) == 1",
+            "object.spec.?containers[?0].?name.orValue('') == 'a'",
+            "object.spec.containers.all(c, c.?ports.orValue([]).all(p, p.?hostPort.orValue(0) == 0))",
+            "variables.cs.map(c, c.securityContext).all(s, s != null)",
+        ];
+        let container = |name: &str, extra: Value| {
+            let mut c = json!({"name": name, "image": "nginx", "env": [{"name": "A", "value": "b"}],
+                "ports": [{"containerPort": 80}]});
+            c.as_object_mut()
+                .expect("object")
+                .extend(extra.as_object().expect("object").clone());
+            c
+        };
+        let pods = [
+            json!({"containers": [container("a", json!({"securityContext": {"privileged": true}})),
+                container("b", json!({"ports": [{"containerPort": 1, "hostPort": 1}, {"containerPort": 2}]}))],
+                "initContainers": [container("i", json!({}))], "hostNetwork": true,
+                "volumes": [{"name": "h", "hostPath": {"path": "/"}}]}),
+            json!({"containers": [container("a", json!({"securityContext": {}}))],
+                "volumes": [{"name": "e", "emptyDir": {}}]}),
+            // What the API server would reject: containers as a map.
+            json!({"containers": {"a": {"name": "a", "image": "x"}}, "volumes": []}),
+            json!({"containers": [], "volumes": [{"name": "x"}]}),
+        ];
+        let annotations = [json!({"a": "1"}), json!({"b": "2"}), Value::Null];
+        let mut compared = 0;
+        for expr in exprs {
+            let engine = vpol_engine(json!({
+                "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                    "operations": ["CREATE"], "resources": ["pods"]}]},
+                "variables": [
+                    {"name": "cs", "expression": "object.spec.containers + object.spec.?initContainers.orValue([])"},
+                    {"name": "first", "expression": "variables.cs[0]"}
+                ],
+                "validations": [{"expression": expr, "messageExpression": "'fails'"}]
+            }));
+            let reads = engine.reads();
+            assert!(!reads.is_all(), "{expr}");
+            for (spec, annotations) in pods
+                .iter()
+                .flat_map(|p| annotations.iter().map(move |a| (p, a)))
+            {
+                let mut pod = json!({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": "p", "namespace": "n"}, "spec": spec, "status": {"phase": "Running"}});
+                if !annotations.is_null() {
+                    pod["metadata"]["annotations"] = annotations.clone();
+                }
+                let narrowed = reads.parse(&pod.to_string()).expect("parses");
+                assert_eq!(narrowed, reads.prune(&pod), "{expr}");
+                assert!(narrowed.get("status").is_none(), "{expr}");
+                let run = |o: Value| {
+                    engine.evaluate(
+                        crate::EvalRequest::create(std::sync::Arc::new(o)),
+                        &crate::NoClusterData,
+                        &crate::Bindings::default(),
+                    )
+                };
+                // An error's message may print a CEL map, in no set order.
+                let outcome = |o: Value| -> Vec<(crate::result::Status, String)> {
+                    run(o)
+                        .into_iter()
+                        .map(|r| match r.status {
+                            crate::result::Status::Error => (r.status, String::new()),
+                            _ => (r.status, r.message),
+                        })
+                        .collect()
+                };
+                let whole = outcome(pod.clone());
+                assert_eq!(whole.len(), 1, "{expr}");
+                assert_eq!(
+                    outcome(narrowed.clone()),
+                    whole,
+                    "{expr} on {pod} narrowed to {narrowed}"
+                );
+                compared += 1;
+            }
+        }
+        assert_eq!(compared, exprs.len() * 12);
+        // Nothing of a container but what is selected is read.
+        let reads = vpol_engine(json!({
+            "variables": [{"name": "cs", "expression": "object.spec.containers"}],
+            "validations": [{"expression": "variables.cs.all(c, c.?securityContext.?privileged.orValue(false) == false)"}]
+        }))
+        .reads();
+        assert_eq!(
+            reads.prune(&json!({"spec": {"containers": [container("a", json!({"securityContext": {"privileged": true, "x": 1}}))]}}))["spec"],
+            json!({"containers": [{"securityContext": {"privileged": true}}]})
+        );
     }
 }

@@ -402,17 +402,16 @@ impl ValidatingPolicy {
     /// from either; the whole object where one is used otherwise).
     pub fn reads(&self) -> crate::ReadSet {
         let mut reads = crate::ReadSet::identity();
-        let add = &mut |path: &[&str]| reads.add_path(path);
         for body in std::iter::once(&self.body).chain(&self.autogen) {
-            for (_, e) in &body.conditions {
-                e.object_paths(add);
-            }
-            for v in &body.variables {
-                v.expr.object_paths(add);
-            }
-            for v in &body.validations {
-                v.object_paths(add);
-            }
+            // Match conditions see no variables.
+            let conditions = body.conditions.iter().map(|(_, e)| e);
+            crate::cel::reads::object_reads(&[], conditions, &mut |p, whole| {
+                reads.add_segs(p, whole)
+            });
+            let validations = body.validations.iter().flat_map(|v| v.exprs());
+            crate::cel::reads::object_reads(&body.variables, validations, &mut |p, whole| {
+                reads.add_segs(p, whole)
+            });
         }
         reads
     }

@@ -36,6 +36,7 @@ pub(crate) mod fast;
 mod json;
 mod jsonpatch;
 pub(crate) mod libs;
+pub(crate) mod reads;
 pub(crate) mod rule;
 mod sets;
 mod shared;
@@ -54,86 +55,6 @@ use crate::request::{ClusterData, EvalRequest};
 pub use rule::CelRule;
 
 pub(crate) use json::{from_json, to_val};
-
-fn object_paths(e: &IdedExpr, add: &mut dyn FnMut(&[&str])) {
-    use ::cel::common::ast::{EntryExpr, Expr as E};
-    if let Some(path) = object_path(e) {
-        add(&path);
-        return;
-    }
-    let mut each = |x: &IdedExpr| object_paths(x, add);
-    match &e.expr {
-        E::Unspecified | E::Literal(_) | E::Ident(_) => {}
-        E::Call(c) => {
-            c.target.iter().for_each(|t| each(t));
-            c.args.iter().for_each(each);
-        }
-        E::Select(s) => each(&s.operand),
-        E::Comprehension(c) => {
-            for x in [
-                &c.iter_range,
-                &c.accu_init,
-                &c.loop_cond,
-                &c.loop_step,
-                &c.result,
-            ] {
-                each(x);
-            }
-        }
-        E::List(l) => l.elements.iter().for_each(each),
-        E::Map(m) => m.entries.iter().for_each(|entry| match &entry.expr {
-            EntryExpr::MapEntry(m) => {
-                each(&m.key);
-                each(&m.value);
-            }
-            EntryExpr::StructField(f) => each(&f.value),
-        }),
-        E::Struct(s) => s.entries.iter().for_each(|entry| match &entry.expr {
-            EntryExpr::MapEntry(m) => {
-                each(&m.key);
-                each(&m.value);
-            }
-            EntryExpr::StructField(f) => each(&f.value),
-        }),
-    }
-}
-
-/// The field names of `e` when it is a chain of field selections on
-/// `object` or `oldObject` (none: the root itself), root first.
-fn object_path(e: &IdedExpr) -> Option<Vec<&str>> {
-    use ::cel::common::ast::{Expr as E, LiteralValue, operators};
-    let mut path = Vec::new();
-    let mut at = e;
-    loop {
-        match &at.expr {
-            E::Ident(root) if root == "object" || root == "oldObject" => {
-                path.reverse();
-                return Some(path);
-            }
-            E::Select(s) => {
-                path.push(s.field.as_str());
-                at = &s.operand;
-            }
-            E::Call(c)
-                if c.target.is_none()
-                    && c.args.len() == 2
-                    && [
-                        operators::OPT_SELECT,
-                        operators::INDEX,
-                        operators::OPT_INDEX,
-                    ]
-                    .contains(&c.func_name.as_str()) =>
-            {
-                let E::Literal(LiteralValue::String(key)) = &c.args[1].expr else {
-                    return None;
-                };
-                path.push(key.inner());
-                at = &c.args[0];
-            }
-            _ => return None,
-        }
-    }
-}
 
 /// The environment every program is compiled and run with.
 static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| {
@@ -195,17 +116,6 @@ impl Expr {
     /// The parsed expression.
     pub(crate) fn ast(&self) -> &IdedExpr {
         &self.ast
-    }
-
-    /// Calls `add` with each path the expression can read of `object` and
-    /// `oldObject`: the subtree at the end of each chain of field selections
-    /// (`.f`, `.?f`, `["f"]`, `[?"f"]`) that starts at one, read whole (what
-    /// follows, a call, a macro, an index, sees only that subtree); a root
-    /// used otherwise is read whole. Nothing else in an expression reaches
-    /// the objects: `variables` are expressions analysed as well, `request`
-    /// holds no object, and the libraries see only their arguments.
-    pub(crate) fn object_paths(&self, add: &mut dyn FnMut(&[&str])) {
-        object_paths(&self.ast, add);
     }
 
     /// Evaluates in `act`; the error is the evaluation error's text.

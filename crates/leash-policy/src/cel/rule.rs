@@ -16,13 +16,9 @@ pub(crate) struct Validation {
 }
 
 impl Validation {
-    /// The paths its expression and message expression read of `object`
-    /// and `oldObject` (see [`Expr::object_paths`]).
-    pub(crate) fn object_paths(&self, add: &mut dyn FnMut(&[&str])) {
-        self.expr.object_paths(add);
-        if let Some(m) = &self.message_expr {
-            m.object_paths(add);
-        }
+    /// Its expression and message expression.
+    pub(crate) fn exprs(&self) -> impl Iterator<Item = &Expr> {
+        std::iter::once(&self.expr).chain(&self.message_expr)
     }
 
     /// The failure message, as Kubernetes' validator builds it: the message
@@ -168,15 +164,11 @@ impl CelRule {
         self
     }
 
-    /// The paths its variables and expressions read of `object` and
-    /// `oldObject` (see [`Expr::object_paths`]).
-    pub(crate) fn object_paths(&self, add: &mut dyn FnMut(&[&str])) {
-        for v in &self.variables {
-            v.expr.object_paths(add);
-        }
-        for v in &self.validations {
-            v.object_paths(add);
-        }
+    /// What its variables and expressions read of `object` and
+    /// `oldObject` (see [`super::reads`]).
+    pub(crate) fn reads<'a>(&'a self, out: &mut dyn FnMut(&[crate::reads::Seg<'a>], bool)) {
+        let exprs = self.validations.iter().flat_map(Validation::exprs);
+        super::reads::object_reads(&self.variables, exprs, out);
     }
 
     /// Whether the rule uses `params` (`paramKind`/`paramRef`), which this
