@@ -259,6 +259,37 @@ impl Engine {
     /// Mutates the request's object ([`Engine::mutate`]), then evaluates
     /// the validate rules on the mutated object, as Kyverno's CLI does.
     pub fn apply(&self, req: EvalRequest, data: &dyn ClusterData, bindings: &Bindings) -> Applied {
+        self.apply_memo(req, data, bindings, None)
+    }
+
+    /// A memo for evaluating many resources with these policies and
+    /// `bindings` ([`crate::memo`]); `None` when no policy's results can be
+    /// remembered (or PolicyExceptions, or bindings for particular
+    /// resources, make them depend on more than what the policy reads).
+    pub fn memo(&self, bindings: &Bindings) -> Option<crate::Memo> {
+        if !self.exceptions.is_empty()
+            || bindings.policies.values().any(|p| !p.resources.is_empty())
+        {
+            return None;
+        }
+        let keys: Vec<_> = (self.policies.iter().map(|p| p.memo_key.clone()))
+            .chain(self.validating.iter().map(|p| p.memo_key()))
+            .collect();
+        keys.iter()
+            .any(Option::is_some)
+            .then(|| crate::Memo::new(keys))
+    }
+
+    /// As [`Engine::apply`], answering from `memo` (made by [`Engine::memo`]
+    /// with the same bindings) where it can, and remembering what it
+    /// evaluates.
+    pub fn apply_memo(
+        &self,
+        req: EvalRequest,
+        data: &dyn ClusterData,
+        bindings: &Bindings,
+        memo: Option<&mut crate::Memo>,
+    ) -> Applied {
         let mutation = self.mutate(&req, data, bindings);
         // Kyverno's CLI validates with the classic policies after the
         // classic mutate rules, then runs the MutatingPolicies, then the
@@ -275,7 +306,8 @@ impl Engine {
                 object: mutation.object.clone(),
                 ..req
             };
-            let results = self.evaluate(validated, data, bindings);
+            let prepared = Prepared::new(validated);
+            let results = self.evaluate_memo(&prepared, data, bindings, memo);
             return Applied { mutation, results };
         }
         let classic = EvalRequest {
@@ -364,10 +396,34 @@ impl Engine {
         data: &dyn ClusterData,
         bindings: &Bindings,
     ) -> Vec<RuleResult> {
+        self.evaluate_memo(prepared, data, bindings, None)
+    }
+
+    /// As [`Engine::evaluate_prepared`], with a memo ([`Engine::apply_memo`]).
+    pub fn evaluate_memo(
+        &self,
+        prepared: &Prepared,
+        data: &dyn ClusterData,
+        bindings: &Bindings,
+        mut memo: Option<&mut crate::Memo>,
+    ) -> Vec<RuleResult> {
         let mut out = Vec::new();
+        let req = prepared.request();
+        let mut visit = memo.as_deref_mut().map(|m| m.begin(req));
+        // What the memo holds for policy `i`.
+        let answer = |memo: &mut Option<&mut crate::Memo>, visit: &mut Option<_>, i| {
+            memo.as_deref_mut()
+                .zip(visit.as_mut())
+                .and_then(|(m, v)| m.answer(v, i, req))
+        };
         // The resource's identity, read once for every policy and rule.
-        let target = prepared.request().target();
-        for policy in &self.policies {
+        let target = req.target();
+        for (i, policy) in self.policies.iter().enumerate() {
+            if let Some(results) = answer(&mut memo, &mut visit, i) {
+                out.extend(results.iter().cloned());
+                continue;
+            }
+            let start = out.len();
             for mut result in policy.evaluate_for(prepared, &target, data, bindings) {
                 let base = base_rule(&result.rule);
                 let matched: Vec<&Arc<Exception>> = self
@@ -380,11 +436,19 @@ impl Engine {
                 }
                 out.push(result);
             }
+            if let (Some(m), Some(v)) = (memo.as_deref_mut(), visit.as_mut()) {
+                m.record(v, i, req, &out[start..]);
+            }
         }
-        let req = prepared.request();
         // Variables the ValidatingPolicies share, evaluated once for all.
         let var_memo = crate::cel::VarMemo::default();
-        for vpol in &self.validating {
+        for (j, vpol) in self.validating.iter().enumerate() {
+            let i = self.policies.len() + j;
+            if let Some(results) = answer(&mut memo, &mut visit, i) {
+                out.extend(results.iter().cloned());
+                continue;
+            }
+            let start = out.len();
             let result = match bindings.operation_for(vpol.name(), req.name()) {
                 Some(op) if op != req.operation => {
                     let mut r = req.clone();
@@ -419,6 +483,12 @@ impl Engine {
                 }
                 out.push(result);
             }
+            if let (Some(m), Some(v)) = (memo.as_deref_mut(), visit.as_mut()) {
+                m.record(v, i, req, &out[start..]);
+            }
+        }
+        if let (Some(m), Some(v)) = (memo, visit) {
+            m.end(v, req);
         }
         out
     }

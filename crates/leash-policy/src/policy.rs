@@ -54,6 +54,9 @@ pub struct Policy {
     pub(crate) cache: ExprCache,
     /// What its rules read of a resource.
     pub(crate) reads: crate::ReadSet,
+    /// What its results depend on, when that is the resource alone
+    /// ([`crate::ReadSet::key_of_rules`]).
+    pub(crate) memo_key: Option<crate::ReadSet>,
 }
 
 /// One rule (including autogen-generated ones).
@@ -446,6 +449,7 @@ impl Policy {
         let mut cache = ExprCache::default();
         let mut rules = Vec::new();
         let mut reads = crate::ReadSet::identity();
+        let mut generated_rules = Vec::new();
         for (i, raw) in raw_rules.iter().enumerate() {
             let field = format!("spec.rules[{i}]");
             let base = compile_rule(raw, &field, &err, &mut cache)?;
@@ -457,8 +461,10 @@ impl Policy {
                 let mut rule = compile_rule(&generated, &field, &err, &mut cache)?;
                 rule.base_name = base_name.clone();
                 rules.push(rule);
+                generated_rules.push(generated);
             }
         }
+        let memo_key = crate::ReadSet::key_of_rules(raw_rules.iter().chain(&generated_rules));
         let key: Arc<str> = match &namespace {
             Some(ns) => format!("{ns}/{name}").into(),
             None => name.clone().into(),
@@ -478,6 +484,7 @@ impl Policy {
             rules,
             cache,
             reads,
+            memo_key,
         })
     }
 }

@@ -215,6 +215,10 @@ impl ReadSet {
         self.root.add_segs(path, whole);
     }
 
+    fn add_path(&mut self, path: &[&str]) {
+        self.root.add(path);
+    }
+
     /// Adds what one compiled policy's raw rule (after autogen) reads.
     pub(crate) fn add_rule(&mut self, rule: &Value) {
         if self.is_all() {
@@ -223,6 +227,195 @@ impl ReadSet {
         if !rule_reads(rule, &mut self.root) {
             self.root = Node::All;
         }
+    }
+}
+
+impl ReadSet {
+    /// Nothing read.
+    pub(crate) fn empty() -> ReadSet {
+        ReadSet {
+            root: Node::Fields(BTreeMap::new()),
+        }
+    }
+
+    /// What the results of a classic policy's `rules` (after autogen)
+    /// depend on, for remembering them ([`crate::memo`]): what the rules
+    /// read, the kind, and of the identity only what they use (`names` the
+    /// name, `selector` the labels, `annotations` the annotations; a
+    /// variable on the request's other fields all of it). `None` when
+    /// the results depend on more than the resource: a context entry that
+    /// fetches data, `time_now` or `random`, or reads that cannot be
+    /// bounded. The namespace and operation are the memo's to key on.
+    pub(crate) fn key_of_rules<'r>(rules: impl IntoIterator<Item = &'r Value>) -> Option<ReadSet> {
+        let mut key = ReadSet::empty();
+        key.add_path(&["apiVersion"]);
+        key.add_path(&["kind"]);
+        for rule in rules {
+            let text = rule.to_string();
+            if ["time_now", "random("].iter().any(|f| text.contains(f)) {
+                return None;
+            }
+            let fetches = rule["context"].as_array().is_some_and(|entries| {
+                entries.iter().any(|e| {
+                    e.as_object()
+                        .is_none_or(|e| e.keys().any(|k| k != "name" && k != "variable"))
+                })
+            });
+            if fetches || !rule_reads(rule, &mut key.root) {
+                return None;
+            }
+            let selects = |what: &str| {
+                [&rule["match"], &rule["exclude"]]
+                    .iter()
+                    .any(|block| has_key(block, what))
+            };
+            if selects("names") {
+                key.add_path(&["metadata", "name"]);
+                key.add_path(&["metadata", "generateName"]);
+            }
+            if selects("selector") || selects("namespaceSelector") {
+                key.add_path(&["metadata", "labels"]);
+            }
+            if selects("annotations") {
+                key.add_path(&["metadata", "annotations"]);
+            }
+            if uses_request_identity(&text) {
+                key.merge(&ReadSet::identity());
+            }
+        }
+        Some(key)
+    }
+
+    /// Feeds what of `v` is read to `h`: two values that agree on every
+    /// part read hash alike.
+    pub(crate) fn hash_read<H: std::hash::Hasher>(&self, v: &Value, h: &mut H) {
+        hash_node(&self.root, v, h);
+    }
+
+    /// Whether `v` reads as `kept` does, `kept` being what [`ReadSet::prune`]
+    /// kept of another value.
+    pub(crate) fn same_read(&self, v: &Value, kept: &Value) -> bool {
+        same_node(&self.root, v, kept)
+    }
+}
+
+/// Whether a map under `v` has the key `key`.
+fn has_key(v: &Value, key: &str) -> bool {
+    match v {
+        Value::Object(m) => m.iter().any(|(k, v)| k == key || has_key(v, key)),
+        Value::Array(a) => a.iter().any(|v| has_key(v, key)),
+        _ => false,
+    }
+}
+
+/// Whether a rule's text reaches the request's fields that come from the
+/// resource's identity (`request.name`, `request.kind`, `request` whole):
+/// any `request` other than `request.object`, `.oldObject`, `.operation`,
+/// `.namespace`, `.userInfo`, `.roles`, `.clusterRoles`.
+fn uses_request_identity(text: &str) -> bool {
+    const OTHERS: [&str; 7] = [
+        "object",
+        "oldObject",
+        "operation",
+        "namespace",
+        "userInfo",
+        "roles",
+        "clusterRoles",
+    ];
+    text.match_indices("request").any(|(i, _)| {
+        let rest = &text[i + "request".len()..];
+        let Some(field) = rest.strip_prefix('.') else {
+            return true;
+        };
+        let end = field
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(field.len());
+        !OTHERS.contains(&&field[..end])
+    })
+}
+
+fn hash_node<H: std::hash::Hasher>(node: &Node, v: &Value, h: &mut H) {
+    match (node, v) {
+        (Node::Items(_) | Node::Fields(_), Value::Array(items)) => {
+            let inner = match node {
+                Node::Items(inner) => inner,
+                node => node,
+            };
+            h.write_u8(b'[');
+            h.write_usize(items.len());
+            for i in items {
+                hash_node(inner, i, h);
+            }
+        }
+        (Node::Fields(fields), Value::Object(m)) => {
+            h.write_u8(b'{');
+            for (k, n) in fields {
+                if let Some(x) = m.get(k) {
+                    h.write(k.as_bytes());
+                    hash_node(n, x, h);
+                }
+            }
+            h.write_u8(b'}');
+        }
+        (_, v) => hash_value(v, h),
+    }
+}
+
+fn hash_value<H: std::hash::Hasher>(v: &Value, h: &mut H) {
+    match v {
+        Value::Null => h.write_u8(0),
+        Value::Bool(b) => h.write_u8(1 + u8::from(*b)),
+        Value::Number(n) => {
+            h.write_u8(3);
+            match (n.as_i64(), n.as_u64(), n.as_f64()) {
+                (Some(i), _, _) => h.write_i64(i),
+                (_, Some(u), _) => h.write_u64(u),
+                (_, _, f) => h.write_u64(f.unwrap_or(0.0).to_bits()),
+            }
+        }
+        Value::String(s) => {
+            h.write_u8(4);
+            h.write(s.as_bytes());
+            h.write_u8(0xff);
+        }
+        Value::Array(a) => {
+            h.write_u8(5);
+            h.write_usize(a.len());
+            a.iter().for_each(|x| hash_value(x, h));
+        }
+        Value::Object(m) => {
+            h.write_u8(6);
+            h.write_usize(m.len());
+            for (k, x) in m {
+                h.write(k.as_bytes());
+                h.write_u8(0xff);
+                hash_value(x, h);
+            }
+        }
+    }
+}
+
+fn same_node(node: &Node, v: &Value, kept: &Value) -> bool {
+    match (node, v, kept) {
+        (Node::Items(_) | Node::Fields(_), Value::Array(a), Value::Array(b)) => {
+            let inner = match node {
+                Node::Items(inner) => inner,
+                node => node,
+            };
+            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| same_node(inner, x, y))
+        }
+        (Node::Fields(fields), Value::Object(m), Value::Object(k)) => {
+            fields
+                .iter()
+                .all(|(key, n)| match (m.get(key), k.get(key)) {
+                    (None, None) => true,
+                    (Some(x), Some(y)) => same_node(n, x, y),
+                    _ => false,
+                })
+        }
+        (Node::Fields(_), Value::Object(_) | Value::Array(_), _) => false,
+        (Node::Items(_), Value::Array(_), _) => false,
+        (_, v, kept) => v == kept,
     }
 }
 

@@ -402,18 +402,82 @@ impl ValidatingPolicy {
     /// from either; the whole object where one is used otherwise).
     pub fn reads(&self) -> crate::ReadSet {
         let mut reads = crate::ReadSet::identity();
+        self.object_reads(&mut reads);
+        reads
+    }
+
+    /// Adds what the expressions read of the object to `reads`.
+    fn object_reads(&self, reads: &mut crate::ReadSet) -> crate::cel::reads::Uses {
+        let mut uses = crate::cel::reads::Uses::default();
         for body in std::iter::once(&self.body).chain(&self.autogen) {
             // Match conditions see no variables.
             let conditions = body.conditions.iter().map(|(_, e)| e);
-            crate::cel::reads::object_reads(&[], conditions, &mut |p, whole| {
+            let u = crate::cel::reads::object_reads(&[], conditions, &mut |p, whole| {
                 reads.add_segs(p, whole)
             });
+            uses.request |= u.request;
+            uses.data |= u.data;
             let validations = body.validations.iter().flat_map(|v| v.exprs());
-            crate::cel::reads::object_reads(&body.variables, validations, &mut |p, whole| {
-                reads.add_segs(p, whole)
-            });
+            let u =
+                crate::cel::reads::object_reads(&body.variables, validations, &mut |p, whole| {
+                    reads.add_segs(p, whole)
+                });
+            uses.request |= u.request;
+            uses.data |= u.data;
         }
-        reads
+        uses
+    }
+
+    /// What its result depends on, when that is the resource alone, for
+    /// remembering it ([`crate::memo`]): what its expressions read, the
+    /// kind, and of the identity what matching uses (the labels for a
+    /// selector, the name for `resourceNames`; all of it when an
+    /// expression uses `request`). `None` when an expression reaches other
+    /// data (`resource`, `globalContext`, `image`).
+    pub(crate) fn memo_key(&self) -> Option<crate::ReadSet> {
+        let mut key = crate::ReadSet::empty();
+        let uses = self.object_reads(&mut key);
+        if uses.data || key.is_all() {
+            return None;
+        }
+        key.add_segs(&[crate::reads::Seg::Field("apiVersion")], true);
+        key.add_segs(&[crate::reads::Seg::Field("kind")], true);
+        if uses.request {
+            key.merge(&crate::ReadSet::identity());
+        }
+        for body in std::iter::once(&self.body).chain(&self.autogen) {
+            let m = &body.matching;
+            if !m.namespace_selector.is_empty() || !m.object_selector.is_empty() {
+                key.add_segs(
+                    &[
+                        crate::reads::Seg::Field("metadata"),
+                        crate::reads::Seg::Field("labels"),
+                    ],
+                    true,
+                );
+            }
+            if m.rules
+                .iter()
+                .chain(&m.excludes)
+                .any(|r| !r.names.is_empty())
+            {
+                key.add_segs(
+                    &[
+                        crate::reads::Seg::Field("metadata"),
+                        crate::reads::Seg::Field("name"),
+                    ],
+                    true,
+                );
+                key.add_segs(
+                    &[
+                        crate::reads::Seg::Field("metadata"),
+                        crate::reads::Seg::Field("generateName"),
+                    ],
+                    true,
+                );
+            }
+        }
+        Some(key)
     }
 
     /// The policy's name.

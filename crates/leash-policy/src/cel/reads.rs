@@ -35,6 +35,16 @@ use crate::reads::Seg;
 /// A path into the resource.
 type Path<'a> = Vec<Seg<'a>>;
 
+/// What else than `object` and `oldObject` expressions use.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Uses {
+    /// `request`: the resource's identity (name, kind, namespace).
+    pub(crate) request: bool,
+    /// A root that reaches other data (`resource`, `globalContext`,
+    /// `image`, ...): their results depend on more than the request.
+    pub(crate) data: bool,
+}
+
 /// Calls `out(path, whole)` for what `exprs`, with `variables` in scope,
 /// read of `object` and `oldObject`: the subtree at `path` when `whole`,
 /// else only the value's type (whether it is there).
@@ -42,10 +52,11 @@ pub(crate) fn object_reads<'a>(
     variables: &'a [Variable],
     exprs: impl IntoIterator<Item = &'a Expr>,
     out: &mut dyn FnMut(&[Seg<'a>], bool),
-) {
+) -> Uses {
     let mut a = Analysis {
         variables: Vec::new(),
         out,
+        uses: Uses::default(),
     };
     // Each variable sees the ones before it, as at evaluation; what it
     // reads outside its value is read even when nothing uses it.
@@ -56,12 +67,14 @@ pub(crate) fn object_reads<'a>(
     for e in exprs {
         a.read(e.ast(), &mut Vec::new());
     }
+    a.uses
 }
 
 struct Analysis<'a, 'o> {
     /// Each variable analysed so far, with its aliases.
     variables: Vec<(&'a str, Vec<Path<'a>>)>,
     out: &'o mut dyn FnMut(&[Seg<'a>], bool),
+    uses: Uses,
 }
 
 /// Comprehension variables in scope, innermost last.
@@ -142,6 +155,12 @@ impl<'a> Analysis<'a, '_> {
                         .flat_map(|(_, a)| a.iter().cloned())
                         .collect()
                 } else {
+                    match name.as_str() {
+                        "request" => self.uses.request = true,
+                        // The namespace's object; null.
+                        "namespaceObject" | "params" => {}
+                        _ => self.uses.data = true,
+                    }
                     Vec::new()
                 }
             }

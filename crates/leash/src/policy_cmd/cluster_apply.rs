@@ -19,7 +19,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use anyhow::Result;
 use leash_controller::kinds::select_kinds;
 use leash_loader::{KindSelection, LoadOptions, Loader, NamespaceSelection};
-use leash_policy::{Bindings, Engine, EvalRequest, Operation, RuleResult, Status, UserInfo};
+use leash_policy::{
+    Bindings, Engine, EvalRequest, Memo, MemoStats, Operation, RuleResult, Status, UserInfo,
+};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -65,6 +67,7 @@ struct Gathered {
     kept: Vec<(Arc<Value>, Vec<RuleResult>)>,
     counts: BTreeMap<&'static str, usize>,
     objects: usize,
+    memo: Option<MemoStats>,
 }
 
 /// Runs the cluster load and evaluation; returns the kept results, the
@@ -203,10 +206,14 @@ pub(crate) async fn run(
                 .map(|mut rx| {
                     s.spawn(move || {
                         let mut g = Gathered::default();
+                        // Results remembered by what each policy reads: this
+                        // thread's own (see leash_policy::memo).
+                        let mut memo = engine.memo(bindings);
                         let mut lines = String::new();
                         while let Some(page) = rx.blocking_recv() {
                             for object in page {
                                 if interrupted_ref.load(Ordering::Relaxed) {
+                                    g.memo = memo.map(|m| m.stats());
                                     return g;
                                 }
                                 let value = match reads_ref.parse(object.json()) {
@@ -232,6 +239,7 @@ pub(crate) async fn run(
                                     bindings,
                                     user,
                                     keep,
+                                    memo.as_mut(),
                                     &mut g,
                                     &mut lines,
                                 );
@@ -244,6 +252,7 @@ pub(crate) async fn run(
                                 lines.clear();
                             }
                         }
+                        g.memo = memo.map(|m| m.stats());
                         g
                     })
                 })
@@ -297,13 +306,25 @@ pub(crate) async fn run(
         tracing::warn!("sandbox shutdown: {e}");
     }
     let mut outcome = Outcome::default();
+    let mut memo = MemoStats::default();
     for g in gathered {
+        if let Some(m) = g.memo {
+            memo.lookups += m.lookups;
+            memo.hits += m.hits;
+            memo.retired += m.retired;
+        }
         outcome.kept.extend(g.kept);
         outcome.objects += g.objects;
         for (k, v) in g.counts {
             *outcome.counts.entry(k).or_default() += v;
         }
     }
+    tracing::info!(
+        lookups = memo.lookups,
+        hits = memo.hits,
+        retired = memo.retired,
+        "remembered results"
+    );
     outcome.interrupted = interrupted.load(Ordering::Relaxed);
     match report {
         Some(report) => {
@@ -357,6 +378,7 @@ fn evaluate_one(
     bindings: &Bindings,
     user: &UserInfo,
     keep: Keep,
+    memo: Option<&mut Memo>,
     g: &mut Gathered,
     lines: &mut String,
 ) {
@@ -387,7 +409,7 @@ fn evaluate_one(
     };
     // Mutate rules first, then validate rules on the mutated object, as
     // Kyverno's CLI; the mutated object is not written back.
-    let applied = engine.apply(req, cluster, bindings);
+    let applied = engine.apply_memo(req, cluster, bindings, memo);
     let mut results: Vec<RuleResult> = applied.mutation.results().cloned().collect();
     results.extend(applied.results);
     g.objects += 1;
