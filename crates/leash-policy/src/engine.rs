@@ -280,6 +280,19 @@ impl Engine {
             .then(|| crate::Memo::new(keys))
     }
 
+    /// The name of policy `i` as a [`crate::Memo`] counts them: the classic
+    /// policies (`namespace/name` when namespaced), then the
+    /// ValidatingPolicies.
+    pub fn memo_policy_name(&self, i: usize) -> Option<String> {
+        match self.policies.get(i) {
+            Some(p) => Some(p.key().to_string()),
+            None => self
+                .validating
+                .get(i - self.policies.len())
+                .map(|p| p.name().to_string()),
+        }
+    }
+
     /// As [`Engine::apply`], answering from `memo` (made by [`Engine::memo`]
     /// with the same bindings) where it can, and remembering what it
     /// evaluates.

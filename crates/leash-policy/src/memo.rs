@@ -60,6 +60,8 @@ pub struct MemoStats {
 pub struct Memo {
     /// One per policy: the classic policies, then the ValidatingPolicies.
     slots: Vec<Slot>,
+    /// Which policies have a key.
+    keyed: Vec<bool>,
     requests: u64,
     probation: u32,
     formed: bool,
@@ -81,6 +83,7 @@ pub(crate) enum Visit {
 impl Memo {
     pub(crate) fn new(keys: Vec<Option<ReadSet>>) -> Memo {
         Memo {
+            keyed: keys.iter().map(Option::is_some).collect(),
             slots: keys
                 .into_iter()
                 .map(|key| Slot {
@@ -101,6 +104,19 @@ impl Memo {
     /// What the memo did so far.
     pub fn stats(&self) -> MemoStats {
         self.stats
+    }
+
+    /// The policies (indices: the classic policies, then the
+    /// ValidatingPolicies, as [`crate::Engine`] holds them) that have a key
+    /// and were left out of the group.
+    pub fn retired(&self) -> Vec<usize> {
+        match &self.group {
+            _ if !self.formed => Vec::new(),
+            Some(g) => (0..self.slots.len())
+                .filter(|&i| g.position[i].is_none() && self.keyed[i])
+                .collect(),
+            None => (0..self.slots.len()).filter(|&i| self.keyed[i]).collect(),
+        }
     }
 
     /// A shorter probation, so that tests reach the group.

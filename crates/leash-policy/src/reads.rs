@@ -65,6 +65,10 @@ enum Node {
     /// whole (a map iterated for its keys; a scalar). What a CEL
     /// comprehension reads of the value it iterates.
     Items(Box<Node>),
+    /// Every key of a map, with the values of these keys (as `Fields`) and
+    /// null for the others: what `keys(@)` reads. Under a list, of each
+    /// element.
+    Keys(BTreeMap<String, Node>),
 }
 
 /// One step of a path into a resource: a map's field, or each element of a
@@ -102,16 +106,31 @@ impl Node {
             // transparent); under a map read for its items, one of those.
             (Node::Items(inner), Some((Seg::Item, rest))) => inner.add_segs(rest, whole),
             (Node::Items(inner), Some((Seg::Field(_), _))) => inner.add_segs(path, whole),
-            (Node::Fields(fields), Some((Seg::Field(f), rest))) => fields
+            (Node::Fields(fields) | Node::Keys(fields), Some((Seg::Field(f), rest))) => fields
                 .entry((*f).to_string())
                 .or_insert_with(|| Node::Fields(BTreeMap::new()))
                 .add_segs(rest, whole),
-            (Node::Fields(fields), Some((Seg::Item, rest))) => {
+            (Node::Fields(_) | Node::Keys(_), Some((Seg::Item, rest))) => {
                 // What was read of each element stays read of each element.
-                let mut inner = Node::Fields(std::mem::take(fields));
+                let mut inner = std::mem::replace(self, Node::All);
                 inner.add_segs(rest, whole);
                 *self = Node::Items(Box::new(inner));
             }
+        }
+    }
+
+    /// Reads every key of the map at `path` ([`Node::Keys`]).
+    fn keys_at(&mut self, path: &[&str]) {
+        match (&mut *self, path.split_first()) {
+            (Node::Fields(fields), None) => *self = Node::Keys(std::mem::take(fields)),
+            (Node::Fields(fields) | Node::Keys(fields), Some((first, rest))) => fields
+                .entry((*first).to_string())
+                .or_insert_with(|| Node::Fields(BTreeMap::new()))
+                .keys_at(rest),
+            (Node::Items(inner), Some(_)) => inner.keys_at(path),
+            // The whole map, a map already read for its keys, or a list
+            // (whose keys are an error however much of it is kept).
+            (Node::All | Node::Keys(_) | Node::Items(_), _) => {}
         }
     }
 
@@ -119,7 +138,14 @@ impl Node {
         match (&mut *self, other) {
             (Node::All, _) => {}
             (_, Node::All) => *self = Node::All,
-            (Node::Fields(mine), Node::Fields(theirs)) => {
+            (Node::Fields(_), Node::Keys(_)) => {
+                let Node::Fields(mine) = std::mem::replace(self, Node::All) else {
+                    unreachable!()
+                };
+                *self = Node::Keys(mine);
+                self.merge(other);
+            }
+            (Node::Fields(mine) | Node::Keys(mine), Node::Fields(theirs) | Node::Keys(theirs)) => {
                 for (k, n) in theirs {
                     match mine.get_mut(k) {
                         Some(m) => m.merge(n),
@@ -130,8 +156,8 @@ impl Node {
                 }
             }
             (Node::Items(mine), Node::Items(theirs)) => mine.merge(theirs),
-            (Node::Items(mine), theirs @ Node::Fields(_)) => mine.merge(theirs),
-            (Node::Fields(_), Node::Items(theirs)) => {
+            (Node::Items(mine), theirs @ (Node::Fields(_) | Node::Keys(_))) => mine.merge(theirs),
+            (Node::Fields(_) | Node::Keys(_), Node::Items(theirs)) => {
                 let mut inner = std::mem::replace(self, Node::All);
                 inner.merge(theirs);
                 *self = Node::Items(Box::new(inner));
@@ -149,6 +175,11 @@ impl Node {
             (Node::Fields(fields), Value::Object(m)) => Value::Object(
                 m.iter()
                     .filter_map(|(k, v)| fields.get(k).map(|n| (k.clone(), n.prune(v))))
+                    .collect(),
+            ),
+            (Node::Keys(fields), Value::Object(m)) => Value::Object(
+                m.iter()
+                    .map(|(k, v)| (k.clone(), fields.get(k).map_or(Value::Null, |n| n.prune(v))))
                     .collect(),
             ),
             (node, Value::Array(items)) => {
@@ -336,7 +367,7 @@ fn uses_request_identity(text: &str) -> bool {
 
 fn hash_node<H: std::hash::Hasher>(node: &Node, v: &Value, h: &mut H) {
     match (node, v) {
-        (Node::Items(_) | Node::Fields(_), Value::Array(items)) => {
+        (Node::Items(_) | Node::Fields(_) | Node::Keys(_), Value::Array(items)) => {
             let inner = match node {
                 Node::Items(inner) => inner,
                 node => node,
@@ -356,6 +387,16 @@ fn hash_node<H: std::hash::Hasher>(node: &Node, v: &Value, h: &mut H) {
                 }
             }
             h.write_u8(b'}');
+        }
+        (Node::Keys(fields), Value::Object(m)) => {
+            h.write_u8(b'(');
+            h.write_usize(m.len());
+            for (k, x) in m {
+                h.write(k.as_bytes());
+                if let Some(n) = fields.get(k) {
+                    hash_node(n, x, h);
+                }
+            }
         }
         (_, v) => hash_value(v, h),
     }
@@ -397,7 +438,7 @@ fn hash_value<H: std::hash::Hasher>(v: &Value, h: &mut H) {
 
 fn same_node(node: &Node, v: &Value, kept: &Value) -> bool {
     match (node, v, kept) {
-        (Node::Items(_) | Node::Fields(_), Value::Array(a), Value::Array(b)) => {
+        (Node::Items(_) | Node::Fields(_) | Node::Keys(_), Value::Array(a), Value::Array(b)) => {
             let inner = match node {
                 Node::Items(inner) => inner,
                 node => node,
@@ -413,7 +454,16 @@ fn same_node(node: &Node, v: &Value, kept: &Value) -> bool {
                     _ => false,
                 })
         }
-        (Node::Fields(_), Value::Object(_) | Value::Array(_), _) => false,
+        (Node::Keys(fields), Value::Object(m), Value::Object(k)) => {
+            m.len() == k.len()
+                && m.iter()
+                    .all(|(key, x)| match (k.get(key), fields.get(key)) {
+                        (Some(y), Some(n)) => same_node(n, x, y),
+                        (Some(y), None) => y.is_null(),
+                        (None, _) => false,
+                    })
+        }
+        (Node::Fields(_) | Node::Keys(_), Value::Object(_) | Value::Array(_), _) => false,
         (Node::Items(_), Value::Array(_), _) => false,
         (_, v, kept) => v == kept,
     }
@@ -588,7 +638,7 @@ fn graft(into: &mut Node, path: &[String], node: &Node) {
         (into, None) => into.merge(node),
         (Node::All, _) => {}
         (Node::Items(inner), Some(_)) => graft(inner, path, node),
-        (Node::Fields(fields), Some((first, rest))) => graft(
+        (Node::Fields(fields) | Node::Keys(fields), Some((first, rest))) => graft(
             fields
                 .entry(first.clone())
                 .or_insert_with(|| Node::Fields(BTreeMap::new())),
@@ -699,7 +749,7 @@ fn context_of(expr: &str, whole_result: bool) -> Option<(BTreeMap<String, Node>,
     }
     match ctx {
         Node::Fields(roots) => Some((roots, result)),
-        Node::All | Node::Items(_) => None,
+        Node::All | Node::Items(_) | Node::Keys(_) => None,
     }
 }
 
@@ -717,11 +767,11 @@ fn apply_roots(roots: &BTreeMap<String, Node>, s: &mut Scope<'_>) -> bool {
     }
     match roots.get("request") {
         None => true,
-        Some(Node::All | Node::Items(_)) => false,
+        Some(Node::All | Node::Items(_) | Node::Keys(_)) => false,
         Some(Node::Fields(request)) => {
             for object in ["object", "oldObject"] {
                 match request.get(object) {
-                    Some(Node::All | Node::Items(_)) => return false,
+                    Some(Node::All | Node::Items(_) | Node::Keys(_)) => return false,
                     Some(read) => s.resource.merge(read),
                     None => {}
                 }
@@ -810,6 +860,14 @@ fn walk(ast: &jmespath::ast::Ast, cur: &[Path], ctx: &mut Node) -> Vec<Path> {
             }
             Vec::new()
         }
+        Ast::Function { name, args, .. } if name == "keys" && args.len() == 1 => {
+            // The keys of a map, none of its values.
+            for p in walk(&args[0], cur, ctx) {
+                let p: Vec<&str> = p.iter().map(String::as_str).collect();
+                ctx.keys_at(&p);
+            }
+            Vec::new()
+        }
         Ast::Function { args, .. } => {
             for arg in args {
                 let at = walk(arg, cur, ctx);
@@ -852,7 +910,9 @@ impl<'de> DeserializeSeed<'de> for Seed<'_> {
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
         match self.0 {
             Node::All => serde::Deserialize::deserialize(d),
-            Node::Fields(_) | Node::Items(_) => d.deserialize_any(Narrow { node: self.0 }),
+            Node::Fields(_) | Node::Items(_) | Node::Keys(_) => {
+                d.deserialize_any(Narrow { node: self.0 })
+            }
         }
     }
 }
@@ -914,11 +974,15 @@ impl<'de> Visitor<'de> for Narrow<'_> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        let Node::Fields(fields) = self.node else {
+        let (fields, every_key) = match self.node {
+            Node::Fields(fields) => (fields, false),
+            Node::Keys(fields) => (fields, true),
             // Read for its items: whole.
-            return serde::Deserialize::deserialize(serde::de::value::MapAccessDeserializer::new(
-                map,
-            ));
+            _ => {
+                return serde::Deserialize::deserialize(
+                    serde::de::value::MapAccessDeserializer::new(map),
+                );
+            }
         };
         let mut out = Map::new();
         while let Some(key) = map.next_key_seed(Key)? {
@@ -929,6 +993,9 @@ impl<'de> Visitor<'de> for Narrow<'_> {
                 }
                 None => {
                     map.next_value::<IgnoredAny>()?;
+                    if every_key {
+                        out.insert(key.into_owned(), Value::Null);
+                    }
                 }
             }
         }
@@ -1467,6 +1534,75 @@ mod tests {
         assert_eq!(
             reads.prune(&json!({"spec": {"containers": [container("a", json!({"securityContext": {"privileged": true, "x": 1}}))]}}))["spec"],
             json!({"containers": [{"securityContext": {"privileged": true}}]})
+        );
+    }
+
+    /// `keys(@)` reads every key of each map it is given and none of their
+    /// values (null in the built value), unless something else reads them;
+    /// results narrowed and whole are the same.
+    #[test]
+    fn keys_read_only_the_keys() {
+        let reads = reads_of(json!([
+            {"name": "path", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+             "validate": {"message": "not /",
+                "pattern": {"spec": {"=(volumes)": [{"=(hostPath)": {"path": "!/"}}]}}}},
+            {"name": "types", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+             "validate": {"message": "only some volume types",
+                "deny": {"conditions": {"any": [{"key": "{{ request.object.spec.volumes[].keys(@)[] || `[]` }}",
+                    "operator": "AnyNotIn", "value": ["name", "emptyDir", "hostPath"]}]}}}}]));
+        let pod = |volumes: Value| {
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "n"},
+                "spec": {"volumes": volumes, "containers": [{"name": "c"}]}, "status": {}})
+        };
+        let mixed = pod(
+            json!([{"name": "a", "hostPath": {"path": "/x", "type": "Directory"}},
+            {"name": "token-abc12", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}}]),
+        );
+        assert_eq!(
+            reads.prune(&mixed)["spec"],
+            json!({"volumes": [{"name": null, "hostPath": {"path": "/x"}}, {"name": null, "projected": null}]}),
+            "{reads:?}"
+        );
+        assert_eq!(
+            reads.parse(&mixed.to_string()).expect("parses"),
+            reads.prune(&mixed)
+        );
+        let mut engine = crate::Engine::new();
+        engine.add(
+            crate::Document::compile(
+                &json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+                "metadata": {"name": "p"}, "spec": {"rules": [{"name": "r",
+                "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                "validate": {"message": "only some volume types", "deny": {"conditions": {"any": [
+                    {"key": "{{ request.object.spec.volumes[].keys(@)[] || `[]` }}",
+                     "operator": "AnyNotIn", "value": ["name", "emptyDir", "hostPath"]}]}}}}]}}),
+            )
+            .expect("compiles")
+            .expect("a policy"),
+        );
+        let reads = engine.reads();
+        let mut statuses = Vec::new();
+        for p in [
+            mixed,
+            pod(json!([{"name": "e", "emptyDir": {}}])),
+            pod(json!([])),
+            pod(json!({"name": "not a list"})),
+        ] {
+            let run = |o: Value| {
+                engine.evaluate(
+                    crate::EvalRequest::create(std::sync::Arc::new(o)),
+                    &crate::NoClusterData,
+                    &crate::Bindings::default(),
+                )
+            };
+            let whole = run(p.clone());
+            assert_eq!(run(reads.prune(&p)), whole, "{p}");
+            statuses.extend(whole.into_iter().map(|r| r.status));
+        }
+        use crate::result::Status;
+        assert!(
+            statuses.contains(&Status::Fail) && statuses.contains(&Status::Pass),
+            "{statuses:?}"
         );
     }
 }

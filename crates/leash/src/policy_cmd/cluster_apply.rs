@@ -67,7 +67,17 @@ struct Gathered {
     kept: Vec<(Arc<Value>, Vec<RuleResult>)>,
     counts: BTreeMap<&'static str, usize>,
     objects: usize,
-    memo: Option<MemoStats>,
+    memo: Option<(MemoStats, Vec<String>)>,
+}
+
+/// What a thread's memo did, and the policies it could not answer for.
+fn memo_summary(engine: &Engine, memo: &Memo) -> (MemoStats, Vec<String>) {
+    let retired = memo
+        .retired()
+        .into_iter()
+        .filter_map(|i| engine.memo_policy_name(i))
+        .collect();
+    (memo.stats(), retired)
 }
 
 /// Runs the cluster load and evaluation; returns the kept results, the
@@ -213,7 +223,7 @@ pub(crate) async fn run(
                         while let Some(page) = rx.blocking_recv() {
                             for object in page {
                                 if interrupted_ref.load(Ordering::Relaxed) {
-                                    g.memo = memo.map(|m| m.stats());
+                                    g.memo = memo.map(|m| memo_summary(engine, &m));
                                     return g;
                                 }
                                 let value = match reads_ref.parse(object.json()) {
@@ -252,7 +262,7 @@ pub(crate) async fn run(
                                 lines.clear();
                             }
                         }
-                        g.memo = memo.map(|m| m.stats());
+                        g.memo = memo.map(|m| memo_summary(engine, &m));
                         g
                     })
                 })
@@ -307,8 +317,10 @@ pub(crate) async fn run(
     }
     let mut outcome = Outcome::default();
     let mut memo = MemoStats::default();
+    let mut retired = std::collections::BTreeSet::new();
     for g in gathered {
-        if let Some(m) = g.memo {
+        if let Some((m, names)) = g.memo {
+            retired.extend(names);
             memo.lookups += m.lookups;
             memo.hits += m.hits;
             memo.retired += m.retired;
@@ -322,8 +334,8 @@ pub(crate) async fn run(
     tracing::info!(
         lookups = memo.lookups,
         hits = memo.hits,
-        retired = memo.retired,
-        "remembered results"
+        retired = ?retired,
+        "results remembered by what each policy reads"
     );
     outcome.interrupted = interrupted.load(Ordering::Relaxed);
     match report {
