@@ -378,28 +378,11 @@ mod tests {
 
     const CORPUS: &str = "/work/shared/kyverno-policies";
 
-    fn docs(dir: &Path) -> Vec<Value> {
-        let mut out = Vec::new();
-        let mut walk = vec![dir.to_path_buf()];
-        while let Some(dir) = walk.pop() {
-            for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-                let path = entry.path();
-                if path.is_dir() {
-                    walk.push(path);
-                } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
-                    let text = std::fs::read_to_string(&path).unwrap_or_default();
-                    out.extend(serde_saphyr::from_multiple::<Value>(&text).unwrap_or_default());
-                }
-            }
-        }
-        out
-    }
-
     /// The engine of a folder's policies, and its resources.
     fn folder(dir: &Path) -> (Engine, Vec<Value>) {
         let mut engine = Engine::new();
         let mut resources = Vec::new();
-        for doc in docs(dir) {
+        for doc in crate::vpol::tests::yaml_docs(dir) {
             match Document::compile(&doc) {
                 Ok(Some(d)) => engine.add(d),
                 _ if doc["metadata"].is_object()

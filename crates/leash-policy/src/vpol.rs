@@ -902,4 +902,4 @@ fn replace_path(data: &str, from: &str, to: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

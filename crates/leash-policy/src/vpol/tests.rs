@@ -611,7 +611,7 @@ fn cel_policy_exceptions_exempt_the_policies_they_name() {
 }
 
 /// Every YAML document of the files under `dir`.
-fn yaml_docs(dir: &Path) -> Vec<Json> {
+pub(crate) fn yaml_docs(dir: &Path) -> Vec<Json> {
     let mut out = Vec::new();
     let mut walk = vec![dir.to_path_buf()];
     while let Some(dir) = walk.pop() {
