@@ -43,7 +43,7 @@ use crate::error::{Error, Result};
 use crate::fetch::{Fetcher, parse_status};
 use crate::kind::ResolvedKind;
 use crate::load::LoadTarget;
-use crate::object::{LoadedObject, RawPage, SeenSet, read_page_head};
+use crate::object::{ItemParser, LoadedObject, RawPage, SeenSet, read_page_head};
 use crate::report::Progress;
 
 /// How many pages of one list are parsed at once (invariant 5): two, so
@@ -72,6 +72,8 @@ pub(crate) struct ListContext<'a> {
     pub(crate) max_restarts: u32,
     pub(crate) tally: &'a Mutex<Tally>,
     pub(crate) progress: &'a Progress,
+    /// Builds each item's value as its page is parsed.
+    pub(crate) parser: Option<&'a Arc<dyn ItemParser>>,
 }
 
 /// A page received (its head read), whose items are being parsed into
@@ -90,11 +92,14 @@ impl Parsing {
         page: RawPage,
         fetched_with: Option<String>,
         kind: &Arc<ResolvedKind>,
+        parser: Option<Arc<dyn ItemParser>>,
     ) -> Parsing {
         let next = page.next.clone();
         let kind = kind.clone();
-        let objects = scope
-            .spawn_with_output(async move { page.parse().map(|index| index.into_objects(&kind)) });
+        let objects = scope.spawn_with_output(async move {
+            page.parse(parser.as_deref())
+                .map(|index| index.into_objects(&kind))
+        });
         Parsing {
             objects,
             next,
@@ -184,7 +189,13 @@ impl ListContext<'_> {
                     self.update(|t| t.pages += 1);
                     self.progress.page();
                     let next = page.next.clone();
-                    parsing.push_back(Parsing::start(parsers, page, continue_token.clone(), kind));
+                    parsing.push_back(Parsing::start(
+                        parsers,
+                        page,
+                        continue_token.clone(),
+                        kind,
+                        self.parser.cloned(),
+                    ));
                     match next {
                         Some(next) if continue_token.as_deref() == Some(next.as_str()) => {
                             return Err(Error::InconsistentList {
@@ -295,7 +306,7 @@ impl ListContext<'_> {
             }
             // Rare: parsed here, in this task.
             parsed = again
-                .parse()
+                .parse(self.parser.map(|p| &**p))
                 .map(|index| index.into_objects(&self.target.kind));
         };
         objects.retain(|o| seen.insert(o));

@@ -44,7 +44,7 @@ use crate::error::{Error, Result};
 use crate::fetch::Fetcher;
 use crate::kind::ResolvedKind;
 use crate::list::{ListContext, Tally};
-use crate::object::LoadedObject;
+use crate::object::{ItemParser, LoadedObject};
 use crate::options::{LoadOptions, NamespaceSelection};
 use crate::report::{KindReport, LoadReport, Progress};
 use crate::resolve::resolve;
@@ -250,6 +250,28 @@ impl Loader {
     /// Cancelling `token` stops every request at once; the report then says
     /// which kinds are incomplete ([`Error::Cancelled`]).
     pub fn load(&self, kinds: Vec<Arc<ResolvedKind>>, token: CancellationToken) -> Load {
+        self.load_with(kinds, token, None)
+    }
+
+    /// [`load`](Self::load), with each object's value built by `parser` as
+    /// its page is parsed ([`LoadedObject::parsed`]): one pass over each
+    /// item's bytes, on the loader's tasks, for consumers that would
+    /// otherwise parse every object's text again.
+    pub fn load_parsed(
+        &self,
+        kinds: Vec<Arc<ResolvedKind>>,
+        token: CancellationToken,
+        parser: Arc<dyn ItemParser>,
+    ) -> Load {
+        self.load_with(kinds, token, Some(parser))
+    }
+
+    fn load_with(
+        &self,
+        kinds: Vec<Arc<ResolvedKind>>,
+        token: CancellationToken,
+        parser: Option<Arc<dyn ItemParser>>,
+    ) -> Load {
         let targets = self.targets(&kinds);
         let (tx, rx) = mpsc::channel(self.options.concurrency);
         let progress = Arc::new(Progress::default());
@@ -267,6 +289,7 @@ impl Loader {
             targets,
             progress: progress.clone(),
             pages: tx.downgrade(),
+            parser,
         });
         let driver = Driver {
             shared,
@@ -301,6 +324,7 @@ struct Shared {
     progress: Arc<Progress>,
     /// Weak, so that the stream ends when the tasks and the driver are done.
     pages: mpsc::WeakSender<Vec<LoadedObject>>,
+    parser: Option<Arc<dyn ItemParser>>,
 }
 
 impl Shared {
@@ -316,6 +340,7 @@ impl Shared {
             max_restarts: self.max_restarts,
             tally: &self.tallies[index],
             progress: &self.progress,
+            parser: self.parser.as_ref(),
         };
         (index, context.run(pages, &token).await)
     }

@@ -6,6 +6,10 @@
 //! item is skipped, not built), and the item's text is kept as the server
 //! sent it, with the `kind` and `apiVersion` that lists omit per item put in
 //! front (as kubectl adds them).
+//!
+//! A load given an [`ItemParser`] builds each item's value in that same
+//! walk (the one pass over the item's bytes), for consumers that want a
+//! value, not text: the parser decides what of the item is built.
 
 use std::borrow::Cow;
 use std::collections::HashSet;
@@ -17,6 +21,7 @@ use bytes::Bytes;
 
 use serde::Deserialize;
 use serde::de::IgnoredAny;
+use serde_json::Value;
 
 use crate::kind::ResolvedKind;
 
@@ -29,8 +34,28 @@ pub struct LoadedObject {
     name: String,
     uid: Option<String>,
     /// Valid UTF-8, one JSON object: a slice of the page's body when the
-    /// item already had `kind` and `apiVersion` (no copy), else a new buffer.
+    /// item already had `kind` and `apiVersion` (no copy), else a new buffer
+    /// (for a parsed item: the slice, as the list sent it).
     json: Bytes,
+    /// What the load's [`ItemParser`] built of the item, with `kind` and
+    /// `apiVersion` set.
+    parsed: Option<Value>,
+}
+
+/// Builds a value of each list item as the page is walked, so that the
+/// item's bytes are read once (see [`crate::Loader::load_parsed`]).
+///
+/// The value must keep `kind`, `apiVersion` and `metadata.name`,
+/// `metadata.namespace` and `metadata.uid` where the item has them: the
+/// loader reads the object's identity from it (an item whose value has no
+/// string `metadata.name` is a malformed page, as without a parser).
+pub trait ItemParser: Send + Sync {
+    /// Parse one JSON value from `de` (the deserializer is positioned at
+    /// it; what follows it is the loader's).
+    fn parse(
+        &self,
+        de: &mut serde_json::Deserializer<serde_json::de::StrRead<'_>>,
+    ) -> serde_json::Result<Value>;
 }
 
 impl fmt::Debug for LoadedObject {
@@ -41,6 +66,7 @@ impl fmt::Debug for LoadedObject {
             .field("name", &self.name)
             .field("uid", &self.uid)
             .field("bytes", &self.json.len())
+            .field("parsed", &self.parsed.is_some())
             .finish()
     }
 }
@@ -67,7 +93,9 @@ impl LoadedObject {
     }
 
     /// The object's JSON text: one JSON object, exactly as the server sent
-    /// it, with `kind` and `apiVersion` first if the list item lacked them.
+    /// it, with `kind` and `apiVersion` first if the list item lacked them
+    /// (an object an [`ItemParser`] built: as the list sent it; its
+    /// [`parsed`](Self::parsed) value has them).
     pub fn json(&self) -> &str {
         // Validated as UTF-8 when the object was built; cannot fail.
         std::str::from_utf8(&self.json).unwrap_or_default()
@@ -89,6 +117,16 @@ impl LoadedObject {
         // (here again in one fast pass), so serde_json need not check every
         // string as it parses (about a fifth of the parse's time on pods).
         serde_json::from_str(self.json())
+    }
+
+    /// The value the load's [`ItemParser`] built (`None` without one).
+    pub fn parsed(&self) -> Option<&Value> {
+        self.parsed.as_ref()
+    }
+
+    /// Takes the value the load's [`ItemParser`] built.
+    pub fn take_parsed(&mut self) -> Option<Value> {
+        self.parsed.take()
     }
 
     /// Deserialize the object into `T`.
@@ -120,6 +158,7 @@ struct ItemIndex {
     name: String,
     namespace: Option<String>,
     uid: Option<String>,
+    parsed: Option<Value>,
 }
 
 #[derive(Default, Deserialize)]
@@ -155,7 +194,10 @@ struct ItemMeta<'a> {
 /// skipped, not built) and its byte range is where that parse started and
 /// stopped. An error means the body is not a list of objects with
 /// `metadata.name` (the caller retries the request).
-pub(crate) fn index_page(body: &Bytes) -> serde_json::Result<PageIndex> {
+pub(crate) fn index_page(
+    body: &Bytes,
+    parser: Option<&dyn ItemParser>,
+) -> serde_json::Result<PageIndex> {
     let text = std::str::from_utf8(body).map_err(serde::de::Error::custom)?;
     let mut cursor = Cursor { text, pos: 0 };
     let mut items = Vec::new();
@@ -177,7 +219,7 @@ pub(crate) fn index_page(body: &Bytes) -> serde_json::Result<PageIndex> {
                 }
                 "items" => {
                     duplicate(&mut seen_items, "items")?;
-                    cursor.items(&mut items)?;
+                    cursor.items(&mut items, parser)?;
                 }
                 _ => {
                     cursor.value::<IgnoredAny>()?;
@@ -246,8 +288,8 @@ pub(crate) fn read_page_head(body: &Bytes) -> serde_json::Result<RawPage> {
 impl RawPage {
     /// Parse the whole page ([`index_page`]); its continue token must be
     /// the one the head gave.
-    pub(crate) fn parse(&self) -> serde_json::Result<PageIndex> {
-        let index = index_page(&self.body)?;
+    pub(crate) fn parse(&self, parser: Option<&dyn ItemParser>) -> serde_json::Result<PageIndex> {
+        let index = index_page(&self.body, parser)?;
         if index.next != self.next {
             return Err(serde::de::Error::custom(
                 "the list's continue token changed between its head and its end",
@@ -329,8 +371,53 @@ impl<'a> Cursor<'a> {
         }
     }
 
+    /// Parse one JSON value with `parser` and move past it.
+    fn parsed(&mut self, parser: &dyn ItemParser) -> serde_json::Result<Value> {
+        self.peek();
+        let rest = self.text.get(self.pos..).unwrap_or_default();
+        let mut de = serde_json::Deserializer::from_str(rest);
+        let value = parser.parse(&mut de)?;
+        // A stream deserializer starts at the position its deserializer
+        // reached: just past the value.
+        self.pos += de.into_iter::<IgnoredAny>().byte_offset();
+        Ok(value)
+    }
+
+    /// One item, built by `parser`: its identity is read from the value.
+    fn parsed_item(&mut self, parser: &dyn ItemParser) -> serde_json::Result<ItemIndex> {
+        let start = self.pos;
+        let mut value = self.parsed(parser)?;
+        let text = |v: &Value, key: &str| v["metadata"][key].as_str().map(str::to_owned);
+        let Some(name) = text(&value, "name") else {
+            return Err(serde::de::Error::custom(
+                "a list item without a string metadata.name",
+            ));
+        };
+        let (namespace, uid) = (text(&value, "namespace"), text(&value, "uid"));
+        let Value::Object(map) = &mut value else {
+            return Err(serde::de::Error::custom(
+                "a list item that is not an object",
+            ));
+        };
+        let (has_kind, has_api_version) =
+            (map.contains_key("kind"), map.contains_key("apiVersion"));
+        Ok(ItemIndex {
+            range: start..self.pos,
+            has_kind,
+            has_api_version,
+            name,
+            namespace,
+            uid,
+            parsed: Some(value),
+        })
+    }
+
     /// The `items` member's value: `null` or an array of objects.
-    fn items(&mut self, items: &mut Vec<ItemIndex>) -> serde_json::Result<()> {
+    fn items(
+        &mut self,
+        items: &mut Vec<ItemIndex>,
+        parser: Option<&dyn ItemParser>,
+    ) -> serde_json::Result<()> {
         if self.peek() == Some(b'n') {
             return self.value::<()>();
         }
@@ -340,6 +427,13 @@ impl<'a> Cursor<'a> {
         }
         loop {
             self.peek();
+            if let Some(parser) = parser {
+                items.push(self.parsed_item(parser)?);
+                if self.eat(b',') {
+                    continue;
+                }
+                return self.expect(b']');
+            }
             let start = self.pos;
             let head: ItemHead<'_> = self.value()?;
             items.push(ItemIndex {
@@ -349,6 +443,7 @@ impl<'a> Cursor<'a> {
                 name: head.metadata.name.into_owned(),
                 namespace: head.metadata.namespace.map(Cow::into_owned),
                 uid: head.metadata.uid.map(Cow::into_owned),
+                parsed: None,
             });
             if self.eat(b',') {
                 continue;
@@ -365,7 +460,25 @@ impl PageIndex {
         let prefix = KindPrefix::new(kind);
         self.items
             .into_iter()
-            .map(|item| {
+            .map(|mut item| {
+                if let Some(Value::Object(map)) = &mut item.parsed {
+                    // Lists omit them per item; the value gets them as the
+                    // text would (no copy of the text).
+                    if !item.has_kind {
+                        map.insert("kind".into(), Value::String(kind.kind.clone()));
+                    }
+                    if !item.has_api_version {
+                        map.insert("apiVersion".into(), Value::String(kind.api_version()));
+                    }
+                    return LoadedObject {
+                        kind: kind.clone(),
+                        namespace: item.namespace,
+                        name: item.name,
+                        uid: item.uid,
+                        json: self.body.slice(item.range),
+                        parsed: item.parsed,
+                    };
+                }
                 let json = if item.has_kind && item.has_api_version {
                     self.body.slice(item.range)
                 } else {
@@ -379,6 +492,7 @@ impl PageIndex {
                     name: item.name,
                     uid: item.uid,
                     json,
+                    parsed: None,
                 }
             })
             .collect()
@@ -502,7 +616,7 @@ mod tests {
     }
 
     fn parse_page(kind: &Arc<ResolvedKind>, body: &[u8]) -> serde_json::Result<Parsed> {
-        let index = index_page(&Bytes::copy_from_slice(body))?;
+        let index = index_page(&Bytes::copy_from_slice(body), None)?;
         let next = index.next.clone();
         Ok(Parsed {
             objects: index.into_objects(kind),
@@ -588,20 +702,20 @@ mod tests {
         let head = |b: &[u8]| read_page_head(&Bytes::copy_from_slice(b));
         let page = head(br#"{"kind":"PodList","metadata":{"continue":"t"},"items":[{"metadata":{"name":"a"}}]}"#).unwrap();
         assert_eq!(page.next.as_deref(), Some("t"));
-        assert_eq!(page.parse().unwrap().items.len(), 1);
+        assert_eq!(page.parse(None).unwrap().items.len(), 1);
         // Items before the metadata: skipped over to it.
         let page =
             head(br#"{"items":[{"metadata":{"name":"a"}}],"metadata":{"continue":"u"}}"#).unwrap();
         assert_eq!(page.next.as_deref(), Some("u"));
-        assert_eq!(page.next, page.parse().unwrap().next);
+        assert_eq!(page.next, page.parse(None).unwrap().next);
         // The head reads no further than the metadata; the parse fails on
         // what comes after (the page is then fetched again).
         let page =
             head(br#"{"metadata":{"continue":"t"},"items":[{"metadata":{"name":"a"}}"#).unwrap();
-        assert!(page.parse().is_err());
+        assert!(page.parse(None).is_err());
         let page = head(br#"{"metadata":{},"items":[{"spec":{}}]}"#).unwrap();
         assert_eq!(page.next, None);
-        assert!(page.parse().is_err(), "an item without metadata.name");
+        assert!(page.parse(None).is_err(), "an item without metadata.name");
         assert!(head(b"Too many requests").is_err());
         assert!(head(br#"{"metadata":"#).is_err());
         assert_eq!(head(b"{}").unwrap().next, None);
@@ -622,6 +736,93 @@ mod tests {
         let fresh: Vec<bool> = page.objects.iter().map(|o| seen.insert(o)).collect();
         assert_eq!(fresh, [true, false, true, false, true, true, false]);
         assert_eq!(seen.len(), 4);
+    }
+
+    /// Builds the whole item, then drops its `spec` (so that what the
+    /// parser builds is told from what the text holds).
+    struct NoSpec;
+
+    impl ItemParser for NoSpec {
+        fn parse(
+            &self,
+            de: &mut serde_json::Deserializer<serde_json::de::StrRead<'_>>,
+        ) -> serde_json::Result<Value> {
+            let mut v = Value::deserialize(de)?;
+            if let Value::Object(m) = &mut v {
+                m.remove("spec");
+            }
+            Ok(v)
+        }
+    }
+
+    fn parse_with(body: &[u8], parser: &dyn ItemParser) -> serde_json::Result<Vec<LoadedObject>> {
+        Ok(index_page(&Bytes::copy_from_slice(body), Some(parser))?.into_objects(&pods()))
+    }
+
+    #[test]
+    fn a_parser_builds_each_item_in_the_walk() {
+        let body = br#"{"kind":"PodList","apiVersion":"v1","metadata":{"continue":"tok"},
+            "items":[ {"metadata":{"name":"a","namespace":"default","uid":"0b5c2e1a-1111-4222-8333-444455556666"},"spec":{"x":"]}{\""}} ,
+                     {"apiVersion":"v2","metadata":{"name":"b\u0041"},"spec":[1,{"y":[]}]},
+                     {"kind":"Widget","metadata":{"name":"c"}}]}"#;
+        let plain = parse_page(&pods(), body).unwrap().objects;
+        let mut parsed = parse_with(body, &NoSpec).unwrap();
+        assert_eq!(parsed.len(), 3);
+        for (p, o) in parsed.iter_mut().zip(&plain) {
+            // The same identity as without a parser.
+            assert_eq!(
+                (p.kind().qualified_name(), p.namespace(), p.name(), p.uid()),
+                (o.kind().qualified_name(), o.namespace(), o.name(), o.uid())
+            );
+            // The text is the item as the list sent it: one whole object.
+            let text: Value = serde_json::from_str(p.json()).unwrap();
+            let whole: Value = serde_json::from_str(o.json()).unwrap();
+            assert_eq!(text["spec"], whole["spec"], "{}", p.json());
+            assert_eq!(text["metadata"], whole["metadata"]);
+            // The value is the parser's, with the kind and apiVersion the
+            // item lacked (and those it had left as they were).
+            let mut expected = o.to_value().unwrap();
+            expected.as_object_mut().unwrap().remove("spec");
+            assert_eq!(p.parsed(), Some(&expected));
+            assert_eq!(p.take_parsed(), Some(expected));
+            assert_eq!(p.parsed(), None);
+        }
+        assert_eq!(parsed[0].name(), "a");
+        assert_eq!(
+            parsed[0].uid(),
+            Some("0b5c2e1a-1111-4222-8333-444455556666")
+        );
+        assert_eq!(parsed[1].name(), "bA");
+        assert_eq!(plain[1].to_value().unwrap()["apiVersion"], "v2");
+        assert_eq!(plain[2].to_value().unwrap()["kind"], "Widget");
+        // Without a parser, no value.
+        assert!(plain.iter().all(|o| o.parsed().is_none()));
+    }
+
+    #[test]
+    fn a_parsed_page_is_checked_as_a_whole() {
+        for bad in [
+            // An item without a name, one that is not an object, a value
+            // the parser cannot read, a page cut short, junk after it.
+            &br#"{"items":[{"metadata":{"name":"a"}},{"metadata":{}}]}"#[..],
+            br#"{"items":[{"metadata":{"name":"a"}},"b"]}"#,
+            br#"{"items":[{"metadata":{"name":"a"},"spec":{"x":}}]}"#,
+            br#"{"items":[{"metadata":{"name":"a"}}"#,
+            br#"{"items":[{"metadata":{"name":"a"}}]} x"#,
+            br#"{"items":[{"metadata":{"name":"a"}}{"metadata":{"name":"b"}}]}"#,
+        ] {
+            assert!(
+                parse_with(bad, &NoSpec).is_err(),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+            assert!(parse_page(&pods(), bad).is_err());
+        }
+        assert!(
+            parse_with(br#"{"items":null}"#, &NoSpec)
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[test]

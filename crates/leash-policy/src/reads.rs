@@ -235,9 +235,20 @@ impl ReadSet {
     /// checked as JSON and skipped). Errors are serde_json's.
     pub fn parse(&self, json: &str) -> serde_json::Result<Value> {
         let mut de = serde_json::Deserializer::from_str(json);
-        let v = Seed(&self.root).deserialize(&mut de)?;
+        let v = self.parse_from(&mut de)?;
         de.end()?;
         Ok(v)
+    }
+
+    /// The next JSON value of `de`, built with only the parts read (as
+    /// [`ReadSet::parse`]); what follows it is left to the caller, so a
+    /// value inside a larger document (an item of a list page) is read in
+    /// the same scan as the document.
+    pub fn parse_from<'de, R: serde_json::de::Read<'de>>(
+        &self,
+        de: &mut serde_json::Deserializer<R>,
+    ) -> serde_json::Result<Value> {
+        Seed(&self.root).deserialize(de)
     }
 
     /// Adds the subtree at `path` (the whole resource for an empty path)
@@ -380,12 +391,13 @@ fn hash_node<H: std::hash::Hasher>(node: &Node, v: &Value, h: &mut H) {
         }
         (Node::Fields(fields), Value::Object(m)) => {
             h.write_u8(b'{');
-            for (k, n) in fields {
-                if let Some(x) = m.get(k) {
-                    h.write(k.as_bytes());
-                    hash_node(n, x, h);
-                }
-            }
+            // A field is named by its place in the node (the same for
+            // every value hashed with it).
+            present(fields, m, |i, _, n, x| {
+                h.write_usize(i);
+                hash_node(n, x, h);
+                true
+            });
             h.write_u8(b'}');
         }
         (Node::Keys(fields), Value::Object(m)) => {
@@ -400,6 +412,44 @@ fn hash_node<H: std::hash::Hasher>(node: &Node, v: &Value, h: &mut H) {
         }
         (_, v) => hash_value(v, h),
     }
+}
+
+/// Calls `each` with the place in `fields`, the key, the node and the
+/// value of every field both have, in key order, while it returns true;
+/// whether it always did. Both maps are sorted by key: a merge, not a
+/// lookup per field, when the value is about as big as the node (as a value
+/// built by [`ReadSet::parse`] is).
+fn present<'a>(
+    fields: &'a BTreeMap<String, Node>,
+    m: &'a Map<String, Value>,
+    mut each: impl FnMut(usize, &'a str, &'a Node, &'a Value) -> bool,
+) -> bool {
+    if m.len() > 4 * fields.len() {
+        return fields.iter().enumerate().all(|(i, (k, n))| match m.get(k) {
+            Some(x) => each(i, k, n, x),
+            None => true,
+        });
+    }
+    let mut fs = fields.iter().enumerate().peekable();
+    let mut vs = m.iter().peekable();
+    while let (Some(&(i, (fk, n))), Some(&(vk, x))) = (fs.peek(), vs.peek()) {
+        match fk.as_str().cmp(vk.as_str()) {
+            std::cmp::Ordering::Less => {
+                fs.next();
+            }
+            std::cmp::Ordering::Greater => {
+                vs.next();
+            }
+            std::cmp::Ordering::Equal => {
+                if !each(i, fk, n, x) {
+                    return false;
+                }
+                fs.next();
+                vs.next();
+            }
+        }
+    }
+    true
 }
 
 fn hash_value<H: std::hash::Hasher>(v: &Value, h: &mut H) {
@@ -446,13 +496,14 @@ fn same_node(node: &Node, v: &Value, kept: &Value) -> bool {
             a.len() == b.len() && a.iter().zip(b).all(|(x, y)| same_node(inner, x, y))
         }
         (Node::Fields(fields), Value::Object(m), Value::Object(k)) => {
-            fields
-                .iter()
-                .all(|(key, n)| match (m.get(key), k.get(key)) {
-                    (None, None) => true,
-                    (Some(x), Some(y)) => same_node(n, x, y),
-                    _ => false,
-                })
+            // `kept` holds exactly the fields `v`'s counterpart had, in
+            // key order: the same fields, each read the same.
+            let mut kept = k.iter();
+            present(
+                fields,
+                m,
+                |_, key, n, x| matches!(kept.next(), Some((ky, y)) if ky == key && same_node(n, x, y)),
+            ) && kept.next().is_none()
         }
         (Node::Keys(fields), Value::Object(m), Value::Object(k)) => {
             m.len() == k.len()

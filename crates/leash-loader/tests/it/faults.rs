@@ -288,3 +288,71 @@ async fn discovery_is_retried() {
     assert_eq!(assert_exactly_once(&objects), 8);
     sb.shutdown().await.unwrap();
 }
+
+/// Builds each item whole and marks it, so a value is told from its text.
+struct Marked;
+
+impl leash_loader::ItemParser for Marked {
+    fn parse(
+        &self,
+        de: &mut serde_json::Deserializer<serde_json::de::StrRead<'_>>,
+    ) -> serde_json::Result<serde_json::Value> {
+        let mut v: serde_json::Value = serde::Deserialize::deserialize(de)?;
+        v["marked"] = true.into();
+        Ok(v)
+    }
+}
+
+/// A load with an item parser, on a server that cuts pages short: the cut
+/// pages are fetched again and parsed with the parser too, every object
+/// arrives exactly once, and each carries the parser's value, which is its
+/// text's value with the kind and apiVersion the list items lack.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parsed_load_builds_every_object_once() {
+    let faults = Faults {
+        truncate_rate: 0.3,
+        ..Faults::default()
+    };
+    let sb = sandbox(crds(2, 40), faults, 3).await;
+    let options = LoadOptions {
+        kinds: KindSelection::Names((0..2).map(crd_name).collect()),
+        namespaces: NamespaceSelection::All,
+        page_size: 5,
+        concurrency: 2,
+        retry: fast_retry(16),
+        ..LoadOptions::default()
+    };
+    let loader = Loader::new(client(&sb), options).expect("valid options");
+    let token = CancellationToken::new();
+    let kinds = loader.resolve(&token).await.expect("resolves");
+    let load = loader.load_parsed(kinds, token, std::sync::Arc::new(Marked));
+    let mut stream = load.objects;
+    let collect = async {
+        let mut all = Vec::new();
+        while let Some(object) = futures::StreamExt::next(&mut stream).await {
+            all.push(object);
+        }
+        all
+    };
+    let (report, objects) = tokio::join!(load.report, collect);
+    assert!(
+        report.is_complete(),
+        "{:?}",
+        report.failed().collect::<Vec<_>>()
+    );
+    assert!(report.retries() > 0, "no page was cut");
+    assert_eq!(assert_exactly_once(&objects), 80);
+    for o in &objects {
+        let mut text = o.to_value().expect("the text is JSON");
+        let parsed = o.parsed().expect("every object was parsed");
+        assert_eq!(parsed["marked"], true);
+        assert_eq!(parsed["kind"], o.kind().kind.as_str());
+        assert_eq!(parsed["apiVersion"], o.kind().api_version());
+        assert_eq!(parsed["metadata"]["name"], o.name());
+        text["marked"] = true.into();
+        text["kind"] = parsed["kind"].clone();
+        text["apiVersion"] = parsed["apiVersion"].clone();
+        assert_eq!(&text, parsed);
+    }
+    sb.shutdown().await.unwrap();
+}

@@ -204,9 +204,10 @@ pub(crate) async fn run(
     let interrupted_ref = &interrupted;
     let namespaces_ref = &namespaces;
     let cluster_ref = &cluster;
-    // Each object is built with only what the policies read of it.
-    let reads = engine.reads();
-    let reads_ref = &reads;
+    // Each object is built with only what the policies read of it, in the
+    // loader's one pass over its bytes.
+    let reads = Arc::new(Reads(engine.reads()));
+    let reads_ref = &reads.0;
     // block_in_place: this runtime thread blocks in the scope below while
     // the loader's tasks run on the others.
     let (gathered, report) = tokio::task::block_in_place(|| {
@@ -221,12 +222,16 @@ pub(crate) async fn run(
                         let mut memo = engine.memo(bindings);
                         let mut lines = String::new();
                         while let Some(page) = rx.blocking_recv() {
-                            for object in page {
+                            for mut object in page {
                                 if interrupted_ref.load(Ordering::Relaxed) {
                                     g.memo = memo.map(|m| memo_summary(engine, &m));
                                     return g;
                                 }
-                                let value = match reads_ref.parse(object.json()) {
+                                let parsed = match object.take_parsed() {
+                                    Some(v) => Ok(v),
+                                    None => reads_ref.parse(object.json()),
+                                };
+                                let value = match parsed {
                                     Ok(v) => v,
                                     Err(e) => {
                                         // Not lost: named, and counted as
@@ -271,7 +276,7 @@ pub(crate) async fn run(
             // round-robin to the workers' bounded channels (backpressure).
             let driver = s.spawn(|| {
                 handle.block_on(async {
-                    let load = loader.load(kinds, token.clone());
+                    let load = loader.load_parsed(kinds, token.clone(), reads.clone());
                     let mut objects = load.objects;
                     let feed = async {
                         let mut i = 0usize;
@@ -465,6 +470,20 @@ impl Outcome {
             interrupted: true,
             ..Outcome::default()
         }
+    }
+}
+
+/// The engine's [`ReadSet`](leash_policy::ReadSet) as the loader's item
+/// parser: each object is built, with only what the policies read, in the
+/// same pass that indexes its page.
+struct Reads(leash_policy::ReadSet);
+
+impl leash_loader::ItemParser for Reads {
+    fn parse(
+        &self,
+        de: &mut serde_json::Deserializer<serde_json::de::StrRead<'_>>,
+    ) -> serde_json::Result<Value> {
+        self.0.parse_from(de)
     }
 }
 
