@@ -41,7 +41,7 @@ pub use discovery::Catalog;
 pub use error::{Error, Result};
 pub use kind::ResolvedKind;
 pub use load::{Load, LoadTarget, Loader, Objects};
-pub use object::{ItemParser, LoadedObject};
+pub use object::{ItemParser, LoadedObject, Parsed};
 pub use options::{LoadOptions, MAX_CONCURRENCY, NamespaceSelection};
 pub use report::{KindReport, LoadReport, Progress, ProgressSnapshot};
 pub use resolve::{KindSelection, resolve, resolve_one};

@@ -43,7 +43,7 @@ use crate::error::{Error, Result};
 use crate::fetch::{Fetcher, parse_status};
 use crate::kind::ResolvedKind;
 use crate::load::LoadTarget;
-use crate::object::{ItemParser, LoadedObject, RawPage, SeenSet, read_page_head};
+use crate::object::{ItemParser, LoadedObject, PageParser, RawPage, SeenSet, read_page_head};
 use crate::report::Progress;
 
 /// How many pages of one list are parsed at once (invariant 5): two, so
@@ -97,8 +97,11 @@ impl Parsing {
         let next = page.next.clone();
         let kind = kind.clone();
         let objects = scope.spawn_with_output(async move {
-            page.parse(parser.as_deref())
-                .map(|index| index.into_objects(&kind))
+            let parser = parser.as_deref().map(|parser| PageParser {
+                parser,
+                kind: &kind,
+            });
+            page.parse(parser).map(|index| index.into_objects(&kind))
         });
         Parsing {
             objects,
@@ -305,8 +308,12 @@ impl ListContext<'_> {
                 });
             }
             // Rare: parsed here, in this task.
+            let parser = self.parser.map(|p| PageParser {
+                parser: &**p,
+                kind: &self.target.kind,
+            });
             parsed = again
-                .parse(self.parser.map(|p| &**p))
+                .parse(parser)
                 .map(|index| index.into_objects(&self.target.kind));
         };
         objects.retain(|o| seen.insert(o));

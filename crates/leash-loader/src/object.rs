@@ -9,8 +9,11 @@
 //!
 //! A load given an [`ItemParser`] builds each item's value in that same
 //! walk (the one pass over the item's bytes), for consumers that want a
-//! value, not text: the parser decides what of the item is built.
+//! value, not text: the parser decides what of the item is built, and may
+//! turn the value into what the consumer wants of it there and then
+//! ([`ItemParser::finish`]), on the core that built it.
 
+use std::any::Any;
 use std::borrow::Cow;
 use std::collections::HashSet;
 use std::fmt;
@@ -37,9 +40,26 @@ pub struct LoadedObject {
     /// item already had `kind` and `apiVersion` (no copy), else a new buffer
     /// (for a parsed item: the slice, as the list sent it).
     json: Bytes,
-    /// What the load's [`ItemParser`] built of the item, with `kind` and
-    /// `apiVersion` set.
-    parsed: Option<Value>,
+    /// What the load's [`ItemParser`] made of the item.
+    parsed: Option<Parsed>,
+}
+
+/// What an [`ItemParser`] made of one item.
+#[derive(Clone)]
+pub enum Parsed {
+    /// The value it built, with `kind` and `apiVersion` set.
+    Value(Value),
+    /// What [`ItemParser::finish`] made of that value.
+    Made(Arc<dyn Any + Send + Sync>),
+}
+
+impl fmt::Debug for Parsed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Parsed::Value(v) => f.debug_tuple("Value").field(v).finish(),
+            Parsed::Made(_) => f.write_str("Made(..)"),
+        }
+    }
 }
 
 /// Builds a value of each list item as the page is walked, so that the
@@ -56,6 +76,22 @@ pub trait ItemParser: Send + Sync {
         &self,
         de: &mut serde_json::Deserializer<serde_json::de::StrRead<'_>>,
     ) -> serde_json::Result<Value>;
+
+    /// What the load keeps of an item's value (`kind` and `apiVersion`
+    /// set, its identity read), called in the walk right after
+    /// [`parse`](Self::parse), while the value is in the cache of the core
+    /// that built it: by default the value ([`LoadedObject::take_parsed`]);
+    /// a parser that uses the value there and then returns what it made of
+    /// it ([`LoadedObject::take_made`]).
+    ///
+    /// The page may still turn out malformed after this item (it is then
+    /// fetched and walked again, and what `finish` made of its items is
+    /// dropped), and an object may be one the load already handed out (a
+    /// restarted list; dropped too): `finish` must not act beyond what it
+    /// returns.
+    fn finish(&self, value: Value) -> Parsed {
+        Parsed::Value(value)
+    }
 }
 
 impl fmt::Debug for LoadedObject {
@@ -119,14 +155,42 @@ impl LoadedObject {
         serde_json::from_str(self.json())
     }
 
-    /// The value the load's [`ItemParser`] built (`None` without one).
+    /// The value the load's [`ItemParser`] built (`None` without one, or
+    /// when its [`finish`](ItemParser::finish) made something else of it).
     pub fn parsed(&self) -> Option<&Value> {
-        self.parsed.as_ref()
+        match &self.parsed {
+            Some(Parsed::Value(v)) => Some(v),
+            _ => None,
+        }
     }
 
     /// Takes the value the load's [`ItemParser`] built.
     pub fn take_parsed(&mut self) -> Option<Value> {
-        self.parsed.take()
+        match self.parsed.take() {
+            Some(Parsed::Value(v)) => Some(v),
+            other => {
+                self.parsed = other;
+                None
+            }
+        }
+    }
+
+    /// Takes what the load's [`ItemParser::finish`] made of the item, if it
+    /// is a `T`.
+    pub fn take_made<T: Any + Send + Sync>(&mut self) -> Option<Arc<T>> {
+        match self.parsed.take() {
+            Some(Parsed::Made(m)) => match m.downcast::<T>() {
+                Ok(t) => Some(t),
+                Err(m) => {
+                    self.parsed = Some(Parsed::Made(m));
+                    None
+                }
+            },
+            other => {
+                self.parsed = other;
+                None
+            }
+        }
     }
 
     /// Deserialize the object into `T`.
@@ -158,7 +222,15 @@ struct ItemIndex {
     name: String,
     namespace: Option<String>,
     uid: Option<String>,
-    parsed: Option<Value>,
+    parsed: Option<Parsed>,
+}
+
+/// A load's parser, with the `kind` and `apiVersion` its items' values get
+/// where the list omits them.
+#[derive(Clone, Copy)]
+pub(crate) struct PageParser<'a> {
+    pub(crate) parser: &'a dyn ItemParser,
+    pub(crate) kind: &'a ResolvedKind,
 }
 
 #[derive(Default, Deserialize)]
@@ -196,7 +268,7 @@ struct ItemMeta<'a> {
 /// `metadata.name` (the caller retries the request).
 pub(crate) fn index_page(
     body: &Bytes,
-    parser: Option<&dyn ItemParser>,
+    parser: Option<PageParser<'_>>,
 ) -> serde_json::Result<PageIndex> {
     let text = std::str::from_utf8(body).map_err(serde::de::Error::custom)?;
     let mut cursor = Cursor { text, pos: 0 };
@@ -288,7 +360,7 @@ pub(crate) fn read_page_head(body: &Bytes) -> serde_json::Result<RawPage> {
 impl RawPage {
     /// Parse the whole page ([`index_page`]); its continue token must be
     /// the one the head gave.
-    pub(crate) fn parse(&self, parser: Option<&dyn ItemParser>) -> serde_json::Result<PageIndex> {
+    pub(crate) fn parse(&self, parser: Option<PageParser<'_>>) -> serde_json::Result<PageIndex> {
         let index = index_page(&self.body, parser)?;
         if index.next != self.next {
             return Err(serde::de::Error::custom(
@@ -383,10 +455,16 @@ impl<'a> Cursor<'a> {
         Ok(value)
     }
 
-    /// One item, built by `parser`: its identity is read from the value.
-    fn parsed_item(&mut self, parser: &dyn ItemParser) -> serde_json::Result<ItemIndex> {
+    /// One item, built by `parser`: its identity is read from the value,
+    /// which then gets the `kind` and `apiVersion` the item lacks and goes
+    /// to the parser's [`ItemParser::finish`].
+    fn parsed_item(
+        &mut self,
+        parser: PageParser<'_>,
+        kind_values: &(Value, Value),
+    ) -> serde_json::Result<ItemIndex> {
         let start = self.pos;
-        let mut value = self.parsed(parser)?;
+        let mut value = self.parsed(parser.parser)?;
         let text = |v: &Value, key: &str| v["metadata"][key].as_str().map(str::to_owned);
         let Some(name) = text(&value, "name") else {
             return Err(serde::de::Error::custom(
@@ -401,6 +479,14 @@ impl<'a> Cursor<'a> {
         };
         let (has_kind, has_api_version) =
             (map.contains_key("kind"), map.contains_key("apiVersion"));
+        // Lists omit them per item; the value gets them as the text would
+        // (no copy of the text).
+        if !has_kind {
+            map.insert("kind".into(), kind_values.0.clone());
+        }
+        if !has_api_version {
+            map.insert("apiVersion".into(), kind_values.1.clone());
+        }
         Ok(ItemIndex {
             range: start..self.pos,
             has_kind,
@@ -408,7 +494,7 @@ impl<'a> Cursor<'a> {
             name,
             namespace,
             uid,
-            parsed: Some(value),
+            parsed: Some(parser.parser.finish(value)),
         })
     }
 
@@ -416,7 +502,7 @@ impl<'a> Cursor<'a> {
     fn items(
         &mut self,
         items: &mut Vec<ItemIndex>,
-        parser: Option<&dyn ItemParser>,
+        parser: Option<PageParser<'_>>,
     ) -> serde_json::Result<()> {
         if self.peek() == Some(b'n') {
             return self.value::<()>();
@@ -425,10 +511,16 @@ impl<'a> Cursor<'a> {
         if self.eat(b']') {
             return Ok(());
         }
+        let kind_values = parser.map(|p| {
+            (
+                Value::String(p.kind.kind.clone()),
+                Value::String(p.kind.api_version()),
+            )
+        });
         loop {
             self.peek();
-            if let Some(parser) = parser {
-                items.push(self.parsed_item(parser)?);
+            if let (Some(parser), Some(kind_values)) = (parser, &kind_values) {
+                items.push(self.parsed_item(parser, kind_values)?);
                 if self.eat(b',') {
                     continue;
                 }
@@ -460,16 +552,8 @@ impl PageIndex {
         let prefix = KindPrefix::new(kind);
         self.items
             .into_iter()
-            .map(|mut item| {
-                if let Some(Value::Object(map)) = &mut item.parsed {
-                    // Lists omit them per item; the value gets them as the
-                    // text would (no copy of the text).
-                    if !item.has_kind {
-                        map.insert("kind".into(), Value::String(kind.kind.clone()));
-                    }
-                    if !item.has_api_version {
-                        map.insert("apiVersion".into(), Value::String(kind.api_version()));
-                    }
+            .map(|item| {
+                if item.parsed.is_some() {
                     return LoadedObject {
                         kind: kind.clone(),
                         namespace: item.namespace,
@@ -756,7 +840,12 @@ mod tests {
     }
 
     fn parse_with(body: &[u8], parser: &dyn ItemParser) -> serde_json::Result<Vec<LoadedObject>> {
-        Ok(index_page(&Bytes::copy_from_slice(body), Some(parser))?.into_objects(&pods()))
+        let kind = pods();
+        let parser = PageParser {
+            parser,
+            kind: &kind,
+        };
+        Ok(index_page(&Bytes::copy_from_slice(body), Some(parser))?.into_objects(&kind))
     }
 
     #[test]
@@ -797,6 +886,54 @@ mod tests {
         assert_eq!(plain[2].to_value().unwrap()["kind"], "Widget");
         // Without a parser, no value.
         assert!(plain.iter().all(|o| o.parsed().is_none()));
+    }
+
+    /// Makes of each item its name and whether its value had `kind` and
+    /// `apiVersion` by then.
+    struct Names;
+
+    impl ItemParser for Names {
+        fn parse(
+            &self,
+            de: &mut serde_json::Deserializer<serde_json::de::StrRead<'_>>,
+        ) -> serde_json::Result<Value> {
+            Value::deserialize(de)
+        }
+
+        fn finish(&self, value: Value) -> super::Parsed {
+            let name = value["metadata"]["name"].as_str().unwrap_or("").to_owned();
+            let typed = value["kind"].is_string() && value["apiVersion"].is_string();
+            super::Parsed::Made(Arc::new((name, typed)))
+        }
+    }
+
+    #[test]
+    fn a_parser_finishes_each_value_into_what_it_makes() {
+        let body =
+            br#"{"items":[{"metadata":{"name":"a"}},{"kind":"Pod","metadata":{"name":"b"}}]}"#;
+        let mut objects = parse_with(body, &Names).unwrap();
+        assert_eq!(objects.len(), 2);
+        for (o, name) in objects.iter_mut().zip(["a", "b"]) {
+            assert_eq!(o.name(), name);
+            // What `finish` made, not a value.
+            assert!(o.parsed().is_none());
+            assert!(o.take_parsed().is_none());
+            // Asked for as another type: still there.
+            assert!(o.take_made::<String>().is_none());
+            let made = o.take_made::<(String, bool)>().unwrap();
+            assert_eq!(*made, (name.to_owned(), true));
+            assert!(o.take_made::<(String, bool)>().is_none());
+            // The text is still the item's.
+            assert!(o.json().contains(name));
+        }
+        // A malformed page is rejected with a finishing parser too.
+        assert!(
+            parse_with(
+                br#"{"items":[{"metadata":{"name":"a"}},{"metadata":{}}]}"#,
+                &Names
+            )
+            .is_err()
+        );
     }
 
     #[test]

@@ -259,7 +259,11 @@ impl Engine {
     /// Mutates the request's object ([`Engine::mutate`]), then evaluates
     /// the validate rules on the mutated object, as Kyverno's CLI does.
     pub fn apply(&self, req: EvalRequest, data: &dyn ClusterData, bindings: &Bindings) -> Applied {
-        self.apply_memo(req, data, bindings, None)
+        let (mutation, results) = self.apply_memo(req, data, bindings, None);
+        Applied {
+            mutation,
+            results: results.into_vec(),
+        }
     }
 
     /// A memo for evaluating many resources with these policies and
@@ -295,14 +299,14 @@ impl Engine {
 
     /// As [`Engine::apply`], answering from `memo` (made by [`Engine::memo`]
     /// with the same bindings) where it can, and remembering what it
-    /// evaluates.
+    /// evaluates: the validate results it answers are shared with it.
     pub fn apply_memo(
         &self,
         req: EvalRequest,
         data: &dyn ClusterData,
         bindings: &Bindings,
         memo: Option<&mut crate::Memo>,
-    ) -> Applied {
+    ) -> (Mutation, Results) {
         let mutation = self.mutate(&req, data, bindings);
         // Kyverno's CLI validates with the classic policies after the
         // classic mutate rules, then runs the MutatingPolicies, then the
@@ -320,8 +324,8 @@ impl Engine {
                 ..req
             };
             let prepared = Prepared::new(validated);
-            let results = self.evaluate_memo(&prepared, data, bindings, memo);
-            return Applied { mutation, results };
+            let results = self.evaluate_shared(&prepared, data, bindings, memo);
+            return (mutation, results);
         }
         let classic = EvalRequest {
             object: after_classic,
@@ -341,7 +345,7 @@ impl Engine {
                 .into_iter()
                 .filter(|r| r.source != Source::Kyverno),
         );
-        Applied { mutation, results }
+        (mutation, Results::from(results))
     }
 
     /// Applies the PolicyExceptions that cover a rule's result: the rule is
@@ -418,9 +422,22 @@ impl Engine {
         prepared: &Prepared,
         data: &dyn ClusterData,
         bindings: &Bindings,
-        mut memo: Option<&mut crate::Memo>,
+        memo: Option<&mut crate::Memo>,
     ) -> Vec<RuleResult> {
-        let mut out = Vec::new();
+        self.evaluate_shared(prepared, data, bindings, memo)
+            .into_vec()
+    }
+
+    /// As [`Engine::evaluate_memo`], the results the memo answers (and
+    /// those it keeps) shared with it.
+    pub fn evaluate_shared(
+        &self,
+        prepared: &Prepared,
+        data: &dyn ClusterData,
+        bindings: &Bindings,
+        mut memo: Option<&mut crate::Memo>,
+    ) -> Results {
+        let mut out = Results::default();
         let req = prepared.request();
         let mut visit = memo.as_deref_mut().map(|m| m.begin(req));
         // What the memo holds for policy `i`.
@@ -433,10 +450,10 @@ impl Engine {
         let target = req.target();
         for (i, policy) in self.policies.iter().enumerate() {
             if let Some(results) = answer(&mut memo, &mut visit, i) {
-                out.extend(results.iter().cloned());
+                out.parts.push(Part::Shared(results));
                 continue;
             }
-            let start = out.len();
+            let mut now = Vec::new();
             for mut result in policy.evaluate_for(prepared, &target, data, bindings) {
                 let base = base_rule(&result.rule);
                 let matched: Vec<&Arc<Exception>> = self
@@ -447,21 +464,18 @@ impl Engine {
                 if !matched.is_empty() {
                     self.except(policy, &mut result, &matched, prepared);
                 }
-                out.push(result);
+                now.push(result);
             }
-            if let (Some(m), Some(v)) = (memo.as_deref_mut(), visit.as_mut()) {
-                m.record(v, i, req, &out[start..]);
-            }
+            out.add(now, i, req, memo.as_deref_mut().zip(visit.as_mut()));
         }
         // Variables the ValidatingPolicies share, evaluated once for all.
         let var_memo = crate::cel::VarMemo::default();
         for (j, vpol) in self.validating.iter().enumerate() {
             let i = self.policies.len() + j;
             if let Some(results) = answer(&mut memo, &mut visit, i) {
-                out.extend(results.iter().cloned());
+                out.parts.push(Part::Shared(results));
                 continue;
             }
-            let start = out.len();
             let result = match bindings.operation_for(vpol.name(), req.name()) {
                 Some(op) if op != req.operation => {
                     let mut r = req.clone();
@@ -494,10 +508,14 @@ impl Engine {
                         );
                     }
                 }
-                out.push(result);
-            }
-            if let (Some(m), Some(v)) = (memo.as_deref_mut(), visit.as_mut()) {
-                m.record(v, i, req, &out[start..]);
+                out.add(
+                    vec![result],
+                    i,
+                    req,
+                    memo.as_deref_mut().zip(visit.as_mut()),
+                );
+            } else {
+                out.add(Vec::new(), i, req, memo.as_deref_mut().zip(visit.as_mut()));
             }
         }
         if let (Some(m), Some(v)) = (memo, visit) {
@@ -545,6 +563,71 @@ pub struct Applied {
     pub mutation: Mutation,
     /// The validate results, evaluated on `mutation.object`.
     pub results: Vec<RuleResult>,
+}
+
+/// One evaluation's validate results, policy by policy, in the order of
+/// the engine's policies; those a memo answered, or keeps, are shared with
+/// it (not copied).
+#[derive(Debug, Default, Clone)]
+pub struct Results {
+    parts: Vec<Part>,
+}
+
+#[derive(Debug, Clone)]
+enum Part {
+    Owned(Vec<RuleResult>),
+    Shared(Arc<[RuleResult]>),
+}
+
+impl Results {
+    /// Every result, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &RuleResult> {
+        self.parts.iter().flat_map(|p| match p {
+            Part::Owned(v) => v.as_slice(),
+            Part::Shared(s) => s,
+        })
+    }
+
+    /// Every result, in order, owned (the shared ones copied).
+    pub fn into_vec(self) -> Vec<RuleResult> {
+        let mut out = Vec::new();
+        for part in self.parts {
+            match part {
+                Part::Owned(v) if out.is_empty() => out = v,
+                Part::Owned(v) => out.extend(v),
+                Part::Shared(s) => out.extend(s.iter().cloned()),
+            }
+        }
+        out
+    }
+
+    /// Adds policy `i`'s results, evaluated now; the memo visited, if any,
+    /// gets to keep them.
+    fn add(
+        &mut self,
+        results: Vec<RuleResult>,
+        i: usize,
+        req: &EvalRequest,
+        memo: Option<(&mut crate::Memo, &mut crate::memo::Visit)>,
+    ) {
+        match memo {
+            Some((m, v)) if m.wants(v, i) => {
+                let shared: Arc<[RuleResult]> = results.into();
+                m.record(v, i, req, shared.clone());
+                self.parts.push(Part::Shared(shared));
+            }
+            _ if results.is_empty() => {}
+            _ => self.parts.push(Part::Owned(results)),
+        }
+    }
+}
+
+impl From<Vec<RuleResult>> for Results {
+    fn from(results: Vec<RuleResult>) -> Results {
+        Results {
+            parts: vec![Part::Owned(results)],
+        }
+    }
 }
 
 /// The rule an autogen rule was generated from.

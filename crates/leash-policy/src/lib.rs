@@ -51,7 +51,7 @@ pub mod vpol;
 pub mod wildcard;
 
 pub use config::{ConfigError, KyvernoConfig};
-pub use engine::{Applied, Document, Engine, Shared, base_rule};
+pub use engine::{Applied, Document, Engine, Results, Shared, base_rule};
 pub use error::{Error, Result};
 pub use eval::{Bindings, PolicyBindings, Prepared};
 pub use exception::Exception;

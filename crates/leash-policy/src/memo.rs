@@ -221,13 +221,22 @@ impl Memo {
         }
     }
 
+    /// Whether [`Memo::record`] keeps policy `i`'s results on this visit.
+    pub(crate) fn wants(&self, visit: &Visit, i: usize) -> bool {
+        match visit {
+            Visit::Each(pending) => matches!(pending, Some((at, _)) if *at == i),
+            Visit::Miss(..) => self.group.as_ref().is_some_and(|g| g.position[i].is_some()),
+            Visit::Off | Visit::Hit(_) => false,
+        }
+    }
+
     /// Notes policy `i`'s results, evaluated on this visit's request.
     pub(crate) fn record(
         &mut self,
         visit: &mut Visit,
         i: usize,
         req: &EvalRequest,
-        results: &[RuleResult],
+        results: Arc<[RuleResult]>,
     ) {
         match visit {
             Visit::Each(pending) => {
@@ -236,13 +245,13 @@ impl Memo {
                 {
                     let slot = &mut self.slots[i];
                     if let Some(key) = &slot.key {
-                        slot.table.store(key, hash, req, vec![results.into()]);
+                        slot.table.store(key, hash, req, vec![results]);
                     }
                 }
             }
             Visit::Miss(_, got) => {
                 if let Some(pos) = self.group.as_ref().and_then(|g| g.position[i]) {
-                    got[pos] = Some(results.into());
+                    got[pos] = Some(results);
                 }
             }
             Visit::Off | Visit::Hit(_) => {}

@@ -1037,7 +1037,7 @@ impl<'de> Visitor<'de> for Narrow<'_> {
         };
         let mut out = Map::new();
         while let Some(key) = map.next_key_seed(Key)? {
-            match fields.get(key.as_ref()) {
+            match field(fields, &key) {
                 Some(node) => {
                     let v = map.next_value_seed(Seed(node))?;
                     out.insert(key.into_owned(), v);
@@ -1052,6 +1052,21 @@ impl<'de> Visitor<'de> for Narrow<'_> {
         }
         Ok(Value::Object(out))
     }
+}
+
+/// The node of `key` among `fields`. Most keys of a resource are not read,
+/// and a node names a few fields: a scan that tells keys apart by length
+/// and last byte rejects them without a string comparison each (the
+/// tree's ordered search compares bytes at every step).
+fn field<'n>(fields: &'n BTreeMap<String, Node>, key: &str) -> Option<&'n Node> {
+    if fields.len() > 16 {
+        return fields.get(key);
+    }
+    let last = key.as_bytes().last();
+    fields
+        .iter()
+        .find(|(k, _)| k.len() == key.len() && k.as_bytes().last() == last && k.as_str() == key)
+        .map(|(_, n)| n)
 }
 
 /// A map key, borrowed from the text when it has no escapes.

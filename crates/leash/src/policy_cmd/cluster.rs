@@ -5,6 +5,7 @@
 //! what it does not hold from the API server.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use leash_policy::ClusterData;
@@ -145,15 +146,38 @@ impl LiveCluster {
         self.preloaded.contains(&plural)
     }
 
-    /// A GET of `path`, from the cache or the API server.
-    fn fetch(&self, path: &str) -> Option<Arc<Value>> {
-        if let Some(hit) = self
-            .cache
+    /// This cluster for an evaluation that must not wait on the API server
+    /// (one in a task of the loader's runtime, which `fetch` would block):
+    /// it answers from what is loaded and cached, and notes in `missed`
+    /// what it would have had to fetch (the caller then evaluates again
+    /// where waiting is allowed).
+    pub(crate) fn offline<'a>(&'a self, missed: &'a AtomicBool) -> View<'a> {
+        View {
+            live: self,
+            missed: Some(missed),
+        }
+    }
+
+    fn view(&self) -> View<'_> {
+        View {
+            live: self,
+            missed: None,
+        }
+    }
+
+    /// A GET of `path` from the cache: `None` when not cached.
+    fn cached(&self, path: &str) -> Option<Option<Arc<Value>>> {
+        self.cache
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(path)
-        {
-            return hit.clone();
+            .cloned()
+    }
+
+    /// A GET of `path`, from the cache or the API server.
+    fn fetch(&self, path: &str) -> Option<Arc<Value>> {
+        if let Some(hit) = self.cached(path) {
+            return hit;
         }
         let request = http::Request::get(path).body(Vec::new()).ok()?;
         let (client, token) = (self.client.clone(), self.token.clone());
@@ -209,6 +233,26 @@ fn resource_path(api_version: &str, resource: &str, namespace: &str, name: &str)
     path
 }
 
+/// A [`LiveCluster`] that may fetch, or (offline) only notes that it
+/// would have to.
+#[derive(Debug)]
+pub(crate) struct View<'a> {
+    live: &'a LiveCluster,
+    missed: Option<&'a AtomicBool>,
+}
+
+impl View<'_> {
+    fn fetch(&self, path: &str) -> Option<Arc<Value>> {
+        match self.missed {
+            None => self.live.fetch(path),
+            Some(missed) => self.live.cached(path).unwrap_or_else(|| {
+                missed.store(true, Ordering::Relaxed);
+                None
+            }),
+        }
+    }
+}
+
 impl ClusterData for LiveCluster {
     fn get(
         &self,
@@ -217,15 +261,39 @@ impl ClusterData for LiveCluster {
         namespace: &str,
         name: &str,
     ) -> Option<Arc<Value>> {
-        if self.is_preloaded(resource) {
-            return self.memory.get(api_version, resource, namespace, name);
+        self.view().get(api_version, resource, namespace, name)
+    }
+
+    fn list(&self, api_version: &str, resource: &str, namespace: &str) -> Vec<Arc<Value>> {
+        self.view().list(api_version, resource, namespace)
+    }
+
+    fn api_get(&self, url_path: &str) -> Option<Value> {
+        self.view().api_get(url_path)
+    }
+
+    fn global(&self, entry: &str, projection: Option<&str>) -> Option<Value> {
+        self.view().global(entry, projection)
+    }
+}
+
+impl ClusterData for View<'_> {
+    fn get(
+        &self,
+        api_version: &str,
+        resource: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Arc<Value>> {
+        if self.live.is_preloaded(resource) {
+            return self.live.memory.get(api_version, resource, namespace, name);
         }
         self.fetch(&resource_path(api_version, resource, namespace, name))
     }
 
     fn list(&self, api_version: &str, resource: &str, namespace: &str) -> Vec<Arc<Value>> {
-        if self.is_preloaded(resource) {
-            return self.memory.list(api_version, resource, namespace);
+        if self.live.is_preloaded(resource) {
+            return self.live.memory.list(api_version, resource, namespace);
         }
         self.fetch(&resource_path(api_version, resource, namespace, ""))
             .and_then(|l| l["items"].as_array().cloned())
@@ -245,14 +313,14 @@ impl ClusterData for LiveCluster {
             ["api", _, r, ..] | ["apis", _, _, r, ..] => *r,
             _ => "",
         };
-        if !named.is_empty() && self.is_preloaded(named) {
-            return self.memory.api_get(url_path);
+        if !named.is_empty() && self.live.is_preloaded(named) {
+            return self.live.memory.api_get(url_path);
         }
         self.fetch(url_path).map(|v| (*v).clone())
     }
 
     fn global(&self, entry: &str, projection: Option<&str>) -> Option<Value> {
-        let store = self.global.as_ref()?;
+        let store = self.live.global.as_ref()?;
         match projection {
             Some(p) => store.projection(entry, p).ok(),
             None => store.get(entry).ok().map(|s| s.data.clone()),

@@ -10,17 +10,28 @@
 //!    returns; the loader's tasks belong to its own scope and end with its
 //!    cancellation token.
 //! 3. Ctrl-C cancels the load and raises a flag the evaluation threads check
-//!    between objects, so it stops within one object's evaluation.
+//!    between objects, so it stops within one object's evaluation (or one
+//!    page's walk, for objects evaluated there).
+//! 4. With a thread per core, each object is evaluated in the loader's walk
+//!    of its page, right after it is built, on the core that built it
+//!    (`Evaluator::finish`; what the threads get is its results). The
+//!    walk runs in a task of the runtime, which must not wait on the API
+//!    server: there the cluster answers only from what is loaded or cached
+//!    (`LiveCluster::offline`), and an object whose evaluation would have
+//!    fetched goes to the evaluation threads as its value and is evaluated
+//!    again. Evaluating has no effects, so results of a page the loader
+//!    then rejects (and fetches again) are dropped with it.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use anyhow::Result;
 use leash_controller::kinds::select_kinds;
 use leash_loader::{KindSelection, LoadOptions, Loader, NamespaceSelection};
 use leash_policy::{
-    Bindings, Engine, EvalRequest, Memo, MemoStats, Operation, RuleResult, Status, UserInfo,
+    Bindings, ClusterData, Engine, EvalRequest, Memo, MemoStats, Operation, RuleResult, Status,
+    UserInfo,
 };
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -61,13 +72,168 @@ pub(crate) enum Keep {
     },
 }
 
+/// Statuses in the order of [`Status`]'s discriminants: counts are kept
+/// by them.
+const STATUSES: [Status; 5] = [
+    Status::Pass,
+    Status::Fail,
+    Status::Warn,
+    Status::Error,
+    Status::Skip,
+];
+
 /// Results gathered by one evaluation thread.
 #[derive(Default)]
 struct Gathered {
     kept: Vec<(Arc<Value>, Vec<RuleResult>)>,
-    counts: BTreeMap<&'static str, usize>,
+    counts: [usize; STATUSES.len()],
     objects: usize,
-    memo: Option<(MemoStats, Vec<String>)>,
+    /// The memo of the objects this thread evaluated.
+    memos: Vec<Memo>,
+}
+
+impl Gathered {
+    fn add(&mut self, e: Evaluated, lines: &mut String) {
+        self.objects += 1;
+        for (c, n) in self.counts.iter_mut().zip(e.counts) {
+            *c += n as usize;
+        }
+        lines.push_str(&e.lines);
+        self.kept.extend(e.kept);
+    }
+}
+
+/// What one object's evaluation gave, as the evaluation threads gather it.
+#[derive(Debug, Clone, Default)]
+struct Evaluated {
+    counts: [u32; STATUSES.len()],
+    /// The object's reference and its results, as [`Keep`] says.
+    kept: Option<(Arc<Value>, Vec<RuleResult>)>,
+    /// Table lines (`Keep::Stream`), each ending in a newline.
+    lines: String,
+}
+
+/// What evaluating an object needs, owned: objects are evaluated in the
+/// loader's walk ([`leash_loader::ItemParser::finish`]) as well as on the
+/// evaluation threads.
+struct Evaluator {
+    engine: Engine,
+    /// What the policies read: each object is built with only that.
+    reads: leash_policy::ReadSet,
+    namespaces: HashMap<String, Arc<Value>>,
+    cluster: LiveCluster,
+    bindings: Bindings,
+    user: UserInfo,
+    keep: Keep,
+    /// Whether objects are evaluated in the loader's walk.
+    inline: bool,
+    /// The walk's memos not in use (one per object being evaluated at
+    /// most); the lock is held only to take or return one.
+    memos: Mutex<Vec<Memo>>,
+}
+
+impl Evaluator {
+    fn evaluate(
+        &self,
+        object: Arc<Value>,
+        cluster: &dyn ClusterData,
+        memo: Option<&mut Memo>,
+    ) -> Evaluated {
+        let ns = object["metadata"]["namespace"].as_str().unwrap_or("");
+        let ns_object = self.namespaces.get(ns).cloned();
+        let labels = ns_object.as_ref().map(|n| {
+            n["metadata"]["labels"]
+                .as_object()
+                .map(|m| {
+                    m.iter()
+                        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
+                        .collect()
+                })
+                .unwrap_or_default()
+        });
+        let req = EvalRequest {
+            object: object.clone(),
+            old_object: None,
+            // As Kyverno's CLI: a CREATE of each object.
+            operation: Operation::Create,
+            user_info: self.user.clone(),
+            namespace_labels: labels,
+            namespace_object: ns_object,
+        };
+        // Mutate rules first, then validate rules on the mutated object, as
+        // Kyverno's CLI; the mutated object is not written back.
+        let (mutation, results) = self.engine.apply_memo(req, cluster, &self.bindings, memo);
+        let mut e = Evaluated::default();
+        let all = || mutation.results().chain(results.iter());
+        for r in all() {
+            e.counts[r.status as usize] += 1;
+        }
+        let kept: Vec<RuleResult> = match self.keep {
+            Keep::All => mutation
+                .results()
+                .cloned()
+                .chain(results.into_vec())
+                .collect(),
+            Keep::NonPass => all()
+                .filter(|r| r.status != Status::Pass)
+                .cloned()
+                .collect(),
+            Keep::Stream { detailed } => {
+                for r in all() {
+                    if let Some(line) = super::apply::result_line(&object, r, detailed) {
+                        e.lines.push_str(&line);
+                        e.lines.push('\n');
+                    }
+                }
+                Vec::new()
+            }
+        };
+        if !kept.is_empty() {
+            e.kept = Some((Arc::new(reference(&object)), kept));
+        }
+        e
+    }
+
+    fn memo(&self) -> std::sync::MutexGuard<'_, Vec<Memo>> {
+        self.memos
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl leash_loader::ItemParser for Evaluator {
+    fn parse(
+        &self,
+        de: &mut serde_json::Deserializer<serde_json::de::StrRead<'_>>,
+    ) -> serde_json::Result<Value> {
+        self.reads.parse_from(de)
+    }
+
+    /// Evaluates the object in the walk, unless it needs data from the
+    /// server: a task of the loader's runtime must not wait on it, so such
+    /// an object goes to the evaluation threads as its value (evaluated
+    /// again there; evaluating has no effects).
+    fn finish(&self, value: Value) -> leash_loader::Parsed {
+        if !self.inline {
+            return leash_loader::Parsed::Value(value);
+        }
+        let pooled = self.memo().pop();
+        let mut memo = pooled.or_else(|| self.engine.memo(&self.bindings));
+        let missed = AtomicBool::new(false);
+        let object = Arc::new(value);
+        let e = self.evaluate(
+            object.clone(),
+            &self.cluster.offline(&missed),
+            memo.as_mut(),
+        );
+        if let Some(m) = memo {
+            self.memo().push(m);
+        }
+        if missed.load(Ordering::Relaxed) {
+            return leash_loader::Parsed::Value(Arc::unwrap_or_clone(object));
+        }
+        leash_loader::Parsed::Made(Arc::new(e))
+    }
 }
 
 /// What a thread's memo did, and the policies it could not answer for.
@@ -202,12 +368,23 @@ pub(crate) async fn run(
     )
     .with_global(global.clone());
     let interrupted_ref = &interrupted;
-    let namespaces_ref = &namespaces;
-    let cluster_ref = &cluster;
     // Each object is built with only what the policies read of it, in the
-    // loader's one pass over its bytes.
-    let reads = Arc::new(Reads(engine.reads()));
-    let reads_ref = &reads.0;
+    // loader's one pass over its bytes, and evaluated right there (on the
+    // core that built it) when the evaluation may use every core; else, or
+    // when it needs data from the server, by the evaluation threads.
+    let inline = threads >= std::thread::available_parallelism().map_or(1, usize::from);
+    let evaluator = Arc::new(Evaluator {
+        engine: engine.clone(),
+        reads: engine.reads(),
+        namespaces,
+        cluster,
+        bindings: bindings.clone(),
+        user: user.clone(),
+        keep,
+        inline,
+        memos: Mutex::new(Vec::new()),
+    });
+    let ev = &*evaluator;
     // block_in_place: this runtime thread blocks in the scope below while
     // the loader's tasks run on the others.
     let (gathered, report) = tokio::task::block_in_place(|| {
@@ -219,17 +396,21 @@ pub(crate) async fn run(
                         let mut g = Gathered::default();
                         // Results remembered by what each policy reads: this
                         // thread's own (see leash_policy::memo).
-                        let mut memo = engine.memo(bindings);
+                        let mut memo = None;
                         let mut lines = String::new();
                         while let Some(page) = rx.blocking_recv() {
                             for mut object in page {
                                 if interrupted_ref.load(Ordering::Relaxed) {
-                                    g.memo = memo.map(|m| memo_summary(engine, &m));
+                                    g.memos.extend(memo);
                                     return g;
+                                }
+                                if let Some(made) = object.take_made::<Evaluated>() {
+                                    g.add(Arc::unwrap_or_clone(made), &mut lines);
+                                    continue;
                                 }
                                 let parsed = match object.take_parsed() {
                                     Some(v) => Ok(v),
-                                    None => reads_ref.parse(object.json()),
+                                    None => ev.reads.parse(object.json()),
                                 };
                                 let value = match parsed {
                                     Ok(v) => v,
@@ -242,22 +423,15 @@ pub(crate) async fn run(
                                             object.namespace().unwrap_or(""),
                                             object.name()
                                         );
-                                        *g.counts.entry("error").or_default() += 1;
+                                        g.counts[Status::Error as usize] += 1;
                                         continue;
                                     }
                                 };
-                                evaluate_one(
-                                    engine,
-                                    value,
-                                    namespaces_ref,
-                                    cluster_ref,
-                                    bindings,
-                                    user,
-                                    keep,
-                                    memo.as_mut(),
-                                    &mut g,
-                                    &mut lines,
-                                );
+                                if memo.is_none() {
+                                    memo = ev.engine.memo(&ev.bindings);
+                                }
+                                let e = ev.evaluate(Arc::new(value), &ev.cluster, memo.as_mut());
+                                g.add(e, &mut lines);
                             }
                             if !lines.is_empty() {
                                 // One write per page; a closed stdout only
@@ -267,7 +441,7 @@ pub(crate) async fn run(
                                 lines.clear();
                             }
                         }
-                        g.memo = memo.map(|m| memo_summary(engine, &m));
+                        g.memos.extend(memo);
                         g
                     })
                 })
@@ -276,7 +450,7 @@ pub(crate) async fn run(
             // round-robin to the workers' bounded channels (backpressure).
             let driver = s.spawn(|| {
                 handle.block_on(async {
-                    let load = loader.load_parsed(kinds, token.clone(), reads.clone());
+                    let load = loader.load_parsed(kinds, token.clone(), evaluator.clone());
                     let mut objects = load.objects;
                     let feed = async {
                         let mut i = 0usize;
@@ -323,17 +497,35 @@ pub(crate) async fn run(
     let mut outcome = Outcome::default();
     let mut memo = MemoStats::default();
     let mut retired = std::collections::BTreeSet::new();
+    let pooled = std::mem::take(
+        &mut *evaluator
+            .memos
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
+    let mut counts = [0usize; STATUSES.len()];
     for g in gathered {
-        if let Some((m, names)) = g.memo {
-            retired.extend(names);
-            memo.lookups += m.lookups;
-            memo.hits += m.hits;
-            memo.retired += m.retired;
-        }
         outcome.kept.extend(g.kept);
         outcome.objects += g.objects;
-        for (k, v) in g.counts {
-            *outcome.counts.entry(k).or_default() += v;
+        for (c, n) in counts.iter_mut().zip(g.counts) {
+            *c += n;
+        }
+        for m in g.memos {
+            let (stats, names) = memo_summary(engine, &m);
+            retired.extend(names);
+            memo.lookups += stats.lookups;
+            memo.hits += stats.hits;
+        }
+    }
+    for m in &pooled {
+        let (stats, names) = memo_summary(engine, m);
+        retired.extend(names);
+        memo.lookups += stats.lookups;
+        memo.hits += stats.hits;
+    }
+    for (status, n) in STATUSES.iter().zip(counts) {
+        if n > 0 {
+            outcome.counts.insert(status.as_str(), n);
         }
     }
     tracing::info!(
@@ -386,74 +578,6 @@ async fn global_context(client: &kube::Client, store: &leash_context::Store) {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn evaluate_one(
-    engine: &Engine,
-    value: Value,
-    namespaces: &HashMap<String, Arc<Value>>,
-    cluster: &LiveCluster,
-    bindings: &Bindings,
-    user: &UserInfo,
-    keep: Keep,
-    memo: Option<&mut Memo>,
-    g: &mut Gathered,
-    lines: &mut String,
-) {
-    let ns = value["metadata"]["namespace"]
-        .as_str()
-        .unwrap_or("")
-        .to_string();
-    let ns_object = namespaces.get(&ns).cloned();
-    let labels = ns_object.as_ref().map(|n| {
-        n["metadata"]["labels"]
-            .as_object()
-            .map(|m| {
-                m.iter()
-                    .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
-                    .collect()
-            })
-            .unwrap_or_default()
-    });
-    let object = Arc::new(value);
-    let req = EvalRequest {
-        object: object.clone(),
-        old_object: None,
-        // As Kyverno's CLI: a CREATE of each object.
-        operation: Operation::Create,
-        user_info: user.clone(),
-        namespace_labels: labels,
-        namespace_object: ns_object,
-    };
-    // Mutate rules first, then validate rules on the mutated object, as
-    // Kyverno's CLI; the mutated object is not written back.
-    let applied = engine.apply_memo(req, cluster, bindings, memo);
-    let mut results: Vec<RuleResult> = applied.mutation.results().cloned().collect();
-    results.extend(applied.results);
-    g.objects += 1;
-    for r in &results {
-        *g.counts.entry(r.status.as_str()).or_default() += 1;
-    }
-    let kept: Vec<RuleResult> = match keep {
-        Keep::All => results,
-        Keep::NonPass => results
-            .into_iter()
-            .filter(|r| r.status != Status::Pass)
-            .collect(),
-        Keep::Stream { detailed } => {
-            for r in &results {
-                if let Some(line) = super::apply::result_line(&object, r, detailed) {
-                    lines.push_str(&line);
-                    lines.push('\n');
-                }
-            }
-            Vec::new()
-        }
-    };
-    if !kept.is_empty() {
-        g.kept.push((Arc::new(reference(&object)), kept));
-    }
-}
-
 /// The result of a cluster run.
 #[derive(Debug, Default)]
 pub(crate) struct Outcome {
@@ -476,17 +600,6 @@ impl Outcome {
 /// The engine's [`ReadSet`](leash_policy::ReadSet) as the loader's item
 /// parser: each object is built, with only what the policies read, in the
 /// same pass that indexes its page.
-struct Reads(leash_policy::ReadSet);
-
-impl leash_loader::ItemParser for Reads {
-    fn parse(
-        &self,
-        de: &mut serde_json::Deserializer<serde_json::de::StrRead<'_>>,
-    ) -> serde_json::Result<Value> {
-        self.0.parse_from(de)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
