@@ -111,7 +111,7 @@ impl Engine {
         if !self.mutating.is_empty() || !self.generating.is_empty() || !self.exceptions.is_empty() {
             return crate::ReadSet::all();
         }
-        let mut reads = crate::ReadSet::identity();
+        let mut reads = crate::ReadSet::naming();
         for policy in &self.policies {
             reads.merge(&policy.reads);
         }

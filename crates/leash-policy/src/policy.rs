@@ -448,7 +448,7 @@ impl Policy {
         let controllers = autogen::controllers(annotations_json, raw_rules);
         let mut cache = ExprCache::default();
         let mut rules = Vec::new();
-        let mut reads = crate::ReadSet::identity();
+        let mut reads = crate::ReadSet::naming();
         let mut generated_rules = Vec::new();
         for (i, raw) in raw_rules.iter().enumerate() {
             let field = format!("spec.rules[{i}]");
@@ -456,8 +456,10 @@ impl Policy {
             let base_name = base.name.clone();
             rules.push(base);
             reads.add_rule(raw);
+            reads.add_selected(raw);
             for generated in autogen::rules_for(raw, &controllers) {
                 reads.add_rule(&generated);
+                reads.add_selected(&generated);
                 let mut rule = compile_rule(&generated, &field, &err, &mut cache)?;
                 rule.base_name = base_name.clone();
                 rules.push(rule);

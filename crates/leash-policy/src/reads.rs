@@ -196,9 +196,9 @@ impl ReadSet {
         ReadSet { root: Node::All }
     }
 
-    /// What every resource's evaluation reads: its identity (kind,
-    /// name, namespace, uid; `generateName` names an object without a
-    /// name) and what `match`/`exclude` select by (labels, annotations).
+    /// A resource's whole identity: its naming ([`ReadSet::naming`]) and
+    /// what `match`/`exclude` can select by (labels, annotations); what a
+    /// rule reaching the request's identity fields reads.
     pub(crate) fn identity() -> ReadSet {
         let mut root = Node::Fields(BTreeMap::new());
         root.add(&["apiVersion"]);
@@ -214,6 +214,46 @@ impl ReadSet {
             root.add(&["metadata", key]);
         }
         ReadSet { root }
+    }
+
+    /// What every resource's evaluation reads of its identity, whatever
+    /// the rules: kind, name, namespace, uid (`generateName` names an
+    /// object without a name). Labels and annotations are read by the
+    /// rules that select by them ([`ReadSet::add_selected`]) or name them.
+    pub(crate) fn naming() -> ReadSet {
+        let mut root = Node::Fields(BTreeMap::new());
+        root.add(&["apiVersion"]);
+        root.add(&["kind"]);
+        for key in ["name", "generateName", "namespace", "uid"] {
+            root.add(&["metadata", key]);
+        }
+        ReadSet { root }
+    }
+
+    /// Adds what matching a classic `rule` reads of the resource's identity
+    /// beyond its naming: the labels for a `selector`, the annotations for
+    /// `annotations`, all of it when the rule's text reaches the request's
+    /// identity fields (`request.name`, `request` whole).
+    pub(crate) fn add_selected(&mut self, rule: &Value) {
+        let text = rule.to_string();
+        self.add_selected_text(rule, &text);
+    }
+
+    fn add_selected_text(&mut self, rule: &Value, text: &str) {
+        let selects = |what: &str| {
+            [&rule["match"], &rule["exclude"]]
+                .iter()
+                .any(|block| has_key(block, what))
+        };
+        if selects("selector") || selects("namespaceSelector") {
+            self.add_path(&["metadata", "labels"]);
+        }
+        if selects("annotations") {
+            self.add_path(&["metadata", "annotations"]);
+        }
+        if uses_request_identity(text) {
+            self.merge(&ReadSet::identity());
+        }
     }
 
     /// Whether the whole resource is read.
@@ -306,24 +346,14 @@ impl ReadSet {
             if fetches || !rule_reads(rule, &mut key.root) {
                 return None;
             }
-            let selects = |what: &str| {
-                [&rule["match"], &rule["exclude"]]
-                    .iter()
-                    .any(|block| has_key(block, what))
-            };
-            if selects("names") {
+            if [&rule["match"], &rule["exclude"]]
+                .iter()
+                .any(|block| has_key(block, "names"))
+            {
                 key.add_path(&["metadata", "name"]);
                 key.add_path(&["metadata", "generateName"]);
             }
-            if selects("selector") || selects("namespaceSelector") {
-                key.add_path(&["metadata", "labels"]);
-            }
-            if selects("annotations") {
-                key.add_path(&["metadata", "annotations"]);
-            }
-            if uses_request_identity(&text) {
-                key.merge(&ReadSet::identity());
-            }
+            key.add_selected_text(rule, &text);
         }
         Some(key)
     }
@@ -1144,9 +1174,10 @@ mod tests {
             },
             "status": {"phase": "Running"},
         });
+        // The labels are not read: no rule selects by them.
         let want = json!({
             "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "a", "labels": {"x": "y"}},
+            "metadata": {"name": "a"},
             "spec": {
                 "hostNetwork": false,
                 "containers": [{"ports": [{"hostPort": 80}],
@@ -1155,6 +1186,64 @@ mod tests {
         });
         assert_eq!(reads.prune(&pod), want);
         assert_eq!(reads.parse(&pod.to_string()).expect("parses"), want);
+    }
+
+    /// Labels and annotations are read by the rules that select by them
+    /// (in `match` or `exclude`), the whole identity by a rule that reaches
+    /// the request's identity fields; a ValidatingPolicy's selectors read
+    /// the labels.
+    #[test]
+    fn the_identity_is_read_as_far_as_the_rules_select_by_it() {
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "a", "namespace": "n", "uid": "u", "generateName": "a-",
+                "labels": {"x": "y"}, "annotations": {"k": "v"}, "resourceVersion": "9"},
+            "spec": {"containers": [{"name": "c"}]},
+        });
+        let meta = |reads: &ReadSet| reads.prune(&pod)["metadata"].clone();
+        let naming = json!({"name": "a", "namespace": "n", "uid": "u", "generateName": "a-"});
+        let rule = |m: Value, message: &str| {
+            json!([{"name": "r", "match": m,
+                "validate": {"message": message, "pattern": {"spec": {"containers": [{"name": "?*"}]}}}}])
+        };
+        let pods = json!({"any": [{"resources": {"kinds": ["Pod"]}}]});
+        assert_eq!(meta(&reads_of(rule(pods.clone(), "m"))), naming);
+        let selected = json!({"any": [{"resources": {"kinds": ["Pod"], "selector": {"matchLabels": {"x": "y"}}}}]});
+        let mut want = naming.clone();
+        want["labels"] = json!({"x": "y"});
+        assert_eq!(meta(&reads_of(rule(selected, "m"))), want);
+        let annotated =
+            json!({"any": [{"resources": {"kinds": ["Pod"], "annotations": {"k": "v"}}}]});
+        let mut want = naming.clone();
+        want["annotations"] = json!({"k": "v"});
+        assert_eq!(meta(&reads_of(rule(annotated, "m"))), want);
+        // `request.name` is the object's identity: all of it.
+        let mut want = naming.clone();
+        want["labels"] = json!({"x": "y"});
+        want["annotations"] = json!({"k": "v"});
+        assert_eq!(meta(&reads_of(rule(pods, "{{ request.name }}"))), want);
+        // A ValidatingPolicy with an objectSelector.
+        let vpol = json!({
+            "apiVersion": "policies.kyverno.io/v1alpha1", "kind": "ValidatingPolicy",
+            "metadata": {"name": "v"},
+            "spec": {
+                "matchConstraints": {
+                    "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                        "operations": ["CREATE"], "resources": ["pods"]}],
+                    "objectSelector": {"matchLabels": {"x": "y"}},
+                },
+                "validations": [{"expression": "object.spec.containers.size() > 0"}],
+            },
+        });
+        let mut engine = crate::Engine::new();
+        engine.add(
+            crate::Document::compile(&vpol)
+                .expect("compiles")
+                .expect("a policy"),
+        );
+        let mut want = naming.clone();
+        want["labels"] = json!({"x": "y"});
+        assert_eq!(meta(&engine.reads()), want);
     }
     /// The Pod Security set of bench/ (17 classic policies, patterns,
     /// deny conditions and foreach): pods narrowed to what it reads get

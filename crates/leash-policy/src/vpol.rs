@@ -401,9 +401,30 @@ impl ValidatingPolicy {
     /// `oldObject` (the subtree at the end of each chain of field selections
     /// from either; the whole object where one is used otherwise).
     pub fn reads(&self) -> crate::ReadSet {
-        let mut reads = crate::ReadSet::identity();
-        self.object_reads(&mut reads);
+        let mut reads = crate::ReadSet::naming();
+        let uses = self.object_reads(&mut reads);
+        self.add_selected(&mut reads, &uses);
         reads
+    }
+
+    /// Adds what matching reads of the identity beyond its naming: the
+    /// labels for a selector; all of it when an expression uses `request`.
+    fn add_selected(&self, reads: &mut crate::ReadSet, uses: &crate::cel::reads::Uses) {
+        if uses.request {
+            reads.merge(&crate::ReadSet::identity());
+        }
+        for body in std::iter::once(&self.body).chain(&self.autogen) {
+            let m = &body.matching;
+            if !m.namespace_selector.is_empty() || !m.object_selector.is_empty() {
+                reads.add_segs(
+                    &[
+                        crate::reads::Seg::Field("metadata"),
+                        crate::reads::Seg::Field("labels"),
+                    ],
+                    true,
+                );
+            }
+        }
     }
 
     /// Adds what the expressions read of the object to `reads`.
@@ -442,20 +463,9 @@ impl ValidatingPolicy {
         }
         key.add_segs(&[crate::reads::Seg::Field("apiVersion")], true);
         key.add_segs(&[crate::reads::Seg::Field("kind")], true);
-        if uses.request {
-            key.merge(&crate::ReadSet::identity());
-        }
+        self.add_selected(&mut key, &uses);
         for body in std::iter::once(&self.body).chain(&self.autogen) {
             let m = &body.matching;
-            if !m.namespace_selector.is_empty() || !m.object_selector.is_empty() {
-                key.add_segs(
-                    &[
-                        crate::reads::Seg::Field("metadata"),
-                        crate::reads::Seg::Field("labels"),
-                    ],
-                    true,
-                );
-            }
             if m.rules
                 .iter()
                 .chain(&m.excludes)
