@@ -60,6 +60,6 @@ pub use memo::{Memo, MemoStats};
 pub use mutate::{Mutation, MutationStep, PatchedTarget};
 pub use policy::{FailureAction, Policy};
 pub use quantity::{Quantity, parse_duration};
-pub use reads::ReadSet;
+pub use reads::{Builder, ReadSet};
 pub use request::{ClusterData, EvalRequest, NoClusterData, Operation, ServiceCall, UserInfo};
 pub use result::{RuleResult, Source, Status};

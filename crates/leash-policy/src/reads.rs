@@ -272,23 +272,17 @@ impl ReadSet {
     }
 
     /// The JSON text `json`, built with only the parts read (the rest is
-    /// checked as JSON and skipped). Errors are serde_json's.
+    /// checked as JSON and skipped). Errors are serde_json's. To build many
+    /// values, [`ReadSet::builder`] once.
     pub fn parse(&self, json: &str) -> serde_json::Result<Value> {
-        let mut de = serde_json::Deserializer::from_str(json);
-        let v = self.parse_from(&mut de)?;
-        de.end()?;
-        Ok(v)
+        self.builder().parse(json)
     }
 
-    /// The next JSON value of `de`, built with only the parts read (as
-    /// [`ReadSet::parse`]); what follows it is left to the caller, so a
-    /// value inside a larger document (an item of a list page) is read in
-    /// the same scan as the document.
-    pub fn parse_from<'de, R: serde_json::de::Read<'de>>(
-        &self,
-        de: &mut serde_json::Deserializer<R>,
-    ) -> serde_json::Result<Value> {
-        Seed(&self.root).deserialize(de)
+    /// This set compiled for building values with only the parts read.
+    pub fn builder(&self) -> Builder {
+        Builder {
+            root: Build::of(&self.root),
+        }
     }
 
     /// Adds the subtree at `path` (the whole resource for an empty path)
@@ -982,16 +976,93 @@ fn mark(ctx: &mut Node, paths: &[Path]) {
     }
 }
 
+/// A [`ReadSet`] compiled for building values with only the parts read
+/// ([`ReadSet::builder`]).
+#[derive(Debug, Clone)]
+pub struct Builder {
+    root: Build,
+}
+
+impl Builder {
+    /// The JSON text `json`, built with only the parts read (the rest is
+    /// checked as JSON and skipped). Errors are serde_json's.
+    pub fn parse(&self, json: &str) -> serde_json::Result<Value> {
+        let mut de = serde_json::Deserializer::from_str(json);
+        let v = self.parse_from(&mut de)?;
+        de.end()?;
+        Ok(v)
+    }
+
+    /// The next JSON value of `de`, built with only the parts read (as
+    /// [`Builder::parse`]); what follows it is left to the caller, so a
+    /// value inside a larger document (an item of a list page) is read in
+    /// the same scan as the document.
+    pub fn parse_from<'de, R: serde_json::de::Read<'de>>(
+        &self,
+        de: &mut serde_json::Deserializer<R>,
+    ) -> serde_json::Result<Value> {
+        Seed(&self.root).deserialize(de)
+    }
+}
+
+/// A [`Node`] as values are built with it: each map's fields in a list
+/// whose entries tell most keys apart by length and last byte, so that a
+/// key no policy reads (most of a resource's) is rejected without a string
+/// comparison; a node names a few fields.
+#[derive(Debug, Clone)]
+enum Build {
+    All,
+    Fields(Vec<Field>),
+    Items(Box<Build>),
+    Keys(Vec<Field>),
+}
+
+#[derive(Debug, Clone)]
+struct Field {
+    name: Box<str>,
+    last: u8,
+    node: Build,
+}
+
+impl Build {
+    fn of(node: &Node) -> Build {
+        let fields = |m: &BTreeMap<String, Node>| {
+            m.iter()
+                .map(|(k, n)| Field {
+                    name: k.as_str().into(),
+                    last: k.as_bytes().last().copied().unwrap_or(0),
+                    node: Build::of(n),
+                })
+                .collect()
+        };
+        match node {
+            Node::All => Build::All,
+            Node::Fields(m) => Build::Fields(fields(m)),
+            Node::Items(inner) => Build::Items(Box::new(Build::of(inner))),
+            Node::Keys(m) => Build::Keys(fields(m)),
+        }
+    }
+}
+
+/// The node of `key` among `fields`.
+fn field<'b>(fields: &'b [Field], key: &str) -> Option<&'b Build> {
+    let last = key.as_bytes().last().copied().unwrap_or(0);
+    fields
+        .iter()
+        .find(|f| f.name.len() == key.len() && f.last == last && *f.name == *key)
+        .map(|f| &f.node)
+}
+
 /// Builds a value with only the parts `node` reads.
-struct Seed<'n>(&'n Node);
+struct Seed<'n>(&'n Build);
 
 impl<'de> DeserializeSeed<'de> for Seed<'_> {
     type Value = Value;
 
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
         match self.0 {
-            Node::All => serde::Deserialize::deserialize(d),
-            Node::Fields(_) | Node::Items(_) | Node::Keys(_) => {
+            Build::All => serde::Deserialize::deserialize(d),
+            Build::Fields(_) | Build::Items(_) | Build::Keys(_) => {
                 d.deserialize_any(Narrow { node: self.0 })
             }
         }
@@ -1000,7 +1071,7 @@ impl<'de> DeserializeSeed<'de> for Seed<'_> {
 
 /// Builds a value as a `Fields` or `Items` node reads it.
 struct Narrow<'n> {
-    node: &'n Node,
+    node: &'n Build,
 }
 
 impl<'de> Visitor<'de> for Narrow<'_> {
@@ -1044,7 +1115,7 @@ impl<'de> Visitor<'de> for Narrow<'_> {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
         let each = match self.node {
-            Node::Items(inner) => inner,
+            Build::Items(inner) => inner,
             node => node,
         };
         let mut out = Vec::new();
@@ -1056,8 +1127,8 @@ impl<'de> Visitor<'de> for Narrow<'_> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let (fields, every_key) = match self.node {
-            Node::Fields(fields) => (fields, false),
-            Node::Keys(fields) => (fields, true),
+            Build::Fields(fields) => (fields, false),
+            Build::Keys(fields) => (fields, true),
             // Read for its items: whole.
             _ => {
                 return serde::Deserialize::deserialize(
@@ -1082,21 +1153,6 @@ impl<'de> Visitor<'de> for Narrow<'_> {
         }
         Ok(Value::Object(out))
     }
-}
-
-/// The node of `key` among `fields`. Most keys of a resource are not read,
-/// and a node names a few fields: a scan that tells keys apart by length
-/// and last byte rejects them without a string comparison each (the
-/// tree's ordered search compares bytes at every step).
-fn field<'n>(fields: &'n BTreeMap<String, Node>, key: &str) -> Option<&'n Node> {
-    if fields.len() > 16 {
-        return fields.get(key);
-    }
-    let last = key.as_bytes().last();
-    fields
-        .iter()
-        .find(|(k, _)| k.len() == key.len() && k.as_bytes().last() == last && k.as_str() == key)
-        .map(|(_, n)| n)
 }
 
 /// A map key, borrowed from the text when it has no escapes.

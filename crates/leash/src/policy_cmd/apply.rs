@@ -478,17 +478,48 @@ pub(crate) fn resource_id(o: &Value) -> String {
 /// The table line of one result: failures, errors and warnings (every
 /// result with `detailed`).
 pub(crate) fn result_line(o: &Value, r: &RuleResult, detailed: bool) -> Option<String> {
-    let shown = detailed || matches!(r.status, Status::Fail | Status::Error | Status::Warn);
-    shown.then(|| {
-        format!(
-            "{}: policy {} -> resource {} rule {}: {}",
-            r.status.as_str().to_uppercase(),
-            r.policy,
-            resource_id(o),
-            r.rule,
-            r.message
-        )
+    let mut line = String::new();
+    push_result_line(&mut line, o, r, detailed).then(|| {
+        line.pop();
+        line
     })
+}
+
+/// Appends [`result_line`] and a newline to `out`; whether the result has
+/// a line.
+pub(crate) fn push_result_line(
+    out: &mut String,
+    o: &Value,
+    r: &RuleResult,
+    detailed: bool,
+) -> bool {
+    use std::fmt::Write as _;
+    let status = match r.status {
+        Status::Fail => "FAIL",
+        Status::Error => "ERROR",
+        Status::Warn => "WARN",
+        _ if !detailed => return false,
+        Status::Pass => "PASS",
+        Status::Skip => "SKIP",
+    };
+    let kind = o["kind"].as_str().unwrap_or("");
+    let meta = &o["metadata"];
+    let name = meta["name"].as_str().unwrap_or("");
+    // As resource_id.
+    let _ = match meta["namespace"].as_str() {
+        Some(ns) if !ns.is_empty() => write!(
+            out,
+            "{status}: policy {} -> resource {kind}/{ns}/{name} rule {}: {}",
+            r.policy, r.rule, r.message
+        ),
+        _ => write!(
+            out,
+            "{status}: policy {} -> resource {kind}/{name} rule {}: {}",
+            r.policy, r.rule, r.message
+        ),
+    };
+    out.push('\n');
+    true
 }
 
 fn counts<'a>(results: impl Iterator<Item = &'a RuleResult>) -> BTreeMap<&'static str, usize> {

@@ -119,7 +119,7 @@ struct Evaluated {
 struct Evaluator {
     engine: Engine,
     /// What the policies read: each object is built with only that.
-    reads: leash_policy::ReadSet,
+    reads: leash_policy::Builder,
     namespaces: HashMap<String, Arc<Value>>,
     cluster: LiveCluster,
     bindings: Bindings,
@@ -180,10 +180,7 @@ impl Evaluator {
                 .collect(),
             Keep::Stream { detailed } => {
                 for r in all() {
-                    if let Some(line) = super::apply::result_line(&object, r, detailed) {
-                        e.lines.push_str(&line);
-                        e.lines.push('\n');
-                    }
+                    super::apply::push_result_line(&mut e.lines, &object, r, detailed);
                 }
                 Vec::new()
             }
@@ -375,7 +372,7 @@ pub(crate) async fn run(
     let inline = threads >= std::thread::available_parallelism().map_or(1, usize::from);
     let evaluator = Arc::new(Evaluator {
         engine: engine.clone(),
-        reads: engine.reads(),
+        reads: engine.reads().builder(),
         namespaces,
         cluster,
         bindings: bindings.clone(),
