@@ -158,7 +158,9 @@ impl LiveCluster {
         }
     }
 
-    fn view(&self) -> View<'_> {
+    /// This cluster as the evaluation reads it: what is not loaded is
+    /// fetched (and cached) on first use.
+    pub(crate) fn view(&self) -> View<'_> {
         View {
             live: self,
             missed: None,
@@ -250,30 +252,6 @@ impl View<'_> {
                 None
             }),
         }
-    }
-}
-
-impl ClusterData for LiveCluster {
-    fn get(
-        &self,
-        api_version: &str,
-        resource: &str,
-        namespace: &str,
-        name: &str,
-    ) -> Option<Arc<Value>> {
-        self.view().get(api_version, resource, namespace, name)
-    }
-
-    fn list(&self, api_version: &str, resource: &str, namespace: &str) -> Vec<Arc<Value>> {
-        self.view().list(api_version, resource, namespace)
-    }
-
-    fn api_get(&self, url_path: &str) -> Option<Value> {
-        self.view().api_get(url_path)
-    }
-
-    fn global(&self, entry: &str, projection: Option<&str>) -> Option<Value> {
-        self.view().global(entry, projection)
     }
 }
 

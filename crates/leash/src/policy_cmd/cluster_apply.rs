@@ -427,7 +427,8 @@ pub(crate) async fn run(
                                 if memo.is_none() {
                                     memo = ev.engine.memo(&ev.bindings);
                                 }
-                                let e = ev.evaluate(Arc::new(value), &ev.cluster, memo.as_mut());
+                                let e =
+                                    ev.evaluate(Arc::new(value), &ev.cluster.view(), memo.as_mut());
                                 g.add(e, &mut lines);
                             }
                             if !lines.is_empty() {
