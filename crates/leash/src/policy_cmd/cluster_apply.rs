@@ -10,8 +10,10 @@
 //!    returns; the loader's tasks belong to its own scope and end with its
 //!    cancellation token.
 //! 3. Ctrl-C cancels the load and raises a flag the evaluation threads check
-//!    between objects, so it stops within one object's evaluation (or one
-//!    page's walk, for objects evaluated there).
+//!    between objects, so it stops within one object's evaluation; the
+//!    loader's walk checks the cancellation between objects too. A thread
+//!    that cannot stop (blocked writing to a stdout nobody reads) is not
+//!    waited for past `INTERRUPT_GRACE`: the process exits 130.
 //! 4. With a thread per core, each object is evaluated in the loader's walk
 //!    of its page, right after it is built, on the core that built it
 //!    (`Evaluator::finish`; what the threads get is its results). The
@@ -72,6 +74,9 @@ pub(crate) enum Keep {
     },
 }
 
+/// How long the evaluation threads have to stop after Ctrl-C.
+const INTERRUPT_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Statuses in the order of [`Status`]'s discriminants: counts are kept
 /// by them.
 const STATUSES: [Status; 5] = [
@@ -127,6 +132,8 @@ struct Evaluator {
     keep: Keep,
     /// Whether objects are evaluated in the loader's walk.
     inline: bool,
+    /// The run's: once cancelled (Ctrl-C), the walk evaluates nothing more.
+    token: CancellationToken,
     /// The walk's memos not in use (one per object being evaluated at
     /// most); the lock is held only to take or return one.
     memos: Mutex<Vec<Memo>>,
@@ -211,7 +218,8 @@ impl leash_loader::ItemParser for Evaluator {
     /// an object goes to the evaluation threads as its value (evaluated
     /// again there; evaluating has no effects).
     fn finish(&self, value: Value) -> leash_loader::Parsed {
-        if !self.inline {
+        // Interrupted: the rest of the page goes to the threads, which stop.
+        if !self.inline || self.token.is_cancelled() {
             return leash_loader::Parsed::Value(value);
         }
         let pooled = self.memo().pop();
@@ -379,6 +387,7 @@ pub(crate) async fn run(
         user: user.clone(),
         keep,
         inline,
+        token: token.clone(),
         memos: Mutex::new(Vec::new()),
     });
     let ev = &*evaluator;
@@ -453,7 +462,13 @@ pub(crate) async fn run(
                     let feed = async {
                         let mut i = 0usize;
                         while let Some(page) = objects.next_page().await {
-                            if senders[i % senders.len()].send(page).await.is_err() {
+                            // Cancelled (Ctrl-C): a thread that is not
+                            // taking pages (its output blocked) is not waited
+                            // for.
+                            let sent = token
+                                .run_until_cancelled(senders[i % senders.len()].send(page))
+                                .await;
+                            if !matches!(sent, Some(Ok(()))) {
                                 break;
                             }
                             i += 1;
@@ -475,6 +490,21 @@ pub(crate) async fn run(
                 })
             });
             let report = driver.join().unwrap_or(None);
+            if interrupted_ref.load(Ordering::Relaxed) {
+                // A thread blocked writing to a stdout nobody reads (a
+                // pager, a full pipe) cannot see the flag: Ctrl-C still
+                // ends the run within a second.
+                let deadline = std::time::Instant::now() + INTERRUPT_GRACE;
+                while !workers.iter().all(|w| w.is_finished()) {
+                    if std::time::Instant::now() > deadline {
+                        eprintln!(
+                            "leash: interrupted; output is blocked, exiting without waiting for it"
+                        );
+                        std::process::exit(130);
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+            }
             let gathered: Vec<Gathered> = workers
                 .into_iter()
                 .map(|w| w.join().unwrap_or_default())
