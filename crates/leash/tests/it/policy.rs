@@ -512,16 +512,14 @@ fn apply_cluster_interrupted_exits_130() {
     );
 }
 
-/// Ctrl-C in the middle of the evaluation (20,000 pods, a failure line
-/// each, streamed as pages are evaluated): leash stops the load and the
-/// evaluation where they are, exits 130 (the bound is generous, for a
-/// debug build on shared cores: what it catches is an evaluation that runs
-/// on to the end), and the lines printed are fewer than the pods.
-#[test]
-fn apply_cluster_interrupted_mid_evaluation_exits_130() {
+/// `leash apply --sandbox=pods=20000` of a policy every pod fails, once it
+/// has printed its first failure line (the evaluation is under way): the
+/// process and the rest of its stdout.
+fn apply_streaming_20000_failures(
+    dir: &Path,
+) -> (ChildGuard, std::io::BufReader<std::process::ChildStdout>) {
     use std::io::BufRead as _;
-    let dir = tempfile::tempdir().unwrap();
-    let policy = dir.path().join("policy.yaml");
+    let policy = dir.join("policy.yaml");
     fs::write(&policy, CLUSTER_POLICY).unwrap();
     let mut child = ChildGuard(
         leash_piped("apply", &[policy.to_str().unwrap(), "--sandbox=pods=20000"])
@@ -532,7 +530,28 @@ fn apply_cluster_interrupted_mid_evaluation_exits_130() {
     let mut first = String::new();
     out.read_line(&mut first).unwrap();
     assert!(first.starts_with("FAIL: policy every-pod"), "{first}");
-    let (status, took, lines) = std::thread::scope(|s| {
+    (child, out)
+}
+
+/// SIGINT to `child`: its exit status, and how long it took.
+fn interrupt(child: &mut ChildGuard) -> (std::process::ExitStatus, std::time::Duration) {
+    let sent = std::time::Instant::now();
+    send_signal(&child.0, "INT");
+    let status = wait_exit(&mut child.0, BOUND, "leash apply exit after SIGINT");
+    (status, sent.elapsed())
+}
+
+/// Ctrl-C in the middle of the evaluation (20,000 pods, a failure line
+/// each, streamed as pages are evaluated): leash stops the load and the
+/// evaluation where they are, exits 130 (the bound is generous, for a
+/// debug build on shared cores: what it catches is an evaluation that runs
+/// on to the end), and the lines printed are fewer than the pods.
+#[test]
+fn apply_cluster_interrupted_mid_evaluation_exits_130() {
+    use std::io::BufRead as _;
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, out) = apply_streaming_20000_failures(dir.path());
+    let ((status, took), lines) = std::thread::scope(|s| {
         // The rest is read as a terminal would.
         let rest = s.spawn(move || {
             out.lines()
@@ -540,10 +559,8 @@ fn apply_cluster_interrupted_mid_evaluation_exits_130() {
                 .filter(|l| l.starts_with("FAIL"))
                 .count()
         });
-        let sent = std::time::Instant::now();
-        send_signal(&child.0, "INT");
-        let status = wait_exit(&mut child.0, BOUND, "leash apply exit after SIGINT");
-        (status, sent.elapsed(), 1 + rest.join().unwrap())
+        let exit = interrupt(&mut child);
+        (exit, 1 + rest.join().unwrap())
     });
     assert_eq!(status.code(), Some(130));
     assert!(
@@ -561,25 +578,11 @@ fn apply_cluster_interrupted_mid_evaluation_exits_130() {
 /// writes, and leash exits 130 anyway.
 #[test]
 fn apply_cluster_interrupted_with_its_output_blocked_exits_130() {
-    use std::io::BufRead as _;
     let dir = tempfile::tempdir().unwrap();
-    let policy = dir.path().join("policy.yaml");
-    fs::write(&policy, CLUSTER_POLICY).unwrap();
-    let mut child = ChildGuard(
-        leash_piped("apply", &[policy.to_str().unwrap(), "--sandbox=pods=20000"])
-            .spawn()
-            .expect("run leash apply"),
-    );
-    let mut out = std::io::BufReader::new(child.0.stdout.take().unwrap());
-    let mut first = String::new();
-    out.read_line(&mut first).unwrap();
-    assert!(first.starts_with("FAIL: policy every-pod"), "{first}");
+    let (mut child, out) = apply_streaming_20000_failures(dir.path());
     // Not read any more: 20,000 lines fill the pipe long before the end.
     std::thread::sleep(std::time::Duration::from_secs(2));
-    let sent = std::time::Instant::now();
-    send_signal(&child.0, "INT");
-    let status = wait_exit(&mut child.0, BOUND, "leash apply exit after SIGINT");
-    let took = sent.elapsed();
+    let (status, took) = interrupt(&mut child);
     let mut err = String::new();
     let _ = std::io::Read::read_to_string(&mut child.0.stderr.take().unwrap(), &mut err);
     assert_eq!(status.code(), Some(130), "{err}");
