@@ -499,17 +499,7 @@ fn apply_cluster_interrupted_exits_130() {
     );
     // Ready once leash's first request has connected.
     let _held = accept_within(&silent, &mut child, BOUND);
-    let sent = std::time::Instant::now();
-    send_signal(&child.0, "INT");
-    let status = wait_exit(&mut child.0, BOUND, "leash apply exit after SIGINT");
-    let took = sent.elapsed();
-    let mut err = String::new();
-    let _ = std::io::Read::read_to_string(&mut child.0.stderr.take().unwrap(), &mut err);
-    assert_eq!(status.code(), Some(130), "{err}");
-    assert!(
-        took < std::time::Duration::from_secs(5),
-        "exit took {took:?} after SIGINT"
-    );
+    exits_130_on_sigint(&mut child);
 }
 
 /// `leash apply --sandbox=pods=20000` of a policy every pod fails, once it
@@ -533,12 +523,20 @@ fn apply_streaming_20000_failures(
     (child, out)
 }
 
-/// SIGINT to `child`: its exit status, and how long it took.
-fn interrupt(child: &mut ChildGuard) -> (std::process::ExitStatus, std::time::Duration) {
+/// SIGINT to `child`: it exits 130 (within a bound generous for a debug
+/// build on shared cores).
+fn exits_130_on_sigint(child: &mut ChildGuard) {
     let sent = std::time::Instant::now();
     send_signal(&child.0, "INT");
     let status = wait_exit(&mut child.0, BOUND, "leash apply exit after SIGINT");
-    (status, sent.elapsed())
+    let took = sent.elapsed();
+    let mut err = String::new();
+    let _ = std::io::Read::read_to_string(&mut child.0.stderr.take().unwrap(), &mut err);
+    assert_eq!(status.code(), Some(130), "{err}");
+    assert!(
+        took < std::time::Duration::from_secs(5),
+        "exit took {took:?} after SIGINT"
+    );
 }
 
 /// Ctrl-C in the middle of the evaluation (20,000 pods, a failure line
@@ -551,7 +549,7 @@ fn apply_cluster_interrupted_mid_evaluation_exits_130() {
     use std::io::BufRead as _;
     let dir = tempfile::tempdir().unwrap();
     let (mut child, out) = apply_streaming_20000_failures(dir.path());
-    let ((status, took), lines) = std::thread::scope(|s| {
+    let lines = std::thread::scope(|s| {
         // The rest is read as a terminal would.
         let rest = s.spawn(move || {
             out.lines()
@@ -559,14 +557,9 @@ fn apply_cluster_interrupted_mid_evaluation_exits_130() {
                 .filter(|l| l.starts_with("FAIL"))
                 .count()
         });
-        let exit = interrupt(&mut child);
-        (exit, 1 + rest.join().unwrap())
+        exits_130_on_sigint(&mut child);
+        1 + rest.join().unwrap()
     });
-    assert_eq!(status.code(), Some(130));
-    assert!(
-        took < std::time::Duration::from_secs(5),
-        "exit took {took:?} after SIGINT"
-    );
     assert!(
         lines < 20_000,
         "{lines} failure lines: the evaluation ran to the end"
@@ -582,14 +575,7 @@ fn apply_cluster_interrupted_with_its_output_blocked_exits_130() {
     let (mut child, out) = apply_streaming_20000_failures(dir.path());
     // Not read any more: 20,000 lines fill the pipe long before the end.
     std::thread::sleep(std::time::Duration::from_secs(2));
-    let (status, took) = interrupt(&mut child);
-    let mut err = String::new();
-    let _ = std::io::Read::read_to_string(&mut child.0.stderr.take().unwrap(), &mut err);
-    assert_eq!(status.code(), Some(130), "{err}");
-    assert!(
-        took < std::time::Duration::from_secs(5),
-        "exit took {took:?} after SIGINT"
-    );
+    exits_130_on_sigint(&mut child);
     drop(out);
 }
 
