@@ -502,22 +502,25 @@ pub(crate) fn push_result_line(
         Status::Pass => "PASS",
         Status::Skip => "SKIP",
     };
-    let kind = o["kind"].as_str().unwrap_or("");
     let meta = &o["metadata"];
-    let name = meta["name"].as_str().unwrap_or("");
-    // As resource_id.
-    let _ = match meta["namespace"].as_str() {
-        Some(ns) if !ns.is_empty() => write!(
-            out,
-            "{status}: policy {} -> resource {kind}/{ns}/{name} rule {}: {}",
-            r.policy, r.rule, r.message
-        ),
-        _ => write!(
-            out,
-            "{status}: policy {} -> resource {kind}/{name} rule {}: {}",
-            r.policy, r.rule, r.message
-        ),
-    };
+    // The resource as resource_id names it, written in place.
+    let _ = write!(
+        out,
+        "{status}: policy {} -> resource {}/",
+        r.policy,
+        o["kind"].as_str().unwrap_or("")
+    );
+    if let Some(ns) = meta["namespace"].as_str().filter(|ns| !ns.is_empty()) {
+        out.push_str(ns);
+        out.push('/');
+    }
+    let _ = write!(
+        out,
+        "{} rule {}: {}",
+        meta["name"].as_str().unwrap_or(""),
+        r.rule,
+        r.message
+    );
     out.push('\n');
     true
 }

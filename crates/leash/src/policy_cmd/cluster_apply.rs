@@ -633,6 +633,13 @@ mod tests {
     use super::*;
 
     #[test]
+    fn counts_are_kept_in_the_order_of_the_statuses() {
+        for (i, status) in STATUSES.iter().enumerate() {
+            assert_eq!(*status as usize, i, "{status:?}");
+        }
+    }
+
+    #[test]
     fn references_keep_identity_only() {
         let r = reference(
             &json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a", "namespace": "n", "labels": {"x": "y"}}, "spec": {}}),
