@@ -266,7 +266,7 @@ impl AdmissionServer {
             policies: self.policies.clone(),
             config: self.config,
             cluster: self.cluster,
-            audit: self.audit,
+            audit: self.settings.reports.then_some(self.audit),
             recorder: self.recorder,
             metrics: self.metrics,
             deadline: self.settings.answer_deadline(),
@@ -450,7 +450,8 @@ struct Admission {
     policies: watch::Receiver<Arc<Engine>>,
     config: watch::Receiver<Arc<KyvernoConfig>>,
     cluster: Arc<dyn ClusterData>,
-    audit: AuditQueue,
+    /// `None` with `Settings::reports` off: no admission reports.
+    audit: Option<AuditQueue>,
     recorder: Recorder,
     metrics: ServerMetrics,
     deadline: Duration,
@@ -722,11 +723,12 @@ impl Admission {
             }
         }
         // Kyverno writes no admission report for deletions or subresources.
-        if !results.is_empty()
+        if let Some(audit) = &self.audit
+            && !results.is_empty()
             && review.operation != Operation::Delete
             && review.sub_resource.is_empty()
         {
-            let _ = self.audit.submit(AuditRecord {
+            let _ = audit.submit(AuditRecord {
                 object: review.resource.clone(),
                 operation: review.operation,
                 user,

@@ -67,6 +67,12 @@ pub struct Settings {
     /// How long shutdown may take: in-flight reviews, draining the audit queue,
     /// deleting the webhook configuration (default 10 s).
     pub shutdown_timeout: Duration,
+    /// `--admission-reports` (default true): hand the results of every
+    /// admitted request to the audit queue, for an admission EphemeralReport
+    /// (Kyverno's `--admissionReports`). Off, requests are evaluated and
+    /// answered as before and nothing is queued: the background scan alone
+    /// reports.
+    pub reports: bool,
     /// The audit hand-off.
     pub audit: AuditSettings,
 }
@@ -83,6 +89,7 @@ impl Default for Settings {
             cleanup_webhooks: false,
             configuration_name: "leash-validating-webhook-cfg".to_string(),
             shutdown_timeout: Duration::from_secs(10),
+            reports: true,
             audit: AuditSettings::default(),
         }
     }

@@ -180,3 +180,32 @@ async fn full_queue_reports_each_loss() {
     );
     assert!(written.is_disjoint(&lost));
 }
+
+/// With admission reports off (Kyverno's `--admissionReports=false`),
+/// requests are evaluated and answered as before (an Enforce failure
+/// denies, an Audit failure allows) and nothing reaches the audit queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_reports_off_evaluates_and_queues_nothing() {
+    let opts = Options {
+        settings: Settings {
+            reports: false,
+            ..Options::default().settings
+        },
+        ..Options::default()
+    };
+    let s = TestServer::start_with(engine(&[NO_LATEST, REQUIRE_TEAM]), opts).await;
+    let admitted = admit(&s, "off", 20).await;
+    assert_eq!(admitted.len(), 20);
+    let denied = s
+        .review(
+            "/validate",
+            &review("d", "CREATE", &pod("web", "prod", None, "nginx:1")),
+        )
+        .await;
+    assert_eq!(response(&denied)["allowed"], false, "{denied}");
+    let sink = s.sink.clone();
+    let summary = s.stop().await;
+    assert_eq!(summary.written, 0);
+    assert!(summary.lost.is_empty());
+    assert!(sink.written_uids().is_empty() && sink.lost_uids().is_empty());
+}

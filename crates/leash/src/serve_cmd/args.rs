@@ -51,6 +51,12 @@ pub(crate) struct Args {
     /// Delete the ValidatingWebhookConfiguration on clean shutdown.
     #[arg(long)]
     cleanup_webhooks: bool,
+    /// Write an admission EphemeralReport for every admitted request
+    /// (Kyverno's --admissionReports); with false, only the background scan
+    /// reports.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set,
+          num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    admission_reports: bool,
     /// Namespace of Kyverno's ConfigMap.
     #[arg(long, value_name = "NS", default_value = "kyverno")]
     config_namespace: String,
@@ -202,6 +208,7 @@ impl Args {
             service,
             timeout_seconds: self.webhook_timeout,
             cleanup_webhooks: self.cleanup_webhooks,
+            reports: self.admission_reports,
             shutdown_timeout: self.shutdown_timeout,
             ..leash_webhook::Settings::default()
         });
@@ -299,7 +306,27 @@ mod tests {
             "127.0.0.1:9443".parse::<SocketAddr>().unwrap()
         );
         assert_eq!(admission.timeout_seconds, 10);
+        assert!(
+            admission.reports,
+            "admission reports are written by default"
+        );
         assert!(s.lease.is_none(), "no leader election unless asked");
+    }
+
+    /// `--admission-reports` takes Kyverno's `--admissionReports` values;
+    /// anything but a boolean is refused naming the flag.
+    #[test]
+    fn admission_reports_can_be_turned_off() {
+        for (argv, want) in [
+            (&["--admission-reports=false"][..], false),
+            (&["--admission-reports=true"], true),
+            (&["--admission-reports"], true),
+        ] {
+            let a = settings(argv).unwrap().admission.unwrap();
+            assert_eq!(a.reports, want, "{argv:?}");
+        }
+        let err = settings(&["--admission-reports=no"]).expect_err("not a boolean");
+        assert!(err.contains("--admission-reports"), "{err}");
     }
 
     /// README, `leash serve` admission: `--webhook-url`, `--webhook-service
