@@ -11,10 +11,16 @@
 //!    So a watch from version `v` is exact iff `v >= floor`.
 //! 3. Readers clone a collection's `OrdMap` (O(1), structurally shared) together
 //!    with `rv` under the mutex: a snapshot is the whole collection exactly at `rv`.
-//! 4. The mutex is never held across an `.await` or a channel send: `notify` is
-//!    updated after the guard is dropped, with `max`, so its value never goes
-//!    back even when two writers notify out of order. Watchers only use it as a
-//!    wake-up and read events from `history`.
+//! 4. The mutex is never held across an `.await` or a channel send: each
+//!    collection's wake-up channel is taken under the guard ([`Wake`]) and sent
+//!    after it is dropped, with `max`, so its value never goes back even when two
+//!    writers notify out of order. A write wakes only the watches of the
+//!    collections it changed (a pod write wakes no ConfigMap watch). Watchers
+//!    only use it as a wake-up and read events from `history`.
+//! 6. `last_change` holds, for every collection, the version of its latest
+//!    event: a watch whose cursor fell below `floor` missed nothing if its
+//!    collection has not changed since the cursor (it moves on; a watch of a
+//!    quiet kind does not expire because other kinds are written).
 //! 5. `registry` is immutable behind an `Arc` and replaced whole when a CRD is
 //!    created, changed or deleted, in the same critical section as the CRD object.
 
@@ -93,11 +99,32 @@ struct State {
     floor: u64,
     rng: fastrand::Rng,
     count: usize,
+    /// The version of each collection's latest event (invariant 6).
+    last_change: HashMap<CollectionKey, u64>,
+    /// Each watched collection's wake-up channel (invariant 4).
+    wakers: HashMap<CollectionKey, Arc<tokio::sync::watch::Sender<u64>>>,
+    /// Collections changed since the last [`State::wake`].
+    touched: Vec<CollectionKey>,
 }
 
 struct Inner {
     state: Mutex<State>,
-    notify: tokio::sync::watch::Sender<u64>,
+}
+
+/// The wake-ups a write owes, taken under the lock and sent after it is
+/// dropped (invariant 4).
+#[must_use = "a write's watchers are woken by `send`"]
+pub(crate) struct Wake {
+    senders: Vec<Arc<tokio::sync::watch::Sender<u64>>>,
+    rv: u64,
+}
+
+impl Wake {
+    pub(crate) fn send(self) {
+        for s in self.senders {
+            s.send_modify(|v| *v = (*v).max(self.rv));
+        }
+    }
 }
 
 /// The sandbox's objects. Cheap to clone (a shared handle); usable without HTTP and
@@ -129,8 +156,10 @@ impl Store {
                     floor: 0,
                     rng: fastrand::Rng::with_seed(seed),
                     count: 0,
+                    last_change: HashMap::new(),
+                    wakers: HashMap::new(),
+                    touched: Vec::new(),
                 }),
-                notify: tokio::sync::watch::channel(0).0,
             }),
         };
         for ns in DEFAULT_NAMESPACES {
@@ -148,13 +177,15 @@ impl Store {
         self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn notify(&self, rv: u64) {
-        self.inner.notify.send_modify(|v| *v = (*v).max(rv));
-    }
-
-    /// A receiver woken after every write (its value: the latest version written).
-    pub(crate) fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.inner.notify.subscribe()
+    /// A receiver woken after every write to `coll` (its value: the latest
+    /// version written).
+    pub(crate) fn subscribe(&self, coll: &CollectionKey) -> tokio::sync::watch::Receiver<u64> {
+        let mut st = self.lock();
+        let rv = st.rv;
+        st.wakers
+            .entry(coll.clone())
+            .or_insert_with(|| Arc::new(tokio::sync::watch::channel(rv).0))
+            .subscribe()
     }
 
     // ----- public API (no HTTP, no faults) -----
@@ -263,7 +294,8 @@ impl Store {
     /// How many watches are open (each holds a subscription from the moment
     /// its request is accepted until its stream ends); tests wait on it.
     pub fn open_watches(&self) -> usize {
-        self.inner.notify.receiver_count()
+        let st = self.lock();
+        st.wakers.values().map(|w| w.receiver_count()).sum()
     }
 
     fn type_of(&self, obj: &Value) -> Result<Arc<ResourceType>> {
@@ -322,10 +354,16 @@ impl Store {
         &self,
         after: u64,
         max: usize,
+        coll: &CollectionKey,
         filter: impl Fn(&Event) -> bool,
     ) -> Result<(Vec<Arc<Event>>, u64), TooOld> {
         let st = self.lock();
         if after < st.floor {
+            // Nothing of `coll` happened after `after` (invariant 6): no event
+            // was missed, the cursor moves to now.
+            if st.last_change.get(coll).is_none_or(|&rv| rv <= after) {
+                return Ok((Vec::new(), st.rv));
+            }
             return Err(TooOld { floor: st.floor });
         }
         let start = st.history.partition_point(|e| e.rv <= after);
@@ -374,6 +412,8 @@ impl State {
         } else if objects.insert(key, entry.clone()).is_none() {
             self.count += 1;
         }
+        self.last_change.insert(coll.clone(), entry.rv);
+        self.touched.push(coll.clone());
         self.history.push_back(Arc::new(Event {
             rv: entry.rv,
             coll,
@@ -384,6 +424,21 @@ impl State {
             if let Some(old) = self.history.pop_front() {
                 self.floor = old.rv;
             }
+        }
+    }
+
+    /// The wake-ups owed to the watches of the collections changed since the
+    /// last call: to be sent once the guard is dropped.
+    fn wake(&mut self) -> Wake {
+        let mut touched = std::mem::take(&mut self.touched);
+        touched.sort_unstable();
+        touched.dedup();
+        Wake {
+            senders: touched
+                .iter()
+                .filter_map(|c| self.wakers.get(c).cloned())
+                .collect(),
+            rv: self.rv,
         }
     }
 
@@ -483,7 +538,9 @@ mod tests {
         assert_eq!(s.list("v1", "Namespace", None).unwrap().len(), 4);
         s.delete("v1", "ConfigMap", Some("default"), "a").unwrap();
         assert_eq!(s.object_count(), 4);
-        let (events, cursor) = s.events_after(4, 100, |_| true).unwrap();
+        let (events, cursor) = s
+            .events_after(4, 100, &coll("configmaps"), |_| true)
+            .unwrap();
         let kinds: Vec<_> = events.iter().map(|e| e.kind).collect();
         assert_eq!(
             kinds,
@@ -537,13 +594,79 @@ mod tests {
         for i in 0..HISTORY_CAPACITY {
             s.create(cm("default", &format!("c{i}"))).unwrap();
         }
-        assert!(s.events_after(3, 1, |_| true).is_err());
+        let cms = coll("configmaps");
+        assert!(s.events_after(3, 1, &cms, |_| true).is_err());
         assert!(
-            s.events_after(s.resource_version() - 10, 100, |_| true)
+            s.events_after(s.resource_version() - 10, 100, &cms, |_| true)
                 .unwrap()
                 .0
                 .len()
                 == 10
         );
+    }
+
+    fn coll(name: &str) -> CollectionKey {
+        Arc::from(name)
+    }
+
+    /// A cursor below the history's floor has missed nothing when its
+    /// collection has not changed since: it moves to the latest version. Once
+    /// an event of the collection is evicted past the cursor, it is too old.
+    #[test]
+    fn a_quiet_collection_does_not_expire_while_others_are_written() {
+        let s = Store::new(4);
+        let start = s.resource_version();
+        for i in 0..HISTORY_CAPACITY + 10 {
+            s.create(cm("default", &format!("c{i}"))).unwrap();
+        }
+        let (events, cursor) = s.events_after(start, 100, &coll("pods"), |_| true).unwrap();
+        assert!(events.is_empty());
+        assert_eq!(cursor, s.resource_version());
+        let (events, cursor) = s
+            .events_after(start, 100, &coll("secrets"), |_| true)
+            .unwrap();
+        assert!(events.is_empty() && cursor == s.resource_version());
+        assert!(
+            s.events_after(start, 100, &coll("configmaps"), |_| true)
+                .is_err()
+        );
+
+        let before_pod = s.resource_version();
+        s.create(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"}}))
+            .unwrap();
+        for i in 0..HISTORY_CAPACITY {
+            s.create(cm("default", &format!("d{i}"))).unwrap();
+        }
+        let e = s.events_after(before_pod, 100, &coll("pods"), |_| true);
+        assert!(e.is_err(), "the pod's event was evicted past the cursor");
+    }
+
+    /// A write wakes the watches of the collections it changed and no
+    /// others; a namespace deletion wakes those of every kind it removed.
+    #[test]
+    fn writes_wake_only_the_watches_of_what_they_changed() {
+        let s = Store::new(5);
+        let mut pods = s.subscribe(&coll("pods"));
+        let mut cms = s.subscribe(&coll("configmaps"));
+        assert_eq!(s.open_watches(), 2);
+        s.create(cm("default", "a")).unwrap();
+        assert!(cms.has_changed().unwrap());
+        assert!(
+            !pods.has_changed().unwrap(),
+            "a ConfigMap write woke a pod watch"
+        );
+        cms.borrow_and_update();
+        s.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "x"}}))
+            .unwrap();
+        s.create(cm("x", "b")).unwrap();
+        s.create(
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "x"}}),
+        )
+        .unwrap();
+        pods.borrow_and_update();
+        cms.borrow_and_update();
+        s.delete("v1", "Namespace", None, "x").unwrap();
+        assert!(pods.has_changed().unwrap() && cms.has_changed().unwrap());
+        assert_eq!(*cms.borrow_and_update(), s.resource_version());
     }
 }

@@ -85,7 +85,7 @@ pub(crate) fn watch(
     params: &WatchParams,
     token: CancellationToken,
 ) -> Result<impl Stream<Item = Result<Bytes, Infallible>> + Send + 'static, ApiError> {
-    let rx = store.subscribe();
+    let rx = store.subscribe(&rt.collection());
     let now = Instant::now();
     let rv = params.resource_version.as_deref().unwrap_or("");
     let initial = params
@@ -231,7 +231,7 @@ impl WatchState {
                         .is_none();
                     let coll = self.rt.collection();
                     let sel = &self.sel;
-                    match self.store.events_after(self.cursor, BATCH, |e| {
+                    match self.store.events_after(self.cursor, BATCH, &coll, |e| {
                         e.coll == coll && sel.matches(&e.entry)
                     }) {
                         Err(too_old) => {

@@ -64,35 +64,42 @@ impl Admission {
         if !Self::intercepts(store, rt) {
             return store.create_in(rt, path_ns, body, dry_run);
         }
-        let entry = store.create_in(rt, path_ns, body, true)?;
-        self.admit_create(store, rt, &entry, path_ns, dry_run, warnings)
+        let object = store.prepare_create(rt, path_ns, body)?;
+        self.admit_create(store, rt, object, path_ns, dry_run, warnings)
             .await
     }
 
+    /// `object` is what [`Store::prepare_create`] made of the request's body.
     async fn admit_create(
         &self,
         store: &Store,
         rt: &Arc<ResourceType>,
-        entry: &Entry,
+        object: Value,
         path_ns: Option<&str>,
         dry_run: bool,
         warnings: &mut Vec<String>,
     ) -> Result<Arc<Entry>, ApiError> {
+        let meta = |k: &str| {
+            object["metadata"][k]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        };
+        let (name, namespace) = (meta("name"), meta("namespace"));
         let mut a = Attributes {
             resource: rt.clone(),
             sub_resource: String::new(),
             operation: Operation::Create,
-            name: entry.name.clone(),
-            namespace: entry.namespace.clone(),
-            object: Some(prepared(entry, None)),
+            name,
+            namespace,
+            object: Some(object),
             old_object: None,
             dry_run,
             options: options(Operation::Create, dry_run, None),
         };
         self.admit(store, &mut a, warnings).await?;
-        let object = a.object.unwrap_or_default();
-        let path_ns = path_ns.or(rt.namespaced.then_some(entry.namespace.as_str()));
-        store.create_admitted(rt, path_ns, object, dry_run)
+        let path_ns = path_ns.or(rt.namespaced.then_some(a.namespace.as_str()));
+        store.create_admitted(rt, path_ns, a.object.unwrap_or_default(), dry_run)
     }
 
     /// An update (PUT, any PATCH, a `status` write) through the chain: `change` makes
@@ -124,8 +131,9 @@ impl Admission {
             })?;
             let Some(old) = old else {
                 let path_ns = rt.namespaced.then_some(ns);
+                let object = prepared(&entry, None);
                 return self
-                    .admit_create(store, rt, &entry, path_ns, dry_run, warnings)
+                    .admit_create(store, rt, object, path_ns, dry_run, warnings)
                     .await;
             };
             let old_rv = old.pointer("/metadata/resourceVersion").cloned();

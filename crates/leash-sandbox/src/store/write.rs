@@ -20,10 +20,27 @@ impl Store {
         obj: Value,
         dry_run: bool,
     ) -> Result<Arc<Entry>, ApiError> {
-        self.create_with(rt, path_ns, obj, dry_run, false)
+        let (obj, rv, entry) = self.create_with(rt, path_ns, obj, dry_run, false)?;
+        Ok(entry.unwrap_or_else(|| Arc::new(Entry::new(rt, &obj, rv))))
     }
 
-    /// Stores `obj`, an object a dry-run [`Store::create_in`] prepared and admission
+    /// The object a create of `obj` would store (a dry run: name generated, uid and
+    /// creationTimestamp set), without a resourceVersion (none is assigned before it
+    /// is stored): what admission webhooks see. Not serialized, nothing stored.
+    pub(crate) fn prepare_create(
+        &self,
+        rt: &ResourceType,
+        path_ns: Option<&str>,
+        obj: Value,
+    ) -> Result<Value, ApiError> {
+        let (mut obj, _, _) = self.create_with(rt, path_ns, obj, true, false)?;
+        if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+            m.remove("resourceVersion");
+        }
+        Ok(obj)
+    }
+
+    /// Stores `obj`, an object [`Store::prepare_create`] prepared and admission
     /// passed: its `uid` and `creationTimestamp` are kept (the webhooks saw them), its
     /// name is taken as it is (409 if another writer took it since).
     pub(crate) fn create_admitted(
@@ -33,9 +50,12 @@ impl Store {
         obj: Value,
         dry_run: bool,
     ) -> Result<Arc<Entry>, ApiError> {
-        self.create_with(rt, path_ns, obj, dry_run, true)
+        let (obj, rv, entry) = self.create_with(rt, path_ns, obj, dry_run, true)?;
+        Ok(entry.unwrap_or_else(|| Arc::new(Entry::new(rt, &obj, rv))))
     }
 
+    /// The object as created and its version; the stored entry, or `None` for a dry
+    /// run (the caller serializes it only if it needs one).
     fn create_with(
         &self,
         rt: &ResourceType,
@@ -43,7 +63,7 @@ impl Store {
         mut obj: Value,
         dry_run: bool,
         keep_identity: bool,
-    ) -> Result<Arc<Entry>, ApiError> {
+    ) -> Result<(Value, u64, Option<Arc<Entry>>), ApiError> {
         let meta = check_type(rt, &mut obj)?;
         let ns = check_namespace(rt, meta, path_ns)?;
         let mut kept = (None, None);
@@ -149,17 +169,18 @@ impl Store {
         if obj.get("spec").is_some() && rt.plural != "namespaces" {
             obj["metadata"]["generation"] = json!(1);
         }
-        let entry = Arc::new(Entry::new(rt, &obj, rv));
         if dry_run {
-            return Ok(entry);
+            return Ok((obj, rv, None));
         }
+        let entry = Arc::new(Entry::new(rt, &obj, rv));
         st.commit(coll, EventKind::Added, entry.clone());
         if let Some(types) = new_types {
             st.serve_crd(&name, types);
         }
+        let wake = st.wake();
         drop(st);
-        self.notify(rv);
-        Ok(entry)
+        wake.send();
+        Ok((obj, rv, Some(entry)))
     }
 
     /// Changes an existing object: `change` gets the current object (or `None` if it does not
@@ -290,8 +311,9 @@ impl Store {
         if let Some(types) = new_types {
             st.serve_crd(name, types);
         }
+        let wake = st.wake();
         drop(st);
-        self.notify(rv);
+        wake.send();
         Ok(entry)
     }
 
@@ -388,9 +410,9 @@ impl Store {
         let deleted = st
             .remove(rt, &coll, ns, name)
             .expect("present: checked under this lock");
-        let rv = st.rv;
+        let wake = st.wake();
         drop(st);
-        self.notify(rv);
+        wake.send();
         Ok(deleted)
     }
 }
