@@ -147,34 +147,72 @@ pub async fn put_keeping_body(
     token: &CancellationToken,
 ) -> Result<(Written, Arc<[u8]>), WriteError> {
     let kind = doc["kind"].as_str().unwrap_or("").to_string();
-    let ar = resource_of(&kind).ok_or(WriteError::NotAReport(kind))?;
-    let ns = doc["metadata"]["namespace"].as_str().unwrap_or("");
+    let ns = doc["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
     let name = doc["metadata"]["name"].as_str().unwrap_or("").to_string();
     let has_rv = doc["metadata"].get("resourceVersion").is_some();
-    let request = request_for(&ar, ns);
     let body = serde_json::to_vec(&doc).map_err(|e| WriteError::NotAReport(e.to_string()))?;
     drop(doc);
+    let target = Target {
+        kind: &kind,
+        namespace: &ns,
+        name: &name,
+        has_resource_version: has_rv,
+    };
+    let text = put_json(client, target, body.clone(), token).await?;
+    let written = serde_json::from_str(&text).map_err(kube::Error::SerdeError)?;
+    Ok((written, body.into()))
+}
+
+/// What [`put_json`] writes: the report's kind, namespace (empty for the
+/// cluster-scoped kinds) and name, and whether its body names a
+/// resourceVersion (then it is replaced, never created).
+#[derive(Debug, Clone, Copy)]
+pub struct Target<'a> {
+    /// `EphemeralReport`, `ClusterEphemeralReport`, `PolicyReport` or `ClusterPolicyReport`.
+    pub kind: &'a str,
+    /// `metadata.namespace` (empty for the cluster-scoped kinds).
+    pub namespace: &'a str,
+    /// `metadata.name`.
+    pub name: &'a str,
+    /// The body names a resourceVersion.
+    pub has_resource_version: bool,
+}
+
+/// [`put`] of a report already serialized (`body`); the answer is the
+/// server's JSON text, not parsed (the admission webhook writes one report
+/// per request and needs only to know it was written).
+pub async fn put_json(
+    client: &kube::Client,
+    target: Target<'_>,
+    body: Vec<u8>,
+    token: &CancellationToken,
+) -> Result<String, WriteError> {
+    let ar =
+        resource_of(target.kind).ok_or_else(|| WriteError::NotAReport(target.kind.to_string()))?;
+    let request = request_for(&ar, target.namespace);
     let pp = PostParams::default();
     let write = async {
-        if !has_rv {
+        if !target.has_resource_version {
             let req = request
                 .create(&pp, body.clone())
                 .map_err(kube::Error::BuildRequest)?;
-            match client.request::<Written>(req).await {
+            match client.request_text(req).await {
                 Err(e) if code(&e) == Some(409) => {}
                 other => return other,
             }
         }
         let req = request
-            .replace(&name, &pp, body.clone())
+            .replace(target.name, &pp, body)
             .map_err(kube::Error::BuildRequest)?;
-        client.request::<Written>(req).await
+        client.request_text(req).await
     };
-    let written = tokio::select! {
-        _ = token.cancelled() => return Err(WriteError::Cancelled),
-        r = write => r.map_err(WriteError::from)?,
-    };
-    Ok((written, body.into()))
+    tokio::select! {
+        _ = token.cancelled() => Err(WriteError::Cancelled),
+        r = write => r.map_err(WriteError::from),
+    }
 }
 
 /// Reads a report (`None` if it does not exist).

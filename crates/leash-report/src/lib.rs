@@ -471,5 +471,8 @@ pub fn same_results(a: &Value, b: &Value) -> bool {
     ra == rb && a["metadata"]["labels"] == b["metadata"]["labels"]
 }
 
+mod encode;
+pub use encode::ephemeral_report_json;
+
 #[cfg(test)]
 mod tests;

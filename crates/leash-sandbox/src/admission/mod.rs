@@ -350,7 +350,8 @@ impl Admission {
         let ep =
             client::endpoint(&hook.target, &self.services, hook.timeout).map_err(rest_client)?;
         let tls = client::tls_config(&hook.ca_bundle).map_err(rest_client)?;
-        let body = Bytes::from(review.to_string());
+        // `to_vec`, not `to_string`: Display goes through the formatter per token.
+        let body = Bytes::from(serde_json::to_vec(&review).unwrap_or_default());
         let bounded = tokio::time::timeout(hook.timeout, async {
             // Closed never: the semaphore lives as long as `self`.
             let _permit = self

@@ -104,30 +104,52 @@ impl ReportSink for EphemeralSink {
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs());
+            // One metadata lookup per policy, not per result.
+            let mut metas: Vec<(&str, PolicyMeta)> = Vec::new();
+            for r in &record.results {
+                if !metas.iter().any(|(k, _)| *k == &*r.policy) {
+                    metas.push((&r.policy, PolicyMeta::of(&set.engine, &r.policy)));
+                }
+            }
             let results: Vec<_> = record
                 .results
                 .iter()
-                .map(|r| report::result_entry(r, &PolicyMeta::of(&set.engine, &r.policy), now))
+                .filter_map(|r| {
+                    let (_, meta) = metas.iter().find(|(k, _)| *k == &*r.policy)?;
+                    Some((r, meta))
+                })
                 .collect();
-            let mut evaluated: Vec<(String, String)> = record
-                .results
+            let evaluated: Vec<(String, String)> = metas
                 .iter()
-                .map(|r| (r.policy.to_string(), String::new()))
+                .map(|(k, _)| (k.to_string(), String::new()))
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
                 .collect();
-            evaluated.sort();
-            evaluated.dedup();
-            let name = format!("{}-{}", owner.uid, &record.uid[..record.uid.len().min(8)]);
-            let eph = report::ephemeral_report(
+            // By chars: the review's uid is the API server's to choose.
+            let short: String = record.uid.chars().take(8).collect();
+            let name = format!("{}-{short}", owner.uid);
+            let body = report::ephemeral_report_json(
                 &owner,
                 &name,
                 ReportSource::Admission,
                 &evaluated,
-                results,
+                &results,
+                now,
             );
+            let target = leash_controller::writer::Target {
+                kind: if owner.cluster_scoped() {
+                    "ClusterEphemeralReport"
+                } else {
+                    "EphemeralReport"
+                },
+                namespace: &owner.namespace,
+                name: &name,
+                has_resource_version: false,
+            };
             // The audit writer bounds this write by its shutdown deadline.
             let never = CancellationToken::new();
             breaker.acquire(&never).await;
-            match leash_controller::writer::put(&client, eph, &never).await {
+            match leash_controller::writer::put_json(&client, target, body, &never).await {
                 Ok(_) => Ok(()),
                 Err(e) => {
                     breaker.release(1);
