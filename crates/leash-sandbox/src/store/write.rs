@@ -394,6 +394,8 @@ impl Store {
             let mut next = (*registry).clone();
             if let Some(t) = registry.all().find(|t| t.crd.as_deref() == Some(name)) {
                 let c = t.collection();
+                // Its watches end (they see the kind gone), objects or not.
+                st.touched.push(c.clone());
                 let keys: Vec<_> = st
                     .collections
                     .get(&c)
@@ -421,6 +423,12 @@ impl State {
     /// Makes the CRD `crd` serve `types` (its versions) in place of what it served
     /// before, if anything; the registry is replaced whole (invariant 5).
     fn serve_crd(&mut self, crd: &str, types: Vec<ResourceType>) {
+        // The watches of its kind look again: a version they watch may be gone.
+        let served: Vec<_> = (self.registry.all())
+            .filter(|t| t.crd.as_deref() == Some(crd))
+            .map(|t| t.collection())
+            .collect();
+        self.touched.extend(served);
         let mut registry = (*self.registry).clone();
         registry.remove_crd(crd);
         for t in types {

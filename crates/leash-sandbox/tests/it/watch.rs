@@ -307,6 +307,63 @@ async fn deleting_a_crd_sends_deleted_events_and_ends_its_watches() {
     sb.shutdown().await.unwrap();
 }
 
+/// A watch of a kind with no objects ends too when its CRD is deleted, and
+/// one of a version the CRD stops serving ends when the CRD is updated: the
+/// deletion or update wakes the watches of its kind, though no object of
+/// it changed.
+#[tokio::test]
+async fn watches_of_an_empty_kind_end_when_its_crd_goes_or_drops_their_version() {
+    let sb = start(vec![crate::common::crd("gizmos", "Gizmo", "gz")]).await;
+    let addr = sb.addr();
+    let crd_name = "gizmos.example.leash.dev";
+    // First the update: v1 no longer served, v2 served instead.
+    let rv = sb.store().resource_version();
+    let target = format!(
+        "/apis/example.leash.dev/v1/gizmos?watch=1&resourceVersion={rv}&timeoutSeconds=600"
+    );
+    let watch = get(addr, &target);
+    let update = async {
+        eventually("the watch served", || sb.store().open_watches() == 1).await;
+        let mut crd = sb
+            .store()
+            .get(
+                "apiextensions.k8s.io/v1",
+                "CustomResourceDefinition",
+                None,
+                crd_name,
+            )
+            .unwrap();
+        crd["spec"]["versions"] = json!([{"name": "v2", "served": true, "storage": true}]);
+        sb.store().update(crd).unwrap();
+    };
+    let (r, ()) = tokio::time::timeout(BOUND, async { tokio::join!(watch, update) })
+        .await
+        .expect("the watch of v1 ends when v1 is no longer served");
+    assert!(lines(&r.body).is_empty(), "{:?}", lines(&r.body));
+    // Then the deletion, watched at v2.
+    let rv = sb.store().resource_version();
+    let target = format!(
+        "/apis/example.leash.dev/v2/gizmos?watch=1&resourceVersion={rv}&timeoutSeconds=600"
+    );
+    let watch = get(addr, &target);
+    let delete = async {
+        eventually("the watch served", || sb.store().open_watches() == 1).await;
+        sb.store()
+            .delete(
+                "apiextensions.k8s.io/v1",
+                "CustomResourceDefinition",
+                None,
+                crd_name,
+            )
+            .unwrap();
+    };
+    let (r, ()) = tokio::time::timeout(BOUND, async { tokio::join!(watch, delete) })
+        .await
+        .expect("the watch ends when its kind is gone");
+    assert!(lines(&r.body).is_empty(), "{:?}", lines(&r.body));
+    sb.shutdown().await.unwrap();
+}
+
 /// `Sandbox::open_watches` counts each watch by resource from its first
 /// response until its body is dropped: a kube watcher of ConfigMaps and a
 /// raw watch of Deployments count, and stop counting once ended (the raw
