@@ -272,6 +272,40 @@ async fn shutdown_ends_open_watches_and_joins_every_task() {
     assert!(tokio::net::TcpStream::connect(addr).await.is_err());
 }
 
+/// Watches `path` (`/apis/...` of a list, from the current version) and,
+/// once it is served, runs `change` on the store; the watch's events, once it
+/// ended (`what` names why it must end within the bound).
+async fn watch_until_ended(
+    sb: &Sandbox,
+    path: &str,
+    what: &str,
+    change: impl FnOnce(&leash_sandbox::Store),
+) -> Vec<Value> {
+    let rv = sb.store().resource_version();
+    let target = format!("{path}?watch=1&resourceVersion={rv}&timeoutSeconds=600");
+    let watch = get(sb.addr(), &target);
+    let act = async {
+        eventually("the watch served", || sb.store().open_watches() == 1).await;
+        change(sb.store());
+    };
+    let (r, ()) = tokio::time::timeout(BOUND, async { tokio::join!(watch, act) })
+        .await
+        .expect(what);
+    assert!(!r.truncated);
+    lines(&r.body)
+}
+
+fn delete_crd(store: &leash_sandbox::Store, name: &str) {
+    store
+        .delete(
+            "apiextensions.k8s.io/v1",
+            "CustomResourceDefinition",
+            None,
+            name,
+        )
+        .unwrap();
+}
+
 #[tokio::test]
 async fn deleting_a_crd_sends_deleted_events_and_ends_its_watches() {
     let sb = start(vec![
@@ -279,28 +313,13 @@ async fn deleting_a_crd_sends_deleted_events_and_ends_its_watches() {
         json!({"apiVersion": "example.leash.dev/v1", "kind": "Gadget", "metadata": {"name": "g1", "namespace": "default"}}),
     ])
     .await;
-    let addr = sb.addr();
-    let rv = sb.store().resource_version();
-    let target = format!(
-        "/apis/example.leash.dev/v1/gadgets?watch=1&resourceVersion={rv}&timeoutSeconds=600"
-    );
-    let watch = get(addr, &target);
-    let delete = async {
-        eventually("the watch served", || sb.store().open_watches() == 1).await;
-        sb.store()
-            .delete(
-                "apiextensions.k8s.io/v1",
-                "CustomResourceDefinition",
-                None,
-                "gadgets.example.leash.dev",
-            )
-            .unwrap();
-    };
-    let (r, ()) = tokio::time::timeout(BOUND, async { tokio::join!(watch, delete) })
-        .await
-        .expect("the watch ends when its kind is gone");
-    assert!(!r.truncated);
-    let events = lines(&r.body);
+    let events = watch_until_ended(
+        &sb,
+        "/apis/example.leash.dev/v1/gadgets",
+        "the watch ends when its kind is gone",
+        |store| delete_crd(store, "gadgets.example.leash.dev"),
+    )
+    .await;
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!(events[0]["type"], "DELETED");
     assert_eq!(events[0]["object"]["metadata"]["name"], "g1");
@@ -314,53 +333,36 @@ async fn deleting_a_crd_sends_deleted_events_and_ends_its_watches() {
 #[tokio::test]
 async fn watches_of_an_empty_kind_end_when_its_crd_goes_or_drops_their_version() {
     let sb = start(vec![crate::common::crd("gizmos", "Gizmo", "gz")]).await;
-    let addr = sb.addr();
     let crd_name = "gizmos.example.leash.dev";
     // First the update: v1 no longer served, v2 served instead.
-    let rv = sb.store().resource_version();
-    let target = format!(
-        "/apis/example.leash.dev/v1/gizmos?watch=1&resourceVersion={rv}&timeoutSeconds=600"
-    );
-    let watch = get(addr, &target);
-    let update = async {
-        eventually("the watch served", || sb.store().open_watches() == 1).await;
-        let mut crd = sb
-            .store()
-            .get(
-                "apiextensions.k8s.io/v1",
-                "CustomResourceDefinition",
-                None,
-                crd_name,
-            )
-            .unwrap();
-        crd["spec"]["versions"] = json!([{"name": "v2", "served": true, "storage": true}]);
-        sb.store().update(crd).unwrap();
-    };
-    let (r, ()) = tokio::time::timeout(BOUND, async { tokio::join!(watch, update) })
-        .await
-        .expect("the watch of v1 ends when v1 is no longer served");
-    assert!(lines(&r.body).is_empty(), "{:?}", lines(&r.body));
+    let events = watch_until_ended(
+        &sb,
+        "/apis/example.leash.dev/v1/gizmos",
+        "the watch of v1 ends when v1 is no longer served",
+        |store| {
+            let mut crd = store
+                .get(
+                    "apiextensions.k8s.io/v1",
+                    "CustomResourceDefinition",
+                    None,
+                    crd_name,
+                )
+                .unwrap();
+            crd["spec"]["versions"] = json!([{"name": "v2", "served": true, "storage": true}]);
+            store.update(crd).unwrap();
+        },
+    )
+    .await;
+    assert!(events.is_empty(), "{events:?}");
     // Then the deletion, watched at v2.
-    let rv = sb.store().resource_version();
-    let target = format!(
-        "/apis/example.leash.dev/v2/gizmos?watch=1&resourceVersion={rv}&timeoutSeconds=600"
-    );
-    let watch = get(addr, &target);
-    let delete = async {
-        eventually("the watch served", || sb.store().open_watches() == 1).await;
-        sb.store()
-            .delete(
-                "apiextensions.k8s.io/v1",
-                "CustomResourceDefinition",
-                None,
-                crd_name,
-            )
-            .unwrap();
-    };
-    let (r, ()) = tokio::time::timeout(BOUND, async { tokio::join!(watch, delete) })
-        .await
-        .expect("the watch ends when its kind is gone");
-    assert!(lines(&r.body).is_empty(), "{:?}", lines(&r.body));
+    let events = watch_until_ended(
+        &sb,
+        "/apis/example.leash.dev/v2/gizmos",
+        "the watch ends when its kind is gone",
+        |store| delete_crd(store, crd_name),
+    )
+    .await;
+    assert!(events.is_empty(), "{events:?}");
     sb.shutdown().await.unwrap();
 }
 
