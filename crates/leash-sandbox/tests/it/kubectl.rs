@@ -4,7 +4,7 @@
 //!
 //! Skipped, with the reason printed, only when kubectl is not installed,
 //! and never under `CI=true`: there a missing kubectl fails the test
-//! (`.ci/run` installs the `kubernetes-client` package when missing).
+//! (`.ci/run` builds kubectl from the Go module proxy: `testenv/build.sh kubectl`).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -38,7 +38,8 @@ impl Kubectl {
     /// CI and a panic under it (`ci`).
     fn find_in(server: &str, candidates: &[PathBuf], ci: bool) -> Option<Kubectl> {
         let Some(program) = candidates.iter().find(|p| p.exists()).cloned() else {
-            let why = "kubectl is not installed (install the kubernetes-client package)";
+            let why =
+                "kubectl is not on PATH (testenv/build.sh kubectl builds it into testenv/bin)";
             assert!(!ci, "CI=true and {why}: this test must run in CI");
             eprintln!("SKIPPED: {why}");
             return None;

@@ -175,7 +175,9 @@ pub(crate) fn kubectl_installed() -> bool {
         !ci,
         "CI=true and kubectl is not installed: this test must run in CI"
     );
-    eprintln!("skipped: kubectl is not installed (Debian package kubernetes-client)");
+    eprintln!(
+        "skipped: kubectl is not on PATH (build it: testenv/build.sh kubectl, then PATH=$PWD/testenv/bin:$PATH)"
+    );
     false
 }
 
