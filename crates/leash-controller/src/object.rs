@@ -122,20 +122,54 @@ pub struct RawObject {
     pub meta: ObjectMeta,
     /// The document's JSON, as sent.
     pub json: Box<serde_json::value::RawValue>,
+    /// Whether the document names its `kind`. kube-apiserver leaves
+    /// `apiVersion` and `kind` out of the items of a list of built-in kinds
+    /// (a watch event's object has them): [`RawObject::typed_json`] puts
+    /// them in.
+    pub has_kind: bool,
 }
 
 impl<'de> Deserialize<'de> for RawObject {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         #[derive(Deserialize)]
-        struct Metadata {
+        struct Head {
             #[serde(default)]
             metadata: ObjectMeta,
+            #[serde(default)]
+            kind: Option<serde::de::IgnoredAny>,
         }
         let json = Box::<serde_json::value::RawValue>::deserialize(d)?;
-        let meta = serde_json::from_str::<Metadata>(json.get())
-            .map_err(serde::de::Error::custom)?
-            .metadata;
-        Ok(RawObject { meta, json })
+        let head = serde_json::from_str::<Head>(json.get()).map_err(serde::de::Error::custom)?;
+        Ok(RawObject {
+            meta: head.metadata,
+            json,
+            has_kind: head.kind.is_some(),
+        })
+    }
+}
+
+impl RawObject {
+    /// The document's JSON with `apiVersion` and `kind` of `resource` put
+    /// first when it does not name its kind (a list item), else as sent.
+    pub fn typed_json(&self, resource: &ApiResource) -> Cow<'_, str> {
+        let text = self.json.get();
+        if self.has_kind {
+            return Cow::Borrowed(text);
+        }
+        // A RawValue holds exactly one JSON value, here an object: its text
+        // starts with `{` (RawValue keeps no leading whitespace).
+        let Some(rest) = text.strip_prefix('{') else {
+            return Cow::Borrowed(text);
+        };
+        let head = serde_json::json!({"apiVersion": resource.api_version, "kind": resource.kind})
+            .to_string();
+        let head = &head[..head.len() - 1]; // without its closing brace
+        let sep = if rest.trim_start().starts_with('}') {
+            ""
+        } else {
+            ","
+        };
+        Cow::Owned(format!("{head}{sep}{rest}"))
     }
 }
 
@@ -173,6 +207,31 @@ mod tests {
         assert!(
             serde_json::from_value::<Object>(serde_json::json!({"metadata": {"name": 3}})).is_err()
         );
+    }
+
+    #[test]
+    fn list_items_without_a_kind_get_the_watched_ones() {
+        let pods = api_resource("", "v1", "Pod", "pods");
+        // As kube-apiserver lists built-in kinds: items without apiVersion and kind.
+        let item: RawObject =
+            serde_json::from_str(r#"{"metadata":{"name":"a","uid":"u"},"spec":{}}"#).unwrap();
+        assert!(!item.has_kind);
+        let typed: Value = serde_json::from_str(&item.typed_json(&pods)).unwrap();
+        assert_eq!(
+            typed,
+            serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "a", "uid": "u"}, "spec": {}})
+        );
+        let empty: RawObject = serde_json::from_str("{}").unwrap();
+        let typed: Value = serde_json::from_str(&empty.typed_json(&pods)).unwrap();
+        assert_eq!(
+            typed,
+            serde_json::json!({"apiVersion": "v1", "kind": "Pod"})
+        );
+        // A document that names its kind is kept as sent.
+        let text = r#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"a"}}"#;
+        let sent: RawObject = serde_json::from_str(text).unwrap();
+        assert!(matches!(sent.typed_json(&pods), Cow::Borrowed(t) if t == text));
     }
 
     #[test]

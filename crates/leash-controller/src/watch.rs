@@ -144,8 +144,9 @@ pub async fn watch_into(
             Some(ns) => Api::namespaced_with(client, ns, &resource),
             None => Api::all_with(client, &resource),
         };
+        let resource = resource.clone();
         watcher::watcher(api, config)
-            .map_ok(move |event| map_event(event, |o| raw_seen(o, keep)))
+            .map_ok(move |event| map_event(event, |o| raw_seen(&resource, o, keep)))
             .default_backoff()
             .boxed()
     };
@@ -219,15 +220,17 @@ fn map_event<A, B>(event: Event<A>, f: impl Fn(A) -> B) -> Event<B> {
     }
 }
 
-/// A full object as the store keeps it: its text as sent, or what `keep`
+/// A full object as the store keeps it: its text as sent (with the watched
+/// `apiVersion` and `kind` when a list item left them out), or what `keep`
 /// takes of it.
-fn raw_seen(o: RawObject, keep: Option<fn(&Value) -> Value>) -> Seen {
+fn raw_seen(resource: &ApiResource, o: RawObject, keep: Option<fn(&Value) -> Value>) -> Seen {
+    let json = o.typed_json(resource);
     let stored = match keep {
-        Some(keep) => match serde_json::from_str::<Value>(o.json.get()) {
+        Some(keep) => match serde_json::from_str::<Value>(&json) {
             Ok(v) => Stored::encode(&keep(&v)),
-            Err(_) => Stored::from_json(o.meta.resource_version.as_deref(), o.json.get()),
+            Err(_) => Stored::from_json(o.meta.resource_version.as_deref(), &json),
         },
-        None => Stored::from_json(o.meta.resource_version.as_deref(), o.json.get()),
+        None => Stored::from_json(o.meta.resource_version.as_deref(), &json),
     };
     Seen::new(o.meta, stored)
 }

@@ -128,8 +128,8 @@ fn request_for(ar: &ApiResource, namespace: &str) -> Request {
     Request::new(<Object as kube::Resource>::url_path(ar, ns))
 }
 
-/// Creates a report, or replaces it if it exists (an unconditional update
-/// unless `doc` carries a resourceVersion). Returns the stored report's
+/// Creates a report, or replaces it if it exists (at the resourceVersion
+/// `doc` carries, or else at the current one). Returns the stored report's
 /// identity ([`Written`]).
 pub async fn put(
     client: &kube::Client,
@@ -181,6 +181,11 @@ pub struct Target<'a> {
     pub has_resource_version: bool,
 }
 
+/// How many times a replacement reads the current resourceVersion and
+/// tries again after a conflict before it gives up (the caller's queue
+/// retries later).
+const REPLACE_ATTEMPTS: usize = 5;
+
 /// [`put`] of a report already serialized (`body`); the answer is the
 /// server's JSON text, not parsed (the admission webhook writes one report
 /// per request and needs only to know it was written).
@@ -195,7 +200,18 @@ pub async fn put_json(
     let request = request_for(&ar, target.namespace);
     let pp = PostParams::default();
     let write = async {
-        if !target.has_resource_version {
+        if target.has_resource_version {
+            let req = request
+                .replace(target.name, &pp, body)
+                .map_err(kube::Error::BuildRequest)?;
+            return client.request_text(req).await;
+        }
+        // Create, or replace what exists. kube-apiserver refuses an update
+        // of a custom resource without a resourceVersion ("must be
+        // specified for an update"), so the replacement names the current
+        // one, read just before; another writer's update in between is a
+        // 409 Conflict, and the read and replace are tried again.
+        for _ in 0..REPLACE_ATTEMPTS {
             let req = request
                 .create(&pp, body.clone())
                 .map_err(kube::Error::BuildRequest)?;
@@ -203,11 +219,41 @@ pub async fn put_json(
                 Err(e) if code(&e) == Some(409) => {}
                 other => return other,
             }
+            let req = request
+                .get(target.name, &Default::default())
+                .map_err(kube::Error::BuildRequest)?;
+            let current = match client.request_text(req).await {
+                Err(e) if code(&e) == Some(404) => continue, // deleted since: create
+                other => other?,
+            };
+            let rv = serde_json::from_str::<Value>(&current)
+                .map_err(kube::Error::SerdeError)?["metadata"]["resourceVersion"]
+                .clone();
+            let mut doc: Value = serde_json::from_slice(&body).map_err(kube::Error::SerdeError)?;
+            doc["metadata"]["resourceVersion"] = rv;
+            let req = request
+                .replace(
+                    target.name,
+                    &pp,
+                    serde_json::to_vec(&doc).map_err(kube::Error::SerdeError)?,
+                )
+                .map_err(kube::Error::BuildRequest)?;
+            match client.request_text(req).await {
+                Err(e) if matches!(code(&e), Some(409 | 404)) => {}
+                other => return other,
+            }
         }
-        let req = request
-            .replace(target.name, &pp, body)
-            .map_err(kube::Error::BuildRequest)?;
-        client.request_text(req).await
+        Err(kube::Error::Api(
+            kube::core::Status::failure(
+                &format!(
+                    "{} {}/{}: changed by another writer {REPLACE_ATTEMPTS} times while being replaced",
+                    target.kind, target.namespace, target.name
+                ),
+                "Conflict",
+            )
+            .with_code(409)
+            .boxed(),
+        ))
     };
     tokio::select! {
         _ = token.cancelled() => Err(WriteError::Cancelled),

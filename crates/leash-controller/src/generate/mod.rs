@@ -991,7 +991,19 @@ impl Shared {
                 if name.is_empty() {
                     let lp = ListParams::default();
                     let list = cancellable(token, || api.list(&lp)).await?;
-                    data.put_list(key, list.items.into_iter().map(|o| o.raw).collect());
+                    // kube-apiserver leaves apiVersion and kind out of
+                    // the items of a list of built-in kinds.
+                    let items = list.items.into_iter().map(|o| {
+                        let mut v = Arc::unwrap_or_clone(o.raw);
+                        if let Some(m) = v.as_object_mut()
+                            && !m.contains_key("kind")
+                        {
+                            m.insert("apiVersion".into(), ar.api_version.clone().into());
+                            m.insert("kind".into(), ar.kind.clone().into());
+                        }
+                        Arc::new(v)
+                    });
+                    data.put_list(key, items.collect());
                 } else {
                     let got = cancellable(token, || api.get_opt(&name)).await?;
                     data.put_object(key, got.map(|o| o.raw));
