@@ -12,11 +12,14 @@
 //!    result's policy, rule and status)
 //!    and handed to [`ReportSink::lost`]. Losses happen only when the queue
 //!    is full, when it was closed by shutdown, or at the shutdown deadline.
-//! 3. At cancellation the worker closes the queue (later submits are
-//!    losses, reported by the submitter), then keeps writing what was queued
-//!    or in flight until `shutdown_timeout`; what is left then is reported
-//!    lost. During the drain the awaits are raced against that deadline (the
-//!    token is already cancelled).
+//! 3. At cancellation the worker keeps the queue open and keeps taking and
+//!    writing records until every [`AuditQueue`] handle is gone (the server
+//!    has answered its last review: a review answered during shutdown still
+//!    has its record written) and nothing is in flight, or until
+//!    `shutdown_timeout`. At that deadline the queue is closed (later
+//!    submits are losses, reported by the submitter) and what is left is
+//!    reported lost. During the drain the awaits are raced against that
+//!    deadline (the token is already cancelled).
 //! 4. At most `concurrency` writes are in flight; each one's retry loop lives
 //!    inside the worker's own future (no task per record), so dropping the
 //!    worker at the deadline stops them all.
@@ -279,8 +282,8 @@ impl AuditWriter {
                 },
             }
         }
-        // Draining (invariant 3).
-        rx.close();
+        // Draining (invariant 3): the queue stays open while the server
+        // finishes the reviews it is answering.
         let deadline = tokio::time::Instant::now() + shutdown_timeout;
         let mut exhausted = false;
         loop {
@@ -306,6 +309,7 @@ impl AuditWriter {
             }
         }
         drop(inflight);
+        rx.close();
         let mut lost: Vec<(u64, Arc<AuditRecord>)> = records.into_iter().collect();
         lost.sort_by_key(|(id, _)| *id);
         let mut lost: Vec<Arc<AuditRecord>> = lost.into_iter().map(|(_, r)| r).collect();
@@ -331,6 +335,62 @@ impl AuditWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Records what it wrote.
+    #[derive(Debug, Default)]
+    struct Collect(std::sync::Mutex<Vec<String>>);
+
+    impl ReportSink for Collect {
+        fn write(&self, record: Arc<AuditRecord>) -> BoxFuture<'static, Result<(), BoxError>> {
+            self.0.lock().unwrap().push(record.uid.clone());
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    fn record(uid: &str) -> AuditRecord {
+        AuditRecord {
+            object: Arc::new(serde_json::json!({"kind": "Pod", "metadata": {"name": uid}})),
+            operation: Operation::Create,
+            user: UserInfo::default(),
+            results: Vec::new(),
+            uid: uid.into(),
+        }
+    }
+
+    /// Found against kube-apiserver: a review answered while `leash serve`
+    /// shut down lost its record ("queue closed by shutdown") because the
+    /// worker closed the queue the moment it was cancelled. Now a record
+    /// submitted after the cancellation, while the server still holds its
+    /// queue handle, is written; the worker returns once the handle is gone.
+    #[tokio::test]
+    async fn records_submitted_during_shutdown_are_written() {
+        let sink = Arc::new(Collect::default());
+        let mut registry = Registry::default();
+        let (queue, writer) = audit_channel(
+            AuditSettings::default(),
+            Duration::from_secs(10),
+            sink.clone(),
+            &mut registry,
+        );
+        let token = CancellationToken::new();
+        let worker = writer.run(token.clone());
+        let server = async move {
+            assert!(queue.submit(record("before")).is_ok());
+            token.cancel();
+            // The worker has seen the cancellation.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            assert_eq!(queue.submit(record("during")), Ok(()));
+            drop(queue);
+        };
+        let (summary, ()) = tokio::time::timeout(Duration::from_secs(5), async {
+            tokio::join!(worker, server)
+        })
+        .await
+        .expect("the worker returns once the queue handles are gone");
+        assert!(summary.lost.is_empty());
+        assert_eq!(summary.written, 2);
+        assert_eq!(*sink.0.lock().unwrap(), ["before", "during"]);
+    }
 
     #[test]
     fn backoff_is_capped_and_jittered() {

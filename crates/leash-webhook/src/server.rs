@@ -728,6 +728,7 @@ impl Admission {
             && review.operation != Operation::Delete
             && review.sub_resource.is_empty()
         {
+            tracing::debug!(resource = %resource_name, uid = %review.uid, "allowed; audit record queued");
             let _ = audit.submit(AuditRecord {
                 object: review.resource.clone(),
                 operation: review.operation,

@@ -98,8 +98,11 @@ impl ReportSink for EphemeralSink {
         );
         async move {
             let Some(owner) = Owner::of(&record.object) else {
-                return Ok(()); // no uid: nothing a report could be named by
+                // No kind, name or uid: nothing a report could be named by.
+                tracing::warn!(resource = %record.resource_name(), uid = %record.uid, "admission report not written: the object has no kind, name or uid");
+                return Ok(());
             };
+            tracing::debug!(resource = %record.resource_name(), uid = %record.uid, "writing the admission report");
             let set = policies.borrow().clone();
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -128,6 +131,8 @@ impl ReportSink for EphemeralSink {
             // By chars: the review's uid is the API server's to choose.
             let short: String = record.uid.chars().take(8).collect();
             let name = format!("{}-{short}", owner.uid);
+            // A created resource does not exist yet: owned by it, the
+            // report would be deleted by the garbage collector.
             let body = report::ephemeral_report_json(
                 &owner,
                 &name,
@@ -135,6 +140,7 @@ impl ReportSink for EphemeralSink {
                 &evaluated,
                 &results,
                 now,
+                record.operation != leash_policy::Operation::Create,
             );
             let target = leash_controller::writer::Target {
                 kind: if owner.cluster_scoped() {

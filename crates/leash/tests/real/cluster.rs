@@ -211,8 +211,25 @@ impl Cluster {
     }
 
     /// Create every object (`(collection path, body)`), `concurrency` at a
-    /// time, as the admin.
+    /// time, as the admin; each must be created.
     pub(crate) fn create_all(&self, objects: Vec<(String, Value)>, concurrency: usize) {
+        let results = self.create_each(objects, concurrency);
+        let failed: Vec<&String> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+        assert!(
+            failed.is_empty(),
+            "{} creations failed, first: {}",
+            failed.len(),
+            failed[0]
+        );
+    }
+
+    /// Create every object, `concurrency` at a time, as the admin: each
+    /// outcome, in order (the error is the server's message).
+    pub(crate) fn create_each(
+        &self,
+        objects: Vec<(String, Value)>,
+        concurrency: usize,
+    ) -> Vec<Result<(), String>> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -225,7 +242,7 @@ impl Cluster {
                 .await
                 .expect("kubeconfig");
             let client = kube::Client::try_from(config).expect("client");
-            let results: Vec<Result<(), String>> = futures::stream::iter(objects)
+            futures::stream::iter(objects)
                 .map(|(path, body)| {
                     let client = client.clone();
                     async move {
@@ -240,17 +257,10 @@ impl Cluster {
                             .map_err(|e| format!("POST {path}: {e}"))
                     }
                 })
-                .buffer_unordered(concurrency)
+                .buffered(concurrency)
                 .collect()
-                .await;
-            let failed: Vec<&String> = results.iter().filter_map(|r| r.as_ref().err()).collect();
-            assert!(
-                failed.is_empty(),
-                "{} creations failed, first: {}",
-                failed.len(),
-                failed[0]
-            );
-        });
+                .await
+        })
     }
 
     /// A kubeconfig for a service account of the cluster: a token from the
