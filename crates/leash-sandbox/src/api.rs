@@ -463,6 +463,21 @@ impl App {
             }
             (&Method::PUT, Some(name)) if !is_watch => {
                 let body = self.read_json(req).await?;
+                // kube-apiserver updates custom resources only at a
+                // resourceVersion (their strategy refuses unconditional
+                // updates); built-in kinds may be replaced without one.
+                if rt.crd.is_some()
+                    && body
+                        .pointer("/metadata/resourceVersion")
+                        .and_then(Value::as_str)
+                        .is_none_or(str::is_empty)
+                {
+                    return Err(ApiError::invalid(
+                        &format!("{}.{}", rt.plural, rt.group),
+                        name,
+                        "metadata.resourceVersion: Invalid value: 0: must be specified for an update",
+                    ));
+                }
                 let entry = self
                     .admission
                     .modify(

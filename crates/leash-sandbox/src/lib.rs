@@ -123,6 +123,7 @@ mod protobuf;
 mod request_log;
 mod resources;
 mod sandbox;
+mod schema;
 mod selector;
 mod server;
 mod status;

@@ -251,14 +251,120 @@ pub(crate) fn list(
     // `Bytes` pieces (head, item, ",", item, ..., "]}") with its exact length.
     let mut pieces = Vec::with_capacity(items.len() * 2 + 2);
     pieces.push(Bytes::from(head));
+    // kube-apiserver leaves `apiVersion` and `kind` out of the items of a
+    // list of built-in kinds (the list names them once); custom resources'
+    // items keep theirs. Clients that rely on them break only on a real
+    // cluster (leash's background scan once skipped every listed object).
+    let bare = rt.crd.is_none();
     for (i, e) in items.iter().enumerate() {
         if i > 0 {
             pieces.push(Bytes::from_static(b","));
         }
-        pieces.push(e.json_at(&api_version));
+        let json = e.json_at(&api_version);
+        if bare {
+            push_without_type_meta(&json, &mut pieces);
+        } else {
+            pieces.push(json);
+        }
     }
     pieces.push(Bytes::from_static(b"]}"));
     Ok(ListBody::new(pieces))
+}
+
+/// Pushes `json` (one object) without its top-level `apiVersion` and
+/// `kind` members, as slices of it (nothing copied). Anything that does not
+/// scan as an object is pushed whole.
+fn push_without_type_meta(json: &Bytes, pieces: &mut Vec<Bytes>) {
+    let Some(members) = top_level_members(json) else {
+        pieces.push(json.clone());
+        return;
+    };
+    pieces.push(Bytes::from_static(b"{"));
+    let mut first = true;
+    for (key, span) in members {
+        if key == b"apiVersion" || key == b"kind" {
+            continue;
+        }
+        if !first {
+            pieces.push(Bytes::from_static(b","));
+        }
+        first = false;
+        pieces.push(json.slice(span));
+    }
+    pieces.push(Bytes::from_static(b"}"));
+}
+
+/// The members of a JSON object's text: each key's bytes (unescaped keys
+/// only; an escaped one is returned as written) and the byte range of the
+/// whole member (`"key":value`). `None` if the text is not an object.
+fn top_level_members(json: &[u8]) -> Option<Vec<(&[u8], std::ops::Range<usize>)>> {
+    let ws = |i: &mut usize| {
+        while json.get(*i).is_some_and(u8::is_ascii_whitespace) {
+            *i += 1;
+        }
+    };
+    // The end of the string that starts at `i` (its opening quote).
+    let string_end = |mut i: usize| -> Option<usize> {
+        i += 1;
+        loop {
+            match *json.get(i)? {
+                b'\\' => i += 2,
+                b'"' => return Some(i + 1),
+                _ => i += 1,
+            }
+        }
+    };
+    let mut i = 0;
+    ws(&mut i);
+    if json.get(i) != Some(&b'{') {
+        return None;
+    }
+    i += 1;
+    let mut members = Vec::new();
+    loop {
+        ws(&mut i);
+        match json.get(i)? {
+            b'}' => return Some(members),
+            b'"' => {}
+            _ => return None,
+        }
+        let start = i;
+        let key_end = string_end(i)?;
+        let key = &json[i + 1..key_end - 1];
+        i = key_end;
+        ws(&mut i);
+        if json.get(i) != Some(&b':') {
+            return None;
+        }
+        i += 1;
+        ws(&mut i);
+        // The value: a string, or anything up to the `,` or `}` that ends
+        // the member at this depth.
+        let mut depth = 0usize;
+        loop {
+            match *json.get(i)? {
+                b'"' => i = string_end(i)?,
+                b'{' | b'[' => {
+                    depth += 1;
+                    i += 1;
+                }
+                b'}' | b']' if depth > 0 => {
+                    depth -= 1;
+                    i += 1;
+                }
+                b',' | b'}' if depth == 0 => break,
+                _ => i += 1,
+            }
+        }
+        let mut end = i;
+        while end > start && json[end - 1].is_ascii_whitespace() {
+            end -= 1;
+        }
+        members.push((key, start..end));
+        if json[i] == b',' {
+            i += 1;
+        }
+    }
 }
 
 /// Selects one list page of `rt` (what [`list`] serves, and Tables too).
@@ -415,6 +521,31 @@ impl ListBody {
 mod tests {
     use super::*;
     use serde_json::{Value, json};
+
+    #[test]
+    fn list_items_of_built_in_kinds_carry_no_type_meta() {
+        for (text, want) in [
+            (
+                r#"{"apiVersion":"v1","data":{"kind":"x","a":"}{,\""},"kind":"ConfigMap","metadata":{"name":"a"}}"#,
+                json!({"data": {"kind": "x", "a": "}{,\""}, "metadata": {"name": "a"}}),
+            ),
+            (
+                r#" { "kind" : "Pod" , "spec" : [1, {"kind": 2}] , "apiVersion": "v1" } "#,
+                json!({"spec": [1, {"kind": 2}]}),
+            ),
+            (r#"{"apiVersion":"v1","kind":"Pod"}"#, json!({})),
+            (r#"{}"#, json!({})),
+        ] {
+            let mut pieces = Vec::new();
+            push_without_type_meta(&Bytes::from(text), &mut pieces);
+            let got: Value = serde_json::from_slice(&pieces.concat()).unwrap();
+            assert_eq!(got, want, "{text}");
+        }
+        // Not an object: kept whole.
+        let mut pieces = Vec::new();
+        push_without_type_meta(&Bytes::from_static(b"[1]"), &mut pieces);
+        assert_eq!(pieces.concat(), b"[1]");
+    }
 
     fn setup(n: usize) -> (Store, std::sync::Arc<ResourceType>) {
         let store = Store::new(0);

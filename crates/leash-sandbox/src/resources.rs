@@ -39,6 +39,9 @@ pub(crate) struct ResourceType {
     /// A CRD version's `additionalPrinterColumns` (empty for built-in kinds,
     /// whose Table columns are kube-apiserver's, in `table::printers`).
     pub(crate) printer_columns: Vec<PrinterColumn>,
+    /// A CRD version's `openAPIV3Schema`: its objects are defaulted, pruned
+    /// and validated against it ([`crate::schema`]).
+    pub(crate) schema: Option<std::sync::Arc<Value>>,
 }
 
 /// One of a CRD version's `additionalPrinterColumns`.
@@ -178,6 +181,7 @@ pub(crate) fn builtins() -> Vec<ResourceType> {
                 fields,
                 crd: None,
                 printer_columns: Vec::new(),
+                schema: None,
             },
         )
         .collect()
@@ -285,6 +289,11 @@ pub(crate) fn from_crd(crd: &Value) -> Result<Vec<ResourceType>, ApiError> {
             fields: &[],
             crd: Some(name.to_string()),
             printer_columns,
+            schema: v
+                .pointer("/schema/openAPIV3Schema")
+                .filter(|s| s.is_object())
+                .cloned()
+                .map(std::sync::Arc::new),
         });
     }
     Ok(out)

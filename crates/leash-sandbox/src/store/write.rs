@@ -64,6 +64,7 @@ impl Store {
         dry_run: bool,
         keep_identity: bool,
     ) -> Result<(Value, u64, Option<Arc<Entry>>), ApiError> {
+        check_schema(rt, &mut obj)?;
         let meta = check_type(rt, &mut obj)?;
         let ns = check_namespace(rt, meta, path_ns)?;
         let mut kept = (None, None);
@@ -254,6 +255,7 @@ impl Store {
             ));
         }
         let mut new = merge_part(rt, &old, new, part);
+        check_schema(rt, &mut new)?;
         for k in [
             "uid",
             "creationTimestamp",
@@ -554,4 +556,46 @@ fn default_service(obj: &mut Value, rv: u64) {
     }
     spec.entry("internalTrafficPolicy")
         .or_insert_with(|| json!("Cluster"));
+}
+
+/// A custom resource defaulted, pruned and validated against its CRD
+/// version's schema, as kube-apiserver does ([`crate::schema`]); errors as
+/// its 422: `Kind.group "name" is invalid: path: ...`, several in brackets.
+fn check_schema(rt: &ResourceType, obj: &mut Value) -> Result<(), ApiError> {
+    let Some(schema) = &rt.schema else {
+        if rt.crd.is_some() {
+            return Ok(());
+        }
+        return crate::schema::check_builtin(&rt.group, &rt.kind, obj).map_err(|e| match e {
+            crate::schema::BuiltinError::Decode(m) => ApiError::bad_request(m),
+            crate::schema::BuiltinError::Invalid(errors) => {
+                let name = obj
+                    .pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                let message = match errors.as_slice() {
+                    [one] => one.clone(),
+                    many => format!("[{}]", many.join(", ")),
+                };
+                // `Pod`, `Deployment.apps`: the kind, with its group if any.
+                let kind = if rt.group.is_empty() {
+                    rt.kind.clone()
+                } else {
+                    format!("{}.{}", rt.kind, rt.group)
+                };
+                ApiError::invalid(&kind, name, message)
+            }
+        });
+    };
+    crate::schema::apply(schema, obj).map_err(|errors| {
+        let name = obj
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let message = match errors.as_slice() {
+            [one] => one.clone(),
+            many => format!("[{}]", many.join(", ")),
+        };
+        ApiError::invalid(&format!("{}.{}", rt.kind, rt.group), name, message)
+    })
 }

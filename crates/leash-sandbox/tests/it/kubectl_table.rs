@@ -109,21 +109,21 @@ fn fixtures() -> Vec<Value> {
             meta("ReplicaSet", "apps/v1", "web-5d9c"),
             json!({
             "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web", "pod-template-hash": "5d9c"}},
-                "template": {"spec": {"containers": [{"name": "nginx", "image": "nginx:1.27"}]}}},
+                "template": {"metadata": {"labels": {"app": "web", "pod-template-hash": "5d9c"}}, "spec": {"containers": [{"name": "nginx", "image": "nginx:1.27"}]}}},
             "status": {"replicas": 3, "readyReplicas": 2}}),
         ),
         with(
             meta("StatefulSet", "apps/v1", "db"),
             json!({
             "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "db"}}, "serviceName": "db",
-                "template": {"spec": {"containers": [{"name": "pg", "image": "postgres:16"}]}}},
+                "template": {"metadata": {"labels": {"app": "db"}}, "spec": {"containers": [{"name": "pg", "image": "postgres:16"}]}}},
             "status": {"replicas": 2, "readyReplicas": 1}}),
         ),
         with(
             meta("DaemonSet", "apps/v1", "agent"),
             json!({
             "spec": {"selector": {"matchLabels": {"app": "agent"}},
-                "template": {"spec": {"nodeSelector": {"kubernetes.io/os": "linux"}, "containers": [{"name": "agent", "image": "agent:3"}]}}},
+                "template": {"metadata": {"labels": {"app": "agent"}}, "spec": {"nodeSelector": {"kubernetes.io/os": "linux"}, "containers": [{"name": "agent", "image": "agent:3"}]}}},
             "status": {"desiredNumberScheduled": 2, "currentNumberScheduled": 2, "numberReady": 1, "updatedNumberScheduled": 2, "numberAvailable": 1}}),
         ),
         with(

@@ -413,7 +413,7 @@ async fn open_watches_are_counted_by_resource_while_they_last() {
     sb.store()
         .create(json!({"apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": "d", "namespace": "default"},
-            "spec": {"selector": {}, "template": {"spec": {"containers": []}}}}))
+            "spec": {"selector": {}, "template": {"spec": {"containers": [{"name": "a", "image": "nginx:1.27"}]}}}}))
         .unwrap();
     eventually("the Deployment watch no longer counted", || {
         !sb.open_watches().contains_key("deployments.apps")

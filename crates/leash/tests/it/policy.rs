@@ -906,7 +906,7 @@ async fn apply_cluster_serves_global_context_entries() {
         objects.push(serde_json::json!({
             "apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": format!("d{i}"), "namespace": ns},
-            "spec": {"selector": {}, "template": {"spec": {"containers": []}}}
+            "spec": {"selector": {}, "template": {"spec": {"containers": [{"name": "app", "image": "nginx:1.27"}]}}}
         }));
     }
     objects.push(serde_json::json!({

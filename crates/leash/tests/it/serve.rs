@@ -545,7 +545,9 @@ async fn serve_logs_what_it_cannot_use() {
     objects.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kyverno"}}));
     objects.push(json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "kyverno", "namespace": "kyverno"},
-        "data": {"excludeUsernames": 5}}));
+        // A filter without its closing bracket (a non-string value, the
+        // other way to break it, kube-apiserver refuses to store).
+        "data": {"resourceFilters": "[Pod,kube-system,*"}}));
     objects.push(
         json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
         "metadata": {"name": "broken"},

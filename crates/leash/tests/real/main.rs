@@ -18,4 +18,5 @@ mod support;
 mod apply;
 mod cluster;
 mod load;
+mod parity;
 mod serve;
