@@ -1,0 +1,96 @@
+#!/bin/bash
+# Pod creation through kube-apiserver (the real control plane of testenv/),
+# without and with `leash serve`'s admission webhook registered, the Pod
+# Security policy set (bench/policies/pss-classic) in Enforce, at 1, 10 and
+# 50 concurrent clients: p50 and p99, and their ratios, measured in turn in
+# one run (docs/BENCHMARKS.md, "Admission on a real control plane").
+#
+#   bench/real_admission.sh [REPS] [CLIENTS...]   (default 2 reps; 1 10 50)
+#   LEASH=... LOADGEN=... skip the cargo build; testenv/bin is built if missing.
+#
+# Every pod is compliant (--violating-every 0): each request is a creation,
+# with the webhook evaluating 17 policies and writing its admission report.
+# The clients authenticate with a ServiceAccount token (the loader speaks
+# bearer tokens); leash serve runs with deploy/leash.yaml's ServiceAccount.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+reps=${1:-2}; shift || true
+clients=("$@"); [ "${#clients[@]}" -gt 0 ] || clients=(1 10 50)
+if [ -z "${LEASH:-}" ] || [ -z "${LOADGEN:-}" ]; then
+  cargo build --release -q -p leash -p leash-loadgen
+fi
+L=${LEASH:-target/release/leash} G=${LOADGEN:-target/release/leash-loadgen}
+[ -x testenv/bin/controlplane ] && [ -x testenv/bin/kubectl ] || testenv/build.sh kubectl controlplane
+export PATH="$PWD/testenv/bin:$PATH"
+out=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$out"' EXIT
+
+# The control plane ends when this script does (its stdin closes).
+mkfifo "$out/stdin"
+controlplane --exit-on-stdin-close --log "$out/controlplane.log" < "$out/stdin" > "$out/ready" &
+exec 3> "$out/stdin"
+for _ in $(seq 600); do [ -s "$out/ready" ] && break; sleep 0.1; done
+[ -s "$out/ready" ] || { echo "the control plane did not start"; tail "$out/controlplane.log"; exit 1; }
+ready=$(head -1 "$out/ready")
+field() { python3 -c "import sys,json; print(json.loads(sys.argv[1])['$1'])" "$ready"; }
+export KUBECONFIG=$(field kubeconfig)
+SERVER=$(field server)
+kubectl config view --raw --minify -o jsonpath='{.clusters[0].cluster.certificate-authority-data}' | base64 -d > "$out/ca.pem"
+
+kubectl apply --server-side -f deploy/crds > /dev/null
+kubectl wait --for=condition=Established crd --all --timeout=60s > /dev/null
+kubectl apply -f deploy/leash.yaml > /dev/null
+for f in bench/policies/pss-classic/*.yaml; do
+  sed 's/validationFailureAction: Audit/validationFailureAction: Enforce/' "$f"
+  echo "---"
+done | kubectl apply -f - > /dev/null
+kubectl create namespace bench > /dev/null
+kubectl create serviceaccount loader -n bench > /dev/null
+kubectl create rolebinding loader --clusterrole=edit --serviceaccount=bench:loader -n bench > /dev/null
+until kubectl get serviceaccount default -n bench > /dev/null 2>&1; do sleep 0.2; done
+LOADER_TOKEN=$(kubectl create token loader -n bench --duration=2h)
+# leash serve as deploy/leash.yaml's ServiceAccount.
+cat > "$out/leash.kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters: [{name: real, cluster: {server: "$SERVER", certificate-authority: "$out/ca.pem"}}]
+users: [{name: leash, user: {token: "$(kubectl create token leash -n kyverno --duration=2h)"}}]
+contexts: [{name: real, context: {cluster: real, user: leash}}]
+current-context: real
+EOF
+health=127.0.0.1:$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+
+measure() { # clients -> "p50 p99 req/s errors"
+  "$G" pods --server "$SERVER" --namespace bench --token "$LOADER_TOKEN" --ca "$out/ca.pem" \
+    --clients "$1" --duration 6 --violating-every 0 --json |
+    python3 -c "import sys,json; d=json.load(sys.stdin); l=d['latency_ms']; print('%.2f %.2f %.0f %d' % (l['p50'], l['p99'], d['requests_per_second'], d['error_count']))"
+}
+start_serve() {
+  "$L" serve --kubeconfig "$out/leash.kubeconfig" --components admission \
+    --admission-listen 127.0.0.1:0 --health "$health" --cleanup-webhooks \
+    --max-ephemeral-reports 1000000 > "$out/serve.log" 2>&1 &
+  serve=$!
+  for _ in $(seq 300); do curl -sf "http://$health/readyz" > /dev/null && break; sleep 0.1; done
+  # kube-apiserver reads the new configuration through its informer.
+  # (Not `| grep -q`: with pipefail, grep closing early fails the pipe.)
+  until [[ "$(kubectl run probe --image=nginx:1.27 --privileged --dry-run=server -n bench 2>&1)" == *"denied the request"* ]]; do sleep 0.2; done
+}
+stop_serve() {
+  kill -TERM "$serve"; wait "$serve" || true
+  until kubectl run probe --image=nginx:1.27 --privileged --dry-run=server -n bench > /dev/null 2>&1; do sleep 0.2; done
+}
+
+echo "# pods through kube-apiserver v1.37.2 (testenv), pss-classic in Enforce, $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+printf '%-8s %-4s %10s %10s %8s %7s\n' clients rep "p50 ms" "p99 ms" "req/s" errors
+summary=()
+for c in "${clients[@]}"; do
+  for r in $(seq 1 "$reps"); do
+    read -r n50 n99 nrps nerr <<< "$(measure "$c")"
+    start_serve
+    read -r w50 w99 wrps werr <<< "$(measure "$c")"
+    stop_serve
+    printf '%-8s %-4s %10s %10s %8s %7s   none\n' "$c" "$r" "$n50" "$n99" "$nrps" "$nerr"
+    printf '%-8s %-4s %10s %10s %8s %7s   webhook  (p50 %.2fx, p99 %.2fx)\n' "$c" "$r" "$w50" "$w99" "$wrps" "$werr" \
+      "$(python3 -c "print($w50/$n50)")" "$(python3 -c "print($w99/$n99)")"
+  done
+done
