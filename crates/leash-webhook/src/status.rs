@@ -7,7 +7,11 @@
 //! - `policies.kyverno.io` ValidatingPolicy / NamespacedValidatingPolicy:
 //!   `status.conditionStatus: {ready: true, conditions: [{type:
 //!   WebhookConfigured, status: "True", reason: Succeeded, message: "Webhook
-//!   configured.", lastTransitionTime}]}`.
+//!   configured.", lastTransitionTime}, {type: RBACPermissionsGranted,
+//!   status: "True", reason: Succeeded, message: "Policy is ready for
+//!   reporting.", lastTransitionTime}]}` (leash's ServiceAccount is
+//!   expected to read what the policies match, as deploy/leash.yaml says;
+//!   it is not checked).
 //!
 //! # Invariants
 //! 1. The writer reads the [`Recorder`]'s state by cloning it out of the
@@ -146,9 +150,14 @@ impl StatusWriter {
                     } else {
                         "validatingpolicies"
                     },
+                    // Kyverno's two conditions, in its order (its
+                    // end-to-end tests assert both).
                     json!({"status": {"conditionStatus": {"ready": true, "conditions": [{
                         "type": "WebhookConfigured", "status": "True", "reason": "Succeeded",
                         "message": "Webhook configured.", "lastTransitionTime": now,
+                    }, {
+                        "type": "RBACPermissionsGranted", "status": "True", "reason": "Succeeded",
+                        "message": "Policy is ready for reporting.", "lastTransitionTime": now,
                     }]}}}),
                 )
             }

@@ -181,6 +181,27 @@ async fn served_policies_are_marked_ready_as_kyverno_reports_them() {
                     Some("Webhook configured.")
                 )
             );
+            // Kyverno's end-to-end tests assert both conditions, in order.
+            let types: Vec<&str> = vp["status"]["conditionStatus"]["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c["type"].as_str().unwrap())
+                .collect();
+            assert_eq!(types, ["WebhookConfigured", "RBACPermissionsGranted"]);
+            let c = &vp["status"]["conditionStatus"]["conditions"][1];
+            assert_eq!(
+                (
+                    c["status"].as_str(),
+                    c["reason"].as_str(),
+                    c["message"].as_str()
+                ),
+                (
+                    Some("True"),
+                    Some("Succeeded"),
+                    Some("Policy is ready for reporting.")
+                )
+            );
             break;
         }
         assert!(Instant::now() < deadline, "statuses not written: {cp} {vp}");
