@@ -535,6 +535,13 @@ impl RuleCtx<'_> {
 
     fn check(&self, check: &Check, vars: &Lazy<'_>, scope: &Value, nesting: usize) -> Outcome {
         match check {
+            // Kyverno's validateResourceWithRule: "skipping validation on
+            // deleted resource" (only deny conditions see a deletion).
+            // Found by its chainsaw tests: a pattern on Namespaces denied
+            // the deletion of chainsaw's test namespace.
+            Check::Pattern(_) | Check::AnyPattern(_) if self.delete => {
+                Outcome::new(Status::Skip, "skipping validation on deleted resource")
+            }
             Check::Pattern(p) => self.check_pattern(p, vars, scope),
             Check::AnyPattern(ps) => self.check_any_pattern(ps, vars, scope),
             Check::Deny(conds) => match self.conditions(conds, vars, Mode::Strict) {
@@ -1134,5 +1141,63 @@ mod tests {
                 "the JMESPath context was built"
             );
         }
+    }
+
+    /// Kyverno skips pattern rules on a DELETE (only deny conditions see
+    /// deletions): a Namespace pattern does not refuse the namespace's
+    /// deletion.
+    #[test]
+    fn patterns_do_not_judge_deletions_deny_conditions_do() {
+        use crate::policy::Policy;
+        use crate::request::{EvalRequest, NoClusterData, Operation};
+        let policy = Policy::compile(&json!({
+            "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+            "metadata": {"name": "ns"},
+            "spec": {"rules": [
+                {"name": "pattern", "match": {"any": [{"resources": {"kinds": ["Namespace"]}}]},
+                 "validate": {"pattern": {"metadata": {"labels": {"team": "?*"}}}}},
+                {"name": "any", "match": {"any": [{"resources": {"kinds": ["Namespace"]}}]},
+                 "validate": {"anyPattern": [{"metadata": {"labels": {"team": "?*"}}}]}},
+                {"name": "deny", "match": {"any": [{"resources": {"kinds": ["Namespace"]}}]},
+                 "validate": {"deny": {"conditions": {"any": [
+                     {"key": "{{ request.operation }}", "operator": "Equals", "value": "DELETE"}]}}}},
+            ]}
+        }))
+        .unwrap();
+        let ns =
+            Arc::new(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "x"}}));
+        let run = |op| {
+            let mut req = EvalRequest::create(ns.clone());
+            req.operation = op;
+            if op == Operation::Delete {
+                req.old_object = Some(req.object.clone());
+            }
+            policy
+                .evaluate(&Prepared::new(req), &NoClusterData, &Bindings::default())
+                .into_iter()
+                .map(|r| (r.rule, r.status))
+                .collect::<Vec<_>>()
+        };
+        let st = |v: &[(&str, Status)]| {
+            v.iter()
+                .map(|(r, s)| (r.to_string(), *s))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            run(Operation::Create),
+            st(&[
+                ("pattern", Status::Fail),
+                ("any", Status::Fail),
+                ("deny", Status::Pass)
+            ])
+        );
+        assert_eq!(
+            run(Operation::Delete),
+            st(&[
+                ("pattern", Status::Skip),
+                ("any", Status::Skip),
+                ("deny", Status::Fail)
+            ])
+        );
     }
 }
