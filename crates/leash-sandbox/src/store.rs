@@ -632,7 +632,7 @@ mod tests {
         );
 
         let before_pod = s.resource_version();
-        s.create(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"}}))
+        s.create(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"}, "spec": {"containers": [{"name": "a", "image": "nginx:1.27"}]}}))
             .unwrap();
         for i in 0..HISTORY_CAPACITY {
             s.create(cm("default", &format!("d{i}"))).unwrap();
@@ -660,7 +660,7 @@ mod tests {
             .unwrap();
         s.create(cm("x", "b")).unwrap();
         s.create(
-            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "x"}}),
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "x"}, "spec": {"containers": [{"name": "a", "image": "nginx:1.27"}]}}),
         )
         .unwrap();
         pods.borrow_and_update();

@@ -558,44 +558,37 @@ fn default_service(obj: &mut Value, rv: u64) {
         .or_insert_with(|| json!("Cluster"));
 }
 
-/// A custom resource defaulted, pruned and validated against its CRD
-/// version's schema, as kube-apiserver does ([`crate::schema`]); errors as
-/// its 422: `Kind.group "name" is invalid: path: ...`, several in brackets.
+/// An object checked as kube-apiserver checks it on create and update
+/// ([`crate::schema`]): a custom resource against its CRD version's schema
+/// (defaulted, pruned, validated), a built-in kind for what its decoding
+/// and validation refuse. Field errors answer 422 `Kind[.group] "name" is
+/// invalid: path: ...` (several in brackets), decoding errors 400.
 fn check_schema(rt: &ResourceType, obj: &mut Value) -> Result<(), ApiError> {
-    let Some(schema) = &rt.schema else {
-        if rt.crd.is_some() {
-            return Ok(());
-        }
-        return crate::schema::check_builtin(&rt.group, &rt.kind, obj).map_err(|e| match e {
-            crate::schema::BuiltinError::Decode(m) => ApiError::bad_request(m),
-            crate::schema::BuiltinError::Invalid(errors) => {
-                let name = obj
-                    .pointer("/metadata/name")
-                    .and_then(Value::as_str)
-                    .unwrap_or("");
-                let message = match errors.as_slice() {
-                    [one] => one.clone(),
-                    many => format!("[{}]", many.join(", ")),
-                };
-                // `Pod`, `Deployment.apps`: the kind, with its group if any.
-                let kind = if rt.group.is_empty() {
-                    rt.kind.clone()
-                } else {
-                    format!("{}.{}", rt.kind, rt.group)
-                };
-                ApiError::invalid(&kind, name, message)
-            }
-        });
+    let errors = match &rt.schema {
+        Some(schema) => match crate::schema::apply(schema, obj) {
+            Ok(()) => return Ok(()),
+            Err(errors) => errors,
+        },
+        None if rt.crd.is_some() => return Ok(()),
+        None => match crate::schema::check_builtin(&rt.group, &rt.kind, obj) {
+            Ok(()) => return Ok(()),
+            Err(crate::schema::BuiltinError::Decode(m)) => return Err(ApiError::bad_request(m)),
+            Err(crate::schema::BuiltinError::Invalid(errors)) => errors,
+        },
     };
-    crate::schema::apply(schema, obj).map_err(|errors| {
-        let name = obj
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        let message = match errors.as_slice() {
-            [one] => one.clone(),
-            many => format!("[{}]", many.join(", ")),
-        };
-        ApiError::invalid(&format!("{}.{}", rt.kind, rt.group), name, message)
-    })
+    let name = obj
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let message = match errors.as_slice() {
+        [one] => one.clone(),
+        many => format!("[{}]", many.join(", ")),
+    };
+    // `Pod`, `Deployment.apps`, `PolicyReport.wgpolicyk8s.io`.
+    let kind = if rt.group.is_empty() {
+        rt.kind.clone()
+    } else {
+        format!("{}.{}", rt.kind, rt.group)
+    };
+    Err(ApiError::invalid(&kind, name, message))
 }

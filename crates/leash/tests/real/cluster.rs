@@ -196,6 +196,25 @@ impl Cluster {
         }
     }
 
+    /// leash's CRDs (`deploy/crds`), applied and established.
+    pub(crate) fn install_crds(&self) {
+        let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/crds");
+        self.kubectl_ok(&[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "-f",
+            &crds.display().to_string(),
+        ]);
+        self.kubectl_ok(&[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd",
+            "--all",
+        ]);
+    }
+
     /// Compact etcd's history to now, as kube-apiserver's compactor does;
     /// the API server's watch cache drops older snapshots within 15 s.
     pub(crate) fn compact(&self) {

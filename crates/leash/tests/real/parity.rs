@@ -48,20 +48,7 @@ fn the_sandbox_answers_as_kube_apiserver_does() {
         return;
     };
     let crds = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/crds");
-    cluster.kubectl_ok(&[
-        "apply",
-        "--server-side",
-        "--force-conflicts",
-        "-f",
-        &crds.display().to_string(),
-    ]);
-    cluster.kubectl_ok(&[
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd",
-        "--all",
-    ]);
+    cluster.install_crds();
     cluster.namespace("parity");
     let sandbox = SandboxProcess::start(&["--data", &crds.display().to_string()]);
     let runtime = tokio::runtime::Builder::new_current_thread()

@@ -53,19 +53,7 @@ fn install(cluster: &Cluster) {
 }
 
 fn install_now(cluster: &Cluster) {
-    let out = cluster.kubectl(&["apply", "--server-side", "-f", &repo("deploy/crds")]);
-    assert!(
-        out.status.success(),
-        "kubectl apply -f deploy/crds: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    cluster.kubectl_ok(&[
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd",
-        "--all",
-    ]);
+    cluster.install_crds();
     let out = cluster.kubectl(&["apply", "-f", &repo("deploy/leash.yaml")]);
     assert!(
         out.status.success(),
