@@ -341,7 +341,6 @@ impl Aggregator {
             scope.spawn(format!("watch {}", store.resource.plural), async move {
                 let is_eph = store.resource.group == "reports.kyverno.io";
                 let resource = store.resource.clone();
-                let plural = resource.plural.clone();
                 // Reports are known by their identity only (10,000 policy
                 // reports of 17 results are ~150 MB of JSON): their watches
                 // read only metadata. A merge reads the policy report it
@@ -391,9 +390,8 @@ impl Aggregator {
                             }
                         }
                     },
-                    |e| {
+                    |_| {
                         this.metrics.api_errors.inc();
-                        tracing::debug!("watching {plural}: {e}");
                     },
                 )
                 .await;

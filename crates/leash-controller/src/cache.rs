@@ -370,7 +370,6 @@ impl CacheWatcher {
                 scope.token().clone(),
             );
             scope.spawn(format!("cache watch {}", ar.plural), async move {
-                let plural = ar.plural.clone();
                 crate::watch::watch_into(
                     client,
                     ar,
@@ -378,9 +377,8 @@ impl CacheWatcher {
                     store,
                     token,
                     |_| {},
-                    |e| {
+                    |_| {
                         metrics.api_errors.inc();
-                        tracing::debug!("watching {plural}: {e}");
                     },
                 )
                 .await;

@@ -386,9 +386,8 @@ impl BackgroundScan {
                         }
                     }
                 },
-                |e| {
+                |_| {
                     this.metrics.api_errors.inc();
-                    tracing::debug!("watching {}: {e}", ar.plural);
                 },
             )
             .await;

@@ -12,6 +12,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use leash_policy::{Document, Engine, KyvernoConfig, Shared};
@@ -80,8 +81,10 @@ pub const POLICY_KINDS: &[(&str, &str, &str, &str, bool)] = &[
     ),
 ];
 
-/// How long the first set waits for every policy kind to be listed.
+/// How long the first set waits for every policy kind to be listed before
+/// it says which are missing (and then every FIRST_SET_COMPLAINT).
 const FIRST_SET_WAIT: Duration = Duration::from_secs(5);
+const FIRST_SET_COMPLAINT: Duration = Duration::from_secs(30);
 
 /// How long policy changes are gathered before the set is compiled again.
 const DEBOUNCE: Duration = Duration::from_millis(50);
@@ -262,12 +265,19 @@ impl PolicySource {
             .iter()
             .map(|&(g, v, k, p, ns)| Arc::new(KindStore::new(api_resource(g, v, k, p), ns)))
             .collect();
-        for store in &stores {
-            let (client, store, dirty, metrics) = (
+        // Per kind: its list failed with a 404 (its CRD is not installed),
+        // so it has no policies; any other failure keeps the set unread.
+        let absent: Vec<Arc<AtomicBool>> = stores
+            .iter()
+            .map(|_| Arc::new(AtomicBool::new(false)))
+            .collect();
+        for (store, absent) in stores.iter().zip(&absent) {
+            let (client, store, dirty, metrics, absent) = (
                 self.client.clone(),
                 store.clone(),
                 dirty.clone(),
                 self.metrics.clone(),
+                absent.clone(),
             );
             let token = scope.token().clone();
             let kind = store.resource.kind.clone();
@@ -282,7 +292,9 @@ impl PolicySource {
                     |_change: Change| dirty.notify_one(),
                     |e| {
                         metrics.api_errors.inc();
-                        tracing::debug!("watching {kind}: {e}");
+                        if crate::watch::is_not_found(e) && !absent.swap(true, Ordering::AcqRel) {
+                            dirty.notify_one();
+                        }
                     },
                 )
                 .await;
@@ -292,13 +304,10 @@ impl PolicySource {
         let mut generation = 0;
         let mut last_errors: Vec<(String, String)> = Vec::new();
         let mut last_admission_only: Vec<(String, String)> = Vec::new();
-        let started = tokio::time::Instant::now();
+        let mut next_complaint = tokio::time::Instant::now() + FIRST_SET_WAIT;
         let mut pending = false;
         loop {
-            // Until the first set is out, look again every 500 ms: a kind
-            // whose CRD is missing never lists (its watcher keeps retrying,
-            // its errors are counted), and must not hold the others back
-            // for more than FIRST_SET_WAIT.
+            // Until the first set is out, look again every 500 ms.
             let first = generation == 0;
             tokio::select! {
                 _ = token.cancelled() => break,
@@ -310,13 +319,29 @@ impl PolicySource {
                 _ = token.cancelled() => break,
                 _ = tokio::time::sleep(DEBOUNCE) => {}
             }
-            let all_synced = stores.iter().all(|s| s.is_synced());
+            let read = |(s, a): (&Arc<KindStore>, &Arc<AtomicBool>)| {
+                s.is_synced() || a.load(Ordering::Acquire)
+            };
             if first {
-                // One first set with every kind, not a partial one that is
-                // replaced (and rescanned) a moment later.
-                let waited = started.elapsed() >= FIRST_SET_WAIT;
-                let ready = all_synced || (waited && stores.iter().any(|s| s.is_synced()));
-                if !ready {
+                // The first set has every kind that exists: one that could
+                // not be listed (forbidden, the API server unreachable)
+                // might hold Enforce policies, and admission answers "not
+                // ready" (its failure policy) until the set is whole,
+                // never "allowed" for want of a policy it did not read.
+                if !stores.iter().zip(&absent).all(read) {
+                    if tokio::time::Instant::now() >= next_complaint {
+                        let unread: Vec<String> = stores
+                            .iter()
+                            .zip(&absent)
+                            .filter(|&p| !read(p))
+                            .map(|(s, _)| s.resource.kind.clone())
+                            .collect();
+                        tracing::warn!(
+                            "policies not read yet: {} could not be listed (see the errors above); admission answers by its failure policy until they are",
+                            unread.join(", ")
+                        );
+                        next_complaint = tokio::time::Instant::now() + FIRST_SET_COMPLAINT;
+                    }
                     continue;
                 }
             } else if !pending {
@@ -346,7 +371,7 @@ impl PolicySource {
                     + set.engine.generating_policies().len()) as i64,
             );
             self.sender.send_replace(Arc::new(set));
-            if stores.iter().all(|s| s.is_synced()) {
+            if stores.iter().zip(&absent).all(read) {
                 self.synced.send_replace(true);
             }
         }
@@ -443,9 +468,8 @@ impl ConfigSource {
                     Ok(()) => rejected = None,
                 }
             },
-            |e| {
+            |_| {
                 metrics.api_errors.inc();
-                tracing::debug!("watching ConfigMap {key}: {e}");
             },
         )
         .await;

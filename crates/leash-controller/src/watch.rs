@@ -152,6 +152,7 @@ pub async fn watch_into(
     };
     futures::pin_mut!(stream);
     let mut listing: Option<HashMap<(String, String), Stored>> = None;
+    let mut missing = false;
     loop {
         let next = tokio::select! {
             _ = token.cancelled() => return,
@@ -160,12 +161,31 @@ pub async fn watch_into(
         let Some(event) = next else { return };
         match event {
             Err(e) => {
+                // One line per failure, naming the operation; a resource
+                // that is not served says so once, not at every retry.
+                let not_found = is_not_found(&e);
+                if not_found && scope.end_on_not_found {
+                    tracing::debug!("{}: no longer served", describe_error(&resource, &e));
+                } else if not_found && missing {
+                    tracing::debug!("{}; retrying", describe_error(&resource, &e));
+                } else if not_found {
+                    tracing::warn!(
+                        "{}: not served (is its CRD installed?); retrying until it is",
+                        describe_error(&resource, &e)
+                    );
+                } else {
+                    tracing::warn!("{}; retrying", describe_error(&resource, &e));
+                }
+                missing = not_found;
                 on_error(&e);
-                if scope.end_on_not_found && is_not_found(&e) {
+                if scope.end_on_not_found && not_found {
                     return;
                 }
             }
-            Ok(Event::Init) => listing = Some(HashMap::new()),
+            Ok(Event::Init) => {
+                missing = false;
+                listing = Some(HashMap::new());
+            }
             Ok(Event::InitApply(o)) => {
                 // Kept as text: a list of 10,000 objects is never held
                 // parsed, not even their metadata.
@@ -255,12 +275,79 @@ fn metadata_seen(
 }
 
 /// Whether a watch error says the resource does not exist (404).
-fn is_not_found(e: &watcher::Error) -> bool {
+/// Whether a watch error says the resource is not served (404: its CRD is
+/// not installed, or was deleted).
+pub fn is_not_found(e: &watcher::Error) -> bool {
     match e {
         watcher::Error::InitialListFailed(kube::Error::Api(s))
         | watcher::Error::WatchStartFailed(kube::Error::Api(s))
         | watcher::Error::WatchFailed(kube::Error::Api(s)) => s.code == 404,
         watcher::Error::WatchError(s) => s.code == 404,
         _ => false,
+    }
+}
+
+/// One line for a failed watch operation, naming it: "listing
+/// kyverno.io/v1 clusterpolicies: <why>". The reason is the API server's
+/// Status message, or the transport error and its causes, cut at 300
+/// characters (a malformed answer's body is never logged whole).
+pub fn describe_error(resource: &ApiResource, e: &watcher::Error) -> String {
+    let operation = match e {
+        watcher::Error::InitialListFailed(_) => "listing",
+        watcher::Error::WatchStartFailed(_) => "starting to watch",
+        watcher::Error::WatchError(_) | watcher::Error::WatchFailed(_) => "watching",
+        watcher::Error::NoResourceVersion => "watching (no resourceVersion in the answer)",
+    };
+    let why = match e {
+        watcher::Error::InitialListFailed(k)
+        | watcher::Error::WatchStartFailed(k)
+        | watcher::Error::WatchFailed(k) => client_error_reason(k),
+        watcher::Error::WatchError(s) => format!("{} {}: {}", s.code, s.reason, s.message),
+        watcher::Error::NoResourceVersion => String::new(),
+    };
+    let what = if resource.group.is_empty() {
+        format!("{} {}", resource.version, resource.plural)
+    } else {
+        format!(
+            "{}/{} {}",
+            resource.group, resource.version, resource.plural
+        )
+    };
+    if why.is_empty() {
+        format!("{operation} {what}")
+    } else {
+        format!("{operation} {what}: {}", cut(&why, 300))
+    }
+}
+
+/// A kube client error in one line: an API Status as code, reason and
+/// message; anything else as its message and its causes.
+pub fn client_error_reason(e: &kube::Error) -> String {
+    if let kube::Error::Api(s) = e {
+        return format!("{} {}: {}", s.code, s.reason, s.message);
+    }
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        let next = s.to_string();
+        if !text.contains(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        source = s.source();
+    }
+    text
+}
+
+/// `s` cut to at most `max` characters (on a char boundary), "..." marking
+/// the cut.
+fn cut(s: &str, max: usize) -> String {
+    let flat: String = s
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    match flat.char_indices().nth(max) {
+        Some((i, _)) => format!("{}...", &flat[..i]),
+        None => flat,
     }
 }

@@ -542,8 +542,13 @@ impl RuleCtx<'_> {
             Check::Pattern(_) | Check::AnyPattern(_) if self.delete => {
                 Outcome::new(Status::Skip, "skipping validation on deleted resource")
             }
-            Check::Pattern(p) => self.check_pattern(p, vars, scope),
-            Check::AnyPattern(ps) => self.check_any_pattern(ps, vars, scope),
+            Check::Pattern(p) => self.unless_unchanged(self.check_pattern(p, vars, scope), |old| {
+                self.check_pattern(p, vars, old)
+            }),
+            Check::AnyPattern(ps) => self
+                .unless_unchanged(self.check_any_pattern(ps, vars, scope), |old| {
+                    self.check_any_pattern(ps, vars, old)
+                }),
             Check::Deny(conds) => match self.conditions(conds, vars, Mode::Strict) {
                 Err(e) => Outcome::new(
                     Status::Error,
@@ -571,11 +576,54 @@ impl RuleCtx<'_> {
                     );
                 }
                 let (status, message) = ps.evaluate(self.rule_name(), scope);
-                Outcome::new(status, message)
+                // Kyverno compares the statuses only here (its PSS checks
+                // list the fields, which an edit may reorder).
+                self.unless_unchanged(Outcome::new(status, message), |old| {
+                    let (status, message) = ps.evaluate(self.rule_name(), old);
+                    Outcome::new(status, message)
+                })
             }
             Check::Unsupported(what) => {
                 Outcome::new(Status::Error, format!("{what} is not supported by leash"))
             }
+        }
+    }
+
+    /// An UPDATE of an object that already failed the rule the same way
+    /// is not held against the edit: Kyverno validates the old object too
+    /// and, when the results are the same, skips ("skipping modified
+    /// resource as validation results have not changed"), so an existing
+    /// violation can still be labelled, scaled or fixed in steps. Only
+    /// with the request's own old object (a CLI UPDATE without one would
+    /// compare the object with itself).
+    fn unless_unchanged(&self, new: Outcome, old: impl FnOnce(&Value) -> Outcome) -> Outcome {
+        if new.status == Status::Pass
+            || self.delete
+            || self.req.operation != Operation::Update
+            || self
+                .rule
+                .validate
+                .as_ref()
+                .is_some_and(|v| !v.allow_existing_violations)
+        {
+            return new;
+        }
+        let Some(previous) = self.req.old_object.as_deref() else {
+            return new;
+        };
+        let before = old(previous);
+        let same = before.status == new.status
+            && (matches!(
+                self.rule.validate.as_ref().map(|v| &v.check),
+                Some(Check::PodSecurity(_))
+            ) || before.message == new.message);
+        if same {
+            Outcome::new(
+                Status::Skip,
+                "skipping modified resource as validation results have not changed",
+            )
+        } else {
+            new
         }
     }
 
@@ -1141,6 +1189,90 @@ mod tests {
                 "the JMESPath context was built"
             );
         }
+    }
+
+    /// Issue 38 (4): an UPDATE that leaves an existing violation as it was
+    /// (labelling a legacy pod) is skipped, as Kyverno skips it; one that
+    /// introduces the violation fails; `allowExistingViolations: false`
+    /// and an UPDATE without an old object keep failing.
+    #[test]
+    fn an_existing_violation_does_not_block_an_update() {
+        use crate::policy::Policy;
+        use crate::request::{EvalRequest, NoClusterData, Operation};
+        let policy = |allow: Option<bool>| {
+            let mut validate =
+                json!({"pattern": {"spec": {"containers": [{"image": "!*:latest"}]}}});
+            if let Some(a) = allow {
+                validate["allowExistingViolations"] = json!(a);
+            }
+            Policy::compile(&json!({
+                "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+                "metadata": {"name": "p"},
+                "spec": {"rules": [
+                    {"name": "tag", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                     "validate": validate},
+                    {"name": "pss", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                     "validate": {"podSecurity": {"level": "baseline", "version": "latest"}}},
+                ]}
+            }))
+            .unwrap()
+        };
+        let pod = |image: &str, label: &str, privileged: bool| {
+            Arc::new(json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "legacy", "namespace": "default", "labels": {"a": label}},
+                "spec": {"containers": [{"name": "c", "image": image,
+                    "securityContext": {"privileged": privileged}}]}}))
+        };
+        let run = |p: &Policy, old: Option<Arc<Value>>, new: Arc<Value>| {
+            let mut req = EvalRequest::create(new);
+            req.operation = Operation::Update;
+            req.old_object = old;
+            p.evaluate(&Prepared::new(req), &NoClusterData, &Bindings::default())
+                .into_iter()
+                .map(|r| r.status)
+                .collect::<Vec<_>>()
+        };
+        let default = policy(None);
+        // `kubectl label pod legacy a=b` on a pod that already violated both.
+        assert_eq!(
+            run(
+                &default,
+                Some(pod("nginx:latest", "x", true)),
+                pod("nginx:latest", "b", true)
+            ),
+            [Status::Skip, Status::Skip]
+        );
+        // The edit introduces the violations.
+        assert_eq!(
+            run(
+                &default,
+                Some(pod("nginx:1.27", "x", false)),
+                pod("nginx:latest", "b", true)
+            ),
+            [Status::Fail, Status::Fail]
+        );
+        // Fixed by the edit.
+        assert_eq!(
+            run(
+                &default,
+                Some(pod("nginx:latest", "x", true)),
+                pod("nginx:1.27", "b", false)
+            ),
+            [Status::Pass, Status::Pass]
+        );
+        assert_eq!(
+            run(
+                &policy(Some(false)),
+                Some(pod("nginx:latest", "x", true)),
+                pod("nginx:latest", "b", true)
+            ),
+            [Status::Fail, Status::Skip],
+            "only the rule that says false (the pss rule keeps the default)"
+        );
+        assert_eq!(
+            run(&default, None, pod("nginx:latest", "b", true)),
+            [Status::Fail, Status::Fail]
+        );
     }
 
     /// Kyverno skips pattern rules on a DELETE (only deny conditions see

@@ -86,6 +86,9 @@ pub(crate) struct Rule {
 pub(crate) struct Validate {
     pub message: Option<String>,
     pub check: Check,
+    /// `allowExistingViolations` (default true): an UPDATE that leaves a
+    /// violation as it was is skipped, not failed.
+    pub allow_existing_violations: bool,
 }
 
 /// What a validate (or a foreach level) checks.
@@ -555,8 +558,25 @@ fn compile_rule(raw: &Value, field: &str, err: &ErrFn<'_>, cache: &mut ExprCache
                     )
                 })?),
             };
+            let allow_existing_violations = match &v["allowExistingViolations"] {
+                Value::Null => true,
+                Value::Bool(b) => *b,
+                _ => {
+                    return Err(err(
+                        format!("{vf}.allowExistingViolations"),
+                        "must be true or false".into(),
+                    ));
+                }
+            };
             let check = compile_check(v, &vf, err, cache, true)?;
-            (Some(Validate { message, check }), fa)
+            (
+                Some(Validate {
+                    message,
+                    check,
+                    allow_existing_violations,
+                }),
+                fa,
+            )
         }
     };
     let generate = match &raw["generate"] {

@@ -39,6 +39,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 mod audit;
+mod ca_secret;
 mod error;
 mod metrics;
 mod recorder;
@@ -54,11 +55,12 @@ mod webhookconfig;
 pub use audit::{
     AuditQueue, AuditRecord, AuditWriter, DrainSummary, LossReason, ReportSink, audit_channel,
 };
+pub use ca_secret::shared_ca;
 pub use error::{Error, Result};
 pub use recorder::{PolicyRef, Readiness, Recorder};
 pub use server::{AdmissionServer, FailurePolicy, Lookup, LookupSource, TriggerSink};
 pub use settings::{AuditSettings, ServiceRef, Settings};
 pub use status::StatusWriter;
-pub use tls::{TlsMaterial, generate as generate_tls};
+pub use tls::{CaMaterial, TlsMaterial, generate as generate_tls};
 pub use userinfo::resolve_roles;
-pub use webhookconfig::{ClientTarget, Registrar, build_configuration};
+pub use webhookconfig::{ClientTarget, Exclusions, Registrar, build_configuration};

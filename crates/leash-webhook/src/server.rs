@@ -173,6 +173,7 @@ pub struct AdmissionServer {
     metrics: ServerMetrics,
     triggers: Option<Arc<dyn TriggerSink>>,
     lookups: Option<Arc<dyn LookupSource>>,
+    ready: Option<watch::Receiver<bool>>,
 }
 
 impl AdmissionServer {
@@ -211,6 +212,7 @@ impl AdmissionServer {
             recorder,
             triggers: None,
             lookups: None,
+            ready: None,
         })
     }
 
@@ -218,6 +220,16 @@ impl AdmissionServer {
     /// (without one, such lookups find nothing).
     pub fn with_lookups(mut self, source: Arc<dyn LookupSource>) -> AdmissionServer {
         self.lookups = Some(source);
+        self
+    }
+
+    /// Answers no review by the policies until `ready` is true: until then
+    /// each is answered as the webhook's failure policy says (`Fail`
+    /// denies, `Ignore` allows with a warning), never allowed for want of
+    /// a policy not read yet. Without it the engine given to
+    /// [`AdmissionServer::new`] is served from the start.
+    pub fn until_ready(mut self, ready: watch::Receiver<bool>) -> AdmissionServer {
+        self.ready = Some(ready);
         self
     }
 
@@ -273,6 +285,7 @@ impl AdmissionServer {
             scope: scope.handle(),
             triggers: self.triggers,
             lookups: self.lookups,
+            ready: self.ready,
         });
         // Policy changes are installed (and recorded as served) as they come,
         // not only when a review arrives.
@@ -457,6 +470,8 @@ struct Admission {
     deadline: Duration,
     triggers: Option<Arc<dyn TriggerSink>>,
     lookups: Option<Arc<dyn LookupSource>>,
+    /// False until the policies are read (None: ready from the start).
+    ready: Option<watch::Receiver<bool>>,
     scope: ScopeHandle,
 }
 
@@ -549,6 +564,19 @@ impl Admission {
     async fn decide(&self, endpoint: Endpoint, review: ReviewRequest) -> (Answer, &'static str) {
         let mode = endpoint.mode();
         let started = tokio::time::Instant::now();
+        if self.ready.as_ref().is_some_and(|r| !*r.borrow()) {
+            let resource_name = kyverno_resource_name(&review);
+            tracing::debug!(resource = %resource_name, "review before the policies are read");
+            return (
+                unanswerable(
+                    mode,
+                    format!(
+                        "leash is starting: the policies are not read yet, {resource_name} cannot be checked"
+                    ),
+                ),
+                "not_ready",
+            );
+        }
         let config = self.config.borrow().clone();
         if config.is_filtered(&review.kind, &review.namespace, &review.name) {
             return (Answer::allow(), "filtered");

@@ -53,11 +53,17 @@ pub struct Settings {
     pub tls_cert: Option<PathBuf>,
     /// `--tls-key`: PEM private key.
     pub tls_key: Option<PathBuf>,
+    /// Without `tls_cert`: the CA that signs the generated serving
+    /// certificate (shared by the replicas; None: a new one per start).
+    pub ca: Option<crate::tls::CaMaterial>,
     /// `--webhook-url` (default `https://<listen>/validate`): what the webhook
     /// configuration points at (`/fail` and `/ignore` are appended per webhook).
     pub webhook_url: Option<String>,
     /// A Service reference instead of a URL (wins over `webhook_url`).
     pub service: Option<ServiceRef>,
+    /// Namespaces the webhooks never send requests from (leash's own and
+    /// `--webhook-exclude-namespaces`).
+    pub excluded_namespaces: Vec<String>,
     /// `timeoutSeconds` of the webhooks, and the deadline of every answer (default 10).
     pub timeout_seconds: u8,
     /// `--cleanup-webhooks`: delete the webhook configuration on clean shutdown.
@@ -83,8 +89,10 @@ impl Default for Settings {
             listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 9443)),
             tls_cert: None,
             tls_key: None,
+            ca: None,
             webhook_url: None,
             service: None,
+            excluded_namespaces: Vec::new(),
             timeout_seconds: 10,
             cleanup_webhooks: false,
             configuration_name: "leash-validating-webhook-cfg".to_string(),

@@ -78,12 +78,28 @@ impl TlsMaterial {
             (None, Some(_)) => Err(Error::TlsIncomplete("--tls-cert")),
             (None, None) => {
                 let mut sans = subject_names(bound.ip());
-                if let Some(host) = settings.webhook_url.as_deref().and_then(url_host)
-                    && !sans.contains(&host)
-                {
+                if let Some(host) = settings.webhook_url.as_deref().and_then(url_host) {
                     sans.push(host);
                 }
-                generate(sans)
+                // kube-apiserver calls a Service as NAME.NAMESPACE.svc; the
+                // other forms are what clients inside the cluster may use.
+                if let Some(svc) = &settings.service {
+                    let (n, ns) = (&svc.name, &svc.namespace);
+                    sans.push(n.clone());
+                    sans.push(format!("{n}.{ns}"));
+                    sans.push(format!("{n}.{ns}.svc"));
+                    sans.push(format!("{n}.{ns}.svc.cluster.local"));
+                }
+                let mut unique = Vec::with_capacity(sans.len());
+                for san in sans {
+                    if !unique.contains(&san) {
+                        unique.push(san);
+                    }
+                }
+                match &settings.ca {
+                    Some(ca) => ca.issue(unique),
+                    None => generate(unique),
+                }
             }
         }
     }
@@ -117,39 +133,112 @@ pub(crate) fn url_host(url: &str) -> Option<String> {
     (!host.is_empty()).then(|| host.to_string())
 }
 
-/// A CA and a serving certificate for `sans`.
-pub fn generate(sans: Vec<String>) -> Result<TlsMaterial> {
-    let ca_key = KeyPair::generate().map_err(Error::CertificateFailed)?;
-    let mut ca_params =
-        CertificateParams::new(Vec::<String>::new()).map_err(Error::CertificateFailed)?;
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "leash admission CA");
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    let ca_cert = ca_params
-        .self_signed(&ca_key)
-        .map_err(Error::CertificateFailed)?;
-    let issuer = Issuer::new(ca_params, ca_key);
+/// A CA that signs serving certificates: its certificate (what goes into
+/// `caBundle`) and its key, PEM. Replicas that share one (leash serve keeps
+/// it in a Secret) present certificates every webhook configuration they
+/// write trusts, whichever replica wrote it last and whichever replica a
+/// Service sends a request to.
+#[derive(Clone, PartialEq, Eq)]
+pub struct CaMaterial {
+    /// The CA certificate, PEM.
+    pub cert_pem: String,
+    /// The CA's private key, PEM (PKCS#8).
+    pub key_pem: String,
+}
 
-    let key = KeyPair::generate().map_err(Error::CertificateFailed)?;
-    let mut params = CertificateParams::new(sans).map_err(Error::CertificateFailed)?;
+impl std::fmt::Debug for CaMaterial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CaMaterial")
+            .field("cert_pem_bytes", &self.cert_pem.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The CA's subject: a serving certificate's issuer must name it exactly.
+const CA_COMMON_NAME: &str = "leash admission CA";
+
+fn ca_params() -> Result<CertificateParams> {
+    let mut params =
+        CertificateParams::new(Vec::<String>::new()).map_err(Error::CertificateFailed)?;
     params
         .distinguished_name
-        .push(DnType::CommonName, "leash admission webhook");
-    let cert = params
-        .signed_by(&key, &issuer)
-        .map_err(Error::CertificateFailed)?;
-    let key_der =
-        PrivateKeyDer::try_from(key.serialize_der()).map_err(|e| Error::TlsFileInvalid {
-            what: "key",
-            path: "(generated)".into(),
-            message: e.to_string(),
-        })?;
-    Ok(TlsMaterial {
-        server_config: server_config(vec![cert.der().clone(), ca_cert.der().clone()], key_der)?,
-        ca_pem: ca_cert.pem(),
-    })
+        .push(DnType::CommonName, CA_COMMON_NAME);
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    Ok(params)
+}
+
+impl CaMaterial {
+    /// A new self-signed CA.
+    pub fn generate() -> Result<CaMaterial> {
+        let key = KeyPair::generate().map_err(Error::CertificateFailed)?;
+        let cert = ca_params()?
+            .self_signed(&key)
+            .map_err(Error::CertificateFailed)?;
+        Ok(CaMaterial {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        })
+    }
+
+    /// Checks that the certificate and key parse and belong together
+    /// (what a Secret holds is read back through this).
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        let key = KeyPair::from_pem(&self.key_pem).map_err(|e| format!("tls.key: {e}"))?;
+        let certs = CertificateDer::pem_slice_iter(self.cert_pem.as_bytes())
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| format!("tls.crt: {e}"))?;
+        let [cert] = certs.as_slice() else {
+            return Err(format!(
+                "tls.crt: expected one CERTIFICATE block, found {}",
+                certs.len()
+            ));
+        };
+        // The DER of the certificate holds the public key's bytes as is.
+        let public = key.public_key_raw();
+        if !cert.as_ref().windows(public.len()).any(|w| w == public) {
+            return Err("tls.key is not the key of tls.crt".into());
+        }
+        Ok(())
+    }
+
+    /// A serving certificate for `sans`, signed by this CA; the server
+    /// presents it with the CA certificate.
+    pub fn issue(&self, sans: Vec<String>) -> Result<TlsMaterial> {
+        let invalid = |message: String| Error::TlsFileInvalid {
+            what: "CA",
+            path: "(shared CA)".into(),
+            message,
+        };
+        self.validate().map_err(invalid)?;
+        let ca_key = KeyPair::from_pem(&self.key_pem).map_err(Error::CertificateFailed)?;
+        let ca_der = CertificateDer::from_pem_slice(self.cert_pem.as_bytes())
+            .map_err(|e| invalid(e.to_string()))?;
+        let issuer = Issuer::new(ca_params()?, ca_key);
+        let key = KeyPair::generate().map_err(Error::CertificateFailed)?;
+        let mut params = CertificateParams::new(sans).map_err(Error::CertificateFailed)?;
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "leash admission webhook");
+        let cert = params
+            .signed_by(&key, &issuer)
+            .map_err(Error::CertificateFailed)?;
+        let key_der =
+            PrivateKeyDer::try_from(key.serialize_der()).map_err(|e| Error::TlsFileInvalid {
+                what: "key",
+                path: "(generated)".into(),
+                message: e.to_string(),
+            })?;
+        Ok(TlsMaterial {
+            server_config: server_config(vec![cert.der().clone(), ca_der], key_der)?,
+            ca_pem: self.cert_pem.clone(),
+        })
+    }
+}
+
+/// A new CA and a serving certificate for `sans`.
+pub fn generate(sans: Vec<String>) -> Result<TlsMaterial> {
+    CaMaterial::generate()?.issue(sans)
 }
 
 fn server_config(

@@ -35,10 +35,12 @@ use std::time::Duration;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
-    RuleWithOperations, ServiceReference, ValidatingWebhook, ValidatingWebhookConfiguration,
-    WebhookClientConfig,
+    MatchCondition, RuleWithOperations, ServiceReference, ValidatingWebhook,
+    ValidatingWebhookConfiguration, WebhookClientConfig,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    LabelSelector, LabelSelectorRequirement, ObjectMeta,
+};
 use kube::api::{Api, DeleteParams, PostParams};
 use leash_policy::Engine;
 use leash_runtime::CancellationToken;
@@ -116,12 +118,85 @@ fn insert(out: &mut Rules, key: RuleKey, resource: String, ops: &[&'static str])
     resources.entry(resource).or_default().extend(ops);
 }
 
+/// API groups whose objects an operator needs to repair a cluster whose
+/// webhook is down: policies and reports (to delete the policy that
+/// blocks), webhook configurations and CRDs, leases (leader election of
+/// every controller), RBAC, certificate signing (kubelet bootstrap),
+/// token and access reviews, aggregated APIs.
+const RECOVERY_GROUPS: [&str; 13] = [
+    "kyverno.io",
+    "policies.kyverno.io",
+    "wgpolicyk8s.io",
+    "reports.kyverno.io",
+    "openreports.io",
+    "admissionregistration.k8s.io",
+    "apiextensions.k8s.io",
+    "apiregistration.k8s.io",
+    "coordination.k8s.io",
+    "rbac.authorization.k8s.io",
+    "certificates.k8s.io",
+    "authentication.k8s.io",
+    "authorization.k8s.io",
+];
+/// Core resources of the same kind: namespaces (to remove a broken
+/// workload's), nodes (kubelets update them), events.
+const RECOVERY_CORE: [&str; 3] = ["namespaces", "nodes", "events"];
+
+/// The CEL condition (over `request`) that a request is for one of the
+/// resources an operator needs to recover ([`RECOVERY_GROUPS`],
+/// [`RECOVERY_CORE`]).
+fn recovery_condition() -> String {
+    let quoted = |xs: &[&str]| {
+        xs.iter()
+            .map(|x| format!("'{x}'"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    format!(
+        "request.resource.group in [{}] || (request.resource.group == '' && request.resource.resource in [{}])",
+        quoted(&RECOVERY_GROUPS),
+        quoted(&RECOVERY_CORE)
+    )
+}
+
+/// Whether rules may send requests for a recovery resource.
+fn touches_recovery(rules: &Rules) -> bool {
+    rules.iter().any(|((group, _, _), resources)| {
+        group == "*"
+            || RECOVERY_GROUPS.contains(&group.as_str())
+            || (group.is_empty()
+                && resources.keys().any(|r| {
+                    let base = r.split('/').next().unwrap_or(r);
+                    base == "*" || RECOVERY_CORE.contains(&base)
+                }))
+    })
+}
+
+/// What the webhooks never send, whatever the policies match.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Exclusions {
+    /// Namespaces whose objects (and the Namespace objects themselves)
+    /// are never sent: leash's own (so it can always start again) and the
+    /// system ones (`--webhook-exclude-namespaces`, Kyverno's `kube-system`
+    /// default).
+    pub namespaces: Vec<String>,
+}
+
 /// The configuration for `engine`'s admission-enabled policies.
+///
+/// Two safeguards keep a webhook that is down from locking the cluster
+/// (Kyverno's #16177): every webhook has a `namespaceSelector` leaving out
+/// `exclusions.namespaces`; and requests for the resources an operator
+/// needs to recover (see [`RECOVERY_GROUPS`]) never go to the `Fail`
+/// webhook: a third webhook, `validate.kyverno.svc-fail-recovery`, sends
+/// them to the same policies with `failurePolicy: Ignore`. While leash
+/// answers, they are judged as before; while it cannot, they are allowed.
 pub fn build_configuration(
     name: &str,
     target: &ClientTarget,
     ca_pem: &str,
     timeout_seconds: u8,
+    exclusions: &Exclusions,
     engine: &Engine,
 ) -> ValidatingWebhookConfiguration {
     let mut fail = Rules::new();
@@ -165,11 +240,20 @@ pub fn build_configuration(
         let rules = if ignores { &mut ignore } else { &mut fail };
         insert(rules, (group, version, scope.to_string()), plural, &ops);
     }
-    let webhook = |policy: FailurePolicy, rules: Rules| {
-        let suffix = match policy {
-            FailurePolicy::Fail => "fail",
-            FailurePolicy::Ignore => "ignore",
-        };
+    let namespace_selector = (!exclusions.namespaces.is_empty()).then(|| LabelSelector {
+        match_expressions: Some(vec![LabelSelectorRequirement {
+            key: "kubernetes.io/metadata.name".to_string(),
+            operator: "NotIn".to_string(),
+            values: Some(exclusions.namespaces.clone()),
+        }]),
+        match_labels: None,
+    });
+    // (webhook name suffix, endpoint suffix, failure policy, condition)
+    let webhook = |name_suffix: &str,
+                   suffix: &str,
+                   policy: FailurePolicy,
+                   condition: Option<(&str, String)>,
+                   rules: Rules| {
         let client_config = match target {
             ClientTarget::Url(u) => WebhookClientConfig {
                 url: Some(format!("{}/{suffix}", u.trim_end_matches('/'))),
@@ -188,9 +272,16 @@ pub fn build_configuration(
             },
         };
         ValidatingWebhook {
-            name: format!("validate.kyverno.svc-{suffix}"),
+            name: format!("validate.kyverno.svc-{name_suffix}"),
             client_config,
             failure_policy: Some(policy.as_str().to_string()),
+            namespace_selector: namespace_selector.clone(),
+            match_conditions: condition.map(|(name, expression)| {
+                vec![MatchCondition {
+                    name: name.to_string(),
+                    expression,
+                }]
+            }),
             match_policy: Some("Equivalent".to_string()),
             side_effects: "None".to_string(),
             admission_review_versions: vec!["v1".to_string()],
@@ -226,10 +317,36 @@ pub fn build_configuration(
     };
     let mut webhooks = Vec::new();
     if !fail.is_empty() {
-        webhooks.push(webhook(FailurePolicy::Fail, fail));
+        if touches_recovery(&fail) {
+            webhooks.push(webhook(
+                "fail",
+                "fail",
+                FailurePolicy::Fail,
+                Some((
+                    "not-needed-for-recovery",
+                    format!("!({})", recovery_condition()),
+                )),
+                fail.clone(),
+            ));
+            webhooks.push(webhook(
+                "fail-recovery",
+                "fail",
+                FailurePolicy::Ignore,
+                Some(("needed-for-recovery", recovery_condition())),
+                fail,
+            ));
+        } else {
+            webhooks.push(webhook("fail", "fail", FailurePolicy::Fail, None, fail));
+        }
     }
     if !ignore.is_empty() {
-        webhooks.push(webhook(FailurePolicy::Ignore, ignore));
+        webhooks.push(webhook(
+            "ignore",
+            "ignore",
+            FailurePolicy::Ignore,
+            None,
+            ignore,
+        ));
     }
     ValidatingWebhookConfiguration {
         metadata: ObjectMeta {
@@ -254,9 +371,13 @@ pub struct Registrar {
     target: ClientTarget,
     ca_pem: String,
     timeout_seconds: u8,
+    exclusions: Exclusions,
     cleanup: bool,
     shutdown_timeout: Duration,
     retry_interval: Duration,
+    /// How often the written configuration is read back and restored if
+    /// someone deleted or changed it.
+    resync_interval: Duration,
     /// True once the configuration was written (and stays true).
     registered: watch::Sender<bool>,
 }
@@ -292,9 +413,13 @@ impl Registrar {
             },
             ca_pem,
             timeout_seconds: settings.timeout_seconds,
+            exclusions: Exclusions {
+                namespaces: settings.excluded_namespaces.clone(),
+            },
             cleanup: settings.cleanup_webhooks,
             shutdown_timeout: settings.shutdown_timeout,
             retry_interval: Duration::from_secs(5),
+            resync_interval: Duration::from_secs(30),
             registered: watch::Sender::new(false),
         }
     }
@@ -329,6 +454,7 @@ impl Registrar {
                 &self.target,
                 &self.ca_pem,
                 self.timeout_seconds,
+                &self.exclusions,
                 &engine,
             );
             let mut failed = false;
@@ -350,16 +476,43 @@ impl Registrar {
                 }
             }
             let policies = &mut self.policies;
-            let retry = self.retry_interval;
+            let pause = if failed {
+                self.retry_interval
+            } else {
+                self.resync_interval
+            };
             let wait = async move {
-                if failed {
-                    let _ = tokio::time::timeout(retry, policies.changed()).await;
-                } else if policies.changed().await.is_err() {
-                    std::future::pending::<()>().await;
+                match tokio::time::timeout(pause, policies.changed()).await {
+                    Ok(Ok(())) => false,
+                    Ok(Err(_)) => {
+                        // No more policy sets: only resyncs from now on.
+                        tokio::time::sleep(pause).await;
+                        true
+                    }
+                    Err(_) => true,
                 }
             };
-            if token.run_until_cancelled(wait).await.is_none() {
-                break;
+            match token.run_until_cancelled(wait).await {
+                None => break,
+                // A resync: written again only if what the API server
+                // holds differs (deleted, edited by hand, by an older run).
+                Some(true) if !failed => {
+                    match token.run_until_cancelled(api.get_opt(&self.name)).await {
+                        None => break,
+                        Some(Ok(current)) => {
+                            if !current.as_ref().is_some_and(|c| {
+                                applied.as_ref().is_some_and(|a| same_essentials(c, a))
+                            }) {
+                                tracing::warn!(name = %self.name, "the webhook configuration was deleted or changed by someone else; writing it again");
+                                applied = None;
+                            }
+                        }
+                        Some(Err(e)) => {
+                            tracing::warn!(name = %self.name, "reading the webhook configuration back: {e}");
+                        }
+                    }
+                }
+                Some(_) => {}
             }
         }
         if self.cleanup {
@@ -381,6 +534,43 @@ impl Registrar {
         }
         Ok(())
     }
+}
+
+/// Whether what the API server holds is what was written, ignoring the
+/// fields it fills in (defaults, metadata).
+fn same_essentials(
+    current: &ValidatingWebhookConfiguration,
+    written: &ValidatingWebhookConfiguration,
+) -> bool {
+    let essentials = |c: &ValidatingWebhookConfiguration| {
+        c.webhooks
+            .iter()
+            .flatten()
+            .map(|w| {
+                (
+                    w.name.clone(),
+                    w.client_config.url.clone(),
+                    w.client_config.service.as_ref().map(|s| {
+                        (
+                            s.namespace.clone(),
+                            s.name.clone(),
+                            s.path.clone(),
+                            s.port.unwrap_or(443),
+                        )
+                    }),
+                    w.client_config.ca_bundle.clone(),
+                    w.failure_policy.clone(),
+                    w.rules.clone(),
+                    w.namespace_selector
+                        .as_ref()
+                        .and_then(|n| n.match_expressions.clone()),
+                    w.match_conditions.clone(),
+                    w.timeout_seconds,
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    essentials(current) == essentials(written)
 }
 
 /// Creates, or replaces with the read resourceVersion (invariant 2).
@@ -445,12 +635,15 @@ mod tests {
             &ClientTarget::Url("https://127.0.0.1:9443/validate/".into()),
             "CA",
             7,
+            &Exclusions::default(),
             &e,
         );
         let v = serde_json::to_value(&cfg).unwrap();
         assert_eq!(v["metadata"]["name"], "leash-validating-webhook-cfg");
         let hooks = v["webhooks"].as_array().unwrap();
-        assert_eq!(hooks.len(), 1, "no policy needs the Ignore webhook");
+        // No policy needs the Ignore webhook; Namespaces need the recovery one.
+        assert_eq!(hooks.len(), 2);
+        assert_eq!(hooks[1]["name"], "validate.kyverno.svc-fail-recovery");
         let h = &hooks[0];
         assert_eq!(h["name"], "validate.kyverno.svc-fail");
         assert_eq!(h["failurePolicy"], "Fail");
@@ -506,6 +699,7 @@ mod tests {
             &ClientTarget::Url("https://127.0.0.1:9443/validate".into()),
             "CA",
             10,
+            &Exclusions::default(),
             &e,
         );
         let v = serde_json::to_value(&cfg).unwrap();
@@ -563,6 +757,7 @@ mod tests {
             &ClientTarget::Url("https://127.0.0.1:9443/validate".into()),
             "CA",
             10,
+            &Exclusions::default(),
             &e,
         );
         let v = serde_json::to_value(&cfg).unwrap();
@@ -597,7 +792,14 @@ mod tests {
             port: Some(443),
             path: "/validate".into(),
         });
-        let cfg = build_configuration("n", &target, "CA", 10, &engine(&[cpol("a", &["*"], true)]));
+        let cfg = build_configuration(
+            "n",
+            &target,
+            "CA",
+            10,
+            &Exclusions::default(),
+            &engine(&[cpol("a", &["*"], true)]),
+        );
         let v = serde_json::to_value(&cfg).unwrap();
         let h = &v["webhooks"][0];
         assert_eq!(
@@ -606,7 +808,100 @@ mod tests {
         );
         assert!(h["clientConfig"].get("url").is_none());
         assert_eq!(h["rules"][0]["resources"], json!(["*"]));
-        let empty = build_configuration("n", &target, "CA", 10, &Engine::new());
+        let empty = build_configuration(
+            "n",
+            &target,
+            "CA",
+            10,
+            &Exclusions::default(),
+            &Engine::new(),
+        );
         assert_eq!(empty.webhooks, Some(vec![]));
+    }
+
+    /// Issue 38 (3): leash's own and the system namespaces are never sent,
+    /// and the resources needed to recover (policies, namespaces, leases,
+    /// ...) go to the Fail policies through a webhook that fails open; a
+    /// set that cannot match them gets no such webhook.
+    #[test]
+    fn a_down_webhook_cannot_lock_the_cluster() {
+        let target = ClientTarget::Url("https://127.0.0.1:9443/validate".into());
+        let exclusions = Exclusions {
+            namespaces: vec!["kyverno".into(), "kube-system".into()],
+        };
+        let cfg = build_configuration(
+            "n",
+            &target,
+            "CA",
+            10,
+            &exclusions,
+            &engine(&[cpol("all", &["*"], true)]),
+        );
+        let v = serde_json::to_value(&cfg).unwrap();
+        let hooks = v["webhooks"].as_array().unwrap();
+        let names: Vec<&str> = hooks.iter().map(|h| h["name"].as_str().unwrap()).collect();
+        assert_eq!(
+            names,
+            [
+                "validate.kyverno.svc-fail",
+                "validate.kyverno.svc-fail-recovery"
+            ]
+        );
+        for h in hooks {
+            assert_eq!(
+                h["namespaceSelector"],
+                json!({"matchExpressions": [{"key": "kubernetes.io/metadata.name",
+                    "operator": "NotIn", "values": ["kyverno", "kube-system"]}]}),
+                "{h}"
+            );
+            assert_eq!(h["rules"], hooks[0]["rules"], "same rules");
+            assert_eq!(
+                h["clientConfig"]["url"], "https://127.0.0.1:9443/validate/fail",
+                "both judged by the Fail policies"
+            );
+        }
+        assert_eq!(hooks[0]["failurePolicy"], "Fail");
+        assert_eq!(hooks[1]["failurePolicy"], "Ignore");
+        let fail_cond = hooks[0]["matchConditions"][0]["expression"]
+            .as_str()
+            .unwrap();
+        let recovery_cond = hooks[1]["matchConditions"][0]["expression"]
+            .as_str()
+            .unwrap();
+        assert_eq!(fail_cond, format!("!({recovery_cond})"));
+        for needed in [
+            "'kyverno.io'",
+            "'policies.kyverno.io'",
+            "'coordination.k8s.io'",
+            "'namespaces'",
+        ] {
+            assert!(
+                recovery_cond.contains(needed),
+                "{needed} in {recovery_cond}"
+            );
+        }
+
+        // Pods only: nothing to recover through this webhook.
+        let cfg = build_configuration(
+            "n",
+            &target,
+            "CA",
+            10,
+            &exclusions,
+            &engine(&[cpol("pods", &["Pod"], true)]),
+        );
+        let v = serde_json::to_value(&cfg).unwrap();
+        assert_eq!(v["webhooks"].as_array().unwrap().len(), 1, "{v}");
+        assert!(v["webhooks"][0].get("matchConditions").is_none(), "{v}");
+        // A policy on Namespaces alone gets the recovery webhook too.
+        let cfg = build_configuration(
+            "n",
+            &target,
+            "CA",
+            10,
+            &exclusions,
+            &engine(&[cpol("ns", &["Namespace"], true)]),
+        );
+        assert_eq!(cfg.webhooks.unwrap().len(), 2);
     }
 }

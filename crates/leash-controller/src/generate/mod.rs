@@ -404,7 +404,7 @@ impl Background {
                         }
                         Change::Deleted(_) => {}
                     },
-                    |e| tracing::debug!("watching updaterequests: {e}"),
+                    |_| {},
                 )
                 .await;
                 Ok::<(), std::convert::Infallible>(())
@@ -726,9 +726,8 @@ impl Shared {
                         }
                     }
                 },
-                |e| {
+                |_| {
                     this.metrics.api_errors.inc();
-                    tracing::debug!("watching {}: {e}", ar.plural);
                 },
             )
             .await;

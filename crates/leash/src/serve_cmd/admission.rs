@@ -271,6 +271,10 @@ impl Admission {
         token: CancellationToken,
     ) -> anyhow::Result<Started> {
         let (engine_tx, engine_rx) = watch::channel(Arc::new(Engine::new()));
+        // Reviews are answered by their failure policy until the first
+        // whole policy set is served (a stale configuration of an earlier
+        // run may send them at once).
+        let (ready_tx, ready_rx) = watch::channel(false);
         let cache_watcher = CacheWatcher::for_admission(self.client.clone(), self.metrics.clone());
         let sink = Arc::new(EphemeralSink {
             client: self.client.clone(),
@@ -296,7 +300,8 @@ impl Admission {
             recorder.clone(),
             registry,
         )
-        .map_err(|e| usage(format!("--admission-listen: {e}")))?
+        .map_err(|e| setup_error(e, self.settings.tls_cert.is_some()))?
+        .until_ready(ready_rx)
         .with_triggers(Arc::new(UpdateRequestSink {
             client: self.client.clone(),
             namespace: self.update_request_namespace.clone(),
@@ -344,6 +349,7 @@ impl Admission {
             };
             if let Some(engine) = first {
                 engine_tx.send_replace(Arc::new(engine));
+                ready_tx.send_replace(true);
                 scope.spawn("webhook registrar", registrar.run(t.clone()));
             }
             // Feed the server the admission view of each policy set.
@@ -371,5 +377,175 @@ impl Admission {
             registered,
             run: run.boxed(),
         })
+    }
+}
+
+/// An error of the admission server's setup, naming the flag to fix and
+/// keeping its cause (the OS's reason a bind failed). `tls_files`: the
+/// certificate and key came from `--tls-cert`/`--tls-key`.
+fn setup_error(e: leash_webhook::Error, tls_files: bool) -> anyhow::Error {
+    use leash_webhook::Error;
+    match e {
+        Error::BindFailed { addr, source } => usage(format!(
+            "--admission-listen {addr}: cannot listen: {source}"
+        )),
+        Error::TlsFileInvalid { what, .. } => {
+            let flag = if what == "key" {
+                "--tls-key"
+            } else {
+                "--tls-cert"
+            };
+            usage(format!("{flag}: {e}"))
+        }
+        // Its message names both flags.
+        Error::TlsIncomplete(_) => usage(e.to_string()),
+        Error::TlsConfigFailed(ref source) if tls_files => {
+            usage(format!("--tls-cert/--tls-key: {e}: {source}"))
+        }
+        e => anyhow::Error::new(e).context("starting the admission webhook"),
+    }
+}
+
+/// The shared webhook CA from the Secret `namespace/name` (created at the
+/// first start), retried with backoff while the API server cannot be
+/// reached or refuses; each failure is logged at warn, naming the Secret.
+pub(crate) async fn shared_ca(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> leash_webhook::CaMaterial {
+    let mut delay = std::time::Duration::from_millis(500);
+    loop {
+        match leash_webhook::shared_ca(client, namespace, name).await {
+            Ok(ca) => return ca,
+            Err(e) => {
+                let why = match std::error::Error::source(&e)
+                    .and_then(|s| s.downcast_ref::<kube::Error>())
+                {
+                    Some(k) => leash_controller::watch::client_error_reason(k),
+                    None => e.to_string(),
+                };
+                tracing::warn!("{e}: {why}; retrying in {delay:?}");
+            }
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(std::time::Duration::from_secs(30));
+    }
+}
+
+/// Deletes the ValidatingWebhookConfiguration `name` that leash wrote, if
+/// none of its webhooks can be answered: a URL where nothing accepts a
+/// connection, a Service with no ready endpoint. One that something
+/// answers (another replica serving admission) is left alone.
+pub(crate) async fn remove_if_unanswered(
+    client: &kube::Client,
+    name: &str,
+    token: &CancellationToken,
+) {
+    use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+    let api: kube::Api<ValidatingWebhookConfiguration> = kube::Api::all(client.clone());
+    let mut delay = std::time::Duration::from_millis(500);
+    let current = loop {
+        match token.run_until_cancelled(api.get_opt(name)).await {
+            None => return,
+            Some(Ok(c)) => break c,
+            Some(Err(e)) => tracing::warn!(
+                "reading ValidatingWebhookConfiguration {name} (to remove it if stale): {}; retrying in {delay:?}",
+                leash_controller::watch::client_error_reason(&e)
+            ),
+        }
+        if token
+            .run_until_cancelled(tokio::time::sleep(delay))
+            .await
+            .is_none()
+        {
+            return;
+        }
+        delay = (delay * 2).min(std::time::Duration::from_secs(30));
+    };
+    let Some(current) = current else { return };
+    let ours = current
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get("webhook.kyverno.io/managed-by"))
+        .is_some_and(|v| v == "leash");
+    if !ours {
+        return;
+    }
+    for hook in current.webhooks.iter().flatten() {
+        let answered = match (&hook.client_config.url, &hook.client_config.service) {
+            (Some(url), _) => url_accepts(url).await,
+            (None, Some(svc)) => service_has_endpoints(client, &svc.namespace, &svc.name).await,
+            (None, None) => false,
+        };
+        if answered {
+            tracing::info!(
+                "ValidatingWebhookConfiguration {name} is served elsewhere (webhook {}); left in place",
+                hook.name
+            );
+            return;
+        }
+    }
+    let params = kube::api::DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            resource_version: current.metadata.resource_version.clone(),
+            uid: None,
+        }),
+        ..Default::default()
+    };
+    match token.run_until_cancelled(api.delete(name, &params)).await {
+        Some(Ok(_)) => tracing::warn!(
+            "removed ValidatingWebhookConfiguration {name}: admission is not a component of this run and nothing answers its webhooks, which would fail every request they match"
+        ),
+        Some(Err(e)) => tracing::warn!(
+            "removing the stale ValidatingWebhookConfiguration {name}: {}",
+            leash_controller::watch::client_error_reason(&e)
+        ),
+        None => {}
+    }
+}
+
+/// Whether something accepts a TCP connection at the URL's host and port
+/// within 3 s.
+async fn url_accepts(url: &str) -> bool {
+    let Ok(uri) = url.parse::<http::Uri>() else {
+        return false;
+    };
+    let Some(host) = uri.host() else { return false };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let port = uri.port_u16().unwrap_or(443);
+    matches!(
+        tokio::time::timeout(
+            std::time::Duration::from_secs(3),
+            tokio::net::TcpStream::connect((host, port)),
+        )
+        .await,
+        Ok(Ok(_))
+    )
+}
+
+/// Whether the Service has a ready endpoint (EndpointSlices); an error
+/// reading them counts as "answered" (never delete on a doubt).
+async fn service_has_endpoints(client: &kube::Client, namespace: &str, name: &str) -> bool {
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    let api: kube::Api<EndpointSlice> = kube::Api::namespaced(client.clone(), namespace);
+    let params =
+        kube::api::ListParams::default().labels(&format!("kubernetes.io/service-name={name}"));
+    match api.list(&params).await {
+        Ok(list) => list.items.iter().any(|slice| {
+            slice
+                .endpoints
+                .iter()
+                .flatten()
+                .any(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
+        }),
+        Err(e) => {
+            tracing::warn!(
+                "reading the endpoints of Service {namespace}/{name}: {}; the webhook configuration is left in place",
+                leash_controller::watch::client_error_reason(&e)
+            );
+            true
+        }
     }
 }

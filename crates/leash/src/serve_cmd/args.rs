@@ -31,10 +31,16 @@ pub(crate) struct Args {
     /// Address of the admission webhook's HTTPS server.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9443")]
     admission_listen: SocketAddr,
-    /// PEM certificate (chain) of the webhook server (default: a self-signed
-    /// CA and certificate generated at start).
+    /// PEM certificate (chain) of the webhook server (default: a serving
+    /// certificate generated at start, signed by the CA of --ca-secret).
     #[arg(long, value_name = "PATH", requires = "tls_key")]
     tls_cert: Option<PathBuf>,
+    /// Without --tls-cert: the kubernetes.io/tls Secret, in
+    /// --config-namespace, holding the webhook CA that every replica and
+    /// every restart shares (created at first start). Its certificate is
+    /// the webhook configuration's caBundle.
+    #[arg(long, value_name = "NAME", default_value = "leash-webhook-ca")]
+    ca_secret: String,
     /// PEM private key of --tls-cert.
     #[arg(long, value_name = "PATH", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
@@ -45,6 +51,18 @@ pub(crate) struct Args {
     /// Point the webhook configuration at a Service instead: NAMESPACE/NAME[:PORT].
     #[arg(long, value_name = "NS/NAME[:PORT]", conflicts_with = "webhook_url")]
     webhook_service: Option<String>,
+    /// Namespaces whose requests never go to the webhooks, comma-separated
+    /// (Kyverno's default: kube-system). leash's own namespaces
+    /// (--config-namespace, --lease-namespace, the --webhook-service's)
+    /// are always left out, so a webhook that is down cannot keep leash
+    /// from starting again.
+    #[arg(
+        long,
+        value_name = "LIST",
+        value_delimiter = ',',
+        default_value = "kube-system"
+    )]
+    webhook_exclude_namespaces: Vec<String>,
     /// timeoutSeconds of the webhooks (1 to 30).
     #[arg(long, value_name = "SECONDS", default_value_t = 10)]
     webhook_timeout: u8,
@@ -75,7 +93,8 @@ pub(crate) struct Args {
     /// Concurrent evaluating workers of the background scan (default: 2 per core).
     #[arg(long, value_name = "N")]
     workers: Option<usize>,
-    /// Run the reports component only while holding a coordination.k8s.io Lease.
+    /// Run the reports and background (generate) components only while
+    /// holding a coordination.k8s.io Lease (admission runs on every replica).
     #[arg(long)]
     leader_elect: bool,
     /// The Lease's name.
@@ -156,6 +175,9 @@ pub(crate) struct Settings {
     pub(crate) max_ephemeral_reports: usize,
     pub(crate) lease: Option<LeaseSettings>,
     pub(crate) admission: Option<leash_webhook::Settings>,
+    /// Where the shared webhook CA is kept (namespace, name); None with
+    /// --tls-cert.
+    pub(crate) ca_secret: Option<(String, String)>,
     pub(crate) health: Option<SocketAddr>,
     pub(crate) metrics_addr: Option<SocketAddr>,
     pub(crate) shutdown_timeout: Duration,
@@ -200,11 +222,45 @@ impl Args {
             .as_deref()
             .map(parse_service)
             .transpose()?;
+        let mut excluded_namespaces: Vec<String> = Vec::new();
+        for ns in self
+            .webhook_exclude_namespaces
+            .iter()
+            .map(|n| n.trim())
+            .chain([
+                self.config_namespace.as_str(),
+                self.lease_namespace.as_str(),
+            ])
+            .chain(service.as_ref().map(|s| s.namespace.as_str()))
+        {
+            if ns.is_empty() {
+                continue;
+            }
+            if !is_dns_label(ns) {
+                return Err(usage(format!(
+                    "--webhook-exclude-namespaces: {ns:?} is not a namespace name (lowercase letters, digits and '-', at most 63)"
+                )));
+            }
+            if !excluded_namespaces.iter().any(|n| n == ns) {
+                excluded_namespaces.push(ns.to_string());
+            }
+        }
+        if self.tls_cert.is_none() && !is_dns_subdomain(&self.ca_secret) {
+            return Err(usage(format!(
+                "--ca-secret: {:?} is not a Secret name",
+                self.ca_secret
+            )));
+        }
+        let ca_secret = self
+            .tls_cert
+            .is_none()
+            .then(|| (self.config_namespace.clone(), self.ca_secret.clone()));
         let admission = components.admission.then(|| leash_webhook::Settings {
             listen: self.admission_listen,
             tls_cert: self.tls_cert.clone(),
             tls_key: self.tls_key.clone(),
             webhook_url: self.webhook_url.clone(),
+            excluded_namespaces,
             service,
             timeout_seconds: self.webhook_timeout,
             cleanup_webhooks: self.cleanup_webhooks,
@@ -236,6 +292,7 @@ impl Args {
             max_ephemeral_reports: self.max_ephemeral_reports,
             lease,
             admission,
+            ca_secret,
             health: self.health,
             metrics_addr: self.metrics,
             shutdown_timeout: self.shutdown_timeout,
@@ -256,6 +313,21 @@ fn default_identity() -> String {
         })
         .unwrap_or_else(|| "leash".into());
     format!("{host}_{}", std::process::id())
+}
+
+/// An RFC 1123 label (a namespace name).
+fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// An RFC 1123 subdomain (most object names).
+fn is_dns_subdomain(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns_label)
 }
 
 /// `NS/NAME[:PORT]` of --webhook-service.

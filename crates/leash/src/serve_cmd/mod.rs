@@ -202,7 +202,19 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     }
 
-    if let Some(webhook) = settings.admission.clone() {
+    if let Some(mut webhook) = settings.admission.clone() {
+        if let Some((namespace, name)) = &settings.ca_secret {
+            // Every replica and every restart presents a certificate of
+            // this CA: the caBundle any of them wrote stays valid.
+            let shared = admission::shared_ca(&client, namespace, name);
+            tokio::select! {
+                ca = shared => webhook.ca = Some(ca),
+                signal = signals.recv() => {
+                    eprintln!("leash serve: {signal} while reading the webhook CA, shutting down");
+                    return Ok(shut_down(root, settings.shutdown_timeout).await);
+                }
+            }
+        }
         let started = admission::Admission {
             client: client.clone(),
             settings: webhook,
@@ -217,6 +229,19 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
             Some(started.registered.clone());
         eprintln!("leash serve: admission webhook at {}", started.url);
         root.spawn("admission", started.run);
+    } else {
+        // Not serving admission: a configuration an earlier run left
+        // behind, pointing at a webhook nothing answers, would fail every
+        // matching request (Kyverno's #16177).
+        let (client, name, token) = (
+            client.clone(),
+            leash_webhook::Settings::default().configuration_name,
+            root.token().clone(),
+        );
+        root.spawn("stale webhook check", async move {
+            admission::remove_if_unanswered(&client, &name, &token).await;
+            Ok::<(), std::convert::Infallible>(())
+        });
     }
 
     let registry = Arc::new(registry);
