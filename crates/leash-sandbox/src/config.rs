@@ -29,8 +29,11 @@ pub struct SandboxConfig {
     /// (`clientConfig.service`) are reached: `namespace/name` → an `https://HOST:PORT`
     /// base URL (its path, if any, is prepended to the service's `path`). The
     /// certificate is verified for `NAME.NAMESPACE.svc`, as kube-apiserver does;
-    /// the service's port is only named in messages. Start fails on a key that is
-    /// not `namespace/name`; a bad URL fails the calls that use it.
+    /// the service's port is only named in messages. Several base URLs,
+    /// comma-separated, are the Service's endpoints: each call goes to the
+    /// next (as kube-apiserver spreads calls over a Service's endpoints).
+    /// Start fails on a key that is not `namespace/name`; a bad URL fails
+    /// the calls that use it.
     pub webhook_services: BTreeMap<String, String>,
 }
 

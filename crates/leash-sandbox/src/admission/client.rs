@@ -46,6 +46,9 @@ pub(crate) struct Endpoint {
     path_and_query: String,
 }
 
+/// The next endpoint a Service's calls go to.
+static NEXT_ENDPOINT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 /// The endpoint of `target`; `services` maps `namespace/name` to the base URL a
 /// service reference is reached at. Errors say what is wrong with the configuration.
 pub(crate) fn endpoint(
@@ -76,11 +79,16 @@ pub(crate) fn endpoint(
             path,
         } => {
             let key = format!("{namespace}/{name}");
-            let base = services.get(&key).ok_or_else(|| {
+            let bases = services.get(&key).ok_or_else(|| {
                 format!(
                     "service {key} is not known to the sandbox (map it to a URL with --webhook-service {key}=https://HOST:PORT)"
                 )
             })?;
+            // Endpoints in turn; one counter for all services is enough
+            // to spread calls.
+            let endpoints: Vec<&str> = bases.split(',').map(str::trim).collect();
+            let turn = NEXT_ENDPOINT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let base = endpoints[turn % endpoints.len()];
             let (host, real_port, base_path) =
                 split_https(base, &format!("the URL of service {key}"))?;
             let path = format!("{}{path}", base_path.trim_end_matches('/'));

@@ -149,6 +149,7 @@ impl Store {
                 obj["spec"] = json!({"finalizers": ["kubernetes"]});
             }
             obj["status"] = json!({"phase": "Active"});
+            set_namespace_name_label(&mut obj, &name);
         }
         let rv = st.rv + 1;
         if rt.group.is_empty() && rt.plural == "services" {
@@ -256,6 +257,10 @@ impl Store {
         }
         let mut new = merge_part(rt, &old, new, part);
         check_schema(rt, &mut new)?;
+        if rt.group.is_empty() && rt.plural == "namespaces" {
+            let name = old["metadata"]["name"].as_str().unwrap_or("").to_string();
+            set_namespace_name_label(&mut new, &name);
+        }
         for k in [
             "uid",
             "creationTimestamp",
@@ -462,6 +467,21 @@ fn merge_part(rt: &ResourceType, old: &Value, new: Value, part: Part) -> Value {
 }
 
 /// Gives `out` the `status` of `from`, or no `status` if `from` has none.
+/// kube-apiserver labels every Namespace `kubernetes.io/metadata.name:
+/// NAME` on create and update (what webhooks' namespaceSelectors use to
+/// name namespaces), whatever the request said.
+fn set_namespace_name_label(obj: &mut Value, name: &str) {
+    if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        let labels = meta
+            .entry("labels")
+            .or_insert_with(|| Value::Object(serde_json::Map::new()));
+        if !labels.is_object() {
+            *labels = Value::Object(serde_json::Map::new());
+        }
+        labels["kubernetes.io/metadata.name"] = Value::String(name.to_string());
+    }
+}
+
 fn copy_status(out: &mut Value, from: &Value) {
     match from.get("status") {
         Some(s) => out["status"] = s.clone(),

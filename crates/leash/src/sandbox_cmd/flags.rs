@@ -32,7 +32,8 @@ of the stored admissionregistration.k8s.io/v1 ValidatingWebhookConfiguration and
 MutatingWebhookConfiguration objects, as kube-apiserver does: https only, the server verified \
 against clientConfig.caBundle (never the system roots), timeoutSeconds and failurePolicy \
 honoured. A clientConfig.service is reached at the URL --webhook-service maps it to, its \
-certificate verified for NAME.NAMESPACE.svc.
+certificate verified for NAME.NAMESPACE.svc; several comma-separated URLs are the \
+Service's endpoints, called in turn.
 
 When ready, the first line on stdout is the server's base URL. SIGINT or SIGTERM stops it.
 
@@ -196,7 +197,7 @@ fn parse_listen(s: &str) -> Result<SocketAddr, String> {
     })
 }
 
-/// `--webhook-service`: `NAMESPACE/NAME=https://HOST:PORT[/PATH]`.
+/// `--webhook-service`: `NAMESPACE/NAME=https://HOST:PORT[/PATH][,URL...]`.
 fn parse_webhook_service(s: &str) -> Result<(String, String), String> {
     let usage = "expected NAMESPACE/NAME=https://HOST:PORT, for example kyverno/kyverno-svc=https://127.0.0.1:9443";
     let (service, url) = s.split_once('=').ok_or_else(|| format!("{s:?}: {usage}"))?;
@@ -206,13 +207,15 @@ fn parse_webhook_service(s: &str) -> Result<(String, String), String> {
     if !valid_service {
         return Err(format!("{service:?} is not NAMESPACE/NAME: {usage}"));
     }
-    let uri: http::Uri = url
-        .parse()
-        .map_err(|e| format!("{url:?} is not a URL ({e}): {usage}"))?;
-    if uri.scheme_str() != Some("https") || uri.host().is_none_or(str::is_empty) {
-        return Err(format!(
-            "{url:?}: webhooks are called over https only: {usage}"
-        ));
+    for url in url.split(',') {
+        let uri: http::Uri = url
+            .parse()
+            .map_err(|e| format!("{url:?} is not a URL ({e}): {usage}"))?;
+        if uri.scheme_str() != Some("https") || uri.host().is_none_or(str::is_empty) {
+            return Err(format!(
+                "{url:?}: webhooks are called over https only: {usage}"
+            ));
+        }
     }
     Ok((service.to_owned(), url.to_owned()))
 }

@@ -4,6 +4,7 @@
 mod admission_chain;
 mod context;
 mod deploy;
+mod fail_closed;
 mod generate;
 mod load;
 mod mpol;

@@ -1,0 +1,351 @@
+//! Issue 38, items 1-3: `leash serve` fails closed at start, its replicas
+//! share one CA behind a Service, and a webhook configuration left by a
+//! stopped leash cannot lock the cluster.
+
+use std::fs::File;
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use leash_sandbox::{Sandbox, SandboxConfig};
+use serde_json::{Value, json};
+
+use crate::support::{
+    BOUND, ChildGuard, free_port, http_get, http_post_json, leash, repo, wait_ready,
+};
+
+/// A sandbox with leash's CRDs, the example policies (disallow-latest-tag
+/// in Enforce) and the `kyverno` namespace; every request takes `latency`.
+async fn sandbox(latency: Duration, services: &[(&str, String)]) -> Sandbox {
+    let mut objects = leash_sandbox::manifests::load_manifests(&[
+        repo().join("deploy/crds"),
+        repo().join("deploy/examples/policies"),
+    ])
+    .unwrap();
+    objects.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kyverno"}}));
+    Sandbox::start(SandboxConfig {
+        objects,
+        faults: leash_sandbox::Faults {
+            latency,
+            ..leash_sandbox::Faults::default()
+        },
+        webhook_services: services
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect(),
+        ..SandboxConfig::default()
+    })
+    .await
+    .unwrap()
+}
+
+fn addr(sb: &Sandbox) -> String {
+    sb.url().trim_start_matches("http://").to_string()
+}
+
+fn pod(name: &str, namespace: &str, image: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/name": "x"}},
+        "spec": {"containers": [{"name": "c", "image": image}]}})
+}
+
+/// Creates the pod through the sandbox (which calls the webhooks): the
+/// status and the answer.
+fn create_pod(addr: &str, p: &Value) -> (u16, String) {
+    let ns = p["metadata"]["namespace"].as_str().unwrap();
+    http_post_json(addr, &format!("/api/v1/namespaces/{ns}/pods"), p)
+}
+
+/// `leash serve` against `url` with its stderr in `log`.
+fn serve(url: &str, args: &[&str], log: &Path) -> ChildGuard {
+    ChildGuard(
+        leash()
+            .args(["serve", "--server", url])
+            .args(args)
+            .env("LEASH_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(File::create(log).unwrap())
+            .spawn()
+            .expect("run leash serve"),
+    )
+}
+
+fn kill(child: &mut ChildGuard) {
+    child.0.kill().unwrap();
+    child.0.wait().unwrap();
+}
+
+/// Item 1: a leash SIGKILLed and started again (same port, the CA from
+/// its Secret, so the configuration it left behind still trusts it) is
+/// flooded with pods its Enforce policy denies, from before its restart
+/// until after it is ready: none is admitted. The flood meets the three
+/// phases: nothing listening (the API server's failure policy), listening
+/// before the policies are read (leash answers by the failure policy),
+/// and the policies served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_webhook_admits_nothing_before_its_policies_are_read() {
+    let sb = sandbox(Duration::from_millis(150), &[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port().to_string();
+    let health = format!("127.0.0.1:{}", free_port());
+    let listen = format!("127.0.0.1:{port}");
+    let args = [
+        "--components",
+        "admission",
+        "--admission-listen",
+        &listen,
+        "--health",
+        &health,
+    ];
+    let mut first = serve(&sb.url(), &args, &dir.path().join("first.log"));
+    wait_ready(&health).await;
+    let secret = sb
+        .store()
+        .get("v1", "Secret", Some("kyverno"), "leash-webhook-ca")
+        .expect("the shared CA is kept in its Secret");
+    assert_eq!(secret["type"], "kubernetes.io/tls");
+    let a = addr(&sb);
+    let (code, body) =
+        tokio::task::block_in_place(|| create_pod(&a, &pod("p0", "default", "nginx:latest")));
+    assert!(
+        code >= 400 && body.contains("disallow-latest-tag"),
+        "{code} {body}"
+    );
+    kill(&mut first);
+
+    let stop = AtomicBool::new(false);
+    let second_log = dir.path().join("second.log");
+    let mut second = None;
+    let answers: Vec<(u16, String)> = tokio::task::block_in_place(|| {
+        std::thread::scope(|scope| {
+            // Eight clients, each creating pods one after another.
+            let flood: Vec<_> = (0..8)
+                .map(|t| {
+                    let (stop, a) = (&stop, &a);
+                    scope.spawn(move || {
+                        let mut answers: Vec<(u16, String)> = Vec::new();
+                        let mut i = 0;
+                        while !stop.load(Ordering::Acquire) {
+                            i += 1;
+                            let name = format!("f{t}-{i}");
+                            answers.push(create_pod(a, &pod(&name, "default", "nginx:latest")));
+                        }
+                        answers
+                    })
+                })
+                .collect();
+            std::thread::sleep(Duration::from_millis(300));
+            // One API request in three fails: the policy kinds' lists are
+            // retried with backoff, so the policies are read well after
+            // leash listens (as on a loaded API server).
+            sb.set_faults(leash_sandbox::Faults {
+                latency: Duration::from_millis(150),
+                fail_rate: 0.33,
+                ..leash_sandbox::Faults::default()
+            });
+            second = Some(serve(&sb.url(), &args, &second_log));
+            let start = Instant::now();
+            while !(std::net::TcpStream::connect(&health).is_ok()
+                && http_get(&health, "/readyz").0 == 200)
+            {
+                assert!(start.elapsed() < BOUND, "/readyz never 200");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            sb.set_faults(leash_sandbox::Faults {
+                latency: Duration::from_millis(150),
+                ..leash_sandbox::Faults::default()
+            });
+            std::thread::sleep(Duration::from_millis(500));
+            stop.store(true, Ordering::Release);
+            flood.into_iter().flat_map(|t| t.join().unwrap()).collect()
+        })
+    });
+    let mut second = second.expect("started");
+    kill(&mut second);
+
+    let admitted: Vec<&(u16, String)> = answers.iter().filter(|(c, _)| *c < 300).collect();
+    assert!(
+        admitted.is_empty(),
+        "{} of {} nginx:latest pods admitted across the restart: {:?}\nleash said:\n{}",
+        admitted.len(),
+        answers.len(),
+        admitted.first(),
+        std::fs::read_to_string(&second_log).unwrap_or_default()
+    );
+    let starting = answers
+        .iter()
+        .filter(|(_, b)| b.contains("leash is starting"))
+        .count();
+    let by_policy = answers
+        .iter()
+        .filter(|(_, b)| b.contains("disallow-latest-tag"))
+        .count();
+    assert!(
+        starting > 0 && by_policy > 0,
+        "the flood did not meet both phases ({starting} answered before the policies were read, {by_policy} by the policy, of {})",
+        answers.len()
+    );
+    sb.shutdown().await.unwrap();
+}
+
+/// Item 2: two replicas behind one Service (the sandbox calls its two
+/// endpoints in turn) share the CA of the Secret, and each presents a
+/// certificate for the Service's name: every pod is judged by the
+/// policies, whichever replica answers and whichever wrote the caBundle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_behind_a_service_answer_every_request() {
+    let (p1, p2) = (free_port(), free_port());
+    let endpoints = format!("https://127.0.0.1:{p1},https://127.0.0.1:{p2}");
+    let sb = sandbox(Duration::ZERO, &[("kyverno/leash-svc", endpoints)]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut replicas = Vec::new();
+    for (i, port) in [p1, p2].into_iter().enumerate() {
+        let health = format!("127.0.0.1:{}", free_port());
+        let listen = format!("127.0.0.1:{port}");
+        replicas.push((
+            serve(
+                &sb.url(),
+                &[
+                    "--components",
+                    "admission",
+                    "--admission-listen",
+                    &listen,
+                    "--webhook-service",
+                    "kyverno/leash-svc:443",
+                    "--health",
+                    &health,
+                ],
+                &dir.path().join(format!("replica-{i}.log")),
+            ),
+            health,
+        ));
+    }
+    for (_, health) in &replicas {
+        wait_ready(health).await;
+    }
+    let vwc = sb
+        .store()
+        .get(
+            "admissionregistration.k8s.io/v1",
+            "ValidatingWebhookConfiguration",
+            None,
+            "leash-validating-webhook-cfg",
+        )
+        .unwrap();
+    let secret = sb
+        .store()
+        .get("v1", "Secret", Some("kyverno"), "leash-webhook-ca")
+        .unwrap();
+    assert_eq!(
+        vwc["webhooks"][0]["clientConfig"]["caBundle"], secret["data"]["tls.crt"],
+        "the caBundle is the shared CA"
+    );
+    let a = addr(&sb);
+    let logs = || {
+        (0..2)
+            .map(|i| {
+                std::fs::read_to_string(dir.path().join(format!("replica-{i}.log")))
+                    .unwrap_or_default()
+            })
+            .collect::<Vec<_>>()
+            .join("\n---\n")
+    };
+    for i in 0..10 {
+        let (code, body) = tokio::task::block_in_place(|| {
+            create_pod(&a, &pod(&format!("bad{i}"), "default", "nginx:latest"))
+        });
+        assert!(
+            code >= 400 && body.contains("disallow-latest-tag"),
+            "bad{i}: {code} {body}\n{}",
+            logs()
+        );
+        let (code, body) = tokio::task::block_in_place(|| {
+            create_pod(&a, &pod(&format!("good{i}"), "default", "nginx:1.27"))
+        });
+        assert_eq!(code, 201, "good{i}: {body}\n{}", logs());
+    }
+    for (mut r, _) in replicas {
+        kill(&mut r);
+    }
+    sb.shutdown().await.unwrap();
+}
+
+/// Item 3: while leash is down, the configuration it left behind still
+/// denies pods elsewhere (Fail), but not in leash's own or the system
+/// namespaces, nor the resources needed to recover (a namespace, the
+/// policy itself); and a run without the admission component removes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configuration_left_behind_cannot_lock_the_cluster() {
+    let sb = sandbox(Duration::ZERO, &[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let health = format!("127.0.0.1:{}", free_port());
+    let mut first = serve(
+        &sb.url(),
+        &[
+            "--components",
+            "admission",
+            "--admission-listen",
+            "127.0.0.1:0",
+            "--health",
+            &health,
+        ],
+        &dir.path().join("first.log"),
+    );
+    wait_ready(&health).await;
+    kill(&mut first);
+    let a = addr(&sb);
+    let good = |name: &str, ns: &str| {
+        let a = a.clone();
+        let p = pod(name, ns, "nginx:1.27");
+        tokio::task::block_in_place(move || create_pod(&a, &p))
+    };
+
+    let (code, body) = good("blocked", "default");
+    assert!(
+        code >= 500 && body.contains("failed calling webhook"),
+        "leash is down: its Fail webhook refuses pods in default: {code} {body}"
+    );
+    for ns in ["kyverno", "kube-system"] {
+        let (code, body) = good("recovering", ns);
+        assert_eq!(code, 201, "a pod in {ns} while leash is down: {body}");
+    }
+    // add-namespace-defaults matches Namespaces: a namespace can still be
+    // created (the recovery webhook fails open).
+    let (code, body) = tokio::task::block_in_place(|| {
+        http_post_json(
+            &a,
+            "/api/v1/namespaces",
+            &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-b"}}),
+        )
+    });
+    assert_eq!(code, 201, "a namespace while leash is down: {body}");
+
+    let mut reports_only = serve(
+        &sb.url(),
+        &["--components", "reports"],
+        &dir.path().join("reports.log"),
+    );
+    let start = Instant::now();
+    while sb
+        .store()
+        .get(
+            "admissionregistration.k8s.io/v1",
+            "ValidatingWebhookConfiguration",
+            None,
+            "leash-validating-webhook-cfg",
+        )
+        .is_ok()
+    {
+        assert!(
+            start.elapsed() < BOUND,
+            "the stale configuration was not removed; leash said:\n{}",
+            std::fs::read_to_string(dir.path().join("reports.log")).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (code, body) = good("unblocked", "default");
+    assert_eq!(code, 201, "{body}");
+    kill(&mut reports_only);
+    sb.shutdown().await.unwrap();
+}
