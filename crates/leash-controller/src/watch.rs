@@ -302,7 +302,7 @@ pub fn describe_error(resource: &ApiResource, e: &watcher::Error) -> String {
         watcher::Error::InitialListFailed(k)
         | watcher::Error::WatchStartFailed(k)
         | watcher::Error::WatchFailed(k) => client_error_reason(k),
-        watcher::Error::WatchError(s) => format!("{} {}: {}", s.code, s.reason, s.message),
+        watcher::Error::WatchError(s) => client_error_reason(&kube::Error::Api(s.clone())),
         watcher::Error::NoResourceVersion => String::new(),
     };
     let what = if resource.group.is_empty() {
@@ -324,7 +324,16 @@ pub fn describe_error(resource: &ApiResource, e: &watcher::Error) -> String {
 /// message; anything else as its message and its causes.
 pub fn client_error_reason(e: &kube::Error) -> String {
     if let kube::Error::Api(s) = e {
-        return format!("{} {}: {}", s.code, s.reason, s.message);
+        // kube makes a Status of an error answer it cannot parse, with
+        // the whole body as its message: never logged.
+        if s.reason.starts_with("Failed to parse") {
+            return format!(
+                "{} (an answer that is not a Status, {} bytes)",
+                s.code,
+                s.message.len()
+            );
+        }
+        return cut(&format!("{} {}: {}", s.code, s.reason, s.message), 300);
     }
     let mut text = e.to_string();
     let mut source = std::error::Error::source(e);

@@ -313,6 +313,8 @@ fn convert(
                 wrap_mutate(&mut m, wrap);
                 m
             }
+            // CEL names the object `object`, not `request.object`.
+            "celPreconditions" => replace_text(v, cel_refs),
             _ => replace_text(v, refs),
         };
         out.insert(k.clone(), v);
@@ -368,6 +370,26 @@ pub(crate) fn rules_for(rule: &Value, controllers: &[String]) -> Vec<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A CEL rule's `celPreconditions` move to the pod template with its
+    /// expressions (a Deployment's pod spec is `object.spec.template.spec`).
+    #[test]
+    fn cel_preconditions_follow_the_pod_template() {
+        let rule = json!({"name": "r",
+            "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+            "celPreconditions": [{"name": "p",
+                "expression": "object.spec.?volumes.orValue([]).exists(v, has(v.hostPath))"}],
+            "validate": {"cel": {"expressions": [{"expression": "object.spec.volumes.size() > 0"}]}}});
+        let rules = rules_for(&rule, &["Deployment".to_string(), "CronJob".to_string()]);
+        assert_eq!(
+            rules[0]["celPreconditions"][0]["expression"],
+            "object.spec.template.spec.?volumes.orValue([]).exists(v, has(v.hostPath))"
+        );
+        assert_eq!(
+            rules[1]["celPreconditions"][0]["expression"],
+            "object.spec.jobTemplate.spec.template.spec.?volumes.orValue([]).exists(v, has(v.hostPath))"
+        );
+    }
 
     #[test]
     fn generates_controller_and_cronjob_rules() {

@@ -527,11 +527,11 @@ fn substitute_str(
             let value = resolve(&name, vars, cache, mode, delete)?;
             i += 2;
             if let Some(outer) = stack.last_mut() {
-                outer.push_str(&go_format(&value));
+                outer.push_str(&embedded(&value));
             } else if !dirty && i == chars.len() {
                 return Ok(value);
             } else {
-                out.push_str(&go_format(&value));
+                out.push_str(&embedded(&value));
                 dirty = true;
             }
             continue;
@@ -549,8 +549,28 @@ fn substitute_str(
     Ok(Value::String(out))
 }
 
-/// Go's `fmt.Sprintf("%v", v)` of a JSON value, as Kyverno embeds
-/// non-string values in strings.
+/// A value embedded in a longer string, as Kyverno's substitution writes
+/// it (`substituteVarInPattern`): a string as is, anything else as
+/// `json.Marshal` does (`{"app":"nginx"}`, `["a","b"]`, `3`, `true`,
+/// `null`), so that a JMESPath literal built from it parses.
+fn embedded(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        // Go's float64 encoding: integral values below 1e21 without a
+        // fraction or exponent.
+        Value::Number(n) => match (n.as_i64(), n.as_u64(), n.as_f64()) {
+            (Some(i), _, _) => i.to_string(),
+            (_, Some(u), _) => u.to_string(),
+            (_, _, Some(f)) if f.fract() == 0.0 && f.abs() < 1e21 => format!("{f:.0}"),
+            (_, _, Some(f)) => f.to_string(),
+            _ => n.to_string(),
+        },
+        other => serde_json::to_string(other).unwrap_or_default(),
+    }
+}
+
+/// Go's `fmt.Sprintf("%v", v)` of a JSON value (messages, condition
+/// values).
 pub(crate) fn go_format(v: &Value) -> String {
     match v {
         Value::Null => "<nil>".to_string(),
@@ -637,7 +657,7 @@ mod tests {
             ("{{request.object.metadata.labels}}", json!({"app": "x"})),
             (
                 "l={{request.object.metadata.labels}}",
-                json!("l=map[app:x]"),
+                json!(r#"l={"app":"x"}"#),
             ),
             ("{{request.object.metadata.missing || 'd'}}", json!("d")),
             (

@@ -106,6 +106,9 @@ impl Snapshot {
             resources.extend(v.matched_resources());
         }
         for g in engine.generating_policies() {
+            // Served at admission (its triggers' UpdateRequests): its
+            // status says so, as a ValidatingPolicy's does.
+            refs.insert(PolicyRef::new(g.kind(), g.namespace(), g.name()));
             resources.extend(g.matched_resources());
         }
         for (group, _, plural) in resources {

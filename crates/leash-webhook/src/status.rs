@@ -4,7 +4,8 @@
 //! - `kyverno.io` ClusterPolicy / Policy: `status.ready: true` and
 //!   `status.conditions: [{type: Ready, status: "True", reason: Succeeded,
 //!   message: Ready, lastTransitionTime}]`.
-//! - `policies.kyverno.io` ValidatingPolicy / NamespacedValidatingPolicy:
+//! - `policies.kyverno.io` ValidatingPolicy / NamespacedValidatingPolicy,
+//!   GeneratingPolicy / NamespacedGeneratingPolicy:
 //!   `status.conditionStatus: {ready: true, conditions: [{type:
 //!   WebhookConfigured, status: "True", reason: Succeeded, message: "Webhook
 //!   configured.", lastTransitionTime}, {type: RBACPermissionsGranted,
@@ -145,10 +146,11 @@ impl StatusWriter {
                 (
                     "policies.kyverno.io",
                     vpol_version.clone().unwrap_or_else(|| "v1".into()),
-                    if policy.kind == "NamespacedValidatingPolicy" {
-                        "namespacedvalidatingpolicies"
-                    } else {
-                        "validatingpolicies"
+                    match policy.kind.as_str() {
+                        "NamespacedValidatingPolicy" => "namespacedvalidatingpolicies",
+                        "GeneratingPolicy" => "generatingpolicies",
+                        "NamespacedGeneratingPolicy" => "namespacedgeneratingpolicies",
+                        _ => "validatingpolicies",
                     },
                     // Kyverno's two conditions, in its order (its
                     // end-to-end tests assert both).

@@ -17,14 +17,43 @@ use serde_json::Value;
 pub type Lookup = (String, String, String, String);
 
 /// See the module docs.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Fetched {
     objects: HashMap<Lookup, Option<Arc<Value>>>,
     lists: HashMap<Lookup, Vec<Arc<Value>>>,
     missed: Mutex<Vec<Lookup>>,
+    /// `apiCall` answers (`urlPath` and `service`), read as the scan reads
+    /// them (kept for the scan's 30 s).
+    calls: crate::lookups::ScanData,
+}
+
+impl Default for Fetched {
+    fn default() -> Fetched {
+        Fetched::new(Arc::new(crate::lookups::Lookups::default()))
+    }
 }
 
 impl Fetched {
+    /// Nothing held yet; `apiCall` answers come from (and go to) `calls`.
+    pub fn new(calls: Arc<crate::lookups::Lookups>) -> Fetched {
+        Fetched {
+            objects: HashMap::new(),
+            lists: HashMap::new(),
+            missed: Mutex::new(Vec::new()),
+            calls: crate::lookups::ScanData::new(Arc::new(crate::Cache::new()), calls),
+        }
+    }
+
+    /// Reads the `apiCall`s evaluations asked for and did not find since
+    /// the last call; false when there were none.
+    pub async fn fetch_missed_calls(
+        &self,
+        client: &kube::Client,
+        token: &tokio_util::sync::CancellationToken,
+    ) -> bool {
+        self.calls.fetch_missed(client, token).await
+    }
+
     /// The lookups not answered since the last call (each once).
     pub fn take_missed(&self) -> Vec<Lookup> {
         let mut m = std::mem::take(&mut *self.missed.lock().unwrap_or_else(|e| e.into_inner()));
@@ -72,6 +101,14 @@ impl ClusterData for Fetched {
                 None
             }
         }
+    }
+
+    fn api_get(&self, url_path: &str) -> Option<Value> {
+        self.calls.api_get(url_path)
+    }
+
+    fn api_service(&self, call: &leash_policy::ServiceCall) -> Option<Value> {
+        self.calls.api_service(call)
     }
 
     fn list(&self, api_version: &str, resource: &str, namespace: &str) -> Vec<Arc<Value>> {

@@ -297,6 +297,9 @@ struct Shared {
     learned: Mutex<HashMap<String, BTreeSet<Gvk>>>,
     /// Signalled when `learned` gained a kind: the registry is rebuilt.
     relearn: Notify,
+    /// `apiCall` answers of context entries, kept 30 s as the scan keeps
+    /// them.
+    calls: Arc<crate::lookups::Lookups>,
 }
 
 impl Background {
@@ -337,6 +340,7 @@ impl Background {
             stores: Mutex::new(HashMap::new()),
             learned: Mutex::new(HashMap::new()),
             relearn: Notify::new(),
+            calls: Arc::new(crate::lookups::Lookups::default()),
         });
         for n in 0..self.settings.workers.max(1) {
             let shared = shared.clone();
@@ -972,12 +976,13 @@ impl Shared {
             }
         }
         let prepared = Prepared::new(req);
-        let mut data = Fetched::default();
+        let mut data = Fetched::new(self.calls.clone());
         let mut generated = None;
         for _ in 0..4 {
             generated = generator.generate(&set, &prepared, &data, policy_key, rule);
             let missed = data.take_missed();
-            if missed.is_empty() {
+            let called = data.fetch_missed_calls(&self.client, token).await;
+            if missed.is_empty() && !called {
                 break;
             }
             for (av, kind, ns, name) in missed {

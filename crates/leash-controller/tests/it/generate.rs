@@ -590,3 +590,35 @@ async fn classic_synchronize_restores_edits_and_follows_trigger_deletion() {
     running.scope.shutdown().await.unwrap();
     sb.shutdown().await.unwrap();
 }
+
+/// A generate rule whose context reads an `apiCall` `urlPath` (Kyverno's
+/// kasten/kasten-generate-policy-by-preset-label): the background
+/// component reads the path from the API server and generates with its
+/// answer (it used to retry for ever, "no cluster data for it").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generate_reads_api_call_context_entries() {
+    let mut policy = configmap_policy(false);
+    policy["spec"]["generateExisting"] = json!(true);
+    let rule = &mut policy["spec"]["rules"][0];
+    rule["context"] = json!([{"name": "preset", "apiCall": {
+        "urlPath": "/api/v1/namespaces/default/configmaps/presets",
+        "jmesPath": "data.tier"}}]);
+    rule["generate"]["data"]["data"]["tier"] = json!("{{ preset }}");
+    let presets = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "presets", "namespace": "default"}, "data": {"tier": "gold"}});
+    let sb = sandbox(vec![namespace("team-a"), presets, policy]).await;
+    let running = start(&sb);
+    eventually(
+        "the downstream is generated with the API call's answer",
+        HANG_BOUND,
+        || {
+            configmaps(&sb)
+                .iter()
+                .any(|c| c["metadata"]["namespace"] == "team-a" && c["data"]["tier"] == "gold")
+        },
+    )
+    .await;
+    running.scope.token().cancel();
+    running.scope.shutdown().await.unwrap();
+    sb.shutdown().await.unwrap();
+}

@@ -101,6 +101,8 @@ async fn served_policies_are_marked_ready_as_kyverno_reports_them() {
         objects: vec![
             crd("kyverno.io", "ClusterPolicy", "clusterpolicies", "Cluster"),
             crd("policies.kyverno.io", "ValidatingPolicy", "validatingpolicies", "Cluster"),
+            crd("policies.kyverno.io", "GeneratingPolicy", "generatingpolicies", "Cluster"),
+            json!({"apiVersion": "policies.kyverno.io/v1", "kind": "GeneratingPolicy", "metadata": {"name": "gen"}, "spec": {}}),
             json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "require-team"}, "spec": {}}),
             json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "background-only"}, "spec": {}}),
             json!({"apiVersion": "policies.kyverno.io/v1", "kind": "ValidatingPolicy", "metadata": {"name": "vpol-deny"}, "spec": {}}),
@@ -113,6 +115,7 @@ async fn served_policies_are_marked_ready_as_kyverno_reports_them() {
         REQUIRE_TEAM,
         BACKGROUND_ONLY,
         &vpol("vpol-deny", "Deny", "x"),
+        GENERATING,
     ]))
     .await;
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -151,7 +154,24 @@ async fn served_policies_are_marked_ready_as_kyverno_reports_them() {
                 "vpol-deny",
             )
             .unwrap();
-        if cp["status"]["ready"] == true && vp["status"]["conditionStatus"]["ready"] == true {
+        let gp = store
+            .get("policies.kyverno.io/v1", "GeneratingPolicy", None, "gen")
+            .unwrap();
+        if cp["status"]["ready"] == true
+            && vp["status"]["conditionStatus"]["ready"] == true
+            && gp["status"]["conditionStatus"]["ready"] == true
+        {
+            // A GeneratingPolicy's status is a ValidatingPolicy's (Kyverno's
+            // other-gpol end-to-end test asserts both conditions).
+            assert_eq!(
+                gp["status"]["conditionStatus"]["conditions"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|c| c["type"].as_str().unwrap())
+                    .collect::<Vec<_>>(),
+                ["WebhookConfigured", "RBACPermissionsGranted"]
+            );
             let c = &cp["status"]["conditions"][0];
             assert_eq!(
                 (
@@ -204,7 +224,10 @@ async fn served_policies_are_marked_ready_as_kyverno_reports_them() {
             );
             break;
         }
-        assert!(Instant::now() < deadline, "statuses not written: {cp} {vp}");
+        assert!(
+            Instant::now() < deadline,
+            "statuses not written: {cp} {vp} {gp}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let bg = store
@@ -220,3 +243,19 @@ async fn served_policies_are_marked_ready_as_kyverno_reports_them() {
     s.stop().await;
     sandbox.shutdown().await.unwrap();
 }
+
+/// A GeneratingPolicy the webhook serves (its triggers' UpdateRequests).
+const GENERATING: &str = r#"
+apiVersion: policies.kyverno.io/v1
+kind: GeneratingPolicy
+metadata: {name: gen}
+spec:
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: [v1]
+      operations: [CREATE]
+      resources: [namespaces]
+  generate:
+  - expression: "[]"
+"#;

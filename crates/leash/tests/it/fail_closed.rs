@@ -349,3 +349,72 @@ async fn a_configuration_left_behind_cannot_lock_the_cluster() {
     kill(&mut reports_only);
     sb.shutdown().await.unwrap();
 }
+
+/// Item 10: an API server that cannot be reached, or answers truncated
+/// JSON, is reported at once, one line per failure naming the operation,
+/// without the answer's body; and /readyz is not ok meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_failures_are_logged_naming_the_operation() {
+    let dir = tempfile::tempdir().unwrap();
+    let health = format!("127.0.0.1:{}", free_port());
+    // Nothing listens there.
+    let nowhere = format!("http://127.0.0.1:{}", free_port());
+    let log = dir.path().join("unreachable.log");
+    let mut unreachable = serve(
+        &nowhere,
+        &["--components", "reports", "--health", &health],
+        &log,
+    );
+    let start = Instant::now();
+    let text = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("listing kyverno.io/v1 clusterpolicies") {
+            break text;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "nothing said about the unreachable API server within 20 s:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let line = text
+        .lines()
+        .find(|l| l.contains("listing kyverno.io/v1 clusterpolicies"))
+        .unwrap();
+    assert!(
+        line.contains("WARN") && line.contains("Connection refused") && line.contains("retrying"),
+        "{line}"
+    );
+    let (code, body) = tokio::task::block_in_place(|| http_get(&health, "/readyz"));
+    assert_eq!(code, 503, "{body}");
+    kill(&mut unreachable);
+
+    // Every answer cut in half: a complete response whose JSON is not.
+    let sb = sandbox(Duration::ZERO, &[]).await;
+    sb.set_faults(leash_sandbox::Faults {
+        truncate_rate: 1.0,
+        ..leash_sandbox::Faults::default()
+    });
+    let log = dir.path().join("truncated.log");
+    let mut truncated = serve(&sb.url(), &["--components", "reports"], &log);
+    let start = Instant::now();
+    let text = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("listing kyverno.io/v1 clusterpolicies") {
+            break text;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "nothing said about the truncated answers within 20 s:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    kill(&mut truncated);
+    for line in text.lines() {
+        assert!(
+            line.len() < 600 && !line.contains("\"apiVersion\""),
+            "a log line carries an answer's body: {line}"
+        );
+    }
+    sb.shutdown().await.unwrap();
+}
