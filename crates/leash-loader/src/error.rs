@@ -92,6 +92,18 @@ pub enum Error {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// The request did not complete (its whole response) within the
+    /// request timeout ([`crate::RetryPolicy::request_timeout`]), at any
+    /// attempt, once the retries ran out.
+    #[error("{operation}: no complete response within {timeout:?}{}", attempts_note(*attempts))]
+    TimedOut {
+        /// What was being done (`list pods`, `discovery GET /api`).
+        operation: String,
+        /// The bound of each attempt.
+        timeout: Duration,
+        /// How many requests were made.
+        attempts: u32,
+    },
     /// A 200 answer that is not the JSON expected (after the retries ran out).
     #[error("{operation}: malformed response{}", attempts_note(*attempts))]
     MalformedResponse {
@@ -103,9 +115,11 @@ pub enum Error {
         #[source]
         source: serde_json::Error,
     },
-    /// A list's continue token expired (410) and `--consistent` restarts ran out.
+    /// A list's continue token expired (410) and the restarts ran out (every
+    /// 410 restarts the list in consistent mode; otherwise only a 410
+    /// without a fresh continue token does).
     #[error(
-        "list {kind}: the list expired (410) {restarts} times while paging; giving up (consistent mode)"
+        "list {kind}: the list expired (410) and was restarted {restarts} times while paging; giving up"
     )]
     ExpiredTooOften {
         /// The kind (`pods`, `deployments.apps`).

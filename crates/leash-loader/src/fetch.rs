@@ -10,7 +10,11 @@
 //!    that no retry can fix: it fails at once.
 //! 3. At most `1 + max_retries` attempts per call; `retries` is incremented
 //!    once per retry actually made, so callers can report it.
-//! 4. With request slots (a load's semaphore of `concurrency` permits), a
+//! 4. Every attempt (request and whole body) is bounded by the policy's
+//!    `request_timeout`: an attempt that takes longer is dropped (its
+//!    connection closed) and retried like a transport error; the bound does
+//!    not count the wait for a request slot, nor the backoff.
+//! 5. With request slots (a load's semaphore of `concurrency` permits), a
 //!    permit is held from sending a request to the end of its body and never
 //!    across a backoff or `Retry-After` wait, so at most `concurrency`
 //!    requests are in flight and a throttled kind does not idle a slot.
@@ -64,6 +68,8 @@ fn is_certificate_refusal(err: &(dyn std::error::Error + 'static)) -> bool {
 enum AttemptError {
     Transport(Box<dyn std::error::Error + Send + Sync>),
     Auth(kube::Error),
+    /// No whole response within this bound (the policy's `request_timeout`).
+    TimedOut(std::time::Duration),
 }
 
 /// Sends GETs with retries. Cheap to clone (the kube client is a handle).
@@ -198,6 +204,21 @@ impl Fetcher {
                     tracing::debug!(path = path_and_query, error = %source, "transport error; retrying");
                     None
                 }
+                Err(AttemptError::TimedOut(timeout)) => {
+                    if attempt > self.policy.max_retries {
+                        return Err(Error::TimedOut {
+                            operation: operation.to_owned(),
+                            timeout,
+                            attempts: attempt,
+                        });
+                    }
+                    tracing::debug!(
+                        path = path_and_query,
+                        ?timeout,
+                        "request timed out; retrying"
+                    );
+                    None
+                }
             };
             *retries += 1;
             let wait = self.policy.jittered_delay(attempt, after);
@@ -211,7 +232,9 @@ impl Fetcher {
         }
     }
 
-    /// One attempt, holding a request slot (if limited) until its body is in.
+    /// One attempt, holding a request slot (if limited) until its body is
+    /// in, within the policy's request timeout (counted once the slot is
+    /// held, invariant 4).
     async fn attempt_in_slot(
         &self,
         path_and_query: &str,
@@ -222,7 +245,13 @@ impl Fetcher {
             Some(slots) => slots.acquire().await.ok(),
             None => None,
         };
-        self.attempt(path_and_query, accept).await
+        let attempt = self.attempt(path_and_query, accept);
+        match self.policy.request_timeout {
+            None => attempt.await,
+            Some(timeout) => tokio::time::timeout(timeout, attempt)
+                .await
+                .unwrap_or(Err(AttemptError::TimedOut(timeout))),
+        }
     }
 
     /// One request and its whole body.

@@ -17,7 +17,8 @@
 //!   ([`LoadReport`]) says, per kind, objects, pages, retries, restarts,
 //!   time, whether it was read across snapshots, and why it is incomplete.
 //! - Retries ([`RetryPolicy`]): exponential backoff with full jitter on 429
-//!   (honouring `Retry-After`), 5xx and transport errors. kube's own retry
+//!   (honouring `Retry-After`), 5xx, transport errors and requests that
+//!   take longer than [`RetryPolicy::request_timeout`]. kube's own retry
 //!   layer must be off ([`client_from_config`] does that).
 //! - 410 Expired mid-list: continue with the server's fresh token (the kind
 //!   is then read across snapshots), or with
@@ -45,7 +46,7 @@ pub use object::{ItemParser, LoadedObject, Parsed};
 pub use options::{LoadOptions, MAX_CONCURRENCY, NamespaceSelection};
 pub use report::{KindReport, LoadReport, Progress, ProgressSnapshot};
 pub use resolve::{KindSelection, resolve, resolve_one};
-pub use retry::RetryPolicy;
+pub use retry::{DEFAULT_REQUEST_TIMEOUT, RetryPolicy};
 
 /// Build a kube client for the loader: kube's default retry layer (429, 503,
 /// 504) is turned off so that the loader's [`RetryPolicy`] is the only one

@@ -11,7 +11,10 @@
 //!    contributes nothing and is retried (see `fetch`). A page whose head
 //!    (continue token) reads but whose items do not parse is fetched again
 //!    with the same continue token, within the same retry budget, and must
-//!    give the same continue token.
+//!    give the same continue token. If that token expired meanwhile (410),
+//!    the list goes on as after any 410: from the 410's fresh token (unless
+//!    `consistent`), else from the start (a restart); the pages received
+//!    after that page are dropped unseen, to be listed again.
 //! 4. Every wait (request, backoff, room in the object channel) is raced
 //!    against the task's token.
 //! 5. The next page is requested as soon as the previous one's continue
@@ -40,7 +43,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
-use crate::fetch::{Fetcher, parse_status};
+use crate::fetch::{Fetcher, ParseResult, StatusBody};
 use crate::kind::ResolvedKind;
 use crate::load::LoadTarget;
 use crate::object::{ItemParser, LoadedObject, PageParser, RawPage, SeenSet, read_page_head};
@@ -111,6 +114,15 @@ impl Parsing {
     }
 }
 
+/// What became of a page handed to `deliver`.
+enum Delivered {
+    /// Its new objects were sent (or there was no page, or nothing new).
+    Sent,
+    /// It was fetched again and answered 410 Expired (with the fresh token
+    /// if the server gave one): nothing was sent.
+    Expired(Option<String>),
+}
+
 /// The answer to one page request.
 enum PageAnswer {
     Page(RawPage),
@@ -169,24 +181,57 @@ impl ListContext<'_> {
         let operation = format!("list {}", self.target.label());
         let mut seen = SeenSet::default();
         let mut continue_token: Option<String> = None;
+        // The last page was received (it had no continue token): only the
+        // pages still parsing remain to be delivered.
+        let mut listed = false;
         // Pages received whose objects are not yet handed out, oldest first.
         let mut parsing: VecDeque<Parsing> = VecDeque::with_capacity(PARSING_AHEAD);
         loop {
-            let fetch = self.fetch_page(&base, &operation, continue_token.as_deref(), token);
             // The oldest page is delivered once as many pages as may be
-            // parsed at once are parsing; the others go on meanwhile.
-            let oldest = if parsing.len() >= PARSING_AHEAD {
+            // parsed at once are parsing (the others go on meanwhile), or
+            // one by one once every page was received.
+            let oldest = if parsing.len() >= PARSING_AHEAD || listed {
                 parsing.pop_front()
             } else {
                 None
             };
+            if listed && oldest.is_none() {
+                return Ok(());
+            }
+            let fetch = async {
+                if listed {
+                    None
+                } else {
+                    Some(
+                        self.fetch_page(&base, &operation, continue_token.as_deref(), token)
+                            .await,
+                    )
+                }
+            };
             let deliver = self.deliver(oldest, &mut seen, &pages, &base, &operation, token);
             // The request first: it is on its way while pages are parsed.
             let (fetched, delivered) = tokio::join!(fetch, deliver);
-            delivered?;
-            let (answer, retries) = fetched;
-            self.progress.retried(retries);
-            self.update(|t| t.retries += retries);
+            let answer = fetched.map(|(answer, retries)| {
+                self.progress.retried(retries);
+                self.update(|t| t.retries += retries);
+                answer
+            });
+            if let Delivered::Expired(fresh) = delivered? {
+                // The page delivered had to be fetched again and its continue
+                // token had expired meanwhile: the pages after it (parsing, or
+                // the answer just fetched) are read again from its position
+                // (or from the start), so they are dropped unseen; nothing
+                // handed out is handed out again (invariant 2).
+                for later in parsing.drain(..) {
+                    later.objects.abort();
+                }
+                continue_token = self.expired(fresh)?;
+                listed = false;
+                continue;
+            }
+            let Some(answer) = answer else {
+                continue;
+            };
             match answer? {
                 PageAnswer::Page(page) => {
                     self.update(|t| t.pages += 1);
@@ -207,52 +252,55 @@ impl ListContext<'_> {
                             });
                         }
                         Some(next) => continue_token = Some(next),
-                        None => break,
+                        None => listed = true,
                     }
                 }
-                PageAnswer::Expired(fresh) => {
-                    tracing::debug!(kind = %self.target.label(), consistent = self.consistent, "list expired (410)");
-                    match fresh {
-                        Some(fresh) if !self.consistent => {
-                            self.update(|t| t.across_snapshots = true);
-                            continue_token = Some(fresh);
-                        }
-                        _ => {
-                            let mut restarts = 0;
-                            self.update(|t| {
-                                t.restarts += 1;
-                                restarts = t.restarts;
-                                // Without a fresh token even the default mode
-                                // restarts; objects already handed out came
-                                // from the abandoned snapshot.
-                                if !self.consistent {
-                                    t.across_snapshots = true;
-                                }
-                            });
-                            if restarts > self.max_restarts {
-                                return Err(Error::ExpiredTooOften {
-                                    kind: self.target.label(),
-                                    restarts: restarts - 1,
-                                });
-                            }
-                            continue_token = None;
-                        }
-                    }
-                }
+                PageAnswer::Expired(fresh) => continue_token = self.expired(fresh)?,
             }
         }
-        // The last pages' objects, in order.
-        while let Some(oldest) = parsing.pop_front() {
-            self.deliver(Some(oldest), &mut seen, &pages, &base, &operation, token)
-                .await?;
+    }
+
+    /// After a 410 Expired answer to a request with a continue token: the
+    /// continue token to list on with (the server's fresh token, unless
+    /// `consistent`), or `None` to restart the list, counted against
+    /// `max_restarts`.
+    fn expired(&self, fresh: Option<String>) -> Result<Option<String>> {
+        tracing::debug!(kind = %self.target.label(), consistent = self.consistent, "list expired (410)");
+        match fresh {
+            Some(fresh) if !self.consistent => {
+                self.update(|t| t.across_snapshots = true);
+                Ok(Some(fresh))
+            }
+            _ => {
+                let mut restarts = 0;
+                self.update(|t| {
+                    t.restarts += 1;
+                    restarts = t.restarts;
+                    // Without a fresh token even the default mode restarts;
+                    // objects already handed out came from the abandoned
+                    // snapshot.
+                    if !self.consistent {
+                        t.across_snapshots = true;
+                    }
+                });
+                if restarts > self.max_restarts {
+                    return Err(Error::ExpiredTooOften {
+                        kind: self.target.label(),
+                        restarts: restarts - 1,
+                    });
+                }
+                Ok(None)
+            }
         }
-        Ok(())
     }
 
     /// Wait for `page`'s objects (fetching the page again with the same
     /// continue token while its items do not parse, within the retry
     /// budget), drop those already handed out, and send the rest (waiting
-    /// for room, raced against the token).
+    /// for room, raced against the token). If the page had to be fetched
+    /// again and its continue token expired meanwhile, nothing is sent and
+    /// the 410's fresh token (if any) is returned: the caller lists on from
+    /// there (or restarts), as after any other 410.
     async fn deliver(
         &self,
         page: Option<Parsing>,
@@ -261,14 +309,14 @@ impl ListContext<'_> {
         base: &str,
         operation: &str,
         token: &CancellationToken,
-    ) -> Result<()> {
+    ) -> Result<Delivered> {
         let Some(Parsing {
             objects: parsed,
             next,
             fetched_with,
         }) = page
         else {
-            return Ok(());
+            return Ok(Delivered::Sent);
         };
         let mut parsed = match token.run_until_cancelled(parsed).await {
             None => return Err(Error::Cancelled),
@@ -281,13 +329,12 @@ impl ListContext<'_> {
                 Ok(objects) => break objects,
                 Err(source) => source,
             };
-            let malformed = |attempts| Error::MalformedResponse {
-                operation: operation.to_owned(),
-                attempts,
-                source,
-            };
             if attempts > self.fetcher.max_retries() {
-                return Err(malformed(attempts));
+                return Err(Error::MalformedResponse {
+                    operation: operation.to_owned(),
+                    attempts,
+                    source,
+                });
             }
             attempts += 1;
             tracing::debug!(%operation, "a page's items did not parse; fetching it again");
@@ -298,8 +345,9 @@ impl ListContext<'_> {
                 .await;
             self.progress.retried(retries);
             self.update(|t| t.retries += retries);
-            let PageAnswer::Page(again) = again? else {
-                return Err(malformed(attempts));
+            let again = match again? {
+                PageAnswer::Page(again) => again,
+                PageAnswer::Expired(fresh) => return Ok(Delivered::Expired(fresh)),
             };
             if again.next != next {
                 return Err(Error::InconsistentList {
@@ -319,7 +367,7 @@ impl ListContext<'_> {
         objects.retain(|o| seen.insert(o));
         let count = objects.len() as u64;
         if objects.is_empty() {
-            return Ok(());
+            return Ok(Delivered::Sent);
         }
         match token.run_until_cancelled(pages.send(objects)).await {
             None => return Err(Error::Cancelled),
@@ -328,7 +376,7 @@ impl ListContext<'_> {
         }
         self.update(|t| t.objects += count);
         self.progress.objects(count);
-        Ok(())
+        Ok(Delivered::Sent)
     }
 
     /// One page (with retries). Returns the retries made whatever the outcome.
@@ -365,12 +413,7 @@ impl ListContext<'_> {
                 &mut retries,
                 |answer| {
                     if answer.status == StatusCode::GONE {
-                        Ok(PageAnswer::Expired(
-                            parse_status(answer.status, &answer.body)
-                                .metadata
-                                .continue_token
-                                .filter(|t| !t.is_empty()),
-                        ))
+                        expired_answer(&answer.body)
                     } else {
                         read_page_head(&answer.body).map(PageAnswer::Page)
                     }
@@ -378,5 +421,61 @@ impl ListContext<'_> {
             )
             .await;
         (answer, retries)
+    }
+}
+
+/// A 410 answer to a page request: expired, with the Status's fresh continue
+/// token if it has one. A body that is JSON cut short (a Status truncated on
+/// its way) is an error, so that the request is made again (within the
+/// retry budget) rather than the list restarted for want of the token it
+/// lost; any other body (not JSON, or a Status without a token) means no
+/// fresh token.
+fn expired_answer(body: &[u8]) -> ParseResult<PageAnswer> {
+    match serde_json::from_slice::<StatusBody>(body) {
+        Ok(status) => Ok(PageAnswer::Expired(
+            status.metadata.continue_token.filter(|t| !t.is_empty()),
+        )),
+        Err(cut) if cut.is_eof() && !body.trim_ascii().is_empty() => Err(cut),
+        Err(_) => Ok(PageAnswer::Expired(None)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fresh(answer: ParseResult<PageAnswer>) -> Option<String> {
+        match answer {
+            Ok(PageAnswer::Expired(fresh)) => fresh,
+            Ok(PageAnswer::Page(_)) => panic!("a 410 read as a page"),
+            Err(err) => panic!("not an expiry: {err}"),
+        }
+    }
+
+    #[test]
+    fn an_expired_status_gives_its_fresh_token_or_none() {
+        let status = br#"{"kind":"Status","apiVersion":"v1","metadata":{"continue":"abc"},"status":"Failure","reason":"Expired","code":410}"#;
+        assert_eq!(fresh(expired_answer(status)).as_deref(), Some("abc"));
+        let no_token = br#"{"kind":"Status","metadata":{},"reason":"Expired","code":410}"#;
+        assert_eq!(fresh(expired_answer(no_token)), None);
+        let empty_token = br#"{"kind":"Status","metadata":{"continue":""},"code":410}"#;
+        assert_eq!(fresh(expired_answer(empty_token)), None);
+        // Not JSON at all (a proxy's page), or no body: expired, no token.
+        assert_eq!(fresh(expired_answer(b"410 Gone\n")), None);
+        assert_eq!(fresh(expired_answer(b"")), None);
+    }
+
+    /// A Status cut to its first half (`leash sandbox --truncate-rate`)
+    /// would lose its fresh token: it is fetched again, not read as an
+    /// expiry without a token (which restarts the kind).
+    #[test]
+    fn a_truncated_expired_status_is_fetched_again() {
+        let status = br#"{"kind":"Status","apiVersion":"v1","metadata":{"continue":"abc"},"status":"Failure","reason":"Expired","code":410}"#;
+        for cut in [1, 20, status.len() / 2, status.len() - 1] {
+            assert!(
+                expired_answer(&status[..cut]).is_err(),
+                "cut at {cut} read as an expiry"
+            );
+        }
     }
 }

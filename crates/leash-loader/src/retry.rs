@@ -12,18 +12,35 @@ use std::time::Duration;
 
 use http::StatusCode;
 
+/// How long one request may take by default (the CLI's `--request-timeout`).
+///
+/// Far longer than a discovery document or a list page takes from a
+/// working API server, short enough that a server that accepts connections
+/// and never answers fails the load within minutes (`1 + max_retries`
+/// attempts of this), not never.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// How a loader retries one request.
 ///
 /// Every request (a discovery document, a list page) gets up to
 /// `max_retries` retries after its first attempt. Retried: 429 Too Many
 /// Requests, every 5xx, transport errors (refused or reset connections,
-/// bodies cut short) and 200 answers whose body is not the JSON expected.
-/// Never retried: other 4xx (400 bad selector, 401/403 credentials, 404,
-/// 410 is handled by the list's continue logic instead).
+/// bodies cut short), attempts that take longer than `request_timeout`, and
+/// 200 answers whose body is not the JSON expected. Never retried: other
+/// 4xx (400 bad selector, 401/403 credentials, 404, 410 is handled by the
+/// list's continue logic instead).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RetryPolicy {
     /// Retries after the first attempt (the CLI's `--retries`, default 5).
     pub max_retries: u32,
+    /// How long one attempt may take, from sending the request to the end
+    /// of its body (a wait for a request slot or a backoff does not count):
+    /// one that takes longer is abandoned, its connection closed, and
+    /// retried like a connection error; when the retries run out the
+    /// request fails with [`crate::Error::TimedOut`]. `None`: no bound (a
+    /// server that never answers is then waited for until cancellation).
+    /// Default [`DEFAULT_REQUEST_TIMEOUT`].
+    pub request_timeout: Option<Duration>,
     /// The backoff ceiling of the first retry (doubles per retry).
     pub base_backoff: Duration,
     /// The largest backoff ceiling.
@@ -36,6 +53,7 @@ impl Default for RetryPolicy {
     fn default() -> Self {
         RetryPolicy {
             max_retries: 5,
+            request_timeout: Some(DEFAULT_REQUEST_TIMEOUT),
             base_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(5),
             max_retry_after: Duration::from_secs(10),
@@ -105,6 +123,7 @@ mod tests {
     fn policy() -> RetryPolicy {
         RetryPolicy {
             max_retries: 5,
+            request_timeout: Some(DEFAULT_REQUEST_TIMEOUT),
             base_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(1),
             max_retry_after: Duration::from_secs(3),

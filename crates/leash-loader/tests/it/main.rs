@@ -7,3 +7,4 @@ mod faults;
 mod kinds;
 mod scale;
 mod support;
+mod timeout;

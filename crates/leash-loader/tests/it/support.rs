@@ -65,6 +65,7 @@ pub(crate) fn fast_retry(max_retries: u32) -> RetryPolicy {
         base_backoff: Duration::from_millis(1),
         max_backoff: Duration::from_millis(20),
         max_retry_after: Duration::from_millis(5),
+        ..RetryPolicy::default()
     }
 }
 

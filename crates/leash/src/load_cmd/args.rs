@@ -17,6 +17,9 @@ use crate::connection::{ConnectionArgs, Target};
 pub(crate) const DEFAULT_SANDBOX_SPEC: &str = "pods=2000,deployments.apps=100,configmaps=500";
 /// Custom kinds of `--sandbox` unless `--sandbox-crds` says.
 pub(crate) const DEFAULT_SANDBOX_CRDS: &str = "20:50";
+/// `--request-timeout` unless given: the loader's
+/// [`leash_loader::DEFAULT_REQUEST_TIMEOUT`] (a unit test keeps them equal).
+const DEFAULT_REQUEST_TIMEOUT_FLAG: &str = "30s";
 
 /// Flags of `leash load`.
 #[derive(Debug, clap::Args)]
@@ -87,7 +90,17 @@ pub(crate) struct Args {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     timeout: Option<Duration>,
 
-    /// Retries per request on 429, 5xx and connection errors.
+    /// How long each request (discovery or a list page, its whole response) may take; one that
+    /// takes longer is retried like a connection error.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        value_parser = parse_duration,
+        default_value = DEFAULT_REQUEST_TIMEOUT_FLAG,
+    )]
+    request_timeout: Duration,
+
+    /// Retries per request on 429, 5xx, connection errors and timed-out requests.
     #[arg(long, value_name = "N", default_value_t = 5)]
     retries: u32,
 
@@ -258,6 +271,7 @@ impl Args {
             page_size: self.page_size,
             retry: RetryPolicy {
                 max_retries: self.retries,
+                request_timeout: Some(self.request_timeout),
                 ..RetryPolicy::default()
             },
             consistent: self.consistent,
@@ -353,6 +367,8 @@ mod tests {
         assert!(parse(&["pods", "--concurrency", "33"]).is_err());
         assert!(parse(&["pods", "--page-size", "0"]).is_err());
         assert!(parse(&["pods", "--timeout", "soon"]).is_err());
+        assert!(parse(&["pods", "--request-timeout", "soon"]).is_err());
+        assert!(parse(&["pods", "--request-timeout", "0s"]).is_err());
         assert!(
             parse(&["pods", "-n", "Bad_Ns"])
                 .unwrap_err()
@@ -401,5 +417,27 @@ mod tests {
             s.connection,
             Connection::Sandbox { crds: (2, 3), .. }
         ));
+    }
+
+    /// Issue 38 #9: every request of a load is bounded by default (a server
+    /// that never answers fails the load instead of hanging it), by the
+    /// loader's default; `--request-timeout` overrides it.
+    #[test]
+    fn requests_are_bounded_by_default_and_by_the_flag() {
+        let s = parse(&["pods"]).unwrap();
+        assert_eq!(
+            s.options.retry.request_timeout,
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(
+            s.options.retry.request_timeout,
+            Some(leash_loader::DEFAULT_REQUEST_TIMEOUT)
+        );
+        assert_eq!(s.timeout, None, "the whole-load deadline stays off");
+        let s = parse(&["pods", "--request-timeout", "1500ms"]).unwrap();
+        assert_eq!(
+            s.options.retry.request_timeout,
+            Some(Duration::from_millis(1500))
+        );
     }
 }

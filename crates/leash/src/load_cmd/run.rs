@@ -201,6 +201,11 @@ fn resolve_error(err: LoadError, server: &str) -> anyhow::Error {
             "cannot reach the API server at {server}: {:#}",
             anyhow::Error::new(err)
         )),
+        // A server that accepts connections and never answers is as
+        // unusable as one that refuses them.
+        LoadError::TimedOut { .. } => cli_error::usage(format!(
+            "the API server at {server} did not answer: {err} (--request-timeout)"
+        )),
         err if err.is_configuration() => cli_error::usage(err.to_string()),
         err => anyhow::Error::new(err).context(format!("discovery against {server} failed")),
     }

@@ -576,6 +576,84 @@ fn timeout_is_one_deadline() {
     );
 }
 
+/// Issue 38 #9, "load hangs for ever on a silent server": against a server
+/// that accepts every connection and never answers, each request gives up
+/// after `--request-timeout` and is retried; then the load exits 2 (the
+/// server is unusable, as an unreachable one is) naming the request and the
+/// bound, in seconds, not never.
+#[test]
+fn a_silent_server_times_out_naming_the_request() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", silent.local_addr().unwrap());
+    silent.set_nonblocking(true).unwrap();
+    let done = AtomicBool::new(false);
+    let started = Instant::now();
+    let (out, took, accepted) = std::thread::scope(|s| {
+        // Accept every connection and hold it open without answering, until
+        // the load has ended (or just after the bound, should the test fail).
+        let holder = s.spawn(|| {
+            let mut held = Vec::new();
+            // Relaxed: a stop flag; nothing else is published through it.
+            while !done.load(Ordering::Relaxed)
+                && started.elapsed() < BOUND + Duration::from_secs(5)
+            {
+                match silent.accept() {
+                    Ok((stream, _)) => held.push(stream),
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    Err(e) => panic!("accept: {e}"),
+                }
+            }
+            held.len()
+        });
+        let out = output_within(load_command(&[
+            "--server",
+            &url,
+            "pods",
+            "--request-timeout",
+            "1s",
+            "--retries",
+            "1",
+        ]));
+        let took = started.elapsed();
+        // Relaxed: see the holder's load.
+        done.store(true, Ordering::Relaxed);
+        (out, took, holder.join().unwrap())
+    });
+    assert!(accepted > 0, "leash never connected");
+    assert_exit(&out, 2);
+    let err = stderr(&out);
+    assert!(
+        err.contains("did not answer")
+            && err.contains("discovery GET /api")
+            && err.contains("within 1s (after 2 attempts)"),
+        "{err}"
+    );
+    // Two attempts of 1 s (and a backoff of at most 100 ms).
+    assert!(took >= Duration::from_secs(2), "took {took:?}");
+}
+
+/// Issue 38 #9: without the flag every request is bounded all the same,
+/// and `leash load --help` says by how much.
+#[test]
+fn request_timeout_has_a_default_that_help_shows() {
+    let out = output_within({
+        let mut cmd = leash();
+        cmd.args(["load", "--help"]);
+        cmd
+    });
+    assert_exit(&out, 0);
+    let help = stdout(&out);
+    let (_, flag) = help
+        .split_once("--request-timeout <DURATION>")
+        .unwrap_or_else(|| panic!("no --request-timeout in:\n{help}"));
+    // The flag's help, up to the next flag.
+    let flag = flag.split("\n  -").next().unwrap();
+    assert!(flag.contains("[default: 30s]"), "{flag}");
+}
+
 /// Seed 001, "partial pages thrown away, no retry", end to end: against a
 /// server failing 20% of requests (500), throttling 10% and resetting 5%,
 /// every object arrives exactly once, exit 0, and the retries are counted in
