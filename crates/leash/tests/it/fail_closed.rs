@@ -418,3 +418,67 @@ async fn api_failures_are_logged_naming_the_operation() {
     }
     sb.shutdown().await.unwrap();
 }
+
+/// Item 4: a pod that violates an Enforce pattern rule (it was there
+/// before the policy) can still be labelled and deleted through the
+/// webhook, as Kyverno allows; a new violation is still denied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn existing_violations_can_be_changed_and_deleted() {
+    use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+    let sb = sandbox(Duration::ZERO, &[]).await;
+    sb.store()
+        .create(pod("legacy", "default", "nginx:latest"))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let health = format!("127.0.0.1:{}", free_port());
+    let log = dir.path().join("serve.log");
+    let mut server = serve(
+        &sb.url(),
+        &[
+            "--components",
+            "admission",
+            "--admission-listen",
+            "127.0.0.1:0",
+            "--health",
+            &health,
+        ],
+        &log,
+    );
+    wait_ready(&health).await;
+    let client = kube::Client::try_from(kube::Config::new(sb.url().parse().unwrap())).unwrap();
+    let ar = kube::core::ApiResource {
+        group: String::new(),
+        version: "v1".into(),
+        api_version: "v1".into(),
+        kind: "Pod".into(),
+        plural: "pods".into(),
+    };
+    let pods: Api<DynamicObject> = Api::namespaced_with(client, "default", &ar);
+    let label = |v: &str| Patch::Merge(json!({"metadata": {"labels": {"a": v}}}));
+    pods.patch("legacy", &PatchParams::default(), &label("b"))
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "labelling an existing violation: {e}\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            )
+        });
+    // An UPDATE that brings the violation in is still denied.
+    let (code, _) = {
+        let a = addr(&sb);
+        tokio::task::block_in_place(|| create_pod(&a, &pod("fresh", "default", "nginx:1.27")))
+    };
+    assert_eq!(code, 201);
+    let bad =
+        Patch::Merge(json!({"spec": {"containers": [{"name": "c", "image": "nginx:latest"}]}}));
+    let err = pods
+        .patch("fresh", &PatchParams::default(), &bad)
+        .await
+        .expect_err("a new violation by an UPDATE is denied");
+    assert!(err.to_string().contains("disallow-latest-tag"), "{err}");
+    pods.delete("legacy", &DeleteParams::default())
+        .await
+        .expect("deleting an existing violation");
+    kill(&mut server);
+    sb.shutdown().await.unwrap();
+}
