@@ -1095,6 +1095,8 @@ fn insecure_skip_tls_verify_turns_off_certificate_checks() {
             "admission",
         ])
         .args(["--admission-listen", &listen])
+        // The sandbox has no `kyverno` namespace for the shared CA's Secret.
+        .args(["--config-namespace", "default"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
