@@ -41,7 +41,8 @@ pub(crate) enum Format {
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
     /// Policy files or directories (recursively): ClusterPolicy, Policy,
-    /// ValidatingPolicy, NamespacedValidatingPolicy, PolicyException.
+    /// ValidatingPolicy, MutatingPolicy, GeneratingPolicy (and their
+    /// Namespaced forms), PolicyException.
     #[arg(required = true, value_name = "POLICY_PATH")]
     policies: Vec<PathBuf>,
     /// Resource files or directories to evaluate (repeatable).
@@ -115,7 +116,7 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode> {
     let loaded = load::load_policies(&paths).map_err(|e| usage(format!("{e:#}")))?;
     for note in &loaded.unsupported {
         eprintln!(
-            "leash: note: {note}: not evaluated (leash evaluates validate and mutate rules of ClusterPolicy/Policy and ValidatingPolicies)"
+            "leash: note: {note}: not evaluated (leash evaluates ClusterPolicy, Policy, ValidatingPolicy, MutatingPolicy and GeneratingPolicy)"
         );
     }
     if loaded.engine.is_empty() {

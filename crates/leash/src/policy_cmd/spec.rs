@@ -121,13 +121,20 @@ impl TestFile {
 
 fn parse_row(row: &Value, i: usize, path: &Path, dir: &Path) -> Result<ExpectedRow> {
     let field = |f: &str| row[f].as_str().unwrap_or("").to_string();
-    let result_text = row["result"]
-        .as_str()
-        .or_else(|| row["status"].as_str())
-        .unwrap_or("");
-    let Some(result) = Status::parse(result_text) else {
+    if !row.is_object() {
+        bail!("{}: results[{i}] must be a mapping", path.display());
+    }
+    // `status` is the older name of `result`.
+    let result_value = match (&row["result"], &row["status"]) {
+        (Value::Null, Value::Null) => {
+            bail!("{}: results[{i}]: missing field `result`", path.display())
+        }
+        (Value::Null, status) => status,
+        (result, _) => result,
+    };
+    let Some(result) = result_value.as_str().and_then(Status::parse) else {
         bail!(
-            "{}: results[{i}].result {result_text:?} is not pass, fail, warn, error or skip",
+            "{}: results[{i}].result {result_value} is not pass, fail, warn, error or skip",
             path.display()
         );
     };
@@ -154,7 +161,7 @@ fn parse_row(row: &Value, i: usize, path: &Path, dir: &Path) -> Result<ExpectedR
         || row["isNamespacedMutatingPolicy"].as_bool().unwrap_or(false);
     let policy = field("policy");
     if policy.is_empty() {
-        bail!("{}: results[{i}].policy is required", path.display());
+        bail!("{}: results[{i}]: missing field `policy`", path.display());
     }
     let generated_resource = one_path(
         &row["generatedResource"],

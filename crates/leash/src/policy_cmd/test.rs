@@ -163,7 +163,29 @@ impl Outcome {
 struct TestRun {
     path: PathBuf,
     name: String,
-    outcome: Result<Vec<Outcome>, String>,
+    outcome: Result<Vec<Outcome>, TestError>,
+}
+
+/// Why a test file gave no rows to compare.
+#[derive(Debug)]
+enum TestError {
+    /// The file is not a valid test: the reason names the file, the entry
+    /// and the field (`` kyverno-test.yaml: results[2]: missing field `result` ``).
+    Invalid(String),
+    /// The test could not run: a policy or resource it names does not load.
+    NotRun(String),
+    /// Evaluating it panicked.
+    Panicked,
+}
+
+impl std::fmt::Display for TestError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TestError::Invalid(why) => write!(f, "invalid test file: {why}"),
+            TestError::NotRun(why) => write!(f, "the test could not run: {why}"),
+            TestError::Panicked => f.write_str("the test panicked"),
+        }
+    }
 }
 
 impl TestRun {
@@ -276,7 +298,7 @@ fn run_all(tests: &[PathBuf], selector: &Selector) -> Vec<TestRun> {
             r.unwrap_or_else(|| TestRun {
                 path: tests[i].clone(),
                 name: String::new(),
-                outcome: Err("the test panicked".into()),
+                outcome: Err(TestError::Panicked),
             })
         })
         .collect()
@@ -287,12 +309,13 @@ fn run_one(path: &Path, selector: &Selector) -> TestRun {
         Err(e) => TestRun {
             path: path.to_path_buf(),
             name: String::new(),
-            outcome: Err(format!("{e:#}")),
+            outcome: Err(TestError::Invalid(format!("{e:#}"))),
         },
         Ok(test) => TestRun {
             path: path.to_path_buf(),
             name: test.name.clone(),
-            outcome: evaluate_test(&test, selector).map_err(|e| format!("{e:#}")),
+            outcome: evaluate_test(&test, selector)
+                .map_err(|e| TestError::NotRun(format!("{e:#}"))),
         },
     }
 }
@@ -617,16 +640,16 @@ fn print_table(
 ) -> Result<()> {
     let (mut passed, mut failed) = (0usize, 0usize);
     for run in runs {
-        let title = if run.name.is_empty() {
-            String::new()
+        if run.name.is_empty() {
+            // A file that does not parse has no name to show.
+            writeln!(out, "Test {}", run.path.display())?;
         } else {
-            format!("{} ", run.name)
-        };
-        writeln!(out, "Test {title}({})", run.path.display())?;
+            writeln!(out, "Test {} ({})", run.name, run.path.display())?;
+        }
         match &run.outcome {
             Err(e) => {
                 failed += 1;
-                writeln!(out, "  error: the test could not run: {e}")?;
+                writeln!(out, "  error: {e}")?;
             }
             Ok(rows) => {
                 if rows.is_empty() {
@@ -761,7 +784,7 @@ fn print_json(out: &mut impl Write, runs: &[TestRun], fail_only: bool) -> Result
         .map(|run| {
             let mut t = json!({"path": run.path.display().to_string(), "name": run.name, "passed": run.passed()});
             match &run.outcome {
-                Err(e) => t["error"] = json!(e),
+                Err(e) => t["error"] = json!(e.to_string()),
                 Ok(rows) => {
                     t["results"] = rows
                         .iter()

@@ -68,7 +68,7 @@ pub(crate) async fn start(spec: &str, kubeconfig: Option<&Path>) -> anyhow::Resu
     };
     let sandbox = Sandbox::start(config)
         .await
-        .map_err(|e| anyhow::anyhow!("cannot start the in-process sandbox: {e}"))?;
+        .map_err(|e| anyhow::Error::new(e).context("cannot start the in-process sandbox"))?;
     eprintln!("leash serve: sandbox API server at {}", sandbox.url());
     if let Some(path) = kubeconfig {
         crate::sandbox_cmd::write_kubeconfig(path, &sandbox.kubeconfig_yaml())?;

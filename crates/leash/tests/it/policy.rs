@@ -328,6 +328,69 @@ fn test_reports_an_invalid_policy_naming_file_and_field() {
     assert_has(&text, "spec.rules[1].preconditions.all[0].operator");
 }
 
+/// Issue 38: a test file whose result row lacks `result` (or `policy`) was
+/// reported as `Test (./kyverno-test.yaml)`, an empty name. The error names
+/// the file, the row and the missing field, and the run exits 1.
+#[test]
+fn test_names_the_file_row_and_missing_field_of_an_invalid_test() {
+    for (row, field) in [
+        (
+            "- {policy: disallow-latest, rule: require-tag, resources: [good], kind: Pod}",
+            "result",
+        ),
+        (
+            "- {rule: require-tag, resources: [good], kind: Pod, result: pass}",
+            "policy",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let results = format!(
+            "- {{policy: disallow-latest, rule: require-tag, resources: [good], kind: Pod, result: pass}}\n{row}\n"
+        );
+        folder(dir.path(), &results);
+        let want = format!("kyverno-test.yaml: results[1]: missing field `{field}`");
+        let out = leash().args(["test"]).arg(dir.path()).output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        let text = stdout(&out);
+        assert_has(&text, &want);
+        assert_has(&text, "error: invalid test file: ");
+        assert!(!text.contains("Test ("), "a test without a name: {text}");
+        let out = leash()
+            .args(["test", "-o", "json"])
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+        let error = doc["tests"][0]["error"].as_str().unwrap_or_default();
+        assert!(error.contains(&want), "{doc}");
+    }
+}
+
+/// README, "Two commands" and `leash test`: the repository's example test
+/// (deploy/examples/tests, the example policies on resources.yaml) passes,
+/// every row, and `leash apply` of the same files finds its three failures.
+#[test]
+fn the_readmes_example_test_passes() {
+    let examples = crate::support::repo().join("deploy/examples");
+    let out = leash()
+        .arg("test")
+        .arg(examples.join("tests"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}\n{}", stdout(&out), stderr(&out));
+    assert_stdout_has(&out, "1 of 1 test files passed; 12 passed, 0 failed");
+    let out = leash()
+        .arg("apply")
+        .arg(examples.join("policies"))
+        .arg("-r")
+        .arg(examples.join("tests/resources.yaml"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_stdout_has(&out, "pass: 10, fail: 3, warn: 0, error: 0, skip: 0");
+}
+
 #[test]
 fn apply_prints_failures_and_summary_and_exits_1() {
     let dir = tempfile::tempdir().unwrap();

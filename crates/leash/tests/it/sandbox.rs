@@ -269,7 +269,11 @@ fn sandbox_bad_flags_exit_2_naming_the_value() {
     let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let taken = held.local_addr().unwrap().to_string();
     let mut cases = cases;
-    cases.push((args(&["--listen", &taken]), args(&[&taken])));
+    // With the OS's reason (issue 38: a bind error dropped it).
+    cases.push((
+        args(&["--listen", &taken]),
+        args(&[&taken, "Address already in use"]),
+    ));
     for (argv, needles) in cases {
         let output = leash()
             .arg("sandbox")
@@ -291,6 +295,42 @@ fn sandbox_bad_flags_exit_2_naming_the_value() {
             );
         }
     }
+}
+
+/// Issue 38: logs written to a file or a pipe carry no ANSI colour codes
+/// (they did: `leash serve 2> leash.log` held escape sequences). The
+/// warning of a sandbox listening beyond loopback without `--token` is a
+/// log line; stderr here is a pipe.
+#[test]
+fn logs_to_a_pipe_have_no_colour_codes() {
+    use std::io::BufRead as _;
+    let mut child = crate::support::ChildGuard(
+        crate::support::leash_piped("sandbox", &["--listen", "0.0.0.0:0"])
+            // Colours are not off for want of a terminal only where NO_COLOR says so.
+            .env_remove("NO_COLOR")
+            .spawn()
+            .expect("run leash sandbox"),
+    );
+    let mut stdout = std::io::BufReader::new(child.0.stdout.take().unwrap());
+    let mut url = String::new();
+    stdout.read_line(&mut url).unwrap();
+    assert!(url.starts_with("http://"), "the URL line: {url:?}");
+    crate::support::send_signal(&child.0, "TERM");
+    let status = crate::support::wait_exit(&mut child.0, BOUND, "exit after SIGTERM");
+    let mut stderr = String::new();
+    child
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(status.success(), "{status}: {stderr}");
+    assert!(stderr.contains("without --token"), "the log line: {stderr}");
+    assert!(
+        !stderr.contains('\u{1b}'),
+        "an escape code in the log: {stderr:?}"
+    );
 }
 
 fn args(items: &[&str]) -> Vec<String> {

@@ -490,6 +490,73 @@ fn serve_rejects_bad_flags() {
     }
 }
 
+/// Issue 38: an address or a TLS file `serve` cannot use is a usage error
+/// (exit 2) naming the flag to fix and the OS's reason: a missing
+/// `--tls-cert` was reported as `--admission-listen: ...`, and a taken port
+/// without "Address already in use".
+#[test]
+fn serve_names_the_flag_of_an_unusable_address_or_file() {
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = held.local_addr().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such.pem");
+    let missing = missing.to_str().unwrap();
+    let key = dir.path().join("key.pem");
+    std::fs::write(&key, "not a key").unwrap();
+    let key = key.to_str().unwrap();
+    let free = "127.0.0.1:0";
+    for (args, want) in [
+        (
+            &["--admission-listen", &taken][..],
+            vec![
+                format!("--admission-listen {taken}: cannot listen"),
+                "Address already in use".into(),
+            ],
+        ),
+        (
+            &["--admission-listen", free, "--health", &taken],
+            vec![
+                format!("--health {taken}: cannot listen"),
+                "Address already in use".into(),
+            ],
+        ),
+        (
+            &["--admission-listen", free, "--metrics", &taken],
+            vec![
+                format!("--metrics {taken}: cannot listen"),
+                "Address already in use".into(),
+            ],
+        ),
+        (
+            &[
+                "--admission-listen",
+                free,
+                "--tls-cert",
+                missing,
+                "--tls-key",
+                key,
+            ],
+            vec![
+                format!("--tls-cert: reading TLS certificate from {missing}"),
+                "No such file or directory".into(),
+            ],
+        ),
+    ] {
+        let mut serve = leash();
+        serve.args(["serve", "--sandbox"]).args(args);
+        let out = crate::support::output_within(serve);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        for want in want {
+            assert!(err.contains(&want), "{args:?}: {want:?} in {err}");
+        }
+        assert!(
+            !err.contains("--admission-listen: reading"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
 /// README, `leash serve` reports: the background scan evaluates every
 /// `--background-scan-interval` as well as on change. With a 1 s interval
 /// and nothing changing, the count of scanned resources grows by at least
