@@ -115,21 +115,32 @@ fn main() -> ExitCode {
     }
 }
 
-/// Default log filter. kube's HTTP trace layer logs every 5xx and transport
-/// error at ERROR level, even those leash retries and reports itself (`leash
-/// load`'s summary counts them), so its events are off unless `LEASH_LOG` says.
-const DEFAULT_LOG_FILTER: &str = "warn,kube_client::client::builder=off";
+/// Default log filter. kube's client logs every 5xx and transport error at
+/// ERROR level (its HTTP trace layer), a malformed answer with its whole
+/// body, and "eof in poll" each time a watch connection ends; leash reports
+/// each failure itself, once, naming the operation (and retries it, or
+/// counts it in `leash load`'s summary), so kube's client events are off
+/// unless `LEASH_LOG` says.
+const DEFAULT_LOG_FILTER: &str = "warn,kube_client::client=off";
 
 /// `leash serve` is long-running: its own components say what they do.
 const SERVE_LOG_FILTER: &str =
-    "warn,kube_client::client::builder=off,leash_controller=info,leash_webhook=info";
+    "warn,kube_client::client=off,leash_controller=info,leash_webhook=info";
 
 /// Logs go to stderr, coloured only when stderr is a terminal and
 /// `NO_COLOR` (<https://no-color.org>) is unset or empty: a log redirected
 /// to a file (`leash serve 2> leash.log`) holds no escape codes.
 fn init_tracing(default: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("LEASH_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    // A LEASH_LOG that does not name kube keeps kube's client quiet too
+    // (LEASH_LOG=debug should not dump API answers' bodies).
+    let filter = match std::env::var("LEASH_LOG") {
+        Ok(v) if !v.trim().is_empty() && !v.contains("kube") => {
+            tracing_subscriber::EnvFilter::try_new(format!("{v},kube_client::client=off"))
+        }
+        Ok(v) if !v.trim().is_empty() => tracing_subscriber::EnvFilter::try_new(v),
+        _ => tracing_subscriber::EnvFilter::try_new(default),
+    }
+    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let colour = std::io::stderr().is_terminal()
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     tracing_subscriber::fmt()
