@@ -13,6 +13,16 @@
 //! waits for the component to return before anything else happens (seed
 //! 000: Kyverno re-ran `NewController` on every leadership change and
 //! leaked a cleanup loop each time).
+//!
+//! When the term ends because `lead`'s token was cancelled (a clean
+//! shutdown), the lease is released once the component has returned, as
+//! client-go's `ReleaseOnCancel`: another replica takes it at its next
+//! retry instead of waiting out the lease duration. Releasing is bounded by
+//! [`RELEASE_TIMEOUT`], so an API server that does not answer cannot hold
+//! shutdown.
+//!
+//! Every failure to take or renew the lease is logged at warn, naming the
+//! Lease and the API server's reason (a missing namespace, missing RBAC).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -26,6 +36,10 @@ use kube::api::PostParams;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
+use crate::watch::client_error_reason;
+
+/// How long releasing the lease at shutdown may take.
+pub const RELEASE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Lease settings.
 #[derive(Debug, Clone)]
@@ -125,9 +139,44 @@ pub async fn try_acquire(api: &Api<Lease>, s: &LeaseSettings) -> Result<bool, ku
     }
 }
 
+/// Gives the lease up if this process still holds it: holderIdentity
+/// cleared, leaseDurationSeconds 1 and renewTime now (client-go's
+/// `ReleaseOnCancel`), written with the resourceVersion just read, so a
+/// lease another replica took meanwhile is left alone. `Ok(true)` if this
+/// call released it; `Ok(false)` if it was not (or no longer) held here.
+///
+/// Call it only once the component of the term has returned: another
+/// replica may start leading as soon as it is written.
+///
+/// # Cancel safety
+/// Cancel safe: dropped before the replace, nothing is written; after it,
+/// the lease is released.
+pub async fn release(api: &Api<Lease>, s: &LeaseSettings) -> Result<bool, kube::Error> {
+    let Some(mut lease) = api.get_opt(&s.name).await? else {
+        return Ok(false);
+    };
+    let current = lease.spec.clone().unwrap_or_default();
+    if current.holder_identity.as_deref() != Some(s.identity.as_str()) {
+        return Ok(false);
+    }
+    lease.spec = Some(LeaseSpec {
+        holder_identity: None,
+        lease_duration_seconds: Some(1),
+        renew_time: Some(now()),
+        ..current
+    });
+    match api.replace(&s.name, &PostParams::default(), &lease).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// Runs `component` while this process holds the lease, until `token` is
 /// cancelled. Each term: a fresh child token; on loss, cancel it and await
-/// the component before trying to lead again.
+/// the component before trying to lead again. On cancellation the lease is
+/// released (see [`release`]) after the component returned, within
+/// [`RELEASE_TIMEOUT`].
 pub async fn lead<F, Fut>(
     client: kube::Client,
     settings: LeaseSettings,
@@ -151,7 +200,12 @@ pub async fn lead<F, Fut>(
                 Ok(false) => {}
                 Err(e) => {
                     metrics.api_errors.inc();
-                    tracing::debug!("lease {}/{}: {e}", settings.namespace, settings.name);
+                    tracing::warn!(
+                        "cannot take the Lease {}/{}: {}",
+                        settings.namespace,
+                        settings.name,
+                        client_error_reason(&e)
+                    );
                 }
             }
             tokio::select! {
@@ -179,14 +233,25 @@ pub async fn lead<F, Fut>(
             match renewed {
                 Ok(true) => last_renew = tokio::time::Instant::now(),
                 Ok(false) => {
-                    tracing::info!("lost the lease {}/{}", settings.namespace, settings.name);
+                    tracing::warn!(
+                        "cannot renew the Lease {}/{}: another replica took it or wrote it first; stepping down",
+                        settings.namespace,
+                        settings.name
+                    );
                     break;
                 }
                 Err(e) => {
                     metrics.api_errors.inc();
                     // Stop leading before anyone else may take over.
-                    if last_renew.elapsed() + settings.retry >= settings.duration {
-                        tracing::warn!("cannot renew the lease ({e}): stepping down");
+                    let step_down = last_renew.elapsed() + settings.retry >= settings.duration;
+                    tracing::warn!(
+                        "cannot renew the Lease {}/{}: {}{}",
+                        settings.namespace,
+                        settings.name,
+                        client_error_reason(&e),
+                        if step_down { "; stepping down" } else { "" }
+                    );
+                    if step_down {
                         break;
                     }
                 }
@@ -198,7 +263,147 @@ pub async fn lead<F, Fut>(
         }
         metrics.leader.set(0);
         if token.is_cancelled() {
+            // Shutdown work after cancellation: bounded by its own timeout,
+            // not raced against the (cancelled) token.
+            match tokio::time::timeout(RELEASE_TIMEOUT, release(&api, &settings)).await {
+                Ok(Ok(true)) => tracing::info!(
+                    "released the Lease {}/{}",
+                    settings.namespace,
+                    settings.name
+                ),
+                Ok(Ok(false)) => {}
+                Ok(Err(e)) => tracing::warn!(
+                    "cannot release the Lease {}/{}: {}; another replica takes it when it expires",
+                    settings.namespace,
+                    settings.name,
+                    client_error_reason(&e)
+                ),
+                Err(_) => tracing::warn!(
+                    "cannot release the Lease {}/{}: no answer within {RELEASE_TIMEOUT:?}; another replica takes it when it expires",
+                    settings.namespace,
+                    settings.name
+                ),
+            }
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use leash_runtime::Scope;
+    use leash_sandbox::{Sandbox, SandboxConfig};
+    use serde_json::json;
+
+    use super::*;
+
+    async fn sandbox() -> Sandbox {
+        Sandbox::start(SandboxConfig {
+            objects: vec![
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kyverno"}}),
+            ],
+            ..SandboxConfig::default()
+        })
+        .await
+        .unwrap()
+    }
+
+    fn api(sb: &Sandbox) -> Api<Lease> {
+        let client =
+            leash_loader::client_from_config(kube::Config::new(sb.url().parse().unwrap())).unwrap();
+        Api::namespaced(client, "kyverno")
+    }
+
+    fn holder(sb: &Sandbox) -> serde_json::Value {
+        sb.store()
+            .get(
+                "coordination.k8s.io/v1",
+                "Lease",
+                Some("kyverno"),
+                "leash-reports",
+            )
+            .unwrap()["spec"]["holderIdentity"]
+            .clone()
+    }
+
+    /// Issue 38: only the holder releases, and a released lease is free to
+    /// take at once (no wait for its duration).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn release_frees_the_lease_only_for_its_holder() {
+        let sb = sandbox().await;
+        let api = api(&sb);
+        let a = LeaseSettings::new("leash-reports", "kyverno", "a");
+        let b = LeaseSettings::new("leash-reports", "kyverno", "b");
+        assert!(try_acquire(&api, &a).await.unwrap());
+        assert!(!try_acquire(&api, &b).await.unwrap(), "a holds it");
+        assert!(!release(&api, &b).await.unwrap(), "b does not hold it");
+        assert_eq!(holder(&sb), json!("a"));
+        assert!(release(&api, &a).await.unwrap());
+        assert_eq!(holder(&sb), serde_json::Value::Null);
+        assert!(
+            try_acquire(&api, &b).await.unwrap(),
+            "a released lease is taken at once"
+        );
+        assert_eq!(holder(&sb), json!("b"));
+        sb.shutdown().await.unwrap();
+    }
+
+    /// Issue 38: when `lead` is cancelled, the component returns first and
+    /// then the lease is released.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn lead_releases_the_lease_after_the_component_returned() {
+        let sb = sandbox().await;
+        let client =
+            leash_loader::client_from_config(kube::Config::new(sb.url().parse().unwrap())).unwrap();
+        let metrics = Arc::new(Metrics::new(
+            &mut prometheus_client::registry::Registry::default(),
+        ));
+        let root = Scope::new();
+        // The holder the component saw as it returned (None: not returned).
+        let held_at_end = Arc::new(std::sync::Mutex::new(None));
+        {
+            let (metrics, token, held_at_end) =
+                (metrics.clone(), root.token().clone(), held_at_end.clone());
+            let store = sb.store().clone();
+            let settings = LeaseSettings::new("leash-reports", "kyverno", "me");
+            root.spawn("lead", async move {
+                lead(client, settings, metrics, token, move |term| {
+                    let (held_at_end, store) = (held_at_end.clone(), store.clone());
+                    async move {
+                        term.cancelled().await;
+                        let lease = store
+                            .get(
+                                "coordination.k8s.io/v1",
+                                "Lease",
+                                Some("kyverno"),
+                                "leash-reports",
+                            )
+                            .unwrap();
+                        *held_at_end.lock().unwrap() =
+                            Some(lease["spec"]["holderIdentity"].clone());
+                    }
+                })
+                .await;
+                Ok::<(), std::convert::Infallible>(())
+            });
+        }
+        let start = std::time::Instant::now();
+        while metrics.leader.get() != 1 {
+            assert!(start.elapsed() < Duration::from_secs(20), "never led");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(holder(&sb), json!("me"));
+        root.cancel();
+        tokio::time::timeout(Duration::from_secs(20), root.shutdown())
+            .await
+            .expect("lead returns")
+            .unwrap();
+        assert_eq!(
+            held_at_end.lock().unwrap().clone(),
+            Some(json!("me")),
+            "still held while the component ran"
+        );
+        assert_eq!(holder(&sb), serde_json::Value::Null, "released");
+        sb.shutdown().await.unwrap();
     }
 }

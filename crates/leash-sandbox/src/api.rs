@@ -31,6 +31,7 @@ use crate::object::{json_patch, merge_patch};
 use crate::request_log::{ApiRequest, RequestLog};
 use crate::resources::ResourceType;
 use crate::selector::{FieldSelector, LabelSelector};
+use crate::server::BODY_TIMEOUT;
 use crate::status::ApiError;
 use crate::store::{Part, Store};
 use crate::table;
@@ -39,8 +40,6 @@ use crate::watch::{WatchParams, watch};
 
 /// Largest accepted request body (the API server's limit).
 pub(crate) const MAX_BODY: usize = 3 * 1024 * 1024;
-/// How long a client may take to send a request body.
-const BODY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Shared state of the server.
 #[derive(Debug)]

@@ -9,7 +9,10 @@
 //! 3. A connection serves until the client closes it or the token is cancelled; then
 //!    it shuts down gracefully (in-flight responses finish; open watches end by
 //!    themselves on the same token), bounded by [`DRAIN_TIMEOUT`]. Header reads (and idle
-//!    keep-alive) are bounded by [`HEADER_TIMEOUT`], so a silent client cannot pin a task.
+//!    keep-alive) are bounded by [`HEADER_TIMEOUT`], reading a whole request body by
+//!    [`BODY_TIMEOUT`] (answered 408; the unread rest closes the connection), so a silent
+//!    or stalled client cannot pin a task. Responses are not bounded: a watch streams as
+//!    long as it lasts.
 
 use std::convert::Infallible;
 use std::pin::pin;
@@ -30,6 +33,10 @@ use crate::api::App;
 /// (90 s in hyper-util and client-go): the client, not the server, closes an idle
 /// connection, and a request never races the server's close.
 pub(crate) const HEADER_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long a client may take to send a whole request body (at most 3 MiB, on the
+/// loopback in practice). kube-apiserver bounds a request by its 60 s request timeout;
+/// a body alone takes milliseconds, and a client that stops halfway is let go sooner.
+pub(crate) const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 /// At most this many connections are served at once; further clients wait in the
 /// listen backlog until one closes (backpressure instead of unbounded tasks).
 pub(crate) const MAX_CONNECTIONS: usize = 4096;

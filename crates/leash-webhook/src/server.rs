@@ -8,7 +8,11 @@
 //!    it before returning, bounded by `shutdown_timeout`.
 //! 2. Accepting, TLS handshakes and connection serving are raced against the
 //!    token; on cancellation connections shut down gracefully (in-flight
-//!    reviews are answered).
+//!    reviews are answered). At most `MAX_CONNECTIONS` connections are
+//!    served at once; the TLS handshake, the request headers (and an idle
+//!    keep-alive) are bounded by `HANDSHAKE_TIMEOUT`, the whole request
+//!    body by `BODY_TIMEOUT`: no client holds a connection by sending
+//!    slowly or stopping halfway.
 //! 3. The policy snapshot is derived once per policy set (`Arc::ptr_eq` on the
 //!    engine) and swapped whole through an `ArcSwap`; requests only load it.
 //!    Nothing evaluated is ever mutated (seed 000).
@@ -69,8 +73,13 @@ use crate::userinfo::resolve_roles;
 /// At most this many connections are served at once (the rest wait in the
 /// listen backlog).
 const MAX_CONNECTIONS: usize = 4096;
-/// How long a client may take for the TLS handshake and request headers.
+/// How long a client may take for the TLS handshake and request headers;
+/// hyper also closes a keep-alive connection idle this long.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a client may take to send a whole request body (a review is at
+/// most 3 MiB): past it the request is answered 408 and the connection
+/// closed, so a client that stops mid-body cannot hold a connection.
+const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 /// An oversized body up to this size is read and discarded before the 413
 /// is sent (larger ones are answered at once and the connection closed).
 const DRAIN_LIMIT: usize = 2 * MAX_BODY_BYTES;
@@ -512,22 +521,39 @@ impl Admission {
                 ),
             )
         };
+        // One deadline for reading the whole body, drains included.
+        let deadline = tokio::time::Instant::now() + BODY_TIMEOUT;
+        let timed_out = || {
+            let mut r = text(
+                StatusCode::REQUEST_TIMEOUT,
+                format!("request body not received within {BODY_TIMEOUT:?}\n"),
+            );
+            r.headers_mut()
+                .insert(header::CONNECTION, http::HeaderValue::from_static("close"));
+            r
+        };
         if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
             self.metrics.count("bad_request");
             // Read (and discard) a moderately oversized body so the client
             // sees the 413 instead of a reset while it is still sending.
             if declared.is_some_and(|n| n <= DRAIN_LIMIT as u64) {
-                let _ = Limited::new(req.into_body(), DRAIN_LIMIT).collect().await;
+                let drain = Limited::new(req.into_body(), DRAIN_LIMIT).collect();
+                let _ = tokio::time::timeout_at(deadline, drain).await;
             }
             return too_large();
         }
         let mut body = req.into_body();
-        let collected = Limited::new(&mut body, MAX_BODY_BYTES).collect().await;
+        let collect = Limited::new(&mut body, MAX_BODY_BYTES).collect();
+        let Ok(collected) = tokio::time::timeout_at(deadline, collect).await else {
+            self.metrics.count("bad_request");
+            return timed_out();
+        };
         let body = match collected {
             Ok(b) => b.to_bytes(),
             Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
                 self.metrics.count("bad_request");
-                let _ = Limited::new(body, DRAIN_LIMIT).collect().await;
+                let drain = Limited::new(body, DRAIN_LIMIT).collect();
+                let _ = tokio::time::timeout_at(deadline, drain).await;
                 return too_large();
             }
             Err(e) => {

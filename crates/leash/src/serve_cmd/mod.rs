@@ -7,6 +7,7 @@
 mod admission;
 mod args;
 mod http;
+mod namespaces;
 mod sandbox;
 
 use std::process::ExitCode;
@@ -89,6 +90,18 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut registry = Registry::default();
     let metrics = Arc::new(Metrics::new(&mut registry));
     let root = Scope::new();
+    // leash's namespaces must exist: a missing one is logged and keeps
+    // /readyz at 503 with the reason until it is created (issue 38).
+    let missing_namespace = {
+        let check = namespaces::NamespaceCheck::new(
+            client.clone(),
+            &settings.config_namespace,
+            settings.lease.as_ref().map(|l| l.namespace.as_str()),
+        );
+        let missing = check.subscribe();
+        root.spawn("namespace check", check.run(root.token().clone()));
+        missing
+    };
     let policy_source = PolicySource::new(client.clone(), metrics.clone());
     let policies = policy_source.subscribe();
     let readiness = Arc::new(Readiness {
@@ -253,7 +266,12 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
         root.spawn(
             "health endpoint",
-            http::serve_health(listener, readiness.clone(), root.token().clone()),
+            http::serve_health(
+                listener,
+                readiness.clone(),
+                missing_namespace,
+                root.token().clone(),
+            ),
         );
     }
     if let Some(addr) = settings.metrics_addr {

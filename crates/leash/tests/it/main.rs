@@ -5,6 +5,7 @@ mod admission_chain;
 mod context;
 mod deploy;
 mod fail_closed;
+mod faults_38;
 mod generate;
 mod load;
 mod mpol;
