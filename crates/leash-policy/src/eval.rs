@@ -145,7 +145,7 @@ pub(crate) fn base_vars(req: &EvalRequest, operation: Operation) -> Vars {
     }
     let mut request = json!({
         "operation": operation.as_str(),
-        "namespace": req.namespace(),
+        "namespace": req.request_namespace(),
         "name": req.name(),
         "kind": {"group": api_group, "version": api_version, "kind": req.kind()},
         "userInfo": user,
@@ -1188,6 +1188,41 @@ mod tests {
                 prepared.base.get().is_none(),
                 "the JMESPath context was built"
             );
+        }
+    }
+
+    /// `request.namespace` of a Namespace is its own name, as in the
+    /// admission requests kube-apiserver sends (Kyverno's kasten generate
+    /// policy names its downstream with it); of other objects their
+    /// namespace.
+    #[test]
+    fn request_namespace_of_a_namespace_is_its_name() {
+        use crate::policy::Policy;
+        use crate::request::{EvalRequest, NoClusterData};
+        let policy = Policy::compile(&json!({
+            "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+            "metadata": {"name": "p"},
+            "spec": {"rules": [{"name": "r",
+                "match": {"any": [{"resources": {"kinds": ["Namespace", "ConfigMap"]}}]},
+                "validate": {"message": "ns={{ request.namespace }}", "deny": {}}}]}
+        }))
+        .unwrap();
+        for (object, want) in [
+            (
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}),
+                "ns=team-a",
+            ),
+            (
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "b"}}),
+                "ns=b",
+            ),
+        ] {
+            let results = policy.evaluate(
+                &Prepared::new(EvalRequest::create(Arc::new(object))),
+                &NoClusterData,
+                &Bindings::default(),
+            );
+            assert_eq!(results[0].message, want);
         }
     }
 

@@ -307,7 +307,7 @@ impl Table {
     /// store them under.
     fn find(&self, key: &ReadSet, req: &EvalRequest) -> Result<Arc<[Arc<[RuleResult]>]>, u64> {
         let mut h = Fx::default();
-        h.write(req.namespace().as_bytes());
+        h.write(req.request_namespace().as_bytes());
         h.write_u8(req.operation as u8);
         key.hash_read(&req.object, &mut h);
         let hash = h.finish();
@@ -315,7 +315,7 @@ impl Table {
             .get(&hash)
             .and_then(|bucket| {
                 bucket.iter().find(|e| {
-                    *e.namespace == *req.namespace()
+                    *e.namespace == *req.request_namespace()
                         && e.operation == req.operation
                         && key.same_read(&req.object, &e.kept)
                 })
@@ -336,7 +336,7 @@ impl Table {
         }
         self.len += 1;
         self.entries.entry(hash).or_default().push(Entry {
-            namespace: req.namespace().into(),
+            namespace: req.request_namespace().into(),
             operation: req.operation,
             kept: key.prune(&req.object),
             results: results.into(),

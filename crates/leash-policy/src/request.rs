@@ -111,6 +111,17 @@ impl EvalRequest {
         self.object["metadata"]["namespace"].as_str().unwrap_or("")
     }
 
+    /// `request.namespace` as kube-apiserver fills it in an admission
+    /// request: the object's namespace, and for a Namespace its own name
+    /// (Kyverno's kasten policy names what it generates for a Namespace
+    /// with `{{ request.namespace }}`).
+    pub fn request_namespace(&self) -> &str {
+        if self.kind() == "Namespace" && self.api_version() == "v1" {
+            return self.name();
+        }
+        self.namespace()
+    }
+
     /// What `match` / `exclude` look at, for the request's own operation.
     pub(crate) fn target(&self) -> crate::matching::Target<'_> {
         crate::matching::Target::of(

@@ -490,7 +490,7 @@ fn request_value(req: &EvalRequest) -> Value {
         ("requestResource", gvr),
         ("requestSubResource", s("")),
         ("name", s(name)),
-        ("namespace", s(req.namespace())),
+        ("namespace", s(req.request_namespace())),
         ("operation", s(req.operation.as_str())),
         (
             "userInfo",

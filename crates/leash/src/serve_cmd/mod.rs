@@ -108,7 +108,14 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         policies: policy_source.synced(),
         scan: Mutex::new(None),
         reports_here: settings.components.reports,
-        webhook: Mutex::new(None),
+        // With admission, not ready until its configuration is written
+        // (the component replaces this never-true receiver when it starts).
+        webhook: Mutex::new(
+            settings
+                .admission
+                .is_some()
+                .then(|| watch::channel(false).1),
+        ),
     });
     let config_source = ConfigSource::new(
         client.clone(),
@@ -215,6 +222,25 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     }
 
+    // Health first: /readyz says why leash is not ready while it waits
+    // (the webhook CA, a missing namespace).
+    if let Some(addr) = settings.health {
+        let listener = http::bind(addr, "--health").await?;
+        eprintln!(
+            "leash serve: health on http://{}/healthz and /readyz",
+            listener.local_addr()?
+        );
+        root.spawn(
+            "health endpoint",
+            http::serve_health(
+                listener,
+                readiness.clone(),
+                missing_namespace,
+                root.token().clone(),
+            ),
+        );
+    }
+
     if let Some(mut webhook) = settings.admission.clone() {
         if let Some((namespace, name)) = &settings.ca_secret {
             // Every replica and every restart presents a certificate of
@@ -258,22 +284,6 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
 
     let registry = Arc::new(registry);
-    if let Some(addr) = settings.health {
-        let listener = http::bind(addr, "--health").await?;
-        eprintln!(
-            "leash serve: health on http://{}/healthz and /readyz",
-            listener.local_addr()?
-        );
-        root.spawn(
-            "health endpoint",
-            http::serve_health(
-                listener,
-                readiness.clone(),
-                missing_namespace,
-                root.token().clone(),
-            ),
-        );
-    }
     if let Some(addr) = settings.metrics_addr {
         let listener = http::bind(addr, "--metrics").await?;
         eprintln!(
