@@ -792,6 +792,13 @@ impl App {
 
     async fn read_optional_json(&self, req: Request<Body>) -> Result<Option<Value>, ApiError> {
         let ct = content_type(req.headers());
+        if ct == crate::protobuf::MEDIA_TYPE {
+            let bytes = self.read_body(req).await?;
+            if bytes.is_empty() {
+                return Ok(None);
+            }
+            return crate::protobuf::decode_delete_options(&bytes).map(Some);
+        }
         if ct.contains("protobuf") || ct.contains("cbor") {
             return Err(unsupported_media_type(&ct));
         }

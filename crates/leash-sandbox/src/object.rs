@@ -210,15 +210,15 @@ pub(crate) fn check_namespace(
 
 /// Validates an object name for its type.
 pub(crate) fn check_name(rt: &ResourceType, name: &str) -> Result<(), ApiError> {
+    // kube-apiserver's ValidatePathSegmentName: custom resources and RBAC
+    // objects (`system:openshift:scc:privileged`, `kyverno:kubevirt`).
+    let path_segment =
+        !name.is_empty() && !name.contains(['/', '%']) && name != "." && name != "..";
     let ok = if rt.plural == "namespaces" {
         is_dns_label(name)
     } else {
         is_dns_subdomain(name)
-            || (rt.crd.is_some()
-                && !name.is_empty()
-                && !name.contains('/')
-                && name != "."
-                && name != "..")
+            || ((rt.crd.is_some() || rt.group == "rbac.authorization.k8s.io") && path_segment)
     };
     if ok {
         Ok(())
@@ -373,6 +373,25 @@ fn pointer_remove(target: &mut Value, path: &str) -> Result<Value, String> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// kube-apiserver names RBAC objects by path segment (Kyverno's
+    /// policies create `kyverno:kubevirt`), other built-ins by DNS subdomain.
+    #[test]
+    fn rbac_names_are_path_segments() {
+        let types = crate::resources::builtins();
+        let rt = |plural: &str| types.iter().find(|t| t.plural == plural).unwrap();
+        for plural in [
+            "clusterroles",
+            "roles",
+            "rolebindings",
+            "clusterrolebindings",
+        ] {
+            assert!(check_name(rt(plural), "system:openshift:scc:privileged").is_ok());
+            assert!(check_name(rt(plural), "a/b").is_err());
+            assert!(check_name(rt(plural), "..").is_err());
+        }
+        assert!(check_name(rt("configmaps"), "kyverno:kubevirt").is_err());
+    }
 
     #[test]
     fn merge_patch_rfc7386() {

@@ -258,6 +258,14 @@ to_json!(meta::OwnerReference {
     "apiVersion" => api_version, "kind" => kind, "name" => name, "uid" => uid;
     keep: "controller" => controller, "blockOwnerDeletion" => block_owner_deletion,
 });
+to_json!(meta::DeleteOptions {
+    "preconditions" => preconditions, "orphanDependents" => orphan_dependents,
+    "propagationPolicy" => propagation_policy, "dryRun" => dry_run;
+    keep: "gracePeriodSeconds" => grace_period_seconds,
+    "ignoreStoreReadErrorWithClusterBreakingPotential" =>
+        ignore_store_read_error_with_cluster_breaking_potential,
+});
+to_json!(meta::Preconditions { "uid" => uid, "resourceVersion" => resource_version });
 to_json!(meta::LabelSelector {
     "matchLabels" => match_labels, "matchExpressions" => match_expressions,
 });
