@@ -431,3 +431,121 @@ mod tests {
         );
     }
 }
+
+/// What kube-apiserver's typed round-trip and defaulting add to a built-in
+/// object the client left out, where Kyverno's policies read it (found by
+/// its end-to-end tests against both servers): every container's
+/// `imagePullPolicy` (`Always` for a `:latest` or untagged image, else
+/// `IfNotPresent`), `terminationMessagePath` and `terminationMessagePolicy`,
+/// its ports' `protocol` (`TCP`), a `hostPort: 0` dropped (Go's
+/// `omitempty`); a Role's or ClusterRole's missing `rules` written as
+/// `null`. In Pods and in the pod templates of the workload kinds.
+pub(crate) fn default_builtin(group: &str, kind: &str, obj: &mut Value) {
+    let template = match (group, kind) {
+        ("", "Pod") => Some("/spec"),
+        ("", "ReplicationController" | "PodTemplate")
+        | ("apps", "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet")
+        | ("batch", "Job") => Some("/spec/template/spec"),
+        ("batch", "CronJob") => Some("/spec/jobTemplate/spec/template/spec"),
+        ("rbac.authorization.k8s.io", "Role" | "ClusterRole") => {
+            if let Some(m) = obj.as_object_mut() {
+                m.entry("rules").or_insert(Value::Null);
+            }
+            None
+        }
+        _ => None,
+    };
+    let Some(spec) = template.and_then(|p| obj.pointer_mut(p)) else {
+        return;
+    };
+    for list in ["initContainers", "containers", "ephemeralContainers"] {
+        let Some(containers) = spec.get_mut(list).and_then(Value::as_array_mut) else {
+            continue;
+        };
+        for c in containers.iter_mut().filter_map(Value::as_object_mut) {
+            if !c.contains_key("imagePullPolicy") {
+                let image = c.get("image").and_then(Value::as_str).unwrap_or("");
+                let policy = if pulls_always(image) {
+                    "Always"
+                } else {
+                    "IfNotPresent"
+                };
+                c.insert("imagePullPolicy".into(), Value::String(policy.into()));
+            }
+            c.entry("terminationMessagePath")
+                .or_insert_with(|| Value::String("/dev/termination-log".into()));
+            c.entry("terminationMessagePolicy")
+                .or_insert_with(|| Value::String("File".into()));
+            if let Some(ports) = c.get_mut("ports").and_then(Value::as_array_mut) {
+                for p in ports.iter_mut().filter_map(Value::as_object_mut) {
+                    p.entry("protocol")
+                        .or_insert_with(|| Value::String("TCP".into()));
+                    if p.get("hostPort").and_then(Value::as_i64) == Some(0) {
+                        p.remove("hostPort");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// kube-apiserver's `imagePullPolicy` default: `Always` when the image has
+/// no tag or the tag `latest` (and no digest).
+fn pulls_always(image: &str) -> bool {
+    if image.contains('@') {
+        return false;
+    }
+    // The tag follows the last ':' after the last '/' (a registry's port
+    // comes before a '/').
+    let last = image.rsplit('/').next().unwrap_or(image);
+    match last.rsplit_once(':') {
+        None => true,
+        Some((_, tag)) => tag == "latest",
+    }
+}
+
+#[cfg(test)]
+mod default_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn pods_and_templates_get_kube_apiservers_container_defaults() {
+        let mut pod = json!({"spec": {"containers": [
+            {"name": "a", "image": "nginx"},
+            {"name": "b", "image": "nginx:latest", "ports": [{"containerPort": 80, "hostPort": 0}]},
+            {"name": "c", "image": "registry:5000/nginx:1.27", "imagePullPolicy": "Never"},
+            {"name": "d", "image": "nginx@sha256:abc"},
+            {"name": "e", "image": "registry:5000/nginx"},
+        ]}});
+        default_builtin("", "Pod", &mut pod);
+        let policies: Vec<&str> = pod["spec"]["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["imagePullPolicy"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            policies,
+            ["Always", "Always", "Never", "IfNotPresent", "Always"]
+        );
+        assert_eq!(
+            pod["spec"]["containers"][1]["ports"][0],
+            json!({"containerPort": 80, "protocol": "TCP"})
+        );
+        assert_eq!(
+            pod["spec"]["containers"][0]["terminationMessagePath"],
+            "/dev/termination-log"
+        );
+        let mut cron = json!({"spec": {"jobTemplate": {"spec": {"template": {"spec": {
+            "containers": [{"name": "a", "image": "busybox:1.36"}]}}}}}});
+        default_builtin("batch", "CronJob", &mut cron);
+        assert_eq!(
+            cron.pointer("/spec/jobTemplate/spec/template/spec/containers/0/imagePullPolicy"),
+            Some(&json!("IfNotPresent"))
+        );
+        let mut role = json!({"metadata": {"name": "r"}});
+        default_builtin("rbac.authorization.k8s.io", "ClusterRole", &mut role);
+        assert_eq!(role, json!({"metadata": {"name": "r"}, "rules": null}));
+    }
+}

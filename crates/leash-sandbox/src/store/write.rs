@@ -591,7 +591,10 @@ fn check_schema(rt: &ResourceType, obj: &mut Value) -> Result<(), ApiError> {
         },
         None if rt.crd.is_some() => return Ok(()),
         None => match crate::schema::check_builtin(&rt.group, &rt.kind, obj) {
-            Ok(()) => return Ok(()),
+            Ok(()) => {
+                crate::schema::default_builtin(&rt.group, &rt.kind, obj);
+                return Ok(());
+            }
             Err(crate::schema::BuiltinError::Decode(m)) => return Err(ApiError::bad_request(m)),
             Err(crate::schema::BuiltinError::Invalid(errors)) => errors,
         },
