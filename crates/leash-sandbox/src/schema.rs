@@ -439,7 +439,9 @@ mod tests {
 /// `IfNotPresent`), `terminationMessagePath` and `terminationMessagePolicy`,
 /// its ports' `protocol` (`TCP`), a `hostPort: 0` dropped (Go's
 /// `omitempty`); a Role's or ClusterRole's missing `rules` written as
-/// `null`. In Pods and in the pod templates of the workload kinds.
+/// `null`; a StorageClass's `reclaimPolicy` (`Delete`) and
+/// `volumeBindingMode` (`Immediate`). In Pods and in the pod templates of
+/// the workload kinds.
 pub(crate) fn default_builtin(group: &str, kind: &str, obj: &mut Value) {
     let template = match (group, kind) {
         ("", "Pod") => Some("/spec"),
@@ -450,6 +452,15 @@ pub(crate) fn default_builtin(group: &str, kind: &str, obj: &mut Value) {
         ("rbac.authorization.k8s.io", "Role" | "ClusterRole") => {
             if let Some(m) = obj.as_object_mut() {
                 m.entry("rules").or_insert(Value::Null);
+            }
+            None
+        }
+        ("storage.k8s.io", "StorageClass") => {
+            if let Some(m) = obj.as_object_mut() {
+                m.entry("reclaimPolicy")
+                    .or_insert_with(|| Value::String("Delete".into()));
+                m.entry("volumeBindingMode")
+                    .or_insert_with(|| Value::String("Immediate".into()));
             }
             None
         }
@@ -547,5 +558,11 @@ mod default_tests {
         let mut role = json!({"metadata": {"name": "r"}});
         default_builtin("rbac.authorization.k8s.io", "ClusterRole", &mut role);
         assert_eq!(role, json!({"metadata": {"name": "r"}, "rules": null}));
+        let mut sc = json!({"provisioner": "x"});
+        default_builtin("storage.k8s.io", "StorageClass", &mut sc);
+        assert_eq!(
+            sc,
+            json!({"provisioner": "x", "reclaimPolicy": "Delete", "volumeBindingMode": "Immediate"})
+        );
     }
 }
