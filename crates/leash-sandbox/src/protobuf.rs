@@ -45,40 +45,14 @@ pub(crate) const KINDS: &[(&str, &str)] = &[
 /// # Errors
 /// As [`decode`]; 415 for a body of another kind.
 pub(crate) fn decode_delete_options(body: &[u8]) -> Result<Value, ApiError> {
-    let payload = body
-        .strip_prefix(MAGIC)
-        .ok_or_else(|| bad("missing the k8s\\0 envelope prefix"))?;
-    let unknown = Unknown::decode(payload).map_err(bad)?;
-    if unknown
-        .content_encoding
-        .as_deref()
-        .is_some_and(|e| !e.is_empty())
-    {
-        return Err(unsupported(
-            "encoded protobuf payloads are not accepted".into(),
-        ));
-    }
-    let type_meta = unknown.type_meta.unwrap_or_default();
-    let kind = type_meta.kind.unwrap_or_default();
+    let (api_version, kind, raw) = open_envelope(body)?;
     if kind != "DeleteOptions" {
         return Err(unsupported(format!(
             "a DELETE's protobuf body must be DeleteOptions, not {kind:?}"
         )));
     }
-    let Value::Object(fields) = typed::<k8s_pb::apimachinery::pkg::apis::meta::v1::DeleteOptions>(
-        &unknown.raw.unwrap_or_default(),
-    )?
-    else {
-        unreachable!("messages convert to JSON objects");
-    };
-    let mut out = Map::with_capacity(fields.len() + 2);
-    out.insert("kind".into(), Value::String(kind));
-    out.insert(
-        "apiVersion".into(),
-        Value::String(type_meta.api_version.unwrap_or_default()),
-    );
-    out.extend(fields);
-    Ok(Value::Object(out))
+    let object = typed::<k8s_pb::apimachinery::pkg::apis::meta::v1::DeleteOptions>(&raw)?;
+    Ok(typed_object(kind, api_version, object))
 }
 
 fn unsupported(why: String) -> ApiError {
@@ -102,23 +76,7 @@ fn bad(why: impl std::fmt::Display) -> ApiError {
 /// [`KINDS`], an encoded (`contentEncoding`) payload, or a non-zero field the
 /// conversion does not cover.
 pub(crate) fn decode(body: &[u8]) -> Result<Value, ApiError> {
-    let payload = body
-        .strip_prefix(MAGIC)
-        .ok_or_else(|| bad("missing the k8s\\0 envelope prefix"))?;
-    let unknown = Unknown::decode(payload).map_err(bad)?;
-    if unknown
-        .content_encoding
-        .as_deref()
-        .is_some_and(|e| !e.is_empty())
-    {
-        return Err(unsupported(
-            "encoded protobuf payloads are not accepted".into(),
-        ));
-    }
-    let type_meta = unknown.type_meta.unwrap_or_default();
-    let api_version = type_meta.api_version.unwrap_or_default();
-    let kind = type_meta.kind.unwrap_or_default();
-    let raw = unknown.raw.unwrap_or_default();
+    let (api_version, kind, raw) = open_envelope(body)?;
     let object = match (api_version.as_str(), kind.as_str()) {
         ("v1", "ConfigMap") => typed::<k8s_pb::api::core::v1::ConfigMap>(&raw),
         ("v1", "Secret") => typed::<k8s_pb::api::core::v1::Secret>(&raw),
@@ -141,15 +99,43 @@ pub(crate) fn decode(body: &[u8]) -> Result<Value, ApiError> {
             )));
         }
     }?;
+    Ok(typed_object(kind, api_version, object))
+}
+
+/// The envelope's `(apiVersion, kind, raw message)`.
+fn open_envelope(body: &[u8]) -> Result<(String, String, Vec<u8>), ApiError> {
+    let payload = body
+        .strip_prefix(MAGIC)
+        .ok_or_else(|| bad("missing the k8s\\0 envelope prefix"))?;
+    let unknown = Unknown::decode(payload).map_err(bad)?;
+    if unknown
+        .content_encoding
+        .as_deref()
+        .is_some_and(|e| !e.is_empty())
+    {
+        return Err(unsupported(
+            "encoded protobuf payloads are not accepted".into(),
+        ));
+    }
+    let type_meta = unknown.type_meta.unwrap_or_default();
+    Ok((
+        type_meta.api_version.unwrap_or_default(),
+        type_meta.kind.unwrap_or_default(),
+        unknown.raw.unwrap_or_default(),
+    ))
+}
+
+/// A converted message with `kind` and `apiVersion` first, as Go's JSON
+/// encoding writes them.
+fn typed_object(kind: String, api_version: String, object: Value) -> Value {
     let Value::Object(fields) = object else {
         unreachable!("messages convert to JSON objects");
     };
-    // `kind` and `apiVersion` first, as Go's JSON encoding writes them.
     let mut out = Map::with_capacity(fields.len() + 2);
     out.insert("kind".into(), Value::String(kind));
     out.insert("apiVersion".into(), Value::String(api_version));
     out.extend(fields);
-    Ok(Value::Object(out))
+    Value::Object(out)
 }
 
 fn typed<M: Message + Default + ToJson>(raw: &[u8]) -> Result<Value, ApiError> {

@@ -12,6 +12,7 @@ mod credential;
 #[cfg(test)]
 mod flag_tests;
 mod load_cmd;
+mod names;
 mod policy_cmd;
 mod sandbox_cmd;
 mod serve_cmd;

@@ -12,6 +12,7 @@ use leash_loader::{KindSelection, LoadOptions, MAX_CONCURRENCY, NamespaceSelecti
 
 use crate::cli_error;
 use crate::connection::{ConnectionArgs, Target};
+use crate::names::is_dns_label;
 
 /// Demo data of `--sandbox` without a value.
 pub(crate) const DEFAULT_SANDBOX_SPEC: &str = "pods=2000,deployments.apps=100,configmaps=500";
@@ -312,15 +313,6 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
         return Err(format!("{s:?} is zero; it must be positive"));
     }
     Ok(d)
-}
-
-fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
 }
 
 #[cfg(test)]

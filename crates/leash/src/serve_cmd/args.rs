@@ -9,6 +9,7 @@ use leash_controller::{AggregateSettings, ReportsSettings, ScanSettings};
 
 use crate::cli_error::usage;
 use crate::connection::{ConnectionArgs, Target};
+use crate::names::{is_dns_label, is_dns_subdomain};
 
 /// Demo data of `--sandbox` without a value.
 pub(crate) const DEFAULT_SERVE_SANDBOX: &str = "pods=200,deployments.apps=20";
@@ -315,21 +316,6 @@ fn default_identity() -> String {
     format!("{host}_{}", std::process::id())
 }
 
-/// An RFC 1123 label (a namespace name).
-fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
-/// An RFC 1123 subdomain (most object names).
-fn is_dns_subdomain(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns_label)
-}
-
 /// `NS/NAME[:PORT]` of --webhook-service.
 fn parse_service(s: &str) -> anyhow::Result<leash_webhook::ServiceRef> {
     let bad = || {
@@ -383,6 +369,43 @@ mod tests {
             "admission reports are written by default"
         );
         assert!(s.lease.is_none(), "no leader election unless asked");
+        assert_eq!(
+            s.ca_secret,
+            Some(("kyverno".to_string(), "leash-webhook-ca".to_string()))
+        );
+    }
+
+    /// The webhooks leave out Kyverno's default (kube-system) and leash's
+    /// own namespaces, whatever the flag says; a bad name is refused
+    /// naming the flag; --tls-cert turns the shared CA off.
+    #[test]
+    fn webhook_exclusions_and_the_ca_secret() {
+        let s = settings(&[
+            "--leader-elect",
+            "--lease-namespace",
+            "leases",
+            "--webhook-service",
+            "web/leash:443",
+        ])
+        .unwrap();
+        assert_eq!(
+            s.admission.unwrap().excluded_namespaces,
+            ["kube-system", "kyverno", "leases", "web"]
+        );
+        let s = settings(&["--webhook-exclude-namespaces", "infra,kyverno"]).unwrap();
+        assert_eq!(
+            s.admission.unwrap().excluded_namespaces,
+            ["infra", "kyverno"]
+        );
+        let e = settings(&["--webhook-exclude-namespaces", "Infra"]).unwrap_err();
+        assert!(
+            e.contains("--webhook-exclude-namespaces") && e.contains("Infra"),
+            "{e}"
+        );
+        let e = settings(&["--ca-secret", "a/b"]).unwrap_err();
+        assert!(e.contains("--ca-secret"), "{e}");
+        let s = settings(&["--tls-cert", "c.pem", "--tls-key", "k.pem"]).unwrap();
+        assert_eq!(s.ca_secret, None);
     }
 
     /// `--admission-reports` takes Kyverno's `--admissionReports` values;

@@ -350,6 +350,22 @@ async fn a_configuration_left_behind_cannot_lock_the_cluster() {
     sb.shutdown().await.unwrap();
 }
 
+/// The log at `path` once it holds `what` (a hang guard: 20 s).
+async fn log_once_it_says(path: &Path, what: &str) -> String {
+    let start = Instant::now();
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.contains(what) {
+            return text;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{what:?} not logged within 20 s:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Item 10: an API server that cannot be reached, or answers truncated
 /// JSON, is reported at once, one line per failure naming the operation,
 /// without the answer's body; and /readyz is not ok meanwhile.
@@ -365,18 +381,7 @@ async fn api_failures_are_logged_naming_the_operation() {
         &["--components", "reports", "--health", &health],
         &log,
     );
-    let start = Instant::now();
-    let text = loop {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        if text.contains("listing kyverno.io/v1 clusterpolicies") {
-            break text;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "nothing said about the unreachable API server within 20 s:\n{text}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let text = log_once_it_says(&log, "listing kyverno.io/v1 clusterpolicies").await;
     let line = text
         .lines()
         .find(|l| l.contains("listing kyverno.io/v1 clusterpolicies"))
@@ -397,18 +402,7 @@ async fn api_failures_are_logged_naming_the_operation() {
     });
     let log = dir.path().join("truncated.log");
     let mut truncated = serve(&sb.url(), &["--components", "reports"], &log);
-    let start = Instant::now();
-    let text = loop {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        if text.contains("listing kyverno.io/v1 clusterpolicies") {
-            break text;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "nothing said about the truncated answers within 20 s:\n{text}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let text = log_once_it_says(&log, "listing kyverno.io/v1 clusterpolicies").await;
     kill(&mut truncated);
     for line in text.lines() {
         assert!(
