@@ -226,7 +226,9 @@ async fn serve_reports_converge_to_apply_and_follow_changes() {
         }
     }
 
-    // A new violating pod: its report within 2 s.
+    // A new violating pod: its report follows the watch event, not the
+    // hourly rescan (a hang guard of 15 s: a loaded CI machine once took
+    // more than 2 s).
     let created = sb.store().create(pod("bad", "nginx:latest")).unwrap();
     let uid = created["metadata"]["uid"].as_str().unwrap().to_string();
     let start = Instant::now();
@@ -238,8 +240,8 @@ async fn serve_reports_converge_to_apply_and_follow_changes() {
             break;
         }
         assert!(
-            start.elapsed() < Duration::from_secs(2),
-            "no report of the new violating pod within 2 s"
+            start.elapsed() < Duration::from_secs(15),
+            "no report of the new violating pod within 15 s"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
