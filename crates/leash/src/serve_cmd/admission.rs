@@ -506,23 +506,35 @@ pub(crate) async fn remove_if_unanswered(
     }
 }
 
-/// Whether something accepts a TCP connection at the URL's host and port
-/// within 3 s.
+/// Whether the webhook at `url` may be answered. Only a loopback URL
+/// (`127.0.0.0/8`, `::1`, `localhost`) is judged, by whether something
+/// accepts a TCP connection there within 3 s: from this host that is
+/// proof. Any other host counts as answered (never delete on a doubt: a
+/// replica this host cannot reach may be serving it, and deleting its
+/// configuration would admit what its policies deny), and is not dialled.
 async fn url_accepts(url: &str) -> bool {
-    let Ok(uri) = url.parse::<http::Uri>() else {
-        return false;
+    let Some((host, port)) = loopback_target(url) else {
+        return true;
     };
-    let Some(host) = uri.host() else { return false };
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    let port = uri.port_u16().unwrap_or(443);
     matches!(
         tokio::time::timeout(
             std::time::Duration::from_secs(3),
-            tokio::net::TcpStream::connect((host, port)),
+            tokio::net::TcpStream::connect((host.as_str(), port)),
         )
         .await,
         Ok(Ok(_))
     )
+}
+
+/// The host and port of a loopback `https://` URL; None for any other.
+fn loopback_target(url: &str) -> Option<(String, u16)> {
+    let uri = url.parse::<http::Uri>().ok()?;
+    let host = uri.host()?.trim_start_matches('[').trim_end_matches(']');
+    let loopback = host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    loopback.then(|| (host.to_string(), uri.port_u16().unwrap_or(443)))
 }
 
 /// Whether the Service has a ready endpoint (EndpointSlices); an error
@@ -547,5 +559,37 @@ async fn service_has_endpoints(client: &kube::Client, namespace: &str, name: &st
             );
             true
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run without admission judges only loopback URLs (from this host a
+    /// refused connection there proves nothing serves them); any other
+    /// host is left alone, undialled.
+    #[test]
+    fn only_loopback_webhook_urls_are_judged() {
+        assert_eq!(
+            loopback_target("https://127.0.0.1:9443/validate/fail"),
+            Some(("127.0.0.1".to_string(), 9443))
+        );
+        assert_eq!(
+            loopback_target("https://[::1]/validate"),
+            Some(("::1".to_string(), 443))
+        );
+        assert_eq!(
+            loopback_target("https://localhost:8443/v"),
+            Some(("localhost".to_string(), 8443))
+        );
+        assert_eq!(loopback_target("https://10.0.0.7:9443/validate"), None);
+        assert_eq!(loopback_target("https://leash.example.com/validate"), None);
+        assert_eq!(loopback_target("not a url"), None);
+    }
+
+    #[tokio::test]
+    async fn a_remote_url_counts_as_answered() {
+        assert!(url_accepts("https://10.0.0.7:9443/validate").await);
     }
 }
