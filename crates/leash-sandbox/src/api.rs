@@ -115,7 +115,7 @@ impl App {
         if matches!(segments.as_slice(), ["healthz"] | ["livez"] | ["readyz"]) {
             return Response::new(Body::from("ok"));
         }
-        let (delay, action) = self.faults.decide(is_discovery(&segments));
+        let (delay, action) = self.faults.decide(&path, is_discovery(&segments));
         if !delay.is_zero()
             && self
                 .cancel

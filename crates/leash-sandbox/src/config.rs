@@ -66,6 +66,10 @@ pub struct Faults {
     pub latency_jitter: Duration,
     /// Probability of a 500 `InternalError` Status.
     pub fail_rate: f64,
+    /// Requests whose path starts with one of these prefixes always get the 500 of
+    /// `fail_rate` (an API group that is down while the rest answers, say
+    /// `/apis/kyverno.io/`); the generator's draws are made all the same.
+    pub fail_paths: Vec<String>,
     /// Probability of a 429 with `Retry-After` and a plain-text body, as API Priority and Fairness answers.
     pub throttle_rate: f64,
     /// The `Retry-After` value in seconds (default 1).
@@ -109,6 +113,7 @@ impl Default for Faults {
             latency: Duration::ZERO,
             latency_jitter: Duration::ZERO,
             fail_rate: 0.0,
+            fail_paths: Vec::new(),
             throttle_rate: 0.0,
             retry_after_secs: 1,
             reset_rate: 0.0,

@@ -72,9 +72,9 @@ impl FaultInjector {
             .clone()
     }
 
-    /// The delay and the action for one request. `discovery` requests get failures only
-    /// with `fail_discovery`.
-    pub(crate) fn decide(&self, discovery: bool) -> (Duration, Action) {
+    /// The delay and the action for one request to `path`. `discovery` requests get
+    /// failures only with `fail_discovery`.
+    pub(crate) fn decide(&self, path: &str, discovery: bool) -> (Duration, Action) {
         let f = self.get();
         let (jitter, fail, throttle, reset) = {
             let mut rng = self.rng.lock().unwrap_or_else(|e| e.into_inner());
@@ -83,7 +83,9 @@ impl FaultInjector {
         let delay = f.latency.saturating_add(f.latency_jitter.mul_f64(jitter));
         let action = if discovery && !f.fail_discovery {
             Action::Serve
-        } else if fail < f.fail_rate.clamp(0.0, 1.0) {
+        } else if fail < f.fail_rate.clamp(0.0, 1.0)
+            || f.fail_paths.iter().any(|p| path.starts_with(p.as_str()))
+        {
             Action::Fail
         } else if throttle < f.throttle_rate.clamp(0.0, 1.0) {
             Action::Throttle(f.retry_after_secs)
@@ -207,8 +209,12 @@ mod tests {
         };
         let a = FaultInjector::new(faults.clone(), 7);
         let b = FaultInjector::new(faults, 7);
-        let xs: Vec<_> = (0..200).map(|_| a.decide(false).1).collect();
-        let ys: Vec<_> = (0..200).map(|_| b.decide(false).1).collect();
+        let xs: Vec<_> = (0..200)
+            .map(|_| a.decide("/api/v1/pods", false).1)
+            .collect();
+        let ys: Vec<_> = (0..200)
+            .map(|_| b.decide("/api/v1/pods", false).1)
+            .collect();
         assert_eq!(xs, ys);
         for action in [
             Action::Serve,
@@ -218,7 +224,37 @@ mod tests {
         ] {
             assert!(xs.contains(&action), "{action:?} never drawn");
         }
-        assert!((0..100).all(|_| a.decide(true).1 == Action::Serve));
+        assert!((0..100).all(|_| a.decide("/api", true).1 == Action::Serve));
+    }
+
+    #[test]
+    fn failed_paths_always_fail_and_keep_the_sequence() {
+        let faults = Faults {
+            fail_rate: 0.3,
+            fail_paths: vec!["/apis/kyverno.io/".into()],
+            ..Faults::default()
+        };
+        let a = FaultInjector::new(faults.clone(), 3);
+        let b = FaultInjector::new(faults, 3);
+        for _ in 0..50 {
+            assert_eq!(
+                a.decide("/apis/kyverno.io/v1/clusterpolicies", false).1,
+                Action::Fail
+            );
+        }
+        let others: Vec<_> = (0..100)
+            .map(|_| a.decide("/api/v1/pods", false).1)
+            .collect();
+        // `b` makes the same number of draws for other paths: the sequence after
+        // the failed paths' requests is the one a plain run sees.
+        for _ in 0..50 {
+            b.decide("/api/v1/pods", false);
+        }
+        let plain: Vec<_> = (0..100)
+            .map(|_| b.decide("/api/v1/pods", false).1)
+            .collect();
+        assert_eq!(others, plain);
+        assert!(others.contains(&Action::Serve));
     }
 
     #[test]
@@ -266,11 +302,13 @@ mod tests {
             },
             9,
         );
-        let xs: Vec<_> = (0..100).map(|_| a.decide(false).1).collect();
+        let xs: Vec<_> = (0..100)
+            .map(|_| a.decide("/api/v1/pods", false).1)
+            .collect();
         let ys: Vec<_> = (0..100)
             .map(|_| {
                 let _ = b.watch_cutter();
-                b.decide(false).1
+                b.decide("/api/v1/pods", false).1
             })
             .collect();
         assert_eq!(xs, ys);
@@ -287,7 +325,7 @@ mod tests {
             1,
         );
         for _ in 0..50 {
-            let (d, _) = f.decide(false);
+            let (d, _) = f.decide("/api/v1/pods", false);
             assert!(d >= Duration::from_millis(10) && d <= Duration::from_millis(15));
         }
     }

@@ -85,6 +85,10 @@ pub(crate) struct Args {
     #[arg(long, value_name = "P", allow_negative_numbers = true, value_parser = parse_probability)]
     fail_rate: Option<f64>,
 
+    /// Every request whose path starts with PREFIX fails with 500 InternalError (an API group that is down, say /apis/kyverno.io/). Repeatable.
+    #[arg(long, value_name = "PREFIX", value_parser = parse_path_prefix)]
+    fail_path: Vec<String>,
+
     /// Probability (0 to 1) that a request is throttled: 429 with Retry-After, as API Priority and Fairness does.
     #[arg(long, value_name = "P", allow_negative_numbers = true, value_parser = parse_probability)]
     throttle_rate: Option<f64>,
@@ -167,6 +171,7 @@ impl Args {
             latency: self.latency.unwrap_or_default(),
             latency_jitter: self.latency_jitter.unwrap_or_default(),
             fail_rate: self.fail_rate.unwrap_or(0.0),
+            fail_paths: self.fail_path,
             throttle_rate: self.throttle_rate.unwrap_or(0.0),
             retry_after_secs: self.retry_after,
             reset_rate: self.reset_rate.unwrap_or(0.0),
@@ -187,6 +192,17 @@ impl Args {
             seed: self.seed,
             webhook_services: self.webhook_service.into_iter().collect(),
         })
+    }
+}
+
+/// `--fail-path`: a URL path, from its leading `/`.
+fn parse_path_prefix(s: &str) -> Result<String, String> {
+    if s.starts_with('/') {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "{s:?} is not a URL path: it starts with / (for example /apis/kyverno.io/)"
+        ))
     }
 }
 
@@ -341,6 +357,10 @@ mod tests {
             "5ms",
             "--fail-rate",
             "0.1",
+            "--fail-path",
+            "/apis/kyverno.io/",
+            "--fail-path",
+            "/api/v1/secrets",
             "--throttle-rate",
             "0.2",
             "--retry-after",
@@ -362,6 +382,13 @@ mod tests {
         assert_eq!(
             (f.fail_rate, f.throttle_rate, f.reset_rate, f.truncate_rate),
             (0.1, 0.2, 0.05, 0.03)
+        );
+        assert_eq!(
+            f.fail_paths,
+            [
+                "/apis/kyverno.io/".to_string(),
+                "/api/v1/secrets".to_string()
+            ]
         );
         assert_eq!(f.retry_after_secs, 3);
         assert_eq!(f.continue_ttl, Duration::from_secs(2));
@@ -427,6 +454,10 @@ mod tests {
                 &["--fail-rate", "\"1.5\"", "from 0 to 1"],
             ),
             (&["--throttle-rate", "-0.1"], &["--throttle-rate", "-0.1"]),
+            (
+                &["--fail-path", "apis/kyverno.io"],
+                &["--fail-path", "\"apis/kyverno.io\"", "starts with /"],
+            ),
             (&["--reset-rate", "often"], &["--reset-rate", "\"often\""]),
             (&["--latency", "20"], &["--latency", "\"20\""]),
             (&["--continue-ttl", "0s"], &["--continue-ttl", "zero"]),

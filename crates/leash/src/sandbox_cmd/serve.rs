@@ -191,6 +191,9 @@ fn summary(
             fault_list.push(format!("{name} {rate}"));
         }
     }
+    if !faults.fail_paths.is_empty() {
+        fault_list.push(format!("500s under {}", faults.fail_paths.join(", ")));
+    }
     if faults.watch_cut_after.is_some() || faults.watch_cut_rate > 0.0 {
         let mut cut = Vec::new();
         if let Some(bound) = faults.watch_cut_after {

@@ -5,7 +5,7 @@
 use std::fs::File;
 use std::path::Path;
 use std::process::Stdio;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use leash_sandbox::{Sandbox, SandboxConfig};
@@ -115,6 +115,8 @@ async fn a_restarted_webhook_admits_nothing_before_its_policies_are_read() {
     kill(&mut first);
 
     let stop = AtomicBool::new(false);
+    // Answers seen so far: leash's "starting" ones and the policy's denials.
+    let (starting_seen, policy_seen) = (AtomicUsize::new(0), AtomicUsize::new(0));
     let second_log = dir.path().join("second.log");
     let mut second = None;
     let answers: Vec<(u16, String)> = tokio::task::block_in_place(|| {
@@ -123,41 +125,75 @@ async fn a_restarted_webhook_admits_nothing_before_its_policies_are_read() {
             let flood: Vec<_> = (0..8)
                 .map(|t| {
                     let (stop, a) = (&stop, &a);
+                    let (starting_seen, policy_seen) = (&starting_seen, &policy_seen);
                     scope.spawn(move || {
                         let mut answers: Vec<(u16, String)> = Vec::new();
                         let mut i = 0;
                         while !stop.load(Ordering::Acquire) {
                             i += 1;
                             let name = format!("f{t}-{i}");
-                            answers.push(create_pod(a, &pod(&name, "default", "nginx:latest")));
+                            let answer = create_pod(a, &pod(&name, "default", "nginx:latest"));
+                            if answer.1.contains("leash is starting") {
+                                starting_seen.fetch_add(1, Ordering::Relaxed);
+                            } else if answer.1.contains("disallow-latest-tag") {
+                                policy_seen.fetch_add(1, Ordering::Relaxed);
+                            }
+                            answers.push(answer);
                         }
                         answers
                     })
                 })
                 .collect();
+            // Ends the flood when this closure returns or panics: the scope
+            // joins its threads before a panic leaves it.
+            struct StopOnDrop<'a>(&'a AtomicBool);
+            impl Drop for StopOnDrop<'_> {
+                fn drop(&mut self) {
+                    self.0.store(true, Ordering::Release);
+                }
+            }
+            let stopper = StopOnDrop(&stop);
+            let wait_for = |what: &str, done: &dyn Fn() -> bool| {
+                let start = Instant::now();
+                while !done() {
+                    assert!(start.elapsed() < BOUND, "{what} within {BOUND:?}");
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            };
             std::thread::sleep(Duration::from_millis(300));
-            // One API request in three fails: the policy kinds' lists are
-            // retried with backoff, so the policies are read well after
-            // leash listens (as on a loaded API server).
+            // The policy groups answer 500 (the rest of the API server
+            // works): leash listens, reads its CA and keeps the webhook
+            // registered, but cannot read its policies.
             sb.set_faults(leash_sandbox::Faults {
                 latency: Duration::from_millis(150),
-                fail_rate: 0.33,
+                fail_paths: vec![
+                    "/apis/kyverno.io/".into(),
+                    "/apis/policies.kyverno.io/".into(),
+                ],
                 ..leash_sandbox::Faults::default()
             });
             second = Some(serve(&sb.url(), &args, &second_log));
-            let start = Instant::now();
-            while !(std::net::TcpStream::connect(&health).is_ok()
-                && http_get(&health, "/readyz").0 == 200)
-            {
-                assert!(start.elapsed() < BOUND, "/readyz never 200");
-                std::thread::sleep(Duration::from_millis(20));
-            }
+            wait_for("a pod answered \"leash is starting\"", &|| {
+                starting_seen.load(Ordering::Relaxed) > 0
+            });
+            assert!(
+                std::net::TcpStream::connect(&health).is_err()
+                    || http_get(&health, "/readyz").0 == 503,
+                "not ready before the policies are read"
+            );
             sb.set_faults(leash_sandbox::Faults {
                 latency: Duration::from_millis(150),
                 ..leash_sandbox::Faults::default()
             });
-            std::thread::sleep(Duration::from_millis(500));
-            stop.store(true, Ordering::Release);
+            wait_for("/readyz 200", &|| {
+                std::net::TcpStream::connect(&health).is_ok()
+                    && http_get(&health, "/readyz").0 == 200
+            });
+            wait_for("a pod denied by the policy", &|| {
+                policy_seen.load(Ordering::Relaxed) > 0
+            });
+            std::thread::sleep(Duration::from_millis(300));
+            drop(stopper);
             flood.into_iter().flat_map(|t| t.join().unwrap()).collect()
         })
     });
