@@ -7,6 +7,12 @@
 #
 #   bench/real_admission.sh [REPS] [CLIENTS...]   (default 2 reps; 1 10 50)
 #   LEASH=... LOADGEN=... skip the cargo build; testenv/bin is built if missing.
+#   LEASH_ARGS="--admission-reports=false" adds flags to `leash serve`.
+#
+# Beside latency, each row gives the CPU time per created pod of the control
+# plane (etcd, kube-apiserver, controllers: one process) and of leash, from
+# /proc/PID/stat before and after the run: where a creation's cost goes,
+# robust to other load on the machine.
 #
 # Every pod is compliant (--violating-every 0): each request is a creation,
 # with the webhook evaluating 17 policies and writing its admission report.
@@ -28,6 +34,7 @@ trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$ou
 # The control plane ends when this script does (its stdin closes).
 mkfifo "$out/stdin"
 controlplane --exit-on-stdin-close --log "$out/controlplane.log" < "$out/stdin" > "$out/ready" &
+cp_pid=$!
 exec 3> "$out/stdin"
 for _ in $(seq 600); do [ -s "$out/ready" ] && break; sleep 0.1; done
 [ -s "$out/ready" ] || { echo "the control plane did not start"; tail "$out/controlplane.log"; exit 1; }
@@ -60,15 +67,29 @@ current-context: real
 EOF
 health=127.0.0.1:$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 
-measure() { # clients -> "p50 p99 req/s errors"
+ticks() { # pid -> user+system CPU ticks so far (0 when there is no such process)
+  if [ -n "$1" ] && [ -r "/proc/$1/stat" ]; then
+    sed 's/^.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'
+  else echo 0; fi
+}
+measure() { # clients [leash pid] -> "p50 p99 req/s errors cp-ms/pod leash-ms/pod"
+  local c0 l0
+  c0=$(ticks "$cp_pid"); l0=$(ticks "${2:-}")
   "$G" pods --server "$SERVER" --namespace bench --token "$LOADER_TOKEN" --ca "$out/ca.pem" \
-    --clients "$1" --duration 6 --violating-every 0 --json |
-    python3 -c "import sys,json; d=json.load(sys.stdin); l=d['latency_ms']; print('%.2f %.2f %.0f %d' % (l['p50'], l['p99'], d['requests_per_second'], d['error_count']))"
+    --clients "$1" --duration 6 --violating-every 0 --json > "$out/run.json"
+  python3 - "$out/run.json" "$(($(ticks "$cp_pid") - c0))" "$(($(ticks "${2:-}") - l0))" "$(getconf CLK_TCK)" <<'PY'
+import sys, json
+d = json.load(open(sys.argv[1])); l = d['latency_ms']
+cp, leash, hz = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+n = max(d['allowed'], 1)
+print('%.2f %.2f %.0f %d %.3f %.3f' % (l['p50'], l['p99'], d['requests_per_second'], d['error_count'],
+      cp * 1000 / hz / n, leash * 1000 / hz / n))
+PY
 }
 start_serve() {
   "$L" serve --kubeconfig "$out/leash.kubeconfig" --components admission \
     --admission-listen 127.0.0.1:0 --health "$health" --cleanup-webhooks \
-    --max-ephemeral-reports 1000000 > "$out/serve.log" 2>&1 &
+    --max-ephemeral-reports 1000000 ${LEASH_ARGS:-} > "$out/serve.log" 2>&1 &
   serve=$!
   for _ in $(seq 300); do curl -sf "http://$health/readyz" > /dev/null && break; sleep 0.1; done
   # kube-apiserver reads the new configuration through its informer.
@@ -81,16 +102,17 @@ stop_serve() {
 }
 
 echo "# pods through kube-apiserver v1.37.2 (testenv), pss-classic in Enforce, $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '%-8s %-4s %10s %10s %8s %7s\n' clients rep "p50 ms" "p99 ms" "req/s" errors
+printf '%-8s %-4s %10s %10s %8s %7s %9s %9s\n' clients rep "p50 ms" "p99 ms" "req/s" errors "cp ms/pod" "leash ms"
+
 summary=()
 for c in "${clients[@]}"; do
   for r in $(seq 1 "$reps"); do
-    read -r n50 n99 nrps nerr <<< "$(measure "$c")"
+    read -r n50 n99 nrps nerr ncp _ <<< "$(measure "$c")"
     start_serve
-    read -r w50 w99 wrps werr <<< "$(measure "$c")"
+    read -r w50 w99 wrps werr wcp wl <<< "$(measure "$c" "$serve")"
     stop_serve
-    printf '%-8s %-4s %10s %10s %8s %7s   none\n' "$c" "$r" "$n50" "$n99" "$nrps" "$nerr"
-    printf '%-8s %-4s %10s %10s %8s %7s   webhook  (p50 %.2fx, p99 %.2fx)\n' "$c" "$r" "$w50" "$w99" "$wrps" "$werr" \
+    printf '%-8s %-4s %10s %10s %8s %7s %9s %9s   none\n' "$c" "$r" "$n50" "$n99" "$nrps" "$nerr" "$ncp" -
+    printf '%-8s %-4s %10s %10s %8s %7s %9s %9s   webhook  (p50 %.2fx, p99 %.2fx)\n' "$c" "$r" "$w50" "$w99" "$wrps" "$werr" "$wcp" "$wl" \
       "$(python3 -c "print($w50/$n50)")" "$(python3 -c "print($w99/$n99)")"
   done
 done

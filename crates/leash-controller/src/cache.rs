@@ -8,7 +8,7 @@
 //! never across an await (house rule 5).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use kube::core::ApiResource;
@@ -73,6 +73,14 @@ impl Stored {
     }
 }
 
+/// The source of [`KindStore::generation`]s: one counter for the process,
+/// so a store made again after it was dropped never repeats a value.
+static GENERATIONS: AtomicU64 = AtomicU64::new(1);
+
+fn next_generation() -> u64 {
+    GENERATIONS.fetch_add(1, Ordering::Relaxed)
+}
+
 /// The objects of one kind.
 #[derive(Debug)]
 pub struct KindStore {
@@ -82,6 +90,8 @@ pub struct KindStore {
     pub namespaced: bool,
     objects: RwLock<HashMap<(String, String), Stored>>,
     synced: AtomicBool,
+    /// Changes after every change of `objects` (see [`KindStore::generation`]).
+    generation: AtomicU64,
 }
 
 impl KindStore {
@@ -92,7 +102,21 @@ impl KindStore {
             namespaced,
             objects: RwLock::new(HashMap::new()),
             synced: AtomicBool::new(false),
+            generation: AtomicU64::new(next_generation()),
         }
+    }
+
+    /// A number that differs after every change of the stored objects (and
+    /// between stores): what is computed from a list may be kept while the
+    /// generation read before the list is still the current one. Bumped
+    /// after the change is stored (Release), so a reader that sees a
+    /// generation (Acquire) sees its change too.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    fn changed(&self) {
+        self.generation.store(next_generation(), Ordering::Release);
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<(String, String), Stored>> {
@@ -130,6 +154,7 @@ impl KindStore {
         let stored = Stored::encode(object);
         self.write()
             .insert((namespace.to_string(), name.to_string()), stored);
+        self.changed();
     }
 
     /// Stores an object unless the store holds a newer version of it (by
@@ -141,27 +166,36 @@ impl KindStore {
 
     /// [`KindStore::put_if_newer`] of an encoded object.
     pub fn put_stored_if_newer(&self, namespace: &str, name: &str, stored: Stored) {
-        let mut map = self.write();
-        let key = (namespace.to_string(), name.to_string());
-        if let Some(old) = map.get(&key)
-            && let (Some(old_rv), Some(new_rv)) = (old.rv, stored.rv)
-            && new_rv < old_rv
         {
-            return;
+            let mut map = self.write();
+            let key = (namespace.to_string(), name.to_string());
+            if let Some(old) = map.get(&key)
+                && let (Some(old_rv), Some(new_rv)) = (old.rv, stored.rv)
+                && new_rv < old_rv
+            {
+                return;
+            }
+            map.insert(key, stored);
         }
-        map.insert(key, stored);
+        self.changed();
     }
 
     /// Removes an object.
     pub fn remove(&self, namespace: &str, name: &str) -> bool {
-        self.write()
+        let removed = self
+            .write()
             .remove(&(namespace.to_string(), name.to_string()))
-            .is_some()
+            .is_some();
+        if removed {
+            self.changed();
+        }
+        removed
     }
 
     /// Replaces every object (a watcher's re-list).
     pub fn replace_all(&self, objects: HashMap<(String, String), Stored>) {
         *self.write() = objects;
+        self.changed();
     }
 
     /// Every object of a namespace ("" for all).
@@ -299,6 +333,10 @@ impl ClusterData for Cache {
             .map(|s| s.list(namespace))
             .unwrap_or_default()
     }
+
+    fn generation(&self, api_version: &str, resource: &str) -> Option<u64> {
+        self.find(api_version, resource).map(|s| s.generation())
+    }
 }
 
 /// Keeps a fixed set of kinds in a [`Cache`] (the admission webhook's
@@ -417,5 +455,49 @@ mod tests {
         );
         cache.drop_store(&kind_key(&pods.resource));
         assert!(cache.get("v1", "pods", "a", "p").is_none());
+    }
+
+    #[test]
+    fn the_generation_changes_with_every_change_and_between_stores() {
+        let cache = Cache::new();
+        let ar = api_resource(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "RoleBinding",
+            "rolebindings",
+        );
+        let store = cache.store(&ar, true);
+        let rv = |n: u64| json!({"metadata": {"resourceVersion": n.to_string()}});
+        let mut seen = vec![store.generation()];
+        let mut changed = |what: &str| {
+            let now = cache
+                .generation("rbac.authorization.k8s.io/v1", "rolebindings")
+                .unwrap();
+            assert!(
+                !seen.contains(&now),
+                "{what}: the generation did not change"
+            );
+            seen.push(now);
+        };
+        store.put("a", "x", &rv(5));
+        changed("put");
+        store.put_if_newer("a", "x", &rv(6));
+        changed("put_if_newer");
+        let before = store.generation();
+        store.put_if_newer("a", "x", &rv(2));
+        assert_eq!(store.generation(), before, "an older version is not stored");
+        assert!(!store.remove("a", "missing"));
+        assert_eq!(store.generation(), before, "nothing removed");
+        store.remove("a", "x");
+        changed("remove");
+        store.replace_all(HashMap::new());
+        changed("replace_all");
+        cache.drop_store(&kind_key(&ar));
+        assert_eq!(
+            cache.generation("rbac.authorization.k8s.io/v1", "rolebindings"),
+            None
+        );
+        cache.store(&ar, true);
+        changed("a store made again");
     }
 }

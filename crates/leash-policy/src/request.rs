@@ -154,6 +154,15 @@ pub trait ClusterData: Send + Sync + std::fmt::Debug {
     /// Every object of a resource (plural or kind) in a namespace ("" for all).
     fn list(&self, api_version: &str, resource: &str, namespace: &str) -> Vec<Arc<Value>>;
 
+    /// A number that differs whenever the objects [`ClusterData::list`]
+    /// answers for this resource may have changed (read it before the
+    /// list); `None` when unknown: then nothing derived from a list may be
+    /// kept.
+    fn generation(&self, api_version: &str, resource: &str) -> Option<u64> {
+        let _ = (api_version, resource);
+        None
+    }
+
     /// An `apiCall` `urlPath` GET against the API server (`/api/v1/...`).
     fn api_get(&self, url_path: &str) -> Option<Value> {
         let _ = url_path;

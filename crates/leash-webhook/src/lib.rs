@@ -62,5 +62,5 @@ pub use server::{AdmissionServer, FailurePolicy, Lookup, LookupSource, TriggerSi
 pub use settings::{AuditSettings, ServiceRef, Settings};
 pub use status::StatusWriter;
 pub use tls::{CaMaterial, TlsMaterial, generate as generate_tls};
-pub use userinfo::resolve_roles;
+pub use userinfo::{RoleMemo, resolve_roles};
 pub use webhookconfig::{ClientTarget, Exclusions, Registrar, build_configuration};

@@ -68,7 +68,7 @@ use crate::review::{self, Answer, MAX_BODY_BYTES, ReviewRequest};
 use crate::settings::Settings;
 use crate::snapshot::{Snapshot, blocked_message, verdict};
 use crate::tls::TlsMaterial;
-use crate::userinfo::resolve_roles;
+use crate::userinfo::RoleMemo;
 
 /// At most this many connections are served at once (the rest wait in the
 /// listen backlog).
@@ -287,6 +287,7 @@ impl AdmissionServer {
             policies: self.policies.clone(),
             config: self.config,
             cluster: self.cluster,
+            roles: RoleMemo::default(),
             audit: self.settings.reports.then_some(self.audit),
             recorder: self.recorder,
             metrics: self.metrics,
@@ -472,6 +473,8 @@ struct Admission {
     policies: watch::Receiver<Arc<Engine>>,
     config: watch::Receiver<Arc<KyvernoConfig>>,
     cluster: Arc<dyn ClusterData>,
+    /// The users' roles, kept while the bindings are unchanged.
+    roles: RoleMemo,
     /// `None` with `Settings::reports` off: no admission reports.
     audit: Option<AuditQueue>,
     recorder: Recorder,
@@ -612,7 +615,8 @@ impl Admission {
             return (Answer::allow(), "unmatched");
         }
         let mut user = review.user.clone();
-        resolve_roles(&mut user, &review.namespace, self.cluster.as_ref());
+        self.roles
+            .resolve(&mut user, &review.namespace, self.cluster.as_ref());
         if config.is_excluded(&user) {
             return (Answer::allow(), "excluded");
         }
