@@ -26,27 +26,7 @@ if [ -z "${LEASH:-}" ] || [ -z "${LOADGEN:-}" ]; then
   cargo build --release -q -p leash -p leash-loadgen
 fi
 L=${LEASH:-target/release/leash} G=${LOADGEN:-target/release/leash-loadgen}
-[ -x testenv/bin/controlplane ] && [ -x testenv/bin/kubectl ] || testenv/build.sh kubectl controlplane
-export PATH="$PWD/testenv/bin:$PATH"
-out=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$out"' EXIT
-
-# The control plane ends when this script does (its stdin closes).
-mkfifo "$out/stdin"
-controlplane --exit-on-stdin-close --log "$out/controlplane.log" < "$out/stdin" > "$out/ready" &
-cp_pid=$!
-exec 3> "$out/stdin"
-for _ in $(seq 600); do [ -s "$out/ready" ] && break; sleep 0.1; done
-[ -s "$out/ready" ] || { echo "the control plane did not start"; tail "$out/controlplane.log"; exit 1; }
-ready=$(head -1 "$out/ready")
-field() { python3 -c "import sys,json; print(json.loads(sys.argv[1])['$1'])" "$ready"; }
-export KUBECONFIG=$(field kubeconfig)
-SERVER=$(field server)
-kubectl config view --raw --minify -o jsonpath='{.clusters[0].cluster.certificate-authority-data}' | base64 -d > "$out/ca.pem"
-
-kubectl apply --server-side -f deploy/crds > /dev/null
-kubectl wait --for=condition=Established crd --all --timeout=60s > /dev/null
-kubectl apply -f deploy/leash.yaml > /dev/null
+source bench/lib/realcp.sh
 for f in bench/policies/pss-classic/*.yaml; do
   sed 's/validationFailureAction: Audit/validationFailureAction: Enforce/' "$f"
   echo "---"
@@ -55,16 +35,7 @@ kubectl create namespace bench > /dev/null
 kubectl create serviceaccount loader -n bench > /dev/null
 kubectl create rolebinding loader --clusterrole=edit --serviceaccount=bench:loader -n bench > /dev/null
 until kubectl get serviceaccount default -n bench > /dev/null 2>&1; do sleep 0.2; done
-LOADER_TOKEN=$(kubectl create token loader -n bench --duration=2h)
-# leash serve as deploy/leash.yaml's ServiceAccount.
-cat > "$out/leash.kubeconfig" <<EOF
-apiVersion: v1
-kind: Config
-clusters: [{name: real, cluster: {server: "$SERVER", certificate-authority: "$out/ca.pem"}}]
-users: [{name: leash, user: {token: "$(kubectl create token leash -n kyverno --duration=2h)"}}]
-contexts: [{name: real, context: {cluster: real, user: leash}}]
-current-context: real
-EOF
+LOADER_TOKEN=$(sa_token bench loader)
 health=127.0.0.1:$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 
 ticks() { # pid -> user+system CPU ticks so far (0 when there is no such process)

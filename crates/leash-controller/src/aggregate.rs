@@ -582,65 +582,81 @@ impl Aggregator {
         if set.generation == 0 {
             return; // policies not read yet: nothing can be judged stale
         }
-        let mut reports = Vec::new();
         for kind in ["PolicyReport", "ClusterPolicyReport"] {
-            match writer::list_all(&self.client, kind, token).await {
-                Ok(mut page) => reports.append(&mut page),
-                Err(e) => {
-                    self.metrics.api_errors.inc();
-                    tracing::debug!("cleanup: listing {kind}s: {e}");
-                    return;
+            // Page by page: a page is judged before the next is read.
+            let mut next: Option<String> = None;
+            loop {
+                let (page, more) =
+                    match writer::list_page(&self.client, kind, next.as_deref(), token).await {
+                        Ok(p) => p,
+                        Err(e) => {
+                            // Cancelled, or an expired continue token: the
+                            // next pass starts over.
+                            self.metrics.api_errors.inc();
+                            tracing::debug!("cleanup: listing {kind}s: {e}");
+                            return;
+                        }
+                    };
+                for rep in page {
+                    if token.is_cancelled() {
+                        return;
+                    }
+                    self.clean_report(&set, rep, token).await;
+                }
+                match more {
+                    Some(c) => next = Some(c),
+                    None => break,
                 }
             }
         }
-        for rep in reports {
-            if token.is_cancelled() {
-                return;
-            }
-            let Some(owner) = report::report_owner(&rep) else {
-                continue;
-            };
-            let key = (owner.api_version.clone(), owner.kind.clone());
-            let resource_gone = self.live.get_store(&key).is_some_and(|s| {
-                s.is_synced()
-                    && s.get(&owner.namespace, &owner.name)
-                        .is_none_or(|o| o["metadata"]["uid"].as_str() != Some(&owner.uid))
-            });
-            let result = if resource_gone {
-                self.index.resource_deleted(owner);
-                continue;
-            } else if let Some(pruned) = report::prune(&rep, |p, r| set.has_rule(p, r)) {
-                if report::report_results(&pruned).is_empty() {
-                    let ns = &owner.namespace;
-                    let r =
-                        writer::delete(&self.client, report_kind(ns), ns, &owner.uid, None, token)
-                            .await;
-                    if r.is_ok() {
-                        self.index.report_store(ns).remove(ns, &owner.uid);
-                        self.metrics.policy_reports_deleted.inc();
-                    }
-                    r.map(|_| ())
-                } else {
-                    let ns = owner.namespace.clone();
-                    writer::put(&self.client, pruned, token)
-                        .await
-                        .map(|stored| {
-                            self.index.report_store(&ns).put_if_newer(
-                                &ns,
-                                &owner.uid,
-                                &report_identity(&stored.identity()),
-                            );
-                            self.metrics.policy_reports_written.inc();
-                        })
+    }
+
+    /// The cleanup of one policy report: deleted when its resource is gone
+    /// or it has no result left; rewritten without the results of removed
+    /// policies and rules.
+    async fn clean_report(&self, set: &PolicySet, rep: Value, token: &CancellationToken) {
+        let Some(owner) = report::report_owner(&rep) else {
+            return;
+        };
+        let key = (owner.api_version.clone(), owner.kind.clone());
+        let resource_gone = self.live.get_store(&key).is_some_and(|s| {
+            s.is_synced()
+                && s.get(&owner.namespace, &owner.name)
+                    .is_none_or(|o| o["metadata"]["uid"].as_str() != Some(&owner.uid))
+        });
+        let result = if resource_gone {
+            self.index.resource_deleted(owner);
+            return;
+        } else if let Some(pruned) = report::prune(&rep, |p, r| set.has_rule(p, r)) {
+            if report::report_results(&pruned).is_empty() {
+                let ns = &owner.namespace;
+                let r = writer::delete(&self.client, report_kind(ns), ns, &owner.uid, None, token)
+                    .await;
+                if r.is_ok() {
+                    self.index.report_store(ns).remove(ns, &owner.uid);
+                    self.metrics.policy_reports_deleted.inc();
                 }
+                r.map(|_| ())
             } else {
-                Ok(())
-            };
-            if let Err(e) = result {
-                // A conflict or an API error: the next pass tries again.
-                self.metrics.api_errors.inc();
-                tracing::debug!("cleanup of the report of {}: {e}", owner.display());
+                let ns = owner.namespace.clone();
+                writer::put(&self.client, pruned, token)
+                    .await
+                    .map(|stored| {
+                        self.index.report_store(&ns).put_if_newer(
+                            &ns,
+                            &owner.uid,
+                            &report_identity(&stored.identity()),
+                        );
+                        self.metrics.policy_reports_written.inc();
+                    })
             }
+        } else {
+            Ok(())
+        };
+        if let Err(e) = result {
+            // A conflict or an API error: the next pass tries again.
+            self.metrics.api_errors.inc();
+            tracing::debug!("cleanup of the report of {}: {e}", owner.display());
         }
     }
 }

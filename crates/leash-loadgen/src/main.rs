@@ -137,11 +137,14 @@ fn builtin_pod() -> Value {
 }
 
 /// The violating variant: privileged, host network, a hostPath volume.
+/// Still a valid pod: kube-apiserver refuses a privileged container that
+/// sets `allowPrivilegeEscalation: false`.
 fn violating(mut pod: Value) -> Value {
     pod["spec"]["hostNetwork"] = json!(true);
     pod["spec"]["volumes"] = json!([{"name": "host", "hostPath": {"path": "/"}}]);
     if let Some(c) = pod["spec"]["containers"].get_mut(0) {
         c["securityContext"]["privileged"] = json!(true);
+        c["securityContext"]["allowPrivilegeEscalation"] = json!(true);
     }
     pod
 }

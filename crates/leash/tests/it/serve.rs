@@ -603,6 +603,67 @@ fn the_background_scan_runs_again_every_interval() {
     assert!(status.success(), "{status:?}");
 }
 
+/// The cleanup pass reads the policy reports page by page (500 a page)
+/// and judges every page: 1,100 reports of pods that do not exist, left
+/// by an earlier run, are all removed, and the live pod keeps its report.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_reports_are_cleaned_up_across_pages() {
+    let mut objects =
+        leash_sandbox::manifests::load_manifests(&[repo().join("deploy/crds")]).unwrap();
+    objects.extend(leash_sandbox::manifests::load_manifests(&policy_files()).unwrap());
+    objects.push(pod("alive", "nginx:1.27"));
+    for i in 0..1100 {
+        let uid = format!("00000000-0000-0000-0000-{i:012}");
+        objects.push(json!({
+            "apiVersion": "wgpolicyk8s.io/v1alpha2", "kind": "PolicyReport",
+            "metadata": {"name": uid, "namespace": "default"},
+            "scope": {"apiVersion": "v1", "kind": "Pod", "namespace": "default",
+                      "name": format!("ghost-{i}"), "uid": uid},
+            "summary": {"pass": 1, "fail": 0, "warn": 0, "error": 0, "skip": 0},
+            "results": [{"policy": "disallow-latest-tag", "rule": "require-image-tag",
+                         "result": "pass", "source": "kyverno", "scored": true}]
+        }));
+    }
+    let sb = Sandbox::start(SandboxConfig {
+        objects,
+        ..SandboxConfig::default()
+    })
+    .await
+    .unwrap();
+    let mut guard = serve(&sb.url(), &[]);
+    let reports = || {
+        sb.store()
+            .list("wgpolicyk8s.io/v1alpha2", "PolicyReport", Some("default"))
+            .unwrap()
+    };
+    let start = Instant::now();
+    loop {
+        let left = reports();
+        let ghosts = left
+            .iter()
+            .filter(|r| {
+                r["scope"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("ghost-"))
+            })
+            .count();
+        let alive = left.iter().any(|r| r["scope"]["name"] == "alive");
+        if ghosts == 0 && alive {
+            break;
+        }
+        assert!(
+            start.elapsed() < BOUND,
+            "{ghosts} stale reports left, the live pod's report {}",
+            if alive { "written" } else { "missing" }
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    send_signal(&guard.0, "TERM");
+    let status = wait_exit(&mut guard.0, BOUND, "exit after SIGTERM");
+    assert!(status.success(), "{status:?}");
+    sb.shutdown().await.unwrap();
+}
+
 /// README, `leash serve`: what it cannot use is logged, naming it. A
 /// policy that does not compile, a `background: true` policy that reads the
 /// request's user (left out of the scan with the reason) and a Kyverno
