@@ -62,7 +62,9 @@ proxy=http://$(sed -n 's/.*Starting to serve on //p' "$out/proxy")
 requests > "$out/before"
 "$L" serve --kubeconfig "$out/leash.kubeconfig" --components reports > /dev/null 2> "$out/serve.log" &
 serve=$!
-result=$(python3 bench/serve_measure.py "$proxy" "$serve" "$expected" "$lat") ||
+# Polled every 0.5 s: each poll is one LIST (limit=1) of each report kind,
+# counted below with leash's requests.
+result=$(python3 bench/serve_measure.py "$proxy" "$serve" "$expected" "$lat" 0.5) ||
   { echo "measure failed: $result"; tail -20 "$out/serve.log"; exit 1; }
 requests > "$out/after"
 kill -TERM "$serve"; wait "$serve" || { echo "leash serve exited with $?"; tail -20 "$out/serve.log"; exit 1; }

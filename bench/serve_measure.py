@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Measures a running `leash serve` against a sandbox (used by bench/serve.sh).
 
-    serve_measure.py SANDBOX_URL SERVE_PID EXPECTED_REPORTS LATENCY_PODS
+    serve_measure.py SANDBOX_URL SERVE_PID EXPECTED_REPORTS LATENCY_PODS [POLL_SECONDS]
 
 1. Waits until EXPECTED_REPORTS PolicyReports exist and no EphemeralReport is
-   left: prints the seconds since the serve process started (from /proc).
+   left (two counting LISTs every POLL_SECONDS, default 0.05): prints the
+   seconds since the serve process started (from /proc).
 2. Creates LATENCY_PODS pods one by one (20 per second) while watching
    PolicyReports, and prints p50/p99/max of creation-to-report latency.
 3. Prints the serve process's peak RSS (VmHWM) and CPU seconds.
@@ -18,6 +19,7 @@ import time
 import urllib.request
 
 url, pid, expected, n_pods = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+poll = float(sys.argv[5]) if len(sys.argv) > 5 else 0.05
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -62,7 +64,7 @@ while True:
         break
     if time.time() > deadline:
         sys.exit(f"first scan not done after 600 s: {reports} reports, {eph} ephemeral")
-    time.sleep(0.05)
+    time.sleep(poll)
 first_scan = proc_start_seconds_ago()
 cpu_first = cpu_seconds()
 
