@@ -156,6 +156,11 @@ pub(super) fn register(env: &mut Env) {
         ("GetMetadata", 1, data_image),
         // Kyverno's GeneratingPolicy: generator.Apply(namespace, objects).
         ("Apply", 2, generator_apply),
+        // The lower-case spellings Kyverno (v1.19) accepts beside them:
+        // `resource.get/list`, `generator.apply`.
+        ("get", 4, data_get),
+        ("list", 3, data_list),
+        ("apply", 2, generator_apply),
     ] {
         member(name, n, f, d());
     }

@@ -273,3 +273,57 @@ fn image_metadata() {
         }
     }
 }
+
+/// One ConfigMap, `ns/settings`, for the resource library.
+#[derive(Debug)]
+struct OneConfigMap;
+
+impl OneConfigMap {
+    fn object() -> Arc<serde_json::Value> {
+        Arc::new(json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "settings", "namespace": "ns"},
+            "data": {"mode": "strict"}
+        }))
+    }
+}
+
+impl crate::request::ClusterData for OneConfigMap {
+    fn get(&self, api: &str, res: &str, ns: &str, name: &str) -> Option<Arc<serde_json::Value>> {
+        ((api, res, ns, name) == ("v1", "configmaps", "ns", "settings")).then(Self::object)
+    }
+    fn list(&self, api: &str, res: &str, ns: &str) -> Vec<Arc<serde_json::Value>> {
+        if (api, res) == ("v1", "configmaps") && (ns.is_empty() || ns == "ns") {
+            vec![Self::object()]
+        } else {
+            Vec::new()
+        }
+    }
+}
+
+/// `resource.get/list` and `generator.apply`, the lower-case spellings
+/// Kyverno accepts, are `resource.Get/List` and `generator.Apply`.
+#[test]
+fn lower_case_library_functions() {
+    let req = EvalRequest::create(Arc::new(
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}),
+    ));
+    let act = Activation::new(&req, &OneConfigMap);
+    let cases = [
+        "resource.get('v1', 'configmaps', 'ns', 'settings').data.mode == 'strict'",
+        "resource.get('v1', 'configmaps', 'ns', 'settings') == resource.Get('v1', 'configmaps', 'ns', 'settings')",
+        "resource.list('v1', 'configmaps', 'ns').items.size() == 1",
+        "resource.list('v1', 'configmaps', 'other').items.size() == 0",
+        "generator.apply('ns', [{'kind': 'ConfigMap'}]) == generator.Apply('ns', [{'kind': 'ConfigMap'}])",
+    ];
+    for expr in cases {
+        let got = Expr::compile(expr).and_then(|e| e.eval(&act));
+        assert_eq!(got, Ok(Value::Bool(true)), "{expr}");
+    }
+    let missing = Expr::compile("resource.get('v1', 'configmaps', 'ns', 'missing')")
+        .and_then(|e| e.eval(&act));
+    assert!(
+        missing.as_ref().is_err_and(|e| e.contains("not found")),
+        "{missing:?}"
+    );
+}
