@@ -39,6 +39,8 @@ pub(crate) struct ExpectedRow {
 #[derive(Debug, Clone)]
 pub(crate) struct TestFile {
     pub name: String,
+    /// The directory of the test file, which its paths are relative to.
+    pub dir: PathBuf,
     pub policies: Vec<PathBuf>,
     pub resources: Vec<PathBuf>,
     pub exceptions: Vec<PathBuf>,
@@ -47,6 +49,9 @@ pub(crate) struct TestFile {
     pub context: Option<PathBuf>,
     /// `targetResources`: existing resources for `mutate.targets` rules.
     pub target_resources: Vec<PathBuf>,
+    /// `clusterResources`: `ClusterResource` files, the objects (and CRDs)
+    /// that exist in the cluster the rules look things up in.
+    pub cluster_resources: Vec<PathBuf>,
     pub results: Vec<ExpectedRow>,
 }
 
@@ -107,6 +112,7 @@ impl TestFile {
         }
         Ok(TestFile {
             name,
+            dir: dir.to_path_buf(),
             policies: paths(&v["policies"], dir, "policies", path)?,
             resources: paths(&v["resources"], dir, "resources", path)?,
             exceptions: paths(&v["exceptions"], dir, "exceptions", path)?,
@@ -114,6 +120,7 @@ impl TestFile {
             userinfo: one_path(&v["userinfo"], dir, "userinfo", path)?,
             context: one_path(&v["context"], dir, "context", path)?,
             target_resources: paths(&v["targetResources"], dir, "targetResources", path)?,
+            cluster_resources: paths(&v["clusterResources"], dir, "clusterResources", path)?,
             results,
         })
     }
@@ -356,6 +363,54 @@ pub(crate) fn read_context(path: &Path) -> Result<ContextData> {
     Ok(out)
 }
 
+/// Reads a test's `ClusterResource` file: the objects of `spec.resources`,
+/// and the CustomResourceDefinitions of the files `spec.crds` names
+/// (relative to `test_dir`, the test file's directory, as Kyverno's CLI
+/// resolves them), which exist in the cluster too. A document of another
+/// kind is an object of the cluster itself.
+pub(crate) fn read_cluster_resources(path: &Path, test_dir: &Path) -> Result<Vec<Value>> {
+    let docs = files::read_file(path).with_context(|| "reading the test's clusterResources")?;
+    let mut out = Vec::new();
+    for doc in docs {
+        let v = &doc.value;
+        if v["kind"] != "ClusterResource" {
+            if !files::is_object(v) {
+                bail!(
+                    "{}: neither a ClusterResource nor a Kubernetes object",
+                    doc.origin()
+                );
+            }
+            out.push(doc.value);
+            continue;
+        }
+        match &v["spec"]["resources"] {
+            Value::Null => {}
+            Value::Array(list) => {
+                for (i, object) in list.iter().enumerate() {
+                    if !files::is_object(object) {
+                        bail!(
+                            "{}: spec.resources[{i}] is not a Kubernetes object (apiVersion, kind and metadata.name)",
+                            doc.origin()
+                        );
+                    }
+                    out.push(object.clone());
+                }
+            }
+            _ => bail!("{}: spec.resources must be a list", doc.origin()),
+        }
+        let crds = paths(&v["spec"]["crds"], test_dir, "spec.crds", &doc.file)?;
+        for crd in
+            files::read_paths(&crds).with_context(|| format!("{}: spec.crds", doc.origin()))?
+        {
+            if crd.value["kind"] != "CustomResourceDefinition" {
+                bail!("{}: not a CustomResourceDefinition", crd.origin());
+            }
+            out.push(crd.value);
+        }
+    }
+    Ok(out)
+}
+
 /// A `spec.images` entry as Kyverno's CLI hands it to `image.GetMetadata`:
 /// its `ImageData` fields only, through JSON, so `image`, `resolvedImage`,
 /// `registry` and `repository` are always there ("" when not given),
@@ -390,7 +445,83 @@ fn image_data(entry: &Value) -> Value {
 mod tests {
     use serde_json::json;
 
-    use super::image_data;
+    use super::{image_data, read_cluster_resources};
+
+    #[test]
+    fn cluster_resources_hold_spec_resources_crds_and_plain_objects() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, text: &str| std::fs::write(dir.path().join(name), text).unwrap();
+        std::fs::create_dir(dir.path().join("crds")).unwrap();
+        write(
+            "crds/widget.yaml",
+            "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: widgets.example.io}\n",
+        );
+        write(
+            "cluster.yaml",
+            "apiVersion: cli.kyverno.io/v1alpha1\nkind: ClusterResource\nmetadata: {name: c}\nspec:\n  crds: [crds/widget.yaml]\n  resources:\n  - {apiVersion: v1, kind: ConfigMap, metadata: {name: a, namespace: x}}\n  - {apiVersion: example.io/v1, kind: Widget, metadata: {name: w}}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: x}\n",
+        );
+        let objects = read_cluster_resources(&dir.path().join("cluster.yaml"), dir.path()).unwrap();
+        let kinds: Vec<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "ConfigMap",
+                "Widget",
+                "CustomResourceDefinition",
+                "Namespace"
+            ]
+        );
+        // Nothing is defaulted: a cluster-scoped object keeps no namespace.
+        assert!(objects[1]["metadata"]["namespace"].is_null());
+    }
+
+    #[test]
+    fn cluster_resources_errors_name_the_file_and_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("cluster.yaml");
+        let cases = [
+            (
+                "kind: ClusterResource\nspec:\n  resources:\n  - {kind: ConfigMap}\n",
+                "spec.resources[0] is not a Kubernetes object",
+            ),
+            (
+                "kind: ClusterResource\nspec:\n  resources: {a: 1}\n",
+                "spec.resources must be a list",
+            ),
+            (
+                "kind: ClusterResource\nspec:\n  crds: [missing.yaml]\n",
+                "spec.crds",
+            ),
+            (
+                "just: data\n",
+                "neither a ClusterResource nor a Kubernetes object",
+            ),
+        ];
+        for (text, want) in cases {
+            std::fs::write(&file, text).unwrap();
+            let err = format!(
+                "{:#}",
+                read_cluster_resources(&file, dir.path()).unwrap_err()
+            );
+            assert!(err.contains(want), "{text}: {err}");
+            assert!(err.contains("cluster.yaml"), "{text}: {err}");
+        }
+        // A CRD file that holds something else.
+        std::fs::write(
+            dir.path().join("crd.yaml"),
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n",
+        )
+        .unwrap();
+        std::fs::write(&file, "kind: ClusterResource\nspec:\n  crds: [crd.yaml]\n").unwrap();
+        let err = format!(
+            "{:#}",
+            read_cluster_resources(&file, dir.path()).unwrap_err()
+        );
+        assert!(
+            err.contains("crd.yaml") && err.contains("not a CustomResourceDefinition"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn context_images_as_kyverno_image_data() {

@@ -349,6 +349,12 @@ fn evaluate_test(test: &TestFile, selector: &Selector) -> Result<Vec<Outcome>> {
         None => spec::ContextData::default(),
     };
     let mut objects = context.objects;
+    // The objects that exist in the cluster: configMap context entries,
+    // `apiCall`s and CEL `resource.Get/List` read them.
+    // (An object without a namespace is found in `default`.)
+    for file in &test.cluster_resources {
+        objects.extend(spec::read_cluster_resources(file, &test.dir)?);
+    }
     // The existing resources `mutate.targets` rules look up.
     let mut targets = load::load_resources(&test.target_resources)?;
     for t in &mut targets {

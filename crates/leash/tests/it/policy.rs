@@ -1872,3 +1872,116 @@ spec:
         "{ahead} of {PAGES} pages fetched while evaluation stalled: not bounded by the window"
     );
 }
+
+/// A test's `clusterResources` are the cluster its rules look things up
+/// in: a `configMap` context entry, an `apiCall` list path and CEL
+/// `resource.get` all answer from the `ClusterResource` file's objects
+/// (and its CRDs' custom objects); without the file, each lookup fails.
+#[test]
+fn test_looks_up_cluster_resources() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| fs::write(dir.path().join(name), text).unwrap();
+    write(
+        "policy.yaml",
+        r#"
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: lookups}
+spec:
+  rules:
+  - name: by-configmap
+    match:
+      any:
+      - resources: {kinds: [Pod]}
+    context:
+    - name: settings
+      configMap: {name: settings, namespace: "{{ request.object.metadata.namespace }}"}
+    validate:
+      message: "locked"
+      deny:
+        conditions:
+          all:
+          - {key: "{{ settings.data.locked }}", operator: Equals, value: "yes"}
+  - name: by-api-call
+    match:
+      any:
+      - resources: {kinds: [Pod]}
+    context:
+    - name: widgets
+      apiCall:
+        urlPath: /apis/example.io/v1/widgets
+        jmesPath: "items[].metadata.name"
+    validate:
+      message: "no widget named after the pod"
+      deny:
+        conditions:
+          all:
+          - {key: "{{ request.object.metadata.name }}", operator: AnyNotIn, value: "{{ widgets }}"}
+---
+apiVersion: policies.kyverno.io/v1beta1
+kind: ValidatingPolicy
+metadata: {name: cel-lookup}
+spec:
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [pods]}
+  variables:
+  - name: cm
+    expression: "resource.get('v1', 'configmaps', object.metadata.namespace, 'settings')"
+  validations:
+  - expression: "variables.cm.data.locked != 'yes'"
+    message: locked
+"#,
+    );
+    write(
+        "resources.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: a, namespace: open}\nspec:\n  containers: [{name: c, image: nginx:1.27}]\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: b, namespace: shut}\nspec:\n  containers: [{name: c, image: nginx:1.27}]\n",
+    );
+    fs::create_dir(dir.path().join("crds")).unwrap();
+    write(
+        "crds/widgets.yaml",
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: widgets.example.io}\nspec:\n  group: example.io\n  scope: Cluster\n  names: {kind: Widget, plural: widgets}\n",
+    );
+    write(
+        "cluster.yaml",
+        r#"
+apiVersion: cli.kyverno.io/v1alpha1
+kind: ClusterResource
+metadata: {name: cluster}
+spec:
+  crds: [crds/widgets.yaml]
+  resources:
+  - {apiVersion: v1, kind: ConfigMap, metadata: {name: settings, namespace: open}, data: {locked: "no"}}
+  - {apiVersion: v1, kind: ConfigMap, metadata: {name: settings, namespace: shut}, data: {locked: "yes"}}
+  - {apiVersion: example.io/v1, kind: Widget, metadata: {name: a}}
+"#,
+    );
+    let test = |cluster: &str| {
+        format!(
+            "apiVersion: cli.kyverno.io/v1alpha1\nkind: Test\nmetadata: {{name: lookups}}\npolicies: [policy.yaml]\nresources: [resources.yaml]\n{cluster}results:\n\
+- {{policy: lookups, rule: by-configmap, resources: [a], kind: Pod, result: pass}}\n\
+- {{policy: lookups, rule: by-configmap, resources: [b], kind: Pod, result: fail}}\n\
+- {{policy: lookups, rule: by-api-call, resources: [a], kind: Pod, result: pass}}\n\
+- {{policy: lookups, rule: by-api-call, resources: [b], kind: Pod, result: fail}}\n\
+- {{policy: cel-lookup, isValidatingPolicy: true, resources: [a], kind: Pod, result: pass}}\n\
+- {{policy: cel-lookup, isValidatingPolicy: true, resources: [b], kind: Pod, result: fail}}\n"
+        )
+    };
+    write(
+        "kyverno-test.yaml",
+        &test("clusterResources: [cluster.yaml]\n"),
+    );
+    let out = leash()
+        .args(["test", "--detailed-results"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    assert_stdout_has(&out, "6 passed, 0 failed");
+    // Without the cluster, the configMap and CEL lookups are errors (an
+    // apiCall that finds nothing leaves the variable empty).
+    write("kyverno-test.yaml", &test(""));
+    let out = leash().args(["test"]).arg(dir.path()).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert_stdout_has(&out, "error");
+}
