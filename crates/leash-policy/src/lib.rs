@@ -25,6 +25,7 @@ mod background;
 pub mod cel;
 mod conditions;
 pub mod config;
+pub mod dpol;
 mod engine;
 mod error;
 mod eval;

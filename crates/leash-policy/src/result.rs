@@ -62,6 +62,8 @@ pub enum Source {
     MutatingPolicy,
     /// A `policies.kyverno.io` GeneratingPolicy.
     GeneratingPolicy,
+    /// A `policies.kyverno.io` DeletingPolicy / NamespacedDeletingPolicy.
+    DeletingPolicy,
 }
 
 impl Source {
@@ -72,6 +74,7 @@ impl Source {
             Source::ValidatingPolicy => "KyvernoValidatingPolicy",
             Source::MutatingPolicy => "KyvernoMutatingPolicy",
             Source::GeneratingPolicy => "KyvernoGeneratingPolicy",
+            Source::DeletingPolicy => "KyvernoDeletingPolicy",
         }
     }
 }

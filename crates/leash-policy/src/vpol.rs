@@ -187,6 +187,15 @@ impl<'a> Target<'a> {
             operation: req.operation,
         }
     }
+
+    /// This target matched whatever operations a rule names (as a
+    /// background scan is), for a DeletingPolicy's selection.
+    pub(crate) fn any_operation(self) -> Target<'a> {
+        Target {
+            operation: Operation::Background,
+            ..self
+        }
+    }
 }
 
 /// A resource of a resource rule, `(group, version, resource)`, and the

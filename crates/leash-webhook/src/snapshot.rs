@@ -48,8 +48,8 @@ pub(crate) struct Snapshot {
 enum SourceKey {
     Kyverno,
     Validating,
-    /// MutatingPolicy and GeneratingPolicy results (not served by this
-    /// validating snapshot).
+    /// MutatingPolicy, GeneratingPolicy and DeletingPolicy results (not
+    /// served by this validating snapshot).
     Other,
 }
 
@@ -57,7 +57,9 @@ fn source_key(s: Source) -> SourceKey {
     match s {
         Source::Kyverno => SourceKey::Kyverno,
         Source::ValidatingPolicy => SourceKey::Validating,
-        Source::MutatingPolicy | Source::GeneratingPolicy => SourceKey::Other,
+        Source::MutatingPolicy | Source::GeneratingPolicy | Source::DeletingPolicy => {
+            SourceKey::Other
+        }
     }
 }
 

@@ -114,6 +114,13 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode> {
     let mut paths = args.policies.clone();
     paths.extend(args.exception.iter().cloned());
     let loaded = load::load_policies(&paths).map_err(|e| usage(format!("{e:#}")))?;
+    for p in &loaded.deleting {
+        eprintln!(
+            "leash: note: {} {}: not evaluated (leash apply does not evaluate DeletingPolicies; leash test does)",
+            p.kind(),
+            p.name()
+        );
+    }
     for note in &loaded.unsupported {
         eprintln!(
             "leash: note: {note}: not evaluated (leash evaluates ClusterPolicy, Policy, ValidatingPolicy, MutatingPolicy and GeneratingPolicy)"

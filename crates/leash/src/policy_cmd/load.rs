@@ -1,8 +1,10 @@
 //! Loading policies and resources for `leash apply` and `leash test`.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::{Result, bail};
+use leash_policy::dpol::{self, DeletingPolicy};
 use leash_policy::{Document, Engine};
 use serde_json::Value;
 
@@ -12,6 +14,8 @@ use super::files::{self, Doc};
 #[derive(Debug, Default)]
 pub(crate) struct Loaded {
     pub engine: Engine,
+    /// The DeletingPolicies (`leash test` evaluates them on each resource).
+    pub deleting: Vec<Arc<DeletingPolicy>>,
     /// Policy documents of kinds leash does not evaluate (`file: kind name`).
     pub unsupported: Vec<String>,
 }
@@ -28,6 +32,13 @@ pub(crate) fn load_policies(paths: &[PathBuf]) -> Result<Loaded> {
 }
 
 pub(crate) fn add_doc(loaded: &mut Loaded, doc: &Doc) -> Result<()> {
+    if dpol::is_deleting_policy(&doc.value) {
+        match DeletingPolicy::compile(&doc.value) {
+            Ok(p) => loaded.deleting.push(Arc::new(p)),
+            Err(e) => bail!("{}: {e}", doc.origin()),
+        }
+        return Ok(());
+    }
     match Document::compile(&doc.value) {
         Ok(Some(d)) => loaded.engine.add(d),
         Ok(None) => {

@@ -30,6 +30,8 @@ pub(crate) struct ExpectedRow {
     /// `isMutatingPolicy` (or `isNamespacedMutatingPolicy`): the row names
     /// a MutatingPolicy's result.
     pub mutating_policy: bool,
+    /// `isDeletingPolicy`: the row names a DeletingPolicy's result.
+    pub deleting_policy: bool,
     /// `patchedResources` (or the older `patchedResource`): the file with
     /// the expected resource after mutation.
     pub patched_resource: Option<PathBuf>,
@@ -166,6 +168,7 @@ fn parse_row(row: &Value, i: usize, path: &Path, dir: &Path) -> Result<ExpectedR
             .unwrap_or(false);
     let mutating_policy = row["isMutatingPolicy"].as_bool().unwrap_or(false)
         || row["isNamespacedMutatingPolicy"].as_bool().unwrap_or(false);
+    let deleting_policy = row["isDeletingPolicy"].as_bool().unwrap_or(false);
     let policy = field("policy");
     if policy.is_empty() {
         bail!("{}: results[{i}]: missing field `policy`", path.display());
@@ -200,6 +203,7 @@ fn parse_row(row: &Value, i: usize, path: &Path, dir: &Path) -> Result<ExpectedR
         generated_resource,
         clone_source,
         mutating_policy,
+        deleting_policy,
         patched_resource,
     })
 }

@@ -381,7 +381,12 @@ fn evaluate_test(test: &TestFile, selector: &Selector) -> Result<Vec<Outcome>> {
     // Each resource narrowed to what the policies read, as `apply
     // --cluster` builds the objects it loads: the results must not change,
     // and the conformance corpus checks that they do not.
-    let reads = loaded.engine.reads();
+    // (DeletingPolicies may read anything of it.)
+    let reads = if loaded.deleting.is_empty() {
+        loaded.engine.reads()
+    } else {
+        leash_policy::ReadSet::all()
+    };
     let evaluated: Vec<Evaluated> = resources
         .into_iter()
         .map(|object| {
@@ -413,6 +418,11 @@ fn evaluate_test(test: &TestFile, selector: &Selector) -> Result<Vec<Outcome>> {
             for (policy, g) in loaded.engine.generate_cel(&trigger, &cluster) {
                 generated.push((Arc::from(policy.name()), String::new(), g.downstreams));
                 results.push(g.result);
+            }
+            // Whether each DeletingPolicy would delete the resource (one
+            // result per policy, matched or not, as Kyverno's CLI gives).
+            for dpol in &loaded.deleting {
+                results.push(dpol.evaluate(&trigger, &cluster, loaded.engine.exceptions()));
             }
             Evaluated {
                 object,
@@ -508,6 +518,8 @@ fn compare(row: &ExpectedRow, resource: &str, evaluated: &[Evaluated]) -> Outcom
                 r.source == leash_policy::Source::ValidatingPolicy
             } else if row.mutating_policy {
                 r.source == leash_policy::Source::MutatingPolicy
+            } else if row.deleting_policy {
+                r.source == leash_policy::Source::DeletingPolicy
             } else if row.rule.is_empty() {
                 // A row without a rule names the whole policy (Kyverno
                 // accepts that for ValidatingPolicies without the flag).

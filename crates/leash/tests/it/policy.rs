@@ -1985,3 +1985,61 @@ spec:
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
     assert_stdout_has(&out, "error");
 }
+
+/// `leash test` evaluates DeletingPolicies on each resource, as Kyverno's
+/// CLI: `pass` when the policy selects it (whatever operations its match
+/// constraints name) and its conditions hold, `fail` otherwise, even for a
+/// resource the match constraints leave out; rows say `isDeletingPolicy`.
+#[test]
+fn test_evaluates_deleting_policies() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| fs::write(dir.path().join(name), text).unwrap();
+    write(
+        "policy.yaml",
+        r#"
+apiVersion: policies.kyverno.io/v1beta1
+kind: DeletingPolicy
+metadata: {name: expired}
+spec:
+  schedule: "*/5 * * * *"
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [pods]}
+  variables:
+  - name: ttl
+    expression: "resource.get('v1', 'configmaps', 'default', 'ttl').data.expired"
+  conditions:
+  - name: listed
+    expression: "object.metadata.name in variables.ttl.split(',')"
+"#,
+    );
+    write(
+        "resources.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: old}\nspec:\n  containers: [{name: c, image: nginx:1.27}]\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: new}\nspec:\n  containers: [{name: c, image: nginx:1.27}]\n---\napiVersion: v1\nkind: Service\nmetadata: {name: old}\nspec: {}\n",
+    );
+    write(
+        "cluster.yaml",
+        "apiVersion: cli.kyverno.io/v1alpha1\nkind: ClusterResource\nmetadata: {name: c}\nspec:\n  resources:\n  - {apiVersion: v1, kind: ConfigMap, metadata: {name: ttl, namespace: default}, data: {expired: 'old,older'}}\n",
+    );
+    let test = |old_pod: &str| {
+        format!(
+            "apiVersion: cli.kyverno.io/v1alpha1\nkind: Test\nmetadata: {{name: dpol}}\npolicies: [policy.yaml]\nresources: [resources.yaml]\nclusterResources: [cluster.yaml]\nresults:\n\
+- {{policy: expired, isDeletingPolicy: true, resources: [old], kind: Pod, result: {old_pod}}}\n\
+- {{policy: expired, isDeletingPolicy: true, resources: [new], kind: Pod, result: fail}}\n\
+- {{policy: expired, isDeletingPolicy: true, resources: [old], kind: Service, result: fail}}\n"
+        )
+    };
+    write("kyverno-test.yaml", &test("pass"));
+    let out = leash()
+        .args(["test", "--detailed-results"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    assert_stdout_has(&out, "3 passed, 0 failed");
+    assert_stdout_has(&out, "resource matched");
+    write("kyverno-test.yaml", &test("fail"));
+    let out = leash().args(["test"]).arg(dir.path()).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert_stdout_has(&out, "2 passed, 1 failed");
+}
