@@ -47,6 +47,7 @@ mod reads;
 mod request;
 mod result;
 pub mod value;
+pub mod vap;
 mod vars;
 pub mod vpol;
 pub mod wildcard;

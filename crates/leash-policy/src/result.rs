@@ -64,6 +64,8 @@ pub enum Source {
     GeneratingPolicy,
     /// A `policies.kyverno.io` DeletingPolicy / NamespacedDeletingPolicy.
     DeletingPolicy,
+    /// A Kubernetes ValidatingAdmissionPolicy (with its bindings).
+    ValidatingAdmissionPolicy,
 }
 
 impl Source {
@@ -75,6 +77,7 @@ impl Source {
             Source::MutatingPolicy => "KyvernoMutatingPolicy",
             Source::GeneratingPolicy => "KyvernoGeneratingPolicy",
             Source::DeletingPolicy => "KyvernoDeletingPolicy",
+            Source::ValidatingAdmissionPolicy => "ValidatingAdmissionPolicy",
         }
     }
 }

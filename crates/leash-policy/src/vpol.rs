@@ -265,7 +265,16 @@ impl MatchResources {
     }
 
     pub(crate) fn matches(&self, req: &EvalRequest, t: &Target<'_>) -> bool {
-        if !self.rules.iter().any(|r| r.matches(t)) || self.excludes.iter().any(|r| r.matches(t)) {
+        self.rules.iter().any(|r| r.matches(t)) && self.matches_unruled_as_all(req, t)
+    }
+
+    /// As [`MatchResources::matches`], except that without `resourceRules`
+    /// every resource is selected (Kyverno's matcher for a
+    /// ValidatingAdmissionPolicyBinding's `matchResources`).
+    pub(crate) fn matches_unruled_as_all(&self, req: &EvalRequest, t: &Target<'_>) -> bool {
+        if (!self.rules.is_empty() && !self.rules.iter().any(|r| r.matches(t)))
+            || self.excludes.iter().any(|r| r.matches(t))
+        {
             return false;
         }
         if !self.namespace_selector.is_empty() {

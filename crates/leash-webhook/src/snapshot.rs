@@ -48,8 +48,9 @@ pub(crate) struct Snapshot {
 enum SourceKey {
     Kyverno,
     Validating,
-    /// MutatingPolicy, GeneratingPolicy and DeletingPolicy results (not
-    /// served by this validating snapshot).
+    /// MutatingPolicy, GeneratingPolicy, DeletingPolicy and
+    /// ValidatingAdmissionPolicy results (not served by this validating
+    /// snapshot).
     Other,
 }
 
@@ -57,9 +58,10 @@ fn source_key(s: Source) -> SourceKey {
     match s {
         Source::Kyverno => SourceKey::Kyverno,
         Source::ValidatingPolicy => SourceKey::Validating,
-        Source::MutatingPolicy | Source::GeneratingPolicy | Source::DeletingPolicy => {
-            SourceKey::Other
-        }
+        Source::MutatingPolicy
+        | Source::GeneratingPolicy
+        | Source::DeletingPolicy
+        | Source::ValidatingAdmissionPolicy => SourceKey::Other,
     }
 }
 

@@ -121,6 +121,12 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode> {
             p.name()
         );
     }
+    for p in &loaded.admission {
+        eprintln!(
+            "leash: note: ValidatingAdmissionPolicy {}: not evaluated (leash apply does not evaluate ValidatingAdmissionPolicies; leash test does)",
+            p.name()
+        );
+    }
     for note in &loaded.unsupported {
         eprintln!(
             "leash: note: {note}: not evaluated (leash evaluates ClusterPolicy, Policy, ValidatingPolicy, MutatingPolicy and GeneratingPolicy)"

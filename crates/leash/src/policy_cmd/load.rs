@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use anyhow::{Result, bail};
 use leash_policy::dpol::{self, DeletingPolicy};
+use leash_policy::vap::{self, AdmissionPolicy, AdmissionPolicyBinding};
 use leash_policy::{Document, Engine};
 use serde_json::Value;
 
@@ -16,6 +17,10 @@ pub(crate) struct Loaded {
     pub engine: Engine,
     /// The DeletingPolicies (`leash test` evaluates them on each resource).
     pub deleting: Vec<Arc<DeletingPolicy>>,
+    /// The Kubernetes ValidatingAdmissionPolicies and their bindings
+    /// (`leash test` evaluates them on each resource).
+    pub admission: Vec<Arc<AdmissionPolicy>>,
+    pub admission_bindings: Vec<Arc<AdmissionPolicyBinding>>,
     /// Policy documents of kinds leash does not evaluate (`file: kind name`).
     pub unsupported: Vec<String>,
 }
@@ -35,6 +40,20 @@ pub(crate) fn add_doc(loaded: &mut Loaded, doc: &Doc) -> Result<()> {
     if dpol::is_deleting_policy(&doc.value) {
         match DeletingPolicy::compile(&doc.value) {
             Ok(p) => loaded.deleting.push(Arc::new(p)),
+            Err(e) => bail!("{}: {e}", doc.origin()),
+        }
+        return Ok(());
+    }
+    if vap::is_admission_policy(&doc.value) {
+        match AdmissionPolicy::compile(&doc.value) {
+            Ok(p) => loaded.admission.push(Arc::new(p)),
+            Err(e) => bail!("{}: {e}", doc.origin()),
+        }
+        return Ok(());
+    }
+    if vap::is_admission_policy_binding(&doc.value) {
+        match AdmissionPolicyBinding::compile(&doc.value) {
+            Ok(b) => loaded.admission_bindings.push(Arc::new(b)),
             Err(e) => bail!("{}: {e}", doc.origin()),
         }
         return Ok(());

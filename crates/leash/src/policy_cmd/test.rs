@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::{Context, Result};
 use clap::ValueEnum;
+use leash_policy::vap::AdmissionPolicyBinding;
 use leash_policy::{
     EvalRequest, Mutation, Operation, Prepared, RuleResult, Status, UserInfo, base_rule, wildcard,
 };
@@ -381,8 +382,9 @@ fn evaluate_test(test: &TestFile, selector: &Selector) -> Result<Vec<Outcome>> {
     // Each resource narrowed to what the policies read, as `apply
     // --cluster` builds the objects it loads: the results must not change,
     // and the conformance corpus checks that they do not.
-    // (DeletingPolicies may read anything of it.)
-    let reads = if loaded.deleting.is_empty() {
+    // (DeletingPolicies and ValidatingAdmissionPolicies may read anything
+    // of it.)
+    let reads = if loaded.deleting.is_empty() && loaded.admission.is_empty() {
         loaded.engine.reads()
     } else {
         leash_policy::ReadSet::all()
@@ -408,8 +410,23 @@ fn evaluate_test(test: &TestFile, selector: &Selector) -> Result<Vec<Outcome>> {
                 namespace_object: values.namespaces.get(&ns).cloned().map(Arc::new),
             };
             let trigger = Prepared::new(req.clone());
-            let applied = loaded.engine.apply(req, &cluster, &values.bindings);
+            let applied = loaded.engine.apply(req.clone(), &cluster, &values.bindings);
             let mut results = applied.results;
+            // The ValidatingAdmissionPolicies, on the mutated resource, each
+            // through the bindings that name it.
+            let mutated = EvalRequest {
+                object: applied.mutation.object.clone(),
+                ..req
+            };
+            for policy in &loaded.admission {
+                let bindings: Vec<&AdmissionPolicyBinding> = loaded
+                    .admission_bindings
+                    .iter()
+                    .filter(|b| b.policy_name() == policy.name())
+                    .map(|b| &**b)
+                    .collect();
+                results.extend(policy.evaluate(&mutated, &bindings, &cluster));
+            }
             let mut generated = Vec::new();
             for (policy, g) in loaded.engine.generate(&trigger, &cluster, &values.bindings) {
                 generated.push((policy.key().clone(), g.result.rule.clone(), g.downstreams));
@@ -515,7 +532,11 @@ fn compare(row: &ExpectedRow, resource: &str, evaluated: &[Evaluated]) -> Outcom
             let policy_ok =
                 *r.policy == row.policy || r.policy.rsplit('/').next() == Some(row.policy.as_str());
             let rule_ok = if row.validating_policy {
-                r.source == leash_policy::Source::ValidatingPolicy
+                matches!(
+                    r.source,
+                    leash_policy::Source::ValidatingPolicy
+                        | leash_policy::Source::ValidatingAdmissionPolicy
+                )
             } else if row.mutating_policy {
                 r.source == leash_policy::Source::MutatingPolicy
             } else if row.deleting_policy {

@@ -2043,3 +2043,79 @@ spec:
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
     assert_stdout_has(&out, "2 passed, 1 failed");
 }
+
+/// `leash test` evaluates Kubernetes ValidatingAdmissionPolicies through
+/// their bindings, as Kyverno's CLI: a binding's `matchResources` select
+/// (here by namespace labels from the values file); a resource no binding
+/// selects has no result (a `skip` row); `namespaceObject` is the
+/// resource's Namespace with its known labels.
+#[test]
+fn test_evaluates_validating_admission_policies_with_bindings() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| fs::write(dir.path().join(name), text).unwrap();
+    write(
+        "policy.yaml",
+        r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: replicas}
+spec:
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [apps], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [deployments]}
+  validations:
+  - expression: "object.spec.replicas <= 2 || namespaceObject.metadata.labels.tier == 'big'"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: replicas-binding}
+spec:
+  policyName: replicas
+  validationActions: [Deny]
+  matchResources:
+    namespaceSelector:
+      matchExpressions:
+      - {key: tier, operator: Exists}
+"#,
+    );
+    let deployment = |name: &str, ns: &str, replicas: u32| {
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  replicas: {replicas}\n"
+        )
+    };
+    write(
+        "resources.yaml",
+        &[
+            deployment("small", "shop", 1),
+            deployment("large", "shop", 5),
+            deployment("huge", "batch", 9),
+            deployment("unbound", "scratch", 9),
+        ]
+        .join("---\n"),
+    );
+    write(
+        "values.yaml",
+        "apiVersion: cli.kyverno.io/v1alpha1\nkind: Value\nnamespaceSelector:\n- {name: shop, labels: {tier: small}}\n- {name: batch, labels: {tier: big}}\n",
+    );
+    let test = |large: &str| {
+        format!(
+            "apiVersion: cli.kyverno.io/v1alpha1\nkind: Test\nmetadata: {{name: vap}}\npolicies: [policy.yaml]\nresources: [resources.yaml]\nvariables: values.yaml\nresults:\n\
+- {{policy: replicas, isValidatingAdmissionPolicy: true, resources: [small, huge], kind: Deployment, result: pass}}\n\
+- {{policy: replicas, isValidatingAdmissionPolicy: true, resources: [large], kind: Deployment, result: {large}}}\n\
+- {{policy: replicas, isValidatingAdmissionPolicy: true, resources: [unbound], kind: Deployment, result: skip}}\n"
+        )
+    };
+    write("kyverno-test.yaml", &test("fail"));
+    let out = leash()
+        .args(["test", "--detailed-results"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    assert_stdout_has(&out, "4 passed, 0 failed");
+    assert_stdout_has(&out, "failed expression: object.spec.replicas <= 2");
+    write("kyverno-test.yaml", &test("pass"));
+    let out = leash().args(["test"]).arg(dir.path()).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert_stdout_has(&out, "3 passed, 1 failed");
+}
