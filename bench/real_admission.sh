@@ -5,12 +5,18 @@
 # 50 concurrent clients: p50 and p99, and their ratios, measured in turn in
 # one run (docs/BENCHMARKS.md, "Admission on a real control plane").
 #
+# A third row, `limit`, registers the same webhook configurations pointed at
+# testenv's nullwebhook, which allows every review reading only its uid:
+# what calling any webhook costs kube-apiserver, the floor no webhook can go
+# below.
+#
 #   bench/real_admission.sh [REPS] [CLIENTS...]   (default 2 reps; 1 10 50)
 #   LEASH=... LOADGEN=... skip the cargo build; testenv/bin is built if missing.
 #   LEASH_ARGS="--admission-reports=false" adds flags to `leash serve`.
 #
 # Beside latency, each row gives the CPU time per created pod of the control
-# plane (etcd, kube-apiserver, controllers: one process) and of leash, from
+# plane (etcd, kube-apiserver, controllers: one process) and of the webhook
+# process (leash, or the null webhook), from
 # /proc/PID/stat before and after the run: where a creation's cost goes,
 # robust to other load on the machine.
 #
@@ -27,6 +33,7 @@ if [ -z "${LEASH:-}" ] || [ -z "${LOADGEN:-}" ]; then
 fi
 L=${LEASH:-target/release/leash} G=${LOADGEN:-target/release/leash-loadgen}
 source bench/lib/realcp.sh
+[ -x testenv/bin/nullwebhook ] || testenv/build.sh nullwebhook
 for f in bench/policies/pss-classic/*.yaml; do
   sed 's/validationFailureAction: Audit/validationFailureAction: Enforce/' "$f"
   echo "---"
@@ -71,19 +78,60 @@ stop_serve() {
   kill -TERM "$serve"; wait "$serve" || true
   until kubectl run probe --image=nginx:1.27 --privileged --dry-run=server -n bench > /dev/null 2>&1; do sleep 0.2; done
 }
+# The webhook configurations leash registered, pointed at the null webhook
+# (same rules, selectors, failure policy and timeouts), in $out/null.json.
+capture_limit() {
+  [ -s "$out/null.json" ] && return
+  mkfifo "$out/null.stdin"
+  nullwebhook < "$out/null.stdin" > "$out/null.ready" &
+  null_pid=$!
+  exec 4> "$out/null.stdin"
+  for _ in $(seq 100); do [ -s "$out/null.ready" ] && break; sleep 0.1; done
+  kubectl get validatingwebhookconfigurations,mutatingwebhookconfigurations -o json |
+    python3 -c '
+import sys, json
+ready = json.load(open(sys.argv[1]))
+items = []
+for c in json.load(sys.stdin)["items"]:
+    c["metadata"] = {"name": "null-" + c["metadata"]["name"]}
+    for w in c.get("webhooks", []):
+        w["clientConfig"] = {"url": ready["url"], "caBundle": ready["caBundle"]}
+    items.append(c)
+json.dump({"apiVersion": "v1", "kind": "List", "items": items}, sys.stdout)
+' "$out/null.ready" > "$out/null.json"
+}
+start_limit() {
+  kubectl create -f "$out/null.json" > /dev/null
+  # Registered when a pod the policies would deny is admitted by the null
+  # webhook's configuration: wait until kube-apiserver has called it once.
+  local before
+  before=$(ticks "$null_pid")
+  until [ "$(ticks "$null_pid")" != "$before" ]; do
+    kubectl run probe --image=nginx:1.27 --dry-run=server -n bench > /dev/null 2>&1; sleep 0.2
+  done
+}
+stop_limit() {
+  kubectl delete -f "$out/null.json" > /dev/null
+}
 
 echo "# pods through kube-apiserver v1.37.2 (testenv), pss-classic in Enforce, $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '%-8s %-4s %10s %10s %8s %7s %9s %9s\n' clients rep "p50 ms" "p99 ms" "req/s" errors "cp ms/pod" "leash ms"
+printf '%-8s %-4s %10s %10s %8s %7s %9s %9s\n' clients rep "p50 ms" "p99 ms" "req/s" errors "cp ms/pod" "hook ms"
 
-summary=()
 for c in "${clients[@]}"; do
   for r in $(seq 1 "$reps"); do
     read -r n50 n99 nrps nerr ncp _ <<< "$(measure "$c")"
     start_serve
     read -r w50 w99 wrps werr wcp wl <<< "$(measure "$c" "$serve")"
+    capture_limit
     stop_serve
+    start_limit
+    read -r m50 m99 mrps merr mcp ml <<< "$(measure "$c" "$null_pid")"
+    stop_limit
     printf '%-8s %-4s %10s %10s %8s %7s %9s %9s   none\n' "$c" "$r" "$n50" "$n99" "$nrps" "$nerr" "$ncp" -
-    printf '%-8s %-4s %10s %10s %8s %7s %9s %9s   webhook  (p50 %.2fx, p99 %.2fx)\n' "$c" "$r" "$w50" "$w99" "$wrps" "$werr" "$wcp" "$wl" \
-      "$(python3 -c "print($w50/$n50)")" "$(python3 -c "print($w99/$n99)")"
+    printf '%-8s %-4s %10s %10s %8s %7s %9s %9s   limit    (p50 %.2fx, p99 %.2fx)\n' "$c" "$r" "$m50" "$m99" "$mrps" "$merr" "$mcp" "$ml" \
+      "$(python3 -c "print($m50/$n50)")" "$(python3 -c "print($m99/$n99)")"
+    printf '%-8s %-4s %10s %10s %8s %7s %9s %9s   webhook  (p50 %.2fx, p99 %.2fx; of the limit %.2fx, %.2fx)\n' "$c" "$r" "$w50" "$w99" "$wrps" "$werr" "$wcp" "$wl" \
+      "$(python3 -c "print($w50/$n50)")" "$(python3 -c "print($w99/$n99)")" \
+      "$(python3 -c "print($w50/$m50)")" "$(python3 -c "print($w99/$m99)")"
   done
 done

@@ -3,7 +3,9 @@
 #   kubectl       k8s.io/kubectl's command, at the control plane's release
 #   controlplane  etcd + kube-apiserver + kube-controller-manager in one process
 #   chainsaw      Kyverno's end-to-end test runner
-# Usage: testenv/build.sh [kubectl|controlplane|chainsaw]...   (default: all)
+#   nullwebhook   an allow-everything admission webhook, the benchmarks' limit
+# Usage: testenv/build.sh [kubectl|controlplane|chainsaw|nullwebhook]...
+# (default: kubectl, controlplane and chainsaw)
 # Everything comes from the Go module proxy; Go's build cache makes a second
 # run take seconds. A cold build on 2 cores: see README ("Go peers").
 set -euo pipefail
@@ -26,12 +28,12 @@ targets=("$@")
 for t in "${targets[@]}"; do
   start=$SECONDS
   case "$t" in
-    kubectl|controlplane)
+    kubectl|controlplane|nullwebhook)
       go build -buildvcs=false -trimpath -ldflags "$ldflags" -o "$bin/$t" "./cmd/$t" ;;
     chainsaw)
       # Its own module graph: installed, not a dependency of this module.
       GOBIN="$bin" go install -buildvcs=false -trimpath -ldflags "-s -w" github.com/kyverno/chainsaw@v0.2.12 ;;
-    *) echo "testenv/build.sh: unknown target '$t' (kubectl, controlplane, chainsaw)" >&2; exit 2 ;;
+    *) echo "testenv/build.sh: unknown target '$t' (kubectl, controlplane, chainsaw, nullwebhook)" >&2; exit 2 ;;
   esac
   echo "testenv: built $bin/$t in $((SECONDS - start)) s" >&2
 done
