@@ -208,34 +208,37 @@ pub(crate) fn check_namespace(
     Ok(ns)
 }
 
-/// Validates an object name for its type.
+/// Validates an object name for its type, as kube-apiserver 1.37 does.
 pub(crate) fn check_name(rt: &ResourceType, name: &str) -> Result<(), ApiError> {
-    // kube-apiserver's ValidatePathSegmentName: custom resources and RBAC
-    // objects (`system:openshift:scc:privileged`, `kyverno:kubevirt`).
+    // ValidatePathSegmentName: custom resources, RBAC objects
+    // (`system:openshift:scc:privileged`, `kyverno:kubevirt`) and
+    // PodDisruptionBudgets, whose validation checks no name rule beyond it
+    // (kube-apiserver stores `good-maxUnavailable-pdb01`).
     let path_segment =
         !name.is_empty() && !name.contains(['/', '%']) && name != "." && name != "..";
-    let ok = if rt.plural == "namespaces" {
+    let label = rt.group.is_empty() && matches!(rt.plural.as_str(), "namespaces" | "services");
+    let ok = if label {
         is_dns_label(name)
     } else {
         is_dns_subdomain(name)
-            || ((rt.crd.is_some() || rt.group == "rbac.authorization.k8s.io") && path_segment)
+            || ((rt.crd.is_some()
+                || rt.group == "rbac.authorization.k8s.io"
+                || (rt.group == "policy" && rt.plural == "poddisruptionbudgets"))
+                && path_segment)
     };
     if ok {
-        Ok(())
-    } else {
-        Err(ApiError::invalid(
-            &rt.kind,
-            name,
-            format!(
-                "metadata.name: Invalid value: \"{name}\": a lowercase RFC 1123 {} must consist of lower case alphanumeric characters, '-' or '.'",
-                if rt.plural == "namespaces" {
-                    "label"
-                } else {
-                    "subdomain"
-                }
-            ),
-        ))
+        return Ok(());
     }
+    let rule = if label {
+        "label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+    } else {
+        "subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+    };
+    Err(ApiError::invalid(
+        &rt.kind,
+        name,
+        format!("metadata.name: Invalid value: \"{name}\": a lowercase RFC 1123 {rule}"),
+    ))
 }
 
 /// RFC 7386 JSON merge patch.
@@ -374,8 +377,9 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    /// kube-apiserver names RBAC objects by path segment (Kyverno's
-    /// policies create `kyverno:kubevirt`), other built-ins by DNS subdomain.
+    /// kube-apiserver names RBAC objects and PodDisruptionBudgets by path
+    /// segment (Kyverno's policies create `kyverno:kubevirt`), Services and
+    /// Namespaces by DNS label, other built-ins by DNS subdomain.
     #[test]
     fn rbac_names_are_path_segments() {
         let types = crate::resources::builtins();
@@ -391,6 +395,16 @@ mod tests {
             assert!(check_name(rt(plural), "..").is_err());
         }
         assert!(check_name(rt("configmaps"), "kyverno:kubevirt").is_err());
+        assert!(check_name(rt("poddisruptionbudgets"), "good-maxUnavailable-pdb01").is_ok());
+        assert!(check_name(rt("deployments"), "Upper-dep").is_err());
+        // Services and Namespaces are labels: no dots.
+        assert!(check_name(rt("services"), "a.b").is_err());
+        assert!(check_name(rt("namespaces"), "a.b").is_err());
+        assert!(check_name(rt("configmaps"), "a.b").is_ok());
+        let err = check_name(rt("services"), "Upper-svc")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-'"), "{err}");
     }
 
     #[test]

@@ -280,6 +280,87 @@ pub(crate) fn check_builtin(group: &str, kind: &str, obj: &Value) -> Result<(), 
     }
 }
 
+/// What kube-apiserver refuses of an update of a built-in object beyond
+/// what [`check_builtin`] checks of the new one: a Pod's spec, which may
+/// change only in its containers' images, `activeDeadlineSeconds`, added
+/// tolerations, removed scheduling gates and a negative
+/// `terminationGracePeriodSeconds` set to 1 (ValidatePodUpdate). Both
+/// objects are as stored (defaulted). Field errors, worded as it words them.
+pub(crate) fn check_builtin_update(
+    group: &str,
+    kind: &str,
+    old: &Value,
+    new: &Value,
+) -> Vec<String> {
+    if (group, kind) != ("", "Pod") {
+        return Vec::new();
+    }
+    let null = Value::Null;
+    let (old, new) = (
+        old.get("spec").unwrap_or(&null),
+        new.get("spec").unwrap_or(&null),
+    );
+    let len =
+        |spec: &Value, list: &str| spec.get(list).and_then(Value::as_array).map_or(0, Vec::len);
+    for list in ["containers", "initContainers"] {
+        if len(old, list) != len(new, list) {
+            return vec![format!(
+                "spec.{list}: Forbidden: pod updates may not add or remove containers"
+            )];
+        }
+    }
+    // The old spec with every change that is allowed taken from the new
+    // one: any difference left is forbidden.
+    let mut allowed = old.clone();
+    for list in ["containers", "initContainers"] {
+        for i in 0..len(new, list) {
+            if let (Some(slot), Some(image)) = (
+                allowed.pointer_mut(&format!("/{list}/{i}")),
+                new.pointer(&format!("/{list}/{i}/image")),
+            ) {
+                slot["image"] = image.clone();
+            }
+        }
+    }
+    let list_of = |spec: &Value, key: &str| -> Vec<Value> {
+        spec.get(key)
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let mut take = |key: &str, ok: bool| {
+        if ok && let Some(m) = allowed.as_object_mut() {
+            match new.get(key) {
+                Some(v) => m.insert(key.to_string(), v.clone()),
+                None => m.remove(key),
+            };
+        }
+    };
+    take("activeDeadlineSeconds", true);
+    let (old_tol, new_tol) = (list_of(old, "tolerations"), list_of(new, "tolerations"));
+    take("tolerations", old_tol.iter().all(|t| new_tol.contains(t)));
+    let (old_gates, new_gates) = (
+        list_of(old, "schedulingGates"),
+        list_of(new, "schedulingGates"),
+    );
+    take(
+        "schedulingGates",
+        new_gates.iter().all(|g| old_gates.contains(g)),
+    );
+    let grace = |spec: &Value| {
+        spec.get("terminationGracePeriodSeconds")
+            .and_then(Value::as_i64)
+    };
+    take(
+        "terminationGracePeriodSeconds",
+        grace(old).is_some_and(|g| g < 0) && grace(new) == Some(1),
+    );
+    if &allowed == new {
+        return Vec::new();
+    }
+    vec!["spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)".into()]
+}
+
 /// A Pod spec's containers: at least one, each with a name and an image.
 fn pod_spec(spec: Option<&Value>, path: &str, errors: &mut Vec<String>) {
     let containers = spec
@@ -341,6 +422,48 @@ mod tests {
                     "properties": {"policy": {"type": "string"}}}},
             },
         })
+    }
+
+    /// As kube-apiserver v1.37 stored a Pod created without a service
+    /// account (seen with testenv's control plane): `default`, and its token
+    /// mounted in every container; none with automount off; once only.
+    #[test]
+    fn pods_get_the_service_account_token_kube_apiserver_mounts() {
+        let mut pod = json!({"spec": {
+            "initContainers": [{"name": "i", "image": "x"}],
+            "containers": [{"name": "a", "image": "x"},
+                {"name": "b", "image": "x", "volumeMounts": [{"name": "own", "mountPath": TOKEN_MOUNT}]}]}});
+        admit_service_account(&mut pod);
+        let spec = &pod["spec"];
+        assert_eq!(spec["serviceAccountName"], "default");
+        assert_eq!(spec["serviceAccount"], "default");
+        let volume = spec["volumes"][0]["name"].as_str().unwrap().to_string();
+        assert!(
+            volume.starts_with("kube-api-access-") && volume.len() == 21,
+            "{volume}"
+        );
+        assert_eq!(spec["volumes"][0]["projected"]["defaultMode"], 420);
+        let mount = json!({"name": volume, "readOnly": true, "mountPath": TOKEN_MOUNT});
+        assert_eq!(spec["initContainers"][0]["volumeMounts"], json!([mount]));
+        assert_eq!(spec["containers"][0]["volumeMounts"], json!([mount]));
+        assert_eq!(
+            spec["containers"][1]["volumeMounts"]
+                .as_array()
+                .unwrap()
+                .len(),
+            1,
+            "mounted already"
+        );
+        let again = pod.clone();
+        admit_service_account(&mut pod);
+        assert_eq!(pod, again, "a second pass adds nothing");
+
+        let mut off = json!({"spec": {"serviceAccountName": "app", "automountServiceAccountToken": false,
+            "containers": [{"name": "a", "image": "x"}]}});
+        admit_service_account(&mut off);
+        assert_eq!(off["spec"]["serviceAccount"], "app");
+        assert!(off["spec"].get("volumes").is_none());
+        assert!(off["spec"]["containers"][0].get("volumeMounts").is_none());
     }
 
     fn builtin(group: &str, kind: &str, obj: Value) -> Result<(), String> {
@@ -495,6 +618,104 @@ pub(crate) fn default_builtin(group: &str, kind: &str, obj: &mut Value) {
                         p.remove("hostPort");
                     }
                 }
+            }
+        }
+    }
+}
+
+/// Where kube-apiserver's ServiceAccount admission mounts a Pod's token.
+const TOKEN_MOUNT: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+/// What kube-apiserver's ServiceAccount admission plugin adds to a Pod it
+/// creates, before any webhook sees it: `serviceAccountName` (and its
+/// deprecated mirror `serviceAccount`) defaulted to `default`, and unless
+/// `automountServiceAccountToken` is false, the projected token volume
+/// `kube-api-access-xxxxx` mounted read-only in every container and init
+/// container that does not mount that path already. (kube-apiserver also
+/// refuses a Pod whose ServiceAccount does not exist; the sandbox runs no
+/// controller that would create `default` in each namespace, and does not.)
+/// Idempotent: a Pod that has the volume keeps it.
+pub(crate) fn admit_service_account(obj: &mut Value) {
+    let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let account = match spec.get("serviceAccountName").and_then(Value::as_str) {
+        Some(a) if !a.is_empty() => a.to_string(),
+        _ => spec
+            .get("serviceAccount")
+            .and_then(Value::as_str)
+            .filter(|a| !a.is_empty())
+            .unwrap_or("default")
+            .to_string(),
+    };
+    spec.insert("serviceAccountName".into(), Value::String(account.clone()));
+    spec.entry("serviceAccount")
+        .or_insert_with(|| Value::String(account));
+    if spec.get("automountServiceAccountToken") == Some(&Value::Bool(false)) {
+        return;
+    }
+    let mounts_token = |c: &Value| {
+        c.get("volumeMounts")
+            .and_then(Value::as_array)
+            .is_some_and(|m| m.iter().any(|m| m["mountPath"] == TOKEN_MOUNT))
+    };
+    let lacking = ["initContainers", "containers"].iter().any(|list| {
+        spec.get(*list)
+            .and_then(Value::as_array)
+            .is_some_and(|cs| cs.iter().any(|c| !mounts_token(c)))
+    });
+    if !lacking {
+        return;
+    }
+    let volumes = spec
+        .entry("volumes")
+        .or_insert_with(|| Value::Array(Vec::new()));
+    if !volumes.is_array() {
+        return; // refused by validation, not here
+    }
+    let existing = volumes.as_array().and_then(|vs| {
+        vs.iter()
+            .filter_map(|v| v["name"].as_str())
+            .find(|n| n.starts_with("kube-api-access-"))
+            .map(str::to_string)
+    });
+    let name = existing.unwrap_or_else(|| {
+        // kube-apiserver's name: 5 characters of its random-suffix alphabet.
+        const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+        let suffix: String = (0..5)
+            .map(|_| ALPHABET[fastrand::usize(..ALPHABET.len())] as char)
+            .collect();
+        let name = format!("kube-api-access-{suffix}");
+        if let Some(vs) = volumes.as_array_mut() {
+            vs.push(serde_json::json!({
+                "name": name,
+                "projected": {
+                    "defaultMode": 420,
+                    "sources": [
+                        {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                        {"configMap": {"name": "kube-root-ca.crt",
+                            "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                        {"downwardAPI": {"items": [{"path": "namespace",
+                            "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
+                    ],
+                },
+            }));
+        }
+        name
+    });
+    for list in ["initContainers", "containers"] {
+        let Some(cs) = spec.get_mut(list).and_then(Value::as_array_mut) else {
+            continue;
+        };
+        for c in cs.iter_mut().filter(|c| !mounts_token(c)) {
+            let Some(c) = c.as_object_mut() else { continue };
+            let mounts = c
+                .entry("volumeMounts")
+                .or_insert_with(|| Value::Array(Vec::new()));
+            if let Some(m) = mounts.as_array_mut() {
+                m.push(serde_json::json!({
+                    "name": name, "readOnly": true, "mountPath": TOKEN_MOUNT,
+                }));
             }
         }
     }

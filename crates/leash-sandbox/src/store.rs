@@ -549,6 +549,81 @@ mod tests {
         assert_eq!(cursor, 7);
     }
 
+    /// A Pod's spec changes on update only where kube-apiserver lets it
+    /// (its images, added tolerations...), with its words (seen with
+    /// testenv's control plane: chainsaw's re-apply of a Pod whose
+    /// containers lost their defaulted fields is refused there).
+    #[test]
+    fn pod_spec_updates_are_refused_as_kube_apiserver_refuses_them() {
+        let s = Store::new(3);
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "default"},
+            "spec": {"containers": [{"name": "a", "image": "x:1",
+                "volumeMounts": [{"name": "v", "mountPath": "/v"}]}],
+                "tolerations": [{"key": "k", "operator": "Exists"}]}});
+        let created = s.create(pod).unwrap();
+        let refused = |change: &dyn Fn(&mut Value)| {
+            let mut next = s.get("v1", "Pod", Some("default"), "p").unwrap();
+            change(&mut next);
+            match s.update(next) {
+                Err(Error::Api(e)) => Some((e.code(), e.message().to_string())),
+                Ok(_) => None,
+                Err(e) => panic!("{e}"),
+            }
+        };
+        // Allowed: an image, an added toleration, labels.
+        assert_eq!(
+            refused(&|p| p["spec"]["containers"][0]["image"] = json!("x:2")),
+            None
+        );
+        assert_eq!(
+            refused(&|p| p["spec"]["tolerations"]
+                .as_array_mut()
+                .unwrap()
+                .push(json!({"key": "j", "operator": "Exists"}))),
+            None
+        );
+        assert_eq!(
+            refused(&|p| p["metadata"]["labels"] = json!({"a": "b"})),
+            None
+        );
+        let (code, message) = refused(&|p| {
+            p["spec"]["containers"][0]
+                .as_object_mut()
+                .unwrap()
+                .remove("volumeMounts");
+        })
+        .expect("a removed volume mount is refused");
+        assert_eq!(code, 422);
+        assert!(
+            message.starts_with("Pod \"p\" is invalid: spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`"),
+            "{message}"
+        );
+        assert!(
+            refused(&|p| p["spec"]["tolerations"] = json!([])).is_some(),
+            "removed toleration"
+        );
+        let (_, message) = refused(&|p| {
+            p["spec"]["containers"]
+                .as_array_mut()
+                .unwrap()
+                .push(json!({"name": "b", "image": "y"}))
+        })
+        .unwrap();
+        assert!(
+            message.ends_with(
+                "spec.containers: Forbidden: pod updates may not add or remove containers"
+            ),
+            "{message}"
+        );
+        // An update that changes nothing of the spec is no change at all.
+        assert_eq!(refused(&|_| {}), None);
+        assert_eq!(
+            s.get("v1", "Pod", Some("default"), "p").unwrap()["metadata"]["uid"],
+            created["metadata"]["uid"]
+        );
+    }
+
     #[test]
     fn namespace_delete_cascades_and_crd_registers() {
         let s = Store::new(2);

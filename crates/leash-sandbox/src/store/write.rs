@@ -65,6 +65,9 @@ impl Store {
         keep_identity: bool,
     ) -> Result<(Value, u64, Option<Arc<Entry>>), ApiError> {
         check_schema(rt, &mut obj)?;
+        if rt.group.is_empty() && rt.plural == "pods" {
+            crate::schema::admit_service_account(&mut obj);
+        }
         let meta = check_type(rt, &mut obj)?;
         let ns = check_namespace(rt, meta, path_ns)?;
         let mut kept = (None, None);
@@ -257,6 +260,12 @@ impl Store {
         }
         let mut new = merge_part(rt, &old, new, part);
         check_schema(rt, &mut new)?;
+        if rt.schema.is_none() && rt.crd.is_none() {
+            let errors = crate::schema::check_builtin_update(&rt.group, &rt.kind, &old, &new);
+            if !errors.is_empty() {
+                return Err(invalid_object(rt, &new, errors));
+            }
+        }
         if rt.group.is_empty() && rt.plural == "namespaces" {
             let name = old["metadata"]["name"].as_str().unwrap_or("").to_string();
             set_namespace_name_label(&mut new, &name);
@@ -599,6 +608,12 @@ fn check_schema(rt: &ResourceType, obj: &mut Value) -> Result<(), ApiError> {
             Err(crate::schema::BuiltinError::Invalid(errors)) => errors,
         },
     };
+    Err(invalid_object(rt, obj, errors))
+}
+
+/// The 422 of field errors of an object: `Kind[.group] "name" is invalid:
+/// path: ...`, several in brackets.
+fn invalid_object(rt: &ResourceType, obj: &Value, errors: Vec<String>) -> ApiError {
     let name = obj
         .pointer("/metadata/name")
         .and_then(Value::as_str)
@@ -613,5 +628,5 @@ fn check_schema(rt: &ResourceType, obj: &mut Value) -> Result<(), ApiError> {
     } else {
         format!("{}.{}", rt.kind, rt.group)
     };
-    Err(ApiError::invalid(&kind, name, message))
+    ApiError::invalid(&kind, name, message)
 }

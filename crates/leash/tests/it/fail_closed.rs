@@ -454,7 +454,7 @@ async fn api_failures_are_logged_naming_the_operation() {
 /// webhook, as Kyverno allows; a new violation is still denied.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn existing_violations_can_be_changed_and_deleted() {
-    use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+    use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
     let sb = sandbox(Duration::ZERO, &[]).await;
     sb.store()
         .create(pod("legacy", "default", "nginx:latest"))
@@ -499,10 +499,11 @@ async fn existing_violations_can_be_changed_and_deleted() {
         tokio::task::block_in_place(|| create_pod(&a, &pod("fresh", "default", "nginx:1.27")))
     };
     assert_eq!(code, 201);
-    let bad =
-        Patch::Merge(json!({"spec": {"containers": [{"name": "c", "image": "nginx:latest"}]}}));
+    // Only the image changes (a pod's spec allows no more on update).
+    let mut bad = pods.get("fresh").await.unwrap();
+    bad.data["spec"]["containers"][0]["image"] = json!("nginx:latest");
     let err = pods
-        .patch("fresh", &PatchParams::default(), &bad)
+        .replace("fresh", &PostParams::default(), &bad)
         .await
         .expect_err("a new violation by an UPDATE is denied");
     assert!(err.to_string().contains("disallow-latest-tag"), "{err}");
