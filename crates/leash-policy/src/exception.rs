@@ -105,7 +105,7 @@ impl Exception {
 
     /// The CEL form (`policyRefs`, `matchConditions`).
     fn compile_cel(doc: &Value, name: String, namespace: String) -> Result<Exception> {
-        use crate::cel::rule::{as_list, compile_expr};
+        use crate::cel::rule::{as_list, compile_named_conditions};
         const KIND: &str = "PolicyException";
         let spec = &doc["spec"];
         let mut refs = Vec::new();
@@ -130,20 +130,12 @@ impl Exception {
             let kind = r["kind"].as_str().unwrap_or("ValidatingPolicy");
             refs.push((kind.to_string(), policy.to_string()));
         }
-        let mut conditions = Vec::new();
-        for (i, c) in as_list(
+        let conditions = compile_named_conditions(
             spec.get("matchConditions"),
             KIND,
             &name,
             "spec.matchConditions",
-        )?
-        .iter()
-        .enumerate()
-        {
-            let field = format!("spec.matchConditions[{i}].expression");
-            let expr = compile_expr(&c["expression"], KIND, &name, &field)?;
-            conditions.push((c["name"].as_str().unwrap_or("").to_string(), expr));
-        }
+        )?;
         Ok(Exception {
             name,
             namespace,

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use serde_json::Value as Json;
 
 use crate::cel::libs::GENERATE_MARK;
-use crate::cel::rule::as_list;
+use crate::cel::rule::{as_list, compile_named_conditions};
 use crate::cel::{Activation, Expr, Variable};
 use crate::error::{Error, Result};
 use crate::generate::{Generated, labels_for, with_labels};
@@ -69,22 +69,12 @@ impl GeneratingPolicy {
                 .ok_or_else(|| Error::invalid(&kind, &name, field, "expression is required"))?;
             Expr::compile(src).map_err(|e| Error::invalid(&kind, &name, field, e))
         };
-        let mut conditions = Vec::new();
-        for (i, c) in as_list(
+        let conditions = compile_named_conditions(
             spec.get("matchConditions"),
             &kind,
             &name,
             "spec.matchConditions",
-        )?
-        .iter()
-        .enumerate()
-        {
-            let expr = compile(
-                &c["expression"],
-                &format!("spec.matchConditions[{i}].expression"),
-            )?;
-            conditions.push((c["name"].as_str().unwrap_or("").to_string(), expr));
-        }
+        )?;
         let mut variables = Vec::new();
         for (i, v) in as_list(spec.get("variables"), &kind, &name, "spec.variables")?
             .iter()

@@ -23,7 +23,9 @@ use std::sync::Arc;
 
 use serde_json::Value as Json;
 
-use crate::cel::rule::{Validation, as_list, compile_expr, compile_validations, compile_variables};
+use crate::cel::rule::{
+    Validation, compile_named_conditions, compile_validations, compile_variables,
+};
 use crate::cel::{Activation, Expr, Variable};
 use crate::error::{Error, Result};
 use crate::request::{ClusterData, EvalRequest};
@@ -143,20 +145,12 @@ impl AdmissionPolicy {
             return Err(Error::Unsupported(format!("{POLICY_KIND} {name}")));
         }
         let spec = &doc["spec"];
-        let mut conditions = Vec::new();
-        for (i, c) in as_list(
+        let conditions = compile_named_conditions(
             spec.get("matchConditions"),
             POLICY_KIND,
             &name,
             "spec.matchConditions",
-        )?
-        .iter()
-        .enumerate()
-        {
-            let field = format!("spec.matchConditions[{i}].expression");
-            let expr = compile_expr(&c["expression"], POLICY_KIND, &name, &field)?;
-            conditions.push((c["name"].as_str().unwrap_or("").to_string(), expr));
-        }
+        )?;
         let ignore_failures = match &spec["failurePolicy"] {
             Json::Null => false,
             Json::String(s) if s == "Fail" => false,

@@ -12,7 +12,9 @@ use std::sync::Arc;
 
 use serde_json::Value as Json;
 
-use crate::cel::rule::{Validation, as_list, compile_expr, compile_validations, compile_variables};
+use crate::cel::rule::{
+    Validation, compile_named_conditions, compile_validations, compile_variables,
+};
 use crate::cel::{Activation, Expr, VarMemo, Variable, fast};
 use crate::error::{Error, Result};
 use crate::eval::Prepared;
@@ -727,20 +729,12 @@ fn default_message(i: usize) -> String {
 
 fn compile_body(spec: &Json, kind: &str, name: &str) -> Result<Body> {
     let matching = MatchResources::parse(&spec["matchConstraints"]);
-    let mut conditions = Vec::new();
-    for (i, c) in as_list(
+    let conditions = compile_named_conditions(
         spec.get("matchConditions"),
         kind,
         name,
         "spec.matchConditions",
-    )?
-    .iter()
-    .enumerate()
-    {
-        let field = format!("spec.matchConditions[{i}].expression");
-        let expr = compile_expr(&c["expression"], kind, name, &field)?;
-        conditions.push((c["name"].as_str().unwrap_or("").to_string(), expr));
-    }
+    )?;
     Ok(Body {
         matching,
         conditions,

@@ -64,6 +64,28 @@ pub(crate) fn compile_variables(
     Ok(out)
 }
 
+/// Compiles a `[{name, expression}]` list of conditions at `field` (the
+/// `matchConditions` of the CEL policy kinds, a DeletingPolicy's
+/// `conditions`): each condition's name (empty when absent) and expression.
+pub(crate) fn compile_named_conditions(
+    list: Option<&Json>,
+    kind: &str,
+    policy: &str,
+    field: &str,
+) -> Result<Vec<(String, Expr)>> {
+    let mut out = Vec::new();
+    for (i, c) in as_list(list, kind, policy, field)?.iter().enumerate() {
+        let expr = compile_expr(
+            &c["expression"],
+            kind,
+            policy,
+            &format!("{field}[{i}].expression"),
+        )?;
+        out.push((c["name"].as_str().unwrap_or("").to_string(), expr));
+    }
+    Ok(out)
+}
+
 /// Compiles a `[{expression, message, messageExpression}]` list at `field`.
 pub(crate) fn compile_validations(
     list: Option<&Json>,
