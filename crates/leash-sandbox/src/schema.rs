@@ -10,7 +10,7 @@
 //! (unknown fields are pruned silently, as with the server's default when a
 //! client asks for nothing).
 
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 /// Defaults, prunes and validates `obj` (a whole custom resource) against
 /// `schema` (its version's `openAPIV3Schema`). `Err` holds the field errors,
@@ -428,12 +428,12 @@ mod tests {
     /// account (seen with testenv's control plane): `default`, and its token
     /// mounted in every container; none with automount off; once only.
     #[test]
-    fn pods_get_the_service_account_token_kube_apiserver_mounts() {
+    fn pods_get_what_kube_apiserver_admission_adds() {
         let mut pod = json!({"spec": {
             "initContainers": [{"name": "i", "image": "x"}],
             "containers": [{"name": "a", "image": "x"},
                 {"name": "b", "image": "x", "volumeMounts": [{"name": "own", "mountPath": TOKEN_MOUNT}]}]}});
-        admit_service_account(&mut pod);
+        admit_pod(&mut pod);
         let spec = &pod["spec"];
         assert_eq!(spec["serviceAccountName"], "default");
         assert_eq!(spec["serviceAccount"], "default");
@@ -454,16 +454,91 @@ mod tests {
             1,
             "mounted already"
         );
+        assert_eq!(spec["priority"], 0);
+        assert_eq!(spec["preemptionPolicy"], "PreemptLowerPriority");
+        assert_eq!(
+            spec["tolerations"],
+            json!([
+                {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+                {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+            ])
+        );
         let again = pod.clone();
-        admit_service_account(&mut pod);
+        admit_pod(&mut pod);
         assert_eq!(pod, again, "a second pass adds nothing");
 
         let mut off = json!({"spec": {"serviceAccountName": "app", "automountServiceAccountToken": false,
             "containers": [{"name": "a", "image": "x"}]}});
-        admit_service_account(&mut off);
+        off["spec"]["tolerations"] = json!([{"operator": "Exists"}]);
+        off["spec"]["priorityClassName"] = json!("high");
+        admit_pod(&mut off);
+        assert_eq!(
+            off["spec"]["tolerations"],
+            json!([{"operator": "Exists"}]),
+            "tolerates every taint"
+        );
+        assert!(
+            off["spec"].get("priority").is_none(),
+            "the class's priority, resolved by kube-apiserver"
+        );
         assert_eq!(off["spec"]["serviceAccount"], "app");
         assert!(off["spec"].get("volumes").is_none());
         assert!(off["spec"]["containers"][0].get("volumeMounts").is_none());
+    }
+
+    /// As kube-apiserver v1.37 stored a CronJob with no template metadata
+    /// and a Deployment with `strategy: {}` (seen with testenv's control
+    /// plane; Kyverno's `allowed-annotations` test reads the template's
+    /// metadata).
+    #[test]
+    fn workloads_get_kube_apiservers_defaults() {
+        let mut cj = json!({"spec": {"schedule": "* * * * *", "jobTemplate": {"spec": {"template": {
+            "spec": {"containers": [{"name": "c", "image": "x:1"}], "restartPolicy": "OnFailure"}}}}}});
+        default_builtin("batch", "CronJob", &mut cj);
+        let spec = &cj["spec"];
+        assert_eq!(
+            (
+                &spec["concurrencyPolicy"],
+                &spec["suspend"],
+                &spec["successfulJobsHistoryLimit"],
+                &spec["failedJobsHistoryLimit"]
+            ),
+            (&json!("Allow"), &json!(false), &json!(3), &json!(1))
+        );
+        assert_eq!(spec["jobTemplate"]["metadata"], json!({}));
+        let template = &spec["jobTemplate"]["spec"]["template"];
+        assert_eq!(template["metadata"], json!({}));
+        assert_eq!(
+            template["spec"],
+            json!({"containers": [{"name": "c", "image": "x:1", "imagePullPolicy": "IfNotPresent", "resources": {},
+                    "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File"}],
+                "restartPolicy": "OnFailure", "dnsPolicy": "ClusterFirst", "schedulerName": "default-scheduler",
+                "securityContext": {}, "terminationGracePeriodSeconds": 30})
+        );
+        let mut d = json!({"spec": {"strategy": {}, "template": {"metadata": {"labels": {"a": "b"}},
+            "spec": {"containers": [{"name": "c", "image": "x:1"}]}}}});
+        default_builtin("apps", "Deployment", &mut d);
+        assert_eq!(d["spec"]["replicas"], 1);
+        assert_eq!(d["spec"]["revisionHistoryLimit"], 10);
+        assert_eq!(d["spec"]["progressDeadlineSeconds"], 600);
+        assert_eq!(
+            d["spec"]["strategy"],
+            json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}})
+        );
+        assert_eq!(
+            d["spec"]["template"]["metadata"],
+            json!({"labels": {"a": "b"}})
+        );
+        assert_eq!(d["spec"]["template"]["spec"]["restartPolicy"], "Always");
+        assert!(
+            d["spec"]["template"]["spec"]
+                .get("enableServiceLinks")
+                .is_none(),
+            "a Pod's only"
+        );
+        let mut pod = json!({"spec": {"containers": [{"name": "c", "image": "x:1"}]}});
+        default_builtin("", "Pod", &mut pod);
+        assert_eq!(pod["spec"]["enableServiceLinks"], true);
     }
 
     fn builtin(group: &str, kind: &str, obj: Value) -> Result<(), String> {
@@ -557,26 +632,38 @@ mod tests {
 
 /// What kube-apiserver's typed round-trip and defaulting add to a built-in
 /// object the client left out, where Kyverno's policies read it (found by
-/// its end-to-end tests against both servers): every container's
-/// `imagePullPolicy` (`Always` for a `:latest` or untagged image, else
-/// `IfNotPresent`), `terminationMessagePath` and `terminationMessagePolicy`,
-/// its ports' `protocol` (`TCP`), a `hostPort: 0` dropped (Go's
-/// `omitempty`); a Role's or ClusterRole's missing `rules` written as
-/// `null`; a StorageClass's `reclaimPolicy` (`Delete`) and
-/// `volumeBindingMode` (`Immediate`). In Pods and in the pod templates of
-/// the workload kinds.
+/// its end-to-end tests against both servers, each default as kube-apiserver
+/// v1.37 stored it): in Pods and the pod templates of the workload kinds,
+/// the template's `metadata` (`{}`: Go never omits the struct), the pod
+/// spec's `dnsPolicy`, `restartPolicy` (not for Jobs, whose validation wants
+/// one), `schedulerName`, `securityContext` and
+/// `terminationGracePeriodSeconds`, and every container's `imagePullPolicy`
+/// (`Always` for a `:latest` or untagged image, else `IfNotPresent`),
+/// `resources`, `terminationMessagePath` and `terminationMessagePolicy`, its
+/// ports' `protocol` (`TCP`) and a `hostPort: 0` dropped (Go's
+/// `omitempty`); a Pod's `enableServiceLinks`; a Deployment's `replicas`,
+/// `revisionHistoryLimit`, `progressDeadlineSeconds` and rolling-update
+/// `strategy`; a CronJob's `concurrencyPolicy`, `suspend` and history limits;
+/// a Role's or ClusterRole's missing `rules` written as `null`; a
+/// StorageClass's `reclaimPolicy` (`Delete`) and `volumeBindingMode`
+/// (`Immediate`).
 pub(crate) fn default_builtin(group: &str, kind: &str, obj: &mut Value) {
-    let template = match (group, kind) {
-        ("", "Pod") => Some("/spec"),
-        ("", "ReplicationController" | "PodTemplate")
+    // The pod templates' parents (whose `metadata` is defaulted) and specs.
+    let (templates, spec): (&[&str], Option<&str>) = match (group, kind) {
+        ("", "Pod") => (&[], Some("/spec")),
+        ("", "PodTemplate") => (&["/template"], Some("/template/spec")),
+        ("", "ReplicationController")
         | ("apps", "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet")
-        | ("batch", "Job") => Some("/spec/template/spec"),
-        ("batch", "CronJob") => Some("/spec/jobTemplate/spec/template/spec"),
+        | ("batch", "Job") => (&["/spec/template"], Some("/spec/template/spec")),
+        ("batch", "CronJob") => (
+            &["/spec/jobTemplate", "/spec/jobTemplate/spec/template"],
+            Some("/spec/jobTemplate/spec/template/spec"),
+        ),
         ("rbac.authorization.k8s.io", "Role" | "ClusterRole") => {
             if let Some(m) = obj.as_object_mut() {
                 m.entry("rules").or_insert(Value::Null);
             }
-            None
+            (&[], None)
         }
         ("storage.k8s.io", "StorageClass") => {
             if let Some(m) = obj.as_object_mut() {
@@ -585,15 +672,82 @@ pub(crate) fn default_builtin(group: &str, kind: &str, obj: &mut Value) {
                 m.entry("volumeBindingMode")
                     .or_insert_with(|| Value::String("Immediate".into()));
             }
-            None
+            (&[], None)
         }
-        _ => None,
+        _ => (&[], None),
     };
-    let Some(spec) = template.and_then(|p| obj.pointer_mut(p)) else {
+    let defaults = |m: &mut Map<String, Value>, pairs: &[(&str, Value)]| {
+        for (k, v) in pairs {
+            m.entry(*k).or_insert_with(|| v.clone());
+        }
+    };
+    match (group, kind) {
+        ("apps", "Deployment") => {
+            if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
+                defaults(
+                    spec,
+                    &[
+                        ("replicas", json!(1)),
+                        ("revisionHistoryLimit", json!(10)),
+                        ("progressDeadlineSeconds", json!(600)),
+                    ],
+                );
+                let strategy = spec.entry("strategy").or_insert_with(|| json!({}));
+                if let Some(st) = strategy.as_object_mut() {
+                    defaults(st, &[("type", json!("RollingUpdate"))]);
+                    if st["type"] == "RollingUpdate" {
+                        let ru = st.entry("rollingUpdate").or_insert_with(|| json!({}));
+                        if let Some(ru) = ru.as_object_mut() {
+                            defaults(
+                                ru,
+                                &[("maxSurge", json!("25%")), ("maxUnavailable", json!("25%"))],
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        ("batch", "CronJob") => {
+            if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
+                defaults(
+                    spec,
+                    &[
+                        ("concurrencyPolicy", json!("Allow")),
+                        ("suspend", json!(false)),
+                        ("successfulJobsHistoryLimit", json!(3)),
+                        ("failedJobsHistoryLimit", json!(1)),
+                    ],
+                );
+            }
+        }
+        _ => {}
+    }
+    for t in templates {
+        if let Some(m) = obj.pointer_mut(t).and_then(Value::as_object_mut) {
+            m.entry("metadata").or_insert_with(|| json!({}));
+        }
+    }
+    let Some(spec) = spec.and_then(|p| obj.pointer_mut(p)) else {
         return;
     };
+    let Some(pod) = spec.as_object_mut() else {
+        return;
+    };
+    let mut pod_defaults = vec![
+        ("dnsPolicy", json!("ClusterFirst")),
+        ("schedulerName", json!("default-scheduler")),
+        ("securityContext", json!({})),
+        ("terminationGracePeriodSeconds", json!(30)),
+    ];
+    if group != "batch" {
+        pod_defaults.push(("restartPolicy", json!("Always")));
+    }
+    if kind == "Pod" {
+        pod_defaults.push(("enableServiceLinks", json!(true)));
+    }
+    defaults(pod, &pod_defaults);
     for list in ["initContainers", "containers", "ephemeralContainers"] {
-        let Some(containers) = spec.get_mut(list).and_then(Value::as_array_mut) else {
+        let Some(containers) = pod.get_mut(list).and_then(Value::as_array_mut) else {
             continue;
         };
         for c in containers.iter_mut().filter_map(Value::as_object_mut) {
@@ -605,6 +759,9 @@ pub(crate) fn default_builtin(group: &str, kind: &str, obj: &mut Value) {
                     "IfNotPresent"
                 };
                 c.insert("imagePullPolicy".into(), Value::String(policy.into()));
+            }
+            if list != "ephemeralContainers" {
+                c.entry("resources").or_insert_with(|| json!({}));
             }
             c.entry("terminationMessagePath")
                 .or_insert_with(|| Value::String("/dev/termination-log".into()));
@@ -626,19 +783,56 @@ pub(crate) fn default_builtin(group: &str, kind: &str, obj: &mut Value) {
 /// Where kube-apiserver's ServiceAccount admission mounts a Pod's token.
 const TOKEN_MOUNT: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
-/// What kube-apiserver's ServiceAccount admission plugin adds to a Pod it
-/// creates, before any webhook sees it: `serviceAccountName` (and its
-/// deprecated mirror `serviceAccount`) defaulted to `default`, and unless
-/// `automountServiceAccountToken` is false, the projected token volume
-/// `kube-api-access-xxxxx` mounted read-only in every container and init
-/// container that does not mount that path already. (kube-apiserver also
-/// refuses a Pod whose ServiceAccount does not exist; the sandbox runs no
-/// controller that would create `default` in each namespace, and does not.)
-/// Idempotent: a Pod that has the volume keeps it.
-pub(crate) fn admit_service_account(obj: &mut Value) {
+/// What kube-apiserver's admission plugins add to a Pod it creates, before
+/// any webhook sees it (create only: an update keeps what the old object
+/// had, or is refused for changing the spec):
+/// - Priority: `priority: 0` and `preemptionPolicy: PreemptLowerPriority`
+///   when the Pod names no priority class;
+/// - DefaultTolerationSeconds: tolerations of the `not-ready` and
+///   `unreachable` NoExecute taints for 300 s, unless it tolerates them;
+/// - ServiceAccount: `serviceAccountName` (and its deprecated mirror
+///   `serviceAccount`) defaulted to `default`, and unless
+///   `automountServiceAccountToken` is false, the projected token volume
+///   `kube-api-access-xxxxx` mounted read-only in every container and init
+///   container that does not mount that path already. (kube-apiserver also
+///   refuses a Pod whose ServiceAccount does not exist; the sandbox runs no
+///   controller that would create `default` in each namespace, and does
+///   not.)
+///
+/// Idempotent: a Pod that has them keeps them.
+pub(crate) fn admit_pod(obj: &mut Value) {
     let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) else {
         return;
     };
+    if spec
+        .get("priorityClassName")
+        .and_then(Value::as_str)
+        .is_none_or(str::is_empty)
+    {
+        spec.entry("priority").or_insert_with(|| json!(0));
+        spec.entry("preemptionPolicy")
+            .or_insert_with(|| json!("PreemptLowerPriority"));
+    }
+    let tolerations = spec
+        .entry("tolerations")
+        .or_insert_with(|| Value::Array(Vec::new()));
+    if let Some(list) = tolerations.as_array_mut() {
+        for taint in [
+            "node.kubernetes.io/not-ready",
+            "node.kubernetes.io/unreachable",
+        ] {
+            let tolerated = list.iter().any(|t| {
+                (t["key"] == taint
+                    || (t["key"].as_str().is_none_or(str::is_empty) && t["operator"] == "Exists"))
+                    && t["effect"]
+                        .as_str()
+                        .is_none_or(|e| e.is_empty() || e == "NoExecute")
+            });
+            if !tolerated {
+                list.push(json!({"key": taint, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}));
+            }
+        }
+    }
     let account = match spec.get("serviceAccountName").and_then(Value::as_str) {
         Some(a) if !a.is_empty() => a.to_string(),
         _ => spec

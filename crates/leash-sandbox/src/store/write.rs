@@ -66,7 +66,7 @@ impl Store {
     ) -> Result<(Value, u64, Option<Arc<Entry>>), ApiError> {
         check_schema(rt, &mut obj)?;
         if rt.group.is_empty() && rt.plural == "pods" {
-            crate::schema::admit_service_account(&mut obj);
+            crate::schema::admit_pod(&mut obj);
         }
         let meta = check_type(rt, &mut obj)?;
         let ns = check_namespace(rt, meta, path_ns)?;
