@@ -273,6 +273,38 @@ pub(crate) fn check_builtin(group: &str, kind: &str, obj: &Value) -> Result<(), 
         }
         _ => {}
     }
+    // The AppArmor annotations of a Pod or pod template (kube-apiserver's
+    // ValidateAppArmorProfileFormat; its paths say `annotations` under a
+    // template, without `metadata`).
+    let template = match (group, kind) {
+        ("", "Pod") => Some(("/metadata", "metadata.annotations")),
+        ("", "ReplicationController" | "PodTemplate")
+        | ("apps", "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet")
+        | ("batch", "Job") => Some(("/spec/template/metadata", "spec.template.annotations")),
+        ("batch", "CronJob") => Some((
+            "/spec/jobTemplate/spec/template/metadata",
+            "spec.jobTemplate.spec.template.annotations",
+        )),
+        _ => None,
+    };
+    if let Some((meta, path)) = template
+        && let Some(annotations) = obj
+            .pointer(&format!("{meta}/annotations"))
+            .and_then(Value::as_object)
+    {
+        for (key, value) in annotations {
+            let Some(v) = value.as_str() else { continue };
+            if key.starts_with("container.apparmor.security.beta.kubernetes.io/")
+                && v != "runtime/default"
+                && v != "unconfined"
+                && !v.starts_with("localhost/")
+            {
+                errors.push(format!(
+                    "{path}[{key}]: Invalid value: \"{v}\": invalid AppArmor profile name: \"{v}\""
+                ));
+            }
+        }
+    }
     if errors.is_empty() {
         Ok(())
     } else {
@@ -568,6 +600,24 @@ mod tests {
             builtin("apps", "Deployment", json!({"spec": {"replicas": 1,
                 "template": {"spec": {"containers": [{"name": "a", "image": "x"}]}}}})),
             Err("422 spec.selector: Required value | spec.template.metadata.labels: Invalid value: null: `selector` does not match template `labels`".into())
+        );
+        let apparmor = |v: &str| {
+            json!({"metadata": {"annotations": {
+            "container.apparmor.security.beta.kubernetes.io/c": v}},
+            "spec": {"containers": [{"name": "c", "image": "x"}]}})
+        };
+        assert_eq!(
+            builtin("", "Pod", apparmor("foo/bar")),
+            Err("422 metadata.annotations[container.apparmor.security.beta.kubernetes.io/c]: Invalid value: \"foo/bar\": invalid AppArmor profile name: \"foo/bar\"".into())
+        );
+        for ok in ["runtime/default", "unconfined", "localhost/", "localhost/x"] {
+            assert_eq!(builtin("", "Pod", apparmor(ok)), Ok(()), "{ok}");
+        }
+        let pod = apparmor("foo/bar");
+        let cron = json!({"spec": {"jobTemplate": {"spec": {"template": pod}}}});
+        assert_eq!(
+            builtin("batch", "CronJob", cron),
+            Err("422 spec.jobTemplate.spec.template.annotations[container.apparmor.security.beta.kubernetes.io/c]: Invalid value: \"foo/bar\": invalid AppArmor profile name: \"foo/bar\"".into())
         );
         assert_eq!(
             builtin("", "ConfigMap", json!({"data": {"a": 1}})),
