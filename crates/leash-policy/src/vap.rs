@@ -24,7 +24,7 @@ use std::sync::Arc;
 use serde_json::Value as Json;
 
 use crate::cel::rule::{
-    Validation, compile_named_conditions, compile_validations, compile_variables,
+    Validation, compile_named_conditions, compile_validations, compile_variables, run_validations,
 };
 use crate::cel::{Activation, Expr, Variable};
 use crate::error::{Error, Result};
@@ -240,22 +240,7 @@ impl AdmissionPolicy {
             return (Status::Error, errors.join("; "));
         }
         act.bind_variables(&self.variables);
-        for v in &self.validations {
-            match v.expr.eval_bool(&act) {
-                Ok(true) => {}
-                Ok(false) => return (Status::Fail, v.failure_message(&act)),
-                Err(e) => {
-                    return (
-                        Status::Error,
-                        format!(
-                            "expression '{}' resulted in error: {e}",
-                            v.expr.source().trim()
-                        ),
-                    );
-                }
-            }
-        }
-        (Status::Pass, String::new())
+        run_validations(&self.validations, &act, Status::Error)
     }
 }
 

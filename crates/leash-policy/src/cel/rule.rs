@@ -44,6 +44,31 @@ impl Validation {
     }
 }
 
+/// The first validation that does not hold: `Fail` with its message, or
+/// `on_error` when its expression fails to evaluate; `Pass` when all hold.
+pub(crate) fn run_validations(
+    validations: &[Validation],
+    act: &Activation<'_, '_>,
+    on_error: Status,
+) -> (Status, String) {
+    for v in validations {
+        match v.expr.eval_bool(act) {
+            Ok(true) => {}
+            Ok(false) => return (Status::Fail, v.failure_message(act)),
+            Err(e) => {
+                return (
+                    on_error,
+                    format!(
+                        "expression '{}' resulted in error: {e}",
+                        v.expr.source().trim()
+                    ),
+                );
+            }
+        }
+    }
+    (Status::Pass, String::new())
+}
+
 /// Compiles a `[{name, expression}]` list at `field`.
 pub(crate) fn compile_variables(
     list: Option<&Json>,
@@ -236,21 +261,8 @@ impl CelRule {
     ) -> (Status, String) {
         let mut act = Activation::new(req, data);
         act.bind_variables(&self.variables);
-        for v in &self.validations {
-            match v.expr.eval_bool(&act) {
-                Ok(true) => {}
-                Ok(false) => return (Status::Fail, v.failure_message(&act)),
-                Err(e) => {
-                    return (
-                        Status::Fail,
-                        format!(
-                            "expression '{}' resulted in error: {e}",
-                            v.expr.source().trim()
-                        ),
-                    );
-                }
-            }
-        }
-        (Status::Pass, String::new())
+        // A classic `validate.cel` rule reports a failing expression as a
+        // failure, as Kyverno does.
+        run_validations(&self.validations, &act, Status::Fail)
     }
 }
