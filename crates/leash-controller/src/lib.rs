@@ -40,7 +40,7 @@ pub use aggregate::{AggregateSettings, Aggregator, ReportIndex};
 pub use cache::{Cache, CacheWatcher};
 pub use metrics::Metrics;
 pub use scan::{BackgroundScan, ScanSettings};
-pub use sources::{ConfigSource, PolicySet, PolicySource};
+pub use sources::{ConfigSource, PolicyError, PolicySet, PolicySource};
 pub use writer::Breaker;
 
 /// Settings of the reports component.

@@ -102,8 +102,8 @@ pub struct PolicySet {
     /// Every (policy key, rule) that exists, autogen rules included; a
     /// ValidatingPolicy's rule is its name.
     pub rules: HashSet<(String, String)>,
-    /// Policies that did not compile: `(kind namespace/name, error)`.
-    pub errors: Vec<(String, String)>,
+    /// Policies that did not compile, each with why.
+    pub errors: Vec<PolicyError>,
     /// Policies with `spec.background` true kept out of the background
     /// scan because their rules depend on the request's user, as Kyverno
     /// refuses them: `(policy key, Kyverno's reason)`. They still run at
@@ -205,18 +205,12 @@ impl PolicySet {
                     set.engine.add_shared(Shared::Exception(e));
                 }
                 Ok(None) => {}
-                Err(err) => {
-                    let name = format!(
-                        "{} {}{}",
-                        doc["kind"].as_str().unwrap_or("?"),
-                        doc["metadata"]["namespace"]
-                            .as_str()
-                            .map(|n| format!("{n}/"))
-                            .unwrap_or_default(),
-                        doc["metadata"]["name"].as_str().unwrap_or("?")
-                    );
-                    set.errors.push((name, err.to_string()));
-                }
+                Err(err) => set.errors.push(PolicyError {
+                    kind: doc["kind"].as_str().unwrap_or("?").to_string(),
+                    namespace: doc["metadata"]["namespace"].as_str().map(str::to_string),
+                    name: doc["metadata"]["name"].as_str().unwrap_or("?").to_string(),
+                    error: err.to_string(),
+                }),
             }
         }
         set
@@ -225,6 +219,28 @@ impl PolicySet {
     /// Whether a result's (policy, rule) still exists.
     pub fn has_rule(&self, policy: &str, rule: &str) -> bool {
         self.rules.contains(&(policy.to_string(), rule.to_string()))
+    }
+}
+
+/// A policy left out of a [`PolicySet`] because it did not compile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyError {
+    /// Its kind (`ClusterPolicy`, `ValidatingPolicy`, ...).
+    pub kind: String,
+    /// Its namespace, for a namespaced kind.
+    pub namespace: Option<String>,
+    /// Its name.
+    pub name: String,
+    /// Why it did not compile, naming the field.
+    pub error: String,
+}
+
+impl std::fmt::Display for PolicyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{} {ns}/{}", self.kind, self.name),
+            None => write!(f, "{} {}", self.kind, self.name),
+        }
     }
 }
 
@@ -302,7 +318,7 @@ impl PolicySource {
             });
         }
         let mut generation = 0;
-        let mut last_errors: Vec<(String, String)> = Vec::new();
+        let mut last_errors: Vec<PolicyError> = Vec::new();
         let mut last_admission_only: Vec<(String, String)> = Vec::new();
         let mut next_complaint = tokio::time::Instant::now() + FIRST_SET_WAIT;
         let mut pending = false;
@@ -352,8 +368,8 @@ impl PolicySource {
             generation += 1;
             let set = PolicySet::compile(&docs, generation);
             if set.errors != last_errors {
-                for (name, err) in &set.errors {
-                    tracing::warn!("policy {name} is not used: {err}");
+                for e in &set.errors {
+                    tracing::warn!("policy {e} is not used: {}", e.error);
                 }
                 last_errors = set.errors.clone();
             }
@@ -624,9 +640,9 @@ mod tests {
         ];
         let set = PolicySet::compile(&docs, 1);
         assert_eq!(set.errors.len(), 1, "{:?}", set.errors);
-        assert!(set.errors[0].0.contains("broken"), "{:?}", set.errors);
+        assert_eq!(set.errors[0].name, "broken", "{:?}", set.errors);
         assert!(
-            set.errors[0].1.contains("unknown operator \"Equalz\""),
+            set.errors[0].error.contains("unknown operator \"Equalz\""),
             "{:?}",
             set.errors
         );

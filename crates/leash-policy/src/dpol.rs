@@ -66,6 +66,7 @@ impl DeletingPolicy {
         if !is_deleting_policy(doc) {
             return Err(Error::Unsupported(format!("{kind} {name}")));
         }
+        Error::check_schema(doc)?;
         if name.is_empty() {
             return Err(Error::invalid(&kind, &name, "metadata.name", "is required"));
         }

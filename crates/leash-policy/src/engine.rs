@@ -35,6 +35,7 @@ impl Document {
     /// Compiles one document. `Ok(None)` for documents that are not
     /// policies (other kinds are not an error: directories mix them).
     pub fn compile(doc: &Value) -> Result<Option<Document>> {
+        Error::check_schema(doc)?;
         let kind = doc["kind"].as_str().unwrap_or("");
         let group = doc["apiVersion"]
             .as_str()

@@ -18,6 +18,17 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// The document does not follow its kind's schema (see
+    /// [`crate::schema`]): every problem found, each naming its field.
+    #[error("{kind} {name}: {}", problems.iter().map(|p| p.to_string()).collect::<Vec<_>>().join("; "))]
+    Schema {
+        /// The document's kind.
+        kind: String,
+        /// The policy's name.
+        name: String,
+        /// What is wrong, field by field.
+        problems: Vec<crate::schema::Problem>,
+    },
     /// The document is not a policy this engine knows.
     #[error("unsupported document: {0}")]
     Unsupported(String),
@@ -27,6 +38,19 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
+    /// `Err(Error::Schema)` when `doc` does not follow its kind's schema.
+    pub fn check_schema(doc: &serde_json::Value) -> Result<()> {
+        let problems = crate::schema::check(doc);
+        if problems.is_empty() {
+            return Ok(());
+        }
+        Err(Error::Schema {
+            kind: doc["kind"].as_str().unwrap_or("").to_string(),
+            name: doc["metadata"]["name"].as_str().unwrap_or("").to_string(),
+            problems,
+        })
+    }
+
     /// An [`Error::InvalidPolicy`].
     pub fn invalid(
         kind: impl Into<String>,

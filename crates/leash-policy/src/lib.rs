@@ -46,6 +46,7 @@ mod quantity;
 mod reads;
 mod request;
 mod result;
+pub mod schema;
 pub mod value;
 pub mod vap;
 mod vars;

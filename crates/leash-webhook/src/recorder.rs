@@ -9,6 +9,7 @@
 //!    mutex across an unbuffered channel send and blocked forever).
 //! 2. No other lock exists here; callers never hold a guard across an await
 //!    (consumers clone what they need out of `borrow()`).
+//!    `fail_exactly` does the same for the invalid policies.
 //! 3. A change notifies consumers once per modification that changed the
 //!    state; an idempotent `record` of an already-served policy notifies no one.
 
@@ -56,6 +57,9 @@ impl std::fmt::Display for PolicyRef {
 pub struct Readiness {
     /// Served policies → generation at which they were (re)recorded.
     pub served: BTreeMap<PolicyRef, u64>,
+    /// Policies that are not served because they are invalid → why
+    /// (the compile error, naming the field).
+    pub failed: BTreeMap<PolicyRef, String>,
     /// Bumped by every change.
     pub generation: u64,
 }
@@ -137,6 +141,23 @@ impl Recorder {
         }
     }
 
+    /// Makes the set of invalid policies exactly `failures` (policy, why),
+    /// from a new policy snapshot.
+    pub fn fail_exactly(&self, failures: impl IntoIterator<Item = (PolicyRef, String)>) {
+        let wanted: BTreeMap<PolicyRef, String> = failures.into_iter().collect();
+        let changed = self.tx.send_if_modified(|s| {
+            if s.failed == wanted {
+                return false;
+            }
+            s.failed = wanted;
+            s.generation += 1;
+            true
+        });
+        if changed {
+            self.events.inc();
+        }
+    }
+
     /// Whether `policy` is served.
     pub fn is_ready(&self, policy: &PolicyRef) -> bool {
         self.tx.borrow().served.contains_key(policy)
@@ -177,5 +198,20 @@ mod tests {
         r.forget(&b);
         assert!(r.readiness().served.is_empty());
         assert_eq!(b.to_string(), "Policy ns/b");
+    }
+
+    #[test]
+    fn fail_exactly_replaces_the_invalid_set_and_notifies_on_change_only() {
+        let r = Recorder::new(&mut Registry::default());
+        let a = PolicyRef::new("ClusterPolicy", None, "a");
+        let mut rx = r.subscribe();
+        r.fail_exactly([(a.clone(), "spec.x: unknown field".to_string())]);
+        assert!(rx.has_changed().unwrap());
+        rx.borrow_and_update();
+        r.fail_exactly([(a.clone(), "spec.x: unknown field".to_string())]);
+        assert!(!rx.has_changed().unwrap(), "the same set changes nothing");
+        assert_eq!(r.readiness().failed[&a], "spec.x: unknown field");
+        r.fail_exactly([]);
+        assert!(r.readiness().failed.is_empty());
     }
 }

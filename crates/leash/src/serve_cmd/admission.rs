@@ -13,8 +13,8 @@ use leash_policy::{Engine, KyvernoConfig, Source};
 use leash_report::{self as report, Owner, PolicyMeta, ReportSource};
 use leash_runtime::Scope;
 use leash_webhook::{
-    AdmissionServer, AuditRecord, Recorder, Registrar, ReportSink, StatusWriter, TriggerSink,
-    audit_channel,
+    AdmissionServer, AuditRecord, PolicyRef, Recorder, Registrar, ReportSink, StatusWriter,
+    TriggerSink, audit_channel,
 };
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
@@ -323,6 +323,15 @@ impl Admission {
         let registered = registrar.registered();
         let status = StatusWriter::new(self.client.clone(), &recorder);
         let mut policies = self.policies;
+        // Invalid policies get a not-Ready status naming the field.
+        let report_invalid = move |set: &PolicySet| {
+            recorder.fail_exactly(set.errors.iter().map(|e| {
+                (
+                    PolicyRef::new(&e.kind, e.namespace.as_deref(), &e.name),
+                    e.error.clone(),
+                )
+            }));
+        };
         let run = async move {
             let scope = Scope::with_parent_token(&token);
             let t = scope.token().clone();
@@ -345,7 +354,10 @@ impl Admission {
             // /readyz would not reach the webhook.
             let first = tokio::select! {
                 _ = t.cancelled() => None,
-                r = policies.wait_for(|set| set.generation > 0) => r.ok().map(|set| set.engine.clone()),
+                r = policies.wait_for(|set| set.generation > 0) => r.ok().map(|set| {
+                    report_invalid(&set);
+                    set.engine.clone()
+                }),
             };
             if let Some(engine) = first {
                 engine_tx.send_replace(Arc::new(engine));
@@ -365,6 +377,7 @@ impl Admission {
                         }
                         let set = policies.borrow_and_update().clone();
                         if set.generation > 0 {
+                            report_invalid(&set);
                             engine_tx.send_replace(Arc::new(set.engine.clone()));
                         }
                     }

@@ -477,6 +477,75 @@ fn apply_names_a_policy_that_does_not_compile_and_exits_2() {
     );
 }
 
+/// Issue 39: each kind of mistake a new user makes in a policy is refused
+/// by `leash apply` (exit 2) and `leash test` (the test fails, exit 1) with
+/// the field's path, instead of being ignored: an unknown field (a typo,
+/// a field indented under the wrong parent, `kind` for `kinds`), a value
+/// outside an enum, a value of the wrong type, a missing required field.
+#[test]
+fn typos_in_policies_are_refused_naming_the_field() {
+    let vpol = |actions: &str| {
+        format!(
+            "apiVersion: policies.kyverno.io/v1\nkind: ValidatingPolicy\nmetadata: {{name: disallow-latest}}\nspec:\n  validationActions: [{actions}]\n  matchConstraints:\n    resourceRules: [{{apiGroups: [''], apiVersions: [v1], operations: [CREATE], resources: [pods]}}]\n  validations: [{{expression: 'true'}}]\n"
+        )
+    };
+    let cases: Vec<(&str, String, &str)> = vec![
+        (
+            "a misspelt field",
+            POLICY.replace("validationFailureAction: Audit", "validationFailureActon: Audit"),
+            "spec.validationFailureActon: unknown field",
+        ),
+        (
+            "a field under the wrong parent",
+            POLICY.replacen("    validate:\n      message: \"An image", "      validate:\n        message: \"An image", 1)
+                .replacen("      pattern:\n        spec:\n          containers:\n          - image: \"*:*\"", "        pattern: {}", 1),
+            "spec.rules[0].match.validate: unknown field",
+        ),
+        (
+            "kind for kinds",
+            POLICY.replacen("kinds: [Pod]", "kind: [Pod]", 1),
+            "spec.rules[0].match.any[0].resources.kind: unknown field",
+        ),
+        (
+            "a value outside the enum",
+            vpol("Deni"),
+            r#"spec.validationActions[0]: unsupported value "Deni": supported values: "Deny", "Audit", "Warn""#,
+        ),
+        (
+            "a value of the wrong type",
+            POLICY.replace("validationFailureAction: Audit", "validationFailureAction: Audit\n  background: sometimes"),
+            "spec.background: must be of type boolean, not string",
+        ),
+        (
+            "a missing required field",
+            POLICY.replacen("  - name: require-tag\n    match:", "  - match:", 1),
+            "spec.rules[0].name: Required value",
+        ),
+    ];
+    for (what, policy, want) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        folder(dir.path(), GOOD_RESULTS);
+        fs::write(dir.path().join("policy.yaml"), &policy).unwrap();
+        let out = leash()
+            .arg("apply")
+            .arg(dir.path().join("policy.yaml"))
+            .arg("-r")
+            .arg(dir.path().join(".kyverno-test/resources.yaml"))
+            .output()
+            .unwrap();
+        let said = format!("{}{}", stdout(&out), stderr(&out));
+        assert_eq!(out.status.code(), Some(2), "apply, {what}: {said}");
+        assert!(said.contains(want), "apply, {what}: {said}");
+        let out = leash().args(["test"]).arg(dir.path()).output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "test, {what}: {}", stdout(&out));
+        assert!(
+            stdout(&out).contains(want),
+            "test, {what}: {}",
+            stdout(&out)
+        );
+    }
+}
+
 /// `--policy-report`: a `ClusterPolicyReport` holds the results of
 /// cluster-scoped resources, next to the namespaces' `PolicyReport`s.
 #[test]

@@ -421,6 +421,93 @@ async fn a_cel_policy_exception_exempts_at_admission() {
     admitting.stop().await;
 }
 
+/// Issue 39: a policy with a typo is not served, and its status says why,
+/// naming the field: not Ready, with the error as the condition's message
+/// (a ClusterPolicy's `Ready` condition; a ValidatingPolicy's
+/// `conditionStatus`). The valid policy beside them is served and Ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_policy_is_not_ready_and_its_status_names_the_field() {
+    let pods = json!({"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+        "operations": ["CREATE"], "resources": ["pods"]}]});
+    let admitting = Admitting::start(vec![
+        json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+        "metadata": {"name": "typo"},
+        "spec": {"validationFailureActon": "Enforce", "rules": [{
+            "name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+            "validate": {"message": "m", "deny": {}}}]}}),
+        json!({"apiVersion": "policies.kyverno.io/v1", "kind": "ValidatingPolicy",
+            "metadata": {"name": "bad-action"},
+            "spec": {"validationActions": ["Deni"], "matchConstraints": pods,
+                "validations": [{"expression": "false", "message": "never"}]}}),
+        json!({"apiVersion": "policies.kyverno.io/v1", "kind": "ValidatingPolicy",
+            "metadata": {"name": "no-web"},
+            "spec": {"validationActions": ["Deny"], "matchConstraints": pods,
+                "validations": [{"expression": "object.metadata.name != 'web'",
+                    "message": "no web"}]}}),
+    ])
+    .await;
+    let store = admitting.sb.store();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let cp = store
+            .get("kyverno.io/v1", "ClusterPolicy", None, "typo")
+            .unwrap();
+        let bad = store
+            .get(
+                "policies.kyverno.io/v1",
+                "ValidatingPolicy",
+                None,
+                "bad-action",
+            )
+            .unwrap();
+        let good = store
+            .get("policies.kyverno.io/v1", "ValidatingPolicy", None, "no-web")
+            .unwrap();
+        let cp_done = cp["status"]["ready"] == false;
+        let bad_done = bad["status"]["conditionStatus"]["ready"] == false;
+        let good_done = good["status"]["conditionStatus"]["ready"] == true;
+        if cp_done && bad_done && good_done {
+            let c = &cp["status"]["conditions"][0];
+            assert_eq!(
+                (
+                    c["type"].as_str(),
+                    c["status"].as_str(),
+                    c["reason"].as_str()
+                ),
+                (Some("Ready"), Some("False"), Some("Failed")),
+                "{cp}"
+            );
+            assert!(
+                c["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("spec.validationFailureActon: unknown field"),
+                "{cp}"
+            );
+            let message = bad["status"]["conditionStatus"]["message"]
+                .as_str()
+                .unwrap();
+            assert!(
+                message.contains(r#"spec.validationActions[0]: unsupported value "Deni""#),
+                "{bad}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "statuses not written: {cp}\n{bad}\n{good}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Neither invalid policy is served: only the valid one denies.
+    let (status, body) = admitting.create_pod("other");
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = admitting.create_pod("web");
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("no web"), "{body}");
+    admitting.stop().await;
+}
+
 /// A sandbox with leash's CRDs, the `kyverno` namespace and `objects`, and
 /// `leash serve --components admission` against it, ready (its webhook
 /// registered from the policies).
