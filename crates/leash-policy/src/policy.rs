@@ -878,9 +878,12 @@ pub(crate) fn compile_context(
                 }
             }
         } else if let Some(g) = e.get("globalReference").filter(|x| !x.is_null()) {
+            // `ENTRY.PROJECTION` names a projection of the entry, as Kyverno
+            // splits the name on its dots.
+            let mut parts = g["name"].as_str().unwrap_or("").split('.');
             ContextSource::GlobalReference {
-                name: g["name"].as_str().unwrap_or("").to_string(),
-                projection: g["projection"].as_str().map(String::from),
+                name: parts.next().unwrap_or("").to_string(),
+                projection: parts.next().map(String::from),
                 jmes_path: jp(g)?,
             }
         } else if e.get("imageRegistry").is_some_and(|x| !x.is_null()) {

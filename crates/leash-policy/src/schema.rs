@@ -21,6 +21,9 @@ use serde_json::Value;
 /// The top-level fields of a policy object.
 const TOP_LEVEL: &[&str] = &["apiVersion", "kind", "metadata", "spec", "status"];
 
+/// kube-apiserver's words for a field its schema does not have.
+const UNKNOWN: &str = "Invalid value: value provided for unknown field";
+
 /// How many problems one document reports at most (the rest are counted).
 const MAX_PROBLEMS: usize = 20;
 
@@ -29,7 +32,10 @@ const MAX_PROBLEMS: usize = 20;
 pub struct Problem {
     /// `spec.rules[0].match.any[0].resources.kind`.
     pub field: String,
-    /// `unknown field`, `unsupported value "Deni": supported values: "Deny", "Audit", "Warn"`.
+    /// What is wrong, in kube-apiserver's words (as Kyverno's CLI prints
+    /// them): `Invalid value: value provided for unknown field`,
+    /// `Unsupported value: "Deni": supported values: "Deny", "Audit", "Warn"`,
+    /// `Required value`.
     pub message: String,
 }
 
@@ -115,7 +121,7 @@ pub fn check(doc: &Value) -> Vec<Problem> {
     if let Some(object) = doc.as_object() {
         for key in object.keys() {
             if !TOP_LEVEL.contains(&key.as_str()) {
-                out.push(key.clone(), "unknown field".into());
+                out.push(key.clone(), UNKNOWN.into());
             }
         }
     }
@@ -173,7 +179,10 @@ fn walk(schema: &Value, value: &Value, path: &str, out: &mut Problems) {
         if !ok {
             out.push(
                 path.to_string(),
-                format!("must be of type {want}, not {}", type_name(value)),
+                format!(
+                    "Invalid value: \"{}\": must be of type {want}",
+                    type_name(value)
+                ),
             );
             return;
         }
@@ -185,7 +194,7 @@ fn walk(schema: &Value, value: &Value, path: &str, out: &mut Problems) {
         out.push(
             path.to_string(),
             format!(
-                "unsupported value {value}: supported values: {}",
+                "Unsupported value: {value}: supported values: {}",
                 supported.join(", ")
             ),
         );
@@ -206,10 +215,10 @@ fn walk(schema: &Value, value: &Value, path: &str, out: &mut Problems) {
                     if additional.is_object() {
                         walk(additional, sub, &field, out);
                     } else if *additional == Value::Bool(false) && !preserve {
-                        out.push(field, "unknown field".into());
+                        out.push(field, UNKNOWN.into());
                     }
                 } else if !preserve {
-                    out.push(field, "unknown field".into());
+                    out.push(field, UNKNOWN.into());
                 }
             }
             for name in schema["required"].as_array().into_iter().flatten() {
@@ -237,7 +246,7 @@ fn walk(schema: &Value, value: &Value, path: &str, out: &mut Problems) {
                     out.push(
                         path.to_string(),
                         format!(
-                            "must have exactly one of {} ({valid} given)",
+                            "Invalid value: must have exactly one of {} ({valid} given)",
                             names.join(", ")
                         ),
                     );
@@ -308,30 +317,30 @@ mod tests {
         let cases = [
             (
                 cpol(json!({"validationFailureActon": "Enforce", "rules": []})),
-                "spec.validationFailureActon: unknown field",
+                "spec.validationFailureActon: Invalid value: value provided for unknown field",
             ),
             (
                 cpol(
                     json!({"rules": [{"name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}}],
                     "validate": {"pattern": {}}}}]}),
                 ),
-                "spec.rules[0].match.validate: unknown field",
+                "spec.rules[0].match.validate: Invalid value: value provided for unknown field",
             ),
             (
                 cpol(
                     json!({"rules": [{"name": "r", "match": {"any": [{"resources": {"kind": ["Pod"]}}]}}]}),
                 ),
-                "spec.rules[0].match.any[0].resources.kind: unknown field",
+                "spec.rules[0].match.any[0].resources.kind: Invalid value: value provided for unknown field",
             ),
             (
                 vpol(
                     json!({"validationActions": ["Deni"], "validations": [{"expression": "true"}]}),
                 ),
-                "spec.validationActions[0]: unsupported value \"Deni\": supported values: \"Deny\", \"Audit\", \"Warn\"",
+                "spec.validationActions[0]: Unsupported value: \"Deni\": supported values: \"Deny\", \"Audit\", \"Warn\"",
             ),
             (
                 cpol(json!({"background": "yes", "rules": []})),
-                "spec.background: must be of type boolean, not string",
+                "spec.background: Invalid value: \"string\": must be of type boolean",
             ),
             (
                 cpol(json!({"rules": [{"match": {"any": [{"resources": {"kinds": ["Pod"]}}]}}]})),
@@ -340,12 +349,12 @@ mod tests {
             (
                 cpol(json!({"rules": [rule(json!({"context": [{"name": "c",
                     "configMap": {"name": "c"}, "variable": {"value": 1}}]}))]})),
-                "spec.rules[0].context[0]: must have exactly one of configMap, apiCall, imageRegistry, variable, globalReference (2 given)",
+                "spec.rules[0].context[0]: Invalid value: must have exactly one of configMap, apiCall, imageRegistry, variable, globalReference (2 given)",
             ),
             (
                 json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
                        "metadata": {"name": "p"}, "specs": {}}),
-                "specs: unknown field | spec: Required value",
+                "specs: Invalid value: value provided for unknown field | spec: Required value",
             ),
             (
                 json!({"apiVersion": "kyverno.io/v9", "kind": "ClusterPolicy",

@@ -106,18 +106,20 @@ impl FailurePolicy {
 /// The review endpoint a request came to: `/validate/fail` and
 /// `/validate/ignore` (what the registered configuration points at) serve
 /// the policies of that failure policy; `/validate` serves every policy,
-/// as `Fail`.
+/// as `Fail`; `/validate/policy` validates the policies themselves (see
+/// [`policy_review`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Endpoint {
     All,
     Fail,
     Ignore,
+    Policy,
 }
 
 impl Endpoint {
     fn mode(self) -> FailurePolicy {
         match self {
-            Endpoint::All | Endpoint::Fail => FailurePolicy::Fail,
+            Endpoint::All | Endpoint::Fail | Endpoint::Policy => FailurePolicy::Fail,
             Endpoint::Ignore => FailurePolicy::Ignore,
         }
     }
@@ -128,6 +130,7 @@ impl Endpoint {
             Endpoint::All => true,
             Endpoint::Fail => !ignores_failures,
             Endpoint::Ignore => ignores_failures,
+            Endpoint::Policy => false,
         }
     }
 }
@@ -338,12 +341,41 @@ fn router(app: Arc<Admission>) -> Router {
         .route("/validate", reviews(Endpoint::All))
         .route("/validate/fail", reviews(Endpoint::Fail))
         .route("/validate/ignore", reviews(Endpoint::Ignore))
+        .route("/validate/policy", reviews(Endpoint::Policy))
         .route(
             "/healthz",
             get(|| async { "ok" }).fallback(method_not_allowed),
         )
         .fallback(not_found)
         .with_state(app)
+}
+
+/// Kyverno's policy validation webhook (`validate-policy.kyverno.svc`):
+/// a policy, PolicyException or DeletingPolicy created or updated is
+/// compiled as the engine compiles it, and refused with the error (naming
+/// the field) when it does not compile, so that a typo never replaces a
+/// working policy. Needs no policy set: answered from the first request.
+fn policy_review(review: &ReviewRequest) -> (Answer, &'static str) {
+    if review.operation == Operation::Delete {
+        return (Answer::allow(), "allowed");
+    }
+    let doc = review.resource.as_ref();
+    let compiled = if leash_policy::dpol::is_deleting_policy(doc) {
+        leash_policy::dpol::DeletingPolicy::compile(doc).map(|_| ())
+    } else {
+        leash_policy::Document::compile(doc).map(|_| ())
+    };
+    match compiled {
+        Ok(()) => (Answer::allow(), "allowed"),
+        Err(e) => (
+            Answer {
+                allowed: false,
+                message: Some(format!("policy is invalid: {e}")),
+                warnings: Vec::new(),
+            },
+            "denied",
+        ),
+    }
 }
 
 fn text(status: StatusCode, message: String) -> Response {
@@ -359,7 +391,7 @@ async fn not_found(req: Request) -> Response {
     text(
         StatusCode::NOT_FOUND,
         format!(
-            "no such path {:?}: the admission webhook serves POST /validate, /validate/fail, /validate/ignore and GET /healthz\n",
+            "no such path {:?}: the admission webhook serves POST /validate, /validate/fail, /validate/ignore, /validate/policy and GET /healthz\n",
             req.uri().path()
         ),
     )
@@ -591,6 +623,9 @@ impl Admission {
 
     /// The answer to one review and the result label for the metrics.
     async fn decide(&self, endpoint: Endpoint, review: ReviewRequest) -> (Answer, &'static str) {
+        if endpoint == Endpoint::Policy {
+            return policy_review(&review);
+        }
         let mode = endpoint.mode();
         let started = tokio::time::Instant::now();
         if self.ready.as_ref().is_some_and(|r| !*r.borrow()) {

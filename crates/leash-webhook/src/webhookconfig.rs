@@ -68,6 +68,29 @@ type Rules = BTreeMap<RuleKey, BTreeMap<String, BTreeSet<&'static str>>>;
 
 const OPERATIONS: [&str; 4] = ["CREATE", "UPDATE", "DELETE", "CONNECT"];
 
+/// The resources the policy validation webhook sees: every kind the
+/// engine compiles, by group.
+const POLICY_RESOURCES: &[(&str, &[&str])] = &[
+    (
+        "kyverno.io",
+        &["clusterpolicies", "policies", "policyexceptions"],
+    ),
+    (
+        "policies.kyverno.io",
+        &[
+            "validatingpolicies",
+            "namespacedvalidatingpolicies",
+            "mutatingpolicies",
+            "namespacedmutatingpolicies",
+            "generatingpolicies",
+            "namespacedgeneratingpolicies",
+            "deletingpolicies",
+            "namespaceddeletingpolicies",
+            "policyexceptions",
+        ],
+    ),
+];
+
 /// The webhook rules of one kind spec (`Pod`, `apps/v1/Deployment`,
 /// `v1/Pod`, `Pod/exec`, `*`).
 fn rules_of_kind(spec: &str, ops: &[&'static str], out: &mut Rules) {
@@ -348,6 +371,32 @@ pub fn build_configuration(
             ignore,
         ));
     }
+    // Kyverno's policy validation webhook: invalid policies are refused
+    // before they are stored (see the server's `policy_review`). It fails
+    // open (Kyverno's fails closed): policies are among what a cluster needs
+    // to recover (issue 38), and a policy stored while leash is down is
+    // still compiled when it is read, and marked not Ready if invalid.
+    let mut policy_rules = Rules::new();
+    for (group, resources) in POLICY_RESOURCES {
+        for resource in *resources {
+            insert(
+                &mut policy_rules,
+                (group.to_string(), "*".into(), "*".into()),
+                resource.to_string(),
+                &["CREATE", "UPDATE"],
+            );
+        }
+    }
+    let mut policy_webhook = webhook(
+        "policy",
+        "policy",
+        FailurePolicy::Ignore,
+        None,
+        policy_rules,
+    );
+    policy_webhook.name = "validate-policy.kyverno.svc".to_string();
+    policy_webhook.namespace_selector = None;
+    webhooks.push(policy_webhook);
     ValidatingWebhookConfiguration {
         metadata: ObjectMeta {
             name: Some(name.to_string()),
@@ -641,8 +690,10 @@ mod tests {
         let v = serde_json::to_value(&cfg).unwrap();
         assert_eq!(v["metadata"]["name"], "leash-validating-webhook-cfg");
         let hooks = v["webhooks"].as_array().unwrap();
-        // No policy needs the Ignore webhook; Namespaces need the recovery one.
-        assert_eq!(hooks.len(), 2);
+        // No policy needs the Ignore webhook; Namespaces need the recovery
+        // one; the policy validation webhook is always there, last.
+        assert_eq!(hooks.len(), 3);
+        assert_eq!(hooks[2]["name"], "validate-policy.kyverno.svc");
         assert_eq!(hooks[1]["name"], "validate.kyverno.svc-fail-recovery");
         let h = &hooks[0];
         assert_eq!(h["name"], "validate.kyverno.svc-fail");
@@ -816,7 +867,52 @@ mod tests {
             &Exclusions::default(),
             &Engine::new(),
         );
-        assert_eq!(empty.webhooks, Some(vec![]));
+        let names: Vec<String> = empty
+            .webhooks
+            .unwrap()
+            .into_iter()
+            .map(|h| h.name)
+            .collect();
+        assert_eq!(names, ["validate-policy.kyverno.svc"]);
+    }
+
+    /// Issue 39: the policy validation webhook sees every policy kind the
+    /// engine compiles, created or updated, in every namespace, and fails
+    /// open (a down leash never stops a policy from being fixed).
+    #[test]
+    fn the_policy_validation_webhook() {
+        let cfg = build_configuration(
+            "n",
+            &ClientTarget::Url("https://127.0.0.1:9443/validate".into()),
+            "CA",
+            10,
+            &Exclusions {
+                namespaces: vec!["kyverno".into()],
+            },
+            &Engine::new(),
+        );
+        let v = serde_json::to_value(&cfg).unwrap();
+        let h = &v["webhooks"][0];
+        assert_eq!(h["name"], "validate-policy.kyverno.svc");
+        assert_eq!(
+            h["clientConfig"]["url"],
+            "https://127.0.0.1:9443/validate/policy"
+        );
+        assert_eq!(h["failurePolicy"], "Ignore");
+        assert!(h.get("namespaceSelector").is_none(), "{h}");
+        assert_eq!(h["rules"][0]["apiGroups"], json!(["kyverno.io"]));
+        assert_eq!(h["rules"][0]["operations"], json!(["CREATE", "UPDATE"]));
+        assert_eq!(
+            h["rules"][0]["resources"],
+            json!(["clusterpolicies", "policies", "policyexceptions"])
+        );
+        assert_eq!(h["rules"][1]["apiGroups"], json!(["policies.kyverno.io"]));
+        assert!(
+            h["rules"][1]["resources"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("namespacedvalidatingpolicies"))
+        );
     }
 
     /// Issue 38 (3): leash's own and the system namespaces are never sent,
@@ -844,9 +940,11 @@ mod tests {
             names,
             [
                 "validate.kyverno.svc-fail",
-                "validate.kyverno.svc-fail-recovery"
+                "validate.kyverno.svc-fail-recovery",
+                "validate-policy.kyverno.svc"
             ]
         );
+        let hooks = &hooks[..2];
         for h in hooks {
             assert_eq!(
                 h["namespaceSelector"],
@@ -891,7 +989,7 @@ mod tests {
             &engine(&[cpol("pods", &["Pod"], true)]),
         );
         let v = serde_json::to_value(&cfg).unwrap();
-        assert_eq!(v["webhooks"].as_array().unwrap().len(), 1, "{v}");
+        assert_eq!(v["webhooks"].as_array().unwrap().len(), 2, "{v}");
         assert!(v["webhooks"][0].get("matchConditions").is_none(), "{v}");
         // A policy on Namespaces alone gets the recovery webhook too.
         let cfg = build_configuration(
@@ -902,6 +1000,6 @@ mod tests {
             &exclusions,
             &engine(&[cpol("ns", &["Namespace"], true)]),
         );
-        assert_eq!(cfg.webhooks.unwrap().len(), 2);
+        assert_eq!(cfg.webhooks.unwrap().len(), 3);
     }
 }

@@ -31,6 +31,7 @@
 //! harmless).
 
 mod bind;
+mod check;
 mod compat;
 pub(crate) mod fast;
 mod json;
@@ -88,7 +89,8 @@ const _: () = {
 };
 
 impl Expr {
-    /// Compiles `source`; the error is the parser's message.
+    /// Compiles `source`; the error is the parser's message, or names the
+    /// first undeclared variable or function (see `check`).
     pub(crate) fn compile(source: &str) -> Result<Expr, String> {
         Expr::compile_rewritten(source, |_| Ok(()))
     }
@@ -101,6 +103,7 @@ impl Expr {
         rewrite: impl FnOnce(&mut IdedExpr) -> Result<(), String>,
     ) -> Result<Expr, String> {
         let mut ast = ENV.parser().parse(source).map_err(|e| e.to_string())?;
+        check::check(&ast)?;
         rewrite(&mut ast)?;
         Ok(Expr {
             source: Arc::from(source),

@@ -305,7 +305,7 @@ fn classic_cel_rule() {
         assert_eq!(s, want, "{name}: {m}");
         assert!(m.contains(msg), "{name}: {m}");
     }
-    let bad = json!({"expressions": [{"expression": "ok"}, {"expression": "object."}]});
+    let bad = json!({"expressions": [{"expression": "true"}, {"expression": "object."}]});
     match CelRule::compile(&bad, "ClusterPolicy", "p", "spec.rules[0].validate.cel") {
         Err(e) => assert!(
             e.to_string()

@@ -481,7 +481,8 @@ fn apply_names_a_policy_that_does_not_compile_and_exits_2() {
 /// by `leash apply` (exit 2) and `leash test` (the test fails, exit 1) with
 /// the field's path, instead of being ignored: an unknown field (a typo,
 /// a field indented under the wrong parent, `kind` for `kinds`), a value
-/// outside an enum, a value of the wrong type, a missing required field.
+/// outside an enum, a CEL expression naming an undeclared variable or
+/// function, a value of the wrong type, a missing required field.
 #[test]
 fn typos_in_policies_are_refused_naming_the_field() {
     let vpol = |actions: &str| {
@@ -493,28 +494,38 @@ fn typos_in_policies_are_refused_naming_the_field() {
         (
             "a misspelt field",
             POLICY.replace("validationFailureAction: Audit", "validationFailureActon: Audit"),
-            "spec.validationFailureActon: unknown field",
+            "spec.validationFailureActon: Invalid value: value provided for unknown field",
         ),
         (
             "a field under the wrong parent",
             POLICY.replacen("    validate:\n      message: \"An image", "      validate:\n        message: \"An image", 1)
                 .replacen("      pattern:\n        spec:\n          containers:\n          - image: \"*:*\"", "        pattern: {}", 1),
-            "spec.rules[0].match.validate: unknown field",
+            "spec.rules[0].match.validate: Invalid value: value provided for unknown field",
         ),
         (
             "kind for kinds",
             POLICY.replacen("kinds: [Pod]", "kind: [Pod]", 1),
-            "spec.rules[0].match.any[0].resources.kind: unknown field",
+            "spec.rules[0].match.any[0].resources.kind: Invalid value: value provided for unknown field",
         ),
         (
             "a value outside the enum",
             vpol("Deni"),
-            r#"spec.validationActions[0]: unsupported value "Deni": supported values: "Deny", "Audit", "Warn""#,
+            r#"spec.validationActions[0]: Unsupported value: "Deni": supported values: "Deny", "Audit", "Warn""#,
+        ),
+        (
+            "an undeclared CEL variable",
+            vpol("Deny").replace("expression: 'true'", "expression: 'objct.metadata.name != \"\"'"),
+            "spec.validations[0].expression: undeclared reference to 'objct'",
+        ),
+        (
+            "an undeclared CEL function",
+            vpol("Deny").replace("expression: 'true'", "expression: 'object.metadata.name.startWith(\"a\")'"),
+            "spec.validations[0].expression: undeclared reference to 'startWith'",
         ),
         (
             "a value of the wrong type",
             POLICY.replace("validationFailureAction: Audit", "validationFailureAction: Audit\n  background: sometimes"),
-            "spec.background: must be of type boolean, not string",
+            "spec.background: Invalid value: \"string\": must be of type boolean",
         ),
         (
             "a missing required field",
@@ -1073,7 +1084,7 @@ spec:
     - name: all
       globalReference: {name: deployments, jmesPath: "length(@)"}
     - name: inx
-      globalReference: {name: deployments, projection: in-x}
+      globalReference: {name: deployments.in-x}
     validate:
       message: "{{ all }} deployments, {{ inx }} in x"
       deny:
