@@ -11,7 +11,7 @@ required, additionalProperties, x-kubernetes-preserve-unknown-fields,
 x-kubernetes-int-or-string, nullable) and without descriptions, defaults
 and status. The data is Kyverno's API (Apache-2.0), not its code.
 
-    crates/leash-policy/schemas/generate.py [VERSION]   # default v1.18.2
+    crates/leash-policy/schemas/generate.py [VERSION]   # default v1.19.1
 """
 
 import json
@@ -21,7 +21,7 @@ import sys
 
 import yaml
 
-VERSION = sys.argv[1] if len(sys.argv) > 1 else "v1.18.2"
+VERSION = sys.argv[1] if len(sys.argv) > 1 else "v1.19.1"
 KEEP = {
     "type",
     "properties",
