@@ -10,75 +10,73 @@ pub struct Quantity(i128);
 
 impl Quantity {
     /// Parses `<sign><digits>[.<digits>][suffix]` where suffix is a binary SI
-    /// (`Ki`..`Ei`), decimal SI (`n u m k M G T P E`) or exponent (`e3`, `E-2`).
+    /// (`Ki`..`Ei`), decimal SI (`n u m k M G T P E`) or exponent (`e3`, `E-2`),
+    /// around which spaces are ignored (Kyverno's patterns and conditions).
     pub fn parse(s: &str) -> Option<Quantity> {
-        let s = s.trim();
-        if s.is_empty() {
-            return None;
-        }
-        let (negative, rest) = match s.as_bytes()[0] {
-            b'-' => (true, &s[1..]),
-            b'+' => (false, &s[1..]),
-            _ => (false, s),
+        Quantity::parse_exact(s.trim())
+    }
+
+    /// As [`Quantity::parse`], without spaces (`resource.ParseQuantity`,
+    /// CEL's `quantity()`). Finer than a nano rounds up, as Kubernetes does.
+    pub fn parse_exact(text: &str) -> Option<Quantity> {
+        let (neg, rest) = match text.as_bytes().first()? {
+            b'-' => (true, &text[1..]),
+            b'+' => (false, &text[1..]),
+            _ => (false, text),
         };
         let num_end = rest
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
             .unwrap_or(rest.len());
-        let (number, suffix) = rest.split_at(num_end);
-        if number.is_empty() || number == "." || number.matches('.').count() > 1 {
+        let (num, suffix) = rest.split_at(num_end);
+        if num.is_empty() || num == "." || num.matches('.').count() > 1 {
             return None;
         }
-        let (int_part, frac_part) = number.split_once('.').unwrap_or((number, ""));
-        // mantissa * 10^-frac_len
-        let digits = format!("{int_part}{frac_part}");
-        let digits = digits.trim_start_matches('0');
-        if digits.len() > 30 {
-            return None;
+        let (int_part, frac_part) = num.split_once('.').unwrap_or((num, ""));
+        let mut mantissa: i128 = 0;
+        for c in int_part.chars().chain(frac_part.chars()) {
+            mantissa = mantissa
+                .checked_mul(10)?
+                .checked_add(i128::from(c.to_digit(10)?))?;
         }
-        let mantissa: i128 = if digits.is_empty() {
-            0
-        } else {
-            digits.parse().ok()?
-        };
-        let mut exp10: i32 = -(frac_part.len() as i32);
-        let mut mul2: i128 = 1;
-        match suffix {
-            "" => {}
-            "Ki" => mul2 = 1 << 10,
-            "Mi" => mul2 = 1 << 20,
-            "Gi" => mul2 = 1 << 30,
-            "Ti" => mul2 = 1 << 40,
-            "Pi" => mul2 = 1 << 50,
-            "Ei" => mul2 = 1 << 60,
-            "n" => exp10 -= 9,
-            "u" => exp10 -= 6,
-            "m" => exp10 -= 3,
-            "k" => exp10 += 3,
-            "M" => exp10 += 6,
-            "G" => exp10 += 9,
-            "T" => exp10 += 12,
-            "P" => exp10 += 15,
-            "E" => exp10 += 18,
-            s if s.starts_with(['e', 'E']) => {
-                let e: i32 = s[1..].parse().ok()?;
-                if !(-40..=40).contains(&e) {
+        let (mut exp10, exp2): (i32, u32) = match suffix {
+            "" => (0, 0),
+            "n" => (-9, 0),
+            "u" => (-6, 0),
+            "m" => (-3, 0),
+            "k" => (3, 0),
+            "M" => (6, 0),
+            "G" => (9, 0),
+            "T" => (12, 0),
+            "P" => (15, 0),
+            "E" => (18, 0),
+            "Ki" => (0, 10),
+            "Mi" => (0, 20),
+            "Gi" => (0, 30),
+            "Ti" => (0, 40),
+            "Pi" => (0, 50),
+            "Ei" => (0, 60),
+            other => {
+                let e = other.strip_prefix(['e', 'E'])?;
+                let e = e.strip_prefix('+').unwrap_or(e);
+                if e.is_empty() || e.starts_with('+') {
                     return None;
                 }
-                exp10 += e;
+                (e.parse::<i32>().ok()?, 0)
             }
-            _ => return None,
-        }
-        // to nano units: mantissa * mul2 * 10^(exp10 + 9), rounding up.
-        let scale = exp10 + 9;
-        let base = mantissa.checked_mul(mul2)?;
-        let nanos = if scale >= 0 {
-            base.checked_mul(10i128.checked_pow(scale as u32)?)?
-        } else {
-            let div = 10i128.checked_pow((-scale) as u32)?;
-            let q = base / div;
-            if base % div != 0 { q + 1 } else { q }
         };
-        Some(Quantity(if negative { -nanos } else { nanos }))
+        exp10 = exp10 - frac_part.len() as i32 + 9;
+        let mut value = mantissa.checked_mul(1i128.checked_shl(exp2)?)?;
+        if exp10 >= 0 {
+            if mantissa != 0 {
+                value = value.checked_mul(10i128.checked_pow(exp10 as u32)?)?;
+            }
+        } else {
+            value = match 10i128.checked_pow((-exp10) as u32) {
+                Some(div) => (value + div - 1) / div,
+                None => i128::from(value != 0),
+            };
+        }
+        Some(Quantity(if neg { -value } else { value }))
     }
 
     /// The value as a float (approximate).
@@ -102,50 +100,13 @@ impl Quantity {
     }
 }
 
-/// Parses a Go duration (`300ms`, `-1.5h`, `2h45m`, `0`) into seconds.
+/// Parses a Go duration (`300ms`, `-1.5h`, `2h45m`, `0`; spaces around it
+/// ignored) into seconds, with Go's `time.ParseDuration` (one parser:
+/// JMESPath's durations use it too).
 pub fn parse_duration(s: &str) -> Option<f64> {
-    let s = s.trim();
-    if s.is_empty() {
-        return None;
-    }
-    let (negative, mut rest) = match s.as_bytes()[0] {
-        b'-' => (true, &s[1..]),
-        b'+' => (false, &s[1..]),
-        _ => (false, s),
-    };
-    if rest == "0" {
-        return Some(0.0);
-    }
-    if rest.is_empty() {
-        return None;
-    }
-    let mut total = 0.0;
-    while !rest.is_empty() {
-        let num_end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        if num_end == 0 {
-            return None;
-        }
-        let value: f64 = rest[..num_end].parse().ok()?;
-        rest = &rest[num_end..];
-        let unit_end = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let unit = &rest[..unit_end];
-        rest = &rest[unit_end..];
-        let factor = match unit {
-            "ns" => 1e-9,
-            "us" | "µs" | "μs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return None,
-        };
-        total += value * factor;
-    }
-    Some(if negative { -total } else { total })
+    crate::jmespath::duration::parse(s.trim())
+        .ok()
+        .map(crate::jmespath::duration::seconds)
 }
 
 #[cfg(test)]

@@ -391,11 +391,8 @@ overload!(regex_find_all_n, |args| {
 
 // ---------------------------------------------------------------- quantity
 
-/// A Kubernetes resource quantity, exactly, in units of 10^-9.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Quantity {
-    nanos: i128,
-}
+/// A Kubernetes resource quantity (one parser: [`crate::quantity`]).
+pub(crate) use crate::quantity::Quantity;
 
 impl Opaque for Quantity {
     fn runtime_type_name(&self) -> &str {
@@ -405,86 +402,10 @@ impl Opaque for Quantity {
 
 const NANO: i128 = 1_000_000_000;
 
-impl Quantity {
-    /// Parses Kubernetes' quantity syntax (`500m`, `1.5Gi`, `1e3`).
-    pub(crate) fn parse(text: &str) -> Option<Quantity> {
-        let t = text.trim();
-        if t.is_empty() || t != text {
-            return None;
-        }
-        let (neg, rest) = match t.as_bytes()[0] {
-            b'-' => (true, &t[1..]),
-            b'+' => (false, &t[1..]),
-            _ => (false, t),
-        };
-        let num_end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let (num, suffix) = rest.split_at(num_end);
-        if num.is_empty() || num == "." || num.matches('.').count() > 1 {
-            return None;
-        }
-        let (int_part, frac_part) = num.split_once('.').unwrap_or((num, ""));
-        let digits = format!("{int_part}{frac_part}");
-        let digits = digits.trim_start_matches('0');
-        let mut mantissa: i128 = 0;
-        for c in digits.chars() {
-            mantissa = mantissa
-                .checked_mul(10)?
-                .checked_add(c.to_digit(10)? as i128)?;
-        }
-        let (mut exp10, exp2): (i32, u32) = match suffix {
-            "" => (0, 0),
-            "n" => (-9, 0),
-            "u" => (-6, 0),
-            "m" => (-3, 0),
-            "k" => (3, 0),
-            "M" => (6, 0),
-            "G" => (9, 0),
-            "T" => (12, 0),
-            "P" => (15, 0),
-            "E" => (18, 0),
-            "Ki" => (0, 10),
-            "Mi" => (0, 20),
-            "Gi" => (0, 30),
-            "Ti" => (0, 40),
-            "Pi" => (0, 50),
-            "Ei" => (0, 60),
-            other => {
-                let e = other.strip_prefix(['e', 'E'])?;
-                let e = e.strip_prefix('+').unwrap_or(e);
-                if e.is_empty() || e.starts_with('+') {
-                    return None;
-                }
-                (e.parse::<i32>().ok()?, 0)
-            }
-        };
-        exp10 = exp10 - frac_part.len() as i32 + 9;
-        let mut value = mantissa.checked_mul(1i128.checked_shl(exp2)?)?;
-        if exp10 >= 0 {
-            if mantissa != 0 {
-                value = value.checked_mul(10i128.checked_pow(exp10 as u32)?)?;
-            }
-        } else {
-            let div = 10i128.checked_pow((-exp10) as u32);
-            value = match div {
-                // Kubernetes rounds up to the nearest nano.
-                Some(div) => (value + div - 1) / div,
-                None => i128::from(value != 0),
-            };
-        }
-        Some(Quantity {
-            nanos: if neg { -value } else { value },
-        })
-    }
-}
-
 fn quantity_of(v: &Value, function: &str) -> Result<Quantity, ExecutionError> {
     match v {
-        Value::Int(i) => Ok(Quantity {
-            nanos: *i as i128 * NANO,
-        }),
-        Value::String(s) => Quantity::parse(s).ok_or_else(|| ferr(function, "invalid quantity")),
+        Value::Int(i) => Ok(Quantity::from_nanos(*i as i128 * NANO)),
+        Value::String(s) => Quantity::parse_exact(s).ok_or_else(|| ferr(function, "invalid quantity")),
         other => as_opaque::<Quantity>(other)
             .copied()
             .ok_or_else(|| ferr(function, format!("expected a quantity, got {other:?}"))),
@@ -493,12 +414,12 @@ fn quantity_of(v: &Value, function: &str) -> Result<Quantity, ExecutionError> {
 
 overload!(quantity_new, |args| {
     let t = str_arg(args, 0, "quantity")?;
-    Quantity::parse(t)
+    Quantity::parse_exact(t)
         .map(opaque)
         .ok_or_else(|| ferr("quantity", format!("quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {t}")))
 });
 overload!(quantity_is, |args| Ok(Value::Bool(
-    Quantity::parse(str_arg(args, 0, "isQuantity")?).is_some()
+    Quantity::parse_exact(str_arg(args, 0, "isQuantity")?).is_some()
 )));
 
 fn this_quantity(args: &[Value], function: &str) -> Result<Quantity, ExecutionError> {
@@ -509,37 +430,37 @@ fn this_quantity(args: &[Value], function: &str) -> Result<Quantity, ExecutionEr
 }
 
 overload!(q_is_integer, |args| Ok(Value::Bool(
-    this_quantity(args, "isInteger")?.nanos % NANO == 0
+    this_quantity(args, "isInteger")?.nanos() % NANO == 0
 )));
 overload!(q_as_integer, |args| {
     let q = this_quantity(args, "asInteger")?;
-    if q.nanos % NANO != 0 {
+    if q.nanos() % NANO != 0 {
         return Err(ferr("asInteger", "quantity is not an integer"));
     }
-    i64::try_from(q.nanos / NANO)
+    i64::try_from(q.nanos() / NANO)
         .map(Value::Int)
         .map_err(|_| ferr("asInteger", "quantity overflows int64"))
 });
 overload!(q_as_float, |args| Ok(Value::Float(
-    this_quantity(args, "asApproximateFloat")?.nanos as f64 / NANO as f64
+    this_quantity(args, "asApproximateFloat")?.nanos() as f64 / NANO as f64
 )));
 overload!(q_sign, |args| Ok(Value::Int(
-    this_quantity(args, "sign")?.nanos.signum() as i64
+    this_quantity(args, "sign")?.nanos().signum() as i64
 )));
 overload!(q_add, |args| {
     let a = this_quantity(args, "add")?;
     let b = quantity_of(arg(args, 1, "add")?, "add")?;
-    a.nanos
-        .checked_add(b.nanos)
-        .map(|nanos| opaque(Quantity { nanos }))
+    a.nanos()
+        .checked_add(b.nanos())
+        .map(|nanos| opaque(Quantity::from_nanos(nanos)))
         .ok_or_else(|| ferr("add", "overflow"))
 });
 overload!(q_sub, |args| {
     let a = this_quantity(args, "sub")?;
     let b = quantity_of(arg(args, 1, "sub")?, "sub")?;
-    a.nanos
-        .checked_sub(b.nanos)
-        .map(|nanos| opaque(Quantity { nanos }))
+    a.nanos()
+        .checked_sub(b.nanos())
+        .map(|nanos| opaque(Quantity::from_nanos(nanos)))
         .ok_or_else(|| ferr("sub", "overflow"))
 });
 
@@ -547,7 +468,7 @@ overload!(q_sub, |args| {
 fn compare_opaque(a: &Value, b: &Value) -> Result<Ordering, ExecutionError> {
     if let Some(x) = as_opaque::<Quantity>(a) {
         let y = quantity_of(b, "compareTo")?;
-        return Ok(x.nanos.cmp(&y.nanos));
+        return Ok(x.nanos().cmp(&y.nanos()));
     }
     if let (Some(x), Some(y)) = (as_opaque::<Semver>(a), as_opaque::<Semver>(b)) {
         return Ok(x.0.cmp_precedence(&y.0));

@@ -203,15 +203,15 @@ fn quantities() {
         ("-2k", -2_000_000_000_000),
     ] {
         assert_eq!(
-            libs::Quantity::parse(text).map(|q| q
-                == libs::Quantity::parse(&format!("{nanos}n"))
-                    .unwrap_or(libs::Quantity::parse("0").unwrap())),
+            libs::Quantity::parse_exact(text).map(|q| q
+                == libs::Quantity::parse_exact(&format!("{nanos}n"))
+                    .unwrap_or(libs::Quantity::parse_exact("0").unwrap())),
             Some(true),
             "{text}"
         );
     }
     for bad in ["", "1x", "1.2.3", "Gi", " 1"] {
-        assert!(libs::Quantity::parse(bad).is_none(), "{bad}");
+        assert!(libs::Quantity::parse_exact(bad).is_none(), "{bad}");
     }
 }
 

@@ -81,7 +81,7 @@
 mod arithmetic;
 #[cfg(test)]
 mod corpus_tests;
-mod duration;
+pub(crate) mod duration;
 pub(crate) mod hash;
 mod image;
 pub(crate) mod native;
