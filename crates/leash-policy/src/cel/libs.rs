@@ -405,7 +405,9 @@ const NANO: i128 = 1_000_000_000;
 fn quantity_of(v: &Value, function: &str) -> Result<Quantity, ExecutionError> {
     match v {
         Value::Int(i) => Ok(Quantity::from_nanos(*i as i128 * NANO)),
-        Value::String(s) => Quantity::parse_exact(s).ok_or_else(|| ferr(function, "invalid quantity")),
+        Value::String(s) => {
+            Quantity::parse_exact(s).ok_or_else(|| ferr(function, "invalid quantity"))
+        }
         other => as_opaque::<Quantity>(other)
             .copied()
             .ok_or_else(|| ferr(function, format!("expected a quantity, got {other:?}"))),
