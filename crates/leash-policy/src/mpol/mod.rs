@@ -16,7 +16,7 @@
 //! 3. The mutations run in order, each on the object the previous one
 //!    produced (CEL `object` is rebound between them): an ApplyConfiguration
 //!    is merged with structured-merge semantics (the `merge` module), a JSONPatch's
-//!    operations are applied in order (the `jsonpatch` module). The first failure
+//!    operations are applied in order (`crate::k8s::json_patch`, strictly). The first failure
 //!    makes the result Error and the object is left as it was.
 //! 4. Otherwise the result is Pass, whether or not the object changed (as
 //!    Kyverno reports it).
@@ -30,12 +30,12 @@
 //! means ([`MutatingPolicy::ignores_failures`]).
 
 mod autogen;
-mod jsonpatch;
 mod lazy;
 mod literal;
 mod merge;
 mod schema;
 
+use crate::k8s::json_patch;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -338,7 +338,7 @@ fn apply(m: &Mutation, act: &Activation<'_, '_>, object: &Json) -> Result<Json, 
             let ops = match to_json(&value)? {
                 Json::Array(items) => items
                     .iter()
-                    .map(jsonpatch::Op::parse)
+                    .map(json_patch::Op::parse)
                     .collect::<Result<Vec<_>, _>>()?,
                 other => {
                     return Err(format!(
@@ -346,11 +346,11 @@ fn apply(m: &Mutation, act: &Activation<'_, '_>, object: &Json) -> Result<Json, 
                     ));
                 }
             };
-            match jsonpatch::apply(object, &ops) {
+            match json_patch::apply(object, &ops, json_patch::Mode::Strict) {
                 Ok(patched) => Ok(patched),
                 // As Kubernetes: a failed `test` means "do not patch".
-                Err(jsonpatch::Failure::TestFailed(_)) => Ok(object.clone()),
-                Err(jsonpatch::Failure::Invalid(e)) => Err(e),
+                Err(json_patch::Failure::TestFailed(_)) => Ok(object.clone()),
+                Err(json_patch::Failure::Invalid(e)) => Err(e),
             }
         }
     }

@@ -5,7 +5,11 @@ use std::sync::Arc;
 
 use serde_json::{Value as Json, json};
 
-use super::jsonpatch::{Failure, Op, apply as apply_patch};
+use crate::k8s::json_patch::{Failure, Mode, Op};
+
+fn apply_patch(doc: &Json, ops: &[Op]) -> Result<Json, Failure> {
+    crate::k8s::json_patch::apply(doc, ops, Mode::Strict)
+}
 use super::merge::merge;
 use super::schema::{self, Shape};
 use super::*;

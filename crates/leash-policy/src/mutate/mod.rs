@@ -13,13 +13,12 @@
 //!   resource before the merge.
 //! - `merge` and `schema`: the strategic merge and the merge keys of the
 //!   built-in Kubernetes lists.
-//! - `json_patch`: RFC 6902 with Kyverno's options.
+//! - `patchesJson6902`: RFC 6902 with Kyverno's options (`crate::k8s::json_patch`).
 //! - `at_refs`: `{{@}}`, the resource's value at the patch leaf's path.
 //! - `rule`: a policy's mutate rules, foreach included.
 
 mod anchors;
 mod at_refs;
-mod json_patch;
 mod merge;
 mod rule;
 mod schema;

@@ -9,12 +9,12 @@ use serde_json::{Value, json};
 use super::PatchedTarget;
 use super::anchors;
 use super::at_refs;
-use super::json_patch;
 use super::merge;
 use super::schema;
 use super::spec::{ForeachPatch, MutateForeach, MutateSpec, Order, TargetSpec};
 use crate::eval::{Bindings, Lazy, Prepared, RuleCtx, base_vars};
 use crate::exception::Exception;
+use crate::k8s::json_patch::{self, Failure};
 use crate::matching::LabelSelector;
 use crate::policy::Policy;
 use crate::request::{ClusterData, EvalRequest, Operation};
@@ -394,7 +394,11 @@ impl RuleCtx<'_> {
                 );
             }
         };
-        let result = json_patch::parse(&doc).and_then(|ops| json_patch::apply(object, &ops));
+        let result = json_patch::parse(&doc).and_then(|ops| {
+            json_patch::apply(object, &ops, json_patch::Mode::Kyverno).map_err(|e| match e {
+                Failure::Invalid(e) | Failure::TestFailed(e) => e,
+            })
+        });
         self.outcome(result, object)
     }
 
