@@ -1,0 +1,255 @@
+//! Kyverno's data libraries: `resource.Get`/`List`, `globalContext.Get`, `image.GetMetadata` and `generator.Apply`, over the caller's [`ClusterData`].
+
+#[allow(clippy::wildcard_imports)]
+use super::*;
+
+pub(super) static DATA_TYPE: Type = Type::new_unspecified_type("kyverno.data");
+
+/// `resource`, `globalContext` and `image`: the caller's cluster data, borrowed for
+/// one evaluation. Lookups go through [`Indexer::get`] with a list key
+/// (`[op, args...]`), the one way an overload reaches a borrowed value.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct DataVal<'a> {
+    data: &'a dyn ClusterData,
+}
+
+impl Val for DataVal<'_> {
+    fn get_type(&self) -> &Type {
+        &DATA_TYPE
+    }
+
+    fn cel_type() -> &'static Type
+    where
+        Self: Sized,
+    {
+        &DATA_TYPE
+    }
+
+    fn as_indexer<'b, 'v>(&'b self) -> Option<&'b (dyn Indexer + 'v)>
+    where
+        Self: 'v,
+    {
+        Some(self)
+    }
+
+    fn clone_as_boxed<'v>(&self) -> Box<dyn Val + 'v>
+    where
+        Self: 'v,
+    {
+        Box::new(*self)
+    }
+}
+
+impl DataVal<'_> {
+    fn lookup(&self, key: &[Value]) -> R {
+        let text = |i: usize| -> &str {
+            match key.get(i) {
+                Some(Value::String(s)) => s.as_str(),
+                _ => "",
+            }
+        };
+        match text(0) {
+            "get" => {
+                let (api, res, ns, name) = (text(1), text(2), text(3), text(4));
+                self.data
+                    .get(api, res, ns, name)
+                    .map(|v| from_json(&v))
+                    .ok_or_else(|| {
+                        ferr(
+                            "resource.Get",
+                            format!("{res} \"{name}\" not found in namespace \"{ns}\" ({api})"),
+                        )
+                    })
+            }
+            "list" => {
+                let (api, res, ns) = (text(1), text(2), text(3));
+                let items: Vec<Value> = self
+                    .data
+                    .list(api, res, ns)
+                    .iter()
+                    .map(|v| from_json(v))
+                    .collect();
+                Ok(super::super::map(vec![
+                    ("apiVersion", s("v1")),
+                    ("kind", s("List")),
+                    ("items", Value::List(Arc::new(items))),
+                ]))
+            }
+            "global" => {
+                let (entry, projection) = (text(1), text(2));
+                let projection = (!projection.is_empty()).then_some(projection);
+                self.data
+                    .global(entry, projection)
+                    .map(|v| from_json(&v))
+                    .ok_or_else(|| {
+                        ferr(
+                            "globalContext.Get",
+                            format!("global context entry \"{entry}\" not found"),
+                        )
+                    })
+            }
+            "image" => {
+                let image = text(1);
+                self.data
+                    .image_data(image)
+                    .map(|v| from_json(&v))
+                    .ok_or_else(|| {
+                        ferr(
+                            "image.GetMetadata",
+                            format!("failed to get image data: image data for {image} not found"),
+                        )
+                    })
+            }
+            _ => Err(ferr("data", "unknown lookup")),
+        }
+    }
+}
+
+impl Indexer for DataVal<'_> {
+    fn get<'b, 'v>(&'b self, idx: &dyn Val) -> Result<CowVal<'b, 'v>, ExecutionError>
+    where
+        Self: 'v,
+    {
+        let key = match Value::try_from(idx)? {
+            Value::List(l) => l,
+            _ => return Err(ferr("data", "unknown lookup")),
+        };
+        let out = self.lookup(&key)?;
+        Ok(CowVal::Owned(Box::<dyn Val>::try_from(out)?))
+    }
+
+    fn steal<'v>(self: Box<Self>, idx: &dyn Val) -> Result<Box<dyn Val + 'v>, ExecutionError>
+    where
+        Self: 'v,
+    {
+        self.get(idx).map(CowVal::into_owned)
+    }
+}
+
+pub(super) fn data_call<'b, 'v>(
+    op: &str,
+    args: Vec<CowVal<'b, 'v>>,
+) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let mut it = args.into_iter();
+    let target = it
+        .next()
+        .ok_or_else(ExecutionError::missing_argument_or_target)?;
+    let mut key = vec![s(op)];
+    for a in it {
+        key.push(Value::try_from(a.as_ref())?);
+    }
+    let key = Box::<dyn Val>::try_from(Value::List(Arc::new(key)))?;
+    let indexer = target
+        .as_indexer()
+        .filter(|_| target.get_type() == &DATA_TYPE)
+        .ok_or_else(|| ferr(op, "no such function on this value"))?;
+    let out = indexer.get(key.as_ref())?.into_owned();
+    Ok(CowVal::Owned(out))
+}
+
+pub(super) fn data_get<'b, 'v>(
+    args: Vec<CowVal<'b, 'v>>,
+) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    data_call("get", args)
+}
+
+pub(super) fn data_list<'b, 'v>(
+    args: Vec<CowVal<'b, 'v>>,
+) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    data_call("list", args)
+}
+
+pub(super) fn data_global<'b, 'v>(
+    args: Vec<CowVal<'b, 'v>>,
+) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    data_call("global", args)
+}
+
+pub(super) fn data_image<'b, 'v>(
+    args: Vec<CowVal<'b, 'v>>,
+) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    data_call("image", args)
+}
+
+/// Binds `resource`, `globalContext` and `image` (the variable, beside the
+/// `image(ref)` function) to `data` in `ctx`, and `generator`.
+pub(crate) fn bind_data<'a>(ctx: &mut Context<'_, 'a>, data: &'a dyn ClusterData) {
+    ctx.add_variable_as_val("resource", Box::new(DataVal { data }));
+    ctx.add_variable_as_val("globalContext", Box::new(DataVal { data }));
+    ctx.add_variable_as_val("image", Box::new(DataVal { data }));
+    ctx.add_variable_as_val("generator", Box::new(GeneratorVal));
+}
+
+pub(super) static GENERATOR_TYPE: Type = Type::new_unspecified_type("kyverno.generator");
+
+/// The key of the value `generator.Apply` returns (see [`generator_apply`]).
+pub(crate) const GENERATE_MARK: &str = "@leash.generate";
+
+/// `generator`: its one function, `Apply(namespace, objects)`, has no
+/// effect of its own (evaluation stays pure): it returns a value that
+/// names the namespace and the objects, `{"@leash.generate": {namespace,
+/// objects}}`, which the GeneratingPolicy evaluator turns into downstreams.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct GeneratorVal;
+
+impl Val for GeneratorVal {
+    fn get_type(&self) -> &Type {
+        &GENERATOR_TYPE
+    }
+
+    fn cel_type() -> &'static Type
+    where
+        Self: Sized,
+    {
+        &GENERATOR_TYPE
+    }
+
+    fn clone_as_boxed<'v>(&self) -> Box<dyn Val + 'v>
+    where
+        Self: 'v,
+    {
+        Box::new(*self)
+    }
+}
+
+pub(super) fn generator_apply<'b, 'v>(
+    args: Vec<CowVal<'b, 'v>>,
+) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let mut it = args.into_iter();
+    let target = it
+        .next()
+        .ok_or_else(ExecutionError::missing_argument_or_target)?;
+    if target.get_type() != &GENERATOR_TYPE {
+        return Err(ferr("Apply", "no such function on this value"));
+    }
+    let namespace = it
+        .next()
+        .ok_or_else(ExecutionError::missing_argument_or_target)?;
+    let objects = it
+        .next()
+        .ok_or_else(ExecutionError::missing_argument_or_target)?;
+    let namespace = match Value::try_from(namespace.as_ref())? {
+        Value::String(s) => Value::String(s),
+        Value::Null => s(""),
+        other => {
+            return Err(ferr(
+                "generator.Apply",
+                format!("namespace must be a string, got {}", other.type_of()),
+            ));
+        }
+    };
+    let objects = match Value::try_from(objects.as_ref())? {
+        l @ Value::List(_) => l,
+        other => {
+            return Err(ferr(
+                "generator.Apply",
+                format!("objects must be a list, got {}", other.type_of()),
+            ));
+        }
+    };
+    let out = super::super::map(vec![(
+        GENERATE_MARK,
+        super::super::map(vec![("namespace", namespace), ("objects", objects)]),
+    )]);
+    Ok(CowVal::Owned(Box::<dyn Val>::try_from(out)?))
+}
