@@ -9,6 +9,43 @@
 //! [`Aggregator::new`] only stores its inputs; the cleanup is an [`Every`]
 //! inside [`Aggregator::run`], in the run's scope, so it ends when the run's
 //! token is cancelled and the run has joined it before returning.
+//!
+//! # Invariants
+//! 1. [`Aggregator::new`] starts nothing. [`Aggregator::run`] spawns, in a
+//!    child scope of its token, four report watches, `workers` aggregate
+//!    workers and the cleanup; after the token is cancelled it shuts that
+//!    scope down (cancel, then join all of them) before it returns (seed
+//!    000 above). A [`ReportIndex`] is made for one leadership term
+//!    ([`crate::Reports::new`]); nothing of it survives into the next.
+//! 2. The [`ReportIndex`] is shared by the scan's workers, this run's
+//!    watches and workers: three `std::sync::Mutex` maps (`by_uid`,
+//!    `deleted`, `written`), four [`KindStore`]s and a [`WorkQueue`]. Each
+//!    mutex is taken for a lookup, insert or removal and released before
+//!    the next statement or the method's return; no guard lives across an
+//!    await (house rule 5): `process` takes its `deleted` entry out, then
+//!    awaits, and puts it back under a new guard if the delete failed.
+//! 3. An ephemeral report's breaker room is given back at most once, by
+//!    whichever of its watch (a delete event or a re-list) and a deleting
+//!    worker removes it from `by_uid`: the removal, under that lock, says
+//!    whether it was still there. When both ephemeral stores are synced, a
+//!    list resets the count to the ephemeral reports that exist
+//!    ([`Breaker::set_used`]).
+//! 4. A written body is used for a merge only if it is the version the
+//!    watch saw or newer, and is dropped when the report's deletion is seen
+//!    (a body at or below the deleted version).
+//! 5. Every API call of a worker or the cleanup is raced against the token
+//!    ([`writer`]); a worker stops at `WriteError::Cancelled` or when the
+//!    queue returns `None`. Work is keyed by resource `(namespace, uid)`, so
+//!    the queue folds a burst of one resource's ephemeral reports into one
+//!    merge and keeps two workers off one resource (with the gap stated in
+//!    [`WorkQueue`]'s invariants).
+//! 6. The policy set is read by cloning the `Arc` out of the `watch`
+//!    channel (`borrow().clone()`); no channel guard is kept.
+//!
+//! # Lock order
+//! No two locks are held together: `track` releases `written` before it
+//! takes `by_uid`; the index's mutexes, the stores' locks and the queue's
+//! lock are each taken alone.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};

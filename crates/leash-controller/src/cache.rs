@@ -1,11 +1,43 @@
 //! The objects the watchers keep: one store per kind, shared read-only by
 //! the workers, the admission webhook and the engine's lookups.
 //!
-//! A store maps `(namespace, name)` to an `Arc<Value>`: an update replaces
-//! the `Arc`, nobody ever writes into a stored object (seed 000: background
-//! scan goroutines wrote into one shared map of the informer cache). Locks
-//! are `std::sync::RwLock`s held only to clone an `Arc` out or swap one in,
-//! never across an await (house rule 5).
+//! A store maps `(namespace, name)` to a [`Stored`] (the object's JSON text
+//! in an `Arc<[u8]>` and its resourceVersion): an update replaces the entry,
+//! nobody ever writes into a stored object, and every read parses its own
+//! `Value` (seed 000: background scan goroutines wrote into one shared map
+//! of the informer cache).
+//!
+//! # Invariants
+//! 1. A [`KindStore`]'s objects are behind a `std::sync::RwLock` held only
+//!    to clone a `Stored` (or the keys) out, or to insert, remove or swap
+//!    entries; parsing (`decode`) happens after the guard is dropped. No
+//!    guard lives across an await (house rule 5; nothing here is async but
+//!    [`CacheWatcher::run`], which holds none). Poisoned locks are
+//!    recovered.
+//! 2. A store's `generation` is bumped (Release) after every change, once
+//!    the write guard is dropped; a reader that loads it (Acquire) sees that
+//!    change. Values come from one process-wide `AtomicU64`, so no two
+//!    stores, not even one dropped and made again, share a generation.
+//! 3. `synced` (an `AtomicBool`, Release/Acquire) only goes from false to
+//!    true, set by the watch after it stored its first list
+//!    (`replace_all`, then `mark_synced`): a reader that sees it true sees
+//!    that list.
+//! 4. A `put_if_newer` never puts back an older numeric resourceVersion
+//!    than the one stored; the check and the insert are under one write
+//!    guard.
+//! 5. The [`Cache`]'s map of stores is a `std::sync::RwLock` held only to
+//!    clone an `Arc<KindStore>` out or insert/remove one; [`Cache::store`]
+//!    drops its read guard before taking the write guard and creates the
+//!    store under it, so a kind never has two stores at once.
+//! 6. [`CacheWatcher::run`] spawns one watch per kind in a child scope of
+//!    the caller's token; after the token is cancelled it shuts that scope
+//!    down (cancel, then join every watch) before it returns. The stores
+//!    stay in the cache with their last contents.
+//!
+//! # Lock order
+//! No two locks are ever held together: the cache's map guard is released
+//! before a store's lock is taken (lookups clone the store's `Arc` out
+//! first), and no store's lock is held while another store's is taken.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -13,6 +13,16 @@
 //! Every component follows the house rules: `new` starts nothing, `run(token)`
 //! does all the work in its own scope and returns when the token is
 //! cancelled, after every task it started has ended.
+//!
+//! # Invariants
+//! 1. This module holds no lock or atomic of its own. [`Reports::new`]
+//!    starts nothing; it makes a fresh [`Cache`] and [`ReportIndex`] for the
+//!    term, shared by the scan and the aggregate controller, and takes the
+//!    [`Breaker`] from the caller (shared with admission, across terms).
+//! 2. [`Reports::run`] spawns the scan and the aggregate controller in a
+//!    child scope of its token, both on that scope's token; once the token
+//!    is cancelled it shuts the scope down (cancel, then join both, each of
+//!    which has joined its own tasks) and returns their failures.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod aggregate;

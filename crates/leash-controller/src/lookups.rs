@@ -11,6 +11,37 @@
 //! lock held, cancellable) and evaluates again. A failed read is kept as "no
 //! data" for the same while, so a policy whose `apiCall` fails gives the
 //! rule's error (or its `default`) without a GET per resource.
+//!
+//! # Invariants
+//! 1. A [`Lookups`] is shared (behind an `Arc`) by the scan's workers;
+//!    admission and generate each have their own instance. Its two maps,
+//!    `answers` and `reading`, are each behind a `std::sync::Mutex` taken
+//!    for a few statements and never held across an await (house rule 5):
+//!    [`Lookups::fetch`] decides its turn under the locks, releases them,
+//!    then reads from the network.
+//! 2. At most one read per lookup is in flight: the first worker that
+//!    misses a key inserts a claim into `reading` (under its lock, after
+//!    checking it is absent); later ones wait on that claim's `watch`
+//!    receiver. The answer is kept before the claim is dropped, and the
+//!    claim's `Drop` removes the map entry before its sender goes, so a
+//!    woken waiter finds the answer, or (the reader failed, was cancelled
+//!    or dropped) no claim and takes the read itself.
+//! 3. Every wait and every read is raced against the token; `fetch`
+//!    returns `false` when it is cancelled, and the claim is released by
+//!    `Drop` on every path, a cancelled or dropped future included.
+//! 4. Memory is bounded: at most `max` answers (past it, expired ones go,
+//!    then all), and `reading` holds only reads in progress. An answer,
+//!    a failure as "no data" included, is used for `ttl` only.
+//! 5. A [`ScanData`] lives for one work item (or one review): its `missed`
+//!    list is behind its own `std::sync::Mutex` (the engine takes `&self`),
+//!    appended to during the synchronous evaluations and taken out whole by
+//!    `take_missed`.
+//!
+//! # Lock order
+//! No two locks are held together: `turn` releases `answers` before it
+//! takes `reading` and drops `reading` before it looks at `answers` again;
+//! `ScanData` takes `answers` (through `Lookups::answer`) and then, after
+//! it is released, its own `missed`; the cache's locks are taken alone.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -1,12 +1,37 @@
 //! A deduplicating work queue with per-key retry backoff, as client-go's
 //! rate-limited workqueue: a key is queued at most once; a key being worked
-//! on that is added again is worked on again after it is done (never by two
-//! workers at once); a failed key comes back after an exponential backoff.
+//! on that is added again is worked on again after it is done; a failed key
+//! comes back after an exponential backoff.
 //!
-//! Its memory is bounded by the number of distinct keys (one per object),
-//! so adding never blocks and never drops (house rule 4). The state is one
-//! `std::sync::Mutex` never held across an await (house rule 5); waiting
-//! workers are woken by a `Notify`.
+//! # Invariants
+//! 1. All state (`ready`, `queued`, `active`, `dirty`, the retry heap,
+//!    attempt counts) is behind one `std::sync::Mutex`, taken for a few
+//!    statements by each method and never held across an await (house rule
+//!    5): [`WorkQueue::next`] computes its wake-up time under the lock,
+//!    releases it, then waits. A poisoned lock is recovered, not propagated.
+//! 2. Adding never blocks and never drops (house rule 4): `add` only takes
+//!    the lock. `ready`/`queued` hold a key at most once, so memory is
+//!    bounded by the number of distinct keys (one per object), except as
+//!    invariant 4 says for the retry heap.
+//! 3. A key that is being worked on (`active`) and is added again is marked
+//!    `dirty`, not queued; `done` queues it again, `retry` drops the mark
+//!    (the retry covers it). `done` also resets the key's backoff; `retry`
+//!    doubles it from [`BASE_BACKOFF`] up to [`MAX_BACKOFF`].
+//! 4. Known gap (not fixed here): `next` moves an expired retry to `ready`
+//!    checking `queued` but not `active`. A key added again while its retry
+//!    waits is handed out at once, and when the backoff expires it is handed
+//!    out a second time, possibly while the first worker still has it; the
+//!    heap can then also hold more than one entry for that key (each leaves
+//!    at most [`MAX_BACKOFF`] later). Apart from that, a key is never with
+//!    two workers at once.
+//! 5. No lost wake-up: `next` registers its `Notify` waiter (`enable`)
+//!    before it looks at the state, and `add`, `done` and `retry` call
+//!    `notify_waiters` after releasing the lock whenever they made a key
+//!    ready or scheduled a retry; a waiter also sleeps only until the
+//!    earliest retry is due.
+//! 6. `next` returns `None` once the caller's token is cancelled; nothing is
+//!    spawned here, so a queue whose workers stopped is simply dropped with
+//!    its state.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};

@@ -7,10 +7,43 @@
 //!   watcher that ended is replaced (house rule 8).
 //! - Work is a deduplicating queue of object keys ([`WorkQueue`]) drained by
 //!   a fixed set of workers: a burst of changes to one object is evaluated
-//!   once, and one object is never evaluated by two workers at once.
+//!   once, and one object is not evaluated by two workers at once (with the
+//!   one gap stated in [`WorkQueue`]'s invariants).
 //! - Workers read shared, immutable objects (`Arc<Value>`) and compiled
 //!   policies; nothing is written into either (seed 000: the scan's
 //!   goroutines wrote into one shared map from the informer cache).
+//!
+//! # Invariants
+//! 1. [`BackgroundScan::new`] starts nothing. [`BackgroundScan::run`]
+//!    spawns, in a child scope of its token, the workers, the periodic
+//!    rescan and one child scope per watched kind; only its own loop (one
+//!    task, no lock) owns the watcher map, the catalog and the `synced`
+//!    sender.
+//! 2. A watcher is stopped by shutting its scope down (cancel, then join)
+//!    before its store is dropped from the cache or a replacement is
+//!    started: no two watchers of one kind run at once. A watcher that
+//!    ended reports `(kind, id)` on an unbounded channel; it is replaced
+//!    only if the map still holds that id and the token is not cancelled
+//!    (house rule 8; seed: a dead watcher never recreated).
+//! 3. Shared state is the [`Cache`] (see its invariants), the
+//!    [`ReportIndex`], the [`Lookups`] and the queue, each with its own
+//!    short-held `std` lock; this module holds no lock itself and no guard
+//!    across an await. Policies and config are read by cloning their `Arc`
+//!    out of the `watch` channels.
+//! 4. Work names an object, not its contents: a worker reads the object
+//!    from the cache when it takes the key (the watch stores an event
+//!    before it queues the key), so it evaluates the newest state the
+//!    cache holds.
+//! 5. Evaluation is synchronous and never waits on the network; lookups it
+//!    missed are fetched between evaluations (at most four rounds), raced
+//!    against the token. Breaker room is taken only for a report this
+//!    resource does not have pending, and given back if the write fails.
+//! 6. On cancellation the loop breaks, every watcher scope is shut down,
+//!    then the run's scope (workers, rescan) is shut down; `run` returns
+//!    after all of them ended. Workers stop at `WriteError::Cancelled` or
+//!    when the queue returns `None`.
+//! 7. A closed policy or config channel is not an end: the scan goes on
+//!    with the last snapshot.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

@@ -9,6 +9,29 @@
 //! an update (house rule 7; seed 000: `IsExcluded()` read a map that config
 //! updates were writing). An invalid update keeps the previous value and
 //! says why.
+//!
+//! # Invariants
+//! 1. [`PolicySource::new`] and [`ConfigSource::new`] start nothing.
+//!    [`PolicySource::run`] spawns one watch per policy kind in a child
+//!    scope of its token; compiling and publishing happen in `run`'s own
+//!    loop, the only one to send on the set's and `synced`'s channels.
+//!    [`ConfigSource::run`] spawns nothing: its watch runs in the caller's
+//!    task, and its callback is the only caller of `apply` there.
+//! 2. No lock is held here; the shared state is the watches' stores (see
+//!    [`KindStore`]), the `watch` channels, one `Notify` and one
+//!    `AtomicBool` per policy kind. Values are published whole with
+//!    `send_replace` (house rule 7); `apply` drops its `borrow()` guard
+//!    before it sends.
+//! 3. No change is lost: a watch signals `dirty` with `notify_one`, which
+//!    stores a permit when the loop is busy compiling; a burst is gathered
+//!    into one compile by the debounce that follows.
+//! 4. A kind's `absent` flag is set once (`swap`, AcqRel) by its watch when
+//!    its list fails with a 404, and read (Acquire) by the loop. The first
+//!    set is published only once every kind is listed or absent, never
+//!    from a partial read; `synced` turns true only then.
+//! 5. On cancellation the loop breaks (cancelled during the debounce,
+//!    nothing more is compiled or published) and the watch scope is shut
+//!    down (cancel, then join) before `run` returns.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;

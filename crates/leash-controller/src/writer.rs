@@ -1,5 +1,23 @@
 //! Writing reports: create-or-replace and conditional deletes, and the
 //! breaker that bounds how many ephemeral reports exist at once.
+//!
+//! # Invariants
+//! 1. Nothing is spawned and no lock is taken here. Every API call
+//!    ([`put_json`], [`get`], [`list_page`], [`delete`]) is raced against
+//!    the caller's token and returns [`WriteError::Cancelled`] when it is
+//!    cancelled first (house rule 3); dropping the future drops the call.
+//! 2. [`Breaker`] is an `AtomicUsize` count and a `Notify`, shared (behind
+//!    an `Arc`) by the scan, the admission sink and the aggregate
+//!    controller, across leadership terms. `acquire` takes room only by a
+//!    compare-and-swap from a value below `max`, so concurrent acquirers
+//!    never push the count past `max`; `release` saturates at 0;
+//!    `set_used` overwrites the count with what exists (it may exceed `max`:
+//!    acquirers then wait until releases bring it below).
+//! 3. No lost wake-up: `acquire` registers its `Notify` waiter (`enable`)
+//!    before it reads the count, and `release` and `set_used` call
+//!    `notify_waiters` after changing it. A waiting `acquire` returns
+//!    `false` as soon as its token is cancelled; it never drops a write,
+//!    it waits (counted once in `breaker_waits`, logged once per wait).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -15,6 +15,26 @@
 //! together: what is measured is requests on kept connections, as an API
 //! server sends them (a connect that fails counts as an error; a connection
 //! lost later is re-dialled within the request that needs it).
+//!
+//! # Invariants
+//! 1. No lock or atomic: each client task (`spawn_with_output`) owns its
+//!    connection and `ClientStats`; what clients share is read-only
+//!    (`Arc`s of the target and the body maker) plus one
+//!    `tokio::sync::Barrier`. `run` merges the stats only after awaiting
+//!    every client's handle; a client's panic is an error of `run`.
+//! 2. The barrier counts every client plus `run`: each client waits at it
+//!    once, connected or not (unless cancelled first), so the clock starts
+//!    when all have connected. Every connect, barrier wait and request is
+//!    raced against the scope's token (`run_until_cancelled`); a cancelled
+//!    client returns the stats it has.
+//! 3. The `ctrl-c` task cancels the scope's token on Ctrl-C. After the
+//!    clients returned, `run` cancels the in-process webhook's token, then
+//!    the scope's, and joins the scope (every task it started).
+//! 4. The in-process webhook and its audit writer (`--policies`) run in the
+//!    scope but on a token of their own, so they keep answering until the
+//!    clients are done. Gap: when `run` returns early with an error after
+//!    starting them, that token is not cancelled (dropping the scope
+//!    cancels only the scope's token); they end with the process.
 
 mod client;
 mod report;

@@ -1,5 +1,20 @@
 //! The roles and cluster roles bound to a request's user, resolved from
 //! RoleBindings and ClusterRoleBindings as Kyverno's `userinfo` package does.
+//!
+//! # Invariants
+//! 1. Nothing here spawns or awaits: resolving is synchronous, on the
+//!    caller's thread (the webhook calls it inline while it answers a
+//!    review).
+//! 2. [`RoleMemo`]'s one `std::sync::Mutex` is held only to look up or
+//!    insert an entry, never while the bindings are listed and matched
+//!    (see the type's own `# Invariants`).
+//! 3. A memoized answer is used only while both binding generations read
+//!    before its lists are still current: once the data source holds a
+//!    changed RoleBinding or ClusterRoleBinding, no older answer is used; a
+//!    data source without generations is never memoized. Concurrent misses
+//!    may each resolve and insert; the last insert wins.
+//! 4. Memory is bounded: at most `MEMO_ENTRIES` users' answers; past it the
+//!    memo starts over.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -5,6 +5,23 @@
 //! it holds and records every lookup it could not answer; the caller
 //! fetches those (async, no lock held) and evaluates again, until nothing
 //! new is asked for.
+//!
+//! # Invariants
+//! 1. A [`Fetched`] belongs to one reconcile; nothing is spawned and
+//!    nothing awaited while a lock is held (house rule 5). The objects and
+//!    lists it holds change only through `&mut self` (`put_object`,
+//!    `put_list`), between evaluations.
+//! 2. The lookups an evaluation missed go into a `std::sync::Mutex<Vec>`
+//!    (the engine reads through `&self`), each push under its own short
+//!    guard; [`Fetched::take_missed`] takes the whole list out (sorted,
+//!    deduplicated) and leaves it empty.
+//! 3. `apiCall` answers are delegated to a [`crate::lookups::ScanData`]
+//!    over the component's shared [`crate::lookups::Lookups`], with that
+//!    module's invariants (one read per lookup in flight, cancellable).
+//!
+//! # Lock order
+//! No two locks are held together: this module's `missed` lock is taken
+//! alone, and the `ScanData` it delegates to is called with none held.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -19,6 +19,46 @@
 //! Reconciling is level-based and idempotent: the downstreams a rule wants
 //! for the trigger's current state are computed by the engine and made to
 //! exist; nothing is done twice because a second pass finds them present.
+//!
+//! # Invariants
+//! 1. [`Background::new`] starts nothing. [`Background::run`] spawns, in a
+//!    child scope of its token, the workers, the UpdateRequest watch and
+//!    one child scope per watched kind; its own loop (one task) alone owns
+//!    the watcher map and the registry's `watch::Sender`. One component is
+//!    made per leadership term (`serve`'s `make`).
+//! 2. Readers of the registry and of the policy set clone an `Arc` out of a
+//!    `watch` channel (`borrow().clone()`) and keep no guard; the registry
+//!    is published whole (`send_replace`) before the watchers change, so a
+//!    watcher's events are judged against the newest one.
+//! 3. `Shared` has four `std::sync::Mutex`es (`catalog`, `gone`, `stores`,
+//!    `learned`), each taken for a lookup, clone, insert or removal and
+//!    released before the next await (house rule 5): a discovery refresh is
+//!    fetched with no lock held, then swapped in. Every API call of the
+//!    component goes through `cancellable` (raced against the token,
+//!    transient errors tried again in place) or, for discovery, takes the
+//!    token; [`create_update_request`], called by admission, is the one
+//!    exception and awaits the API server without a token.
+//! 4. A watcher is stopped by shutting its scope down (cancel, then join)
+//!    before its store is forgotten or a replacement is started. An ended
+//!    watcher reports `(kind, id)` on an unbounded channel and is replaced
+//!    only if the map still holds that id and the token is not cancelled
+//!    (house rule 8); a kind no longer served is tried again after
+//!    `RESTART_DELAY`, not in a loop.
+//! 5. `learn` signals `relearn` with `notify_one` after releasing
+//!    `learned`: the permit is stored if the loop is not waiting, so a new
+//!    downstream kind is never missed; the loop then rebuilds the registry.
+//! 6. Workers process nothing before the first policy set
+//!    (`generation > 0`) is read, and stop when the queue returns `None`
+//!    or a call fails after cancellation.
+//! 7. On cancellation the loop breaks, every watcher scope is shut down,
+//!    then the run's scope; `run` returns after every task it started has
+//!    ended (seed: watchers on `context.Background()`, above). A closed
+//!    policy channel is not an end: the last set stays in force.
+//!
+//! # Lock order
+//! No two of `Shared`'s mutexes are ever held together, nor one of them
+//! with the queue's lock or a store's lock: each guard is dropped at the
+//! end of its statement or block, before the next lock is taken.
 
 pub mod lookup;
 pub mod registry;

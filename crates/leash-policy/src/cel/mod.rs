@@ -29,6 +29,25 @@
 //! expression that then reads it fails with that variable's error (the
 //! effect of Kubernetes' lazy variables: an unused failing variable is
 //! harmless).
+//!
+//! # Invariants
+//! 1. Nothing here spawns a task or awaits: evaluation is synchronous and
+//!    runs on the caller's thread.
+//! 2. The environment (`ENV`) is built once by a `LazyLock` and never
+//!    changed after; every context clones its `Arc`, and parsing reads it.
+//!    A library's failed registration is ignored (a duplicate declaration,
+//!    caught by the tests), never a panic in the initializer.
+//! 3. The one lock is the process-wide `std::sync::Mutex` of shareable
+//!    variable ids in `Variable::shareable`, held only to look up or
+//!    insert one id and dropped before the variable is built. Ids are
+//!    assigned under it as `len() + 1`, so they are distinct and never 0
+//!    (0: never shared); the map grows with the distinct variable
+//!    definitions compiled, never with requests.
+//! 4. A `VarMemo` is a `RefCell`, so it is `!Sync`: the engine makes one
+//!    per evaluation of a request, used on that evaluation's thread only.
+//!    `bind_variables` drops its `borrow()` before
+//!    evaluating a variable and takes `borrow_mut()` only to insert the
+//!    result, so the two never overlap.
 
 mod bind;
 mod check;

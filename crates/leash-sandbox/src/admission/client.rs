@@ -10,6 +10,27 @@
 //! before the answer is read is made again, once, on a new connection: an
 //! AdmissionReview may be sent twice, which webhooks must tolerate anyway
 //! (kube-apiserver retries too, and the review's uid names it).
+//!
+//! # Invariants
+//! 1. Nothing is spawned: a connection's future is polled only inside the
+//!    call that uses it ([`post`], `Pool::take`). Dropping a call drops the
+//!    connection in use; it is never put back half-used.
+//! 2. [`Pool`]'s idle map is behind a `std::sync::Mutex` held only to pop
+//!    or push an idle connection (and prune expired ones); the checks that
+//!    poll a taken connection and all I/O run after the guard is dropped.
+//!    No guard lives across an await. At most `IDLE_PER_SERVER`
+//!    connections are kept per key, each for at most `IDLE_FOR`.
+//! 3. `CONFIGS` (TLS configurations by caBundle) is a `OnceLock`'d
+//!    `std::sync::Mutex` held only for one lookup or one insert; the
+//!    configuration is built between the two with no lock held (two
+//!    callers may both build one; the last insert wins). Cleared past 64
+//!    bundles.
+//! 4. `NEXT_ENDPOINT` is a relaxed `AtomicUsize` counter that only spreads
+//!    a Service's calls over its endpoints; nothing else depends on it.
+//!
+//! # Lock order
+//! No two locks are held together: the pool's lock and `CONFIGS`' lock
+//! are each taken alone.
 
 use std::collections::HashMap;
 use std::pin::{Pin, pin};

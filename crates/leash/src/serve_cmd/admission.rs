@@ -2,6 +2,33 @@
 //! webhook registration, readiness status and audit hand-off, wired to the
 //! policy and config sources; audit results become admission
 //! EphemeralReports for the aggregate controller.
+//!
+//! # Invariants
+//! 1. [`Admission::start`] binds the server and builds everything but
+//!    starts nothing; the returned `run` future, when polled, spawns the
+//!    admission cache, the server, the policy status writer and the audit
+//!    writer in a child scope of the given token, and the webhook
+//!    registrar only once the first policy set (`generation > 0`) is
+//!    served. On cancellation it shuts that scope down (cancel, then join)
+//!    before it returns.
+//! 2. No lock or atomic here. The `run` future alone sends on the engine
+//!    and readiness channels; the server answers by its failure policy until
+//!    readiness turns true, which happens only after the first whole set
+//!    was sent. Policy sets are read by cloning their `Arc` out of the
+//!    `watch` channel; the guard `wait_for` returns lives only for the
+//!    synchronous closure that reads it; no guard lives across an await. A
+//!    closed policy channel keeps the last engine until cancellation.
+//! 3. An admission report write waits for [`Breaker`] room and writes on a
+//!    never-cancelled token: at shutdown it is bounded by the audit
+//!    writer's drain deadline (four fifths of the shutdown timeout), which
+//!    drops it. Room it took is given back if the write fails.
+//! 4. Lookups a review misses are fetched with the token `start` was given,
+//!    so shutdown cancels them.
+//! 5. `remove_if_unanswered` races its reads, its delete and its backoff
+//!    sleeps against the token; the probes of each webhook are not: a URL
+//!    probe is bounded by 3 s, the EndpointSlice list only by the client's
+//!    own timeouts. `shared_ca` retries until it succeeds; its caller races
+//!    it against SIGINT/SIGTERM.
 
 use std::sync::Arc;
 

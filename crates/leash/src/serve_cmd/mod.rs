@@ -3,6 +3,40 @@
 //! asked), the admission webhook, and the health and metrics endpoints are
 //! its children. SIGINT/SIGTERM cancel the root and wait for every task
 //! within `--shutdown-timeout`.
+//!
+//! # Invariants
+//! 1. One root [`Scope`] owns every task `serve` starts: the namespace
+//!    check, the policy and config sources, leader election (or the
+//!    controllers), the health and metrics endpoints, admission (or the
+//!    stale webhook check) and the policy log. Each runs on the root's
+//!    token, or on a child token of it (a leadership term's, a component's
+//!    own scope).
+//! 2. Every leadership term (without a Lease: the one run) gets fresh
+//!    [`Reports`] and [`Background`] components, run on the term's token
+//!    and both awaited (`join!`) before the term's future ends;
+//!    [`leader::lead`] waits for that before another term starts. The
+//!    [`Breaker`], the metrics and the policy and config receivers are
+//!    shared by all terms and admission.
+//! 3. [`Readiness`] is shared with the health endpoint: `policies` is a
+//!    `watch` receiver; `scan` and `webhook` are `std::sync::Mutex`es of
+//!    an optional receiver, each held only to swap the receiver or read
+//!    its current value (`borrow()`), never across an await. `webhook`
+//!    is set when admission starts; `scan` is set when a term's components
+//!    are made (with the reports component) and reset to `None` after both
+//!    have ended.
+//! 4. Shutdown: the first SIGINT/SIGTERM (also while the webhook CA is
+//!    read) calls `shut_down`: cancel the root, wait at most
+//!    `--shutdown-timeout` for every task to end, exit 1 if one failed or
+//!    was still running. After a signal in the final wait the sandbox, if
+//!    any, is then shut down. A signal while connecting to a cluster ends
+//!    `serve` before any task was started.
+//! 5. The policy log waits on its channel raced against the root token,
+//!    and ends when either ends.
+//!
+//! # Lock order
+//! `Readiness`'s two mutexes are never held together: `ready` drops the
+//! `webhook` guard before it takes `scan`'s. While either is held, only
+//! that receiver's own `watch` lock is taken (by `borrow()`), after it.
 
 mod admission;
 mod args;
