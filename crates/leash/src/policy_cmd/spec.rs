@@ -21,17 +21,11 @@ pub(crate) struct ExpectedRow {
     /// Kyverno's CLI looks results up.
     pub namespace: String,
     pub result: Status,
-    pub validating_policy: bool,
     /// `generatedResource`: the file holding the downstream a generate rule
     /// must produce.
     pub generated_resource: Option<PathBuf>,
     /// `cloneSourceResource`: the source object a clone rule copies.
     pub clone_source: Option<PathBuf>,
-    /// `isMutatingPolicy` (or `isNamespacedMutatingPolicy`): the row names
-    /// a MutatingPolicy's result.
-    pub mutating_policy: bool,
-    /// `isDeletingPolicy`: the row names a DeletingPolicy's result.
-    pub deleting_policy: bool,
     /// `patchedResources` (or the older `patchedResource`): the file with
     /// the expected resource after mutation.
     pub patched_resource: Option<PathBuf>,
@@ -159,16 +153,6 @@ fn parse_row(row: &Value, i: usize, path: &Path, dir: &Path) -> Result<ExpectedR
     if let Some(r) = row["resource"].as_str() {
         resources.push(r.to_string());
     }
-    let validating_policy = row["isValidatingPolicy"].as_bool().unwrap_or(false)
-        || row["isValidatingAdmissionPolicy"]
-            .as_bool()
-            .unwrap_or(false)
-        || row["isNamespacedValidatingPolicy"]
-            .as_bool()
-            .unwrap_or(false);
-    let mutating_policy = row["isMutatingPolicy"].as_bool().unwrap_or(false)
-        || row["isNamespacedMutatingPolicy"].as_bool().unwrap_or(false);
-    let deleting_policy = row["isDeletingPolicy"].as_bool().unwrap_or(false);
     let policy = field("policy");
     if policy.is_empty() {
         bail!("{}: results[{i}]: missing field `policy`", path.display());
@@ -199,11 +183,8 @@ fn parse_row(row: &Value, i: usize, path: &Path, dir: &Path) -> Result<ExpectedR
         kind: field("kind"),
         namespace: field("namespace"),
         result,
-        validating_policy,
         generated_resource,
         clone_source,
-        mutating_policy,
-        deleting_policy,
         patched_resource,
     })
 }

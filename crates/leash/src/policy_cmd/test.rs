@@ -2,6 +2,7 @@
 //! test's policies against its resources on every core, and compares the
 //! results with the expected rows.
 
+use std::collections::HashSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -110,6 +111,10 @@ struct Outcome {
     patched: Option<Result<PatchCheck, String>>,
     /// Whether the result compared came from a mutate rule.
     mutate_rule: bool,
+    /// The policy gave no result the row names for a resource Kyverno's CLI
+    /// has a response of the policy for: it passes such a row
+    /// ("Excluded").
+    excluded: bool,
 }
 
 impl Outcome {
@@ -144,7 +149,8 @@ impl Outcome {
     }
 
     fn ok(&self) -> bool {
-        self.left_out().is_some()
+        self.excluded
+            || self.left_out().is_some()
             || self.mutate_fail_row()
             || (self.patch_ok() && self.got.as_ref().is_ok_and(|g| *g == self.expected))
     }
@@ -452,16 +458,125 @@ fn evaluate_test(test: &TestFile, selector: &Selector) -> Result<Vec<Outcome>> {
     if test.results.is_empty() {
         anyhow::bail!("the test has no results to check");
     }
+    // The policies `kyverno test` has a response for on every resource,
+    // whether a rule matched it or not: a row naming one of them that no
+    // rule result answers is passed as "Excluded".
+    let mut responding: HashSet<&str> = loaded
+        .engine
+        .policies()
+        .iter()
+        .filter(|p| p.has_mutate_rules() || p.rule_names().next().is_some())
+        .map(|p| p.name())
+        .collect();
+    responding.extend(loaded.admission.iter().map(|p| p.name()));
     let mut rows = Vec::new();
     for row in &test.results {
-        for resource in &row.resources {
-            if !selector.keeps(&row.policy, &row.rule, resource) {
+        for wanted in row_resources(row, &evaluated) {
+            if !selector.keeps(&row.policy, &row.rule, &wanted.display) {
                 continue;
             }
-            rows.push(compare(row, resource, &evaluated));
+            let policy_name = row.policy.rsplit('/').next().unwrap_or(&row.policy);
+            rows.push(compare(
+                row,
+                &wanted,
+                &evaluated,
+                responding.contains(policy_name),
+            ));
         }
     }
     Ok(rows)
+}
+
+/// A resource a row checks.
+#[derive(Debug, Clone, PartialEq)]
+struct Wanted {
+    /// The namespace, when the row names it (`NS/NAME`) or the resource was
+    /// picked whole.
+    ns: Option<String>,
+    name: String,
+    /// The kind, when the resource was picked whole (the row's `kind`
+    /// otherwise).
+    kind: Option<String>,
+    /// As the row names it.
+    display: String,
+}
+
+impl Wanted {
+    fn named(resource: &str) -> Wanted {
+        let (ns, name) = match resource.split_once('/') {
+            Some((ns, name)) => (Some(ns.to_string()), name.to_string()),
+            None => (None, resource.to_string()),
+        };
+        Wanted {
+            ns,
+            name,
+            kind: None,
+            display: resource.to_string(),
+        }
+    }
+
+    fn of(object: &Value) -> Wanted {
+        let meta = &object["metadata"];
+        let ns = meta["namespace"].as_str().unwrap_or("");
+        let name = meta["name"].as_str().unwrap_or("");
+        Wanted {
+            ns: Some(ns.to_string()),
+            name: name.to_string(),
+            kind: object["kind"].as_str().map(String::from),
+            display: if ns.is_empty() {
+                name.to_string()
+            } else {
+                format!("{ns}/{name}")
+            },
+        }
+    }
+
+    fn is(&self, row: &ExpectedRow, object: &Value) -> bool {
+        let meta = &object["metadata"];
+        let kind = self.kind.as_deref().unwrap_or(row.kind.as_str());
+        meta["name"].as_str() == Some(self.name.as_str())
+            && in_namespace(row, self.ns.as_deref(), meta)
+            && (kind.is_empty() || object["kind"].as_str() == Some(kind))
+    }
+}
+
+/// The resources a row checks, as `kyverno test` picks them: those its
+/// `resources` name that exist (a resource of the test, or an existing
+/// resource a `mutate.targets` rule patched); when it names none that
+/// exist, or none at all, every one of them.
+fn row_resources(row: &ExpectedRow, evaluated: &[Evaluated]) -> Vec<Wanted> {
+    let targets = || {
+        evaluated
+            .iter()
+            .flat_map(|e| &e.mutation.steps)
+            .flat_map(|s| &s.targets)
+            .map(|t| &*t.object)
+    };
+    let all = || evaluated.iter().map(|e| &*e.object).chain(targets());
+    let exists = |w: &Wanted| {
+        let meta_only = Wanted {
+            kind: Some(String::new()),
+            ..w.clone()
+        };
+        all().any(|o| meta_only.is(row, o))
+    };
+    let named: Vec<Wanted> = row
+        .resources
+        .iter()
+        .map(|r| Wanted::named(r))
+        .filter(exists)
+        .collect();
+    if !named.is_empty() {
+        return named;
+    }
+    let mut out: Vec<Wanted> = Vec::new();
+    for o in all() {
+        let w = Wanted::of(o);
+        if !out.contains(&w) {
+            out.push(w);
+        }
+    }
+    out
 }
 
 /// Whether an object's `metadata` is in the namespace a row names: in the
@@ -471,19 +586,22 @@ fn in_namespace(row: &ExpectedRow, ns: Option<&str>, meta: &Value) -> bool {
     ns.is_none_or(|ns| actual == ns) && (row.namespace.is_empty() || actual == row.namespace)
 }
 
-fn compare(row: &ExpectedRow, resource: &str, evaluated: &[Evaluated]) -> Outcome {
-    let (ns, name) = match resource.split_once('/') {
-        Some((ns, name)) => (Some(ns), name),
-        None => (None, resource),
-    };
+fn compare(
+    row: &ExpectedRow,
+    wanted: &Wanted,
+    evaluated: &[Evaluated],
+    responding: bool,
+) -> Outcome {
     let named = |e: &&Evaluated| {
-        let meta = &e.object["metadata"];
-        meta["name"].as_str() == Some(name) && in_namespace(row, ns, meta)
+        let loose = Wanted {
+            kind: wanted.kind.clone().or(Some(String::new())),
+            ..wanted.clone()
+        };
+        loose.is(row, &e.object)
     };
     let by_kind: Vec<&Evaluated> = evaluated
         .iter()
-        .filter(named)
-        .filter(|e| row.kind.is_empty() || e.object["kind"].as_str() == Some(row.kind.as_str()))
+        .filter(|e| wanted.is(row, &e.object))
         .collect();
     let candidates = if by_kind.is_empty() {
         evaluated.iter().filter(named).collect()
@@ -493,19 +611,21 @@ fn compare(row: &ExpectedRow, resource: &str, evaluated: &[Evaluated]) -> Outcom
     let mut outcome = Outcome {
         policy: row.policy.clone(),
         rule: row.rule.clone(),
-        resource: resource.to_string(),
+        resource: wanted.display.clone(),
         expected: row.result,
         got: Err(format!(
-            "resource {resource} not found in the test's resources"
+            "resource {} not found in the test's resources",
+            wanted.display
         )),
         message: String::new(),
         patched: None,
         mutate_rule: false,
+        excluded: false,
     };
     if candidates.is_empty() {
         // Not an admitted resource: maybe an existing one a
         // `mutate.targets` rule patched.
-        if let Some((status, message, object)) = target_result(row, ns, name, evaluated) {
+        if let Some((status, message, object)) = target_result(row, wanted, evaluated) {
             outcome.got = Ok(status);
             outcome.message = message;
             outcome.mutate_rule = true;
@@ -531,24 +651,13 @@ fn compare(row: &ExpectedRow, resource: &str, evaluated: &[Evaluated]) -> Outcom
         for (r, object, is_mutate) in mutated.chain(validated) {
             let policy_ok =
                 *r.policy == row.policy || r.policy.rsplit('/').next() == Some(row.policy.as_str());
-            let rule_ok = if row.validating_policy {
-                matches!(
-                    r.source,
-                    leash_policy::Source::ValidatingPolicy
-                        | leash_policy::Source::ValidatingAdmissionPolicy
-                )
-            } else if row.mutating_policy {
-                r.source == leash_policy::Source::MutatingPolicy
-            } else if row.deleting_policy {
-                r.source == leash_policy::Source::DeletingPolicy
-            } else if row.rule.is_empty() {
-                // A row without a rule names the whole policy (Kyverno
-                // accepts that for ValidatingPolicies without the flag).
-                true
-            } else {
-                r.source == leash_policy::Source::Kyverno
-                    && (r.rule == row.rule || base_rule(&r.rule) == row.rule)
-            };
+            // A row without a rule names every result of the policy, and
+            // so does any row of a policy kind without rules (Kyverno's
+            // CLI ignores the `rule` of such a row).
+            let rule_ok = row.rule.is_empty()
+                || r.source != leash_policy::Source::Kyverno
+                || r.rule == row.rule
+                || base_rule(&r.rule) == row.rule;
             if policy_ok && rule_ok {
                 // Every matching result must agree: keep the first one that
                 // differs from the expectation.
@@ -564,8 +673,17 @@ fn compare(row: &ExpectedRow, resource: &str, evaluated: &[Evaluated]) -> Outcom
         }
     }
     if got.is_none() {
-        got = target_result(row, ns, name, evaluated);
+        got = target_result(row, wanted, evaluated);
         from_mutate = got.is_some();
+    }
+    if got.is_none() && responding {
+        // Kyverno's CLI has a response of this policy for the resource
+        // with no rule result the row names: it passes the row, whatever
+        // it expects ("Excluded").
+        outcome.got = Ok(Status::Skip);
+        outcome.message = "no rule of the policy applies to the resource (excluded)".into();
+        outcome.excluded = true;
+        return outcome;
     }
     outcome.mutate_rule = from_mutate;
     let (status, message, object) = got.unwrap_or((
@@ -588,7 +706,7 @@ fn compare(row: &ExpectedRow, resource: &str, evaluated: &[Evaluated]) -> Outcom
             .filter(|(policy, rule, _)| {
                 let policy_ok = **policy == row.policy
                     || policy.rsplit('/').next() == Some(row.policy.as_str());
-                policy_ok && (row.rule.is_empty() || *rule == row.rule)
+                policy_ok && (row.rule.is_empty() || rule.is_empty() || *rule == row.rule)
             })
             .flat_map(|(_, _, objects)| objects)
             .collect();
@@ -635,8 +753,7 @@ fn generated_matches(downstreams: &[&Value], file: &Path) -> Result<(), String> 
 /// patched target.
 fn target_result<'e>(
     row: &ExpectedRow,
-    ns: Option<&str>,
-    name: &str,
+    wanted: &Wanted,
     evaluated: &'e [Evaluated],
 ) -> Option<(Status, String, &'e Arc<Value>)> {
     let mut got: Option<(Status, String, &Arc<Value>)> = None;
@@ -648,11 +765,7 @@ fn target_result<'e>(
                 continue;
             }
             for t in &step.targets {
-                let meta = &t.object["metadata"];
-                let named = meta["name"].as_str() == Some(name)
-                    && in_namespace(row, ns, meta)
-                    && (row.kind.is_empty()
-                        || t.object["kind"].as_str() == Some(row.kind.as_str()));
+                let named = wanted.is(row, &t.object);
                 let rule_ok =
                     row.rule.is_empty() || t.rule == row.rule || base_rule(&t.rule) == row.rule;
                 if !named || !rule_ok {
@@ -717,6 +830,7 @@ fn print_table(
                         continue;
                     }
                     let got = match (&r.got, r.patch_ok()) {
+                        _ if r.excluded => "excluded".to_string(),
                         (Ok(s), true) => s.to_string(),
                         (Ok(s), false) => format!("{s} (patched resource differs)"),
                         (Err(e), _) => format!("- ({e})"),
@@ -749,6 +863,13 @@ fn print_table(
                     write_columns(out, &table)?;
                 }
                 for (i, r) in rows.iter().enumerate() {
+                    if r.excluded {
+                        writeln!(
+                            out,
+                            "  row {}: passed as kyverno test passes it: the policy has a response for the resource but no rule result the row names (excluded)",
+                            i + 1
+                        )?;
+                    }
                     if r.mutate_fail_row() && r.patch_problems().is_empty() {
                         writeln!(
                             out,
@@ -835,6 +956,7 @@ fn print_json(out: &mut impl Write, runs: &[TestRun], fail_only: bool) -> Result
                                 "got": r.got.as_ref().map(|s| s.as_str()).ok(),
                                 "error": r.got.as_ref().err(),
                                 "message": r.message, "passed": r.ok(),
+                                "excluded": r.excluded,
                                 "patchedResource": r.patched.as_ref().map(|p| match p {
                                     Ok(PatchCheck::Equal) => json!({"equal": true}),
                                     Ok(PatchCheck::Differs(d)) => json!({"equal": false, "differences": d}),

@@ -131,13 +131,21 @@ fn test_passes_when_every_row_matches_including_autogen_rows() {
     );
 }
 
+/// Rows are checked as Kyverno's CLI checks them (v1.19.1, run on this
+/// fixture): a row naming only resources that do not exist checks every
+/// resource; one naming some that exist checks those; a row whose rule
+/// gives no result for a resource the policy has a response for (a
+/// validate or mutate policy has one for every resource) passes,
+/// "Excluded", whatever it expects.
 #[test]
-fn test_fails_on_a_wrong_expectation_and_on_unknown_resources() {
+fn test_fails_on_a_wrong_expectation_and_checks_every_resource_for_unknown_names() {
     let dir = tempfile::tempdir().unwrap();
     folder(
         dir.path(),
         "- {policy: disallow-latest, rule: require-tag, resources: [untagged], kind: Pod, result: pass}\n\
-         - {policy: disallow-latest, rule: require-tag, resources: [nosuch], kind: Pod, result: pass}\n",
+         - {policy: disallow-latest, rule: require-tag, resources: [nosuch], kind: Pod, result: pass}\n\
+         - {policy: disallow-latest, rule: no-latest, resources: [nosuch, good], kind: Pod, result: pass}\n\
+         - {policy: disallow-latest, rule: no-such-rule, resources: [good], kind: Pod, result: fail}\n",
     );
     let out = leash()
         .args(["test", "-o", "json"])
@@ -147,13 +155,110 @@ fn test_fails_on_a_wrong_expectation_and_on_unknown_resources() {
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
     let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
     let rows = doc["tests"][0]["results"].as_array().unwrap();
-    assert_eq!(rows[0]["got"], "fail");
-    assert_eq!(rows[0]["passed"], false);
-    assert!(
-        rows[1]["error"].as_str().unwrap().contains("not found"),
+    let seen: Vec<(&str, &str, bool)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["rule"].as_str().unwrap(),
+                r["resource"].as_str().unwrap(),
+                r["passed"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("require-tag", "untagged", false),
+            ("require-tag", "apps/good", true),
+            ("require-tag", "apps/latest", true),
+            ("require-tag", "default/untagged", false),
+            ("require-tag", "apps/deploy-latest", true),
+            ("no-latest", "good", true),
+            ("no-such-rule", "good", true),
+        ],
         "{}",
-        rows[1]
+        stdout(&out)
     );
+    assert_eq!(rows[0]["got"], "fail");
+    assert_eq!(rows[6]["excluded"], true, "{}", rows[6]);
+    assert_eq!(rows[5]["excluded"], false, "{}", rows[5]);
+}
+
+/// A result row without `resources` checks every resource of the test; a
+/// row of a policy kind without rules (a ValidatingPolicy) ignores the
+/// `rule` it names, as Kyverno's CLI does.
+#[test]
+fn test_rows_without_resources_and_rows_of_rule_less_policies() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(
+        dir.path().join("policy.yaml"),
+        r#"
+apiVersion: policies.kyverno.io/v1
+kind: ValidatingPolicy
+metadata: {name: need-team}
+spec:
+  validationActions: [Audit]
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: [v1]
+      operations: [CREATE]
+      resources: [configmaps]
+  validations:
+  - expression: "has(object.metadata.labels) && 'team' in object.metadata.labels"
+"#,
+    )
+    .unwrap();
+    fs::write(
+        dir.path().join("resources.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: x, labels: {team: t}}\n---\n\
+         apiVersion: v1\nkind: ConfigMap\nmetadata: {name: b, namespace: x, labels: {team: u}}\n",
+    )
+    .unwrap();
+    let run = |results: &str| {
+        fs::write(
+            dir.path().join("kyverno-test.yaml"),
+            format!(
+                "apiVersion: cli.kyverno.io/v1alpha1\nkind: Test\nmetadata: {{name: t}}\n\
+                 policies: [policy.yaml]\nresources: [resources.yaml]\nresults:\n{results}"
+            ),
+        )
+        .unwrap();
+        leash()
+            .args(["test", "-o", "json"])
+            .arg(dir.path())
+            .output()
+            .unwrap()
+    };
+    let out = run(
+        "- {policy: need-team, rule: some-rule-name, resources: [a, b], result: pass}\n\
+                   - {policy: need-team, result: pass}\n",
+    );
+    assert!(out.status.success(), "{}", stdout(&out));
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let rows = doc["tests"][0]["results"].as_array().unwrap();
+    let resources: Vec<&str> = rows
+        .iter()
+        .map(|r| r["resource"].as_str().unwrap())
+        .collect();
+    assert_eq!(resources, ["a", "b", "x/a", "x/b"], "{}", stdout(&out));
+    assert!(rows.iter().all(|r| r["got"] == "pass"), "{}", stdout(&out));
+    // Every resource is checked: one that fails fails the row.
+    fs::write(
+        dir.path().join("resources.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: x, labels: {team: t}}\n---\n\
+         apiVersion: v1\nkind: ConfigMap\nmetadata: {name: b, namespace: x}\n",
+    )
+    .unwrap();
+    let out = run("- {policy: need-team, result: pass}\n");
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let rows = doc["tests"][0]["results"].as_array().unwrap();
+    let passed: Vec<(&str, bool)> = rows
+        .iter()
+        .map(|r| (r["resource"].as_str().unwrap(), r["passed"] == true))
+        .collect();
+    assert_eq!(passed, [("x/a", true), ("x/b", false)], "{}", stdout(&out));
 }
 
 /// A row's `namespace` picks among resources of the same name, as in
