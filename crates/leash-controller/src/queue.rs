@@ -17,13 +17,11 @@
 //!    `dirty`, not queued; `done` queues it again, `retry` drops the mark
 //!    (the retry covers it). `done` also resets the key's backoff; `retry`
 //!    doubles it from [`BASE_BACKOFF`] up to [`MAX_BACKOFF`].
-//! 4. Known gap (not fixed here): `next` moves an expired retry to `ready`
-//!    checking `queued` but not `active`. A key added again while its retry
-//!    waits is handed out at once, and when the backoff expires it is handed
-//!    out a second time, possibly while the first worker still has it; the
-//!    heap can then also hold more than one entry for that key (each leaves
-//!    at most [`MAX_BACKOFF`] later). Apart from that, a key is never with
-//!    two workers at once.
+//! 4. A key is never with two workers at once: an expired retry of a key
+//!    that is active (added again during its backoff and handed out) marks
+//!    it `dirty` instead of queueing it, as `add` does. (Until 2026-12-06
+//!    `next` checked only `queued` there, and such a key was handed out a
+//!    second time while the first worker still had it.)
 //! 5. No lost wake-up: `next` registers its `Notify` waiter (`enable`)
 //!    before it looks at the state, and `add`, `done` and `retry` call
 //!    `notify_waiters` after releasing the lock whenever they made a key
@@ -129,7 +127,12 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
                     let Some(Reverse((_, _, key))) = s.delayed.pop() else {
                         break;
                     };
-                    if s.queued.insert(key.clone()) {
+                    // A key being worked on (added again during its
+                    // backoff, and handed out) is worked on again after it
+                    // is done, never by a second worker meanwhile.
+                    if s.active.contains(&key) {
+                        s.dirty.insert(key);
+                    } else if s.queued.insert(key.clone()) {
                         s.ready.push_back(key);
                     }
                 }
@@ -231,6 +234,31 @@ mod tests {
         assert!(q.is_empty());
         t.cancel();
         assert_eq!(q.next(&t).await, None);
+    }
+
+    /// A key that failed, was added again during its backoff and handed
+    /// out, is not handed to a second worker when its backoff expires while
+    /// the first still has it; it comes back once the first is done.
+    #[tokio::test(start_paused = true)]
+    async fn an_expired_retry_of_an_active_key_waits_for_it() {
+        let q = WorkQueue::new();
+        let t = CancellationToken::new();
+        q.add("k");
+        let k = q.next(&t).await.unwrap();
+        q.retry(&k);
+        q.add("k"); // during the backoff: queued at once
+        let first = q.next(&t).await.unwrap();
+        assert_eq!(first, "k");
+        tokio::time::advance(BASE_BACKOFF * 2).await;
+        let second = tokio::time::timeout(MAX_BACKOFF, q.next(&t)).await;
+        assert!(
+            second.is_err(),
+            "the expired retry of the active key is not handed out: {second:?}"
+        );
+        q.done(&first);
+        assert_eq!(q.next(&t).await, Some("k"), "worked on again after done");
+        q.done(&"k");
+        assert!(q.is_empty());
     }
 
     #[tokio::test(start_paused = true)]

@@ -7,8 +7,8 @@
 //!   watcher that ended is replaced (house rule 8).
 //! - Work is a deduplicating queue of object keys ([`WorkQueue`]) drained by
 //!   a fixed set of workers: a burst of changes to one object is evaluated
-//!   once, and one object is not evaluated by two workers at once (with the
-//!   one gap stated in [`WorkQueue`]'s invariants).
+//!   once, and one object is not evaluated by two workers at once
+//!   ([`WorkQueue`]'s invariants).
 //! - Workers read shared, immutable objects (`Arc<Value>`) and compiled
 //!   policies; nothing is written into either (seed 000: the scan's
 //!   goroutines wrote into one shared map from the informer cache).
