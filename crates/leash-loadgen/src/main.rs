@@ -31,10 +31,9 @@
 //!    clients returned, `run` cancels the in-process webhook's token, then
 //!    the scope's, and joins the scope (every task it started).
 //! 4. The in-process webhook and its audit writer (`--policies`) run in the
-//!    scope but on a token of their own, so they keep answering until the
-//!    clients are done. Gap: when `run` returns early with an error after
-//!    starting them, that token is not cancelled (dropping the scope
-//!    cancels only the scope's token); they end with the process.
+//!    scope on a child of the scope's token, so they keep answering until
+//!    the clients are done (`run` cancels the child first), and stop with
+//!    the scope when `run` returns early with an error.
 
 mod client;
 mod report;
@@ -467,7 +466,9 @@ fn start_webhook(
     .context("starting the in-process webhook")?;
     let url = server.webhook_url();
     let ca = server.ca_pem().to_string();
-    let token = CancellationToken::new();
+    // A child of the scope's token: cancelled on its own once the clients
+    // are done, and with the scope when `run` returns early.
+    let token = scope.token().child_token();
     let t = token.clone();
     scope.spawn("webhook", async move {
         // Keep the policy and config senders alive while serving.
