@@ -58,8 +58,12 @@ impl Vars {
     }
 
     /// Sets a dotted path (`request.operation`), creating maps on the way.
+    /// A segment in double quotes may hold dots
+    /// (`metadata.annotations."example.com/a"`), as Kyverno splits a
+    /// variable's name (a CSV record with `.` for the comma).
     pub(crate) fn set_dotted(&mut self, dotted: &str, value: Rcvar) {
-        let parts: Vec<&str> = dotted.split('.').collect();
+        let parts = split_dotted(dotted);
+        let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
         self.set_path(&parts, value);
     }
 
@@ -95,6 +99,29 @@ impl Vars {
     pub(crate) fn eval_on(expr: &Expr, data: &Value) -> Result<Value, String> {
         crate::jmespath::search_strict(expr, data).map_err(|e| e.to_string())
     }
+}
+
+/// The segments of a dotted name: split at dots outside double quotes; a
+/// quoted segment loses its quotes, and `""` inside it is one quote.
+fn split_dotted(dotted: &str) -> Vec<String> {
+    let mut parts = Vec::new();
+    let mut cur = String::new();
+    let mut quoted = false;
+    let mut chars = dotted.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' if quoted && chars.peek() == Some(&'"') => {
+                chars.next();
+                cur.push('"');
+            }
+            '"' if quoted => quoted = false,
+            '"' if cur.is_empty() => quoted = true,
+            '.' if !quoted => parts.push(std::mem::take(&mut cur)),
+            c => cur.push(c),
+        }
+    }
+    parts.push(cur);
+    parts
 }
 
 /// Where substitution reads variables from: the JMESPath context, built
@@ -758,5 +785,15 @@ mod tests {
         assert_eq!(v.eval(&e).unwrap(), json!("UPDATE"));
         let e = compile("request.object.metadata.name").unwrap();
         assert_eq!(v.eval(&e).unwrap(), json!("web"));
+        v.set_dotted(
+            "request.object.metadata.annotations.\"example.com/a.b\"",
+            to_var(&json!("true")),
+        );
+        let e = compile("request.object.metadata.annotations.\"example.com/a.b\"").unwrap();
+        assert_eq!(v.eval(&e).unwrap(), json!("true"));
+        assert_eq!(
+            super::split_dotted("a.\"b.\"\"c\"\"\".d"),
+            ["a", "b.\"c\"", "d"]
+        );
     }
 }
