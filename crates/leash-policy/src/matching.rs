@@ -442,6 +442,20 @@ impl Filter {
         if !self.resources.matches(t) {
             return false;
         }
+        self.user_matches(t)
+    }
+
+    /// As a filter of a `match` block: without user info (the CLI's
+    /// default, a background scan) Kyverno drops the filter's `subjects`,
+    /// `roles` and `clusterRoles`, and a filter left empty matches nothing.
+    fn matches_as_match(&self, t: &Target<'_>) -> bool {
+        if *t.user == UserInfo::default() {
+            return !self.resources.is_empty() && self.resources.matches(t);
+        }
+        self.matches(t)
+    }
+
+    fn user_matches(&self, t: &Target<'_>) -> bool {
         if !self.roles.is_empty() && !self.roles.iter().any(|r| t.user.roles.contains(r)) {
             return false;
         }
@@ -512,8 +526,8 @@ impl MatchBlock {
         if self.is_empty() {
             return false;
         }
-        let any_ok = self.any.is_empty() || self.any.iter().any(|f| f.matches(t));
-        let all_ok = self.all.iter().all(|f| f.matches(t));
+        let any_ok = self.any.is_empty() || self.any.iter().any(|f| f.matches_as_match(t));
+        let all_ok = self.all.iter().all(|f| f.matches_as_match(t));
         any_ok && all_ok
     }
 
@@ -730,6 +744,36 @@ mod tests {
                 "{name}"
             );
         }
+    }
+
+    /// Without user info (no `userinfo` file in `leash test`, `leash
+    /// apply` without `--userinfo`), a match filter's `subjects`, `roles`
+    /// and `clusterRoles` are dropped, as Kyverno drops them; a filter
+    /// with nothing else then matches nothing. An exclude filter keeps
+    /// them.
+    #[test]
+    fn match_without_user_info_drops_user_filters() {
+        let pod =
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "a"}});
+        let nobody = UserInfo::default();
+        let alice = UserInfo {
+            username: "alice".into(),
+            ..UserInfo::default()
+        };
+        let check = |block: Value, user: &UserInfo| {
+            let t = Target::of(&pod, None, Operation::Create, user);
+            let b = MatchBlock::parse(&block, "match", &err).unwrap();
+            (b.matches(&t), b.excludes(&t))
+        };
+        let sa = json!({"any": [{"resources": {"kinds": ["Pod"]}, "subjects": [{"kind": "ServiceAccount", "name": "dev", "namespace": "x"}]}]});
+        assert_eq!(check(sa.clone(), &nobody), (true, false));
+        assert_eq!(check(sa, &alice), (false, false));
+        let roles = json!({"all": [{"resources": {"kinds": ["Pod"]}, "roles": ["x:r"], "clusterRoles": ["c"]}]});
+        assert_eq!(check(roles.clone(), &nobody), (true, false));
+        assert_eq!(check(roles, &alice), (false, false));
+        let only_subjects = json!({"any": [{"subjects": [{"kind": "User", "name": "alice"}]}]});
+        assert_eq!(check(only_subjects.clone(), &nobody), (false, false));
+        assert_eq!(check(only_subjects, &alice), (true, true));
     }
 
     #[test]

@@ -848,7 +848,7 @@ fn apply_values_set_userinfo_and_exceptions_reach_the_evaluation() {
     .unwrap();
     fs::write(
         d.join("alice.yaml"),
-        "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata: {name: not-alice}\nspec:\n  rules:\n  - name: deny-alice\n    match:\n      any:\n      - resources: {kinds: [Pod]}\n        subjects: [{kind: User, name: alice}]\n    validate:\n      message: alice may not\n      deny: {}\n",
+        "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata: {name: not-alice}\nspec:\n  background: false\n  rules:\n  - name: deny-alice\n    match:\n      any:\n      - resources: {kinds: [Pod]}\n        subjects: [{kind: User, name: alice}]\n    validate:\n      message: alice may not\n      deny: {}\n",
     )
     .unwrap();
     let summary = |policy: &str, extra: &[&str]| {
@@ -880,8 +880,20 @@ fn apply_values_set_userinfo_and_exceptions_reach_the_evaluation() {
         summary("policy.yaml", &["--values-file", values.to_str().unwrap()]),
         deleted
     );
+    // Without user info Kyverno drops a match's `subjects` (its CLI
+    // gives the same four failures here); bob is not alice.
     assert_eq!(
         summary("alice.yaml", &[]),
+        "pass: 0, fail: 4, warn: 0, error: 0, skip: 0"
+    );
+    fs::write(
+        d.join("bob.yaml"),
+        "apiVersion: cli.kyverno.io/v1alpha1\nkind: UserInfo\nmetadata: {name: u}\nuserInfo:\n  username: bob\n",
+    )
+    .unwrap();
+    let bob = d.join("bob.yaml");
+    assert_eq!(
+        summary("alice.yaml", &["--userinfo", bob.to_str().unwrap()]),
         "pass: 0, fail: 0, warn: 0, error: 0, skip: 0"
     );
     let user = d.join("user.yaml");
