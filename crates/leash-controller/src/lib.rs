@@ -37,6 +37,7 @@ pub mod queue;
 pub mod scan;
 pub mod sources;
 pub mod watch;
+mod watchers;
 pub mod writer;
 
 use std::sync::Arc;

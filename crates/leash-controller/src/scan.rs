@@ -17,13 +17,13 @@
 //! 1. [`BackgroundScan::new`] starts nothing. [`BackgroundScan::run`]
 //!    spawns, in a child scope of its token, the workers, the periodic
 //!    rescan and one child scope per watched kind; only its own loop (one
-//!    task, no lock) owns the watcher map, the catalog and the `synced`
+//!    task, no lock) owns the watcher set (`watchers.rs`), the catalog and the `synced`
 //!    sender.
 //! 2. A watcher is stopped by shutting its scope down (cancel, then join)
 //!    before its store is dropped from the cache or a replacement is
 //!    started: no two watchers of one kind run at once. A watcher that
 //!    ended reports `(kind, id)` on an unbounded channel; it is replaced
-//!    only if the map still holds that id and the token is not cancelled
+//!    only if the set still holds that id and the token is not cancelled
 //!    (house rule 8; seed: a dead watcher never recreated).
 //! 3. Shared state is the [`Cache`] (see its invariants), the
 //!    [`ReportIndex`], the [`Lookups`] and the queue, each with its own
@@ -67,6 +67,7 @@ use crate::object::api_resource;
 use crate::queue::WorkQueue;
 use crate::sources::PolicySet;
 use crate::watch::{Change, Seen, WatchScope, watch_into};
+use crate::watchers::{Ended, WatcherSet};
 use crate::writer::{self, Breaker, WriteError};
 
 /// A unit of scan work.
@@ -185,11 +186,6 @@ pub struct BackgroundScan {
     synced: watch::Sender<bool>,
 }
 
-struct Watcher {
-    scope: Scope,
-    id: u64,
-}
-
 impl BackgroundScan {
     /// A scan; starts nothing.
     #[allow(clippy::too_many_arguments)]
@@ -226,7 +222,6 @@ impl BackgroundScan {
     pub async fn run(mut self, token: CancellationToken) -> Result<(), ScopeError> {
         let scope = Scope::with_parent_token(&token);
         let queue: Arc<WorkQueue<Work>> = Arc::new(WorkQueue::new());
-        let (ended_tx, mut ended_rx) = tokio::sync::mpsc::unbounded_channel::<(KindKey, u64)>();
         let this = Arc::new(Shared {
             client: self.client.clone(),
             policies: self.policies.clone(),
@@ -276,8 +271,7 @@ impl BackgroundScan {
                 Ok::<(), std::convert::Infallible>(())
             });
         }
-        let mut watchers: HashMap<KindKey, Watcher> = HashMap::new();
-        let mut next_id = 0u64;
+        let mut watchers: WatcherSet<KindKey> = WatcherSet::new();
         let mut catalog: Option<Catalog> = None;
         let mut noted: std::collections::HashSet<String> = std::collections::HashSet::new();
         let mut last_versions: Option<Vec<(String, String)>> = None;
@@ -308,23 +302,12 @@ impl BackgroundScan {
                     };
                     let desired: HashMap<KindKey, (ApiResource, bool)> =
                         kinds.into_iter().map(|(ar, ns)| (kind_key(&ar), (ar, ns))).collect();
-                    // Stop the watchers of kinds no policy matches any more.
-                    let stale: Vec<KindKey> =
-                        watchers.keys().filter(|k| !desired.contains_key(*k)).cloned().collect();
-                    for k in stale {
-                        if let Some(w) = watchers.remove(&k) {
-                            // Cancel, then join: nothing of the old watcher outlives this.
-                            if let Err(e) = w.scope.shutdown().await {
-                                tracing::warn!("watcher of {k:?} ended with an error: {e}");
-                            }
-                        }
-                        self.cache.drop_store(&k);
-                    }
+                    // Stop the watchers of kinds no policy matches any more
+                    // (cancelled and joined before their store is dropped).
+                    let cache = self.cache.clone();
+                    watchers.retain(|k| desired.contains_key(k), |k| cache.drop_store(k)).await;
                     for (k, (ar, namespaced)) in desired {
-                        if let std::collections::hash_map::Entry::Vacant(slot) = watchers.entry(k) {
-                            next_id += 1;
-                            slot.insert(self.start_watcher(&scope, &this, ar, namespaced, next_id, ended_tx.clone()));
-                        }
+                        watchers.start(k, |ended| Some(self.start_watcher(&scope, &this, ar, namespaced, ended)));
                     }
                     if last_versions.as_ref() != Some(&set.background_versions) {
                         last_versions = Some(set.background_versions.clone());
@@ -343,22 +326,15 @@ impl BackgroundScan {
                         this.enqueue_all();
                     }
                 }
-                Some((k, id)) = ended_rx.recv() => {
+                (k, id) = watchers.ended() => {
                     // A watcher ended on its own: replace it, but only if the
-                    // map still holds that same watcher (house rule 8).
-                    if watchers.get(&k).is_some_and(|w| w.id == id)
-                        && !token.is_cancelled()
-                        && let Some(w) = watchers.remove(&k)
+                    // set still holds that same watcher (house rule 8).
+                    if !token.is_cancelled()
+                        && watchers.stop_if_current(&k, id).await
+                        && let Some(store) = self.cache.get_store(&k)
                     {
-                        {
-                            let _ = w.scope.shutdown().await;
-                            let store = self.cache.get_store(&k);
-                            if let Some(store) = store {
-                                next_id += 1;
-                                let w = self.start_watcher(&scope, &this, store.resource.clone(), store.namespaced, next_id, ended_tx.clone());
-                                watchers.insert(k, w);
-                            }
-                        }
+                        let (ar, namespaced) = (store.resource.clone(), store.namespaced);
+                        watchers.start(k, |ended| Some(self.start_watcher(&scope, &this, ar, namespaced, ended)));
                     }
                 }
                 _ = sync_check.tick() => {
@@ -371,9 +347,7 @@ impl BackgroundScan {
                 }
             }
         }
-        for (_, w) in watchers.drain() {
-            let _ = w.scope.shutdown().await;
-        }
+        watchers.shutdown().await;
         drop(this);
         scope.shutdown().await
     }
@@ -384,9 +358,8 @@ impl BackgroundScan {
         this: &Arc<Shared>,
         ar: ApiResource,
         namespaced: bool,
-        id: u64,
-        ended: tokio::sync::mpsc::UnboundedSender<(KindKey, u64)>,
-    ) -> Watcher {
+        ended: Ended<KindKey>,
+    ) -> Scope {
         let child = scope.child();
         let store = self.cache.store(&ar, namespaced);
         let key = kind_key(&ar);
@@ -424,10 +397,10 @@ impl BackgroundScan {
                 },
             )
             .await;
-            let _ = ended.send((key, id));
+            ended.send();
             Ok::<(), std::convert::Infallible>(())
         });
-        Watcher { scope: child, id }
+        child
     }
 
     /// The kinds to watch for a policy set: what its background policies

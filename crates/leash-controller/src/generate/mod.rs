@@ -7,7 +7,7 @@
 //!   component ends them all, and `run` returns only after they have;
 //! - a watcher that exited stayed in `dynamicWatchers`, so it was never
 //!   replaced: an ended watcher reports `(kind, id)` and is replaced only if
-//!   the map still holds that same watcher (house rule 8);
+//!   the set still holds that same watcher (house rule 8; `crate::watchers`);
 //! - `GetDownstreams` read maps without the lock: readers get an immutable
 //!   [`Registry`] snapshot ([`registry`]);
 //! - UpdateRequests created in a fire-and-forget goroutine: admission
@@ -24,7 +24,7 @@
 //! 1. [`Background::new`] starts nothing. [`Background::run`] spawns, in a
 //!    child scope of its token, the workers, the UpdateRequest watch and
 //!    one child scope per watched kind; its own loop (one task) alone owns
-//!    the watcher map and the registry's `watch::Sender`. One component is
+//!    the watcher set and the registry's `watch::Sender`. One component is
 //!    made per leadership term (`serve`'s `make`).
 //! 2. Readers of the registry and of the policy set clone an `Arc` out of a
 //!    `watch` channel (`borrow().clone()`) and keep no guard; the registry
@@ -41,7 +41,7 @@
 //! 4. A watcher is stopped by shutting its scope down (cancel, then join)
 //!    before its store is forgotten or a replacement is started. An ended
 //!    watcher reports `(kind, id)` on an unbounded channel and is replaced
-//!    only if the map still holds that id and the token is not cancelled
+//!    only if the set still holds that id and the token is not cancelled
 //!    (house rule 8); a kind no longer served is tried again after
 //!    `RESTART_DELAY`, not in a loop.
 //! 5. `learn` signals `relearn` with `notify_one` after releasing
@@ -86,6 +86,7 @@ use crate::object::{Object, api_resource};
 use crate::queue::WorkQueue;
 use crate::sources::PolicySet;
 use crate::watch::{Change, WatchScope, watch_into};
+use crate::watchers::{Ended, WatcherSet};
 
 pub use lookup::Fetched;
 pub use registry::{Gvk, Registry, RuleKey};
@@ -311,11 +312,6 @@ impl std::fmt::Debug for Background {
     }
 }
 
-struct Watcher {
-    scope: Scope,
-    id: u64,
-}
-
 /// What the workers and watchers share.
 struct Shared {
     client: kube::Client,
@@ -408,9 +404,7 @@ impl Background {
                 Ok::<(), std::convert::Infallible>(())
             });
         }
-        let (ended_tx, mut ended_rx) = tokio::sync::mpsc::unbounded_channel::<(Gvk, u64)>();
-        let mut watchers: HashMap<Gvk, Watcher> = HashMap::new();
-        let mut next_id = 0u64;
+        let mut watchers: WatcherSet<Gvk> = WatcherSet::new();
         let mut versions: HashMap<String, String> = HashMap::new();
         let mut policies = self.policies.clone();
         policies.mark_changed();
@@ -483,21 +477,12 @@ impl Background {
                     // Publish before the watchers change: a watcher's events
                     // are judged against the newest registry.
                     self.registry.send_replace(Arc::new(registry.clone()));
-                    let stale: Vec<Gvk> = watchers.keys().filter(|k| !registry.kinds.contains_key(*k)).cloned().collect();
-                    for k in stale {
-                        if let Some(w) = watchers.remove(&k) {
-                            // Cancel, then join: nothing of the old watcher outlives this.
-                            let _ = w.scope.shutdown().await;
-                        }
-                        shared.stores.lock().unwrap_or_else(|e| e.into_inner()).remove(&k);
-                    }
+                    // Cancelled and joined before their store is dropped.
+                    watchers.retain(|k| registry.kinds.contains_key(k), |k| {
+                        shared.stores.lock().unwrap_or_else(|e| e.into_inner()).remove(k);
+                    }).await;
                     for k in registry.kinds.keys() {
-                        if !watchers.contains_key(k)
-                            && let Some(w) = shared.start_watcher(&scope, k.clone(), next_id + 1, Duration::ZERO, ended_tx.clone())
-                        {
-                            next_id += 1;
-                            watchers.insert(k.clone(), w);
-                        }
+                        watchers.start(k.clone(), |ended| shared.start_watcher(&scope, k.clone(), Duration::ZERO, ended));
                     }
                     for (policy, (rv, _)) in &set.generating {
                         let changed = versions.get(policy) != Some(rv);
@@ -509,7 +494,7 @@ impl Background {
                     versions = set.generating.iter().map(|(k, (rv, _))| (k.clone(), rv.clone())).collect();
                     // A kind discovery did not know (yet), or a watcher that
                     // could not start: the set is applied again shortly.
-                    incomplete = !complete || registry.kinds.keys().any(|k| !watchers.contains_key(k));
+                    incomplete = !complete || registry.kinds.keys().any(|k| !watchers.contains(k));
                 }
                 _ = retry.tick(), if incomplete => {
                     incomplete = false;
@@ -523,29 +508,21 @@ impl Background {
                     policies.mark_changed();
                     policies_open = true;
                 }
-                Some((k, id)) = ended_rx.recv() => {
-                    // A watcher ended on its own: replace it only if the map
+                (k, id) = watchers.ended() => {
+                    // A watcher ended on its own: replace it only if the set
                     // still holds that same watcher (house rule 8).
-                    if watchers.get(&k).is_some_and(|w| w.id == id)
-                        && !token.is_cancelled()
-                        && let Some(w) = watchers.remove(&k)
+                    if !token.is_cancelled()
+                        && watchers.stop_if_current(&k, id).await
+                        && self.registry.borrow().kinds.contains_key(&k)
                     {
-                        let _ = w.scope.shutdown().await;
-                        if self.registry.borrow().kinds.contains_key(&k)
-                            // A kind that is not served (its CRD deleted)
-                            // is tried again after a pause, not in a loop.
-                            && let Some(w) = shared.start_watcher(&scope, k.clone(), next_id + 1, RESTART_DELAY, ended_tx.clone())
-                        {
-                            next_id += 1;
-                            watchers.insert(k, w);
-                        }
+                        // A kind that is not served (its CRD deleted) is
+                        // tried again after a pause, not in a loop.
+                        watchers.start(k.clone(), |ended| shared.start_watcher(&scope, k, RESTART_DELAY, ended));
                     }
                 }
             }
         }
-        for (_, w) in watchers.drain() {
-            let _ = w.scope.shutdown().await;
-        }
+        watchers.shutdown().await;
         scope.shutdown().await
     }
 }
@@ -711,10 +688,9 @@ impl Shared {
         self: &Arc<Self>,
         scope: &Scope,
         gvk: Gvk,
-        id: u64,
         delay: Duration,
-        ended: tokio::sync::mpsc::UnboundedSender<(Gvk, u64)>,
-    ) -> Option<Watcher> {
+        ended: Ended<Gvk>,
+    ) -> Option<Scope> {
         let catalog = self
             .catalog
             .lock()
@@ -775,10 +751,10 @@ impl Shared {
                 },
             )
             .await;
-            let _ = ended.send((gvk, id));
+            ended.send();
             Ok::<(), std::convert::Infallible>(())
         });
-        Some(Watcher { scope: child, id })
+        Some(child)
     }
 
     /// A watched object changed: queue the reconciles it calls for.
