@@ -124,12 +124,42 @@ pub fn runtime() -> &'static jmespath::Runtime {
 /// Go's JMESPath (the `jmespath` crate would call `f(null)`); pipes still
 /// pass `null` on (`a | f(@)` calls `f(null)` in both).
 pub fn compile(expr: &str) -> Result<jmespath::Expression<'static>, String> {
-    let ast = jmespath::parse(expr).map_err(|e| e.to_string())?;
+    let (ast, text) = parse_lenient(expr)?;
     Ok(jmespath::Expression::new(
-        expr,
-        null_safe(ast, expr),
+        &text,
+        null_safe(ast, &text),
         runtime(),
     ))
+}
+
+/// Parses `expr` as Kyverno's parser does, which (unlike the JMESPath
+/// grammar) reads the key-value pairs of a multi-select hash without a
+/// comma between them (`{op: 'add', path: p value: v}`): a pair that
+/// follows a value directly gets its comma, and the parse is retried. The
+/// text parsed is returned with the tree (the tree's offsets are into it).
+fn parse_lenient(expr: &str) -> Result<(Ast, String), String> {
+    let mut text = expr.to_string();
+    // One retry per missing comma; each adds a character, so this ends.
+    for _ in 0..=expr.len() {
+        match jmespath::parse(&text) {
+            Ok(ast) => return Ok((ast, text)),
+            Err(e) => {
+                let missing_comma = matches!(
+                    &e.reason,
+                    jmespath::ErrorReason::Parse(m)
+                        if m.starts_with("Expected '}' or ',' -- found Identifier(")
+                            || m.starts_with("Expected '}' or ',' -- found QuotedIdentifier(")
+                );
+                if !missing_comma || !text.is_char_boundary(e.offset) {
+                    return Err(e.to_string());
+                }
+                text.insert(e.offset, ',');
+            }
+        }
+    }
+    jmespath::parse(&text)
+        .map(|ast| (ast, text.clone()))
+        .map_err(|e| e.to_string())
 }
 
 /// Guards the right side of every dotted step (`lhs.f(...)`, `lhs.[a, b]`)
@@ -536,6 +566,27 @@ mod tests {
             ),
             ("nope(@)", "{}", Err("undefined function")),
             ("a +", "{}", Err("")),
+        ];
+        run(cases);
+    }
+
+    /// Kyverno's parser reads a multi-select hash's pairs without commas
+    /// between them; anything else missing is still an error.
+    #[test]
+    fn multi_select_hash_pairs_need_no_comma() {
+        let cases: &[Case] = &[
+            (
+                "{op: 'add', path: a\n value: b}",
+                r#"{"a": "/x", "b": 1}"#,
+                Json(r#"{"op":"add","path":"/x","value":1}"#),
+            ),
+            (
+                "[{x: a \"y\": b.c z: `3`}][0]",
+                r#"{"a": 1, "b": {"c": 2}}"#,
+                Json(r#"{"x":1,"y":2,"z":3}"#),
+            ),
+            ("{x: a 'y'}", "{}", Err("")),
+            ("{x: a y}", "{}", Err("")),
         ];
         run(cases);
     }
