@@ -45,7 +45,7 @@
 //! 7. A closed policy or config channel is not an end: the scan goes on
 //!    with the last snapshot.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -130,16 +130,7 @@ pub fn evaluate_object_with(
     } else {
         cache.namespace(ns)
     };
-    let namespace_labels = namespace_object.as_ref().map(|n| {
-        n["metadata"]["labels"]
-            .as_object()
-            .map(|m| {
-                m.iter()
-                    .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
-                    .collect::<BTreeMap<_, _>>()
-            })
-            .unwrap_or_default()
-    });
+    let namespace_labels = namespace_object.as_deref().map(leash_policy::labels_of);
     let req = EvalRequest {
         object: object.clone(),
         old_object: None,

@@ -65,5 +65,7 @@ pub use memo::{Memo, MemoStats};
 pub use mutate::{Mutation, MutationStep, PatchedTarget};
 pub use policy::{FailureAction, Policy};
 pub use reads::{Builder, ReadSet};
-pub use request::{ClusterData, EvalRequest, NoClusterData, Operation, ServiceCall, UserInfo};
+pub use request::{
+    ClusterData, EvalRequest, NoClusterData, Operation, ServiceCall, UserInfo, labels_of,
+};
 pub use result::{RuleResult, Source, Status};

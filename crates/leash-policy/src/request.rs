@@ -60,6 +60,27 @@ pub struct UserInfo {
     pub cluster_roles: Vec<String>,
 }
 
+/// An object's `metadata.labels` as strings, one rule for every caller
+/// (admission, the background scan, `apply --cluster`, a ValidatingPolicy's
+/// selectors): a string is itself; a value that is not one, as a values
+/// file may write `tier: 1`, is its JSON text (`1`, `true`).
+pub fn labels_of(object: &Value) -> BTreeMap<String, String> {
+    object["metadata"]["labels"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| {
+                    let text = match v {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    };
+                    (k.clone(), text)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// One evaluation's input. Cheap to clone: objects are shared.
 #[derive(Debug, Clone)]
 pub struct EvalRequest {
@@ -215,5 +236,27 @@ impl ClusterData for NoClusterData {
     }
     fn list(&self, _: &str, _: &str, _: &str) -> Vec<Arc<Value>> {
         Vec::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    /// One rule for labels everywhere: strings as they are, other values
+    /// as their JSON text, none when there are no labels.
+    #[test]
+    fn labels_of_reads_every_label_as_text() {
+        let ns = json!({"metadata": {"labels": {"team": "a", "tier": 1, "on": true}}});
+        let labels = super::labels_of(&ns);
+        assert_eq!(
+            labels.into_iter().collect::<Vec<_>>(),
+            [
+                ("on".to_string(), "true".to_string()),
+                ("team".to_string(), "a".to_string()),
+                ("tier".to_string(), "1".to_string())
+            ]
+        );
+        assert!(super::labels_of(&json!({"metadata": {}})).is_empty());
     }
 }

@@ -18,6 +18,7 @@ use crate::cel::rule::{
 use crate::cel::{Activation, Expr, VarMemo, Variable, fast};
 use crate::error::{Error, Result};
 use crate::eval::Prepared;
+use crate::request::labels_of;
 use crate::request::{ClusterData, EvalRequest, Operation};
 use crate::result::{RuleResult, Source, Status};
 
@@ -307,13 +308,6 @@ impl MatchResources {
         }
         true
     }
-}
-
-fn labels_of(obj: &Json) -> BTreeMap<String, String> {
-    obj["metadata"]["labels"]
-        .as_object()
-        .map(|m| m.iter().map(|(k, v)| (k.clone(), json_text(v))).collect())
-        .unwrap_or_default()
 }
 
 /// The evaluable part of a policy: the policy itself or one autogen variant.

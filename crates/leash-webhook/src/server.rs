@@ -659,17 +659,7 @@ impl Admission {
             (None, None)
         } else {
             match self.cluster.get("v1", "namespaces", "", &review.namespace) {
-                Some(ns) => {
-                    let labels = ns["metadata"]["labels"]
-                        .as_object()
-                        .map(|m| {
-                            m.iter()
-                                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                                .collect()
-                        })
-                        .unwrap_or_default();
-                    (Some(labels), Some(ns))
-                }
+                Some(ns) => (Some(leash_policy::labels_of(&ns)), Some(ns)),
                 None => (None, None),
             }
         };

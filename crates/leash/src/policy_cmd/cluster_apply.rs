@@ -148,16 +148,7 @@ impl Evaluator {
     ) -> Evaluated {
         let ns = object["metadata"]["namespace"].as_str().unwrap_or("");
         let ns_object = self.namespaces.get(ns).cloned();
-        let labels = ns_object.as_ref().map(|n| {
-            n["metadata"]["labels"]
-                .as_object()
-                .map(|m| {
-                    m.iter()
-                        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
-                        .collect()
-                })
-                .unwrap_or_default()
-        });
+        let labels = ns_object.as_deref().map(leash_policy::labels_of);
         let req = EvalRequest {
             object: object.clone(),
             old_object: None,
