@@ -11,7 +11,7 @@ required, additionalProperties, x-kubernetes-preserve-unknown-fields,
 x-kubernetes-int-or-string, nullable) and without descriptions, defaults
 and status. The data is Kyverno's API (Apache-2.0), not its code.
 
-    crates/leash-policy/schemas/generate.py [VERSION]   # default v1.19.1
+    crates/leash-policy/schemas/generate.py [VERSION [KUBERNETES]]   # default v1.19.1 v1.37.2
 """
 
 import json
@@ -22,6 +22,15 @@ import sys
 import yaml
 
 VERSION = sys.argv[1] if len(sys.argv) > 1 else "v1.19.1"
+# Kubernetes' own admission policy kinds (Kyverno's CLI evaluates them):
+# from the OpenAPI v3 spec of k8s.io/kubernetes at this version.
+KUBERNETES = sys.argv[2] if len(sys.argv) > 2 else "v1.37.2"
+ADMISSION_KINDS = [
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+    "MutatingAdmissionPolicy",
+    "MutatingAdmissionPolicyBinding",
+]
 KEEP = {
     "type",
     "properties",
@@ -76,15 +85,58 @@ def prune(schema):
     return out
 
 
-def main():
+def module_dir(module):
     out = subprocess.run(
-        ["go", "mod", "download", "-json", f"github.com/kyverno/kyverno@{VERSION}"],
+        ["go", "mod", "download", "-json", module],
         check=True,
         capture_output=True,
         text=True,
         cwd="/tmp",
     )
-    root = os.path.join(json.loads(out.stdout)["Dir"], "config", "crds")
+    return json.loads(out.stdout)["Dir"]
+
+
+def resolve(schema, components, depth=0):
+    """Inlines `$ref`s (and single-element `allOf` wrappers around one)."""
+    if depth > 40:
+        raise SystemExit("schema too deep (a cycle?)")
+    if isinstance(schema, list):
+        return [resolve(s, components, depth + 1) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    if "$ref" in schema:
+        name = schema["$ref"].rsplit("/", 1)[-1]
+        return resolve(components[name], components, depth + 1)
+    if "allOf" in schema and len(schema["allOf"]) == 1 and "$ref" in schema["allOf"][0]:
+        merged = dict(resolve(schema["allOf"][0], components, depth + 1))
+        merged.update({k: v for k, v in schema.items() if k != "allOf"})
+        return merged
+    return {k: resolve(v, components, depth + 1) for k, v in schema.items()}
+
+
+def admission_kinds():
+    """group/version/Kind -> the resolved schema of its `spec`."""
+    spec_dir = os.path.join(
+        module_dir(f"k8s.io/kubernetes@{KUBERNETES}"), "api", "openapi-spec", "v3"
+    )
+    out = {}
+    for version in ("v1", "v1beta1", "v1alpha1"):
+        path = os.path.join(spec_dir, f"apis__admissionregistration.k8s.io__{version}_openapi.json")
+        if not os.path.exists(path):
+            continue
+        with open(path) as f:
+            components = json.load(f)["components"]["schemas"]
+        for kind in ADMISSION_KINDS:
+            name = f"io.k8s.api.admissionregistration.{version}.{kind}Spec"
+            if name in components:
+                out[f"admissionregistration.k8s.io/{version}/{kind}"] = resolve(
+                    components[name], components
+                )
+    return out
+
+
+def main():
+    root = os.path.join(module_dir(f"github.com/kyverno/kyverno@{VERSION}"), "config", "crds")
     kinds = {}
     schemas = []
     for name in FILES:
@@ -102,11 +154,17 @@ def main():
             if pruned not in schemas:
                 schemas.append(pruned)
             kinds[key] = schemas.index(pruned)
+    for key, schema in admission_kinds().items():
+        pruned = prune(schema)
+        if pruned not in schemas:
+            schemas.append(pruned)
+        kinds[key] = schemas.index(pruned)
     here = os.path.dirname(os.path.abspath(__file__))
     with open(os.path.join(here, "kyverno.json"), "w") as f:
         json.dump(
             {
-                "source": f"github.com/kyverno/kyverno@{VERSION} config/crds",
+                "source": f"github.com/kyverno/kyverno@{VERSION} config/crds; "
+                f"k8s.io/kubernetes@{KUBERNETES} api/openapi-spec/v3 (admissionregistration.k8s.io)",
                 "kinds": kinds,
                 "schemas": schemas,
             },

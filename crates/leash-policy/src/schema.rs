@@ -9,8 +9,10 @@
 //! `validate:` indented under `match` leaves a rule that checks nothing.
 //!
 //! The schemas are `schemas/kyverno.json`, written by `schemas/generate.py`
-//! from the `config/crds` of the github.com/kyverno/kyverno Go module (only
-//! what validation needs: no descriptions, defaults or status). They are
+//! from the `config/crds` of the github.com/kyverno/kyverno Go module and,
+//! for Kubernetes' ValidatingAdmissionPolicy and MutatingAdmissionPolicy
+//! (and bindings), the OpenAPI v3 spec of k8s.io/kubernetes (only what
+//! validation needs: no descriptions, defaults or status). They are
 //! parsed once, on first use.
 
 use std::collections::BTreeMap;
@@ -355,6 +357,11 @@ mod tests {
                 json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
                        "metadata": {"name": "p"}, "specs": {}}),
                 "specs: Invalid value: value provided for unknown field | spec: Required value",
+            ),
+            (
+                json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+                       "metadata": {"name": "v"}, "spec": {"validations": [{"expresion": "true"}]}}),
+                "spec.validations[0].expresion: Invalid value: value provided for unknown field | spec.validations[0].expression: Required value",
             ),
             (
                 json!({"apiVersion": "kyverno.io/v9", "kind": "ClusterPolicy",

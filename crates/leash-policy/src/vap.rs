@@ -95,6 +95,7 @@ impl AdmissionPolicyBinding {
         if !is_admission_policy_binding(doc) {
             return Err(Error::Unsupported(format!("{BINDING_KIND} {name}")));
         }
+        Error::check_schema(doc)?;
         let spec = &doc["spec"];
         let policy_name = match spec["policyName"].as_str() {
             Some(p) if !p.is_empty() => p.to_string(),
@@ -144,6 +145,7 @@ impl AdmissionPolicy {
         if !is_admission_policy(doc) {
             return Err(Error::Unsupported(format!("{POLICY_KIND} {name}")));
         }
+        Error::check_schema(doc)?;
         let spec = &doc["spec"];
         let conditions = compile_named_conditions(
             spec.get("matchConditions"),
@@ -261,7 +263,8 @@ mod tests {
         .unwrap()
     }
 
-    fn binding(spec: Json) -> AdmissionPolicyBinding {
+    fn binding(mut spec: Json) -> AdmissionPolicyBinding {
+        spec["validationActions"] = json!(["Deny"]);
         AdmissionPolicyBinding::compile(&json!({
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "ValidatingAdmissionPolicyBinding",
