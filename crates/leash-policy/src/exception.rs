@@ -217,7 +217,10 @@ impl Exception {
         match (&self.conditions, vars) {
             (None, _) => true,
             (Some(c), Some(vars)) => self.conditions_hold(c, vars),
-            (Some(_), None) => false,
+            // Without the rule's context, the conditions see the request
+            // (`request.object`, `request.operation`, ...), as Kyverno's
+            // do.
+            (Some(c), None) => self.conditions_hold(c, &crate::eval::base_vars(req, req.operation)),
         }
     }
 

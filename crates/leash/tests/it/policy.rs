@@ -261,6 +261,37 @@ spec:
     assert_eq!(passed, [("x/a", true), ("x/b", false)], "{}", stdout(&out));
 }
 
+/// A PolicyException's `conditions` are evaluated on the request (here
+/// the resource's label): the blue pod is excepted (skip), the red one is
+/// not (fail), as Kyverno v1.19.1's CLI gives on the same folder.
+#[test]
+fn test_exception_conditions_see_the_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    fs::write(d.join("policy.yaml"), POLICY).unwrap();
+    fs::write(
+        d.join("resources.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: blue, namespace: apps, labels: {color: blue}}\nspec:\n  containers: [{name: c, image: \"nginx:latest\"}]\n---\n\
+         apiVersion: v1\nkind: Pod\nmetadata: {name: red, namespace: apps, labels: {color: red}}\nspec:\n  containers: [{name: c, image: \"nginx:latest\"}]\n",
+    )
+    .unwrap();
+    fs::write(
+        d.join("exception.yaml"),
+        "apiVersion: kyverno.io/v2\nkind: PolicyException\nmetadata: {name: blue-may, namespace: apps}\nspec:\n  exceptions:\n  - policyName: disallow-latest\n    ruleNames: [no-latest]\n  match:\n    any:\n    - resources: {kinds: [Pod]}\n  conditions:\n    any:\n    - key: \"{{ request.object.metadata.labels.color || '' }}\"\n      operator: Equals\n      value: blue\n",
+    )
+    .unwrap();
+    fs::write(
+        d.join("kyverno-test.yaml"),
+        "apiVersion: cli.kyverno.io/v1alpha1\nkind: Test\nmetadata: {name: t}\npolicies: [policy.yaml]\nexceptions: [exception.yaml]\nresources: [resources.yaml]\nresults:\n\
+         - {policy: disallow-latest, rule: no-latest, resources: [blue], kind: Pod, result: skip}\n\
+         - {policy: disallow-latest, rule: no-latest, resources: [red], kind: Pod, result: fail}\n",
+    )
+    .unwrap();
+    let out = leash().arg("test").arg(d).output().unwrap();
+    assert!(out.status.success(), "{}", stdout(&out));
+    assert_stdout_has(&out, "1 of 1 test files passed; 2 passed, 0 failed");
+}
+
 /// A row's `namespace` picks among resources of the same name, as in
 /// Kyverno's CLI: two Pods named `web`, the rule matching only one
 /// namespace's; the other's row expects `skip`, and a namespace holding no
