@@ -393,4 +393,37 @@ mod tests {
         assert_eq!(found.len(), MAX_PROBLEMS + 1);
         assert_eq!(found[MAX_PROBLEMS].message, "and 10 more problems");
     }
+
+    /// Every policy of Kyverno's policy library and of its CLI suite (when
+    /// present here) follows its schema: the checks refuse no manifest
+    /// Kyverno accepts. Documents without a `spec` (chainsaw's status
+    /// asserts) are not policies.
+    #[test]
+    fn the_shared_corpora_follow_their_schemas() {
+        let mut checked = 0;
+        for corpus in ["/work/shared/kyverno-policies", "/work/shared/kyverno-cli"] {
+            let dir = std::path::Path::new(corpus);
+            if !dir.is_dir() {
+                continue;
+            }
+            for doc in crate::vpol::tests::yaml_docs(dir) {
+                if doc.get("spec").is_none()
+                    || !knows(
+                        doc["apiVersion"].as_str().unwrap_or(""),
+                        doc["kind"].as_str().unwrap_or(""),
+                    )
+                {
+                    continue;
+                }
+                checked += 1;
+                assert_eq!(
+                    fields(&doc),
+                    Vec::<String>::new(),
+                    "{corpus}: {}",
+                    doc["metadata"]["name"]
+                );
+            }
+        }
+        eprintln!("{checked} policies checked");
+    }
 }
