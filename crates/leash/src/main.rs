@@ -11,6 +11,7 @@ mod context_cmd;
 mod credential;
 #[cfg(test)]
 mod flag_tests;
+mod jp_cmd;
 mod load_cmd;
 mod names;
 mod policy_cmd;
@@ -78,6 +79,8 @@ enum Command {
     Sandbox(sandbox_cmd::Args),
     /// Run the global context store (Kyverno GlobalContextEntry) and print or serve it.
     Context(context_cmd::Args),
+    /// Evaluate and parse JMESPath with Kyverno's functions, and list them (Kyverno's `kyverno jp`).
+    Jp(jp_cmd::Args),
 }
 
 fn main() -> ExitCode {
@@ -105,6 +108,7 @@ fn main() -> ExitCode {
             Command::Test(args) => policy_cmd::test::run(args),
             Command::Apply(args) => policy_cmd::apply::run(args).await,
             Command::Serve(args) => serve_cmd::run(*args).await,
+            Command::Jp(args) => jp_cmd::run(args).map(|()| ExitCode::SUCCESS),
         }
     });
     // Everything the subcommands spawned is owned by scopes they joined; the

@@ -7,6 +7,7 @@ mod deploy;
 mod fail_closed;
 mod faults_38;
 mod generate;
+mod jp;
 mod load;
 mod mpol;
 mod mutate;
