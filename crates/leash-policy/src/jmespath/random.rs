@@ -6,6 +6,12 @@
 //! quantifiers `* + ? {n} {n,} {n,m}` (lazy forms too), anchors `^ $`
 //! (ignored). Unbounded repeats stop at 10, as goregen's default. Anything
 //! else (backreferences, lookaround, Unicode classes) is an error.
+//!
+//! # Invariants
+//! 1. The one shared state is a process-wide `AtomicU64` counter (relaxed:
+//!    only its distinctness matters) mixed into each call's seed with the
+//!    process's random hasher keys and the time, so concurrent calls get
+//!    different streams; each call owns its generator. No lock, no task.
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};

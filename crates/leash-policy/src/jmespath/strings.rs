@@ -1,4 +1,15 @@
 //! Kyverno's string, encoding, matching and object functions.
+//!
+//! # Invariants
+//! 1. The one shared state is the process-wide cache of compiled regular
+//!    expressions (`cached_regex`): a `std::sync::Mutex` held only to look
+//!    up or insert (a regular expression is compiled with no lock held; two
+//!    threads compiling the same one keep the first inserted), never across
+//!    a call into the engine; a poisoned lock is recovered. It holds at most
+//!    512 expressions (cleared when full), so policies cannot grow it
+//!    without bound.
+//! 2. Every function is a pure function of its arguments besides that
+//!    cache: no task, no I/O.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -120,20 +131,21 @@ fn split(x: &[Rcvar]) -> Result<Rcvar, String> {
     Ok(Rcvar::new(Variable::Array(parts)))
 }
 
-/// Compiled regular expressions, shared across evaluations.
+/// Compiled regular expressions, shared across evaluations (invariant 1).
 fn cached_regex(pattern: &str) -> Result<Arc<Regex>, regex::Error> {
     static CACHE: Mutex<Option<HashMap<String, Arc<Regex>>>> = Mutex::new(None);
-    let mut guard = CACHE.lock().unwrap_or_else(|p| p.into_inner());
-    let map = guard.get_or_insert_with(HashMap::new);
-    if let Some(re) = map.get(pattern) {
+    let lock = || CACHE.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(re) = lock().as_ref().and_then(|m| m.get(pattern)) {
         return Ok(re.clone());
     }
+    // Compiled without the lock: other threads' lookups never wait for it.
     let re = Arc::new(Regex::new(pattern)?);
+    let mut guard = lock();
+    let map = guard.get_or_insert_with(HashMap::new);
     if map.len() >= 512 {
         map.clear();
     }
-    map.insert(pattern.to_string(), re.clone());
-    Ok(re)
+    Ok(map.entry(pattern.to_string()).or_insert(re).clone())
 }
 
 fn str_or_num(name: &str, x: &[Rcvar], i: usize) -> Result<String, String> {
