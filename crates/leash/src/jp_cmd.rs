@@ -481,6 +481,23 @@ const FUNCTIONS: &[Function] = &[
         Some(("md5('a')", "\"0cc175b9c0f1b6a831c399e269772661\"")),
     ),
     f(
+        "sha1",
+        "string",
+        "string",
+        "The hex SHA-1 digest of the string.",
+        Some(("sha1('a')", "\"86f7e437faa5a7fce15d1ddcb9eaeaea377667b8\"")),
+    ),
+    f(
+        "sha256",
+        "string",
+        "string",
+        "The hex SHA-256 digest of the string (Kyverno: for names that must stay short).",
+        Some((
+            "sha256('a')",
+            "\"ca978112ca1bbdcafac231b39a23dc4da786eff8147c4e72b9807785afee48bb\"",
+        )),
+    ),
+    f(
         "random",
         "string",
         "string",

@@ -1,5 +1,7 @@
-//! `md5(string)`: the lowercase hex MD5 digest of the string's UTF-8 bytes
-//! (RFC 1321), listed among Kyverno's JMESPath filters.
+//! `md5(string)`, `sha1(string)`, `sha256(string)`: the lowercase hex
+//! digest of the string's UTF-8 bytes, as Kyverno's JMESPath functions give
+//! them (MD5 per RFC 1321 here; SHA-1 and SHA-256 by ring, already built
+//! for rustls).
 
 use jmespath::{Rcvar, Runtime};
 
@@ -8,6 +10,17 @@ use super::{arg_str, register, string};
 
 pub(super) fn register_all(rt: &mut Runtime) {
     register(rt, "md5", vec![s()], md5_fn);
+    register(rt, "sha1", vec![s()], |x| {
+        digest(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY, x)
+    });
+    register(rt, "sha256", vec![s()], |x| {
+        digest(&ring::digest::SHA256, x)
+    });
+}
+
+fn digest(algorithm: &'static ring::digest::Algorithm, x: &[Rcvar]) -> Result<Rcvar, String> {
+    let d = ring::digest::digest(algorithm, arg_str(x, 0).as_bytes());
+    Ok(string(hex(d.as_ref())))
 }
 
 fn md5_fn(x: &[Rcvar]) -> Result<Rcvar, String> {
@@ -104,6 +117,25 @@ mod tests {
                 Json(r#""57edf4a22be3c955ac49da2e2107b67a""#),
             ),
             ("md5(`1`)", "{}", Err("string")),
+        ];
+        run(cases);
+    }
+
+    /// The digests Kyverno v1.19.1's `kyverno jp query` gives.
+    #[test]
+    fn sha1_and_sha256() {
+        let cases: &[Case] = &[
+            (
+                "sha1('a')",
+                "{}",
+                Json(r#""86f7e437faa5a7fce15d1ddcb9eaeaea377667b8""#),
+            ),
+            (
+                "sha256('a')",
+                "{}",
+                Json(r#""ca978112ca1bbdcafac231b39a23dc4da786eff8147c4e72b9807785afee48bb""#),
+            ),
+            ("sha256(`1`)", "{}", Err("string")),
         ];
         run(cases);
     }
