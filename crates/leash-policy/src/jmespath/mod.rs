@@ -73,7 +73,7 @@
 //! regex_replace_all_literal regex_match pattern_match label_match
 //! to_boolean add sum subtract multiply divide modulo round base64_decode
 //! base64_encode path_canonicalize truncate semver_compare parse_json
-//! parse_yaml lookup items object_from_lists random x509_decode md5
+//! parse_yaml lookup items object_from_lists random x509_decode md5 sha1 sha256
 //! image_normalize time_since time_now time_now_utc time_add time_parse
 //! time_to_cron time_utc time_diff time_before time_after time_between
 //! time_truncate`.
