@@ -37,7 +37,10 @@ pub(crate) enum Format {
     Json,
 }
 
-/// Flags of `leash apply`.
+/// Flags of `leash apply`: leash's own, and every flag of `kyverno apply`
+/// (v1.19), so its scripts run unchanged: the ones leash honours do what
+/// they do there; the ones it cannot honour fail naming the flag
+/// ([`Args::refused`]).
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
     /// Policy files or directories (recursively): ClusterPolicy, Policy,
@@ -46,11 +49,11 @@ pub(crate) struct Args {
     #[arg(required = true, value_name = "POLICY_PATH")]
     policies: Vec<PathBuf>,
     /// Resource files or directories to evaluate (repeatable).
-    #[arg(long = "resource", short = 'r', value_name = "PATH", required_unless_present_any = ["cluster", "sandbox"], conflicts_with = "cluster")]
+    #[arg(long = "resource", short = 'r', visible_alias = "resources", value_name = "PATH", required_unless_present_any = ["cluster", "sandbox"], conflicts_with = "cluster")]
     resources: Vec<PathBuf>,
     /// Evaluate the cluster's resources of the kinds the policies match
     /// (loaded concurrently, evaluated as pages arrive).
-    #[arg(long)]
+    #[arg(long, short = 'c')]
     cluster: bool,
     /// With --cluster: read every namespace.
     #[arg(short = 'A', long, conflicts_with = "namespace")]
@@ -66,11 +69,23 @@ pub(crate) struct Args {
           default_missing_value = crate::load_cmd::args::DEFAULT_SANDBOX_SPEC,
           conflicts_with_all = ["server", "kubeconfig", "context", "token", "resources"])]
     sandbox: Option<String>,
-    /// With --cluster: list requests in flight at once (1..=32).
-    #[arg(long, value_name = "N", default_value_t = 4)]
+    /// With --cluster: list requests in flight at once (1..=32); Kyverno's
+    /// --concurrent (resource loading workers) sets the same.
+    #[arg(
+        long,
+        visible_alias = "concurrent",
+        value_name = "N",
+        default_value_t = 4
+    )]
     list_concurrency: usize,
-    /// With --cluster: objects per page.
-    #[arg(long, value_name = "N", default_value_t = 500)]
+    /// With --cluster: objects per page (per list call); Kyverno's
+    /// --batch-size sets the same.
+    #[arg(
+        long,
+        visible_alias = "batch-size",
+        value_name = "N",
+        default_value_t = 500
+    )]
     page_size: u32,
     /// A Kyverno CLI `Values` file (variables, namespace labels).
     #[arg(long, short = 'f', value_name = "FILE")]
@@ -82,17 +97,35 @@ pub(crate) struct Args {
     #[arg(long, short = 'u', value_name = "FILE")]
     userinfo: Option<PathBuf>,
     /// PolicyException files or directories.
-    #[arg(long, short = 'e', value_name = "PATH")]
+    #[arg(long, short = 'e', visible_alias = "exceptions", value_name = "PATH")]
     exception: Vec<PathBuf>,
-    /// Print wgpolicyk8s.io/v1alpha2 PolicyReport / ClusterPolicyReport objects.
-    #[arg(long)]
+    /// Print policy reports instead of the results: Kyverno 1.15+'s
+    /// openreports.io/v1alpha1 layout unless --report-format says otherwise.
+    #[arg(long, short = 'p')]
     policy_report: bool,
-    /// Output format.
-    #[arg(long, short = 'o', value_enum, default_value_t = Format::Table)]
-    output: Format,
+    /// The layout of --policy-report: `openreports` (a ClusterReport
+    /// `merged` for the cluster-wide policies and a PolicyReport per
+    /// namespaced Policy and resource, as `kyverno apply`), or
+    /// `wgpolicyk8s` (wgpolicyk8s.io/v1alpha2: a PolicyReport `merged` per
+    /// resource namespace, a ClusterPolicyReport for cluster-scoped ones).
+    #[arg(long, value_enum, value_name = "LAYOUT", default_value_t = ReportFormat::Openreports)]
+    report_format: ReportFormat,
+    /// Output format (`table`, `yaml`, `json`); any other value is a path,
+    /// as `kyverno apply -o PATH`: the same as --mutated-output PATH.
+    #[arg(long, short = 'o', value_name = "FORMAT|PATH", default_value = "table", value_parser = parse_output)]
+    output: Output,
+    /// Kyverno's output format of --policy-report (`yaml`, `json`): the
+    /// same as -o yaml / -o json.
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    output_format: Option<ReportOutput>,
+    /// Kyverno's table output: leash's `table` output (failures and a
+    /// summary), its default.
+    #[arg(long, short = 't', conflicts_with = "output_format")]
+    table: bool,
     /// Existing resources for `mutate.targets` rules (files or
-    /// directories, repeatable), as `kyverno apply --target-resource`.
-    #[arg(long = "target-resource", value_name = "PATH", conflicts_with_all = ["cluster", "sandbox"])]
+    /// directories, repeatable), as `kyverno apply --target-resource` (and
+    /// --target-resources).
+    #[arg(long = "target-resource", visible_alias = "target-resources", value_name = "PATH", conflicts_with_all = ["cluster", "sandbox"])]
     target_resources: Vec<PathBuf>,
     /// Write the resources mutate rules changed to PATH instead of stdout:
     /// a directory (one NAME-mutated.yaml each) or a file (a YAML stream).
@@ -104,13 +137,244 @@ pub(crate) struct Args {
     /// Print every result, not only failures and errors.
     #[arg(long)]
     detailed_results: bool,
+    /// The exit code when results warn and none fails or errs (0: exit 0).
+    #[arg(long, value_name = "CODE", default_value_t = 0)]
+    warn_exit_code: u8,
+    /// Exit with --warn-exit-code also when no result passed (and none
+    /// fails or errs).
+    #[arg(long)]
+    warn_no_pass: bool,
+    /// Accepted for Kyverno's scripts: leash prints no colour.
+    #[arg(long)]
+    remove_color: bool,
+    /// Accepted for Kyverno's scripts: leash always goes on with the next
+    /// resource after a failure.
+    #[arg(long)]
+    continue_on_fail: bool,
+    /// Accepted for Kyverno's scripts: leash always evaluates the
+    /// PolicyExceptions found in the policy paths.
+    #[arg(long)]
+    exceptions_within_policies: bool,
     /// Evaluation threads (default: one per core).
     #[arg(long, value_name = "N")]
     concurrency: Option<usize>,
+    #[command(flatten)]
+    refused: Box<Refused>,
+}
+
+/// The flags of `kyverno apply` leash cannot honour: each parses (so the
+/// error is leash's, naming the flag) and fails the command.
+#[derive(Debug, Default, clap::Args)]
+#[command(next_help_heading = "Kyverno flags leash refuses (each fails naming the flag)")]
+pub(crate) struct Refused {
+    /// Not supported: leash reads no git repositories.
+    #[arg(long, short = 'b', value_name = "BRANCH")]
+    git_branch: Option<String>,
+    /// Not supported: leash reads no git repositories.
+    #[arg(long, value_name = "USER")]
+    username: Option<String>,
+    /// Not supported: leash reads no git repositories.
+    #[arg(long, value_name = "PASSWORD")]
+    password: Option<String>,
+    /// Not supported: leash reads no image registry.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
+    registry: Option<String>,
+    /// Not supported: leash applies policies to the cluster's
+    /// cluster-scoped kinds the policies match without it.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
+    cluster_wide_resources: Option<String>,
+    /// Not supported: leash evaluates no CEL context file.
+    #[arg(long, value_name = "FILE")]
+    context_file: Option<String>,
+    /// Not supported: resource load errors fail `leash apply` on files
+    /// and are listed after the results with --cluster.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
+    continue_on_error: Option<String>,
+    /// Not supported: leash reads no CRD files.
+    #[arg(long, value_name = "PATH")]
+    crd_paths: Vec<String>,
+    /// Not supported: leash apply evaluates no Envoy policies.
+    #[arg(long, value_name = "PATH")]
+    envoy_payload: Vec<String>,
+    /// Not supported: leash apply evaluates no HTTP policies.
+    #[arg(long, value_name = "PATH")]
+    http_payload: Vec<String>,
+    /// Not supported: leash apply evaluates no JSON payloads.
+    #[arg(long, value_name = "PATH")]
+    json: Vec<String>,
+    /// Not supported: leash apply evaluates no ValidatingAdmissionPolicies.
+    #[arg(long, value_name = "PATH")]
+    parameter_resource: Vec<String>,
+    /// Not supported: leash does not read PolicyExceptions from the
+    /// resource paths (give them with -e).
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
+    exceptions_with_resources: Option<String>,
+    /// Not supported: leash does not read PolicyExceptions from the
+    /// resource paths (give them with -e).
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
+    exceptions_within_resources: Option<String>,
+    /// Not supported: leash generates no PolicyExceptions.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
+    generate_exceptions: Option<String>,
+    /// Not supported: leash generates no PolicyExceptions.
+    #[arg(long, value_name = "DURATION")]
+    generated_exception_ttl: Option<String>,
+    /// Not supported: leash prints no loading metrics.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
+    show_performance: Option<String>,
+    /// Not supported: leash reads no policy or resource from stdin.
+    #[arg(long, short = 'i', num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
+    stdin: Option<String>,
+    /// Not supported: leash gives no deprecation warnings to turn into
+    /// errors.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
+    warnings_as_errors: Option<String>,
+}
+
+impl Refused {
+    /// The first refused flag given, with why.
+    fn check(&self) -> Result<()> {
+        let given: [(&str, bool); 19] = [
+            ("--git-branch", self.git_branch.is_some()),
+            ("--username", self.username.is_some()),
+            ("--password", self.password.is_some()),
+            ("--registry", self.registry.is_some()),
+            (
+                "--cluster-wide-resources",
+                self.cluster_wide_resources.is_some(),
+            ),
+            ("--context-file", self.context_file.is_some()),
+            ("--continue-on-error", self.continue_on_error.is_some()),
+            ("--crd-paths", !self.crd_paths.is_empty()),
+            ("--envoy-payload", !self.envoy_payload.is_empty()),
+            ("--http-payload", !self.http_payload.is_empty()),
+            ("--json", !self.json.is_empty()),
+            ("--parameter-resource", !self.parameter_resource.is_empty()),
+            (
+                "--exceptions-with-resources",
+                self.exceptions_with_resources.is_some(),
+            ),
+            (
+                "--exceptions-within-resources",
+                self.exceptions_within_resources.is_some(),
+            ),
+            ("--generate-exceptions", self.generate_exceptions.is_some()),
+            (
+                "--generated-exception-ttl",
+                self.generated_exception_ttl.is_some(),
+            ),
+            ("--show-performance", self.show_performance.is_some()),
+            ("--stdin", self.stdin.is_some()),
+            ("--warnings-as-errors", self.warnings_as_errors.is_some()),
+        ];
+        match given.iter().find(|(_, g)| *g) {
+            Some((flag, _)) => Err(usage(format!(
+                "{flag} (a kyverno apply flag) is not supported by leash apply: see `leash apply --help`"
+            ))),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The layouts of `--policy-report`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ReportFormat {
+    /// openreports.io/v1alpha1, as `kyverno apply` 1.15+.
+    Openreports,
+    /// wgpolicyk8s.io/v1alpha2.
+    Wgpolicyk8s,
+}
+
+/// Kyverno's `--output-format` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ReportOutput {
+    /// YAML.
+    Yaml,
+    /// JSON.
+    Json,
+}
+
+/// `-o`: a format, or (as `kyverno apply -o`) the mutated resources' path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Output {
+    Format(Format),
+    Path(PathBuf),
+}
+
+fn parse_output(s: &str) -> Result<Output, String> {
+    match Format::from_str(s, false) {
+        Ok(f) => Ok(Output::Format(f)),
+        Err(_) if s.is_empty() => Err("empty value".to_string()),
+        Err(_) => Ok(Output::Path(PathBuf::from(s))),
+    }
+}
+
+impl Args {
+    /// The output format: -o FORMAT, else --output-format, else the table.
+    fn format(&self) -> Format {
+        match (&self.output, self.output_format) {
+            (Output::Format(f), None) => *f,
+            (_, Some(ReportOutput::Json)) => Format::Json,
+            (_, Some(ReportOutput::Yaml)) => Format::Yaml,
+            (Output::Path(_), None) => Format::Table,
+        }
+    }
+
+    /// Where mutated resources go: --mutated-output, else `-o PATH`.
+    fn mutated_path(&self) -> Result<Option<PathBuf>> {
+        match (&self.mutated_output, &self.output) {
+            (Some(_), Output::Path(_)) => Err(usage(
+                "-o PATH and --mutated-output both name where mutated resources go: give one",
+            )),
+            (Some(p), _) | (None, Output::Path(p)) => Ok(Some(p.clone())),
+            (None, Output::Format(_)) => Ok(None),
+        }
+    }
+
+    /// Rejects what the flags cannot mean together.
+    fn check(&self) -> Result<()> {
+        self.refused.check()?;
+        if let (Output::Format(f), Some(of)) = (&self.output, self.output_format) {
+            let same = matches!(
+                (f, of),
+                (Format::Json, ReportOutput::Json) | (Format::Yaml, ReportOutput::Yaml)
+            );
+            if *f != Format::Table && !same {
+                return Err(usage("-o FORMAT and --output-format disagree: give one"));
+            }
+        }
+        if self.table && self.format() != Format::Table {
+            return Err(usage("--table and -o yaml|json disagree: give one"));
+        }
+        if matches!(self.output, Output::Path(_)) && (self.cluster || self.sandbox.is_some()) {
+            return Err(usage(
+                "-o PATH (mutated resources) cannot be used with --cluster",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The exit code of a run without failures or errors: --warn-exit-code
+/// when results warn, or (with --warn-no-pass) when none passed, as
+/// `kyverno apply`.
+fn warn_exit(args: &Args, warned: bool, passed: bool) -> ExitCode {
+    if args.warn_exit_code != 0 && warned {
+        eprintln!("leash: exit as --warn-exit-code is {}", args.warn_exit_code);
+        return ExitCode::from(args.warn_exit_code);
+    }
+    if args.warn_no_pass && !passed {
+        eprintln!("leash: exit as no objects satisfied policy (--warn-no-pass)");
+        return ExitCode::from(args.warn_exit_code);
+    }
+    ExitCode::SUCCESS
 }
 
 /// Runs `leash apply`.
 pub(crate) async fn run(args: Args) -> Result<ExitCode> {
+    args.check()?;
+    let format = args.format();
+    let mutated_path = args.mutated_path()?;
     let mut paths = args.policies.clone();
     paths.extend(args.exception.iter().cloned());
     let loaded = load::load_policies(&paths).map_err(|e| usage(format!("{e:#}")))?;
@@ -187,14 +451,14 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode> {
         return Ok(ExitCode::from(EXIT_INTERRUPTED));
     }
     let results = adjust_audit(&loaded.engine, results, args.audit_warn);
-    if let Some(path) = &args.mutated_output {
+    if let Some(path) = &mutated_path {
         let written = mutated::write(path, &mutations)?;
         eprintln!(
             "leash: wrote {written} mutated resources to {}",
             path.display()
         );
     }
-    let print_mutated = args.mutated_output.is_none() && !args.policy_report;
+    let print_mutated = mutated_path.is_none() && !args.policy_report;
     // Mutate results count, print and report as results too, as in
     // Kyverno's CLI (its reports hold every rule type).
     let combined: Vec<Evaluated> = results
@@ -209,9 +473,15 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     if args.policy_report {
-        print_reports(&mut out, &loaded.engine, &combined, args.output)?;
+        print_reports(
+            &mut out,
+            &loaded.engine,
+            &combined,
+            format,
+            args.report_format,
+        )?;
     } else {
-        if print_mutated && args.output == Format::Table {
+        if print_mutated && format == Format::Table {
             mutated::print(&mut out, &mutations)?;
         }
         print_results(
@@ -221,9 +491,9 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode> {
                 + loaded.engine.mutating_policies().len()
                 + loaded.engine.generating_policies().len(),
             &combined,
-            args.output,
+            format,
             args.detailed_results,
-            if print_mutated && args.output != Format::Table {
+            if print_mutated && format != Format::Table {
                 Some(&mutations)
             } else {
                 None
@@ -231,14 +501,16 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode> {
         )?;
     }
     out.flush()?;
-    let failed = combined
-        .iter()
-        .flat_map(|(_, rs)| rs)
-        .any(|r| matches!(r.status, Status::Fail | Status::Error));
+    let all = || combined.iter().flat_map(|(_, rs)| rs);
+    let failed = all().any(|r| matches!(r.status, Status::Fail | Status::Error));
     Ok(if failed {
         ExitCode::from(EXIT_FAILURE)
     } else {
-        ExitCode::SUCCESS
+        warn_exit(
+            &args,
+            all().any(|r| r.status == Status::Warn),
+            all().any(|r| r.status == Status::Pass),
+        )
     })
 }
 
@@ -280,7 +552,8 @@ async fn run_cluster(
         page_size: args.page_size,
     };
     let threads = evaluation_threads(args.concurrency)?;
-    let keep = if args.policy_report || args.output != Format::Table {
+    let format = args.format();
+    let keep = if args.policy_report || format != Format::Table {
         cluster_apply::Keep::All
     } else if args.audit_warn {
         // Audit failures become warnings after the run: keep, then print.
@@ -315,7 +588,7 @@ async fn run_cluster(
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     if args.policy_report {
-        print_reports(&mut out, engine, &results, args.output)?;
+        print_reports(&mut out, engine, &results, format, args.report_format)?;
     } else {
         print_summary(
             &mut out,
@@ -323,7 +596,7 @@ async fn run_cluster(
             &results,
             &counts,
             outcome.objects,
-            args.output,
+            format,
             args.detailed_results,
         )?;
     }
@@ -334,10 +607,11 @@ async fn run_cluster(
     // From the counts: in the streaming table mode no result is kept.
     let failed =
         counts.get("fail").copied().unwrap_or(0) + counts.get("error").copied().unwrap_or(0) > 0;
+    let n = |k: &str| counts.get(k).copied().unwrap_or(0);
     Ok(if failed || !outcome.load_errors.is_empty() {
         ExitCode::from(EXIT_FAILURE)
     } else {
-        ExitCode::SUCCESS
+        warn_exit(&args, n("warn") > 0, n("pass") > 0)
     })
 }
 
@@ -676,17 +950,114 @@ fn object_ref(o: &Value) -> Value {
     Value::Object(r)
 }
 
-/// One report per namespace (`PolicyReport`) and one for cluster-scoped
-/// resources (`ClusterPolicyReport`), with Kyverno's result fields.
+/// The reports of `--policy-report`, in `layout`.
 fn print_reports(
     out: &mut impl Write,
     engine: &Engine,
     results: &[Evaluated],
     format: Format,
+    layout: ReportFormat,
 ) -> Result<()> {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
+    match layout {
+        ReportFormat::Openreports => print_openreports(out, engine, results, format, now),
+        ReportFormat::Wgpolicyk8s => print_wgpolicy_reports(out, engine, results, format, now),
+    }
+}
+
+/// `kyverno apply --policy-report` (1.15+): the results of every
+/// cluster-wide policy in one openreports.io/v1alpha1 `ClusterReport`
+/// named `merged`, printed first (when there are any), then for each
+/// resource and namespaced `Policy` with results a `PolicyReport` named
+/// after the policy in its namespace, after a `---` line. YAML documents
+/// are followed by an empty line; JSON ones are compact, one per line.
+fn print_openreports(
+    out: &mut impl Write,
+    engine: &Engine,
+    results: &[Evaluated],
+    format: Format,
+    now: u64,
+) -> Result<()> {
+    let entry = |o: &Value, r: &RuleResult| {
+        let meta = leash_report::PolicyMeta::of(engine, &r.policy);
+        let mut result = leash_report::result_entry(r, &meta, now);
+        let mut subject = object_ref(o);
+        if let Some(rv) = o["metadata"]["resourceVersion"].as_str() {
+            subject["resourceVersion"] = json!(rv);
+        }
+        result["resources"] = json!([subject]);
+        result["properties"] = json!({"process": "background scan"});
+        result
+    };
+    let mut clustered = Vec::new();
+    let mut namespaced: Vec<Value> = Vec::new();
+    for (o, rs) in results {
+        // One report per (namespaced policy, resource), in result order.
+        let mut per_policy: Vec<(&str, Vec<Value>)> = Vec::new();
+        for r in rs {
+            match r.policy.split_once('/') {
+                None => clustered.push(entry(o, r)),
+                Some(_) => match per_policy.iter_mut().find(|(k, _)| *k == &*r.policy) {
+                    Some((_, v)) => v.push(entry(o, r)),
+                    None => per_policy.push((&r.policy, vec![entry(o, r)])),
+                },
+            }
+        }
+        for (key, results) in per_policy {
+            let (ns, name) = key.split_once('/').unwrap_or(("", key));
+            let summary = leash_report::summary(&results);
+            namespaced.push(json!({
+                "apiVersion": "openreports.io/v1alpha1", "kind": "PolicyReport",
+                "metadata": {"name": name, "namespace": ns},
+                "results": results, "source": "", "summary": summary,
+            }));
+        }
+    }
+    let print = |out: &mut dyn Write, doc: &Value| -> Result<()> {
+        match format {
+            Format::Json => {
+                serde_json::to_writer(&mut *out, doc)?;
+                writeln!(out)?;
+            }
+            Format::Yaml | Format::Table => {
+                let text = serde_saphyr::to_string(doc).map_err(|e| anyhow::anyhow!("{e}"))?;
+                out.write_all(text.as_bytes())?;
+                writeln!(out)?;
+            }
+        }
+        Ok(())
+    };
+    if !clustered.is_empty() {
+        let summary = leash_report::summary(&clustered);
+        print(
+            out,
+            &json!({
+                "apiVersion": "openreports.io/v1alpha1", "kind": "ClusterReport",
+                "metadata": {"name": "merged"},
+                "results": clustered, "source": "", "summary": summary,
+            }),
+        )?;
+    }
+    for doc in &namespaced {
+        writeln!(out, "---")?;
+        print(out, doc)?;
+    }
+    Ok(())
+}
+
+/// `--report-format wgpolicyk8s`: one wgpolicyk8s.io/v1alpha2
+/// `PolicyReport` per resource namespace and a `ClusterPolicyReport` for
+/// cluster-scoped resources, all named `merged`, with Kyverno's result
+/// fields; with JSON a `v1` `List` of them.
+fn print_wgpolicy_reports(
+    out: &mut impl Write,
+    engine: &Engine,
+    results: &[Evaluated],
+    format: Format,
+    now: u64,
+) -> Result<()> {
     let mut by_ns: BTreeMap<String, Vec<Value>> = BTreeMap::new();
     for (o, rs) in results {
         let ns = o["metadata"]["namespace"]

@@ -32,7 +32,8 @@ pub(crate) enum Format {
     Json,
 }
 
-/// Flags of `leash test`.
+/// Flags of `leash test`: leash's own and every flag of `kyverno test`
+/// (v1.19): the ones leash cannot honour fail naming the flag.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
     /// Test files, or directories searched recursively (dot-directories included).
@@ -47,7 +48,7 @@ pub(crate) struct Args {
     )]
     file_name: String,
     /// Run only the rows that match, e.g. `policy=require-*,rule=*,resource=bad*`.
-    #[arg(long, value_name = "SELECTOR")]
+    #[arg(long, short = 't', value_name = "SELECTOR")]
     test_case_selector: Option<String>,
     /// Print only the rows that did not match.
     #[arg(long)]
@@ -55,9 +56,46 @@ pub(crate) struct Args {
     /// Print each result's message.
     #[arg(long)]
     detailed_results: bool,
-    /// Output format.
-    #[arg(long, short = 'o', value_enum, default_value_t = Format::Table)]
+    /// Output format (Kyverno's --output-format; its yaml, markdown and
+    /// junit are not supported and fail).
+    #[arg(long, short = 'o', visible_alias = "output-format", value_enum, default_value_t = Format::Table)]
     output: Format,
+    /// Fail when no test file is found (without it, as `kyverno test`,
+    /// finding none is not an error).
+    #[arg(long)]
+    require_tests: bool,
+    /// Accepted for Kyverno's scripts: leash prints no colour.
+    #[arg(long)]
+    remove_color: bool,
+    /// Not supported (fails): leash reads no git repositories.
+    #[arg(long, short = 'b', value_name = "BRANCH", help_heading = REFUSED)]
+    git_branch: Option<String>,
+    /// Not supported (fails): leash reads no image registry.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL", help_heading = REFUSED)]
+    registry: Option<String>,
+    /// Not supported (fails): leash gives no deprecation warnings to turn
+    /// into errors.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL", help_heading = REFUSED)]
+    warnings_as_errors: Option<String>,
+}
+
+const REFUSED: &str = "Kyverno flags leash refuses (each fails naming the flag)";
+
+impl Args {
+    /// The first refused flag given, with why.
+    fn check(&self) -> Result<()> {
+        let given = [
+            ("--git-branch", self.git_branch.is_some()),
+            ("--registry", self.registry.is_some()),
+            ("--warnings-as-errors", self.warnings_as_errors.is_some()),
+        ];
+        match given.iter().find(|(_, g)| *g) {
+            Some((flag, _)) => Err(usage(format!(
+                "{flag} (a kyverno test flag) is not supported by leash test: see `leash test --help`"
+            ))),
+            None => Ok(()),
+        }
+    }
 }
 
 #[derive(Debug, Default, Clone)]
@@ -234,22 +272,33 @@ fn find_tests(paths: &[PathBuf], file_name: &str) -> Result<Vec<PathBuf>> {
 
 /// Runs `leash test`.
 pub(crate) fn run(args: Args) -> Result<ExitCode> {
+    args.check()?;
     let selector = match &args.test_case_selector {
         Some(s) => Selector::parse(s)?,
         None => Selector::default(),
     };
     let tests = find_tests(&args.paths, &args.file_name)?;
     if tests.is_empty() {
+        let (level, code) = if args.require_tests {
+            ("error", ExitCode::from(EXIT_FAILURE))
+        } else {
+            ("note", ExitCode::SUCCESS)
+        };
         eprintln!(
-            "leash: error: no test file named {} under {}",
+            "leash: {level}: no test file named {} under {}{}",
             args.file_name,
             args.paths
                 .iter()
                 .map(|p| p.display().to_string())
                 .collect::<Vec<_>>()
-                .join(", ")
+                .join(", "),
+            if args.require_tests {
+                " (--require-tests)"
+            } else {
+                ""
+            }
         );
-        return Ok(ExitCode::from(EXIT_FAILURE));
+        return Ok(code);
     }
     let runs = run_all(&tests, &selector);
     let stdout = std::io::stdout();

@@ -555,6 +555,7 @@ fn apply_audit_warn_and_policy_report() {
     folder(dir.path(), GOOD_RESULTS);
     let out = leash()
         .args(["apply", "--audit-warn", "--policy-report", "-o", "json"])
+        .args(["--report-format", "wgpolicyk8s"])
         .arg(dir.path().join("policy.yaml"))
         .arg("-r")
         .arg(dir.path().join(".kyverno-test/resources.yaml"))
@@ -693,8 +694,9 @@ fn typos_in_policies_are_refused_naming_the_field() {
     }
 }
 
-/// `--policy-report`: a `ClusterPolicyReport` holds the results of
-/// cluster-scoped resources, next to the namespaces' `PolicyReport`s.
+/// `--policy-report --report-format wgpolicyk8s`: a `ClusterPolicyReport`
+/// holds the results of cluster-scoped resources, next to the namespaces'
+/// `PolicyReport`s.
 #[test]
 fn apply_policy_report_puts_cluster_scoped_resources_in_a_cluster_policy_report() {
     let dir = tempfile::tempdir().unwrap();
@@ -733,6 +735,7 @@ metadata: {name: c, namespace: apps}
     fs::write(dir.path().join("r.yaml"), resources).unwrap();
     let out = leash()
         .args(["apply", "--policy-report", "-o", "json"])
+        .args(["--report-format", "wgpolicyk8s"])
         .arg(dir.path().join("p.yaml"))
         .arg("-r")
         .arg(dir.path().join("r.yaml"))
@@ -2346,4 +2349,289 @@ spec:
     let out = leash().args(["test"]).arg(dir.path()).output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
     assert_stdout_has(&out, "3 passed, 1 failed");
+}
+
+const NS_POLICIES: &str = r#"
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: cp-no-latest}
+spec:
+  validationFailureAction: Enforce
+  rules:
+  - name: r
+    match: {any: [{resources: {kinds: [Pod]}}]}
+    validate:
+      message: no latest
+      pattern: {spec: {containers: [{image: "!*:latest"}]}}
+---
+apiVersion: kyverno.io/v1
+kind: Policy
+metadata: {name: ns-no-latest, namespace: default}
+spec:
+  rules:
+  - name: r
+    match: {any: [{resources: {kinds: [Pod]}}]}
+    validate:
+      message: no latest
+      pattern: {spec: {containers: [{image: "!*:latest"}]}}
+"#;
+
+const NS_PODS: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: p1, namespace: default}
+spec: {containers: [{name: c, image: "nginx:1.0"}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: p2, namespace: other}
+spec: {containers: [{name: c, image: "nginx:latest"}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: p3, namespace: default}
+spec: {containers: [{name: c, image: "nginx:latest"}]}
+"#;
+
+/// `--policy-report` prints what `kyverno apply --policy-report` 1.15+
+/// prints: one openreports.io `ClusterReport` `merged` with every
+/// cluster-wide policy's results (every namespace), then after a `---`
+/// line one `PolicyReport` per (namespaced Policy, resource), named after
+/// the policy in its namespace; JSON documents one per line.
+#[test]
+fn apply_policy_report_prints_kyvernos_openreports_layout() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join("p.yaml"), NS_POLICIES).unwrap();
+    fs::write(dir.path().join("r.yaml"), NS_PODS).unwrap();
+    let out = leash()
+        .args(["apply", "-p", "--output-format", "json"])
+        .arg(dir.path().join("p.yaml"))
+        .arg("-r")
+        .arg(dir.path().join("r.yaml"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 5, "{text}");
+    assert_eq!(lines[1], "---");
+    assert_eq!(lines[3], "---");
+    let docs: Vec<serde_json::Value> = [lines[0], lines[2], lines[4]]
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let cluster = &docs[0];
+    assert_eq!(cluster["apiVersion"], "openreports.io/v1alpha1");
+    assert_eq!(cluster["kind"], "ClusterReport");
+    assert_eq!(cluster["metadata"], serde_json::json!({"name": "merged"}));
+    assert_eq!(cluster["source"], "");
+    assert_eq!(cluster["summary"]["fail"], 2);
+    assert_eq!(cluster["summary"]["pass"], 1);
+    let r = &cluster["results"][0];
+    assert_eq!(r["policy"], "cp-no-latest");
+    assert_eq!(r["properties"]["process"], "background scan");
+    assert_eq!(r["resources"][0]["kind"], "Pod");
+    for (doc, result) in [(&docs[1], "pass"), (&docs[2], "fail")] {
+        assert_eq!(doc["kind"], "PolicyReport");
+        assert_eq!(
+            doc["metadata"],
+            serde_json::json!({"name": "ns-no-latest", "namespace": "default"})
+        );
+        let results = doc["results"].as_array().unwrap();
+        assert_eq!(results.len(), 1, "{doc}");
+        assert_eq!(results[0]["policy"], "default/ns-no-latest");
+        assert_eq!(results[0]["result"], result);
+    }
+    // YAML (the default): the same documents, the namespaced ones after
+    // `---` lines.
+    let out = leash()
+        .args(["apply", "--policy-report"])
+        .arg(dir.path().join("p.yaml"))
+        .args(["--resources"])
+        .arg(dir.path().join("r.yaml"))
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    assert!(
+        text.starts_with("apiVersion: openreports.io/v1alpha1\nkind: ClusterReport\n"),
+        "{text}"
+    );
+    assert_eq!(text.matches("\n---\n").count(), 2, "{text}");
+    assert_eq!(text.matches("kind: PolicyReport\n").count(), 2, "{text}");
+}
+
+/// Every flag of `kyverno apply` and `kyverno test` (v1.19) parses: the
+/// ones leash honours run, the ones it cannot honour fail (exit 2) naming
+/// the flag; none is an unknown argument.
+#[test]
+fn every_kyverno_apply_and_test_flag_parses() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join("p.yaml"), NS_POLICIES).unwrap();
+    fs::write(dir.path().join("r.yaml"), NS_PODS).unwrap();
+    fs::write(
+        dir.path().join("values.yaml"),
+        "apiVersion: cli.kyverno.io/v1alpha1\nkind: Values\n",
+    )
+    .unwrap();
+    fs::write(
+        dir.path().join("user.yaml"),
+        "apiVersion: cli.kyverno.io/v1alpha1\nkind: UserInfo\n",
+    )
+    .unwrap();
+    let p = dir.path().join("p.yaml");
+    let r = dir.path().join("r.yaml");
+    let d = |f: &str| dir.path().join(f).display().to_string();
+    // (flags, the exit code: 1 as the pods fail, 2 refused).
+    let apply: Vec<(Vec<String>, i32)> = vec![
+        (vec!["--audit-warn".into()], 1),
+        (vec!["-r".into(), d("r.yaml")], 1),
+        (vec!["--resources".into(), d("r.yaml")], 1),
+        (vec!["-p".into()], 1),
+        (vec!["--policy-report".into()], 1),
+        (
+            vec!["-p".into(), "--output-format".into(), "json".into()],
+            1,
+        ),
+        (
+            vec!["-p".into(), "--report-format".into(), "wgpolicyk8s".into()],
+            1,
+        ),
+        (vec!["-t".into()], 1),
+        (vec!["--table".into()], 1),
+        (vec!["--remove-color".into()], 1),
+        (vec!["--detailed-results".into()], 1),
+        (vec!["--continue-on-fail".into()], 1),
+        (vec!["--exceptions-within-policies".into()], 1),
+        (vec!["--warn-exit-code".into(), "3".into()], 1),
+        (vec!["--warn-no-pass".into()], 1),
+        (vec!["-f".into(), d("values.yaml")], 1),
+        (vec!["--values-file".into(), d("values.yaml")], 1),
+        (vec!["-s".into(), "a=b".into()], 1),
+        (vec!["--set".into(), "a=b".into()], 1),
+        (vec!["-u".into(), d("user.yaml")], 1),
+        (vec!["--userinfo".into(), d("user.yaml")], 1),
+        (vec!["-e".into(), d("p.yaml")], 1),
+        (vec!["--exceptions".into(), d("p.yaml")], 1),
+        (vec!["--target-resource".into(), d("r.yaml")], 1),
+        (vec!["--target-resources".into(), d("r.yaml")], 1),
+        (vec!["-o".into(), d("mutated")], 1),
+        (vec!["--output".into(), d("mutated.yaml")], 1),
+        (vec!["--batch-size".into(), "10".into()], 1),
+        (vec!["--concurrent".into(), "2".into()], 1),
+        (vec!["-n".into(), "default".into()], 1),
+        (vec!["-b".into(), "main".into()], 2),
+        (vec!["--git-branch".into(), "main".into()], 2),
+        (vec!["--username".into(), "u".into()], 2),
+        (vec!["--password".into(), "p".into()], 2),
+        (vec!["--registry".into()], 2),
+        (vec!["--cluster-wide-resources".into()], 2),
+        (vec!["--context-file".into(), "c.yaml".into()], 2),
+        (vec!["--continue-on-error".into()], 2),
+        (vec!["--crd-paths".into(), "crds".into()], 2),
+        (vec!["--envoy-payload".into(), "e.json".into()], 2),
+        (vec!["--http-payload".into(), "h.json".into()], 2),
+        (vec!["--json".into(), "j.json".into()], 2),
+        (vec!["--parameter-resource".into(), "x.yaml".into()], 2),
+        (vec!["--exceptions-with-resources".into()], 2),
+        (vec!["--exceptions-within-resources".into()], 2),
+        (vec!["--generate-exceptions".into()], 2),
+        (vec!["--generated-exception-ttl".into(), "1h".into()], 2),
+        (vec!["--show-performance".into()], 2),
+        (vec!["-i".into()], 2),
+        (vec!["--stdin".into()], 2),
+        (vec!["--warnings-as-errors".into()], 2),
+    ];
+    for (flags, code) in apply {
+        let out = leash()
+            .arg("apply")
+            .arg(&p)
+            .arg("-r")
+            .arg(&r)
+            .args(&flags)
+            .output()
+            .unwrap();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(code), "apply {flags:?}: {err}");
+        if code == 2 {
+            let flag = flags[0].trim_start_matches('-');
+            assert!(
+                err.contains("is not supported by leash apply") && err.contains(flag),
+                "apply {flags:?}: {err}"
+            );
+        }
+    }
+    // kyverno test: a folder without tests runs (exit 0) unless
+    // --require-tests, as Kyverno's.
+    let empty = tempfile::tempdir().unwrap();
+    let test: Vec<(Vec<&str>, i32)> = vec![
+        (vec![], 0),
+        (vec!["--detailed-results"], 0),
+        (vec!["--fail-only"], 0),
+        (vec!["-f", "kyverno-test.yaml"], 0),
+        (vec!["--file-name", "kyverno-test.yaml"], 0),
+        (vec!["-o", "json"], 0),
+        (vec!["--output-format", "json"], 0),
+        (vec!["--remove-color"], 0),
+        (vec!["-t", "policy=*"], 0),
+        (vec!["--test-case-selector", "policy=*"], 0),
+        (vec!["--require-tests"], 1),
+        (vec!["-b", "main"], 2),
+        (vec!["--git-branch", "main"], 2),
+        (vec!["--registry"], 2),
+        (vec!["--warnings-as-errors"], 2),
+        (vec!["--output-format", "junit"], 2),
+    ];
+    for (flags, code) in test {
+        let out = leash()
+            .arg("test")
+            .arg(empty.path())
+            .args(&flags)
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "test {flags:?}: {}",
+            stderr(&out)
+        );
+    }
+}
+
+/// `--warn-exit-code N`: results that warn and none failing exit N;
+/// `--warn-no-pass`: so does a run where nothing passed.
+#[test]
+fn apply_warn_exit_code_and_warn_no_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let audit = NS_POLICIES
+        .split("---")
+        .next()
+        .unwrap()
+        .replace("Enforce", "Audit");
+    fs::write(dir.path().join("p.yaml"), audit).unwrap();
+    fs::write(dir.path().join("r.yaml"), NS_PODS).unwrap();
+    let run = |flags: &[&str]| {
+        leash()
+            .arg("apply")
+            .arg(dir.path().join("p.yaml"))
+            .arg("-r")
+            .arg(dir.path().join("r.yaml"))
+            .args(flags)
+            .output()
+            .unwrap()
+            .status
+            .code()
+    };
+    assert_eq!(run(&["--audit-warn"]), Some(0));
+    assert_eq!(run(&["--audit-warn", "--warn-exit-code", "3"]), Some(3));
+    assert_eq!(run(&["--warn-exit-code", "3"]), Some(1), "fail wins");
+    let good = NS_PODS.split("---").next().unwrap();
+    fs::write(
+        dir.path().join("r.yaml"),
+        good.replace("nginx:1.0", "nginx:latest"),
+    )
+    .unwrap();
+    assert_eq!(
+        run(&["--audit-warn", "--warn-no-pass", "--warn-exit-code", "4"]),
+        Some(4)
+    );
 }
