@@ -1,6 +1,32 @@
 //! `leash apply`: Kyverno's `kyverno apply`. Evaluates policies against
 //! resource files on every core and prints the failures and a summary, or
-//! policy reports.
+//! policy reports. (`--cluster` is `cluster_apply`'s, with its own
+//! invariants.)
+//!
+//! # Invariants
+//! 1. What the evaluation threads share is read-only: the compiled
+//!    [`Engine`], the resources (`Arc<Value>`), the `MemoryCluster` of
+//!    `--target-resource`, the values and the user info, all borrowed by
+//!    `std::thread::scope` threads. The only shared mutable state is two
+//!    atomics: `next`, the index of the next resource (`fetch_add`, so each
+//!    resource goes to exactly one thread), and `interrupted`, the Ctrl-C
+//!    flag; no lock is taken.
+//! 2. Every thread `evaluate_all` starts is scoped and joined before it
+//!    returns: the workers (their results are joined through the scope, a
+//!    panicked worker's resources are left without results), then the
+//!    Ctrl-C waiter, which `finished` (a `Notify` permit, so it wakes even
+//!    if it starts waiting after the notification) releases.
+//! 3. Results keep the resources' order whatever thread evaluated them:
+//!    each carries its index and goes to its slot after the join.
+//! 4. Ctrl-C raises `interrupted`, which the workers check between
+//!    resources: they stop within one resource's evaluation, nothing is
+//!    printed and the command exits 130.
+//! 5. No lock or guard is held across an `.await`: the only awaits are
+//!    `cluster_apply::run`'s and the Ctrl-C waiter's, which holds nothing;
+//!    the stdout lock is taken after the evaluation, for printing only.
+//! 6. Output is written only after every thread is joined, so the
+//!    documents printed (results, mutated resources, reports) are
+//!    complete; the exit code comes from the same results.
 
 use std::collections::BTreeMap;
 use std::io::Write;

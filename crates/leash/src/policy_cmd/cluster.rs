@@ -3,6 +3,26 @@
 //! resource or kind, namespace and name, and `apiCall` URL paths served
 //! from them; and [`LiveCluster`], `leash apply --cluster`'s, which reads
 //! what it does not hold from the API server.
+//!
+//! # Invariants
+//! 1. A [`MemoryCluster`] is never changed after it is built: evaluation
+//!    threads share it by reference without synchronisation.
+//! 2. [`LiveCluster`]'s only mutable state is its GET cache, a `Mutex`
+//!    taken for one `get` or one `insert` at a time: never held across a
+//!    request, across `block_on` or across the engine's code. A poisoned
+//!    lock is taken over (`into_inner`): the map is valid after any panic.
+//!    Two threads asking for the same new path at once may both fetch it;
+//!    the second insert replaces the first with an equal answer.
+//! 3. Nothing here awaits; [`LiveCluster::view`]'s lookups wait for the API
+//!    server with `Handle::block_on`, which only the evaluation threads
+//!    (plain threads, not the runtime's) call. A lookup from a task of the
+//!    runtime goes through [`LiveCluster::offline`], which never blocks: it
+//!    answers from memory and the cache and sets `missed` (an `AtomicBool`
+//!    the same task reads after the evaluation, so `Relaxed`).
+//! 4. Cancellation (Ctrl-C cancels the `token`) ends a waiting lookup at
+//!    once with nothing found; nothing is cached for it, and neither is a
+//!    failed request (only answers and 404s are), so a cancelled or failed
+//!    lookup never poisons later ones.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
