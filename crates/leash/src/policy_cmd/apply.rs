@@ -74,8 +74,9 @@ pub(crate) struct Args {
     /// Namespaced forms), PolicyException.
     #[arg(required = true, value_name = "POLICY_PATH")]
     policies: Vec<PathBuf>,
-    /// Resource files or directories to evaluate (repeatable).
-    #[arg(long = "resource", short = 'r', visible_alias = "resources", value_name = "PATH", required_unless_present_any = ["cluster", "sandbox"], conflicts_with = "cluster")]
+    /// Resource files or directories to evaluate (repeatable, or
+    /// comma-separated as in `kyverno apply`).
+    #[arg(long = "resource", short = 'r', visible_alias = "resources", value_name = "PATH", value_delimiter = ',', required_unless_present_any = ["cluster", "sandbox"], conflicts_with = "cluster")]
     resources: Vec<PathBuf>,
     /// Evaluate the cluster's resources of the kinds the policies match
     /// (loaded concurrently, evaluated as pages arrive).
@@ -122,8 +123,14 @@ pub(crate) struct Args {
     /// A Kyverno CLI `UserInfo` file (request.userInfo, roles, clusterRoles).
     #[arg(long, short = 'u', value_name = "FILE")]
     userinfo: Option<PathBuf>,
-    /// PolicyException files or directories.
-    #[arg(long, short = 'e', visible_alias = "exceptions", value_name = "PATH")]
+    /// PolicyException files or directories (repeatable or comma-separated).
+    #[arg(
+        long,
+        short = 'e',
+        visible_alias = "exceptions",
+        value_name = "PATH",
+        value_delimiter = ','
+    )]
     exception: Vec<PathBuf>,
     /// Print policy reports instead of the results: Kyverno 1.15+'s
     /// openreports.io/v1alpha1 layout unless --report-format says otherwise.
@@ -151,7 +158,7 @@ pub(crate) struct Args {
     /// Existing resources for `mutate.targets` rules (files or
     /// directories, repeatable), as `kyverno apply --target-resource` (and
     /// --target-resources).
-    #[arg(long = "target-resource", visible_alias = "target-resources", value_name = "PATH", conflicts_with_all = ["cluster", "sandbox"])]
+    #[arg(long = "target-resource", visible_alias = "target-resources", value_name = "PATH", value_delimiter = ',', conflicts_with_all = ["cluster", "sandbox"])]
     target_resources: Vec<PathBuf>,
     /// Write the resources mutate rules changed to PATH instead of stdout:
     /// a directory (one NAME-mutated.yaml each) or a file (a YAML stream).

@@ -2486,6 +2486,14 @@ fn every_kyverno_apply_and_test_flag_parses() {
         (vec!["--audit-warn".into()], 1),
         (vec!["-r".into(), d("r.yaml")], 1),
         (vec!["--resources".into(), d("r.yaml")], 1),
+        (
+            vec!["-r".into(), format!("{},{}", d("r.yaml"), d("r.yaml"))],
+            1,
+        ),
+        (
+            vec!["-e".into(), format!("{},{}", d("p.yaml"), d("p.yaml"))],
+            1,
+        ),
         (vec!["-p".into()], 1),
         (vec!["--policy-report".into()], 1),
         (
