@@ -8,6 +8,7 @@
 mod cli_error;
 mod connection;
 mod context_cmd;
+mod create_cmd;
 mod credential;
 #[cfg(test)]
 mod flag_tests;
@@ -81,6 +82,8 @@ enum Command {
     Context(context_cmd::Args),
     /// Evaluate and parse JMESPath with Kyverno's functions, and list them (Kyverno's `kyverno jp`).
     Jp(jp_cmd::Args),
+    /// Write Kyverno test, values, user-info and PolicyException files (Kyverno's `kyverno create`).
+    Create(create_cmd::Args),
 }
 
 fn main() -> ExitCode {
@@ -109,6 +112,7 @@ fn main() -> ExitCode {
             Command::Apply(args) => policy_cmd::apply::run(args).await,
             Command::Serve(args) => serve_cmd::run(*args).await,
             Command::Jp(args) => jp_cmd::run(args).map(|()| ExitCode::SUCCESS),
+            Command::Create(args) => create_cmd::run(args).map(|()| ExitCode::SUCCESS),
         }
     });
     // Everything the subcommands spawned is owned by scopes they joined; the

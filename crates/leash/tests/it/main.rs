@@ -3,6 +3,7 @@
 
 mod admission_chain;
 mod context;
+mod create;
 mod deploy;
 mod fail_closed;
 mod faults_38;
