@@ -84,7 +84,20 @@ pub(crate) fn parse_text(text: &str, path: &Path) -> Result<Vec<Doc>> {
         }
         out
     } else {
-        serde_saphyr::from_multiple::<Value>(text)
+        // Policy and resource files are the user's own; the default
+        // budget (1,024 documents, 250,000 nodes) is sized for config
+        // files and refused a 10,000-pod manifest (found by
+        // bench/vs-kyverno). Nesting depth stays bounded.
+        let options = serde_saphyr::options! {
+            budget: serde_saphyr::budget! {
+                max_documents: usize::MAX,
+                max_events: usize::MAX,
+                max_nodes: usize::MAX,
+                max_total_scalar_bytes: usize::MAX,
+                max_reader_input_bytes: None,
+            },
+        };
+        serde_saphyr::from_multiple_with_options::<Value>(text, options)
             .map_err(|e| anyhow::anyhow!("{}: invalid YAML: {e}", path.display()))?
     };
     let mut docs = Vec::new();
@@ -151,4 +164,20 @@ pub(crate) fn is_object(v: &Value) -> bool {
     v["apiVersion"].is_string()
         && v["kind"].is_string()
         && (v["metadata"]["name"].is_string() || v["metadata"]["generateName"].is_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    /// A manifest stream longer than serde-saphyr's default budget (1,024
+    /// documents) is read whole.
+    #[test]
+    fn a_stream_of_many_documents_is_read_whole() {
+        let text: String = (0..3000)
+            .map(|i| format!("---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: c{i}}}\n"))
+            .collect();
+        let docs = super::parse_text(&text, Path::new("many.yaml")).unwrap();
+        assert_eq!(docs.len(), 3000);
+    }
 }
