@@ -92,6 +92,9 @@ fn expected_with(url: &str, files: &[PathBuf]) -> BTreeSet<Row> {
             url,
             "-A",
             "--policy-report",
+            // The layout `serve` writes its reports in.
+            "--report-format",
+            "wgpolicyk8s",
             "-o",
             "json",
         ])
