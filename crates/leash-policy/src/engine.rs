@@ -215,15 +215,54 @@ impl Engine {
         data: &dyn ClusterData,
         bindings: &Bindings,
     ) -> Mutation {
+        self.mutate_with(req, data, bindings, false)
+    }
+
+    /// [`Engine::mutate`] as the mutating webhook runs it: `mutate.targets`
+    /// rules are left out (their targets are patched in the background,
+    /// from an UpdateRequest), and a policy with an errored or failed rule
+    /// leaves the object as it found it, so that what is answered is the
+    /// work of the policies that succeeded. (Kyverno drops such a policy's
+    /// patches but hands its partly patched object to the next policy; here
+    /// the answer's patch and what later policies see agree.)
+    pub fn mutate_admission(
+        &self,
+        req: &EvalRequest,
+        data: &dyn ClusterData,
+        bindings: &Bindings,
+    ) -> Mutation {
+        self.mutate_with(req, data, bindings, true)
+    }
+
+    fn mutate_with(
+        &self,
+        req: &EvalRequest,
+        data: &dyn ClusterData,
+        bindings: &Bindings,
+        admission: bool,
+    ) -> Mutation {
+        let failed = |results: &[RuleResult]| {
+            results
+                .iter()
+                .any(|r| matches!(r.status, Status::Error | Status::Fail))
+        };
         let mut object = req.object.clone();
         let mut steps = Vec::new();
         for policy in self.policies.iter().filter(|p| p.has_mutate_rules()) {
-            let (next, results, targets) =
-                policy.mutate(object.clone(), req, data, bindings, &self.exceptions);
+            let (next, results, targets) = policy.mutate(
+                object.clone(),
+                req,
+                data,
+                bindings,
+                &self.exceptions,
+                !admission,
+            );
             if results.is_empty() {
                 continue;
             }
-            object = next;
+            if !(admission && failed(&results)) {
+                object = next;
+            }
             steps.push(MutationStep {
                 policy: policy.key().clone(),
                 source: Source::Kyverno,

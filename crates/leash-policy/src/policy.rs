@@ -59,6 +59,14 @@ pub struct Policy {
     pub(crate) memo_key: Option<crate::ReadSet>,
 }
 
+/// Every operation a webhook can be sent.
+const ALL_OPERATIONS: [crate::Operation; 4] = [
+    crate::Operation::Create,
+    crate::Operation::Update,
+    crate::Operation::Delete,
+    crate::Operation::Connect,
+];
+
 /// One rule (including autogen-generated ones).
 #[derive(Debug)]
 pub(crate) struct Rule {
@@ -318,18 +326,43 @@ impl Policy {
     /// but operations (otherwise the exclusion depends on the resource, and
     /// dropping the operation would skip resources the rule applies to).
     pub fn webhook_operations(&self) -> Vec<(String, Vec<&'static str>)> {
-        const ALL: [crate::Operation; 4] = [
-            crate::Operation::Create,
-            crate::Operation::Update,
-            crate::Operation::Delete,
-            crate::Operation::Connect,
-        ];
-        let mut out = Vec::new();
-        for r in self
-            .rules
+        self.operations_of(
+            |r| r.validate.is_some() || r.generate.is_some(),
+            &ALL_OPERATIONS,
+        )
+    }
+
+    /// As [`Policy::webhook_operations`], for the mutating webhook: the
+    /// kinds of the rules that patch the admitted object (not the
+    /// `mutate.targets` ones), with CREATE and UPDATE only (what Kyverno's
+    /// mutating webhooks are sent).
+    pub fn mutate_webhook_operations(&self) -> Vec<(String, Vec<&'static str>)> {
+        self.operations_of(
+            |r| {
+                r.mutate
+                    .as_ref()
+                    .is_some_and(|m| !matches!(m, crate::mutate::MutateSpec::Existing { .. }))
+            },
+            &[crate::Operation::Create, crate::Operation::Update],
+        )
+    }
+
+    /// Whether a rule patches existing resources (`mutate.targets`): its
+    /// triggers go through the validating webhook, which hands them on as
+    /// UpdateRequests.
+    pub fn has_mutate_existing_rules(&self) -> bool {
+        self.rules
             .iter()
-            .filter(|r| r.validate.is_some() || r.generate.is_some())
-        {
+            .any(|r| matches!(r.mutate, Some(crate::mutate::MutateSpec::Existing { .. })))
+    }
+
+    fn operations_of(
+        &self,
+        wanted: impl Fn(&Rule) -> bool,
+        all: &[crate::Operation],
+    ) -> Vec<(String, Vec<&'static str>)> {
+        let mut out = Vec::new();
+        for r in self.rules.iter().filter(|r| wanted(r)) {
             let named: Vec<crate::Operation> = r
                 .match_
                 .any
@@ -345,11 +378,14 @@ impl Policy {
                 .filter(|f| f.only_operations())
                 .flat_map(|f| f.resources.operations.iter().copied())
                 .collect();
-            let ops: Vec<&'static str> = ALL
+            let ops: Vec<&'static str> = all
                 .iter()
                 .filter(|o| (named.is_empty() || named.contains(o)) && !excluded.contains(o))
                 .map(|o| o.as_str())
                 .collect();
+            if ops.is_empty() {
+                continue;
+            }
             for k in r.match_.kinds() {
                 out.push((k.display(), ops.clone()));
             }

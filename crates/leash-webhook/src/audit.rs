@@ -53,6 +53,9 @@ pub struct AuditRecord {
     pub results: Vec<RuleResult>,
     /// The review's `request.uid`.
     pub uid: String,
+    /// The results are the mutating webhook's (the object is the patched
+    /// one); otherwise the validating webhook's.
+    pub mutation: bool,
 }
 
 impl AuditRecord {
@@ -354,6 +357,7 @@ mod tests {
             user: UserInfo::default(),
             results: Vec::new(),
             uid: uid.into(),
+            mutation: false,
         }
     }
 

@@ -63,4 +63,6 @@ pub use settings::{AuditSettings, ServiceRef, Settings};
 pub use status::StatusWriter;
 pub use tls::{CaMaterial, TlsMaterial, generate as generate_tls};
 pub use userinfo::{RoleMemo, resolve_roles};
-pub use webhookconfig::{ClientTarget, Exclusions, Registrar, build_configuration};
+pub use webhookconfig::{
+    ClientTarget, Exclusions, Registrar, build_configuration, build_mutating_configuration,
+};

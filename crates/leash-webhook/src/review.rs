@@ -39,6 +39,8 @@ pub struct ReviewRequest {
     pub resource: Arc<Value>,
     /// `oldObject` on UPDATE (and DELETE, where it is also `resource`).
     pub old_object: Option<Arc<Value>>,
+    /// `request.dryRun`: nothing is stored, so no report is written.
+    pub dry_run: bool,
 }
 
 impl ReviewRequest {
@@ -166,6 +168,7 @@ pub fn parse(body: &[u8]) -> Result<ReviewRequest, BadReview> {
         } else {
             None
         },
+        dry_run: req.get("dryRun").and_then(Value::as_bool).unwrap_or(false),
     })
 }
 
@@ -178,6 +181,9 @@ pub struct Answer {
     pub message: Option<String>,
     /// `response.warnings`
     pub warnings: Vec<String>,
+    /// `response.patch` (a JSON Patch, RFC 6902, as JSON) of a mutating
+    /// webhook's answer.
+    pub patch: Option<Vec<u8>>,
 }
 
 impl Answer {
@@ -187,6 +193,17 @@ impl Answer {
             allowed: true,
             message: None,
             warnings: Vec::new(),
+            patch: None,
+        }
+    }
+
+    /// Denied with `message`.
+    pub fn deny(message: String) -> Answer {
+        Answer {
+            allowed: false,
+            message: Some(message),
+            warnings: Vec::new(),
+            patch: None,
         }
     }
 
@@ -201,6 +218,11 @@ impl Answer {
         }
         if !self.warnings.is_empty() {
             response["warnings"] = json!(self.warnings);
+        }
+        if let Some(p) = &self.patch {
+            use base64::Engine as _;
+            response["patchType"] = json!("JSONPatch");
+            response["patch"] = json!(base64::engine::general_purpose::STANDARD.encode(p));
         }
         json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response})
     }
@@ -273,15 +295,21 @@ mod tests {
 
     #[test]
     fn answers_render_as_kyverno_does() {
-        let a = Answer {
-            allowed: false,
-            message: Some("no".into()),
-            warnings: vec![],
-        };
+        let a = Answer::deny("no".into());
         assert_eq!(
             a.to_review("u1"),
             json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
                    "response": {"uid": "u1", "allowed": false, "status": {"status": "Failure", "message": "no"}}})
+        );
+        // A mutating answer: the JSON Patch, base64-encoded, and its type.
+        let patched = Answer {
+            patch: Some(br#"[{"op":"add","path":"/a","value":1}]"#.to_vec()),
+            ..Answer::allow()
+        };
+        assert_eq!(
+            patched.to_review("u2")["response"],
+            json!({"uid": "u2", "allowed": true, "patchType": "JSONPatch",
+                   "patch": "W3sib3AiOiJhZGQiLCJwYXRoIjoiL2EiLCJ2YWx1ZSI6MX1d"})
         );
     }
 }

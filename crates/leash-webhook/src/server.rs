@@ -1,6 +1,8 @@
 //! The HTTPS server: `POST /validate` (and `/validate/fail`,
-//! `/validate/ignore`, one per webhook failure policy) answering
-//! `admission.k8s.io/v1` AdmissionReviews, and `GET /healthz`.
+//! `/validate/ignore`, one per webhook failure policy) and `POST /mutate`
+//! (`/mutate/fail`, `/mutate/ignore`: the mutating webhooks, answering a
+//! JSON Patch) answering `admission.k8s.io/v1` AdmissionReviews,
+//! `POST /validate/policy` (policies themselves), and `GET /healthz`.
 //!
 //! # Invariants
 //! 1. Every task (the snapshot watcher, one per connection, one per
@@ -24,9 +26,10 @@
 //!    background and its result is discarded), and a slow evaluation
 //!    occupies one runtime worker, never the accept loop's task. On overrun
 //!    (or an evaluation panic) the answer follows the webhook's failure
-//!    policy: `/validate` and `/validate/fail` deny, `/validate/ignore`
-//!    allows with a warning — what kube-apiserver itself would do on a
-//!    timeout, answered explicitly and in time.
+//!    policy: `/validate`, `/validate/fail`, `/mutate` and `/mutate/fail`
+//!    deny, the `/ignore` ones allow (unpatched) with a warning — what
+//!    kube-apiserver itself would do on a timeout, answered explicitly and
+//!    in time.
 //! 5. Audit records are handed off with a non-blocking submit: the response
 //!    never waits on report writing.
 //! 6. No lock is held across an await: the watch receivers' `borrow()`
@@ -106,31 +109,38 @@ impl FailurePolicy {
 /// The review endpoint a request came to: `/validate/fail` and
 /// `/validate/ignore` (what the registered configuration points at) serve
 /// the policies of that failure policy; `/validate` serves every policy,
-/// as `Fail`; `/validate/policy` validates the policies themselves (see
-/// [`policy_review`]).
+/// as `Fail`; `/mutate`, `/mutate/fail` and `/mutate/ignore` likewise for
+/// the mutating webhooks; `/validate/policy` validates the policies
+/// themselves (see [`policy_review`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Endpoint {
-    All,
-    Fail,
-    Ignore,
+    Validate(Subset),
+    Mutate(Subset),
     Policy,
 }
 
-impl Endpoint {
+/// Which policies an endpoint serves, by their `failurePolicy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Subset {
+    All,
+    Fail,
+    Ignore,
+}
+
+impl Subset {
     fn mode(self) -> FailurePolicy {
         match self {
-            Endpoint::All | Endpoint::Fail | Endpoint::Policy => FailurePolicy::Fail,
-            Endpoint::Ignore => FailurePolicy::Ignore,
+            Subset::All | Subset::Fail => FailurePolicy::Fail,
+            Subset::Ignore => FailurePolicy::Ignore,
         }
     }
 
     /// Whether a policy (`failurePolicy: Ignore` or not) is answered here.
     fn serves(self, ignores_failures: bool) -> bool {
         match self {
-            Endpoint::All => true,
-            Endpoint::Fail => !ignores_failures,
-            Endpoint::Ignore => ignores_failures,
-            Endpoint::Policy => false,
+            Subset::All => true,
+            Subset::Fail => !ignores_failures,
+            Subset::Ignore => ignores_failures,
         }
     }
 }
@@ -338,10 +348,16 @@ fn router(app: Arc<Admission>) -> Router {
         .fallback(method_not_allowed)
     };
     Router::new()
-        .route("/validate", reviews(Endpoint::All))
-        .route("/validate/fail", reviews(Endpoint::Fail))
-        .route("/validate/ignore", reviews(Endpoint::Ignore))
+        .route("/validate", reviews(Endpoint::Validate(Subset::All)))
+        .route("/validate/fail", reviews(Endpoint::Validate(Subset::Fail)))
+        .route(
+            "/validate/ignore",
+            reviews(Endpoint::Validate(Subset::Ignore)),
+        )
         .route("/validate/policy", reviews(Endpoint::Policy))
+        .route("/mutate", reviews(Endpoint::Mutate(Subset::All)))
+        .route("/mutate/fail", reviews(Endpoint::Mutate(Subset::Fail)))
+        .route("/mutate/ignore", reviews(Endpoint::Mutate(Subset::Ignore)))
         .route(
             "/healthz",
             get(|| async { "ok" }).fallback(method_not_allowed),
@@ -367,14 +383,7 @@ fn policy_review(review: &ReviewRequest) -> (Answer, &'static str) {
     };
     match compiled {
         Ok(()) => (Answer::allow(), "allowed"),
-        Err(e) => (
-            Answer {
-                allowed: false,
-                message: Some(format!("policy is invalid: {e}")),
-                warnings: Vec::new(),
-            },
-            "denied",
-        ),
+        Err(e) => (Answer::deny(format!("policy is invalid: {e}")), "denied"),
     }
 }
 
@@ -391,7 +400,7 @@ async fn not_found(req: Request) -> Response {
     text(
         StatusCode::NOT_FOUND,
         format!(
-            "no such path {:?}: the admission webhook serves POST /validate, /validate/fail, /validate/ignore, /validate/policy and GET /healthz\n",
+            "no such path {:?}: the admission webhook serves POST /validate, /validate/fail, /validate/ignore, /validate/policy, /mutate, /mutate/fail, /mutate/ignore and GET /healthz\n",
             req.uri().path()
         ),
     )
@@ -623,15 +632,27 @@ impl Admission {
 
     /// The answer to one review and the result label for the metrics.
     async fn decide(&self, endpoint: Endpoint, review: ReviewRequest) -> (Answer, &'static str) {
-        if endpoint == Endpoint::Policy {
-            return policy_review(&review);
+        match endpoint {
+            Endpoint::Policy => policy_review(&review),
+            Endpoint::Validate(subset) => self.validate(subset, review).await,
+            Endpoint::Mutate(subset) => self.mutate(subset, review).await,
         }
-        let mode = endpoint.mode();
-        let started = tokio::time::Instant::now();
+    }
+
+    /// What every review goes through before the policies run: readiness,
+    /// the configuration's filters, whether any policy may match, the
+    /// user's roles and exclusions. `Err` is the answer when evaluation is
+    /// not needed (or not possible yet).
+    fn prelude(
+        &self,
+        mode: FailurePolicy,
+        review: &ReviewRequest,
+        may_match: impl Fn(&Snapshot, &str) -> bool,
+    ) -> std::result::Result<(Arc<Snapshot>, EvalRequest), (Answer, &'static str)> {
         if self.ready.as_ref().is_some_and(|r| !*r.borrow()) {
-            let resource_name = kyverno_resource_name(&review);
+            let resource_name = kyverno_resource_name(review);
             tracing::debug!(resource = %resource_name, "review before the policies are read");
-            return (
+            return Err((
                 unanswerable(
                     mode,
                     format!(
@@ -639,21 +660,21 @@ impl Admission {
                     ),
                 ),
                 "not_ready",
-            );
+            ));
         }
         let config = self.config.borrow().clone();
         if config.is_filtered(&review.kind, &review.namespace, &review.name) {
-            return (Answer::allow(), "filtered");
+            return Err((Answer::allow(), "filtered"));
         }
         let snapshot = self.current();
-        if !snapshot.may_match(&review.kind) {
-            return (Answer::allow(), "unmatched");
+        if !may_match(&snapshot, &review.kind) {
+            return Err((Answer::allow(), "unmatched"));
         }
         let mut user = review.user.clone();
         self.roles
             .resolve(&mut user, &review.namespace, self.cluster.as_ref());
         if config.is_excluded(&user) {
-            return (Answer::allow(), "excluded");
+            return Err((Answer::allow(), "excluded"));
         }
         let (namespace_labels, namespace_object) = if review.namespace.is_empty() {
             (None, None)
@@ -667,16 +688,27 @@ impl Admission {
             object: review.resource.clone(),
             old_object: review.old_object.clone(),
             operation: review.operation,
-            user_info: user.clone(),
+            user_info: user,
             namespace_labels,
             namespace_object,
         };
-        let engine = snapshot.engine.clone();
+        Ok((snapshot, eval))
+    }
+
+    /// Runs `evaluate` in a task of the scope (invariant 4) with the
+    /// cluster data of one evaluation: what it asked for and did not find
+    /// is fetched and it runs again, at most three more times. `Err` is the
+    /// answer when it panicked or overran the deadline.
+    async fn evaluate<T: Send + 'static>(
+        &self,
+        mode: FailurePolicy,
+        started: tokio::time::Instant,
+        eval: EvalRequest,
+        resource_name: &str,
+        evaluate: impl Fn(&Prepared, &dyn ClusterData) -> T + Send + 'static,
+    ) -> std::result::Result<T, (Answer, &'static str)> {
         let cluster = self.cluster.clone();
         let lookups = self.lookups.clone();
-        let generates = self.triggers.is_some()
-            && matches!(review.operation, Operation::Create | Operation::Update)
-            && review.sub_resource.is_empty();
         let task = self.scope.spawn_with_output(async move {
             let prepared = Prepared::new(eval);
             let lookup = lookups.map(|l| l.begin());
@@ -684,49 +716,32 @@ impl Admission {
                 Some(l) => l.as_ref(),
                 None => cluster.as_ref(),
             };
-            let mut results = engine.evaluate_prepared(&prepared, data, &Bindings::default());
-            // What a context entry asked for and did not find is fetched,
-            // then the policies are evaluated again (the task is bounded by
-            // the review's deadline).
+            let mut out = evaluate(&prepared, data);
             if let Some(l) = &lookup {
                 for _ in 0..3 {
                     if !l.fetch_missed().await {
                         break;
                     }
-                    results = engine.evaluate_prepared(&prepared, data, &Bindings::default());
+                    out = evaluate(&prepared, data);
                 }
             }
-            let (generated, generated_cel) = if generates {
-                (
-                    engine.generate(&prepared, data, &Bindings::default()),
-                    engine.generate_cel(&prepared, data),
-                )
-            } else {
-                (Vec::new(), Vec::new())
-            };
-            (results, generated, generated_cel)
+            out
         });
-        let resource_name = kyverno_resource_name(&review);
-        let (mut results, generated, generated_cel) = match tokio::time::timeout_at(
-            started + self.deadline,
-            task,
-        )
-        .await
-        {
-            Ok(Ok(results)) => results,
+        match tokio::time::timeout_at(started + self.deadline, task).await {
+            Ok(Ok(out)) => Ok(out),
             Ok(Err(join)) => {
                 tracing::error!(error = %join, resource = %resource_name, "policy evaluation panicked");
-                return (
+                Err((
                     unanswerable(
                         mode,
                         format!("evaluating policies for {resource_name} failed: {join}"),
                     ),
                     "error",
-                );
+                ))
             }
             Err(_) => {
                 tracing::warn!(resource = %resource_name, deadline = ?self.deadline, "policy evaluation overran the deadline");
-                return (
+                Err((
                     unanswerable(
                         mode,
                         format!(
@@ -735,24 +750,164 @@ impl Admission {
                         ),
                     ),
                     "timeout",
-                );
+                ))
             }
+        }
+    }
+
+    /// The mutating webhook: the object patched by the endpoint's mutating
+    /// policies, in order, answered as a JSON Patch from the object sent.
+    /// A policy that errors blocks the request at a `Fail` endpoint (as
+    /// Kyverno's `mutation policy P error: failed to apply policy P rules
+    /// [rule: message]`) and is left out at an `Ignore` one.
+    async fn mutate(&self, subset: Subset, review: ReviewRequest) -> (Answer, &'static str) {
+        let mode = subset.mode();
+        let started = tokio::time::Instant::now();
+        // The API server takes no patch for a deletion or a connect.
+        if !matches!(review.operation, Operation::Create | Operation::Update) {
+            return (Answer::allow(), "unmatched");
+        }
+        let (snapshot, eval) =
+            match self.prelude(mode, &review, |s, kind| s.mutation.may_match(kind)) {
+                Ok(v) => v,
+                Err(answer) => return answer,
+            };
+        let engine = match subset {
+            Subset::All => snapshot.mutation.all.clone(),
+            Subset::Fail => snapshot.mutation.fail.clone(),
+            Subset::Ignore => snapshot.mutation.ignore.clone(),
+        };
+        if engine.is_empty() {
+            return (Answer::allow(), "unmatched");
+        }
+        let user = eval.user_info.clone();
+        let resource_name = kyverno_resource_name(&review);
+        let mutation = match self
+            .evaluate(
+                mode,
+                started,
+                eval,
+                &resource_name,
+                move |prepared, data| {
+                    engine.mutate_admission(prepared.request(), data, &Bindings::default())
+                },
+            )
+            .await
+        {
+            Ok(m) => m,
+            Err(answer) => return answer,
+        };
+        if mode == FailurePolicy::Fail
+            && let Some(step) = mutation.steps.iter().find(|s| {
+                s.results
+                    .iter()
+                    .any(|r| matches!(r.status, Status::Error | Status::Fail))
+            })
+        {
+            let name = step.policy.rsplit('/').next().unwrap_or(&step.policy);
+            let rules: Vec<String> = step
+                .results
+                .iter()
+                .filter(|r| matches!(r.status, Status::Error | Status::Fail))
+                .map(|r| format!("{}: {}", r.rule, r.message))
+                .collect();
+            tracing::info!(resource = %resource_name, policy = %step.policy, "mutation failed; request denied");
+            return (
+                Answer::deny(format!(
+                    "mutation policy {name} error: failed to apply policy {name} rules [{}]",
+                    rules.join(" ")
+                )),
+                "denied",
+            );
+        }
+        let patch = if Arc::ptr_eq(&mutation.object, &review.resource)
+            || *mutation.object == *review.resource
+        {
+            None
+        } else {
+            let ops = json_patch::diff(&review.resource, &mutation.object);
+            Some(serde_json::to_vec(&ops).unwrap_or_default())
+        };
+        let results: Vec<leash_policy::RuleResult> = mutation.results().cloned().collect();
+        if let Some(audit) = &self.audit
+            && !results.is_empty()
+            && review.sub_resource.is_empty()
+            && !review.dry_run
+        {
+            let _ = audit.submit(AuditRecord {
+                object: mutation.object.clone(),
+                operation: review.operation,
+                user,
+                results,
+                uid: review.uid.clone(),
+                mutation: true,
+            });
+        }
+        let result = if patch.is_some() {
+            "mutated"
+        } else {
+            "allowed"
+        };
+        (
+            Answer {
+                patch,
+                ..Answer::allow()
+            },
+            result,
+        )
+    }
+
+    /// The validating webhook.
+    async fn validate(&self, subset: Subset, review: ReviewRequest) -> (Answer, &'static str) {
+        let mode = subset.mode();
+        let started = tokio::time::Instant::now();
+        let (snapshot, eval) = match self.prelude(mode, &review, |s, kind| s.may_match(kind)) {
+            Ok(v) => v,
+            Err(answer) => return answer,
+        };
+        let user = eval.user_info.clone();
+        let engine = snapshot.engine.clone();
+        let generates = self.triggers.is_some()
+            && matches!(review.operation, Operation::Create | Operation::Update)
+            && review.sub_resource.is_empty();
+        let resource_name = kyverno_resource_name(&review);
+        let (mut results, generated, generated_cel) = match self
+            .evaluate(
+                mode,
+                started,
+                eval,
+                &resource_name,
+                move |prepared, data| {
+                    let results = engine.evaluate_prepared(prepared, data, &Bindings::default());
+                    let (generated, generated_cel) = if generates {
+                        (
+                            engine.generate(prepared, data, &Bindings::default()),
+                            engine.generate_cel(prepared, data),
+                        )
+                    } else {
+                        (Vec::new(), Vec::new())
+                    };
+                    (results, generated, generated_cel)
+                },
+            )
+            .await
+        {
+            Ok(r) => r,
+            Err(answer) => return answer,
         };
         // This webhook's policies only: a request matched by both webhooks
         // is evaluated by each, and each policy answers in one of them.
         results.retain(|r| {
             snapshot
                 .policy_of(r)
-                .is_some_and(|p| endpoint.serves(p.ignores_webhook_failures()))
+                .is_some_and(|p| subset.serves(p.ignores_webhook_failures()))
         });
         let v = verdict(&snapshot, &results);
         if v.blocked {
-            let answer = Answer {
-                allowed: false,
-                message: Some(blocked_message(&resource_name, &v.failures)),
-                warnings: Vec::new(),
-            };
-            return (answer, "denied");
+            return (
+                Answer::deny(blocked_message(&resource_name, &v.failures)),
+                "denied",
+            );
         }
         let mut warnings = v.warnings;
         if let Some(sink) = &self.triggers {
@@ -762,7 +917,7 @@ impl Admission {
             for (policy, g) in &generated {
                 if g.result.status == Status::Pass
                     && policy.admission()
-                    && endpoint.serves(policy.ignores_webhook_failures())
+                    && subset.serves(policy.ignores_webhook_failures())
                     && snapshot.policy_of(&g.result).is_some()
                 {
                     by_policy
@@ -774,7 +929,7 @@ impl Admission {
             for (policy, g) in &generated_cel {
                 if g.result.status == Status::Pass
                     && !g.downstreams.is_empty()
-                    && endpoint.serves(false)
+                    && subset.serves(false)
                 {
                     by_policy
                         .entry((Source::GeneratingPolicy, policy.key()))
@@ -805,11 +960,13 @@ impl Admission {
                 }
             }
         }
-        // Kyverno writes no admission report for deletions or subresources.
+        // Kyverno writes no admission report for deletions, subresources
+        // or dry runs.
         if let Some(audit) = &self.audit
             && !results.is_empty()
             && review.operation != Operation::Delete
             && review.sub_resource.is_empty()
+            && !review.dry_run
         {
             tracing::debug!(resource = %resource_name, uid = %review.uid, "allowed; audit record queued");
             let _ = audit.submit(AuditRecord {
@@ -818,13 +975,13 @@ impl Admission {
                 user,
                 results,
                 uid: review.uid.clone(),
+                mutation: false,
             });
         }
         (
             Answer {
-                allowed: true,
-                message: None,
                 warnings,
+                ..Answer::allow()
             },
             "allowed",
         )
@@ -844,15 +1001,10 @@ fn kyverno_resource_name(review: &ReviewRequest) -> String {
 /// The answer when no verdict was reached in time (invariant 4).
 fn unanswerable(mode: FailurePolicy, message: String) -> Answer {
     match mode {
-        FailurePolicy::Fail => Answer {
-            allowed: false,
-            message: Some(format!("{message} (failurePolicy Fail)")),
-            warnings: Vec::new(),
-        },
+        FailurePolicy::Fail => Answer::deny(format!("{message} (failurePolicy Fail)")),
         FailurePolicy::Ignore => Answer {
-            allowed: true,
-            message: None,
             warnings: vec![format!("{message} (failurePolicy Ignore: allowed)")],
+            ..Answer::allow()
         },
     }
 }

@@ -14,7 +14,9 @@ pub struct ServiceRef {
     pub name: String,
     /// The Service's port (Kubernetes' default: 443).
     pub port: Option<i32>,
-    /// The path prefix (default `/validate`); `/fail` and `/ignore` are appended.
+    /// The path prefix of the validating webhooks (`/validate`; `/fail`
+    /// and `/ignore` are appended); the mutating ones are at its sibling
+    /// `/mutate`.
     pub path: String,
 }
 
@@ -56,8 +58,10 @@ pub struct Settings {
     /// Without `tls_cert`: the CA that signs the generated serving
     /// certificate (shared by the replicas; None: a new one per start).
     pub ca: Option<crate::tls::CaMaterial>,
-    /// `--webhook-url` (default `https://<listen>/validate`): what the webhook
-    /// configuration points at (`/fail` and `/ignore` are appended per webhook).
+    /// `--webhook-url` (default `https://<listen>/validate`): what the
+    /// validating webhooks point at (`/fail` and `/ignore` are appended per
+    /// webhook); the mutating ones point at its sibling `/mutate`. Ends in
+    /// `/validate`.
     pub webhook_url: Option<String>,
     /// A Service reference instead of a URL (wins over `webhook_url`).
     pub service: Option<ServiceRef>,
@@ -70,6 +74,8 @@ pub struct Settings {
     pub cleanup_webhooks: bool,
     /// The ValidatingWebhookConfiguration's name (default `leash-validating-webhook-cfg`).
     pub configuration_name: String,
+    /// The MutatingWebhookConfiguration's name (default `leash-mutating-webhook-cfg`).
+    pub mutating_configuration_name: String,
     /// How long shutdown may take: in-flight reviews, draining the audit queue,
     /// deleting the webhook configuration (default 10 s).
     pub shutdown_timeout: Duration,
@@ -96,6 +102,7 @@ impl Default for Settings {
             timeout_seconds: 10,
             cleanup_webhooks: false,
             configuration_name: "leash-validating-webhook-cfg".to_string(),
+            mutating_configuration_name: "leash-mutating-webhook-cfg".to_string(),
             shutdown_timeout: Duration::from_secs(10),
             reports: true,
             audit: AuditSettings::default(),

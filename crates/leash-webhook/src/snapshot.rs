@@ -9,7 +9,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use leash_policy::vpol::{ValidatingPolicy, ValidationAction};
-use leash_policy::{Engine, FailureAction, Policy, RuleResult, Source, Status};
+use leash_policy::{Engine, FailureAction, Policy, RuleResult, Shared, Source, Status};
 
 use crate::recorder::PolicyRef;
 
@@ -42,6 +42,102 @@ pub(crate) struct Snapshot {
     /// admitted through this webhook too; they give no verdict).
     generating: bool,
     refs: BTreeSet<PolicyRef>,
+    /// What the mutating webhook runs.
+    pub(crate) mutation: Mutators,
+}
+
+/// The mutate side of a policy set: one engine per mutating endpoint,
+/// each holding the admission-enabled policies that patch the admitted
+/// object (classic `mutate` rules without `targets`, MutatingPolicies) of
+/// that failure policy, in the set's order, and every exception.
+#[derive(Debug)]
+pub(crate) struct Mutators {
+    /// Every mutating policy (`/mutate`).
+    pub(crate) all: Arc<Engine>,
+    /// Those with `failurePolicy: Fail` (`/mutate/fail`).
+    pub(crate) fail: Arc<Engine>,
+    /// Those with `failurePolicy: Ignore` (`/mutate/ignore`).
+    pub(crate) ignore: Arc<Engine>,
+    /// Kinds some mutating policy may match; `None`: any kind.
+    kinds: Option<HashSet<String>>,
+}
+
+impl Mutators {
+    fn build(engine: &Engine, refs: &mut BTreeSet<PolicyRef>) -> Mutators {
+        let (mut all, mut fail, mut ignore) = (Engine::new(), Engine::new(), Engine::new());
+        let mut kinds = Some(HashSet::new());
+        let mut resources = Vec::new();
+        for p in engine.policies().iter().filter(|p| p.admission()) {
+            let ops = p.mutate_webhook_operations();
+            if ops.is_empty() {
+                continue;
+            }
+            for (spec, _) in ops {
+                match (kind_of(&spec), kinds.as_mut()) {
+                    (Some(k), Some(set)) => {
+                        set.insert(k.to_string());
+                    }
+                    (None, _) => kinds = None,
+                    _ => {}
+                }
+            }
+            let side = if p.ignores_webhook_failures() {
+                &mut ignore
+            } else {
+                &mut fail
+            };
+            side.add_shared(Shared::Policy(p.clone()));
+            all.add_shared(Shared::Policy(p.clone()));
+        }
+        for m in engine.mutating_policies().iter().filter(|m| m.admission()) {
+            refs.insert(PolicyRef::new(m.kind(), m.namespace(), m.name()));
+            resources.extend(m.matched_resources());
+            let side = if m.ignores_failures() {
+                &mut ignore
+            } else {
+                &mut fail
+            };
+            side.add_shared(Shared::MutatingPolicy(m.clone()));
+            all.add_shared(Shared::MutatingPolicy(m.clone()));
+        }
+        widen_kinds(&mut kinds, resources);
+        if !all.is_empty() {
+            for e in engine.exceptions() {
+                for side in [&mut all, &mut fail, &mut ignore] {
+                    side.add_shared(Shared::Exception(e.clone()));
+                }
+            }
+        }
+        Mutators {
+            all: Arc::new(all),
+            fail: Arc::new(fail),
+            ignore: Arc::new(ignore),
+            kinds,
+        }
+    }
+
+    /// Whether some mutating policy may match `kind`.
+    pub(crate) fn may_match(&self, kind: &str) -> bool {
+        !self.all.is_empty() && self.kinds.as_ref().is_none_or(|k| k.contains(kind))
+    }
+}
+
+/// Adds the kinds of `resources` (`(group, version, plural)`) to `kinds`;
+/// a wildcard, or a resource that is not a built-in kind, makes it any
+/// kind (`None`).
+fn widen_kinds(kinds: &mut Option<HashSet<String>>, resources: Vec<(String, String, String)>) {
+    for (group, _, plural) in resources {
+        let known = (plural != "*" && group != "*")
+            .then(|| leash_policy::kinds::by_resource(&group, &plural))
+            .flatten();
+        match (known, kinds.as_mut()) {
+            (Some(k), Some(set)) => {
+                set.insert(k.kind.to_string());
+            }
+            (None, _) => *kinds = None,
+            _ => {}
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -115,20 +211,10 @@ impl Snapshot {
             refs.insert(PolicyRef::new(g.kind(), g.namespace(), g.name()));
             resources.extend(g.matched_resources());
         }
-        for (group, _, plural) in resources {
-            let known = (plural != "*" && group != "*")
-                .then(|| leash_policy::kinds::by_resource(&group, &plural))
-                .flatten();
-            match (known, kinds.as_mut()) {
-                (Some(k), Some(set)) => {
-                    set.insert(k.kind.to_string());
-                }
-                // A wildcard or a resource without a built-in kind: any kind.
-                (None, _) => kinds = None,
-                _ => {}
-            }
-        }
+        widen_kinds(&mut kinds, resources);
+        let mutation = Mutators::build(&engine, &mut refs);
         Snapshot {
+            mutation,
             generating: !engine.generating_policies().is_empty(),
             engine,
             served,

@@ -1,5 +1,7 @@
-//! The `ValidatingWebhookConfiguration`: built from the policy set (a pure
-//! function) and kept in the cluster by the [`Registrar`].
+//! The `ValidatingWebhookConfiguration` and the
+//! `MutatingWebhookConfiguration` ([`build_mutating_configuration`]): built
+//! from the policy set (pure functions) and kept in the cluster by the
+//! [`Registrar`].
 //!
 //! As Kyverno's webhook controller: one webhook per failure policy
 //! (`validate.kyverno.svc-fail` with `failurePolicy: Fail`,
@@ -35,8 +37,8 @@ use std::time::Duration;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
-    MatchCondition, RuleWithOperations, ServiceReference, ValidatingWebhook,
-    ValidatingWebhookConfiguration, WebhookClientConfig,
+    MatchCondition, MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations,
+    ServiceReference, ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, LabelSelectorRequirement, ObjectMeta,
@@ -251,54 +253,146 @@ pub fn build_configuration(
             .map(|r| (false, r))
     });
     for (ignores, ((group, version, plural), ops)) in validating.chain(generating) {
-        let scope = if group == "*" || plural == "*" {
-            "*"
-        } else {
-            match leash_policy::kinds::by_resource(&group, &plural) {
-                Some(b) if b.namespaced => "Namespaced",
-                Some(_) => "Cluster",
-                None => "*",
-            }
-        };
         let rules = if ignores { &mut ignore } else { &mut fail };
-        insert(rules, (group, version, scope.to_string()), plural, &ops);
+        let scope = scope_of(&group, &plural);
+        insert(rules, (group, version, scope), plural, &ops);
     }
-    let namespace_selector = (!exclusions.namespaces.is_empty()).then(|| LabelSelector {
-        match_expressions: Some(vec![LabelSelectorRequirement {
-            key: "kubernetes.io/metadata.name".to_string(),
-            operator: "NotIn".to_string(),
-            values: Some(exclusions.namespaces.clone()),
-        }]),
-        match_labels: None,
-    });
-    // (webhook name suffix, endpoint suffix, failure policy, condition)
+    let common = Common::new(target, ca_pem, timeout_seconds, exclusions);
     let webhook = |name_suffix: &str,
                    suffix: &str,
                    policy: FailurePolicy,
                    condition: Option<(&str, String)>,
                    rules: Rules| {
-        let client_config = match target {
+        let h = common.hook("validate", name_suffix, suffix, policy, condition, rules);
+        ValidatingWebhook {
+            name: h.name,
+            client_config: h.client_config,
+            failure_policy: h.failure_policy,
+            namespace_selector: h.namespace_selector,
+            match_conditions: h.match_conditions,
+            match_policy: h.match_policy,
+            side_effects: "None".to_string(),
+            admission_review_versions: h.admission_review_versions,
+            timeout_seconds: h.timeout_seconds,
+            rules: h.rules,
+            ..ValidatingWebhook::default()
+        }
+    };
+    let mut webhooks = by_failure_policy(fail, ignore, webhook);
+    // Kyverno's policy validation webhook: invalid policies are refused
+    // before they are stored (see the server's `policy_review`). It fails
+    // open (Kyverno's fails closed): policies are among what a cluster needs
+    // to recover (issue 38), and a policy stored while leash is down is
+    // still compiled when it is read, and marked not Ready if invalid.
+    let mut policy_rules = Rules::new();
+    for (group, resources) in POLICY_RESOURCES {
+        for resource in *resources {
+            insert(
+                &mut policy_rules,
+                (group.to_string(), "*".into(), "*".into()),
+                resource.to_string(),
+                &["CREATE", "UPDATE"],
+            );
+        }
+    }
+    let mut policy_webhook = webhook(
+        "policy",
+        "policy",
+        FailurePolicy::Ignore,
+        None,
+        policy_rules,
+    );
+    policy_webhook.name = "validate-policy.kyverno.svc".to_string();
+    policy_webhook.namespace_selector = None;
+    webhooks.push(policy_webhook);
+    ValidatingWebhookConfiguration {
+        metadata: managed_metadata(name),
+        webhooks: Some(webhooks),
+    }
+}
+
+/// What the webhooks of both configurations share.
+struct Common {
+    target: ClientTarget,
+    ca_bundle: ByteString,
+    timeout_seconds: i32,
+    namespace_selector: Option<LabelSelector>,
+}
+
+/// A webhook's fields common to `ValidatingWebhook` and `MutatingWebhook`.
+struct Hook {
+    name: String,
+    client_config: WebhookClientConfig,
+    failure_policy: Option<String>,
+    namespace_selector: Option<LabelSelector>,
+    match_conditions: Option<Vec<MatchCondition>>,
+    match_policy: Option<String>,
+    admission_review_versions: Vec<String>,
+    timeout_seconds: Option<i32>,
+    rules: Option<Vec<RuleWithOperations>>,
+}
+
+impl Common {
+    fn new(
+        target: &ClientTarget,
+        ca_pem: &str,
+        timeout_seconds: u8,
+        exclusions: &Exclusions,
+    ) -> Common {
+        Common {
+            target: target.clone(),
+            ca_bundle: ByteString(ca_pem.as_bytes().to_vec()),
+            timeout_seconds: i32::from(timeout_seconds),
+            namespace_selector: (!exclusions.namespaces.is_empty()).then(|| LabelSelector {
+                match_expressions: Some(vec![LabelSelectorRequirement {
+                    key: "kubernetes.io/metadata.name".to_string(),
+                    operator: "NotIn".to_string(),
+                    values: Some(exclusions.namespaces.clone()),
+                }]),
+                match_labels: None,
+            }),
+        }
+    }
+
+    /// The webhook `{kind}.kyverno.svc-{name_suffix}` calling
+    /// `/{kind}/{suffix}` (`kind`: `validate` or `mutate`; the target's
+    /// prefix ends in `/validate`, and `/mutate` is its sibling).
+    fn hook(
+        &self,
+        kind: &str,
+        name_suffix: &str,
+        suffix: &str,
+        policy: FailurePolicy,
+        condition: Option<(&str, String)>,
+        rules: Rules,
+    ) -> Hook {
+        let sibling = |prefix: &str| {
+            let prefix = prefix.trim_end_matches('/');
+            let base = prefix.strip_suffix("/validate").unwrap_or(prefix);
+            format!("{base}/{kind}/{suffix}")
+        };
+        let client_config = match &self.target {
             ClientTarget::Url(u) => WebhookClientConfig {
-                url: Some(format!("{}/{suffix}", u.trim_end_matches('/'))),
-                ca_bundle: Some(ByteString(ca_pem.as_bytes().to_vec())),
+                url: Some(sibling(u)),
+                ca_bundle: Some(self.ca_bundle.clone()),
                 service: None,
             },
             ClientTarget::Service(s) => WebhookClientConfig {
                 url: None,
-                ca_bundle: Some(ByteString(ca_pem.as_bytes().to_vec())),
+                ca_bundle: Some(self.ca_bundle.clone()),
                 service: Some(ServiceReference {
                     namespace: s.namespace.clone(),
                     name: s.name.clone(),
                     port: s.port,
-                    path: Some(format!("{}/{suffix}", s.path.trim_end_matches('/'))),
+                    path: Some(sibling(&s.path)),
                 }),
             },
         };
-        ValidatingWebhook {
-            name: format!("validate.kyverno.svc-{name_suffix}"),
+        Hook {
+            name: format!("{kind}.kyverno.svc-{name_suffix}"),
             client_config,
             failure_policy: Some(policy.as_str().to_string()),
-            namespace_selector: namespace_selector.clone(),
+            namespace_selector: self.namespace_selector.clone(),
             match_conditions: condition.map(|(name, expression)| {
                 vec![MatchCondition {
                     name: name.to_string(),
@@ -306,38 +400,50 @@ pub fn build_configuration(
                 }]
             }),
             match_policy: Some("Equivalent".to_string()),
-            side_effects: "None".to_string(),
             admission_review_versions: vec!["v1".to_string()],
-            timeout_seconds: Some(i32::from(timeout_seconds)),
-            rules: Some(
-                rules
-                    .into_iter()
-                    .flat_map(|((group, version, scope), resources)| {
-                        // One rule per set of operations.
-                        let mut by_ops: BTreeMap<Vec<&'static str>, Vec<String>> = BTreeMap::new();
-                        for (resource, ops) in resources {
-                            let ops: Vec<&'static str> = OPERATIONS
-                                .iter()
-                                .copied()
-                                .filter(|o| ops.contains(o))
-                                .collect();
-                            by_ops.entry(ops).or_default().push(resource);
-                        }
-                        by_ops.into_iter().filter(|(ops, _)| !ops.is_empty()).map(
-                            move |(ops, resources)| RuleWithOperations {
-                                api_groups: Some(vec![group.clone()]),
-                                api_versions: Some(vec![version.clone()]),
-                                operations: Some(ops.iter().map(|s| s.to_string()).collect()),
-                                resources: Some(resources),
-                                scope: Some(scope.clone()),
-                            },
-                        )
-                    })
-                    .collect(),
-            ),
-            ..ValidatingWebhook::default()
+            timeout_seconds: Some(self.timeout_seconds),
+            rules: Some(rules_with_operations(rules)),
         }
-    };
+    }
+}
+
+/// The webhook rules: one per (group, version, scope) and set of
+/// operations.
+fn rules_with_operations(rules: Rules) -> Vec<RuleWithOperations> {
+    rules
+        .into_iter()
+        .flat_map(|((group, version, scope), resources)| {
+            let mut by_ops: BTreeMap<Vec<&'static str>, Vec<String>> = BTreeMap::new();
+            for (resource, ops) in resources {
+                let ops: Vec<&'static str> = OPERATIONS
+                    .iter()
+                    .copied()
+                    .filter(|o| ops.contains(o))
+                    .collect();
+                by_ops.entry(ops).or_default().push(resource);
+            }
+            by_ops
+                .into_iter()
+                .filter(|(ops, _)| !ops.is_empty())
+                .map(move |(ops, resources)| RuleWithOperations {
+                    api_groups: Some(vec![group.clone()]),
+                    api_versions: Some(vec![version.clone()]),
+                    operations: Some(ops.iter().map(|s| s.to_string()).collect()),
+                    resources: Some(resources),
+                    scope: Some(scope.clone()),
+                })
+        })
+        .collect()
+}
+
+/// The webhooks of one configuration: `-fail` (split in two, with a
+/// `-fail-recovery` one under `Ignore`, when it may be sent a resource an
+/// operator needs to recover), then `-ignore`; empty ones left out.
+fn by_failure_policy<W>(
+    fail: Rules,
+    ignore: Rules,
+    webhook: impl Fn(&str, &str, FailurePolicy, Option<(&str, String)>, Rules) -> W,
+) -> Vec<W> {
     let mut webhooks = Vec::new();
     if !fail.is_empty() {
         if touches_recovery(&fail) {
@@ -371,42 +477,104 @@ pub fn build_configuration(
             ignore,
         ));
     }
-    // Kyverno's policy validation webhook: invalid policies are refused
-    // before they are stored (see the server's `policy_review`). It fails
-    // open (Kyverno's fails closed): policies are among what a cluster needs
-    // to recover (issue 38), and a policy stored while leash is down is
-    // still compiled when it is read, and marked not Ready if invalid.
-    let mut policy_rules = Rules::new();
-    for (group, resources) in POLICY_RESOURCES {
-        for resource in *resources {
+    webhooks
+}
+
+/// The `MutatingWebhookConfiguration` for `engine`'s admission-enabled
+/// mutating policies: classic rules that patch the admitted object
+/// (CREATE and UPDATE, as their match names them) and MutatingPolicies,
+/// each in the webhook of its failure policy (`mutate.kyverno.svc-fail`,
+/// `mutate.kyverno.svc-ignore`, and `-fail-recovery` as in
+/// [`build_configuration`]), at `/mutate/fail` and `/mutate/ignore`.
+/// As Kyverno's: `reinvocationPolicy: IfNeeded` (a later webhook's change
+/// is seen by the policies again), `sideEffects: NoneOnDryRun` (a dry
+/// run writes no report). With no mutating policy the configuration has
+/// no webhooks.
+pub fn build_mutating_configuration(
+    name: &str,
+    target: &ClientTarget,
+    ca_pem: &str,
+    timeout_seconds: u8,
+    exclusions: &Exclusions,
+    engine: &Engine,
+) -> MutatingWebhookConfiguration {
+    let mut fail = Rules::new();
+    let mut ignore = Rules::new();
+    for p in engine.policies().iter().filter(|p| p.admission()) {
+        let rules = if p.ignores_webhook_failures() {
+            &mut ignore
+        } else {
+            &mut fail
+        };
+        for (k, ops) in p.mutate_webhook_operations() {
+            rules_of_kind(&k, &ops, rules);
+        }
+    }
+    for m in engine.mutating_policies().iter().filter(|m| m.admission()) {
+        let rules = if m.ignores_failures() {
+            &mut ignore
+        } else {
+            &mut fail
+        };
+        for ((group, version, plural), ops) in m.matched_resource_operations() {
             insert(
-                &mut policy_rules,
-                (group.to_string(), "*".into(), "*".into()),
-                resource.to_string(),
-                &["CREATE", "UPDATE"],
+                rules,
+                (group.clone(), version, scope_of(&group, &plural)),
+                plural,
+                &ops,
             );
         }
     }
-    let mut policy_webhook = webhook(
-        "policy",
-        "policy",
-        FailurePolicy::Ignore,
-        None,
-        policy_rules,
-    );
-    policy_webhook.name = "validate-policy.kyverno.svc".to_string();
-    policy_webhook.namespace_selector = None;
-    webhooks.push(policy_webhook);
-    ValidatingWebhookConfiguration {
-        metadata: ObjectMeta {
-            name: Some(name.to_string()),
-            labels: Some(BTreeMap::from([(
-                "webhook.kyverno.io/managed-by".to_string(),
-                "leash".to_string(),
-            )])),
-            ..ObjectMeta::default()
+    let common = Common::new(target, ca_pem, timeout_seconds, exclusions);
+    let webhooks = by_failure_policy(
+        fail,
+        ignore,
+        |name_suffix, suffix, policy, condition, rules| {
+            let h = common.hook("mutate", name_suffix, suffix, policy, condition, rules);
+            MutatingWebhook {
+                name: h.name,
+                client_config: h.client_config,
+                failure_policy: h.failure_policy,
+                namespace_selector: h.namespace_selector,
+                match_conditions: h.match_conditions,
+                match_policy: h.match_policy,
+                side_effects: "NoneOnDryRun".to_string(),
+                admission_review_versions: h.admission_review_versions,
+                timeout_seconds: h.timeout_seconds,
+                rules: h.rules,
+                reinvocation_policy: Some("IfNeeded".to_string()),
+                ..MutatingWebhook::default()
+            }
         },
+    );
+    MutatingWebhookConfiguration {
+        metadata: managed_metadata(name),
         webhooks: Some(webhooks),
+    }
+}
+
+/// `Namespaced`, `Cluster`, or `*` when the resource is not a built-in one.
+fn scope_of(group: &str, plural: &str) -> String {
+    if group == "*" || plural == "*" {
+        return "*".to_string();
+    }
+    match leash_policy::kinds::by_resource(group, plural) {
+        Some(b) if b.namespaced => "Namespaced",
+        Some(_) => "Cluster",
+        None => "*",
+    }
+    .to_string()
+}
+
+/// A configuration's metadata: its name and leash's managed-by label.
+fn managed_metadata(name: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_string()),
+        labels: Some(BTreeMap::from([(
+            "webhook.kyverno.io/managed-by".to_string(),
+            "leash".to_string(),
+        )])),
+        ..ObjectMeta::default()
     }
 }
 
@@ -417,6 +585,7 @@ pub struct Registrar {
     client: kube::Client,
     policies: watch::Receiver<Arc<Engine>>,
     name: String,
+    mutating_name: String,
     target: ClientTarget,
     ca_pem: String,
     timeout_seconds: u8,
@@ -456,6 +625,7 @@ impl Registrar {
             client,
             policies,
             name: settings.configuration_name.clone(),
+            mutating_name: settings.mutating_configuration_name.clone(),
             target: match &settings.service {
                 Some(s) => ClientTarget::Service(s.clone()),
                 None => ClientTarget::Url(webhook_url),
@@ -485,8 +655,32 @@ impl Registrar {
         self
     }
 
-    /// Registers the configuration and updates it on every policy change
-    /// until `token` is cancelled; then deletes it when `cleanup_webhooks`.
+    /// The configurations for `engine`: the validating one and the
+    /// mutating one.
+    fn desired(&self, engine: &Engine) -> Desired {
+        let args = (
+            &self.target,
+            self.ca_pem.as_str(),
+            self.timeout_seconds,
+            &self.exclusions,
+            engine,
+        );
+        Desired {
+            validating: build_configuration(&self.name, args.0, args.1, args.2, args.3, args.4),
+            mutating: build_mutating_configuration(
+                &self.mutating_name,
+                args.0,
+                args.1,
+                args.2,
+                args.3,
+                args.4,
+            ),
+        }
+    }
+
+    /// Registers the configurations and updates them on every policy
+    /// change until `token` is cancelled; then deletes them when
+    /// `cleanup_webhooks`.
     ///
     /// # Errors
     /// Only the cleanup delete's failure (write failures are retried).
@@ -494,32 +688,27 @@ impl Registrar {
     /// # Cancel safety
     /// Not cancel safe as to cleanup: dropping the future skips the delete.
     pub async fn run(mut self, token: CancellationToken) -> Result<()> {
-        let api: Api<ValidatingWebhookConfiguration> = Api::all(self.client.clone());
-        let mut applied: Option<ValidatingWebhookConfiguration> = None;
+        let validating: Api<ValidatingWebhookConfiguration> = Api::all(self.client.clone());
+        let mutating: Api<MutatingWebhookConfiguration> = Api::all(self.client.clone());
+        let mut applied: Option<Desired> = None;
         loop {
             let engine = self.policies.borrow_and_update().clone();
-            let desired = build_configuration(
-                &self.name,
-                &self.target,
-                &self.ca_pem,
-                self.timeout_seconds,
-                &self.exclusions,
-                &engine,
-            );
+            let desired = self.desired(&engine);
             let mut failed = false;
             if applied.as_ref() != Some(&desired) {
-                match token
-                    .run_until_cancelled(apply(&api, desired.clone()))
-                    .await
-                {
+                let write = async {
+                    apply(&validating, desired.validating.clone()).await?;
+                    apply(&mutating, desired.mutating.clone()).await
+                };
+                match token.run_until_cancelled(write).await {
                     None => break,
                     Some(Ok(())) => {
-                        tracing::info!(name = %self.name, "webhook configuration registered");
+                        tracing::info!(validating = %self.name, mutating = %self.mutating_name, "webhook configurations registered");
                         applied = Some(desired);
                         self.registered.send_replace(true);
                     }
                     Some(Err(e)) => {
-                        tracing::warn!(error = %e, "registering the webhook configuration failed; will retry");
+                        tracing::warn!(error = %e, "registering the webhook configurations failed; will retry");
                         failed = true;
                     }
                 }
@@ -546,18 +735,25 @@ impl Registrar {
                 // A resync: written again only if what the API server
                 // holds differs (deleted, edited by hand, by an older run).
                 Some(true) if !failed => {
-                    match token.run_until_cancelled(api.get_opt(&self.name)).await {
+                    let read = async {
+                        let v = validating.get_opt(&self.name).await?;
+                        let m = mutating.get_opt(&self.mutating_name).await?;
+                        Ok::<_, kube::Error>((v, m))
+                    };
+                    match token.run_until_cancelled(read).await {
                         None => break,
-                        Some(Ok(current)) => {
-                            if !current.as_ref().is_some_and(|c| {
-                                applied.as_ref().is_some_and(|a| same_essentials(c, a))
-                            }) {
-                                tracing::warn!(name = %self.name, "the webhook configuration was deleted or changed by someone else; writing it again");
+                        Some(Ok((v, m))) => {
+                            let intact = applied.as_ref().is_some_and(|a| {
+                                v.is_some_and(|v| same_essentials(&v, &a.validating))
+                                    && m.is_some_and(|m| same_essentials(&m, &a.mutating))
+                            });
+                            if !intact {
+                                tracing::warn!(validating = %self.name, mutating = %self.mutating_name, "a webhook configuration was deleted or changed by someone else; writing them again");
                                 applied = None;
                             }
                         }
                         Some(Err(e)) => {
-                            tracing::warn!(name = %self.name, "reading the webhook configuration back: {e}");
+                            tracing::warn!(name = %self.name, "reading the webhook configurations back: {e}");
                         }
                     }
                 }
@@ -566,18 +762,14 @@ impl Registrar {
         }
         if self.cleanup {
             let params = DeleteParams::default();
-            let delete = api.delete(&self.name, &params);
+            let delete = async {
+                remove(&validating, &self.name, &params).await?;
+                remove(&mutating, &self.mutating_name, &params).await
+            };
             match tokio::time::timeout(self.shutdown_timeout, delete).await {
-                Ok(Ok(_)) => tracing::info!(name = %self.name, "webhook configuration removed"),
-                Ok(Err(kube::Error::Api(s))) if s.code == 404 => {}
-                Ok(Err(source)) => {
-                    return Err(Error::ApiFailed {
-                        operation: format!("deleting ValidatingWebhookConfiguration {}", self.name),
-                        source,
-                    });
-                }
+                Ok(result) => result?,
                 Err(_) => {
-                    tracing::warn!(name = %self.name, "deleting the webhook configuration timed out")
+                    tracing::warn!(name = %self.name, "deleting the webhook configurations timed out")
                 }
             }
         }
@@ -585,51 +777,58 @@ impl Registrar {
     }
 }
 
+/// What the registrar keeps in the cluster.
+#[derive(Debug, Clone, PartialEq)]
+struct Desired {
+    validating: ValidatingWebhookConfiguration,
+    mutating: MutatingWebhookConfiguration,
+}
+
 /// Whether what the API server holds is what was written, ignoring the
-/// fields it fills in (defaults, metadata).
-fn same_essentials(
-    current: &ValidatingWebhookConfiguration,
-    written: &ValidatingWebhookConfiguration,
-) -> bool {
-    let essentials = |c: &ValidatingWebhookConfiguration| {
-        c.webhooks
-            .iter()
+/// fields it fills in (defaults, metadata): compared as JSON, webhook by
+/// webhook, on the fields leash sets.
+fn same_essentials<K: serde::Serialize>(current: &K, written: &K) -> bool {
+    let essentials = |c: &K| -> Vec<serde_json::Value> {
+        let v = serde_json::to_value(c).unwrap_or_default();
+        v["webhooks"]
+            .as_array()
+            .into_iter()
             .flatten()
             .map(|w| {
-                (
-                    w.name.clone(),
-                    w.client_config.url.clone(),
-                    w.client_config.service.as_ref().map(|s| {
-                        (
-                            s.namespace.clone(),
-                            s.name.clone(),
-                            s.path.clone(),
-                            s.port.unwrap_or(443),
-                        )
-                    }),
-                    w.client_config.ca_bundle.clone(),
-                    w.failure_policy.clone(),
-                    w.rules.clone(),
-                    w.namespace_selector
-                        .as_ref()
-                        .and_then(|n| n.match_expressions.clone()),
-                    w.match_conditions.clone(),
-                    w.timeout_seconds,
-                )
+                let service = &w["clientConfig"]["service"];
+                serde_json::json!([
+                    w["name"],
+                    w["clientConfig"]["url"],
+                    service["namespace"],
+                    service["name"],
+                    service["path"],
+                    service["port"].as_i64().unwrap_or(443),
+                    w["clientConfig"]["caBundle"],
+                    w["failurePolicy"],
+                    w["rules"],
+                    w["namespaceSelector"]["matchExpressions"],
+                    w["matchConditions"],
+                    w["timeoutSeconds"],
+                    w["reinvocationPolicy"],
+                ])
             })
-            .collect::<Vec<_>>()
+            .collect()
     };
     essentials(current) == essentials(written)
 }
 
 /// Creates, or replaces with the read resourceVersion (invariant 2).
-async fn apply(
-    api: &Api<ValidatingWebhookConfiguration>,
-    mut desired: ValidatingWebhookConfiguration,
-) -> Result<()> {
-    let name = desired.metadata.name.clone().unwrap_or_default();
+async fn apply<K>(api: &Api<K>, mut desired: K) -> Result<()>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::Serialize
+        + serde::de::DeserializeOwned,
+{
+    let name = desired.meta().name.clone().unwrap_or_default();
     let err = |op: &str, source| Error::ApiFailed {
-        operation: format!("{op} ValidatingWebhookConfiguration {name}"),
+        operation: format!("{op} {} {name}", K::kind(&())),
         source,
     };
     match api.get_opt(&name).await.map_err(|e| err("reading", e))? {
@@ -639,13 +838,31 @@ async fn apply(
                 .map_err(|e| err("creating", e))?;
         }
         Some(existing) => {
-            desired.metadata.resource_version = existing.metadata.resource_version;
+            desired.meta_mut().resource_version = existing.meta().resource_version.clone();
             api.replace(&name, &PostParams::default(), &desired)
                 .await
                 .map_err(|e| err("replacing", e))?;
         }
     }
     Ok(())
+}
+
+/// Deletes a configuration (gone already is fine).
+async fn remove<K>(api: &Api<K>, name: &str, params: &DeleteParams) -> Result<()>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+{
+    match api.delete(name, params).await {
+        Ok(_) => {
+            tracing::info!(name = %name, "webhook configuration removed");
+            Ok(())
+        }
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(source) => Err(Error::ApiFailed {
+            operation: format!("deleting {} {name}", K::kind(&())),
+            source,
+        }),
+    }
 }
 
 #[cfg(test)]
@@ -833,6 +1050,112 @@ mod tests {
             ops_of("secrets"),
             json!(["CREATE", "UPDATE", "DELETE", "CONNECT"])
         );
+    }
+
+    /// The mutating configuration: classic mutate rules (not `targets`
+    /// ones) and MutatingPolicies, by failure policy, CREATE and UPDATE
+    /// only, at the `/mutate` sibling of the validating prefix, reinvoked
+    /// if needed; a rule on a recovery resource goes to the `Ignore`
+    /// recovery webhook; validate-only policies are not in it.
+    #[test]
+    fn the_mutating_configuration() {
+        let e = engine(&[
+            cpol("validate-only", &["Pod"], true),
+            json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "m"},
+                "spec": {"rules": [
+                    {"name": "create-only", "match": {"any": [{"resources": {"kinds": ["ConfigMap"], "operations": ["CREATE"]}}]},
+                     "mutate": {"patchStrategicMerge": {"metadata": {"labels": {"a": "b"}}}}},
+                    {"name": "ns", "match": {"any": [{"resources": {"kinds": ["Namespace"]}}]},
+                     "mutate": {"patchStrategicMerge": {"metadata": {"labels": {"a": "b"}}}}},
+                    {"name": "existing", "match": {"any": [{"resources": {"kinds": ["Secret"]}}]},
+                     "mutate": {"targets": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "namespace": "y"}],
+                                "patchStrategicMerge": {"metadata": {"labels": {"a": "b"}}}}}]}}),
+            json!({"apiVersion": "policies.kyverno.io/v1", "kind": "MutatingPolicy", "metadata": {"name": "mp"},
+                "spec": {"failurePolicy": "Ignore", "matchConstraints": {"resourceRules": [
+                    {"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE", "DELETE"], "resources": ["deployments"]}]},
+                    "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": "[]"}}]}}),
+        ]);
+        let cfg = build_mutating_configuration(
+            "leash-mutating-webhook-cfg",
+            &ClientTarget::Url("https://127.0.0.1:9443/validate".into()),
+            "CA",
+            7,
+            &Exclusions {
+                namespaces: vec!["kyverno".into()],
+            },
+            &e,
+        );
+        let v = serde_json::to_value(&cfg).unwrap();
+        let hooks = v["webhooks"].as_array().unwrap();
+        let names: Vec<&str> = hooks.iter().map(|h| h["name"].as_str().unwrap()).collect();
+        assert_eq!(
+            names,
+            [
+                "mutate.kyverno.svc-fail",
+                "mutate.kyverno.svc-fail-recovery",
+                "mutate.kyverno.svc-ignore"
+            ]
+        );
+        for h in hooks {
+            assert_eq!(h["reinvocationPolicy"], "IfNeeded");
+            assert_eq!(h["sideEffects"], "NoneOnDryRun");
+            assert_eq!(h["timeoutSeconds"], 7);
+            assert_eq!(
+                h["namespaceSelector"]["matchExpressions"][0]["values"],
+                json!(["kyverno"])
+            );
+        }
+        assert_eq!(
+            hooks[0]["clientConfig"]["url"],
+            "https://127.0.0.1:9443/mutate/fail"
+        );
+        assert_eq!(hooks[1]["failurePolicy"], "Ignore");
+        assert_eq!(
+            hooks[2]["clientConfig"]["url"],
+            "https://127.0.0.1:9443/mutate/ignore"
+        );
+        let rules = |h: &serde_json::Value| -> Vec<(String, String)> {
+            h["rules"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|r| {
+                    let ops = r["operations"].to_string();
+                    r["resources"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(move |x| (x.as_str().unwrap().to_string(), ops.clone()))
+                })
+                .collect()
+        };
+        let fail = rules(&hooks[0]);
+        assert!(
+            fail.contains(&("configmaps".into(), r#"["CREATE"]"#.into())),
+            "{fail:?}"
+        );
+        assert!(
+            fail.contains(&("namespaces".into(), r#"["CREATE","UPDATE"]"#.into())),
+            "{fail:?}"
+        );
+        assert!(
+            !fail.iter().any(|(r, _)| r == "secrets" || r == "pods"),
+            "targets rules and validate-only policies are not sent here: {fail:?}"
+        );
+        assert_eq!(
+            rules(&hooks[2]),
+            [("deployments".to_string(), r#"["CREATE"]"#.to_string())]
+        );
+        // Nothing mutates: no webhooks.
+        let empty = build_mutating_configuration(
+            "n",
+            &ClientTarget::Url("https://x/validate".into()),
+            "CA",
+            7,
+            &Exclusions::default(),
+            &engine(&[cpol("validate-only", &["Pod"], true)]),
+        );
+        assert_eq!(empty.webhooks, Some(Vec::new()));
     }
 
     #[test]

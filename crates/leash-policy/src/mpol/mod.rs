@@ -250,6 +250,21 @@ impl MutatingPolicy {
         out
     }
 
+    /// The resources the policy (and its autogen variants) match, with the
+    /// operations its rules name that the mutating webhook is sent (CREATE
+    /// and UPDATE).
+    pub fn matched_resource_operations(&self) -> Vec<crate::vpol::ResourceOperations> {
+        let mut out = Vec::new();
+        for body in std::iter::once(&self.body).chain(&self.autogen) {
+            body.matching.resources_with_operations(&mut out);
+        }
+        for (_, ops) in &mut out {
+            ops.retain(|o| matches!(*o, "CREATE" | "UPDATE"));
+        }
+        out.retain(|(_, ops)| !ops.is_empty());
+        out
+    }
+
     /// Mutates `req.object` (the object as earlier policies left it):
     /// None when the match constraints do not select it; otherwise the
     /// result for the policy (rule = policy name, source

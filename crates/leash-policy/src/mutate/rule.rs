@@ -62,7 +62,8 @@ impl Policy {
     /// the previous one. Returns the mutated object, one result per
     /// matching rule (per target found, for a `mutate.targets` rule) and
     /// the targets those rules patched. `req` is the admission request
-    /// around `object` (its `object` is replaced by `object`).
+    /// around `object` (its `object` is replaced by `object`). Without
+    /// `with_targets`, `mutate.targets` rules are not run.
     pub(crate) fn mutate(
         &self,
         object: Arc<Value>,
@@ -70,6 +71,7 @@ impl Policy {
         data: &dyn ClusterData,
         bindings: &Bindings,
         exceptions: &[Arc<Exception>],
+        with_targets: bool,
     ) -> (Arc<Value>, Vec<RuleResult>, Vec<PatchedTarget>) {
         let mut current = object;
         let mut out = Vec::new();
@@ -78,6 +80,9 @@ impl Policy {
             let Some(spec) = &rule.mutate else {
                 continue;
             };
+            if !with_targets && matches!(spec, MutateSpec::Existing { .. }) {
+                continue;
+            }
             let cur_req = EvalRequest {
                 object: current.clone(),
                 ..req.clone()

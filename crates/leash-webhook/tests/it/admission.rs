@@ -210,10 +210,10 @@ async fn bad_input_is_answered_and_the_server_keeps_serving() {
         ),
         (
             "POST",
-            "/mutate",
+            "/mutating",
             Vec::new(),
             404,
-            "no such path \"/mutate\"",
+            "no such path \"/mutating\"",
         ),
     ];
     for (method, path, body, want, text) in cases {

@@ -7,5 +7,6 @@ mod audit;
     reason = "helpers shared by the test modules; not every module uses each"
 )]
 mod common;
+mod mutation;
 mod readiness;
 mod registrar;

@@ -19,11 +19,22 @@ use crate::readiness::crd;
 
 const API: &str = "admissionregistration.k8s.io/v1";
 const KIND: &str = "ValidatingWebhookConfiguration";
+const MUTATING: &str = "MutatingWebhookConfiguration";
 
 async fn wait_for(sandbox: &Sandbox, what: &str, f: impl Fn(Option<Value>) -> bool) {
+    wait_for_kind(sandbox, KIND, "leash-test-cfg", what, f).await
+}
+
+async fn wait_for_kind(
+    sandbox: &Sandbox,
+    kind: &str,
+    name: &str,
+    what: &str,
+    f: impl Fn(Option<Value>) -> bool,
+) {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let got = sandbox.store().get(API, KIND, None, "leash-test-cfg").ok();
+        let got = sandbox.store().get(API, kind, None, name).ok();
         if f(got.clone()) {
             return;
         }
@@ -50,6 +61,7 @@ async fn registers_updates_and_cleans_up() {
     let (tx, rx) = watch::channel(Arc::new(engine(&[REQUIRE_TEAM])));
     let settings = Settings {
         configuration_name: "leash-test-cfg".into(),
+        mutating_configuration_name: "leash-test-mutating-cfg".into(),
         cleanup_webhooks: true,
         timeout_seconds: 5,
         ..Settings::default()
@@ -86,6 +98,15 @@ async fn registers_updates_and_cleans_up() {
         *registered.borrow(),
         "the configuration is written: registered"
     );
+    // No mutating policy yet: the mutating configuration has no webhooks.
+    wait_for_kind(
+        &sandbox,
+        MUTATING,
+        "leash-test-mutating-cfg",
+        "mutating registered",
+        |c| c.is_some_and(|c| c["webhooks"].as_array().is_none_or(Vec::is_empty)),
+    )
+    .await;
     // A policy for Namespaces arrives: the rules follow.
     let deploy = REQUIRE_TEAM
         .replace("require-team", "require-team-ns")
@@ -101,9 +122,62 @@ async fn registers_updates_and_cleans_up() {
         })
     })
     .await;
+    // A mutating policy arrives: the mutating webhook appears, at the
+    // sibling path, reinvoked if needed, sent creates and updates only.
+    let mutate = r#"
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: add-team}
+spec:
+  rules:
+  - name: default-team
+    match: {any: [{resources: {kinds: [Pod]}}]}
+    mutate:
+      patchStrategicMerge: {metadata: {labels: {+(team): platform}}}
+"#;
+    tx.send(Arc::new(engine(&[REQUIRE_TEAM, &deploy, mutate])))
+        .unwrap();
+    wait_for_kind(
+        &sandbox,
+        MUTATING,
+        "leash-test-mutating-cfg",
+        "mutating webhook added",
+        |c| {
+            c.is_some_and(|c| {
+                let h = &c["webhooks"][0];
+                h["name"] == "mutate.kyverno.svc-fail"
+                    && h["clientConfig"]["url"] == "https://127.0.0.1:9443/mutate/fail"
+                    && h["reinvocationPolicy"] == "IfNeeded"
+                    && h["rules"][0]["operations"] == serde_json::json!(["CREATE", "UPDATE"])
+                    // The rule's autogen variants bring the pod controllers.
+                    && h["rules"][0]["resources"]
+                        == serde_json::json!([
+                            "pods",
+                            "pods/ephemeralcontainers",
+                            "replicationcontrollers"
+                        ])
+                    && h["rules"][1]["resources"]
+                        == serde_json::json!([
+                            "daemonsets",
+                            "deployments",
+                            "replicasets",
+                            "statefulsets"
+                        ])
+            })
+        },
+    )
+    .await;
     token.cancel();
     run.await.unwrap().expect("cleanup succeeded");
     wait_for(&sandbox, "deleted on clean shutdown", |c| c.is_none()).await;
+    wait_for_kind(
+        &sandbox,
+        MUTATING,
+        "leash-test-mutating-cfg",
+        "mutating deleted on clean shutdown",
+        |c| c.is_none(),
+    )
+    .await;
     scope.shutdown().await.unwrap();
     sandbox.shutdown().await.unwrap();
 }

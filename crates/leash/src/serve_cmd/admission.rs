@@ -157,7 +157,9 @@ impl ReportSink for EphemeralSink {
                 .collect();
             // By chars: the review's uid is the API server's to choose.
             let short: String = record.uid.chars().take(8).collect();
-            let name = format!("{}-{short}", owner.uid);
+            // The mutating and the validating webhook each write one.
+            let phase = if record.mutation { "-m" } else { "" };
+            let name = format!("{}-{short}{phase}", owner.uid);
             // A created resource does not exist yet: owned by it, the
             // report would be deleted by the garbage collector.
             let body = report::ephemeral_report_json(

@@ -45,8 +45,9 @@ pub(crate) struct Args {
     /// PEM private key of --tls-cert.
     #[arg(long, value_name = "PATH", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
-    /// URL the webhook configuration points the API server at (default:
-    /// https://ADMISSION-LISTEN/validate).
+    /// URL the validating webhooks point the API server at, ending in
+    /// /validate (default: https://ADMISSION-LISTEN/validate); the
+    /// mutating webhooks are at its sibling /mutate.
     #[arg(long, value_name = "URL")]
     webhook_url: Option<String>,
     /// Point the webhook configuration at a Service instead: NAMESPACE/NAME[:PORT].
@@ -217,6 +218,13 @@ impl Args {
         };
         if !(1..=30).contains(&self.webhook_timeout) {
             return Err(usage("--webhook-timeout must be 1 to 30 seconds"));
+        }
+        if let Some(url) = &self.webhook_url
+            && !url.trim_end_matches('/').ends_with("/validate")
+        {
+            return Err(usage(format!(
+                "--webhook-url {url:?} must end in /validate: the validating webhooks are called at /validate/fail and /validate/ignore, the mutating ones at the same prefix's /mutate/fail and /mutate/ignore"
+            )));
         }
         let service = self
             .webhook_service
@@ -447,6 +455,14 @@ mod tests {
         assert!(a.service.is_none());
         let defaults = settings(&[]).unwrap().admission.unwrap();
         assert!(!defaults.cleanup_webhooks && defaults.webhook_url.is_none());
+        // The mutating webhooks are at the URL's sibling /mutate, so the
+        // URL must end in /validate.
+        let err = settings(&["--webhook-url", "https://leash.example:8443/hooks"])
+            .expect_err("no /validate");
+        assert!(
+            err.contains("--webhook-url") && err.contains("must end in /validate"),
+            "{err}"
+        );
 
         for (flag, port) in [
             ("kyverno/leash-svc:9443", Some(9443)),
