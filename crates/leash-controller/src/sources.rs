@@ -91,6 +91,20 @@ pub const POLICY_KINDS: &[(&str, &str, &str, &str, bool)] = &[
     (
         "policies.kyverno.io",
         "v1",
+        "MutatingPolicy",
+        "mutatingpolicies",
+        false,
+    ),
+    (
+        "policies.kyverno.io",
+        "v1",
+        "NamespacedMutatingPolicy",
+        "namespacedmutatingpolicies",
+        true,
+    ),
+    (
+        "policies.kyverno.io",
+        "v1",
         "GeneratingPolicy",
         "generatingpolicies",
         false,
@@ -209,7 +223,10 @@ impl PolicySet {
                 }
                 Ok(Some(Document::MutatingPolicy(p))) => {
                     // Mutating policies only mutate (admission); they add
-                    // no validate results to the background scan.
+                    // no validate results to the background scan. Their
+                    // one result (rule = the policy's name) is reported.
+                    set.rules
+                        .insert((p.name().to_string(), p.name().to_string()));
                     set.engine.add_shared(Shared::MutatingPolicy(Arc::new(p)));
                 }
                 Ok(Some(Document::GeneratingPolicy(p))) => {

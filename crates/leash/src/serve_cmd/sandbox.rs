@@ -18,6 +18,8 @@ const CRDS: &[&str] = &[
     include_str!("../../../../deploy/crds/policies.kyverno.io_validatingpolicies.yaml"),
     include_str!("../../../../deploy/crds/policies.kyverno.io_namespacedvalidatingpolicies.yaml"),
     include_str!("../../../../deploy/crds/policies.kyverno.io_policyexceptions.yaml"),
+    include_str!("../../../../deploy/crds/policies.kyverno.io_mutatingpolicies.yaml"),
+    include_str!("../../../../deploy/crds/policies.kyverno.io_namespacedmutatingpolicies.yaml"),
     include_str!("../../../../deploy/crds/policies.kyverno.io_generatingpolicies.yaml"),
     include_str!("../../../../deploy/crds/policies.kyverno.io_namespacedgeneratingpolicies.yaml"),
     include_str!("../../../../deploy/crds/reports.kyverno.io_ephemeralreports.yaml"),

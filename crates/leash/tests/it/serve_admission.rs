@@ -540,6 +540,75 @@ async fn an_invalid_policy_is_not_ready_and_its_status_names_the_field() {
     admitting.stop().await;
 }
 
+/// Issue 40, end to end with kubectl: a pod created without a label gets
+/// it from a classic mutate rule, and an annotation from a MutatingPolicy
+/// that sees the label the rule added; a validate policy that requires the
+/// label admits it (the validating webhook sees the mutated object, as the
+/// API server's chain passes it). A pod with its own label keeps it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutation_end_to_end_with_kubectl() {
+    if !kubectl_installed() {
+        return;
+    }
+    let admitting = Admitting::start(vec![
+        json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+            "metadata": {"name": "add-team"},
+            "spec": {"rules": [{"name": "default-team",
+                "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                "mutate": {"patchStrategicMerge": {"metadata": {"labels": {"+(team)": "platform"}}}}}]}}),
+        json!({"apiVersion": "policies.kyverno.io/v1", "kind": "MutatingPolicy",
+            "metadata": {"name": "note-team"},
+            "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                    "operations": ["CREATE"], "resources": ["pods"]}]},
+                "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {"expression":
+                    "Object{metadata: Object.metadata{annotations: {\"leash.io/team\": object.metadata.labels[\"team\"]}}}"}}]}}),
+        json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+            "metadata": {"name": "require-team"},
+            "spec": {"validationFailureAction": "Enforce", "rules": [{"name": "check-team",
+                "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                "validate": {"message": "label team is required",
+                    "pattern": {"metadata": {"labels": {"team": "?*"}}}}}]}}),
+    ])
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    std::fs::write(&kc, admitting.sb.kubeconfig_yaml()).unwrap();
+    tokio::task::block_in_place(|| {
+        let run = kubectl(&kc, &["run", "plain", "--image", "nginx:1.27"]);
+        assert!(run.status.success(), "{}", text(&run));
+        let got = kubectl(&kc, &["get", "pod", "plain", "-o", "json"]);
+        assert!(got.status.success(), "{}", text(&got));
+        let pod: Value = serde_json::from_slice(&got.stdout).unwrap();
+        assert_eq!(pod["metadata"]["labels"]["team"], "platform", "{pod}");
+        assert_eq!(
+            pod["metadata"]["annotations"]["leash.io/team"], "platform",
+            "the MutatingPolicy ran on the classic rule's output: {pod}"
+        );
+        assert_eq!(
+            pod["metadata"]["labels"]["run"], "plain",
+            "kubectl's label stays"
+        );
+
+        let run = kubectl(
+            &kc,
+            &[
+                "run",
+                "own",
+                "--image",
+                "nginx:1.27",
+                "--labels",
+                "team=payments",
+            ],
+        );
+        assert!(run.status.success(), "{}", text(&run));
+        let got = kubectl(&kc, &["get", "pod", "own", "-o", "json"]);
+        let pod: Value = serde_json::from_slice(&got.stdout).unwrap();
+        assert_eq!(pod["metadata"]["labels"]["team"], "payments", "{pod}");
+        assert_eq!(pod["metadata"]["annotations"]["leash.io/team"], "payments");
+    });
+    admitting.stop().await;
+}
+
 /// A sandbox with leash's CRDs, the `kyverno` namespace and `objects`, and
 /// `leash serve --components admission` against it, ready (its webhook
 /// registered from the policies).
