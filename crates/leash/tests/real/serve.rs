@@ -163,6 +163,12 @@ fn no_stale_webhooks(cluster: &Cluster) {
         "leash-validating-webhook-cfg",
         "--ignore-not-found",
     ]);
+    cluster.kubectl_ok(&[
+        "delete",
+        "mutatingwebhookconfiguration",
+        "leash-mutating-webhook-cfg",
+        "--ignore-not-found",
+    ]);
 }
 
 /// Nothing in a serve log says the API server refused it: the ClusterRole
@@ -293,6 +299,156 @@ fn serve_with_the_deployed_service_account_admits_denies_reports_and_generates()
     let log = serve.terminate();
     assert_granted(&log);
     cluster.kubectl_ok(&["run", "after", "--image=nginx:latest", "-n", NAMESPACE]);
+}
+
+/// Issue 40 against kube-apiserver: its mutating admission chain calls
+/// `leash serve`'s mutating webhook (registered by URL, with the
+/// ServiceAccount of deploy/leash.yaml), a pod created with kubectl
+/// without a label gets it from a namespaced classic mutate rule and an
+/// annotation from a NamespacedMutatingPolicy that sees it, and a validate
+/// policy that requires the label admits it. `--cleanup-webhooks` removes
+/// both configurations at exit.
+#[test]
+fn serve_mutates_at_admission_through_the_api_server() {
+    let Some((cluster, _guard)) = cluster() else {
+        return;
+    };
+    const NS: &str = "mutate-real";
+    no_stale_webhooks(cluster);
+    install(cluster);
+    cluster.namespace(NS);
+    cluster.apply(&format!(
+        r#"
+apiVersion: kyverno.io/v1
+kind: Policy
+metadata: {{name: add-team, namespace: {NS}}}
+spec:
+  rules:
+  - name: default-team
+    match: {{any: [{{resources: {{kinds: [Pod]}}}}]}}
+    mutate:
+      patchStrategicMerge:
+        metadata:
+          labels:
+            +(team): platform
+---
+apiVersion: policies.kyverno.io/v1
+kind: NamespacedMutatingPolicy
+metadata: {{name: note-team, namespace: {NS}}}
+spec:
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: [v1]
+      operations: [CREATE]
+      resources: [pods]
+  mutations:
+  - patchType: ApplyConfiguration
+    applyConfiguration:
+      expression: >-
+        Object{{metadata: Object.metadata{{annotations: {{"leash.io/team": object.metadata.labels["team"]}}}}}}
+---
+apiVersion: kyverno.io/v1
+kind: Policy
+metadata: {{name: require-team, namespace: {NS}}}
+spec:
+  validationFailureAction: Enforce
+  rules:
+  - name: check-team
+    match: {{any: [{{resources: {{kinds: [Pod]}}}}]}}
+    validate:
+      message: label team is required
+      pattern: {{metadata: {{labels: {{team: "?*"}}}}}}
+"#
+    ));
+    let kubeconfig = cluster.service_account_kubeconfig("kyverno", "leash");
+    let serve = Serve::start(
+        &kubeconfig,
+        "mutate",
+        &["--components", "admission", "--cleanup-webhooks"],
+    );
+    let admission = serve.admission.clone();
+    let config: Value = serde_json::from_str(&cluster.kubectl_ok(&[
+        "get",
+        "mutatingwebhookconfiguration",
+        "leash-mutating-webhook-cfg",
+        "-o",
+        "json",
+    ]))
+    .unwrap();
+    let hook = &config["webhooks"][0];
+    assert_eq!(hook["name"], "mutate.kyverno.svc-fail", "{config}");
+    assert_eq!(
+        hook["clientConfig"]["url"],
+        format!("https://{admission}/mutate/fail"),
+        "{config}"
+    );
+    assert_eq!(hook["reinvocationPolicy"], "IfNeeded");
+    // Until kube-apiserver's informer has both configurations, a pod
+    // without the label is denied (validated unmutated) or admitted
+    // without it: probe with server-side dry runs.
+    let probe = eventually(
+        Duration::from_secs(30),
+        "kube-apiserver calls the mutating webhook",
+        || {
+            let out = cluster.kubectl(&[
+                "run",
+                "probe",
+                "--image=nginx:1.27",
+                "--dry-run=server",
+                "-o",
+                "json",
+                "-n",
+                NS,
+            ]);
+            let pod: Value = serde_json::from_slice(&out.stdout).ok()?;
+            (pod["metadata"]["annotations"]["leash.io/team"] == "platform").then_some(pod)
+        },
+        || serve.log_text(),
+    );
+    assert_eq!(probe["metadata"]["labels"]["team"], "platform");
+    cluster.kubectl_ok(&["run", "plain", "--image=nginx:1.27", "-n", NS]);
+    let pod: Value =
+        serde_json::from_str(&cluster.kubectl_ok(&["get", "pod", "plain", "-n", NS, "-o", "json"]))
+            .unwrap();
+    assert_eq!(pod["metadata"]["labels"]["team"], "platform", "{pod}");
+    assert_eq!(pod["metadata"]["labels"]["run"], "plain", "{pod}");
+    assert_eq!(
+        pod["metadata"]["annotations"]["leash.io/team"], "platform",
+        "{pod}"
+    );
+    cluster.kubectl_ok(&[
+        "run",
+        "own",
+        "--image=nginx:1.27",
+        "--labels=team=payments",
+        "-n",
+        NS,
+    ]);
+    let pod: Value =
+        serde_json::from_str(&cluster.kubectl_ok(&["get", "pod", "own", "-n", NS, "-o", "json"]))
+            .unwrap();
+    assert_eq!(pod["metadata"]["labels"]["team"], "payments", "{pod}");
+    assert_eq!(pod["metadata"]["annotations"]["leash.io/team"], "payments");
+
+    let log = serve.terminate();
+    assert_granted(&log);
+    let left = cluster.kubectl(&[
+        "get",
+        "mutatingwebhookconfiguration",
+        "leash-mutating-webhook-cfg",
+    ]);
+    assert!(
+        !left.status.success(),
+        "--cleanup-webhooks removes the mutating configuration"
+    );
+    cluster.kubectl_ok(&[
+        "delete",
+        "policy.kyverno.io,namespacedmutatingpolicy",
+        "--all",
+        "-n",
+        NS,
+    ]);
 }
 
 /// Pods for admission traffic in `namespace`: every third uses
