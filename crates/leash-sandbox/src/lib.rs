@@ -101,7 +101,7 @@
 //! skip the webhooks; `matchConditions` get no `authorizer` (an expression using it fails
 //! under the failure policy) and are compiled when used, not refused when written,
 //! `matchPolicy: Equivalent` matches only the requested
-//! version, `reinvocationPolicy` is ignored (no second round), plain `http://` URLs and an
+//! version, plain `http://` URLs and an
 //! empty `caBundle` (kube-apiserver would use the system roots) fail the call under its
 //! failure policy, a service reference's port is only named in messages (the mapped URL
 //! says where to connect), RBAC objects are not enforced, and the namespace a cascading

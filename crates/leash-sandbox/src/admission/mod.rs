@@ -3,8 +3,9 @@
 //! them on create, update and delete.
 //!
 //! Mutating webhooks run one after another (configurations by name, webhooks in
-//! order), each JSON Patch applied before the next is called; then the validating
-//! webhooks run concurrently. A denial answers the client with the webhook's
+//! order), each JSON Patch applied before the next is called, and those with
+//! `reinvocationPolicy: IfNeeded` once more when a later one changed the object;
+//! then the validating webhooks run concurrently. A denial answers the client with the webhook's
 //! Status; a call that fails (down, slow, TLS, garbage) denies with 500
 //! `InternalError` under `failurePolicy: Fail` and is skipped under `Ignore`.
 //!
@@ -229,8 +230,27 @@ impl Admission {
         a: &mut Attributes,
         warnings: &mut Vec<String>,
     ) -> Result<(), ApiError> {
-        for hook in self.matching(store, MUTATING, a) {
-            self.mutate(&hook, a, warnings).await?;
+        // kube-apiserver's reinvocation: a webhook with `reinvocationPolicy:
+        // IfNeeded` is called once more when a later webhook changed the
+        // object after its call (its own change does not count); one extra
+        // round at most.
+        let mutating = self.matching(store, MUTATING, a);
+        let mut invoked = Vec::new();
+        let mut reinvoke = vec![false; mutating.len()];
+        for (i, hook) in mutating.iter().enumerate() {
+            let before = a.object.clone();
+            self.mutate(hook, a, warnings).await?;
+            if a.object != before {
+                for &j in &invoked {
+                    reinvoke[j] = true;
+                }
+            }
+            if hook.reinvoke_if_needed {
+                invoked.push(i);
+            }
+        }
+        for (hook, _) in mutating.iter().zip(&reinvoke).filter(|(_, r)| **r) {
+            self.mutate(hook, a, warnings).await?;
         }
         let validating = self.matching(store, VALIDATING, a);
         if validating.is_empty() {

@@ -47,6 +47,8 @@ pub(crate) struct Webhook {
     /// `sideEffects` is `None` or `NoneOnDryRun` (may be called for dry runs).
     pub(crate) dry_run_safe: bool,
     pub(crate) timeout: Duration,
+    /// `reinvocationPolicy: IfNeeded` (mutating webhooks).
+    pub(crate) reinvoke_if_needed: bool,
     /// `matchConditions`, compiled.
     conditions: Vec<Condition>,
 }
@@ -261,6 +263,7 @@ fn parse_webhook(h: &Value) -> Webhook {
         object_selector: Selector::parse(h.get("objectSelector")),
         dry_run_safe: matches!(s(h, "sideEffects"), "None" | "NoneOnDryRun"),
         timeout: Duration::from_secs(timeout),
+        reinvoke_if_needed: s(h, "reinvocationPolicy") == "IfNeeded",
         conditions: h
             .get("matchConditions")
             .and_then(Value::as_array)

@@ -292,6 +292,79 @@ async fn mutating_patches_apply_in_order_before_validation_and_storage() {
     sb2.shutdown().await.unwrap();
 }
 
+/// kube-apiserver's `reinvocationPolicy: IfNeeded`: a webhook is called once
+/// more when a later webhook changed the object after its call; not when
+/// only its own patch changed it, not a third time, and never a webhook
+/// without the policy.
+#[tokio::test]
+async fn if_needed_webhooks_are_reinvoked_once_when_a_later_one_changes_the_object() {
+    // "a" copies label `later` (when set) into annotation `seen-later`.
+    let a =
+        WebhookServer::start(
+            |req| match req["object"]["metadata"]["labels"]["later"].as_str() {
+                Some(v) => Answer::patch(json!([{"op": "add", "path": "/metadata/annotations",
+                "value": {"seen-later": v}}])),
+                None => Answer::allow(),
+            },
+        )
+        .await;
+    // "b" sets label `later`.
+    let b = WebhookServer::start(|_| {
+        Answer::patch(json!([{"op": "add", "path": "/metadata/labels/later", "value": "b"}]))
+    })
+    .await;
+    // "c" (IfNeeded) changes nothing itself; no webhook after it changes
+    // anything: it is not called again.
+    let c = WebhookServer::start(|_| Answer::allow()).await;
+    let sb = start(vec![]).await;
+    let with_policy = |name: &str, server: &WebhookServer, policy: &str| {
+        let mut h = hook(name, &server.url("/"), &server.ca_bundle);
+        h["reinvocationPolicy"] = json!(policy);
+        h
+    };
+    configure(
+        &sb,
+        "MutatingWebhookConfiguration",
+        "chain",
+        vec![
+            with_policy("a.leash.dev", &a, "IfNeeded"),
+            with_policy("b.leash.dev", &b, "IfNeeded"),
+            with_policy("c.leash.dev", &c, "IfNeeded"),
+        ],
+    )
+    .await;
+    let r = post(&sb, PODS, &pod("r", json!({"app": "x"}))).await;
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    let stored = stored_pod(&sb, "r").unwrap();
+    assert_eq!(stored["metadata"]["labels"]["later"], "b");
+    assert_eq!(
+        stored["metadata"]["annotations"]["seen-later"], "b",
+        "a was reinvoked and saw b's change: {stored}"
+    );
+    assert_eq!(a.requests().len(), 2, "a: once, then reinvoked");
+    assert_eq!(b.requests().len(), 1, "b's own change does not reinvoke it");
+    assert_eq!(c.requests().len(), 1, "nothing changed after c");
+
+    // Without the policy (Never, the default) there is no second call.
+    let sb2 = start(vec![]).await;
+    let a2 = WebhookServer::start(|_| Answer::allow()).await;
+    configure(
+        &sb2,
+        "MutatingWebhookConfiguration",
+        "chain",
+        vec![
+            hook("a.leash.dev", &a2.url("/"), &a2.ca_bundle),
+            with_policy("b.leash.dev", &b, "IfNeeded"),
+        ],
+    )
+    .await;
+    let r = post(&sb2, PODS, &pod("r", json!({}))).await;
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(a2.requests().len(), 1);
+    sb.shutdown().await.unwrap();
+    sb2.shutdown().await.unwrap();
+}
+
 /// A URL where nothing listens: a port on 127.0.0.1 bound by the returned
 /// socket, which never listens (connecting is refused). Held, not released:
 /// a released port can be taken by another test's server meanwhile (the
