@@ -296,6 +296,34 @@ impl Engine {
         Mutation { object, steps }
     }
 
+    /// The policies with `mutate.targets` rules that the request triggers,
+    /// each with the names of those rules ([`Policy::mutate_existing_rules_for`]).
+    pub fn mutate_existing_triggers(&self, req: &EvalRequest) -> Vec<(Arc<Policy>, Vec<String>)> {
+        self.policies
+            .iter()
+            .filter(|p| p.has_mutate_existing_rules())
+            .filter_map(|p| {
+                let rules = p.mutate_existing_rules_for(req, &Bindings::default());
+                (!rules.is_empty()).then(|| (p.clone(), rules))
+            })
+            .collect()
+    }
+
+    /// Runs the `mutate.targets` rules `rules` of the policy `policy_key`
+    /// (`namespace/name` or `name`) for the trigger in `req`, with the
+    /// engine's exceptions ([`Policy::mutate_existing`]); `None` when the
+    /// policy is not in the engine.
+    pub fn mutate_existing(
+        &self,
+        policy_key: &str,
+        rules: &[String],
+        req: &EvalRequest,
+        data: &dyn ClusterData,
+    ) -> Option<(Vec<RuleResult>, Vec<crate::PatchedTarget>)> {
+        let policy = self.policies.iter().find(|p| &**p.key() == policy_key)?;
+        Some(policy.mutate_existing(rules, req, data, &self.exceptions))
+    }
+
     /// Mutates the request's object ([`Engine::mutate`]), then evaluates
     /// the validate rules on the mutated object, as Kyverno's CLI does.
     pub fn apply(&self, req: EvalRequest, data: &dyn ClusterData, bindings: &Bindings) -> Applied {

@@ -829,10 +829,16 @@ impl Admission {
             Some(serde_json::to_vec(&ops).unwrap_or_default())
         };
         let results: Vec<leash_policy::RuleResult> = mutation.results().cloned().collect();
+        // A created object has no uid yet when it is mutated (kube-apiserver
+        // assigns it later): there is nothing a report could be owned by,
+        // so only updates' mutations are reported.
         if let Some(audit) = &self.audit
             && !results.is_empty()
             && review.sub_resource.is_empty()
             && !review.dry_run
+            && mutation.object["metadata"]["uid"]
+                .as_str()
+                .is_some_and(|u| !u.is_empty())
         {
             let _ = audit.submit(AuditRecord {
                 object: mutation.object.clone(),

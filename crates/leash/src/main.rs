@@ -93,8 +93,15 @@ fn main() -> ExitCode {
     } else {
         DEFAULT_LOG_FILTER
     });
+    // Policies are compiled and evaluated on the runtime's threads: the CEL
+    // parser recurses once per nesting level (up to its limit of ~95), and
+    // a debug build needs more than tokio's default 2 MiB for that (found
+    // by Kyverno's chainsaw test of other-mpol/add-default-resources,
+    // which crashed `leash serve` with a stack overflow). 16 MiB is
+    // reserved, not committed: pages are touched only as deep as used.
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .thread_stack_size(16 * 1024 * 1024)
         .build()
     {
         Ok(rt) => rt,

@@ -159,6 +159,57 @@ impl Policy {
     }
 }
 
+impl Policy {
+    /// The `mutate.targets` rules whose match and exclude select the
+    /// request (its trigger), in order: what an UpdateRequest of type
+    /// `mutate` names. Context and preconditions are left to the
+    /// background, which evaluates the rule with the targets.
+    pub fn mutate_existing_rules_for(&self, req: &EvalRequest, bindings: &Bindings) -> Vec<String> {
+        if let Some(ns) = &self.namespace
+            && req.namespace() != ns
+        {
+            return Vec::new();
+        }
+        let target = req.target();
+        self.rules
+            .iter()
+            .filter(|r| matches!(r.mutate, Some(MutateSpec::Existing { .. })))
+            .filter(|r| self.selects(r, req, &target, bindings).is_some())
+            .map(|r| r.name.clone())
+            .collect()
+    }
+
+    /// Runs the `mutate.targets` rules named in `rules` for the trigger in
+    /// `req`: one result per target (or per rule that stopped before
+    /// looking its targets up) and the targets as the patch leaves them.
+    /// The targets are read from `data`.
+    pub fn mutate_existing(
+        &self,
+        rules: &[String],
+        req: &EvalRequest,
+        data: &dyn ClusterData,
+        exceptions: &[Arc<Exception>],
+    ) -> (Vec<RuleResult>, Vec<PatchedTarget>) {
+        let (_, mut results, mut targets) = self.mutate(
+            req.object.clone(),
+            req,
+            data,
+            &Bindings::default(),
+            exceptions,
+            true,
+        );
+        let named = |rule: &str| {
+            rules.iter().any(|r| r == rule)
+                && self.rules.iter().any(|x| {
+                    x.name == rule && matches!(x.mutate, Some(MutateSpec::Existing { .. }))
+                })
+        };
+        results.retain(|r| named(&r.rule));
+        targets.retain(|t| named(&t.rule));
+        (results, targets)
+    }
+}
+
 /// What a `mutate.targets` rule did to one target (or, without a target,
 /// why it did not run).
 struct TargetOutcome {

@@ -592,6 +592,70 @@ fn targets_patch_existing_resources() {
     assert!(targets[1].object["metadata"].get("labels").is_none());
 }
 
+/// Mutate existing at admission and in the background: the webhook asks
+/// which `mutate.targets` rules a request triggers (match and exclude
+/// only, no lookups); the background runs just those rules for the
+/// trigger, with the targets from the cluster data. The mutating webhook
+/// (`mutate_admission`) leaves them out.
+#[test]
+fn mutate_existing_is_triggered_then_run_for_the_named_rules() {
+    let mut engine = Engine::new();
+    engine
+        .add_json(&policy("p", json!([
+            {"name": "label-secrets",
+             "match": {"any": [{"resources": {"kinds": ["ConfigMap"]}}]},
+             "exclude": {"any": [{"resources": {"names": ["ignored"]}}]},
+             "mutate": {
+                "targets": [{"apiVersion": "v1", "kind": "Secret", "namespace": "{{request.object.metadata.namespace}}"}],
+                "patchStrategicMerge": {"metadata": {"labels": {"config": "{{request.object.metadata.name}}"}}}}},
+            {"name": "label-trigger",
+             "match": {"any": [{"resources": {"kinds": ["ConfigMap"]}}]},
+             "mutate": {"patchStrategicMerge": {"metadata": {"labels": {"seen": "yes"}}}}}
+        ])))
+        .unwrap();
+    let cm = |name: &str| {
+        Arc::new(
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "n1"}}),
+        )
+    };
+    let triggered = engine.mutate_existing_triggers(&EvalRequest::create(cm("cfg")));
+    assert_eq!(triggered.len(), 1);
+    assert_eq!(triggered[0].1, ["label-secrets"]);
+    assert!(
+        engine
+            .mutate_existing_triggers(&EvalRequest::create(cm("ignored")))
+            .is_empty(),
+        "excluded"
+    );
+    let data = Objects(vec![Arc::new(
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "n1"}}),
+    )]);
+    let (results, targets) = engine
+        .mutate_existing(
+            "p",
+            &["label-secrets".to_string()],
+            &EvalRequest::create(cm("cfg")),
+            &data,
+        )
+        .expect("the policy is known");
+    assert_eq!(results.len(), 1, "only the named targets rule: {results:?}");
+    assert_eq!(results[0].status, Status::Pass);
+    assert_eq!(
+        targets[0].object["metadata"]["labels"],
+        json!({"config": "cfg"})
+    );
+    assert!(
+        engine
+            .mutate_existing("nope", &[], &EvalRequest::create(cm("cfg")), &data)
+            .is_none()
+    );
+    // At admission only the rule that patches the trigger runs.
+    let m = engine.mutate_admission(&EvalRequest::create(cm("cfg")), &data, &Bindings::default());
+    let rules: Vec<&str> = m.results().map(|r| r.rule.as_str()).collect();
+    assert_eq!(rules, ["label-trigger"]);
+    assert!(m.steps[0].targets.is_empty());
+}
+
 /// A PolicyException that covers a mutate rule: the rule skips and the
 /// resource is not patched.
 #[test]

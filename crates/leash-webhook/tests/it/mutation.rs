@@ -108,7 +108,7 @@ fn alice(object: &Value) -> EvalRequest {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutate_answers_a_json_patch_of_every_mutating_policy_in_order() {
     let s = TestServer::start(engine(&[ADD_TEAM, COPY_TEAM, REQUIRE_TEAM])).await;
-    let sent = pod("web", "prod", None, "nginx:1");
+    let mut sent = pod("web", "prod", None, "nginx:1");
     let a = s
         .review("/mutate/fail", &review("m1", "CREATE", &sent))
         .await;
@@ -159,13 +159,22 @@ async fn mutate_answers_a_json_patch_of_every_mutating_policy_in_order() {
     assert_eq!(response(&c)["allowed"], true);
     assert!(patch_of(&c).is_none(), "{c}");
 
+    // An update's mutation is reported (a created object has no uid yet
+    // when it is mutated: nothing a report could be owned by).
+    sent["metadata"]["uid"] = json!("0f8e2b9a-1c4d-4e5f-9a6b-7c8d9e0f1a2b");
+    let u = s.review("/mutate", &review("m7", "UPDATE", &sent)).await;
+    let patch = patch_of(&u).expect("a patch");
     let sink = s.sink.clone();
     s.stop().await;
     let written = sink.written.lock().unwrap().clone();
+    assert!(
+        !written.iter().any(|r| r.uid == "m1" && r.mutation),
+        "no report for a created object's mutation"
+    );
     let m1 = written
         .iter()
-        .find(|r| r.uid == "m1" && r.mutation)
-        .expect("the mutation of m1 is reported");
+        .find(|r| r.uid == "m7" && r.mutation)
+        .expect("the mutation of m7 is reported");
     assert_eq!(*m1.object, patched(&sent, &patch));
     let rules: Vec<(&str, &str, leash_policy::Status)> = m1
         .results

@@ -609,6 +609,29 @@ async fn mutation_end_to_end_with_kubectl() {
     admitting.stop().await;
 }
 
+/// Found by Kyverno's chainsaw test of other-mpol/add-default-resources: a
+/// CEL expression nested as deep as the parser allows (~95 levels) is
+/// compiled and evaluated on the runtime's worker threads, and overflowed
+/// their stack in a debug build, killing `leash serve`. The workers now
+/// have room for it: the policy is served and answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deeply_nested_cel_expression_is_served_without_overflowing_the_stack() {
+    let depth = 90;
+    let expression = format!("{}false{}", "(".repeat(depth), ")".repeat(depth));
+    let admitting = Admitting::start(vec![json!({
+        "apiVersion": "policies.kyverno.io/v1", "kind": "ValidatingPolicy",
+        "metadata": {"name": "deep"},
+        "spec": {"validationActions": ["Deny"],
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                "operations": ["CREATE"], "resources": ["pods"]}]},
+            "validations": [{"expression": expression, "message": "deeply denied"}]}})])
+    .await;
+    let (status, body) = admitting.create_pod("web");
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("deeply denied"), "{body}");
+    admitting.stop().await;
+}
+
 /// A sandbox with leash's CRDs, the `kyverno` namespace and `objects`, and
 /// `leash serve --components admission` against it, ready (its webhook
 /// registered from the policies).
