@@ -151,6 +151,9 @@ pub struct PolicySet {
     /// Policy key → (resourceVersion, creationTimestamp) of every policy
     /// with generate rules.
     pub generating: HashMap<String, (String, String)>,
+    /// Policy key → resourceVersion of every policy with
+    /// `mutateExistingOnPolicyUpdate` rules.
+    pub mutating_existing: HashMap<String, String>,
 }
 
 impl PolicySet {
@@ -179,6 +182,9 @@ impl PolicySet {
             match Document::compile(doc) {
                 Ok(Some(Document::Policy(p))) => {
                     let key = p.key().to_string();
+                    if !p.mutate_existing_on_policy_update().is_empty() {
+                        set.mutating_existing.insert(key.clone(), rv.clone());
+                    }
                     // Kyverno's autogen names: the rule and its pod-controller variants.
                     for rule in p.rule_names() {
                         for name in [

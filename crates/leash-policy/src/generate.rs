@@ -323,10 +323,15 @@ impl Policy {
             .collect()
     }
 
-    /// Every kind named by a generate rule's match (the trigger kinds).
+    /// Every kind named by a generate or mutate-existing rule's match (the
+    /// trigger kinds).
     pub fn trigger_kinds(&self) -> Vec<String> {
         let mut out = Vec::new();
-        for r in self.rules.iter().filter(|r| r.generate.is_some()) {
+        let triggers = |r: &&crate::policy::Rule| {
+            r.generate.is_some()
+                || matches!(r.mutate, Some(crate::mutate::MutateSpec::Existing { .. }))
+        };
+        for r in self.rules.iter().filter(triggers) {
             for k in r.match_.kinds() {
                 let s = k.display();
                 if !out.contains(&s) {

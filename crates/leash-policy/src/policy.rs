@@ -50,6 +50,10 @@ pub struct Policy {
     pub(crate) failure_action: FailureAction,
     /// `generateExisting` (or the older `generateExistingOnPolicyUpdate`).
     pub(crate) generate_existing: bool,
+    /// The `mutate.targets` rules whose existing triggers are run when the
+    /// policy is created or changed (`mutate.mutateExistingOnPolicyUpdate`,
+    /// or the policy-wide `spec.mutateExistingOnPolicyUpdate`).
+    pub(crate) mutate_existing_on_update: Vec<String>,
     pub(crate) rules: Vec<Rule>,
     pub(crate) cache: ExprCache,
     /// What its rules read of a resource.
@@ -319,7 +323,8 @@ impl Policy {
     }
 
     /// The admission operations a webhook must send for each kind a
-    /// validate or generate rule matches, as Kyverno's webhook controller
+    /// validate, generate or mutate-existing (`mutate.targets`) rule
+    /// matches, as Kyverno's webhook controller
     /// derives them: the operations the rule's match filters name, all four
     /// when they name none. Kyverno also drops the operations an exclude
     /// filter names; leash drops them only when that filter names nothing
@@ -327,7 +332,11 @@ impl Policy {
     /// dropping the operation would skip resources the rule applies to).
     pub fn webhook_operations(&self) -> Vec<(String, Vec<&'static str>)> {
         self.operations_of(
-            |r| r.validate.is_some() || r.generate.is_some(),
+            |r| {
+                r.validate.is_some()
+                    || r.generate.is_some()
+                    || matches!(r.mutate, Some(crate::mutate::MutateSpec::Existing { .. }))
+            },
             &ALL_OPERATIONS,
         )
     }
@@ -345,6 +354,22 @@ impl Policy {
             },
             &[crate::Operation::Create, crate::Operation::Update],
         )
+    }
+
+    /// The `mutate.targets` rules to run for every existing trigger when
+    /// the policy is created or changed (`mutateExistingOnPolicyUpdate`).
+    pub fn mutate_existing_on_policy_update(&self) -> &[String] {
+        &self.mutate_existing_on_update
+    }
+
+    /// The kinds the match of rule `rule` names (`Pod`, `apps/v1/Deployment`).
+    pub fn rule_kinds(&self, rule: &str) -> Vec<String> {
+        self.rules
+            .iter()
+            .filter(|r| r.name == rule)
+            .flat_map(|r| r.match_.kinds())
+            .map(|k| k.display())
+            .collect()
     }
 
     /// Whether a rule patches existing resources (`mutate.targets`): its
@@ -466,6 +491,19 @@ impl Policy {
                 ));
             }
         };
+        let policy_wide = spec["mutateExistingOnPolicyUpdate"].as_bool() == Some(true);
+        let mutate_existing_on_update: Vec<String> = spec["rules"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|r| r["mutate"]["targets"].is_array())
+            .filter(|r| {
+                r["mutate"]["mutateExistingOnPolicyUpdate"]
+                    .as_bool()
+                    .unwrap_or(policy_wide)
+            })
+            .filter_map(|r| r["name"].as_str().map(str::to_string))
+            .collect();
         let admission = bool_field("admission")?;
         let ignore_webhook_failures = match &spec["failurePolicy"] {
             Value::Null => false,
@@ -522,6 +560,7 @@ impl Policy {
             ignore_webhook_failures,
             failure_action,
             generate_existing,
+            mutate_existing_on_update,
             rules,
             cache,
             reads,

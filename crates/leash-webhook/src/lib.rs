@@ -58,7 +58,9 @@ pub use audit::{
 pub use ca_secret::shared_ca;
 pub use error::{Error, Result};
 pub use recorder::{PolicyRef, Readiness, Recorder};
-pub use server::{AdmissionServer, FailurePolicy, Lookup, LookupSource, TriggerSink};
+pub use server::{
+    AdmissionServer, FailurePolicy, Lookup, LookupSource, RequestKind, Trigger, TriggerSink,
+};
 pub use settings::{AuditSettings, ServiceRef, Settings};
 pub use status::StatusWriter;
 pub use tls::{CaMaterial, TlsMaterial, generate as generate_tls};

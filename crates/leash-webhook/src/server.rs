@@ -34,7 +34,8 @@
 //!    never waits on report writing.
 //! 6. No lock is held across an await: the watch receivers' `borrow()`
 //!    guards are dropped at once (values are cloned `Arc`s).
-//! 7. A CREATE or UPDATE that triggers generate rules gets its
+//! 7. A CREATE or UPDATE that triggers generate rules (or any operation
+//!    that triggers mutate-existing rules) gets its
 //!    UpdateRequest created through the [`TriggerSink`] before the answer,
 //!    within the answer deadline (seed 000: Kyverno created them in a
 //!    fire-and-forget goroutine). If that fails, the webhook's failure
@@ -56,7 +57,7 @@ use http::{StatusCode, header};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use leash_policy::{
-    Bindings, ClusterData, Engine, EvalRequest, KyvernoConfig, Operation, Prepared, Source, Status,
+    Bindings, ClusterData, Engine, EvalRequest, KyvernoConfig, Operation, Prepared, Status,
 };
 use leash_runtime::{CancellationToken, Scope, ScopeHandle};
 use prometheus_client::registry::Registry;
@@ -145,20 +146,42 @@ impl Subset {
     }
 }
 
-/// Where admission hands the triggers of generate rules: it creates their
-/// UpdateRequest (`policy` key, the rules that matched, the trigger) and
-/// answers once the API server has it.
+/// What an UpdateRequest asks the background component to do
+/// (`spec.requestType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum RequestKind {
+    /// Classic generate rules (`generate`).
+    Generate,
+    /// A GeneratingPolicy (`cel-generate`; its one rule is its name).
+    CelGenerate,
+    /// Classic `mutate.targets` rules (`mutate`): patch existing resources.
+    Mutate,
+}
+
+/// The admission request that triggered an UpdateRequest.
+#[derive(Debug, Clone)]
+pub struct Trigger {
+    /// The object admitted (`oldObject` for DELETE).
+    pub object: Arc<serde_json::Value>,
+    /// `oldObject` on UPDATE and DELETE.
+    pub old_object: Option<Arc<serde_json::Value>>,
+    /// The request's operation.
+    pub operation: Operation,
+    /// The requesting user (roles resolved).
+    pub user: leash_policy::UserInfo,
+}
+
+/// Where admission hands the triggers of generate and mutate-existing
+/// rules: it creates their UpdateRequest (`policy` key, the rules that
+/// matched, the trigger) and answers once the API server has it.
 pub trait TriggerSink: Send + Sync + std::fmt::Debug {
     /// Creates the UpdateRequest; the error says why it could not.
-    /// `source` is [`Source::Kyverno`] for classic generate rules,
-    /// [`Source::GeneratingPolicy`] for a GeneratingPolicy (its one rule is
-    /// its name).
     fn create(
         &self,
-        source: Source,
+        kind: RequestKind,
         policy: &str,
         rules: Vec<String>,
-        trigger: Arc<serde_json::Value>,
+        trigger: &Trigger,
     ) -> futures::future::BoxFuture<'static, std::result::Result<(), String>>;
 }
 
@@ -877,7 +900,10 @@ impl Admission {
             && matches!(review.operation, Operation::Create | Operation::Update)
             && review.sub_resource.is_empty();
         let resource_name = kyverno_resource_name(&review);
-        let (mut results, generated, generated_cel) = match self
+        // Mutate-existing rules are triggered by deletions too (Kyverno's
+        // `handleMutateExisting`).
+        let mutates_existing = self.triggers.is_some() && review.sub_resource.is_empty();
+        let (mut results, generated, generated_cel, mutate_existing) = match self
             .evaluate(
                 mode,
                 started,
@@ -893,7 +919,12 @@ impl Admission {
                     } else {
                         (Vec::new(), Vec::new())
                     };
-                    (results, generated, generated_cel)
+                    let mutate_existing = if mutates_existing {
+                        engine.mutate_existing_triggers(prepared.request())
+                    } else {
+                        Vec::new()
+                    };
+                    (results, generated, generated_cel, mutate_existing)
                 },
             )
             .await
@@ -918,7 +949,7 @@ impl Admission {
         let mut warnings = v.warnings;
         if let Some(sink) = &self.triggers {
             // One UpdateRequest per policy, naming the rules that apply.
-            let mut by_policy: std::collections::BTreeMap<(Source, String), Vec<String>> =
+            let mut by_policy: std::collections::BTreeMap<(RequestKind, String), Vec<String>> =
                 std::collections::BTreeMap::new();
             for (policy, g) in &generated {
                 if g.result.status == Status::Pass
@@ -927,7 +958,7 @@ impl Admission {
                     && snapshot.policy_of(&g.result).is_some()
                 {
                     by_policy
-                        .entry((Source::Kyverno, policy.key().to_string()))
+                        .entry((RequestKind::Generate, policy.key().to_string()))
                         .or_default()
                         .push(g.result.rule.clone());
                 }
@@ -938,13 +969,27 @@ impl Admission {
                     && subset.serves(false)
                 {
                     by_policy
-                        .entry((Source::GeneratingPolicy, policy.key()))
+                        .entry((RequestKind::CelGenerate, policy.key()))
                         .or_default()
                         .push(g.result.rule.clone());
                 }
             }
-            for ((source, policy), rules) in by_policy {
-                let create = sink.create(source, &policy, rules, review.resource.clone());
+            for (policy, rules) in mutate_existing {
+                if policy.admission() && subset.serves(policy.ignores_webhook_failures()) {
+                    by_policy
+                        .entry((RequestKind::Mutate, policy.key().to_string()))
+                        .or_default()
+                        .extend(rules);
+                }
+            }
+            let trigger = Trigger {
+                object: review.resource.clone(),
+                old_object: review.old_object.clone(),
+                operation: review.operation,
+                user: user.clone(),
+            };
+            for ((kind, policy), rules) in by_policy {
+                let create = sink.create(kind, &policy, rules, &trigger);
                 let failed = match tokio::time::timeout_at(started + self.deadline, create).await {
                     Ok(Ok(())) => None,
                     Ok(Err(e)) => Some(e),
@@ -952,8 +997,12 @@ impl Admission {
                 };
                 if let Some(e) = failed {
                     tracing::warn!(resource = %resource_name, policy = %policy, error = %e, "UpdateRequest not created");
+                    let what = match kind {
+                        RequestKind::Mutate => "mutate",
+                        RequestKind::Generate | RequestKind::CelGenerate => "generate",
+                    };
                     let message = format!(
-                        "generate policy {policy}: creating the UpdateRequest for {resource_name} failed: {e}"
+                        "{what} policy {policy}: creating the UpdateRequest for {resource_name} failed: {e}"
                     );
                     match mode {
                         FailurePolicy::Fail => {

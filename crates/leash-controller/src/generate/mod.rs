@@ -1,5 +1,7 @@
 //! The `background` component of `leash serve`: generate rules, their
-//! UpdateRequests, and the dynamic watch manager.
+//! UpdateRequests, and the dynamic watch manager; and `mutate.targets`
+//! rules (mutate existing), from UpdateRequests of type `mutate`
+//! ([`mutate`]).
 //!
 //! Seed 000 places four defects here; each is impossible by construction:
 //! - watchers started with `context.Background()` (PR #16087): every
@@ -61,6 +63,7 @@
 //! end of its statement or block, before the next lock is taken.
 
 pub mod lookup;
+pub mod mutate;
 pub mod registry;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -293,6 +296,15 @@ enum Work {
     Existing { policy: String },
     /// A generating policy is gone: delete (or orphan) its downstreams.
     PolicyGone { policy: String },
+    /// A policy with `mutateExistingOnPolicyUpdate` was created or changed:
+    /// queue its rules for every existing trigger.
+    MutateExistingPolicy { policy: String },
+    /// Run a `mutate.targets` rule for one existing trigger.
+    MutateExisting {
+        policy: String,
+        rule: String,
+        trigger: TriggerRef,
+    },
 }
 
 /// The background component; one term's worth (see [`crate::Reports`]).
@@ -406,6 +418,7 @@ impl Background {
         }
         let mut watchers: WatcherSet<Gvk> = WatcherSet::new();
         let mut versions: HashMap<String, String> = HashMap::new();
+        let mut mutate_versions: HashMap<String, String> = HashMap::new();
         let mut policies = self.policies.clone();
         policies.mark_changed();
         let mut incomplete = false;
@@ -492,6 +505,12 @@ impl Background {
                         }
                     }
                     versions = set.generating.iter().map(|(k, (rv, _))| (k.clone(), rv.clone())).collect();
+                    for (policy, rv) in &set.mutating_existing {
+                        if mutate_versions.get(policy) != Some(rv) {
+                            shared.queue.add(Work::MutateExistingPolicy { policy: policy.clone() });
+                        }
+                    }
+                    mutate_versions = set.mutating_existing.clone();
                     // A kind discovery did not know (yet), or a watcher that
                     // could not start: the set is applied again shortly.
                     incomplete = !complete || registry.kinds.keys().any(|k| !watchers.contains(k));
@@ -571,6 +590,16 @@ impl Shared {
             }
         }
         None
+    }
+
+    /// The current catalog (discovered first when there is none).
+    async fn resolve_catalog(&self, token: &CancellationToken) -> Arc<Catalog> {
+        let _ = self.resolve("v1", "Namespace", token).await;
+        self.catalog
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .unwrap_or_default()
     }
 
     /// The kinds a match kind names (`Namespace`, `apps/v1/Deployment`,
@@ -840,6 +869,17 @@ impl Shared {
                 }
                 Ok(())
             }
+            Work::MutateExistingPolicy { policy } => {
+                self.queue_existing_triggers(policy, token).await
+            }
+            Work::MutateExisting {
+                policy,
+                rule,
+                trigger,
+            } => {
+                self.mutate_existing_trigger(policy, rule, trigger, token)
+                    .await
+            }
             Work::PolicyGone { policy } => {
                 let targets = self
                     .gone
@@ -891,27 +931,15 @@ impl Shared {
         let request_type = ur["spec"]["requestType"]
             .as_str()
             .unwrap_or(REQUEST_GENERATE);
+        if request_type == mutate::REQUEST_MUTATE {
+            return self.process_mutate_request(name, &ur, token).await;
+        }
         if request_type != REQUEST_GENERATE && request_type != REQUEST_CEL_GENERATE {
             return Ok(());
         }
         let policy = ur["spec"]["policy"].as_str().unwrap_or("").to_string();
-        let mut contexts: Vec<(String, TriggerRef)> = ur["spec"]["ruleContext"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|c| {
-                (
-                    c["rule"].as_str().unwrap_or("").to_string(),
-                    TriggerRef::from_json(&c["trigger"]),
-                )
-            })
-            .collect();
-        if contexts.is_empty() {
-            contexts.push((
-                ur["spec"]["rule"].as_str().unwrap_or("").to_string(),
-                TriggerRef::from_json(&ur["spec"]["resource"]),
-            ));
-        }
+        let contexts = rule_contexts(&ur);
+        let mut outcome = Ok(Vec::new());
         if ur["status"]["state"].as_str() != Some("Completed") {
             let mut generated = Vec::new();
             let mut failure = None;
@@ -921,17 +949,45 @@ impl Shared {
                     Err(e) => failure = Some(e),
                 }
             }
-            let status = match &failure {
-                None => json!({"state": "Completed", "generatedResources": generated}),
-                Some(e) => {
-                    json!({"state": "Failed", "message": e, "generatedResources": generated})
-                }
+            outcome = match failure {
+                None => Ok(generated),
+                Some(e) => Err((e, generated)),
             };
-            let mut updated = ur.as_ref().clone();
+        }
+        self.finish_request(name, &ur, outcome, "generatedResources", token)
+            .await
+    }
+
+    /// Records how an UpdateRequest went (`Completed` with the resources
+    /// it wrote under `field`, or `Failed` with the error), and deletes it
+    /// once completed. A failure is returned, so the queue retries it. An
+    /// UpdateRequest already `Completed` is only deleted.
+    async fn finish_request(
+        &self,
+        name: &str,
+        ur: &Value,
+        outcome: Result<Vec<Value>, (String, Vec<Value>)>,
+        field: &str,
+        token: &CancellationToken,
+    ) -> Result<(), String> {
+        let api: Api<Object> = Api::namespaced_with(
+            self.client.clone(),
+            &self.settings.namespace,
+            &update_request_resource(),
+        );
+        if ur["status"]["state"].as_str() != Some("Completed") {
+            let (status, failure) = match outcome {
+                Ok(refs) => (json!({"state": "Completed", field: refs}), None),
+                Err((e, refs)) => (
+                    json!({"state": "Failed", "message": e, field: refs}),
+                    Some(e),
+                ),
+            };
+            let mut updated = ur.clone();
             updated["status"] = status;
             let body = Object::from_value(updated).map_err(|e| e.to_string())?;
             let pp = PostParams::default();
-            // A conflict or a failure here is retried: the reconcile is idempotent.
+            // A conflict or a failure here is retried: the work is idempotent.
             cancellable(token, || api.replace_status(name, &pp, &body)).await?;
             if let Some(e) = failure {
                 return Err(e);
@@ -943,6 +999,63 @@ impl Shared {
             Err(e) if e.contains("404") || e.contains("not found") => Ok(()),
             Err(e) => Err(e),
         }
+    }
+
+    /// Fetches what an evaluation asked `data` for and did not find (objects,
+    /// lists, `apiCall`s); false when nothing was missing.
+    async fn fetch_missed(
+        &self,
+        data: &mut Fetched,
+        token: &CancellationToken,
+    ) -> Result<bool, String> {
+        let missed = data.take_missed();
+        let called = data.fetch_missed_calls(&self.client, token).await;
+        if missed.is_empty() && !called {
+            return Ok(false);
+        }
+        for (av, kind, ns, name) in missed {
+            let key = (av.clone(), kind.clone(), ns.clone(), name.clone());
+            let Some((ar, _)) = self.resolve(&av, &kind, token).await else {
+                data.put_object(key, None);
+                continue;
+            };
+            let api = self.api(&ar, &ns);
+            if name.is_empty() {
+                let lp = ListParams::default();
+                let list = cancellable(token, || api.list(&lp)).await?;
+                // kube-apiserver leaves apiVersion and kind out of the
+                // items of a list of built-in kinds.
+                let items = list.items.into_iter().map(|o| {
+                    let mut v = Arc::unwrap_or_clone(o.raw);
+                    if let Some(m) = v.as_object_mut()
+                        && !m.contains_key("kind")
+                    {
+                        m.insert("apiVersion".into(), ar.api_version.clone().into());
+                        m.insert("kind".into(), ar.kind.clone().into());
+                    }
+                    Arc::new(v)
+                });
+                data.put_list(key, items.collect());
+            } else {
+                let got = cancellable(token, || api.get_opt(&name)).await?;
+                data.put_object(key, got.map(|o| o.raw));
+            }
+        }
+        Ok(true)
+    }
+
+    /// The labels and object of a namespace (none for "" or a missing one).
+    async fn namespace_of(
+        &self,
+        namespace: &str,
+        token: &CancellationToken,
+    ) -> Result<Option<Object>, String> {
+        if namespace.is_empty() {
+            return Ok(None);
+        }
+        let ns_ar = api_resource("", "v1", "Namespace", "namespaces");
+        let ns_api = self.api(&ns_ar, "");
+        cancellable(token, || ns_api.get_opt(namespace)).await
     }
 
     /// Makes the rule's downstreams for the trigger's current state exist;
@@ -983,51 +1096,17 @@ impl Shared {
             return Ok(Vec::new());
         };
         let mut req = EvalRequest::create(live.raw.clone());
-        if !trigger.namespace.is_empty() {
-            let ns_ar = api_resource("", "v1", "Namespace", "namespaces");
-            let ns_api = self.api(&ns_ar, "");
-            if let Some(ns) = cancellable(token, || ns_api.get_opt(&trigger.namespace)).await? {
-                req.namespace_labels = ns.meta.labels.clone();
-                req.namespace_object = Some(ns.raw.clone());
-            }
+        if let Some(ns) = self.namespace_of(&trigger.namespace, token).await? {
+            req.namespace_labels = ns.meta.labels.clone();
+            req.namespace_object = Some(ns.raw.clone());
         }
         let prepared = Prepared::new(req);
         let mut data = Fetched::new(self.calls.clone());
         let mut generated = None;
         for _ in 0..4 {
             generated = generator.generate(&set, &prepared, &data, policy_key, rule);
-            let missed = data.take_missed();
-            let called = data.fetch_missed_calls(&self.client, token).await;
-            if missed.is_empty() && !called {
+            if !self.fetch_missed(&mut data, token).await? {
                 break;
-            }
-            for (av, kind, ns, name) in missed {
-                let key = (av.clone(), kind.clone(), ns.clone(), name.clone());
-                let Some((ar, _)) = self.resolve(&av, &kind, token).await else {
-                    data.put_object(key, None);
-                    continue;
-                };
-                let api = self.api(&ar, &ns);
-                if name.is_empty() {
-                    let lp = ListParams::default();
-                    let list = cancellable(token, || api.list(&lp)).await?;
-                    // kube-apiserver leaves apiVersion and kind out of
-                    // the items of a list of built-in kinds.
-                    let items = list.items.into_iter().map(|o| {
-                        let mut v = Arc::unwrap_or_clone(o.raw);
-                        if let Some(m) = v.as_object_mut()
-                            && !m.contains_key("kind")
-                        {
-                            m.insert("apiVersion".into(), ar.api_version.clone().into());
-                            m.insert("kind".into(), ar.kind.clone().into());
-                        }
-                        Arc::new(v)
-                    });
-                    data.put_list(key, items.collect());
-                } else {
-                    let got = cancellable(token, || api.get_opt(&name)).await?;
-                    data.put_object(key, got.map(|o| o.raw));
-                }
             }
         }
         let Some(generated) = generated else {
@@ -1153,6 +1232,29 @@ impl Shared {
             )),
         }
     }
+}
+
+/// The (rule, trigger) pairs an UpdateRequest names: its `ruleContext`,
+/// or (an older layout) its `rule` and `resource`.
+fn rule_contexts(ur: &Value) -> Vec<(String, TriggerRef)> {
+    let mut contexts: Vec<(String, TriggerRef)> = ur["spec"]["ruleContext"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            (
+                c["rule"].as_str().unwrap_or("").to_string(),
+                TriggerRef::from_json(&c["trigger"]),
+            )
+        })
+        .collect();
+    if contexts.is_empty() {
+        contexts.push((
+            ur["spec"]["rule"].as_str().unwrap_or("").to_string(),
+            TriggerRef::from_json(&ur["spec"]["resource"]),
+        ));
+    }
+    contexts
 }
 
 /// What a (policy key, rule) names: a classic policy's generate rule, or a

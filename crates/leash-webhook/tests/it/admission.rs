@@ -376,10 +376,10 @@ struct BrokenTriggers {
 impl leash_webhook::TriggerSink for BrokenTriggers {
     fn create(
         &self,
-        _source: leash_policy::Source,
+        _kind: leash_webhook::RequestKind,
         _policy: &str,
         _rules: Vec<String>,
-        _trigger: Arc<Value>,
+        _trigger: &leash_webhook::Trigger,
     ) -> futures::future::BoxFuture<'static, Result<(), String>> {
         let hang = self.hang;
         Box::pin(async move {

@@ -36,12 +36,12 @@ use futures::FutureExt as _;
 use futures::future::BoxFuture;
 use leash_controller::lookups::{Lookups, ScanData};
 use leash_controller::{Breaker, CacheWatcher, Metrics, PolicySet, generate};
-use leash_policy::{Engine, KyvernoConfig, Source};
+use leash_policy::{Engine, KyvernoConfig};
 use leash_report::{self as report, Owner, PolicyMeta, ReportSource};
 use leash_runtime::Scope;
 use leash_webhook::{
-    AdmissionServer, AuditRecord, PolicyRef, Recorder, Registrar, ReportSink, StatusWriter,
-    TriggerSink, audit_channel,
+    AdmissionServer, AuditRecord, PolicyRef, Recorder, Registrar, ReportSink, RequestKind,
+    StatusWriter, Trigger, TriggerSink, audit_channel,
 };
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
@@ -49,8 +49,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cli_error::usage;
 
-/// Creates the UpdateRequest of a generate trigger in Kyverno's namespace
-/// (leash-controller's background component processes it).
+/// Creates the UpdateRequest of a generate or mutate-existing trigger in
+/// Kyverno's namespace (leash-controller's background component processes
+/// it).
 struct UpdateRequestSink {
     client: kube::Client,
     namespace: String,
@@ -67,18 +68,37 @@ impl std::fmt::Debug for UpdateRequestSink {
 impl TriggerSink for UpdateRequestSink {
     fn create(
         &self,
-        source: Source,
+        kind: RequestKind,
         policy: &str,
         rules: Vec<String>,
-        trigger: Arc<serde_json::Value>,
+        trigger: &Trigger,
     ) -> BoxFuture<'static, Result<(), String>> {
         let client = self.client.clone();
-        let request_type = match source {
-            Source::GeneratingPolicy => generate::REQUEST_CEL_GENERATE,
-            _ => generate::REQUEST_GENERATE,
+        let request = match kind {
+            RequestKind::Generate | RequestKind::CelGenerate => {
+                let request_type = if kind == RequestKind::CelGenerate {
+                    generate::REQUEST_CEL_GENERATE
+                } else {
+                    generate::REQUEST_GENERATE
+                };
+                generate::update_request(
+                    &self.namespace,
+                    request_type,
+                    policy,
+                    &rules,
+                    &trigger.object,
+                )
+            }
+            RequestKind::Mutate => generate::mutate::mutate_update_request(
+                &self.namespace,
+                policy,
+                &rules,
+                trigger.operation,
+                &trigger.object,
+                trigger.old_object.as_deref(),
+                &trigger.user,
+            ),
         };
-        let request =
-            generate::update_request(&self.namespace, request_type, policy, &rules, &trigger);
         async move {
             generate::create_update_request(&client, &request)
                 .await

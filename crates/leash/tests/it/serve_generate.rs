@@ -390,3 +390,190 @@ async fn update_requests_the_cluster_refuses_follow_the_failure_policy() {
     );
     sb.shutdown().await.unwrap();
 }
+
+/// Mutate existing (issue 40): a ConfigMap update triggers a
+/// `mutate.targets` rule that labels the Secrets of its namespace with the
+/// ConfigMap's `data.team`.
+const MUTATE_EXISTING: &str = r#"
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: label-secrets}
+spec:
+  rules:
+  - name: team-from-config
+    match:
+      any:
+      - resources:
+          kinds: [ConfigMap]
+          names: [team-config]
+          operations: [UPDATE]
+    mutate:
+      targets:
+      - apiVersion: v1
+        kind: Secret
+        namespace: "{{ request.object.metadata.namespace }}"
+      patchStrategicMerge:
+        metadata:
+          labels:
+            team: "{{ request.object.data.team }}"
+"#;
+
+/// Issue 40, mutate existing, with `kill -9` between the UpdateRequest and
+/// the patch: `leash serve` with admission alone creates the `mutate`
+/// UpdateRequest (with the admission request) before the update is
+/// answered; it is killed with SIGKILL before anything processes the
+/// request; after a restart with the background component the Secret is
+/// patched, once (one write, whatever else runs), the UpdateRequest is
+/// completed and removed. A second update patches it again within seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutate_existing_patches_targets_once_across_a_kill() {
+    let policy: Value = serde_saphyr::from_str(MUTATE_EXISTING).unwrap();
+    let sb = crd_sandbox(|_| true, vec![policy]).await;
+    let store = sb.store();
+    store
+        .create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}))
+        .unwrap();
+    store
+        .create(json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "db", "namespace": "team-a"}, "data": {}}))
+        .unwrap();
+    store
+        .create(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "team-config", "namespace": "team-a"}, "data": {"team": "none"}}))
+        .unwrap();
+    let port = free_port();
+    let mut admission = serve_components(&sb.url(), port, "admission");
+    let client =
+        leash_loader::client_from_config(kube::Config::new(sb.url().parse().unwrap())).unwrap();
+    let cm_api: Api<DynamicObject> = Api::namespaced_with(
+        client,
+        "team-a",
+        &ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
+    );
+    let requests = |sb: &Sandbox| -> Vec<Value> {
+        sb.store()
+            .list("kyverno.io/v2", "UpdateRequest", None)
+            .unwrap()
+    };
+    // Updates the ConfigMap through admission until an UpdateRequest for
+    // `team` exists when the update returns (the webhook may not be
+    // registered for ConfigMaps yet).
+    let update = |team: &'static str| {
+        let api = cm_api.clone();
+        let sb = &sb;
+        async move {
+            let start = Instant::now();
+            loop {
+                let mut cm = api.get("team-config").await.unwrap();
+                cm.data["data"]["team"] = json!(team);
+                let _ = api
+                    .replace("team-config", &PostParams::default(), &cm)
+                    .await;
+                let made = requests(sb).iter().any(|u| {
+                    u["spec"]["requestType"] == "mutate"
+                        && u["spec"]["context"]["admissionRequestInfo"]["admissionRequest"]
+                            ["object"]["data"]["team"]
+                            == team
+                });
+                if made {
+                    return;
+                }
+                assert!(
+                    start.elapsed() < BOUND,
+                    "no mutate UpdateRequest for {team}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    update("payments").await;
+    let secret = |sb: &Sandbox| {
+        sb.store()
+            .get("v1", "Secret", Some("team-a"), "db")
+            .unwrap()
+    };
+    assert!(
+        secret(&sb)["metadata"]["labels"]["team"].is_null(),
+        "admission alone patches no target"
+    );
+    admission.0.kill().unwrap();
+    let _ = admission.0.wait();
+
+    let mut serve = serve(&sb.url(), port);
+    wait_for("the Secret is patched after the restart", BOUND, || {
+        secret(&sb)["metadata"]["labels"]["team"] == "payments"
+    })
+    .await;
+    wait_for("the UpdateRequest is completed and removed", BOUND, || {
+        requests(&sb).is_empty()
+    })
+    .await;
+    let patched_at = secret(&sb)["metadata"]["resourceVersion"].clone();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        secret(&sb)["metadata"]["resourceVersion"],
+        patched_at,
+        "the Secret was written once"
+    );
+    let writes = sb
+        .requests()
+        .iter()
+        .filter(|r| {
+            matches!(r, ApiRequest::Resource { verb, resource, namespace, .. }
+                if verb == "update" && resource == "secrets" && namespace == "team-a")
+        })
+        .count();
+    assert_eq!(writes, 1, "one write of the target");
+
+    // With the background component running, an update patches within
+    // seconds.
+    let start = Instant::now();
+    update("search").await;
+    wait_for("the second update's patch", Duration::from_secs(10), || {
+        secret(&sb)["metadata"]["labels"]["team"] == "search"
+    })
+    .await;
+    assert!(start.elapsed() < Duration::from_secs(10));
+    serve.0.kill().unwrap();
+    let _ = serve.0.wait();
+    sb.shutdown().await.unwrap();
+}
+
+/// `mutateExistingOnPolicyUpdate`: a policy created after its triggers
+/// exist patches their targets (no admission request involved: as in
+/// Kyverno, a match that names operations selects no existing trigger, so
+/// this rule names none).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutate_existing_on_policy_update_patches_existing_targets() {
+    let sb = crd_sandbox(|_| true, vec![]).await;
+    let store = sb.store();
+    store
+        .create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-b"}}))
+        .unwrap();
+    store
+        .create(json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "db", "namespace": "team-b"}, "data": {}}))
+        .unwrap();
+    store
+        .create(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "team-config", "namespace": "team-b"}, "data": {"team": "ops"}}))
+        .unwrap();
+    let port = free_port();
+    let mut serve = serve(&sb.url(), port);
+    let mut policy: Value = serde_saphyr::from_str(MUTATE_EXISTING).unwrap();
+    policy["metadata"]["name"] = json!("label-secrets-now");
+    policy["spec"]["rules"][0]["mutate"]["mutateExistingOnPolicyUpdate"] = json!(true);
+    policy["spec"]["rules"][0]["match"]["any"][0]["resources"]
+        .as_object_mut()
+        .unwrap()
+        .remove("operations");
+    store.create(policy).unwrap();
+    wait_for("the existing trigger's target is patched", BOUND, || {
+        store.get("v1", "Secret", Some("team-b"), "db").unwrap()["metadata"]["labels"]["team"]
+            == "ops"
+    })
+    .await;
+    serve.0.kill().unwrap();
+    let _ = serve.0.wait();
+    sb.shutdown().await.unwrap();
+}
