@@ -4,7 +4,8 @@
 //! - maps merge key by key; a `null` in the overlay removes the key;
 //! - scalars and lists without a merge strategy are replaced;
 //! - lists with a merge key ([`super::schema`]) pair elements by the key's
-//!   value, merge pairs, keep the resource's order and append new elements;
+//!   value and merge pairs; the overlay's elements come first, in its
+//!   order, then the resource's others (kyaml's order: Kyverno prepends);
 //! - `$patch: delete` removes a map (or a keyed list element), `$patch:
 //!   replace` replaces it; a list element `{$patch: replace}` replaces the
 //!   list.
@@ -207,20 +208,27 @@ fn key_text(v: &Value) -> Option<String> {
     }
 }
 
+/// A merged list of scalars: the overlay's items first, in its order,
+/// then the resource's other items (kyaml's order, which Kyverno gives).
 fn union(dest: &[Value], src: &[Value]) -> Vec<Value> {
-    let mut out = dest.to_vec();
-    for item in src {
-        let text = key_text(item);
-        let present = out
-            .iter()
-            .any(|d| *d == *item || (text.is_some() && key_text(d) == text));
-        if !present {
+    let same = |a: &Value, b: &Value| {
+        *a == *b || key_text(a).is_some_and(|t| key_text(b).as_ref() == Some(&t))
+    };
+    let mut out: Vec<Value> = Vec::new();
+    for item in src.iter().chain(dest) {
+        if !out.iter().any(|o| same(o, item)) {
             out.push(item.clone());
         }
     }
     out
 }
 
+/// A list merged by `key`: the overlay's elements first, in its order,
+/// each merged with the resource's element of the same key (or added),
+/// then the resource's other elements in their order, then the overlay's
+/// elements without the key. This is the order kyaml's merge gives (and so
+/// Kyverno's): `imagePullSecrets: [{name: a}]` merged into `[{name: b}]`
+/// is `[a, b]`.
 fn by_key(
     dest: &[Value],
     src: &[Value],
@@ -229,13 +237,14 @@ fn by_key(
     path: &str,
 ) -> Result<Vec<Value>, String> {
     let elem_key = |v: &Value| v.get(key).and_then(key_text);
-    let mut out = dest.to_vec();
+    let mut front: Vec<Value> = Vec::new();
+    let mut keyless: Vec<Value> = Vec::new();
     let mut seen: Vec<String> = Vec::new();
     for s in src {
         let Some(k) = elem_key(s) else {
             // Without the merge key an element cannot be paired: appended.
             if let Some(v) = added(s) {
-                out.push(v);
+                keyless.push(v);
             }
             continue;
         };
@@ -243,37 +252,24 @@ fn by_key(
             continue;
         }
         seen.push(k.clone());
-        let at = out.iter().position(|d| elem_key(d).as_deref() == Some(&k));
+        let existing = dest.iter().find(|d| elem_key(d).as_deref() == Some(&k));
         let elem_path = format!("{path}/{k}");
-        let merged = merge_value(
-            at.map(|i| &out[i]),
-            s,
-            schema,
-            ListMerge::Replace,
-            &elem_path,
-        )?;
-        match (merged, at) {
-            (None, Some(i)) => {
-                out.remove(i);
-            }
-            (Some(Value::Object(m)), Some(i)) if m.is_empty() => {
-                out.remove(i);
-            }
-            (Some(mut v), Some(i)) => {
+        let merged = merge_value(existing, s, schema, ListMerge::Replace, &elem_path)?;
+        match merged {
+            // Deleted (`$patch: delete`), or emptied.
+            None => {}
+            Some(Value::Object(m)) if m.is_empty() => {}
+            Some(mut v) => {
                 ensure_key(&mut v, key, s);
-                out[i] = v;
+                front.push(v);
             }
-            (Some(mut v), None) => {
-                if v.as_object().is_some_and(Map::is_empty) {
-                    continue;
-                }
-                ensure_key(&mut v, key, s);
-                out.push(v);
-            }
-            (None, None) => {}
         }
     }
-    Ok(out)
+    let rest = dest
+        .iter()
+        .filter(|d| elem_key(d).is_none_or(|k| !seen.contains(&k)))
+        .cloned();
+    Ok(front.into_iter().chain(rest).chain(keyless).collect())
 }
 
 fn ensure_key(v: &mut Value, key: &str, src: &Value) {
@@ -319,15 +315,17 @@ mod tests {
                 pod(json!({"dnsPolicy": "Default"})),
             ),
             (
-                "containers merge by name; new ones are appended",
+                // Kyverno v1.19.1's CLI gives this order (the overlay's
+                // elements first, then the resource's others).
+                "containers merge by name; the overlay's come first",
                 pod(
                     json!({"containers": [{"name": "a", "image": "a:1"}, {"name": "b", "image": "b:1"}]}),
                 ),
                 json!({"spec": {"containers": [{"name": "c", "image": "c:1"}, {"name": "a", "imagePullPolicy": "Always"}]}}),
                 pod(json!({"containers": [
+                    {"name": "c", "image": "c:1"},
                     {"name": "a", "image": "a:1", "imagePullPolicy": "Always"},
-                    {"name": "b", "image": "b:1"},
-                    {"name": "c", "image": "c:1"}
+                    {"name": "b", "image": "b:1"}
                 ]})),
             ),
             (
@@ -365,7 +363,7 @@ mod tests {
                 ),
                 json!({"spec": {"imagePullSecrets": [{"name": "b"}], "volumes": [{"name": "v", "emptyDir": {"medium": "Memory"}}]}}),
                 pod(
-                    json!({"imagePullSecrets": [{"name": "a"}, {"name": "b"}], "volumes": [{"name": "v", "emptyDir": {"medium": "Memory"}}]}),
+                    json!({"imagePullSecrets": [{"name": "b"}, {"name": "a"}], "volumes": [{"name": "v", "emptyDir": {"medium": "Memory"}}]}),
                 ),
             ),
             (
@@ -399,16 +397,16 @@ mod tests {
                 json!({"apiVersion": "example.com/v1", "kind": "Widget", "spec": {"items": [{"name": "b"}]}}),
             ),
             (
-                "finalizers are a union",
+                "finalizers are a union, the overlay's order first (as Kyverno v1.19.1)",
                 json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"finalizers": ["a"]}}),
                 json!({"metadata": {"finalizers": ["b", "a"]}}),
-                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"finalizers": ["a", "b"]}}),
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"finalizers": ["b", "a"]}}),
             ),
             (
                 "pod template of a Deployment",
                 json!({"apiVersion": "apps/v1", "kind": "Deployment", "spec": {"template": {"spec": {"containers": [{"name": "a"}]}}}}),
                 json!({"spec": {"template": {"spec": {"containers": [{"name": "b"}]}}}}),
-                json!({"apiVersion": "apps/v1", "kind": "Deployment", "spec": {"template": {"spec": {"containers": [{"name": "a"}, {"name": "b"}]}}}}),
+                json!({"apiVersion": "apps/v1", "kind": "Deployment", "spec": {"template": {"spec": {"containers": [{"name": "b"}, {"name": "a"}]}}}}),
             ),
         ];
         for (name, resource, overlay, want) in cases {
