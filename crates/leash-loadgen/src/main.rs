@@ -92,6 +92,11 @@ enum Mode {
         /// With --policies: switch every ClusterPolicy/Policy to Enforce.
         #[arg(long)]
         enforce: bool,
+        /// With --policies: the webhook endpoint to post to, `validate`
+        /// (the validating webhook) or `mutate` (the mutating one, which
+        /// answers JSON Patches).
+        #[arg(long, default_value = "validate", value_parser = ["validate", "mutate"])]
+        endpoint: String,
         /// A pod (JSON or YAML) to use as the compliant template.
         #[arg(long)]
         template: Option<PathBuf>,
@@ -187,7 +192,14 @@ fn load_policies(dir: &PathBuf, enforce: bool) -> Result<leash_policy::Engine> {
         if enforce && doc["spec"].get("validationFailureAction").is_some() {
             doc["spec"]["validationFailureAction"] = json!("Enforce");
         }
-        if enforce && let Some(rules) = doc["spec"]["rules"].as_array_mut() {
+        // `get_mut`, not `doc["spec"]["rules"]`: indexing for a mutable
+        // reference inserts a null `rules` into a spec without it (which the
+        // schema check then refuses, as it would refuse it from a user).
+        let rules = doc
+            .get_mut("spec")
+            .and_then(|s| s.get_mut("rules"))
+            .and_then(Value::as_array_mut);
+        if enforce && let Some(rules) = rules {
             for r in rules {
                 if r["validate"].get("failureAction").is_some() {
                     r["validate"]["failureAction"] = json!("Enforce");
@@ -231,6 +243,7 @@ async fn run(args: Args) -> Result<()> {
             ca,
             policies,
             enforce,
+            endpoint,
             template,
         } => {
             let pod = match template {
@@ -243,7 +256,9 @@ async fn run(args: Args) -> Result<()> {
                     let engine = load_policies(dir, *enforce)?;
                     let (url, ca, t) = start_webhook(&scope, engine)?;
                     server_token = Some(t);
-                    (url, Some(ca))
+                    // The server's URL ends in /validate; /mutate is its sibling.
+                    let base = url.strip_suffix("/validate").unwrap_or(&url);
+                    (format!("{base}/{endpoint}"), Some(ca))
                 }
                 (Some(u), None) => {
                     let ca = match ca {

@@ -11,6 +11,8 @@ use serde_json::{Value, json};
 pub(crate) struct ClientStats {
     latencies: Vec<Duration>,
     allowed: u64,
+    /// Allowed reviews that carried a JSON Patch (the mutating webhook's).
+    patched: u64,
     denied: u64,
     other_status: u64,
     errors: BTreeMap<String, u64>,
@@ -22,14 +24,20 @@ impl ClientStats {
     pub(crate) fn record(&mut self, status: u16, body: &Bytes, took: Duration) {
         self.latencies.push(took);
         match status {
-            200 => match serde_json::from_slice::<Value>(body)
-                .ok()
-                .and_then(|v| v["response"]["allowed"].as_bool())
-            {
-                Some(true) => self.allowed += 1,
-                Some(false) => self.denied += 1,
-                None => self.other_status += 1,
-            },
+            200 => {
+                let answer = serde_json::from_slice::<Value>(body).ok();
+                let response = answer.as_ref().map(|v| &v["response"]);
+                match response.and_then(|r| r["allowed"].as_bool()) {
+                    Some(true) => {
+                        self.allowed += 1;
+                        if response.is_some_and(|r| r["patch"].is_string()) {
+                            self.patched += 1;
+                        }
+                    }
+                    Some(false) => self.denied += 1,
+                    None => self.other_status += 1,
+                }
+            }
             201 => self.allowed += 1,
             400 | 403 | 422 => self.denied += 1,
             s => {
@@ -53,6 +61,7 @@ pub(crate) struct Summary {
     elapsed: Duration,
     requests: u64,
     allowed: u64,
+    patched: u64,
     denied: u64,
     other_status: u64,
     errors: BTreeMap<String, u64>,
@@ -84,6 +93,7 @@ impl Summary {
             elapsed,
             requests: 0,
             allowed: 0,
+            patched: 0,
             denied: 0,
             other_status: 0,
             errors: BTreeMap::new(),
@@ -95,6 +105,7 @@ impl Summary {
         for c in all {
             lat.extend(c.latencies);
             s.allowed += c.allowed;
+            s.patched += c.patched;
             s.denied += c.denied;
             s.other_status += c.other_status;
             for (k, v) in c.errors {
@@ -121,13 +132,14 @@ impl Summary {
     pub(crate) fn to_text(&self) -> String {
         let ms = |d: Duration| d.as_secs_f64() * 1000.0;
         let mut out = format!(
-            "mode {} clients {} requests {} in {:.2}s: {:.0} req/s\nallowed {} denied {} other {} errors {}\nlatency ms: p50 {:.3} p95 {:.3} p99 {:.3} max {:.3}\n",
+            "mode {} clients {} requests {} in {:.2}s: {:.0} req/s\nallowed {} (patched {}) denied {} other {} errors {}\nlatency ms: p50 {:.3} p95 {:.3} p99 {:.3} max {:.3}\n",
             self.mode,
             self.clients,
             self.requests,
             self.elapsed.as_secs_f64(),
             self.rps(),
             self.allowed,
+            self.patched,
             self.denied,
             self.other_status,
             self.error_count(),
@@ -147,7 +159,7 @@ impl Summary {
         json!({
             "mode": self.mode, "clients": self.clients, "requests": self.requests,
             "seconds": self.elapsed.as_secs_f64(), "requests_per_second": self.rps(),
-            "allowed": self.allowed, "denied": self.denied, "other_status": self.other_status,
+            "allowed": self.allowed, "patched": self.patched, "denied": self.denied, "other_status": self.other_status,
             "errors": self.errors, "error_count": self.error_count(),
             "latency_ms": {"p50": ms(self.p50), "p95": ms(self.p95), "p99": ms(self.p99), "max": ms(self.max)},
         })
@@ -174,10 +186,17 @@ mod tests {
             Duration::from_millis(2),
         );
         b.error("boom".into(), Duration::from_millis(3));
+        b.record(
+            200,
+            &Bytes::from_static(
+                br#"{"response":{"allowed":true,"patchType":"JSONPatch","patch":"W10="}}"#,
+            ),
+            Duration::from_millis(1),
+        );
         let s = Summary::merge("review", 2, Duration::from_secs(1), vec![a, b]);
         assert_eq!(
-            (s.requests, s.allowed, s.denied, s.error_count()),
-            (4, 1, 1, 2)
+            (s.requests, s.allowed, s.patched, s.denied, s.error_count()),
+            (5, 2, 1, 1, 2)
         );
         assert_eq!(s.max, Duration::from_millis(9));
         assert_eq!(s.p50, Duration::from_millis(2));

@@ -273,12 +273,20 @@ impl Engine {
         }
         // Then the MutatingPolicies, in the order they were added, each on
         // the output of the one before.
-        for mpol in &self.mutating {
-            let current = EvalRequest {
+        // One conversion of the object to CEL values per distinct object,
+        // not per policy.
+        let around = |object: &Arc<Value>| {
+            Prepared::new(EvalRequest {
                 object: object.clone(),
                 ..req.clone()
-            };
-            let Some((result, next)) = mpol.mutate(&current, data) else {
+            })
+        };
+        let mut prepared = around(&object);
+        for mpol in &self.mutating {
+            if !Arc::ptr_eq(&prepared.request().object, &object) {
+                prepared = around(&object);
+            }
+            let Some((result, next)) = mpol.mutate_prepared(&prepared, data) else {
                 continue;
             };
             if result.status == Status::Pass && next != *object {

@@ -117,7 +117,7 @@ impl Prepared {
             .get_or_init(|| crate::cel::CelObjects::new(&self.req))
     }
 
-    fn base(&self) -> &Vars {
+    pub(crate) fn base(&self) -> &Vars {
         self.base
             .get_or_init(|| base_vars(&self.req, self.req.operation))
     }

@@ -35,6 +35,7 @@ mod literal;
 mod merge;
 mod schema;
 
+use crate::eval::Prepared;
 use crate::k8s::json_patch;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -271,6 +272,17 @@ impl MutatingPolicy {
     /// `KyvernoMutatingPolicy`) and the object: the mutated copy on Pass,
     /// `req.object` unchanged on Skip and Error.
     pub fn mutate(&self, req: &EvalRequest, data: &dyn ClusterData) -> Option<(RuleResult, Json)> {
+        self.mutate_prepared(&Prepared::new(req.clone()), data)
+    }
+
+    /// [`MutatingPolicy::mutate`] with the request's objects converted to
+    /// CEL values once for every policy run on the same object.
+    pub(crate) fn mutate_prepared(
+        &self,
+        prepared: &Prepared,
+        data: &dyn ClusterData,
+    ) -> Option<(RuleResult, Json)> {
+        let req = prepared.request();
         if let Some(ns) = &self.namespace
             && req.namespace() != ns
         {
@@ -280,7 +292,7 @@ impl MutatingPolicy {
         let body = std::iter::once(&self.body)
             .chain(&self.autogen)
             .find(|b| b.matching.matches(req, &target))?;
-        let (status, message, object) = match run(body, req, data) {
+        let (status, message, object) = match run(body, prepared, data) {
             Ok(Some(object)) => (Status::Pass, "success".to_string(), object),
             Ok(None) => (Status::Skip, "skip".to_string(), (*req.object).clone()),
             Err(e) => (
@@ -302,11 +314,19 @@ impl MutatingPolicy {
 
 /// Runs a matched body: `Ok(None)` when a match condition is false, the
 /// mutated object, or the first error.
-fn run(body: &Body, req: &EvalRequest, data: &dyn ClusterData) -> Result<Option<Json>, String> {
+fn run(body: &Body, prepared: &Prepared, data: &dyn ClusterData) -> Result<Option<Json>, String> {
     if let Some(e) = &body.broken {
         return Err(e.clone());
     }
-    let mut act = Activation::new(req, data);
+    let req = prepared.request();
+    // One mutation reads the objects converted once for the request; a
+    // later mutation sees the object the one before produced, which a
+    // shared activation cannot rebind: those convert their own.
+    let mut act = if body.mutations.len() > 1 {
+        Activation::new(req, data)
+    } else {
+        Activation::shared(prepared.cel_objects(), data)
+    };
     let stage = |i: usize| body.stages.get(i).map_or(&[][..], Vec::as_slice);
     act.bind_variables(stage(0));
     let mut errors = Vec::new();

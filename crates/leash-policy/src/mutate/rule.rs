@@ -76,6 +76,15 @@ impl Policy {
         let mut current = object;
         let mut out = Vec::new();
         let mut targets = Vec::new();
+        // The request around the current object, with its variables built
+        // once per object (not once per rule): rebuilt when a rule patched.
+        let around = |object: &Arc<Value>| {
+            Prepared::new(EvalRequest {
+                object: object.clone(),
+                ..req.clone()
+            })
+        };
+        let mut prepared = around(&current);
         for rule in &self.rules {
             let Some(spec) = &rule.mutate else {
                 continue;
@@ -83,17 +92,16 @@ impl Policy {
             if !with_targets && matches!(spec, MutateSpec::Existing { .. }) {
                 continue;
             }
-            let cur_req = EvalRequest {
-                object: current.clone(),
-                ..req.clone()
-            };
+            if !Arc::ptr_eq(&prepared.request().object, &current) {
+                prepared = around(&current);
+            }
+            let cur_req = prepared.request();
             if let Some(ns) = &self.namespace
                 && cur_req.namespace() != ns
             {
                 return (current, out, targets);
             }
-            let Some((bound, operation)) =
-                self.selects(rule, &cur_req, &cur_req.target(), bindings)
+            let Some((bound, operation)) = self.selects(rule, cur_req, &cur_req.target(), bindings)
             else {
                 continue;
             };
@@ -105,7 +113,6 @@ impl Policy {
                 source: Source::Kyverno,
             };
             if !exceptions.is_empty() {
-                let prepared = Prepared::new(cur_req.clone());
                 if let Some(e) = exceptions
                     .iter()
                     .find(|e| e.applies(&self.key, &rule.name, &rule.base_name, &prepared, None))
@@ -117,7 +124,11 @@ impl Policy {
                     continue;
                 }
             }
-            let mut vars = base_vars(&cur_req, operation);
+            let mut vars = if operation == cur_req.operation {
+                prepared.base().clone()
+            } else {
+                base_vars(cur_req, operation)
+            };
             for (k, v) in &bound {
                 vars.set_dotted(k, to_var(v));
             }
