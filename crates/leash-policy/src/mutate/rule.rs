@@ -112,17 +112,15 @@ impl Policy {
                 message,
                 source: Source::Kyverno,
             };
-            if !exceptions.is_empty() {
-                if let Some(e) = exceptions
-                    .iter()
-                    .find(|e| e.applies(&self.key, &rule.name, &rule.base_name, &prepared, None))
-                {
-                    out.push(result(
-                        Status::Skip,
-                        format!("rule skipped due to policy exception {}", e.key()),
-                    ));
-                    continue;
-                }
+            if let Some(e) = exceptions
+                .iter()
+                .find(|e| e.applies(&self.key, &rule.name, &rule.base_name, &prepared, None))
+            {
+                out.push(result(
+                    Status::Skip,
+                    format!("rule skipped due to policy exception {}", e.key()),
+                ));
+                continue;
             }
             let mut vars = if operation == cur_req.operation {
                 prepared.base().clone()
@@ -135,7 +133,7 @@ impl Policy {
             let ctx = RuleCtx {
                 policy: self,
                 rule,
-                req: &cur_req,
+                req: cur_req,
                 data,
                 delete: operation == Operation::Delete,
                 mocked: bound.iter().map(|(k, _)| k.clone()).collect(),
