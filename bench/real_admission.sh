@@ -13,6 +13,9 @@
 #   bench/real_admission.sh [REPS] [CLIENTS...]   (default 2 reps; 1 10 50)
 #   LEASH=... LOADGEN=... skip the cargo build; testenv/bin is built if missing.
 #   LEASH_ARGS="--admission-reports=false" adds flags to `leash serve`.
+#   SET=mutate adds the mutate policies of Kyverno's policy library
+#   (bench/lib/mutate_set.sh): `leash serve` then registers its mutating
+#   webhook too, and each creation goes through both.
 #
 # Beside latency, each row gives the CPU time per created pod of the control
 # plane (etcd, kube-apiserver, controllers: one process) and of the webhook
@@ -34,9 +37,23 @@ fi
 L=${LEASH:-target/release/leash} G=${LOADGEN:-target/release/leash-loadgen}
 source bench/lib/realcp.sh
 [ -x testenv/bin/nullwebhook ] || testenv/build.sh nullwebhook
-for f in bench/policies/pss-classic/*.yaml; do
+policy_dir=bench/policies/pss-classic
+if [ "${SET:-}" = mutate ]; then
+  source bench/lib/mutate_set.sh
+  policy_dir=$out/policies
+  mutate_set "$policy_dir"
+  # What the set's mutations point pods at must exist, or kube-apiserver
+  # rejects every pod after the webhook (add-runtimeClassName's RuntimeClass).
+  kubectl apply -f - > /dev/null <<'YAML'
+apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata: {name: prodclass}
+handler: runc
+YAML
+fi
+for f in "$policy_dir"/*.yaml; do
   sed 's/validationFailureAction: Audit/validationFailureAction: Enforce/' "$f"
-  echo "---"
+  printf '\n---\n'  # a file may end without a newline
 done | kubectl apply -f - > /dev/null
 kubectl create namespace bench > /dev/null
 kubectl create serviceaccount loader -n bench > /dev/null
@@ -114,7 +131,7 @@ stop_limit() {
   kubectl delete -f "$out/null.json" > /dev/null
 }
 
-echo "# pods through kube-apiserver v1.37.2 (testenv), pss-classic in Enforce, $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# pods through kube-apiserver v1.37.2 (testenv), $(ls "$policy_dir" | wc -l) policies of $policy_dir${SET:+ (SET=$SET)} in Enforce, $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-8s %-4s %10s %10s %8s %7s %9s %9s\n' clients rep "p50 ms" "p99 ms" "req/s" errors "cp ms/pod" "hook ms"
 
 for c in "${clients[@]}"; do
