@@ -9,6 +9,7 @@ use crate::error::{Error, Result};
 use crate::eval::{Bindings, Prepared};
 use crate::exception::Exception;
 use crate::gpol::{GeneratingPolicy, is_generating_policy};
+use crate::mpol::admission::{MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding};
 use crate::mpol::{MutatingPolicy, is_mutating_policy};
 use crate::mutate::{Mutation, MutationStep};
 use crate::policy::Policy;
@@ -95,6 +96,9 @@ pub struct Engine {
     policies: Vec<Arc<Policy>>,
     validating: Vec<Arc<ValidatingPolicy>>,
     mutating: Vec<Arc<MutatingPolicy>>,
+    /// Kubernetes MutatingAdmissionPolicies and their bindings.
+    admission_mutating: Vec<Arc<MutatingAdmissionPolicy>>,
+    admission_mutating_bindings: Vec<Arc<MutatingAdmissionPolicyBinding>>,
     generating: Vec<Arc<GeneratingPolicy>>,
     exceptions: Vec<Arc<Exception>>,
 }
@@ -109,7 +113,11 @@ impl Engine {
     /// (see [`crate::ReadSet`]): a resource built with just those parts
     /// ([`crate::ReadSet::parse`]) gets the same results as the whole one.
     pub fn reads(&self) -> crate::ReadSet {
-        if !self.mutating.is_empty() || !self.generating.is_empty() || !self.exceptions.is_empty() {
+        if !self.mutating.is_empty()
+            || !self.admission_mutating.is_empty()
+            || !self.generating.is_empty()
+            || !self.exceptions.is_empty()
+        {
             return crate::ReadSet::all();
         }
         let mut reads = crate::ReadSet::naming();
@@ -155,6 +163,22 @@ impl Engine {
         }
     }
 
+    /// Adds a Kubernetes MutatingAdmissionPolicy (Kubernetes' kinds are
+    /// not [`Document`]s: they are compiled by their own modules).
+    pub fn add_mutating_admission_policy(&mut self, policy: Arc<MutatingAdmissionPolicy>) {
+        self.admission_mutating.push(policy);
+    }
+
+    /// Adds a MutatingAdmissionPolicyBinding.
+    pub fn add_mutating_admission_binding(&mut self, binding: Arc<MutatingAdmissionPolicyBinding>) {
+        self.admission_mutating_bindings.push(binding);
+    }
+
+    /// The MutatingAdmissionPolicies.
+    pub fn mutating_admission_policies(&self) -> &[Arc<MutatingAdmissionPolicy>] {
+        &self.admission_mutating
+    }
+
     /// The Kyverno policies.
     pub fn policies(&self) -> &[Arc<Policy>] {
         &self.policies
@@ -197,6 +221,7 @@ impl Engine {
         self.policies.is_empty()
             && self.validating.is_empty()
             && self.mutating.is_empty()
+            && self.admission_mutating.is_empty()
             && self.generating.is_empty()
     }
 
@@ -207,8 +232,9 @@ impl Engine {
     /// is a new value.
     ///
     /// The pipeline is a list of mutating steps; classic policies are the
-    /// first kind of step, MutatingPolicies follow (one step each, with
-    /// one result for the policy).
+    /// first kind of step, MutatingAdmissionPolicies and then
+    /// MutatingPolicies follow (one step each, with one result for the
+    /// policy).
     pub fn mutate(
         &self,
         req: &EvalRequest,
@@ -232,8 +258,35 @@ impl Engine {
                 targets,
             });
         }
-        // Then the MutatingPolicies, in the order they were added, each on
-        // the output of the one before.
+        // Then the MutatingAdmissionPolicies, each through the bindings
+        // that name it, and then the MutatingPolicies (Kyverno's CLI
+        // order), in the order they were added, each on the output of the
+        // one before.
+        for map in &self.admission_mutating {
+            let bindings: Vec<&MutatingAdmissionPolicyBinding> = self
+                .admission_mutating_bindings
+                .iter()
+                .filter(|b| b.policy_name() == map.name())
+                .map(|b| &**b)
+                .collect();
+            let current = EvalRequest {
+                object: object.clone(),
+                ..req.clone()
+            };
+            let Some((result, next)) = map.mutate(&current, &bindings, data) else {
+                continue;
+            };
+            if result.status == Status::Pass && next != *object {
+                object = Arc::new(next);
+            }
+            steps.push(MutationStep {
+                policy: map.name().into(),
+                source: Source::MutatingAdmissionPolicy,
+                results: vec![result],
+                object: object.clone(),
+                targets: Vec::new(),
+            });
+        }
         for mpol in &self.mutating {
             let current = EvalRequest {
                 object: object.clone(),

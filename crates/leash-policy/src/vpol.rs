@@ -47,13 +47,13 @@ impl ValidationAction {
 
 /// A label selector (`matchLabels`, `matchExpressions`).
 #[derive(Debug, Clone, Default)]
-struct Selector {
+pub(crate) struct Selector {
     labels: Vec<(String, String)>,
     exprs: Vec<(String, String, Vec<String>)>,
 }
 
 impl Selector {
-    fn parse(v: Option<&Json>) -> Selector {
+    pub(crate) fn parse(v: Option<&Json>) -> Selector {
         let Some(v) = v else {
             return Selector::default();
         };
@@ -85,7 +85,7 @@ impl Selector {
         self.labels.is_empty() && self.exprs.is_empty()
     }
 
-    fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+    pub(crate) fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.labels
             .iter()
             .all(|(k, v)| labels.get(k).is_some_and(|l| l == v))

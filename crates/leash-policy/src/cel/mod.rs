@@ -400,6 +400,12 @@ impl<'a, 'm> Activation<'a, 'm> {
         self.base.add_variable_as_val("object", to_val(object));
     }
 
+    /// Binds `params` (a Kubernetes admission policy's parameter resource,
+    /// or the list of those a binding's `paramRef` selects).
+    pub(crate) fn set_params(&mut self, params: &serde_json::Value) {
+        self.base.add_variable_as_val("params", to_val(params));
+    }
+
     /// Binds `variables` to the variables evaluated so far. Done once per
     /// variable, not per expression: the expressions that follow read the
     /// bound map in place.

@@ -48,6 +48,9 @@ pub(crate) struct TestFile {
     /// `clusterResources`: `ClusterResource` files, the objects (and CRDs)
     /// that exist in the cluster the rules look things up in.
     pub cluster_resources: Vec<PathBuf>,
+    /// `paramResources`: the parameter resources of Kubernetes admission
+    /// policies (their bindings' `paramRef`s select among them).
+    pub param_resources: Vec<PathBuf>,
     pub results: Vec<ExpectedRow>,
 }
 
@@ -117,6 +120,7 @@ impl TestFile {
             context: one_path(&v["context"], dir, "context", path)?,
             target_resources: paths(&v["targetResources"], dir, "targetResources", path)?,
             cluster_resources: paths(&v["clusterResources"], dir, "clusterResources", path)?,
+            param_resources: paths(&v["paramResources"], dir, "paramResources", path)?,
             results,
         })
     }

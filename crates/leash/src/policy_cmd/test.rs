@@ -428,6 +428,8 @@ fn evaluate_test(test: &TestFile, selector: &Selector) -> Result<Vec<Outcome>> {
     for file in &test.cluster_resources {
         objects.extend(spec::read_cluster_resources(file, &test.dir)?);
     }
+    // Admission policies' parameter resources are read from the cluster.
+    objects.extend(load::load_resources(&test.param_resources)?);
     // The existing resources `mutate.targets` rules look up.
     let mut targets = load::load_resources(&test.target_resources)?;
     for t in &mut targets {

@@ -10,6 +10,7 @@ mod faults_38;
 mod generate;
 mod jp;
 mod load;
+mod map;
 mod mpol;
 mod mutate;
 mod policy;
