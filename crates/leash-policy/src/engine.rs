@@ -292,9 +292,21 @@ impl Engine {
                 object: object.clone(),
                 ..req.clone()
             };
-            let Some((result, next)) = mpol.mutate(&current, data) else {
+            let Some((mut result, mut next)) = mpol.mutate(&current, data) else {
                 continue;
             };
+            // A CEL PolicyException naming the policy exempts the resource
+            // it matches: Skip, the object left as it was (Kyverno's mpol
+            // engine checks exceptions before the match conditions).
+            if !self.exceptions.is_empty() {
+                let objects = crate::cel::CelObjects::new(&current);
+                if let Some(keys) = self.cel_exemption(mpol.kind(), mpol.name(), &objects, data) {
+                    result.status = Status::Skip;
+                    result.rule = "exception".to_string();
+                    result.message = format!("rule is skipped due to policy exception: {keys}");
+                    next = (*object).clone();
+                }
+            }
             if result.status == Status::Pass && next != *object {
                 object = Arc::new(next);
             }
@@ -308,6 +320,25 @@ impl Engine {
             });
         }
         Mutation { object, steps }
+    }
+
+    /// The keys (`namespace/name`) of the CEL PolicyExceptions that exempt
+    /// the request (as `objects`) from the CEL policy `kind`/`name`, joined
+    /// by ", "; None when none does.
+    fn cel_exemption(
+        &self,
+        kind: &str,
+        name: &str,
+        objects: &crate::cel::CelObjects,
+        data: &dyn ClusterData,
+    ) -> Option<String> {
+        let keys: Vec<String> = self
+            .exceptions
+            .iter()
+            .filter(|e| e.exempts(kind, name, objects, data))
+            .map(|e| e.key())
+            .collect();
+        (!keys.is_empty()).then(|| keys.join(", "))
     }
 
     /// Mutates the request's object ([`Engine::mutate`]), then evaluates
@@ -544,23 +575,13 @@ impl Engine {
             if let Some(mut result) = result {
                 // A policy skipped by its own match conditions stays so;
                 // otherwise a CEL PolicyException naming it may exempt it.
-                if result.status != Status::Skip {
-                    let keys: Vec<String> = self
-                        .exceptions
-                        .iter()
-                        .filter(|e| {
-                            e.exempts(vpol.kind(), vpol.name(), prepared.cel_objects(), data)
-                        })
-                        .map(|e| e.key())
-                        .collect();
-                    if !keys.is_empty() {
-                        result.status = Status::Skip;
-                        result.rule = "exception".to_string();
-                        result.message = format!(
-                            "rule is skipped due to policy exception: {}",
-                            keys.join(", ")
-                        );
-                    }
+                if result.status != Status::Skip
+                    && let Some(keys) =
+                        self.cel_exemption(vpol.kind(), vpol.name(), prepared.cel_objects(), data)
+                {
+                    result.status = Status::Skip;
+                    result.rule = "exception".to_string();
+                    result.message = format!("rule is skipped due to policy exception: {keys}");
                 }
                 out.add(
                     vec![result],
