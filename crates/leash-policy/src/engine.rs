@@ -207,7 +207,21 @@ impl Engine {
     ) -> Vec<(Arc<GeneratingPolicy>, crate::Generated)> {
         self.generating
             .iter()
-            .filter_map(|p| Some((p.clone(), p.generate(prepared.request(), data)?)))
+            .filter_map(|p| {
+                let mut g = p.generate(prepared.request(), data)?;
+                // A CEL PolicyException naming the policy exempts the
+                // trigger, whatever the policy's match conditions say
+                // (Kyverno's gpol engine checks exceptions first).
+                if let Some(keys) =
+                    self.cel_exemption(p.kind(), p.name(), prepared.cel_objects(), data)
+                {
+                    g.result.status = Status::Skip;
+                    g.result.rule = "exception".to_string();
+                    g.result.message = format!("rule is skipped due to policy exception: {keys}");
+                    g.downstreams.clear();
+                }
+                Some((p.clone(), g))
+            })
             .collect()
     }
 

@@ -263,7 +263,17 @@ fn collect(
         Json::Object(m) if m.contains_key(GENERATE_MARK) => {
             let apply = &m[GENERATE_MARK];
             let ns = apply["namespace"].as_str().unwrap_or("");
-            for obj in apply["objects"].as_array().into_iter().flatten() {
+            // A list object (`resource.List`'s answer: `items`) stands for
+            // its items, each generated into the namespace (as Kyverno).
+            let objects = apply["objects"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|o| match o["items"].as_array() {
+                    Some(items) => items.iter().collect::<Vec<_>>(),
+                    None => vec![o],
+                });
+            for obj in objects {
                 if !obj.is_object() || obj["kind"].as_str().is_none() {
                     return Err(format!(
                         "generator.Apply: every object needs a kind, got {obj}"
@@ -357,6 +367,79 @@ mod tests {
             "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "a"}
         })));
         assert!(p.generate(&pod, &NoClusterData).is_none(), "not matched");
+    }
+
+    /// A list object (what `resource.List` answers) stands for its items.
+    #[test]
+    fn generator_apply_of_a_list_generates_its_items() {
+        let p = policy(
+            r#"generator.Apply(variables.ns, [{"apiVersion": "v1", "kind": "List", "items": [
+                {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "a", "namespace": "default"}},
+                {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "b", "namespace": "default"}}
+            ]}])"#,
+            json!([]),
+        );
+        let g = p.generate(&namespace("team-a"), &NoClusterData).unwrap();
+        let placed: Vec<(&str, &str)> = g
+            .downstreams
+            .iter()
+            .map(|d| {
+                (
+                    d["metadata"]["name"].as_str().unwrap(),
+                    d["metadata"]["namespace"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(placed, [("a", "team-a"), ("b", "team-a")]);
+    }
+
+    /// A CEL PolicyException naming the policy exempts the triggers its
+    /// conditions select: Skip, nothing generated.
+    #[test]
+    fn cel_exceptions_exempt_triggers() {
+        let mut engine = crate::Engine::new();
+        engine
+            .add_json(&json!({
+                "apiVersion": "policies.kyverno.io/v1alpha1", "kind": "GeneratingPolicy",
+                "metadata": {"name": "gen"},
+                "spec": {
+                    "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                        "operations": ["CREATE"], "resources": ["namespaces"]}]},
+                    "generate": [{"expression": r#"generator.Apply(object.metadata.name, [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}])"#}]
+                }
+            }))
+            .unwrap();
+        engine
+            .add_json(&json!({
+                "apiVersion": "policies.kyverno.io/v1alpha1", "kind": "PolicyException",
+                "metadata": {"name": "not-testing"},
+                "spec": {"policyRefs": [{"name": "gen", "kind": "GeneratingPolicy"}],
+                    "matchConditions": [{"name": "n", "expression": "object.metadata.name == 'testing'"}]}
+            }))
+            .unwrap();
+        let run = |ns: &str| {
+            let prepared = crate::Prepared::new(namespace(ns));
+            let mut out = engine.generate_cel(&prepared, &NoClusterData);
+            assert_eq!(out.len(), 1);
+            out.remove(0).1
+        };
+        let exempt = run("testing");
+        assert_eq!(
+            (
+                exempt.result.status,
+                exempt.result.rule.as_str(),
+                exempt.result.message.as_str()
+            ),
+            (
+                Status::Skip,
+                "exception",
+                "rule is skipped due to policy exception: not-testing"
+            )
+        );
+        assert!(exempt.downstreams.is_empty());
+        let generated = run("prod");
+        assert_eq!(generated.result.status, Status::Pass);
+        assert_eq!(generated.downstreams.len(), 1);
     }
 
     #[test]
