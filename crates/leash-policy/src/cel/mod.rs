@@ -37,12 +37,15 @@
 //!    changed after; every context clones its `Arc`, and parsing reads it.
 //!    A library's failed registration is ignored (a duplicate declaration,
 //!    caught by the tests), never a panic in the initializer.
-//! 3. The one lock is the process-wide `std::sync::Mutex` of shareable
+//! 3. One lock is the process-wide `std::sync::Mutex` of shareable
 //!    variable ids in `Variable::shareable`, held only to look up or
 //!    insert one id and dropped before the variable is built. Ids are
 //!    assigned under it as `len() + 1`, so they are distinct and never 0
 //!    (0: never shared); the map grows with the distinct variable
 //!    definitions compiled, never with requests.
+//!    The other lock, a GeneratingPolicy evaluation's `GeneratedSink`
+//!    (`libs`), belongs to that one evaluation and is held only to push
+//!    one `generator.Apply` call, so the two are never held together.
 //! 4. A `VarMemo` is a `RefCell`, so it is `!Sync`: the engine makes one
 //!    per evaluation of a request, used on that evaluation's thread only.
 //!    `bind_variables` drops its `borrow()` before
@@ -398,6 +401,12 @@ impl<'a, 'm> Activation<'a, 'm> {
             "objects read from a resolver cannot be rebound"
         );
         self.base.add_variable_as_val("object", to_val(object));
+    }
+
+    /// Makes `generator.Apply` record its calls in `sink` (a
+    /// GeneratingPolicy's evaluation).
+    pub(crate) fn bind_generator(&mut self, sink: &'a libs::GeneratedSink) {
+        libs::bind_generator(&mut self.base, sink);
     }
 
     /// Binds `params` (a Kubernetes admission policy's parameter resource,

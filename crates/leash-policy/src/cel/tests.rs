@@ -308,7 +308,9 @@ fn lower_case_library_functions() {
     let req = EvalRequest::create(Arc::new(
         json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}),
     ));
-    let act = Activation::new(&req, &OneConfigMap);
+    let sink = super::libs::GeneratedSink::default();
+    let mut act = Activation::new(&req, &OneConfigMap);
+    act.bind_generator(&sink);
     let cases = [
         "resource.get('v1', 'configmaps', 'ns', 'settings').data.mode == 'strict'",
         "resource.get('v1', 'configmaps', 'ns', 'settings') == resource.Get('v1', 'configmaps', 'ns', 'settings')",
@@ -325,5 +327,25 @@ fn lower_case_library_functions() {
     assert!(
         missing.as_ref().is_err_and(|e| e.contains("not found")),
         "{missing:?}"
+    );
+    drop(act);
+    // Both spellings recorded their call.
+    let calls = sink.into_inner().unwrap();
+    let kinds: Vec<(&str, &serde_json::Value)> = calls
+        .iter()
+        .map(|(ns, objects)| (ns.as_str(), &objects[0]["kind"]))
+        .collect();
+    assert_eq!(
+        kinds,
+        [("ns", &json!("ConfigMap")), ("ns", &json!("ConfigMap"))]
+    );
+    // Outside a GeneratingPolicy's evaluation nothing can be generated.
+    let plain = Activation::new(&req, &OneConfigMap);
+    let refused = Expr::compile("generator.Apply('ns', [])").and_then(|e| e.eval(&plain));
+    assert!(
+        refused
+            .as_ref()
+            .is_err_and(|e| e.contains("GeneratingPolicy")),
+        "{refused:?}"
     );
 }

@@ -172,27 +172,42 @@ pub(super) fn data_image<'b, 'v>(
 }
 
 /// Binds `resource`, `globalContext` and `image` (the variable, beside the
-/// `image(ref)` function) to `data` in `ctx`, and `generator`.
+/// `image(ref)` function) to `data` in `ctx`, and `generator` (with nowhere
+/// to put what it generates: see [`bind_generator`]).
 pub(crate) fn bind_data<'a>(ctx: &mut Context<'_, 'a>, data: &'a dyn ClusterData) {
     ctx.add_variable_as_val("resource", Box::new(DataVal { data }));
     ctx.add_variable_as_val("globalContext", Box::new(DataVal { data }));
     ctx.add_variable_as_val("image", Box::new(DataVal { data }));
-    ctx.add_variable_as_val("generator", Box::new(GeneratorVal));
+    ctx.add_variable_as_val("generator", Box::new(GeneratorVal { sink: None }));
+}
+
+/// Binds `generator` so that `generator.Apply` records what it generates
+/// in `sink` (a GeneratingPolicy's evaluation).
+pub(crate) fn bind_generator<'a>(ctx: &mut Context<'_, 'a>, sink: &'a GeneratedSink) {
+    ctx.add_variable_as_val("generator", Box::new(GeneratorVal { sink: Some(sink) }));
 }
 
 pub(super) static GENERATOR_TYPE: Type = Type::new_unspecified_type("kyverno.generator");
 
-/// The key of the value `generator.Apply` returns (see [`generator_apply`]).
-pub(crate) const GENERATE_MARK: &str = "@leash.generate";
+/// What `generator.Apply` calls asked for, in call order: each call's
+/// namespace and objects.
+///
+/// # Invariants
+/// 1. One sink belongs to one evaluation, on one thread; the `Mutex` is
+///    there because CEL values must be `Sync`. It is held only to push one
+///    call's objects, never across an evaluation, so it is never contended.
+pub(crate) type GeneratedSink = std::sync::Mutex<Vec<(String, Vec<serde_json::Value>)>>;
 
-/// `generator`: its one function, `Apply(namespace, objects)`, has no
-/// effect of its own (evaluation stays pure): it returns a value that
-/// names the namespace and the objects, `{"@leash.generate": {namespace,
-/// objects}}`, which the GeneratingPolicy evaluator turns into downstreams.
+/// `generator`: its one function, `Apply(namespace, objects)`, records the
+/// objects in the evaluation's sink and returns true (Kyverno's generator
+/// creates them then). Evaluation stays pure: the sink is the caller's,
+/// and the GeneratingPolicy evaluator turns it into downstreams.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct GeneratorVal;
+pub(super) struct GeneratorVal<'a> {
+    sink: Option<&'a GeneratedSink>,
+}
 
-impl Val for GeneratorVal {
+impl Val for GeneratorVal<'_> {
     fn get_type(&self) -> &Type {
         &GENERATOR_TYPE
     }
@@ -204,11 +219,73 @@ impl Val for GeneratorVal {
         &GENERATOR_TYPE
     }
 
+    fn as_indexer<'b, 'v>(&'b self) -> Option<&'b (dyn Indexer + 'v)>
+    where
+        Self: 'v,
+    {
+        Some(self)
+    }
+
     fn clone_as_boxed<'v>(&self) -> Box<dyn Val + 'v>
     where
         Self: 'v,
     {
         Box::new(*self)
+    }
+}
+
+impl Indexer for GeneratorVal<'_> {
+    /// `[namespace, objects]`: one `Apply` call.
+    fn get<'b, 'v>(&'b self, idx: &dyn Val) -> Result<CowVal<'b, 'v>, ExecutionError>
+    where
+        Self: 'v,
+    {
+        const F: &str = "generator.Apply";
+        let Some(sink) = self.sink else {
+            return Err(ferr(F, "only a GeneratingPolicy generates resources"));
+        };
+        let call = match Value::try_from(idx)? {
+            Value::List(l) if l.len() == 2 => l,
+            _ => return Err(ferr(F, "expects a namespace and a list of objects")),
+        };
+        let namespace = match &call[0] {
+            Value::String(s) => s.to_string(),
+            Value::Null => String::new(),
+            other => {
+                return Err(ferr(
+                    F,
+                    format!("namespace must be a string, got {}", other.type_of()),
+                ));
+            }
+        };
+        let objects = match &call[1] {
+            Value::List(items) => items
+                .iter()
+                .map(|o| {
+                    o.json()
+                        .map_err(|e| ferr(F, format!("an object is not JSON: {e}")))
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+            other => {
+                return Err(ferr(
+                    F,
+                    format!("objects must be a list, got {}", other.type_of()),
+                ));
+            }
+        };
+        // A poisoned lock: a push panicked on this thread; the list is
+        // still whole.
+        sink.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push((namespace, objects));
+        Ok(CowVal::Owned(Box::<dyn Val>::try_from(Value::Bool(true))?))
+    }
+
+    fn steal<'v>(self: Box<Self>, idx: &dyn Val) -> Result<Box<dyn Val + 'v>, ExecutionError>
+    where
+        Self: 'v,
+    {
+        self.get(idx).map(CowVal::into_owned)
     }
 }
 
@@ -219,37 +296,15 @@ pub(super) fn generator_apply<'b, 'v>(
     let target = it
         .next()
         .ok_or_else(ExecutionError::missing_argument_or_target)?;
-    if target.get_type() != &GENERATOR_TYPE {
-        return Err(ferr("Apply", "no such function on this value"));
+    let mut call = Vec::new();
+    for a in it {
+        call.push(Value::try_from(a.as_ref())?);
     }
-    let namespace = it
-        .next()
-        .ok_or_else(ExecutionError::missing_argument_or_target)?;
-    let objects = it
-        .next()
-        .ok_or_else(ExecutionError::missing_argument_or_target)?;
-    let namespace = match Value::try_from(namespace.as_ref())? {
-        Value::String(s) => Value::String(s),
-        Value::Null => s(""),
-        other => {
-            return Err(ferr(
-                "generator.Apply",
-                format!("namespace must be a string, got {}", other.type_of()),
-            ));
-        }
-    };
-    let objects = match Value::try_from(objects.as_ref())? {
-        l @ Value::List(_) => l,
-        other => {
-            return Err(ferr(
-                "generator.Apply",
-                format!("objects must be a list, got {}", other.type_of()),
-            ));
-        }
-    };
-    let out = super::super::map(vec![(
-        GENERATE_MARK,
-        super::super::map(vec![("namespace", namespace), ("objects", objects)]),
-    )]);
-    Ok(CowVal::Owned(Box::<dyn Val>::try_from(out)?))
+    let call = Box::<dyn Val>::try_from(Value::List(Arc::new(call)))?;
+    let indexer = target
+        .as_indexer()
+        .filter(|_| target.get_type() == &GENERATOR_TYPE)
+        .ok_or_else(|| ferr("Apply", "no such function on this value"))?;
+    let out = indexer.get(call.as_ref())?.into_owned();
+    Ok(CowVal::Owned(out))
 }
