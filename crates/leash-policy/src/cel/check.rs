@@ -32,10 +32,10 @@ const ROOTS: &[&str] = &[
     "http",
 ];
 
-/// Roots of Kyverno libraries leash does not implement (the HTTP client,
-/// the authorizer, the Envoy and HTTP authorization payloads): calls on
-/// them compile as in Kyverno and fail when evaluated, saying so.
-const UNIMPLEMENTED: &[&str] = &["http", "authorizer", "envoy"];
+/// Roots of Kyverno libraries leash does not implement (the authorizer,
+/// the Envoy and HTTP authorization payloads): calls on them compile as in
+/// Kyverno and fail when evaluated, saying so.
+const UNIMPLEMENTED: &[&str] = &["authorizer", "envoy"];
 
 /// Type names an expression may use as values (`type(x) == string`).
 const TYPES: &[&str] = &[

@@ -8,6 +8,7 @@ use anyhow::{Context as _, Result, bail};
 use leash_policy::{Bindings, PolicyBindings, Status, UserInfo};
 use serde_json::Value;
 
+use super::cluster::HttpAnswer;
 use super::files::{self, Doc};
 
 /// One expected result row.
@@ -51,6 +52,9 @@ pub(crate) struct TestFile {
     /// `paramResources`: the parameter resources of Kubernetes admission
     /// policies (their bindings' `paramRef`s select among them).
     pub param_resources: Vec<PathBuf>,
+    /// `apiCallResponses`: canned answers to `apiCall`s and CEL `http`
+    /// calls.
+    pub http_answers: Vec<HttpAnswer>,
     pub results: Vec<ExpectedRow>,
 }
 
@@ -121,9 +125,71 @@ impl TestFile {
             target_resources: paths(&v["targetResources"], dir, "targetResources", path)?,
             cluster_resources: paths(&v["clusterResources"], dir, "clusterResources", path)?,
             param_resources: paths(&v["paramResources"], dir, "paramResources", path)?,
+            http_answers: http_answers(&v["apiCallResponses"], path)?,
             results,
         })
     }
+}
+
+/// A test's `apiCallResponses`, checked as Kyverno's CLI checks them: each
+/// has a `url` (absolute http or https) or a `urlPath` (from `/`), not
+/// both; `method` GET, POST or none; a `response.body` object; a
+/// `response.statusCode` from 100 to 599 (200 when absent); no two answer
+/// the same method and URL.
+fn http_answers(v: &Value, file: &Path) -> Result<Vec<HttpAnswer>> {
+    let entries = match v {
+        Value::Null => return Ok(Vec::new()),
+        Value::Array(a) => a,
+        _ => bail!("{}: apiCallResponses must be a list", file.display()),
+    };
+    let mut out: Vec<HttpAnswer> = Vec::new();
+    for (i, e) in entries.iter().enumerate() {
+        let at = format!("{}: apiCallResponses[{i}]", file.display());
+        let text = |f: &str| e[f].as_str().map(str::trim).filter(|s| !s.is_empty());
+        let url = match (text("url"), text("urlPath")) {
+            (Some(_), Some(_)) => bail!("{at}: url and urlPath are mutually exclusive"),
+            (None, None) => bail!("{at}: either url or urlPath is required"),
+            (Some(u), None) => {
+                let host = u
+                    .strip_prefix("https://")
+                    .or_else(|| u.strip_prefix("http://"));
+                if host.is_none_or(|h| h.is_empty() || h.starts_with('/')) {
+                    bail!("{at}: url {u:?} must be an absolute https/http URL");
+                }
+                u
+            }
+            (None, Some(p)) if !p.starts_with('/') => {
+                bail!("{at}: urlPath {p:?} must be an absolute path starting with '/'")
+            }
+            (None, Some(p)) => p,
+        };
+        let method = match text("method").map(str::to_ascii_uppercase) {
+            None => None,
+            Some(m) if m == "GET" || m == "POST" => Some(m),
+            Some(_) => bail!("{at}: method must be GET or POST"),
+        };
+        let body = &e["response"]["body"];
+        if !body.is_object() {
+            bail!("{at} {url:?}: response.body must be a JSON object");
+        }
+        let status = match &e["response"]["statusCode"] {
+            Value::Null => 200,
+            s => match s.as_u64().filter(|c| (100..=599).contains(c)) {
+                Some(c) => c as u16,
+                None => bail!("{at} {url:?}: statusCode {s} must be between 100 and 599"),
+            },
+        };
+        if out.iter().any(|a| a.url == url && a.method == method) {
+            bail!("{at}: duplicate entry for {url:?}: each method+url combination must be unique");
+        }
+        out.push(HttpAnswer {
+            url: url.to_string(),
+            method,
+            status,
+            body: body.clone(),
+        });
+    }
+    Ok(out)
 }
 
 fn parse_row(row: &Value, i: usize, path: &Path, dir: &Path) -> Result<ExpectedRow> {
@@ -434,7 +500,58 @@ fn image_data(entry: &Value) -> Value {
 mod tests {
     use serde_json::json;
 
-    use super::{image_data, read_cluster_resources};
+    use super::{http_answers, image_data, read_cluster_resources};
+
+    #[test]
+    fn api_call_responses_are_checked_as_kyverno_checks_them() {
+        let file = std::path::Path::new("kyverno-test.yaml");
+        let answers = http_answers(
+            &json!([
+                {"url": "https://svc.example/check", "method": "post", "response": {"body": {"ok": true}}},
+                {"urlPath": "/api/v1/namespaces", "response": {"statusCode": 404, "body": {}}}
+            ]),
+            file,
+        )
+        .unwrap();
+        assert_eq!(answers[0].method.as_deref(), Some("POST"));
+        assert_eq!((answers[0].status, answers[1].status), (200, 404));
+        assert_eq!(answers[1].url, "/api/v1/namespaces");
+        for (bad, why) in [
+            (json!({"response": {"body": {}}}), "either url or urlPath"),
+            (
+                json!({"url": "https://a", "urlPath": "/b", "response": {"body": {}}}),
+                "mutually exclusive",
+            ),
+            (
+                json!({"url": "ftp://a", "response": {"body": {}}}),
+                "absolute https/http",
+            ),
+            (
+                json!({"urlPath": "b", "response": {"body": {}}}),
+                "starting with '/'",
+            ),
+            (
+                json!({"url": "https://a", "method": "PUT", "response": {"body": {}}}),
+                "GET or POST",
+            ),
+            (
+                json!({"url": "https://a", "response": {"body": [1]}}),
+                "JSON object",
+            ),
+            (
+                json!({"url": "https://a", "response": {"statusCode": 99, "body": {}}}),
+                "between 100 and 599",
+            ),
+        ] {
+            let err = http_answers(&json!([bad]), file).unwrap_err().to_string();
+            assert!(err.contains(why), "{err}");
+        }
+        let twice = json!({"url": "https://a", "response": {"body": {}}});
+        let err = http_answers(&json!([twice, twice]), file)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("duplicate"), "{err}");
+    }
 
     #[test]
     fn cluster_resources_hold_spec_resources_crds_and_plain_objects() {

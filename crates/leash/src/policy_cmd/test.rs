@@ -448,7 +448,9 @@ fn evaluate_test(test: &TestFile, selector: &Selector) -> Result<Vec<Outcome>> {
         load::default_namespace(&mut object);
         objects.push(object);
     }
-    let cluster = MemoryCluster::new(objects).with_images(context.images);
+    let cluster = MemoryCluster::new(objects)
+        .with_images(context.images)
+        .with_http_answers(test.http_answers.clone());
     let mut resources = load::load_resources(&test.resources)?;
     for r in &mut resources {
         load::default_namespace(r);

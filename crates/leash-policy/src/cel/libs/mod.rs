@@ -179,6 +179,11 @@ pub(super) fn register(env: &mut Env) {
         ("List", 3, data_list),
         ("Get", 2, data_global),
         ("GetMetadata", 1, data_image),
+        // Kyverno's http library (`Get` with headers is `data_global`'s).
+        ("Get", 1, http_get),
+        ("Post", 2, http_post),
+        ("Post", 3, http_post),
+        ("Client", 1, http_client),
         // Kyverno's GeneratingPolicy: generator.Apply(namespace, objects).
         ("Apply", 2, generator_apply),
         // The lower-case spellings Kyverno (v1.19) accepts beside them:
