@@ -24,7 +24,7 @@
 //!    failed request (only answers and 404s are), so a cancelled or failed
 //!    lookup never poisons later ones.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -41,6 +41,9 @@ pub(crate) struct MemoryCluster {
     images: HashMap<String, Value>,
     /// Canned HTTP answers (a test's `apiCallResponses`).
     http: Vec<HttpAnswer>,
+    /// Global context entries' data by name (a test's
+    /// `globalContextEntries`).
+    globals: BTreeMap<String, Value>,
 }
 
 /// One canned HTTP answer, Kyverno's `apiCallResponses` entry: the URL (or
@@ -60,7 +63,14 @@ impl MemoryCluster {
             objects: objects.into_iter().map(Arc::new).collect(),
             images: HashMap::new(),
             http: Vec::new(),
+            globals: BTreeMap::new(),
         }
+    }
+
+    /// Serves `globals` (entry name -> data) to global context lookups.
+    pub(crate) fn with_globals(mut self, globals: BTreeMap<String, Value>) -> MemoryCluster {
+        self.globals = globals;
+        self
     }
 
     /// Answers `apiCall`s and CEL `http` calls from `answers`.
@@ -148,6 +158,16 @@ impl ClusterData for MemoryCluster {
 
     fn api_service(&self, call: &leash_policy::ServiceCall) -> Option<Value> {
         self.api_answer(&call.method, &call.url).flatten()
+    }
+
+    /// An entry's data, or the field of it a projection names (the
+    /// entry's data is then an object of projections).
+    fn global(&self, entry: &str, projection: Option<&str>) -> Option<Value> {
+        let data = self.globals.get(entry)?;
+        match projection.filter(|p| !p.is_empty()) {
+            None => Some(data.clone()),
+            Some(p) => data.get(p).cloned(),
+        }
     }
 
     fn http_call(&self, method: &str, url: &str, _body: Option<&Value>) -> Option<Value> {
@@ -466,6 +486,22 @@ mod tests {
             c.api_get("/api/v1/namespaces/x/configmaps"),
             Some(json!({"items": []}))
         );
+    }
+
+    #[test]
+    fn global_entries_and_their_projections() {
+        let c = cluster().with_globals(
+            [
+                ("whole".to_string(), json!([1, 2])),
+                ("projected".to_string(), json!({"size": 2})),
+            ]
+            .into(),
+        );
+        assert_eq!(c.global("whole", None), Some(json!([1, 2])));
+        assert_eq!(c.global("whole", Some("")), Some(json!([1, 2])));
+        assert_eq!(c.global("projected", Some("size")), Some(json!(2)));
+        assert_eq!(c.global("projected", Some("other")), None);
+        assert_eq!(c.global("missing", None), None);
     }
 
     #[test]

@@ -55,6 +55,9 @@ pub(crate) struct TestFile {
     /// `apiCallResponses`: canned answers to `apiCall`s and CEL `http`
     /// calls.
     pub http_answers: Vec<HttpAnswer>,
+    /// `globalContextEntries`: the data of global context entries, by
+    /// name.
+    pub global_entries: BTreeMap<String, Value>,
     pub results: Vec<ExpectedRow>,
 }
 
@@ -126,6 +129,7 @@ impl TestFile {
             cluster_resources: paths(&v["clusterResources"], dir, "clusterResources", path)?,
             param_resources: paths(&v["paramResources"], dir, "paramResources", path)?,
             http_answers: http_answers(&v["apiCallResponses"], path)?,
+            global_entries: global_entries(&v["globalContextEntries"], dir, path)?,
             results,
         })
     }
@@ -188,6 +192,87 @@ fn http_answers(v: &Value, file: &Path) -> Result<Vec<HttpAnswer>> {
             status,
             body: body.clone(),
         });
+    }
+    Ok(out)
+}
+
+/// A test's `globalContextEntries`, each resolved as Kyverno's CLI
+/// resolves its mocks: the root is `data`, or the list of `resources`
+/// (inline, or the documents of `resourceFiles` relative to the test), one
+/// of the three at most (none: null); `fieldPath` (JMESPath) narrows it;
+/// with `projections` the entry is an object of each projection's name and
+/// its `path` (JMESPath) searched on the root.
+fn global_entries(v: &Value, dir: &Path, file: &Path) -> Result<BTreeMap<String, Value>> {
+    let entries = match v {
+        Value::Null => return Ok(BTreeMap::new()),
+        Value::Array(a) => a,
+        _ => bail!("{}: globalContextEntries must be a list", file.display()),
+    };
+    let mut out = BTreeMap::new();
+    for (i, e) in entries.iter().enumerate() {
+        let at = format!("{}: globalContextEntries[{i}]", file.display());
+        let Some(name) = e["name"].as_str().map(str::trim).filter(|n| !n.is_empty()) else {
+            bail!("{at}: name is required");
+        };
+        if out.contains_key(name) {
+            bail!("{at}: duplicate name {name:?}");
+        }
+        let sources = ["data", "resources", "resourceFiles"]
+            .into_iter()
+            .filter(|k| !e[*k].is_null())
+            .count();
+        if sources > 1 {
+            bail!("{at} {name:?}: data, resources and resourceFiles are mutually exclusive");
+        }
+        let mut root = if let Some(files) = e["resourceFiles"].as_array() {
+            let mut items = Vec::new();
+            for f in files {
+                let Some(f) = f.as_str() else {
+                    bail!("{at} {name:?}: resourceFiles must be paths");
+                };
+                let docs = files::read_file(&dir.join(f))
+                    .with_context(|| format!("{at} {name:?}: resourceFiles {f:?}"))?;
+                items.extend(
+                    docs.into_iter()
+                        .map(|d| d.value)
+                        .filter(|d| d.as_object().is_some_and(|o| !o.is_empty())),
+                );
+            }
+            Value::Array(items)
+        } else if let Some(resources) = e["resources"].as_array() {
+            if let Some(j) = resources.iter().position(|r| !r.is_object()) {
+                bail!("{at} {name:?}: resources[{j}] must be an object");
+            }
+            Value::Array(resources.clone())
+        } else {
+            e["data"].clone()
+        };
+        let search = |path: &str, data: &Value, what: &str| -> Result<Value> {
+            let expr = leash_policy::jmespath::compile(path)
+                .map_err(|err| anyhow::anyhow!("{at} {name:?} {what} {path:?}: {err}"))?;
+            leash_policy::jmespath::search(&expr, data)
+                .map_err(|err| anyhow::anyhow!("{at} {name:?} {what} {path:?}: {err}"))
+        };
+        if let Some(path) = e["fieldPath"].as_str().filter(|p| !p.is_empty()) {
+            root = search(path, &root, "fieldPath")?;
+        }
+        let value = match e["projections"].as_array() {
+            Some(projections) if !projections.is_empty() => {
+                let mut object = serde_json::Map::new();
+                for p in projections {
+                    let (Some(pname), Some(path)) = (
+                        p["name"].as_str().filter(|s| !s.trim().is_empty()),
+                        p["path"].as_str().filter(|s| !s.trim().is_empty()),
+                    ) else {
+                        bail!("{at} {name:?}: each projection needs a name and a path");
+                    };
+                    object.insert(pname.to_string(), search(path, &root, "projection")?);
+                }
+                Value::Object(object)
+            }
+            _ => root,
+        };
+        out.insert(name.to_string(), value);
     }
     Ok(out)
 }
@@ -500,7 +585,57 @@ fn image_data(entry: &Value) -> Value {
 mod tests {
     use serde_json::json;
 
-    use super::{http_answers, image_data, read_cluster_resources};
+    use super::{global_entries, http_answers, image_data, read_cluster_resources};
+
+    #[test]
+    fn global_context_entries_resolve_as_kyverno_mocks_them() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("deployments.yaml"),
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: a}\n---\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: b}\n",
+        )
+        .unwrap();
+        let file = dir.path().join("kyverno-test.yaml");
+        let entries = global_entries(
+            &json!([
+                {"name": "files", "resourceFiles": ["deployments.yaml"]},
+                {"name": "inline", "resources": [{"kind": "Pod", "metadata": {"name": "p"}}],
+                 "fieldPath": "[].metadata.name"},
+                {"name": "projected", "data": {"team": {"size": 3, "lead": "ann"}},
+                 "fieldPath": "team", "projections": [{"name": "size", "path": "size"}]},
+                {"name": "empty"}
+            ]),
+            dir.path(),
+            &file,
+        )
+        .unwrap();
+        let names: Vec<&serde_json::Value> = entries["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| &d["metadata"]["name"])
+            .collect();
+        assert_eq!(
+            names,
+            [&json!("a"), &json!("b")],
+            "empty documents are skipped"
+        );
+        assert_eq!(entries["inline"], json!(["p"]));
+        assert_eq!(entries["projected"], json!({"size": 3}));
+        assert_eq!(entries["empty"], serde_json::Value::Null);
+        let err = global_entries(
+            &json!([{"name": "x", "data": {}, "resources": []}]),
+            dir.path(),
+            &file,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("mutually exclusive"), "{err}");
+        let err = global_entries(&json!([{"name": "x"}, {"name": "x"}]), dir.path(), &file)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("duplicate"), "{err}");
+    }
 
     #[test]
     fn api_call_responses_are_checked_as_kyverno_checks_them() {

@@ -450,7 +450,8 @@ fn evaluate_test(test: &TestFile, selector: &Selector) -> Result<Vec<Outcome>> {
     }
     let cluster = MemoryCluster::new(objects)
         .with_images(context.images)
-        .with_http_answers(test.http_answers.clone());
+        .with_http_answers(test.http_answers.clone())
+        .with_globals(test.global_entries.clone());
     let mut resources = load::load_resources(&test.resources)?;
     for r in &mut resources {
         load::default_namespace(r);
