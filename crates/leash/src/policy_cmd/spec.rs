@@ -433,6 +433,16 @@ impl Values {
                             .entry(rn.to_string())
                             .or_default()
                             .extend(value_pairs(&r["values"]));
+                        let foreach = entry.foreach.entry(rn.to_string()).or_default();
+                        for (k, v) in value_pairs(&r["foreachValues"]) {
+                            let Value::Array(values) = v else {
+                                bail!(
+                                    "{}: policies[{i}] rule {rn}: foreachValues.{k} must be a list",
+                                    doc.origin()
+                                );
+                            };
+                            foreach.push((k, values));
+                        }
                     }
                 }
             }
