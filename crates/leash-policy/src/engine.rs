@@ -336,6 +336,26 @@ impl Engine {
         Mutation { object, steps }
     }
 
+    /// The results of the JSON-mode ValidatingPolicies on a JSON payload
+    /// (`prepared`'s object), one per policy, a CEL PolicyException
+    /// naming a policy exempting the payload as it exempts a resource.
+    pub fn evaluate_json(&self, prepared: &Prepared, data: &dyn ClusterData) -> Vec<RuleResult> {
+        let mut out = Vec::new();
+        for vpol in self.validating.iter().filter(|p| p.json_mode()) {
+            let mut result = vpol.evaluate_json(prepared.request(), data);
+            if result.status != Status::Skip
+                && let Some(keys) =
+                    self.cel_exemption(vpol.kind(), vpol.name(), prepared.cel_objects(), data)
+            {
+                result.status = Status::Skip;
+                result.rule = "exception".to_string();
+                result.message = format!("rule is skipped due to policy exception: {keys}");
+            }
+            out.push(result);
+        }
+        out
+    }
+
     /// The keys (`namespace/name`) of the CEL PolicyExceptions that exempt
     /// the request (as `objects`) from the CEL policy `kind`/`name`, joined
     /// by ", "; None when none does.

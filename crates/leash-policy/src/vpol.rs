@@ -330,6 +330,9 @@ pub struct ValidatingPolicy {
     admission: bool,
     actions: Vec<ValidationAction>,
     ignore_failures: bool,
+    /// `spec.evaluation.mode: JSON`: the policy evaluates JSON payloads,
+    /// not Kubernetes resources.
+    json_mode: bool,
     body: Body,
     autogen: Vec<Body>,
 }
@@ -404,9 +407,34 @@ impl ValidatingPolicy {
             admission: enabled("admission"),
             actions,
             ignore_failures: spec["failurePolicy"].as_str() == Some("Ignore"),
+            json_mode: spec["evaluation"]["mode"].as_str() == Some("JSON"),
             body,
             autogen,
         })
+    }
+
+    /// `spec.evaluation.mode: JSON`: the policy evaluates JSON payloads
+    /// ([`ValidatingPolicy::evaluate_json`]); it gives no result on a
+    /// Kubernetes resource (the admission and background components never
+    /// send it one; Kyverno's CLI alone also tries it on the test's
+    /// resources).
+    pub fn json_mode(&self) -> bool {
+        self.json_mode
+    }
+
+    /// The result on a JSON payload (`object` is the payload), as Kyverno's
+    /// engine evaluates a JSON-mode policy: no match constraints, the
+    /// match conditions (Skip when one is false), the variables and the
+    /// validations.
+    pub fn evaluate_json(&self, payload: &EvalRequest, data: &dyn ClusterData) -> RuleResult {
+        let (status, message) = self.run(&self.body, payload, None, data);
+        RuleResult {
+            policy: self.name.clone(),
+            rule: self.name.to_string(),
+            status,
+            message,
+            source: Source::ValidatingPolicy,
+        }
     }
 
     /// What evaluating the policy can read of a resource (see
@@ -613,6 +641,9 @@ impl ValidatingPolicy {
         if let Some(ns) = &self.namespace
             && req.namespace() != ns
         {
+            return None;
+        }
+        if self.json_mode {
             return None;
         }
         let target = Target::of(req);

@@ -816,3 +816,60 @@ fn classic_cel_fast_path_agrees_with_the_interpreter() {
     );
     println!("{compared} results compared");
 }
+
+/// A JSON-mode policy (`evaluation.mode: JSON`) evaluates JSON payloads
+/// with no match constraints (match conditions, variables, validations,
+/// CEL exceptions) and gives no result on a Kubernetes resource.
+#[test]
+fn json_mode_policies_evaluate_payloads() {
+    let mut engine = crate::Engine::new();
+    for doc in [
+        json!({"apiVersion": "policies.kyverno.io/v1", "kind": "ValidatingPolicy",
+            "metadata": {"name": "big"},
+            "spec": {"evaluation": {"mode": "JSON"},
+                "matchConditions": [{"name": "has-data", "expression": "has(object.data)"}],
+                "variables": [{"name": "v", "expression": "object.data.value"}],
+                "validations": [{"expression": "variables.v > 10", "message": "too small"}]}}),
+        json!({"apiVersion": "policies.kyverno.io/v1alpha1", "kind": "PolicyException",
+            "metadata": {"name": "skip-named"},
+            "spec": {"policyRefs": [{"name": "big", "kind": "ValidatingPolicy"}],
+                "matchConditions": [{"name": "n", "expression": "object.?name.orValue('') == 'skip'"}]}}),
+    ] {
+        engine.add(
+            crate::Document::compile(&doc)
+                .expect("compiles")
+                .expect("a document"),
+        );
+    }
+    let on = |payload: Json| {
+        let prepared = crate::Prepared::new(EvalRequest::create(Arc::new(payload)));
+        engine
+            .evaluate_json(&prepared, &NoClusterData)
+            .into_iter()
+            .map(|r| (r.status, r.message))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        on(json!({"data": {"value": 11}})),
+        [(Status::Pass, String::new())]
+    );
+    assert_eq!(
+        on(json!({"data": {"value": 1}})),
+        [(Status::Fail, "too small".to_string())]
+    );
+    assert_eq!(on(json!({"other": 1})), [(Status::Skip, String::new())]);
+    assert_eq!(
+        on(json!({"name": "skip", "data": {"value": 1}})),
+        [(
+            Status::Skip,
+            "rule is skipped due to policy exception: skip-named".to_string()
+        )]
+    );
+    // Not on a Kubernetes resource.
+    let pod = EvalRequest::create(Arc::new(pod("p", json!({}), json!({}))));
+    assert!(
+        engine
+            .evaluate(pod, &NoClusterData, &Default::default())
+            .is_empty()
+    );
+}

@@ -58,6 +58,8 @@ pub(crate) struct TestFile {
     /// `globalContextEntries`: the data of global context entries, by
     /// name.
     pub global_entries: BTreeMap<String, Value>,
+    /// `jsonPayloads`: (the path as the test names it, the file).
+    pub json_payloads: Vec<(String, PathBuf)>,
     pub results: Vec<ExpectedRow>,
 }
 
@@ -78,6 +80,18 @@ fn paths(v: &Value, dir: &Path, field: &str, file: &Path) -> Result<Vec<PathBuf>
     }
 }
 
+/// The paths of a `paths` field as the test writes them.
+fn named_paths(v: &Value) -> Vec<String> {
+    match v {
+        Value::String(s) => vec![s.clone()],
+        Value::Array(a) => a
+            .iter()
+            .map(|p| p.as_str().unwrap_or("").to_string())
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
 fn one_path(v: &Value, dir: &Path, field: &str, file: &Path) -> Result<Option<PathBuf>> {
     match v {
         Value::Null => Ok(None),
@@ -88,13 +102,21 @@ fn one_path(v: &Value, dir: &Path, field: &str, file: &Path) -> Result<Option<Pa
 }
 
 impl TestFile {
-    /// Parses a test file.
-    pub(crate) fn read(path: &Path) -> Result<TestFile> {
+    /// Parses a test file: every test it holds (a YAML stream may hold
+    /// several, each run on its own, as Kyverno's CLI runs them).
+    pub(crate) fn read_all(path: &Path) -> Result<Vec<TestFile>> {
         let docs = files::read_file(path)?;
-        let Some(doc) = docs.into_iter().next() else {
+        if docs.is_empty() {
             bail!("{}: the file holds no test", path.display());
-        };
-        let v = &doc.value;
+        }
+        docs.iter()
+            .filter(|d| !d.value.is_null())
+            .map(|d| TestFile::from_doc(&d.value, path))
+            .collect()
+    }
+
+    /// Parses one test document of the file at `path`.
+    fn from_doc(v: &Value, path: &Path) -> Result<TestFile> {
         if let Some(kind) = v["kind"].as_str()
             && kind != "Test"
         {
@@ -130,8 +152,26 @@ impl TestFile {
             param_resources: paths(&v["paramResources"], dir, "paramResources", path)?,
             http_answers: http_answers(&v["apiCallResponses"], path)?,
             global_entries: global_entries(&v["globalContextEntries"], dir, path)?,
+            json_payloads: paths(&v["jsonPayloads"], dir, "jsonPayloads", path)?
+                .into_iter()
+                .zip(named_paths(&v["jsonPayloads"]))
+                .map(|(file, named)| (named, file))
+                .collect(),
             results,
         })
+    }
+}
+
+/// A JSON payload: the file's one document, which must be an object.
+pub(crate) fn read_json_payload(name: &str, file: &Path) -> Result<Value> {
+    let docs =
+        files::read_file(file).with_context(|| format!("failed to load JSON payload {name}"))?;
+    match <[Doc; 1]>::try_from(docs) {
+        Ok([doc]) if doc.value.is_object() => Ok(doc.value),
+        Ok([doc]) if doc.value.is_null() => bail!("JSON payload {name} is empty or nil"),
+        Ok(_) => bail!("JSON payload {name} must be a top-level object (map)"),
+        Err(docs) if docs.is_empty() => bail!("JSON payload {name} is empty or nil"),
+        Err(_) => bail!("JSON payload {name} must hold one document"),
     }
 }
 
@@ -595,7 +635,42 @@ fn image_data(entry: &Value) -> Value {
 mod tests {
     use serde_json::json;
 
-    use super::{global_entries, http_answers, image_data, read_cluster_resources};
+    use super::{
+        TestFile, global_entries, http_answers, image_data, read_cluster_resources,
+        read_json_payload,
+    };
+
+    /// A file may hold several tests (each its own run); `jsonPayloads`
+    /// keep the names the test gives them.
+    #[test]
+    fn test_files_with_several_tests_and_json_payloads() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("kyverno-test.yaml");
+        std::fs::write(
+            &file,
+            "apiVersion: cli.kyverno.io/v1alpha1\nkind: Test\nmetadata: {name: a}\npolicies: [p.yaml]\njsonPayloads: [in/one.json]\nresults: []\n---\napiVersion: cli.kyverno.io/v1alpha1\nkind: Test\nmetadata: {name: b}\npolicies: [p.yaml]\nresults: []\n",
+        )
+        .unwrap();
+        let tests = TestFile::read_all(&file).unwrap();
+        let names: Vec<&str> = tests.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["a", "b"]);
+        assert_eq!(
+            tests[0].json_payloads,
+            [("in/one.json".to_string(), dir.path().join("in/one.json"))]
+        );
+        let payload = dir.path().join("payload.json");
+        std::fs::write(&payload, r#"{"data": {"value": 1}}"#).unwrap();
+        assert_eq!(
+            read_json_payload("payload.json", &payload).unwrap(),
+            json!({"data": {"value": 1}})
+        );
+        std::fs::write(&payload, "[1, 2]").unwrap();
+        let err = format!(
+            "{:#}",
+            read_json_payload("payload.json", &payload).unwrap_err()
+        );
+        assert!(err.contains("payload.json"), "{err}");
+    }
 
     #[test]
     fn global_context_entries_resolve_as_kyverno_mocks_them() {

@@ -333,15 +333,15 @@ pub(crate) fn run(args: Args) -> Result<ExitCode> {
 }
 
 /// Runs every test file, several at once (one per core); results keep the
-/// files' order.
+/// files' order (and, within a file holding several tests, theirs).
 fn run_all(tests: &[PathBuf], selector: &Selector) -> Vec<TestRun> {
     let workers = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(tests.len())
         .max(1);
     let next = AtomicUsize::new(0);
-    let mut runs: Vec<Option<TestRun>> = (0..tests.len()).map(|_| None).collect();
-    let done: Vec<(usize, TestRun)> = std::thread::scope(|s| {
+    let mut runs: Vec<Option<Vec<TestRun>>> = (0..tests.len()).map(|_| None).collect();
+    let done: Vec<(usize, Vec<TestRun>)> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..workers)
             .map(|_| {
                 s.spawn(|| {
@@ -367,29 +367,34 @@ fn run_all(tests: &[PathBuf], selector: &Selector) -> Vec<TestRun> {
     }
     runs.into_iter()
         .enumerate()
-        .map(|(i, r)| {
-            r.unwrap_or_else(|| TestRun {
-                path: tests[i].clone(),
-                name: String::new(),
-                outcome: Err(TestError::Panicked),
+        .flat_map(|(i, r)| {
+            r.unwrap_or_else(|| {
+                vec![TestRun {
+                    path: tests[i].clone(),
+                    name: String::new(),
+                    outcome: Err(TestError::Panicked),
+                }]
             })
         })
         .collect()
 }
 
-fn run_one(path: &Path, selector: &Selector) -> TestRun {
-    match TestFile::read(path) {
-        Err(e) => TestRun {
+fn run_one(path: &Path, selector: &Selector) -> Vec<TestRun> {
+    match TestFile::read_all(path) {
+        Err(e) => vec![TestRun {
             path: path.to_path_buf(),
             name: String::new(),
             outcome: Err(TestError::Invalid(format!("{e:#}"))),
-        },
-        Ok(test) => TestRun {
-            path: path.to_path_buf(),
-            name: test.name.clone(),
-            outcome: evaluate_test(&test, selector)
-                .map_err(|e| TestError::NotRun(format!("{e:#}"))),
-        },
+        }],
+        Ok(tests) => tests
+            .iter()
+            .map(|test| TestRun {
+                path: path.to_path_buf(),
+                name: test.name.clone(),
+                outcome: evaluate_test(test, selector)
+                    .map_err(|e| TestError::NotRun(format!("{e:#}"))),
+            })
+            .collect(),
     }
 }
 
@@ -526,6 +531,27 @@ fn evaluate_test(test: &TestFile, selector: &Selector) -> Result<Vec<Outcome>> {
             }
         })
         .collect();
+    // The JSON payloads: each named by its path as the test writes it,
+    // evaluated by the JSON-mode ValidatingPolicies and the
+    // DeletingPolicies.
+    let mut evaluated = evaluated;
+    for (name, file) in &test.json_payloads {
+        let payload = Arc::new(spec::read_json_payload(name, file)?);
+        let prepared = Prepared::new(EvalRequest::create(payload.clone()));
+        let mut results = loaded.engine.evaluate_json(&prepared, &cluster);
+        for dpol in &loaded.deleting {
+            results.push(dpol.evaluate(&prepared, &cluster, loaded.engine.exceptions()));
+        }
+        evaluated.push(Evaluated {
+            object: Arc::new(json!({"metadata": {"name": name}})),
+            mutation: Mutation {
+                object: payload,
+                steps: Vec::new(),
+            },
+            results,
+            generated: Vec::new(),
+        });
+    }
     if test.results.is_empty() {
         anyhow::bail!("the test has no results to check");
     }
