@@ -341,7 +341,12 @@ impl Engine {
     /// naming a policy exempting the payload as it exempts a resource.
     pub fn evaluate_json(&self, prepared: &Prepared, data: &dyn ClusterData) -> Vec<RuleResult> {
         let mut out = Vec::new();
-        for vpol in self.validating.iter().filter(|p| p.json_mode()) {
+        let json = crate::vpol::EvaluationMode::Json;
+        for vpol in self
+            .validating
+            .iter()
+            .filter(|p| p.evaluation_mode() == json)
+        {
             let mut result = vpol.evaluate_json(prepared.request(), data);
             if result.status != Status::Skip
                 && let Some(keys) =
@@ -354,6 +359,21 @@ impl Engine {
             out.push(result);
         }
         out
+    }
+
+    /// The results of the ValidatingPolicies of `mode` (`HTTP` or `Envoy`)
+    /// on an authorization request (`prepared`'s object), one per policy.
+    pub fn evaluate_authz(
+        &self,
+        mode: crate::vpol::EvaluationMode,
+        prepared: &Prepared,
+        data: &dyn ClusterData,
+    ) -> Vec<RuleResult> {
+        self.validating
+            .iter()
+            .filter(|p| p.evaluation_mode() == mode)
+            .map(|p| p.evaluate_authz(prepared.request(), data))
+            .collect()
     }
 
     /// The keys (`namespace/name`) of the CEL PolicyExceptions that exempt

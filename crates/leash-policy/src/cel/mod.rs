@@ -13,7 +13,7 @@
 //! `indexOf`, `lastIndexOf`), sets (`sets.contains`, `sets.equivalent`,
 //! `sets.intersects`), `jsonpatch.escapeKey`, the `cel.bind` macro, regex (`find`, `findAll`), `quantity`, `url`,
 //! `ip`/`cidr`, `semver`, Kyverno's `image`, `resource.Get/List`,
-//! `globalContext.Get`, `http.Get/Post` (answered by the caller's data), `md5`/`sha1`/`sha256`, `json.unmarshal`, `yaml.parse` and `parseServiceAccount`, and Kyverno's `orValue` on a value that is not an
+//! `globalContext.Get`, `http.Get/Post` (answered by the caller's data), kyverno-authz's `http`/`envoy` response builders, `md5`/`sha1`/`sha256`, `json.unmarshal`, `yaml.parse` and `parseServiceAccount`, and Kyverno's `orValue` on a value that is not an
 //! optional (it returns the value, as cel-go before v0.28; see `compat`).
 //!
 //! # Evaluation model

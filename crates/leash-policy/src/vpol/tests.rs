@@ -873,3 +873,66 @@ fn json_mode_policies_evaluate_payloads() {
             .is_empty()
     );
 }
+
+/// HTTP and Envoy authorization policies (`evaluation.mode: HTTP`,
+/// `Envoy`): the first validation that builds a response decides (allowed:
+/// Pass, denied: Fail), null ones are passed over, a false match condition
+/// or no response is Skip; they give no result on a Kubernetes resource.
+#[test]
+fn authz_policies_answer_with_the_first_response() {
+    let authz = |mode: &str, validations: Json| {
+        policy(json!({"evaluation": {"mode": mode},
+            "matchConditions": [{"name": "get", "expression": "object.attributes.method == 'GET'"}],
+            "variables": [{"name": "path", "expression": "object.attributes.path"}],
+            "validations": validations}))
+    };
+    let request = |method: &str, path: &str| {
+        EvalRequest::create(Arc::new(
+            json!({"attributes": {"method": method, "path": path}}),
+        ))
+    };
+    let on = |p: &ValidatingPolicy, r: &EvalRequest| {
+        let r = p.evaluate_authz(r, &NoClusterData);
+        (r.status, r.message)
+    };
+    let http = authz(
+        "HTTP",
+        json!([
+            {"expression": "variables.path.startsWith('/public') ? http.Allowed().Response() : null"},
+            {"expression": "variables.path == '/admin' ? http.Denied('admins only').Response() : null"}
+        ]),
+    );
+    assert_eq!(http.evaluation_mode(), EvaluationMode::Http);
+    assert_eq!(
+        on(&http, &request("GET", "/public/a")),
+        (Status::Pass, "request allowed".to_string())
+    );
+    assert_eq!(
+        on(&http, &request("GET", "/admin")),
+        (
+            Status::Fail,
+            "request denied, reason: admins only".to_string()
+        )
+    );
+    assert_eq!(on(&http, &request("GET", "/other")).0, Status::Skip);
+    assert_eq!(
+        on(&http, &request("POST", "/public/a")),
+        (Status::Skip, "request does not match".to_string())
+    );
+    let envoy = authz(
+        "Envoy",
+        json!([{"expression":
+            "envoy.Denied(403).WithBody('no').WithHeader('x-why', 'policy').Response()"}]),
+    );
+    assert_eq!(
+        on(&envoy, &request("GET", "/")),
+        (
+            Status::Fail,
+            "request denied with status code 403".to_string()
+        )
+    );
+    let broken = authz("Envoy", json!([{"expression": "'not a response'"}]));
+    assert_eq!(on(&broken, &request("GET", "/")).0, Status::Error);
+    // Not on a Kubernetes resource.
+    assert_eq!(status(&http, pod("p", json!({}), json!({}))), None);
+}

@@ -60,6 +60,10 @@ pub(crate) struct TestFile {
     pub global_entries: BTreeMap<String, Value>,
     /// `jsonPayloads`: (the path as the test names it, the file).
     pub json_payloads: Vec<(String, PathBuf)>,
+    /// `httpPayloads`: HTTP authorization requests, as `json_payloads`.
+    pub http_payloads: Vec<(String, PathBuf)>,
+    /// `envoyPayloads`: Envoy authorization requests, as `json_payloads`.
+    pub envoy_payloads: Vec<(String, PathBuf)>,
     pub results: Vec<ExpectedRow>,
 }
 
@@ -78,6 +82,15 @@ fn paths(v: &Value, dir: &Path, field: &str, file: &Path) -> Result<Vec<PathBuf>
             .collect(),
         _ => bail!("{}: {field} must be a list of paths", file.display()),
     }
+}
+
+/// The files a `paths` field names, each with its path as written.
+fn named_files(v: &Value, field: &str, dir: &Path, file: &Path) -> Result<Vec<(String, PathBuf)>> {
+    Ok(paths(&v[field], dir, field, file)?
+        .into_iter()
+        .zip(named_paths(&v[field]))
+        .map(|(file, named)| (named, file))
+        .collect())
 }
 
 /// The paths of a `paths` field as the test writes them.
@@ -152,11 +165,9 @@ impl TestFile {
             param_resources: paths(&v["paramResources"], dir, "paramResources", path)?,
             http_answers: http_answers(&v["apiCallResponses"], path)?,
             global_entries: global_entries(&v["globalContextEntries"], dir, path)?,
-            json_payloads: paths(&v["jsonPayloads"], dir, "jsonPayloads", path)?
-                .into_iter()
-                .zip(named_paths(&v["jsonPayloads"]))
-                .map(|(file, named)| (named, file))
-                .collect(),
+            json_payloads: named_files(v, "jsonPayloads", dir, path)?,
+            http_payloads: named_files(v, "httpPayloads", dir, path)?,
+            envoy_payloads: named_files(v, "envoyPayloads", dir, path)?,
             results,
         })
     }

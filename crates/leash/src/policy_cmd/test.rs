@@ -29,6 +29,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use anyhow::{Context, Result};
 use clap::ValueEnum;
 use leash_policy::vap::AdmissionPolicyBinding;
+use leash_policy::vpol::EvaluationMode;
 use leash_policy::{
     EvalRequest, Mutation, Operation, Prepared, RuleResult, Status, UserInfo, base_rule, wildcard,
 };
@@ -531,17 +532,35 @@ fn evaluate_test(test: &TestFile, selector: &Selector) -> Result<Vec<Outcome>> {
             }
         })
         .collect();
-    // The JSON payloads: each named by its path as the test writes it,
-    // evaluated by the JSON-mode ValidatingPolicies and the
-    // DeletingPolicies.
+    // The JSON payloads, and HTTP and Envoy authorization requests: each
+    // named by its path as the test writes it; a JSON payload evaluated by
+    // the JSON-mode ValidatingPolicies and the DeletingPolicies, a request
+    // by the ValidatingPolicies of its mode.
     let mut evaluated = evaluated;
-    for (name, file) in &test.json_payloads {
+    let payloads = (test.json_payloads.iter().map(|p| (p, None)))
+        .chain(
+            test.http_payloads
+                .iter()
+                .map(|p| (p, Some(EvaluationMode::Http))),
+        )
+        .chain(
+            test.envoy_payloads
+                .iter()
+                .map(|p| (p, Some(EvaluationMode::Envoy))),
+        );
+    for ((name, file), authz) in payloads {
         let payload = Arc::new(spec::read_json_payload(name, file)?);
         let prepared = Prepared::new(EvalRequest::create(payload.clone()));
-        let mut results = loaded.engine.evaluate_json(&prepared, &cluster);
-        for dpol in &loaded.deleting {
-            results.push(dpol.evaluate(&prepared, &cluster, loaded.engine.exceptions()));
-        }
+        let results = match authz {
+            Some(mode) => loaded.engine.evaluate_authz(mode, &prepared, &cluster),
+            None => {
+                let mut results = loaded.engine.evaluate_json(&prepared, &cluster);
+                for dpol in &loaded.deleting {
+                    results.push(dpol.evaluate(&prepared, &cluster, loaded.engine.exceptions()));
+                }
+                results
+            }
+        };
         evaluated.push(Evaluated {
             object: Arc::new(json!({"metadata": {"name": name}})),
             mutation: Mutation {

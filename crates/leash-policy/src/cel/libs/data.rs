@@ -309,6 +309,7 @@ pub(crate) fn bind_data<'a>(ctx: &mut Context<'_, 'a>, data: &'a dyn ClusterData
     ctx.add_variable_as_val("globalContext", Box::new(DataVal { data }));
     ctx.add_variable_as_val("image", Box::new(DataVal { data }));
     ctx.add_variable_as_val("http", Box::new(HttpVal { data }));
+    bind_envoy(ctx);
     ctx.add_variable_as_val("generator", Box::new(GeneratorVal { sink: None }));
 }
 
