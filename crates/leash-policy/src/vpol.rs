@@ -267,6 +267,19 @@ impl MatchResources {
         }
     }
 
+    /// Whether these constraints are a single resource rule naming no
+    /// resources, with no (non-empty) object or namespace selector and no
+    /// excluded resources: what Kyverno's CLI calls "having a selector"
+    /// (`hasSelector`), the one shape whose policy has no response for the
+    /// resources it does not match.
+    pub(crate) fn is_single_plain_rule(&self) -> bool {
+        self.namespace_selector.is_empty()
+            && self.object_selector.is_empty()
+            && self.excludes.is_empty()
+            && self.rules.len() == 1
+            && self.rules[0].names.is_empty()
+    }
+
     pub(crate) fn matches(&self, req: &EvalRequest, t: &Target<'_>) -> bool {
         self.rules.iter().any(|r| r.matches(t)) && self.matches_unruled_as_all(req, t)
     }
@@ -439,6 +452,14 @@ impl ValidatingPolicy {
             body,
             autogen,
         })
+    }
+
+    /// Whether Kyverno's CLI has a response of this policy for every
+    /// resource of a test, matched or not: unless its match constraints
+    /// are a single plain resource rule. A row no result answers then
+    /// passes as "Excluded".
+    pub fn responds_to_every_resource(&self) -> bool {
+        !self.body.matching.is_single_plain_rule()
     }
 
     /// `spec.evaluation.mode`. A policy of another mode than `Kubernetes`

@@ -241,6 +241,13 @@ impl MutatingPolicy {
         self.reinvocation
     }
 
+    /// Whether Kyverno's CLI has a response of this policy for every
+    /// resource of a test, matched or not: unless its match constraints
+    /// are a single plain resource rule (as for a ValidatingPolicy).
+    pub fn responds_to_every_resource(&self) -> bool {
+        !self.body.matching.is_single_plain_rule()
+    }
+
     /// The resources the policy (and its autogen variants) match, as
     /// `(group, version, plural)`.
     pub fn matched_resources(&self) -> Vec<(String, String, String)> {

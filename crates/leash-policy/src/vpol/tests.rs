@@ -936,3 +936,33 @@ fn authz_policies_answer_with_the_first_response() {
     // Not on a Kubernetes resource.
     assert_eq!(status(&http, pod("p", json!({}), json!({}))), None);
 }
+
+/// Kyverno's CLI has a response of a ValidatingPolicy for every resource
+/// unless its match constraints are one plain resource rule (no resource
+/// names, selectors or exclusions).
+#[test]
+fn which_policies_respond_to_every_resource() {
+    let with = |constraints: Json| {
+        policy(json!({"matchConstraints": constraints,
+            "validations": [{"expression": "true"}]}))
+        .responds_to_every_resource()
+    };
+    let rule = json!({"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]});
+    assert!(!with(json!({"resourceRules": [rule]})));
+    assert!(!with(
+        json!({"resourceRules": [rule], "objectSelector": {}, "namespaceSelector": {"matchLabels": {}}})
+    ));
+    assert!(with(
+        json!({"resourceRules": [rule], "objectSelector": {"matchLabels": {"a": "b"}}})
+    ));
+    assert!(with(
+        json!({"resourceRules": [rule], "namespaceSelector": {"matchExpressions": [{"key": "a", "operator": "Exists"}]}})
+    ));
+    assert!(with(
+        json!({"resourceRules": [rule], "excludeResourceRules": [rule]})
+    ));
+    assert!(with(json!({"resourceRules": [rule, rule]})));
+    let mut named = rule.clone();
+    named["resourceNames"] = json!(["p"]);
+    assert!(with(json!({"resourceRules": [named]})));
+}

@@ -585,6 +585,18 @@ fn evaluate_test(test: &TestFile, selector: &Selector) -> Result<Vec<Outcome>> {
         .map(|p| p.name())
         .collect();
     responding.extend(loaded.admission.iter().map(|p| p.name()));
+    // And the ValidatingPolicies and MutatingPolicies whose constraints
+    // are more than one plain resource rule (Kyverno's `hasSelector`).
+    responding.extend(
+        (loaded.engine.validating_policies().iter())
+            .filter(|p| p.responds_to_every_resource())
+            .map(|p| p.name()),
+    );
+    responding.extend(
+        (loaded.engine.mutating_policies().iter())
+            .filter(|p| p.responds_to_every_resource())
+            .map(|p| p.name()),
+    );
     let mut rows = Vec::new();
     for row in &test.results {
         for wanted in row_resources(row, &evaluated) {
