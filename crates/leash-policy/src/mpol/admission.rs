@@ -12,7 +12,10 @@
 //!   without `resourceRules` in them, selects every resource); the policy's
 //!   own `matchConstraints` are not consulted then. Each binding that
 //!   applies runs the mutations on the object the one before produced,
-//!   with its own `params`; the last one's result is the policy's.
+//!   with its own `params` (Kubernetes' order; Kyverno v1.19.1's CLI
+//!   starts every binding from the request's object and keeps the last
+//!   one's output, which differs only when two bindings apply); the last
+//!   one's result is the policy's.
 //! - `params`: the resources of the policy's `paramKind` a binding's
 //!   `paramRef` selects, read through [`ClusterData`] in the `paramRef`'s
 //!   namespace (the request's when it names none and the kind is
