@@ -59,9 +59,9 @@
 //!   but `\d`, `\w`, `\s`, `\b` are Unicode-aware here and ASCII-only in Go.
 //! * `parse_yaml` reads YAML 1.1 booleans (`y`, `yes`, `on`, `off`, `no`)
 //!   as Kyverno's go-yaml does.
-//! * `x509_decode` decodes a `CERTIFICATE` into Go's `x509.Certificate`
-//!   JSON layout (its own DER reader, `x509.rs`); a `CERTIFICATE REQUEST`
-//!   is refused.
+//! * `x509_decode` decodes a `CERTIFICATE` (`CERTIFICATE REQUEST`) into
+//!   Go's `x509.Certificate` (`x509.CertificateRequest`) JSON layout with
+//!   its own DER reader (`x509.rs`).
 //!
 //! # Functions
 //!

@@ -2,8 +2,9 @@
 //! `x509.Certificate` (as `encoding/json` writes it and Kyverno reads it
 //! back: numbers are doubles, byte strings base64), with `PublicKey`
 //! replaced by `{N, E}` (the RSA modulus in decimal and the exponent), as
-//! Kyverno's function gives it. Only RSA keys are accepted, as Kyverno's;
-//! a `CERTIFICATE REQUEST` block is not decoded.
+//! Kyverno's function gives it; a `CERTIFICATE REQUEST` into Go's
+//! `x509.CertificateRequest` likewise. Only RSA keys are accepted, as
+//! Kyverno's.
 //!
 //! The DER reader, the `Name`, time and extension decoding follow Go's
 //! `crypto/x509` parser: the extensions Go interprets fill their fields
@@ -842,6 +843,119 @@ fn certificate(der: &[u8]) -> Result<Value, String> {
     Ok(Value::Object(out))
 }
 
+/// A value Go's `encoding/asn1` reads into `any` (an attribute's value),
+/// as `encoding/json` writes it; None for the types it does not read.
+fn asn1_any(t: &Tlv<'_>) -> Option<Value> {
+    match t.tag {
+        BOOLEAN => Some(json!(t.content.first().is_some_and(|v| *v != 0))),
+        INTEGER => small_int(t.content).ok().map(|v| json!(v)),
+        OCTET_STRING => Some(b64(t.content)),
+        OID => oid_arcs(t.content).ok().map(|a| json!(a)),
+        _ => asn1_string(t).ok().map(Value::String),
+    }
+}
+
+/// A CSR attribute as Go's `pkix.AttributeTypeAndValueSET` (its value a
+/// set of sequences of type-and-value pairs); None when it is not one
+/// (`challengePassword`, `unstructuredName`: Go leaves those out).
+fn csr_attribute(attr: &Tlv<'_>) -> Option<Value> {
+    let mut parts = Der::new(attr.content);
+    let oid = oid_arcs(parts.expect(OID, "attribute").ok()?.content).ok()?;
+    let set = parts.expect(SET, "attribute values").ok()?;
+    if !parts.is_empty() {
+        return None;
+    }
+    let mut values = Vec::new();
+    let mut seqs = Der::new(set.content);
+    while !seqs.is_empty() {
+        let seq = seqs.expect(SEQUENCE, "values").ok()?;
+        let mut pairs = Vec::new();
+        let mut items = Der::new(seq.content);
+        while !items.is_empty() {
+            let item = items.expect(SEQUENCE, "value").ok()?;
+            let mut fields = Der::new(item.content);
+            let ty = oid_arcs(fields.expect(OID, "type").ok()?.content).ok()?;
+            let value = asn1_any(&fields.next().ok()?)?;
+            pairs.push(json!({"Type": ty, "Value": value}));
+        }
+        values.push(Value::Array(pairs));
+    }
+    Some(json!({"Type": oid, "Value": values}))
+}
+
+fn certificate_request(der: &[u8]) -> Result<Value, String> {
+    let mut top = Der::new(der);
+    let csr = top.expect(SEQUENCE, "certificate request")?;
+    let mut parts = Der::new(csr.content);
+    let info = parts.expect(SEQUENCE, "certificate request info")?;
+    let sig_algo = parts.expect(SEQUENCE, "signature algorithm")?;
+    let signature = parts.expect(BIT_STRING, "signature")?;
+    let mut t = Der::new(info.content);
+    let version = small_int(t.expect(INTEGER, "version")?.content)?;
+    let subject = t.expect(SEQUENCE, "subject")?;
+    let spki = t.expect(SEQUENCE, "subject public key info")?;
+    let public_key = rsa_public_key(spki.content)?;
+    let mut attributes = Vec::new();
+    let mut extension_list = Vec::new();
+    let mut sans = GeneralNames::default();
+    if let Some(attrs) = t.optional(0xa0)? {
+        let mut attrs = Der::new(attrs.content);
+        while !attrs.is_empty() {
+            let attr = attrs.expect(SEQUENCE, "attribute")?;
+            attributes.extend(csr_attribute(&attr));
+            // extensionRequest: the requested extensions.
+            let mut a = Der::new(attr.content);
+            let oid = oid_text(&oid_arcs(a.expect(OID, "attribute")?.content)?);
+            if oid != "1.2.840.113549.1.9.14" {
+                continue;
+            }
+            let set = a.expect(SET, "extension request")?;
+            let seq = Der::new(set.content).expect(SEQUENCE, "extensions")?;
+            let mut exts = Der::new(seq.content);
+            while !exts.is_empty() {
+                let ext = exts.expect(SEQUENCE, "extension")?;
+                let mut e = Der::new(ext.content);
+                let arcs = oid_arcs(e.expect(OID, "extension id")?.content)?;
+                let critical = match e.optional(BOOLEAN)? {
+                    Some(b) => b.content.first().is_some_and(|v| *v != 0),
+                    None => false,
+                };
+                let value = e.expect(OCTET_STRING, "extension value")?.content;
+                if oid_text(&arcs) == "2.5.29.17" {
+                    sans = general_names(
+                        Der::new(value)
+                            .expect(SEQUENCE, "subject alt names")?
+                            .content,
+                    )?;
+                }
+                extension_list.push(
+                    json!({"Id": arcs, "Critical": critical, "Value": STANDARD.encode(value)}),
+                );
+            }
+        }
+    }
+    let uris: Vec<Value> = sans.uris.iter().map(|u| url_json(u)).collect();
+    Ok(json!({
+        "Raw": b64(csr.raw),
+        "RawTBSCertificateRequest": b64(info.raw),
+        "RawSubjectPublicKeyInfo": b64(spki.raw),
+        "RawSubject": b64(subject.raw),
+        "Version": version,
+        "Signature": b64(signature.content.get(1..).unwrap_or_default()),
+        "SignatureAlgorithm": signature_algorithm(sig_algo.content)?,
+        "PublicKeyAlgorithm": 1,
+        "PublicKey": public_key,
+        "Subject": name(subject.content)?,
+        "Attributes": list_or_null(attributes),
+        "Extensions": list_or_null(extension_list),
+        "ExtraExtensions": null,
+        "DNSNames": strings_or_null(sans.dns),
+        "EmailAddresses": strings_or_null(sans.emails),
+        "IPAddresses": list_or_null(sans.ips),
+        "URIs": list_or_null(uris),
+    }))
+}
+
 /// The first PEM block of `text`: its type and its bytes.
 fn pem_block(text: &str) -> Result<(String, Vec<u8>), String> {
     const FAILED: &str = "failed to decode PEM block";
@@ -860,9 +974,7 @@ pub(crate) fn decode(pem: &str) -> Result<Value, String> {
     let (kind, der) = pem_block(pem)?;
     match kind.as_str() {
         "CERTIFICATE" => certificate(&der),
-        "CERTIFICATE REQUEST" => {
-            Err("decoding a CERTIFICATE REQUEST is not supported by leash".into())
-        }
+        "CERTIFICATE REQUEST" => certificate_request(&der),
         _ => Err("PEM block neither contains a CERTIFICATE or CERTIFICATE REQUEST".into()),
     }
 }

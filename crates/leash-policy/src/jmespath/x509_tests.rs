@@ -40,6 +40,32 @@ fn certificates_decode_as_go_marshals_them() {
     }
 }
 
+/// Certificate requests, with no attributes and with an extension request
+/// (subject alternative names, a critical key usage).
+#[test]
+fn certificate_requests_decode_as_go_marshals_them() {
+    for (name, pem, want) in [
+        (
+            "csr-plain",
+            include_str!("testdata/x509/csr-plain.pem"),
+            include_str!("testdata/x509/csr-plain.json"),
+        ),
+        (
+            "csr-san",
+            include_str!("testdata/x509/csr-san.pem"),
+            include_str!("testdata/x509/csr-san.json"),
+        ),
+    ] {
+        let got = decode(pem).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let want = golden(want);
+        let (got, want) = (got.as_object().unwrap(), want.as_object().unwrap());
+        for (k, v) in want {
+            assert_eq!(got.get(k), Some(v), "{name}: field {k}");
+        }
+        assert_eq!(got.len(), want.len(), "{name}: the same fields");
+    }
+}
+
 #[test]
 fn refusals_name_the_problem() {
     let err = decode(include_str!("testdata/x509/ec.pem")).unwrap_err();
