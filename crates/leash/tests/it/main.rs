@@ -13,6 +13,7 @@ mod load;
 mod map;
 mod mpol;
 mod mutate;
+mod payloads;
 mod policy;
 mod sandbox;
 mod serve;
