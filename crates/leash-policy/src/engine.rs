@@ -9,6 +9,7 @@ use crate::error::{Error, Result};
 use crate::eval::{Bindings, Prepared};
 use crate::exception::Exception;
 use crate::gpol::{GeneratingPolicy, is_generating_policy};
+use crate::mpol::admission::{MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding};
 use crate::mpol::{MutatingPolicy, is_mutating_policy};
 use crate::mutate::{Mutation, MutationStep};
 use crate::policy::Policy;
@@ -95,6 +96,9 @@ pub struct Engine {
     policies: Vec<Arc<Policy>>,
     validating: Vec<Arc<ValidatingPolicy>>,
     mutating: Vec<Arc<MutatingPolicy>>,
+    /// Kubernetes MutatingAdmissionPolicies and their bindings.
+    admission_mutating: Vec<Arc<MutatingAdmissionPolicy>>,
+    admission_mutating_bindings: Vec<Arc<MutatingAdmissionPolicyBinding>>,
     generating: Vec<Arc<GeneratingPolicy>>,
     exceptions: Vec<Arc<Exception>>,
 }
@@ -109,7 +113,11 @@ impl Engine {
     /// (see [`crate::ReadSet`]): a resource built with just those parts
     /// ([`crate::ReadSet::parse`]) gets the same results as the whole one.
     pub fn reads(&self) -> crate::ReadSet {
-        if !self.mutating.is_empty() || !self.generating.is_empty() || !self.exceptions.is_empty() {
+        if !self.mutating.is_empty()
+            || !self.admission_mutating.is_empty()
+            || !self.generating.is_empty()
+            || !self.exceptions.is_empty()
+        {
             return crate::ReadSet::all();
         }
         let mut reads = crate::ReadSet::naming();
@@ -155,6 +163,22 @@ impl Engine {
         }
     }
 
+    /// Adds a Kubernetes MutatingAdmissionPolicy (Kubernetes' kinds are
+    /// not [`Document`]s: they are compiled by their own modules).
+    pub fn add_mutating_admission_policy(&mut self, policy: Arc<MutatingAdmissionPolicy>) {
+        self.admission_mutating.push(policy);
+    }
+
+    /// Adds a MutatingAdmissionPolicyBinding.
+    pub fn add_mutating_admission_binding(&mut self, binding: Arc<MutatingAdmissionPolicyBinding>) {
+        self.admission_mutating_bindings.push(binding);
+    }
+
+    /// The MutatingAdmissionPolicies.
+    pub fn mutating_admission_policies(&self) -> &[Arc<MutatingAdmissionPolicy>] {
+        &self.admission_mutating
+    }
+
     /// The Kyverno policies.
     pub fn policies(&self) -> &[Arc<Policy>] {
         &self.policies
@@ -183,7 +207,21 @@ impl Engine {
     ) -> Vec<(Arc<GeneratingPolicy>, crate::Generated)> {
         self.generating
             .iter()
-            .filter_map(|p| Some((p.clone(), p.generate(prepared.request(), data)?)))
+            .filter_map(|p| {
+                let mut g = p.generate(prepared.request(), data)?;
+                // A CEL PolicyException naming the policy exempts the
+                // trigger, whatever the policy's match conditions say
+                // (Kyverno's gpol engine checks exceptions first).
+                if let Some(keys) =
+                    self.cel_exemption(p.kind(), p.name(), prepared.cel_objects(), data)
+                {
+                    g.result.status = Status::Skip;
+                    g.result.rule = "exception".to_string();
+                    g.result.message = format!("rule is skipped due to policy exception: {keys}");
+                    g.downstreams.clear();
+                }
+                Some((p.clone(), g))
+            })
             .collect()
     }
 
@@ -197,6 +235,7 @@ impl Engine {
         self.policies.is_empty()
             && self.validating.is_empty()
             && self.mutating.is_empty()
+            && self.admission_mutating.is_empty()
             && self.generating.is_empty()
     }
 
@@ -207,8 +246,9 @@ impl Engine {
     /// is a new value.
     ///
     /// The pipeline is a list of mutating steps; classic policies are the
-    /// first kind of step, MutatingPolicies follow (one step each, with
-    /// one result for the policy).
+    /// first kind of step, MutatingAdmissionPolicies and then
+    /// MutatingPolicies follow (one step each, with one result for the
+    /// policy).
     pub fn mutate(
         &self,
         req: &EvalRequest,
@@ -271,8 +311,35 @@ impl Engine {
                 targets,
             });
         }
-        // Then the MutatingPolicies, in the order they were added, each on
-        // the output of the one before.
+        // Then the MutatingAdmissionPolicies, each through the bindings
+        // that name it, and then the MutatingPolicies (Kyverno's CLI
+        // order), in the order they were added, each on the output of the
+        // one before.
+        for map in &self.admission_mutating {
+            let bindings: Vec<&MutatingAdmissionPolicyBinding> = self
+                .admission_mutating_bindings
+                .iter()
+                .filter(|b| b.policy_name() == map.name())
+                .map(|b| &**b)
+                .collect();
+            let current = EvalRequest {
+                object: object.clone(),
+                ..req.clone()
+            };
+            let Some((result, next)) = map.mutate(&current, &bindings, data) else {
+                continue;
+            };
+            if result.status == Status::Pass && next != *object {
+                object = Arc::new(next);
+            }
+            steps.push(MutationStep {
+                policy: map.name().into(),
+                source: Source::MutatingAdmissionPolicy,
+                results: vec![result],
+                object: object.clone(),
+                targets: Vec::new(),
+            });
+        }
         // One conversion of the object to CEL values per distinct object,
         // not per policy.
         let around = |object: &Arc<Value>| {
@@ -286,9 +353,21 @@ impl Engine {
             if !Arc::ptr_eq(&prepared.request().object, &object) {
                 prepared = around(&object);
             }
-            let Some((result, next)) = mpol.mutate_prepared(&prepared, data) else {
+            let Some((mut result, mut next)) = mpol.mutate_prepared(&prepared, data) else {
                 continue;
             };
+            // A CEL PolicyException naming the policy exempts the resource
+            // it matches: Skip, the object left as it was (Kyverno's mpol
+            // engine checks exceptions before the match conditions).
+            if !self.exceptions.is_empty() {
+                let objects = prepared.cel_objects();
+                if let Some(keys) = self.cel_exemption(mpol.kind(), mpol.name(), objects, data) {
+                    result.status = Status::Skip;
+                    result.rule = "exception".to_string();
+                    result.message = format!("rule is skipped due to policy exception: {keys}");
+                    next = (*object).clone();
+                }
+            }
             if result.status == Status::Pass && next != *object {
                 object = Arc::new(next);
             }
@@ -330,6 +409,65 @@ impl Engine {
     ) -> Option<(Vec<RuleResult>, Vec<crate::PatchedTarget>)> {
         let policy = self.policies.iter().find(|p| &**p.key() == policy_key)?;
         Some(policy.mutate_existing(rules, req, data, &self.exceptions))
+    }
+
+    /// The results of the JSON-mode ValidatingPolicies on a JSON payload
+    /// (`prepared`'s object), one per policy, a CEL PolicyException
+    /// naming a policy exempting the payload as it exempts a resource.
+    pub fn evaluate_json(&self, prepared: &Prepared, data: &dyn ClusterData) -> Vec<RuleResult> {
+        let mut out = Vec::new();
+        let json = crate::vpol::EvaluationMode::Json;
+        for vpol in self
+            .validating
+            .iter()
+            .filter(|p| p.evaluation_mode() == json)
+        {
+            let mut result = vpol.evaluate_json(prepared.request(), data);
+            if result.status != Status::Skip
+                && let Some(keys) =
+                    self.cel_exemption(vpol.kind(), vpol.name(), prepared.cel_objects(), data)
+            {
+                result.status = Status::Skip;
+                result.rule = "exception".to_string();
+                result.message = format!("rule is skipped due to policy exception: {keys}");
+            }
+            out.push(result);
+        }
+        out
+    }
+
+    /// The results of the ValidatingPolicies of `mode` (`HTTP` or `Envoy`)
+    /// on an authorization request (`prepared`'s object), one per policy.
+    pub fn evaluate_authz(
+        &self,
+        mode: crate::vpol::EvaluationMode,
+        prepared: &Prepared,
+        data: &dyn ClusterData,
+    ) -> Vec<RuleResult> {
+        self.validating
+            .iter()
+            .filter(|p| p.evaluation_mode() == mode)
+            .map(|p| p.evaluate_authz(prepared.request(), data))
+            .collect()
+    }
+
+    /// The keys (`namespace/name`) of the CEL PolicyExceptions that exempt
+    /// the request (as `objects`) from the CEL policy `kind`/`name`, joined
+    /// by ", "; None when none does.
+    fn cel_exemption(
+        &self,
+        kind: &str,
+        name: &str,
+        objects: &crate::cel::CelObjects,
+        data: &dyn ClusterData,
+    ) -> Option<String> {
+        let keys: Vec<String> = self
+            .exceptions
+            .iter()
+            .filter(|e| e.exempts(kind, name, objects, data))
+            .map(|e| e.key())
+            .collect();
+        (!keys.is_empty()).then(|| keys.join(", "))
     }
 
     /// Mutates the request's object ([`Engine::mutate`]), then evaluates
@@ -566,23 +704,13 @@ impl Engine {
             if let Some(mut result) = result {
                 // A policy skipped by its own match conditions stays so;
                 // otherwise a CEL PolicyException naming it may exempt it.
-                if result.status != Status::Skip {
-                    let keys: Vec<String> = self
-                        .exceptions
-                        .iter()
-                        .filter(|e| {
-                            e.exempts(vpol.kind(), vpol.name(), prepared.cel_objects(), data)
-                        })
-                        .map(|e| e.key())
-                        .collect();
-                    if !keys.is_empty() {
-                        result.status = Status::Skip;
-                        result.rule = "exception".to_string();
-                        result.message = format!(
-                            "rule is skipped due to policy exception: {}",
-                            keys.join(", ")
-                        );
-                    }
+                if result.status != Status::Skip
+                    && let Some(keys) =
+                        self.cel_exemption(vpol.kind(), vpol.name(), prepared.cel_objects(), data)
+                {
+                    result.status = Status::Skip;
+                    result.rule = "exception".to_string();
+                    result.message = format!("rule is skipped due to policy exception: {keys}");
                 }
                 out.add(
                     vec![result],

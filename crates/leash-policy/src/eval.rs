@@ -35,6 +35,11 @@ pub struct PolicyBindings {
     pub resources: HashMap<String, Vec<(String, Value)>>,
     /// Per rule name.
     pub rules: HashMap<String, Vec<(String, Value)>>,
+    /// Per rule name: `foreachValues`, a variable's value for each element
+    /// of the rule's validate `foreach` lists (the value at the element's
+    /// index; none past the end). A bound name stands in for the `foreach`
+    /// context entry of that name.
+    pub foreach: HashMap<String, Vec<(String, Vec<Value>)>>,
 }
 
 impl Bindings {
@@ -58,6 +63,14 @@ impl Bindings {
             }
         }
         out
+    }
+
+    /// The `foreachValues` bound for a rule of a policy.
+    pub(crate) fn foreach_for_rule(&self, policy: &str, rule: &str) -> &[(String, Vec<Value>)] {
+        self.policies
+            .get(policy)
+            .and_then(|p| p.foreach.get(rule))
+            .map_or(&[], Vec::as_slice)
     }
 
     /// The operation bound by `request.operation` for a policy and resource.
@@ -333,6 +346,8 @@ pub(crate) struct RuleCtx<'a> {
     pub(crate) data: &'a dyn ClusterData,
     pub(crate) delete: bool,
     pub(crate) mocked: Vec<String>,
+    /// The rule's `foreachValues` (see [`PolicyBindings::foreach`]).
+    pub(crate) foreach_bound: &'a [(String, Vec<Value>)],
 }
 
 impl Policy {
@@ -421,6 +436,7 @@ impl Policy {
             let Some((bound, operation)) = self.selects(rule, req, target, bindings) else {
                 continue;
             };
+            let foreach_bound = bindings.foreach_for_rule(&self.name, &rule.base_name);
             let make = || {
                 let mut vars = if operation == req.operation {
                     prepared.base().clone()
@@ -446,7 +462,12 @@ impl Policy {
                 req,
                 data,
                 delete: operation == Operation::Delete,
-                mocked: bound.iter().map(|(k, _)| k.clone()).collect(),
+                mocked: bound
+                    .iter()
+                    .map(|(k, _)| k.clone())
+                    .chain(foreach_bound.iter().map(|(k, _)| k.clone()))
+                    .collect(),
+                foreach_bound,
             };
             f(&ctx, &lazy);
         }
@@ -774,11 +795,18 @@ impl RuleCtx<'_> {
             let make = || {
                 let el: Rcvar = to_var(element);
                 let idx = to_var(&json!(index));
-                lazy.get()
+                let mut vars = lazy
+                    .get()
                     .with("element", el.clone())
                     .with("elementIndex", idx.clone())
                     .with(&format!("element{nesting}"), el)
-                    .with(&format!("elementIndex{nesting}"), idx)
+                    .with(&format!("elementIndex{nesting}"), idx);
+                for (name, values) in self.foreach_bound {
+                    if let Some(v) = values.get(index) {
+                        vars = vars.with(name, to_var(v));
+                    }
+                }
+                vars
             };
             let v = Lazy {
                 cell: std::cell::OnceCell::new(),
@@ -1142,6 +1170,45 @@ mod tests {
             vars::substitute(&json!(docs[2]), &fast, &cache, Mode::Strict, false),
             Ok(json!(2))
         );
+    }
+
+    /// `foreachValues` give a foreach context variable its value per
+    /// element (by index), standing in for the context entry of that name
+    /// (an image registry lookup leash cannot make).
+    #[test]
+    fn foreach_values_bind_a_variable_per_element() {
+        let policy = Policy::compile(&json!({
+            "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+            "metadata": {"name": "images"},
+            "spec": {"rules": [{"name": "block", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                "validate": {"message": "blocked", "foreach": [{
+                    "list": "request.object.spec.containers",
+                    "context": [{"name": "imageData", "imageRegistry": {"reference": "{{ element.image }}"}}],
+                    "deny": {"conditions": [{"key": "{{ imageData }}", "operator": "Equals",
+                                             "value": "{{ element.name }}"}]}}]}}]}
+        }))
+        .unwrap();
+        let mut bindings = Bindings::default();
+        bindings
+            .policies
+            .entry("images".into())
+            .or_default()
+            .foreach
+            .insert(
+                "block".into(),
+                vec![("imageData".into(), vec![json!("a"), json!("b")])],
+            );
+        let status = |names: [&str; 2]| {
+            let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                "spec": {"containers": [{"name": names[0], "image": "x"}, {"name": names[1], "image": "y"}]}});
+            let prepared = Prepared::new(EvalRequest::create(Arc::new(pod)));
+            let results = policy.evaluate(&prepared, &crate::request::NoClusterData, &bindings);
+            results[0].status
+        };
+        // The second element sees the second value.
+        assert_eq!(status(["x", "b"]), Status::Fail);
+        assert_eq!(status(["a", "y"]), Status::Fail);
+        assert_eq!(status(["b", "a"]), Status::Pass);
     }
 
     /// Foreach lists and conditions over `element` and projections of the

@@ -2,18 +2,18 @@
 //! conditions, variables, and `generate[].expression`s calling
 //! `generator.Apply(namespace, [objects])`.
 //!
-//! Evaluation is pure, as for every policy: `generator.Apply` returns a
-//! value naming the namespace and the objects (see
-//! `cel::libs::generator_apply`) and [`GeneratingPolicy::generate`] turns
-//! those into the downstream objects, each with its namespace and
-//! Kyverno's `generate.kyverno.io/*` labels; creating them is the caller's
-//! job.
+//! Evaluation is pure, as for every policy: `generator.Apply` records the
+//! namespace and the objects in the evaluation's own sink and returns true
+//! (so it also works inside macros: `nsList.all(ns, generator.Apply(ns,
+//! [...]))`), and [`GeneratingPolicy::generate`] turns what was recorded
+//! into the downstream objects, each with its namespace and Kyverno's
+//! `generate.kyverno.io/*` labels; creating them is the caller's job.
 
 use std::sync::Arc;
 
 use serde_json::Value as Json;
 
-use crate::cel::libs::GENERATE_MARK;
+use crate::cel::libs::GeneratedSink;
 use crate::cel::rule::{as_list, compile_named_conditions};
 use crate::cel::{Activation, Expr, Variable};
 use crate::error::{Error, Result};
@@ -222,7 +222,9 @@ impl GeneratingPolicy {
     }
 
     fn run(&self, req: &EvalRequest, data: &dyn ClusterData) -> Result<Option<Vec<Json>>, String> {
+        let sink = GeneratedSink::default();
         let mut act = Activation::new(req, data);
+        act.bind_generator(&sink);
         act.bind_variables(&self.variables);
         for (name, cond) in &self.conditions {
             if !cond
@@ -232,51 +234,46 @@ impl GeneratingPolicy {
                 return Ok(None);
             }
         }
+        for (i, expr) in self.generates.iter().enumerate() {
+            match expr.eval(&act).map_err(|e| format!("generate[{i}]: {e}"))? {
+                ::cel::Value::Bool(_) => {}
+                other => {
+                    return Err(format!(
+                        "generate[{i}]: output is expected to be of type bool (generator.Apply's), got {}",
+                        other.type_of()
+                    ));
+                }
+            }
+        }
+        drop(act);
         let labels = labels_for(
             self.name(),
             self.namespace.as_deref(),
             self.name(),
             &req.object,
         );
+        let calls = sink
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut out = Vec::new();
-        for (i, expr) in self.generates.iter().enumerate() {
-            let value = expr.eval(&act).map_err(|e| format!("generate[{i}]: {e}"))?;
-            let json = value
-                .json()
-                .map_err(|e| format!("generate[{i}]: the result is not JSON: {e}"))?;
-            collect(&json, &labels, &mut out).map_err(|e| format!("generate[{i}]: {e}"))?;
-        }
-        Ok(Some(out))
-    }
-}
-
-/// The downstreams of one `generate` expression's value: a
-/// `generator.Apply` result, a list of them, or a boolean (nothing).
-fn collect(
-    v: &Json,
-    labels: &serde_json::Map<String, Json>,
-    out: &mut Vec<Json>,
-) -> Result<(), String> {
-    match v {
-        Json::Bool(_) | Json::Null => Ok(()),
-        Json::Array(items) => items.iter().try_for_each(|i| collect(i, labels, out)),
-        Json::Object(m) if m.contains_key(GENERATE_MARK) => {
-            let apply = &m[GENERATE_MARK];
-            let ns = apply["namespace"].as_str().unwrap_or("");
-            for obj in apply["objects"].as_array().into_iter().flatten() {
+        for (ns, objects) in &calls {
+            // A list object (`resource.List`'s answer: `items`) stands for
+            // its items, each generated into the namespace (as Kyverno).
+            let objects = objects.iter().flat_map(|o| match o["items"].as_array() {
+                Some(items) => items.iter().collect::<Vec<_>>(),
+                None => vec![o],
+            });
+            for obj in objects {
                 if !obj.is_object() || obj["kind"].as_str().is_none() {
                     return Err(format!(
                         "generator.Apply: every object needs a kind, got {obj}"
                     ));
                 }
                 let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
-                out.push(with_labels(obj.clone(), &name, ns, labels));
+                out.push(with_labels(obj.clone(), &name, ns, &labels));
             }
-            Ok(())
         }
-        other => Err(format!(
-            "the expression must call generator.Apply, got {other}"
-        )),
+        Ok(Some(out))
     }
 }
 
@@ -357,6 +354,97 @@ mod tests {
             "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "a"}
         })));
         assert!(p.generate(&pod, &NoClusterData).is_none(), "not matched");
+    }
+
+    /// `generator.Apply` returns true, so it can be called once per item
+    /// of a list inside a macro; each call generates into its namespace.
+    #[test]
+    fn generator_apply_inside_a_macro_generates_per_call() {
+        let p = policy(
+            r#"['a', 'b'].all(ns, generator.Apply(ns, [{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}}]))"#,
+            json!([]),
+        );
+        let g = p.generate(&namespace("x"), &NoClusterData).unwrap();
+        assert_eq!(g.result.status, Status::Pass, "{}", g.result.message);
+        let namespaces: Vec<&str> = g
+            .downstreams
+            .iter()
+            .map(|d| d["metadata"]["namespace"].as_str().unwrap())
+            .collect();
+        assert_eq!(namespaces, ["a", "b"]);
+    }
+
+    /// A list object (what `resource.List` answers) stands for its items.
+    #[test]
+    fn generator_apply_of_a_list_generates_its_items() {
+        let p = policy(
+            r#"generator.Apply(variables.ns, [{"apiVersion": "v1", "kind": "List", "items": [
+                {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "a", "namespace": "default"}},
+                {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "b", "namespace": "default"}}
+            ]}])"#,
+            json!([]),
+        );
+        let g = p.generate(&namespace("team-a"), &NoClusterData).unwrap();
+        let placed: Vec<(&str, &str)> = g
+            .downstreams
+            .iter()
+            .map(|d| {
+                (
+                    d["metadata"]["name"].as_str().unwrap(),
+                    d["metadata"]["namespace"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(placed, [("a", "team-a"), ("b", "team-a")]);
+    }
+
+    /// A CEL PolicyException naming the policy exempts the triggers its
+    /// conditions select: Skip, nothing generated.
+    #[test]
+    fn cel_exceptions_exempt_triggers() {
+        let mut engine = crate::Engine::new();
+        engine
+            .add_json(&json!({
+                "apiVersion": "policies.kyverno.io/v1alpha1", "kind": "GeneratingPolicy",
+                "metadata": {"name": "gen"},
+                "spec": {
+                    "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                        "operations": ["CREATE"], "resources": ["namespaces"]}]},
+                    "generate": [{"expression": r#"generator.Apply(object.metadata.name, [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}])"#}]
+                }
+            }))
+            .unwrap();
+        engine
+            .add_json(&json!({
+                "apiVersion": "policies.kyverno.io/v1alpha1", "kind": "PolicyException",
+                "metadata": {"name": "not-testing"},
+                "spec": {"policyRefs": [{"name": "gen", "kind": "GeneratingPolicy"}],
+                    "matchConditions": [{"name": "n", "expression": "object.metadata.name == 'testing'"}]}
+            }))
+            .unwrap();
+        let run = |ns: &str| {
+            let prepared = crate::Prepared::new(namespace(ns));
+            let mut out = engine.generate_cel(&prepared, &NoClusterData);
+            assert_eq!(out.len(), 1);
+            out.remove(0).1
+        };
+        let exempt = run("testing");
+        assert_eq!(
+            (
+                exempt.result.status,
+                exempt.result.rule.as_str(),
+                exempt.result.message.as_str()
+            ),
+            (
+                Status::Skip,
+                "exception",
+                "rule is skipped due to policy exception: not-testing"
+            )
+        );
+        assert!(exempt.downstreams.is_empty());
+        let generated = run("prod");
+        assert_eq!(generated.result.status, Status::Pass);
+        assert_eq!(generated.downstreams.len(), 1);
     }
 
     #[test]

@@ -196,6 +196,15 @@ pub trait ClusterData: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// A call of CEL's `http` library (`GET`, or `POST` with `body`) to
+    /// `url`: the answer as Kyverno's library gives it, `{"body": ...,
+    /// "statusCode": ...}`. The engine does no I/O: `leash test` answers
+    /// from a test's `apiCallResponses`.
+    fn http_call(&self, method: &str, url: &str, body: Option<&Value>) -> Option<Value> {
+        let _ = (method, url, body);
+        None
+    }
+
     /// A global context entry's data (`projection` None) or one projection.
     fn global(&self, entry: &str, projection: Option<&str>) -> Option<Value> {
         let _ = (entry, projection);

@@ -66,6 +66,8 @@ pub enum Source {
     DeletingPolicy,
     /// A Kubernetes ValidatingAdmissionPolicy (with its bindings).
     ValidatingAdmissionPolicy,
+    /// A Kubernetes MutatingAdmissionPolicy (with its bindings).
+    MutatingAdmissionPolicy,
 }
 
 impl Source {
@@ -78,6 +80,7 @@ impl Source {
             Source::GeneratingPolicy => "KyvernoGeneratingPolicy",
             Source::DeletingPolicy => "KyvernoDeletingPolicy",
             Source::ValidatingAdmissionPolicy => "ValidatingAdmissionPolicy",
+            Source::MutatingAdmissionPolicy => "MutatingAdmissionPolicy",
         }
     }
 }

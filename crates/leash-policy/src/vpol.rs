@@ -47,13 +47,13 @@ impl ValidationAction {
 
 /// A label selector (`matchLabels`, `matchExpressions`).
 #[derive(Debug, Clone, Default)]
-struct Selector {
+pub(crate) struct Selector {
     labels: Vec<(String, String)>,
     exprs: Vec<(String, String, Vec<String>)>,
 }
 
 impl Selector {
-    fn parse(v: Option<&Json>) -> Selector {
+    pub(crate) fn parse(v: Option<&Json>) -> Selector {
         let Some(v) = v else {
             return Selector::default();
         };
@@ -85,7 +85,7 @@ impl Selector {
         self.labels.is_empty() && self.exprs.is_empty()
     }
 
-    fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+    pub(crate) fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.labels
             .iter()
             .all(|(k, v)| labels.get(k).is_some_and(|l| l == v))
@@ -267,6 +267,19 @@ impl MatchResources {
         }
     }
 
+    /// Whether these constraints are a single resource rule naming no
+    /// resources, with no (non-empty) object or namespace selector and no
+    /// excluded resources: what Kyverno's CLI calls "having a selector"
+    /// (`hasSelector`), the one shape whose policy has no response for the
+    /// resources it does not match.
+    pub(crate) fn is_single_plain_rule(&self) -> bool {
+        self.namespace_selector.is_empty()
+            && self.object_selector.is_empty()
+            && self.excludes.is_empty()
+            && self.rules.len() == 1
+            && self.rules[0].names.is_empty()
+    }
+
     pub(crate) fn matches(&self, req: &EvalRequest, t: &Target<'_>) -> bool {
         self.rules.iter().any(|r| r.matches(t)) && self.matches_unruled_as_all(req, t)
     }
@@ -330,8 +343,25 @@ pub struct ValidatingPolicy {
     admission: bool,
     actions: Vec<ValidationAction>,
     ignore_failures: bool,
+    /// `spec.evaluation.mode`.
+    mode: EvaluationMode,
     body: Body,
     autogen: Vec<Body>,
+}
+
+/// `spec.evaluation.mode`: what a ValidatingPolicy evaluates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EvaluationMode {
+    /// `Kubernetes` (the default): Kubernetes resources.
+    Kubernetes,
+    /// `JSON`: JSON payloads ([`ValidatingPolicy::evaluate_json`]).
+    Json,
+    /// `HTTP`: HTTP authorization requests
+    /// ([`ValidatingPolicy::evaluate_authz`]).
+    Http,
+    /// `Envoy`: Envoy authorization (`CheckRequest`) requests
+    /// ([`ValidatingPolicy::evaluate_authz`]).
+    Envoy,
 }
 
 /// The policy kinds and versions [`ValidatingPolicy::compile`] accepts.
@@ -391,6 +421,20 @@ impl ValidatingPolicy {
             .iter()
             .filter_map(|a| ValidationAction::parse(a))
             .collect();
+        let mode = match spec["evaluation"]["mode"].as_str() {
+            None | Some("Kubernetes") => EvaluationMode::Kubernetes,
+            Some("JSON") => EvaluationMode::Json,
+            Some("HTTP") => EvaluationMode::Http,
+            Some("Envoy") => EvaluationMode::Envoy,
+            Some(other) => {
+                return Err(Error::invalid(
+                    &kind,
+                    &name,
+                    "spec.evaluation.mode",
+                    format!("{other:?} is not Kubernetes, JSON, HTTP or Envoy"),
+                ));
+            }
+        };
         let body = compile_body(spec, &kind, &name)?;
         let autogen = autogen_specs(spec)
             .iter()
@@ -404,9 +448,115 @@ impl ValidatingPolicy {
             admission: enabled("admission"),
             actions,
             ignore_failures: spec["failurePolicy"].as_str() == Some("Ignore"),
+            mode,
             body,
             autogen,
         })
+    }
+
+    /// Whether Kyverno's CLI has a response of this policy for every
+    /// resource of a test, matched or not: unless its match constraints
+    /// are a single plain resource rule. A row no result answers then
+    /// passes as "Excluded".
+    pub fn responds_to_every_resource(&self) -> bool {
+        !self.body.matching.is_single_plain_rule()
+    }
+
+    /// `spec.evaluation.mode`. A policy of another mode than `Kubernetes`
+    /// gives no result on a Kubernetes resource (the admission and
+    /// background components never send it one; Kyverno's CLI alone also
+    /// tries a JSON-mode policy on the test's resources).
+    pub fn evaluation_mode(&self) -> EvaluationMode {
+        self.mode
+    }
+
+    /// The result on an HTTP or Envoy authorization request (`object` is
+    /// the request), as kyverno-authz evaluates such a policy: a false
+    /// match condition gives Skip ("request does not match"), one that
+    /// fails an error (Skip under `failurePolicy: Ignore`); then the
+    /// validations' expressions in order, the first that is not null
+    /// deciding: an allowed response (`http.Allowed()`, `envoy.Allowed()`)
+    /// Pass, a denied one Fail; none: Skip. An expression that fails, or
+    /// builds something that is not a response, is an error (Skip under
+    /// `Ignore`).
+    pub fn evaluate_authz(&self, request: &EvalRequest, data: &dyn ClusterData) -> RuleResult {
+        let (status, message) = match self.run_authz(request, data) {
+            Ok(decided) => decided,
+            Err(_) if self.ignore_failures => (Status::Skip, "request does not match".to_string()),
+            Err(e) => (Status::Error, e),
+        };
+        RuleResult {
+            policy: self.name.clone(),
+            rule: self.name.to_string(),
+            status,
+            message,
+            source: Source::ValidatingPolicy,
+        }
+    }
+
+    fn run_authz(
+        &self,
+        request: &EvalRequest,
+        data: &dyn ClusterData,
+    ) -> Result<(Status, String), String> {
+        let not_matched = || (Status::Skip, "request does not match".to_string());
+        let mut act = Activation::new(request, data);
+        let mut errors = Vec::new();
+        for (name, cond) in &self.body.conditions {
+            match cond.eval_bool(&act) {
+                Ok(true) => {}
+                Ok(false) => return Ok(not_matched()),
+                Err(e) => errors.push(format!("match condition '{name}': {e}")),
+            }
+        }
+        if !errors.is_empty() {
+            return Err(errors.join("; "));
+        }
+        act.bind_variables(&self.body.variables);
+        for v in &self.body.validations {
+            let value = v.expr.eval(&act)?;
+            if matches!(value, ::cel::Value::Null) {
+                continue;
+            }
+            let response = value
+                .json()
+                .map_err(|e| format!("the rule result is not a response: {e}"))?;
+            return match response[crate::cel::libs::AUTHZ_MARK].as_str() {
+                Some("ok") => Ok((Status::Pass, "request allowed".to_string())),
+                Some("denied") => Ok((
+                    Status::Fail,
+                    match response["library"].as_str() {
+                        Some("envoy") => format!(
+                            "request denied with status code {}",
+                            response["code"].as_i64().unwrap_or(0)
+                        ),
+                        _ => format!(
+                            "request denied, reason: {}",
+                            response["reason"].as_str().unwrap_or("")
+                        ),
+                    },
+                )),
+                _ => Err(format!(
+                    "the rule result is expected to be a response, got {response}"
+                )),
+            };
+        }
+        Ok(not_matched())
+    }
+
+    /// The result on a JSON payload (`object` is the payload), as Kyverno's
+    /// engine evaluates a JSON-mode policy: no match constraints, the
+    /// match conditions (Skip when one is false), the variables and the
+    /// validations.
+    pub fn evaluate_json(&self, payload: &EvalRequest, data: &dyn ClusterData) -> RuleResult {
+        let (status, message) = self.run(&self.body, payload, None, data);
+        RuleResult {
+            policy: self.name.clone(),
+            rule: self.name.to_string(),
+            status,
+            message,
+            source: Source::ValidatingPolicy,
+        }
     }
 
     /// What evaluating the policy can read of a resource (see
@@ -613,6 +763,9 @@ impl ValidatingPolicy {
         if let Some(ns) = &self.namespace
             && req.namespace() != ns
         {
+            return None;
+        }
+        if self.mode != EvaluationMode::Kubernetes {
             return None;
         }
         let target = Target::of(req);

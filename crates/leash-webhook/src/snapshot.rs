@@ -157,7 +157,8 @@ fn source_key(s: Source) -> SourceKey {
         Source::MutatingPolicy
         | Source::GeneratingPolicy
         | Source::DeletingPolicy
-        | Source::ValidatingAdmissionPolicy => SourceKey::Other,
+        | Source::ValidatingAdmissionPolicy
+        | Source::MutatingAdmissionPolicy => SourceKey::Other,
     }
 }
 

@@ -522,7 +522,7 @@ const FUNCTIONS: &[Function] = &[
         "x509_decode",
         "string",
         "object",
-        "Decodes a PEM certificate. leash: not supported yet (an error).",
+        "Decodes a PEM certificate (RSA key) into Go's x509.Certificate fields (Subject, NotAfter, PublicKey.N, DNSNames, ...).",
         None,
     ),
     f(

@@ -30,12 +30,12 @@ const ROOTS: &[&str] = &[
     "generator",
     "authorizer",
     "http",
+    "envoy",
 ];
 
-/// Roots of Kyverno libraries leash does not implement (the HTTP client,
-/// the authorizer, the Envoy and HTTP authorization payloads): calls on
-/// them compile as in Kyverno and fail when evaluated, saying so.
-const UNIMPLEMENTED: &[&str] = &["http", "authorizer", "envoy"];
+/// Roots of Kyverno libraries leash does not implement (the authorizer):
+/// calls on them compile as in Kyverno and fail when evaluated, saying so.
+const UNIMPLEMENTED: &[&str] = &["authorizer"];
 
 /// Type names an expression may use as values (`type(x) == string`).
 const TYPES: &[&str] = &[

@@ -13,7 +13,7 @@
 //! `indexOf`, `lastIndexOf`), sets (`sets.contains`, `sets.equivalent`,
 //! `sets.intersects`), `jsonpatch.escapeKey`, the `cel.bind` macro, regex (`find`, `findAll`), `quantity`, `url`,
 //! `ip`/`cidr`, `semver`, Kyverno's `image`, `resource.Get/List`,
-//! `globalContext.Get`, `md5`/`sha1`/`sha256`, `json.unmarshal`, `yaml.parse` and `parseServiceAccount`, and Kyverno's `orValue` on a value that is not an
+//! `globalContext.Get`, `http.Get/Post` (answered by the caller's data), kyverno-authz's `http`/`envoy` response builders, `md5`/`sha1`/`sha256`, `json.unmarshal`, `yaml.parse` and `parseServiceAccount`, and Kyverno's `orValue` on a value that is not an
 //! optional (it returns the value, as cel-go before v0.28; see `compat`).
 //!
 //! # Evaluation model
@@ -37,12 +37,15 @@
 //!    changed after; every context clones its `Arc`, and parsing reads it.
 //!    A library's failed registration is ignored (a duplicate declaration,
 //!    caught by the tests), never a panic in the initializer.
-//! 3. The one lock is the process-wide `std::sync::Mutex` of shareable
+//! 3. One lock is the process-wide `std::sync::Mutex` of shareable
 //!    variable ids in `Variable::shareable`, held only to look up or
 //!    insert one id and dropped before the variable is built. Ids are
 //!    assigned under it as `len() + 1`, so they are distinct and never 0
 //!    (0: never shared); the map grows with the distinct variable
 //!    definitions compiled, never with requests.
+//!    The other lock, a GeneratingPolicy evaluation's `GeneratedSink`
+//!    (`libs`), belongs to that one evaluation and is held only to push
+//!    one `generator.Apply` call, so the two are never held together.
 //! 4. A `VarMemo` is a `RefCell`, so it is `!Sync`: the engine makes one
 //!    per evaluation of a request, used on that evaluation's thread only.
 //!    `bind_variables` drops its `borrow()` before
@@ -398,6 +401,18 @@ impl<'a, 'm> Activation<'a, 'm> {
             "objects read from a resolver cannot be rebound"
         );
         self.base.add_variable_as_val("object", to_val(object));
+    }
+
+    /// Makes `generator.Apply` record its calls in `sink` (a
+    /// GeneratingPolicy's evaluation).
+    pub(crate) fn bind_generator(&mut self, sink: &'a libs::GeneratedSink) {
+        libs::bind_generator(&mut self.base, sink);
+    }
+
+    /// Binds `params` (a Kubernetes admission policy's parameter resource,
+    /// or the list of those a binding's `paramRef` selects).
+    pub(crate) fn set_params(&mut self, params: &serde_json::Value) {
+        self.base.add_variable_as_val("params", to_val(params));
     }
 
     /// Binds `variables` to the variables evaluated so far. Done once per

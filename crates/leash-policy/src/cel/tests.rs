@@ -308,7 +308,9 @@ fn lower_case_library_functions() {
     let req = EvalRequest::create(Arc::new(
         json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}),
     ));
-    let act = Activation::new(&req, &OneConfigMap);
+    let sink = super::libs::GeneratedSink::default();
+    let mut act = Activation::new(&req, &OneConfigMap);
+    act.bind_generator(&sink);
     let cases = [
         "resource.get('v1', 'configmaps', 'ns', 'settings').data.mode == 'strict'",
         "resource.get('v1', 'configmaps', 'ns', 'settings') == resource.Get('v1', 'configmaps', 'ns', 'settings')",
@@ -325,5 +327,84 @@ fn lower_case_library_functions() {
     assert!(
         missing.as_ref().is_err_and(|e| e.contains("not found")),
         "{missing:?}"
+    );
+    drop(act);
+    // Both spellings recorded their call.
+    let calls = sink.into_inner().unwrap();
+    let kinds: Vec<(&str, &serde_json::Value)> = calls
+        .iter()
+        .map(|(ns, objects)| (ns.as_str(), &objects[0]["kind"]))
+        .collect();
+    assert_eq!(
+        kinds,
+        [("ns", &json!("ConfigMap")), ("ns", &json!("ConfigMap"))]
+    );
+    // Outside a GeneratingPolicy's evaluation nothing can be generated.
+    let plain = Activation::new(&req, &OneConfigMap);
+    let refused = Expr::compile("generator.Apply('ns', [])").and_then(|e| e.eval(&plain));
+    assert!(
+        refused
+            .as_ref()
+            .is_err_and(|e| e.contains("GeneratingPolicy")),
+        "{refused:?}"
+    );
+}
+
+/// Answers every `http` call with what it was asked.
+#[derive(Debug)]
+struct Echo;
+
+impl ClusterData for Echo {
+    fn get(&self, _: &str, _: &str, _: &str, _: &str) -> Option<Arc<serde_json::Value>> {
+        None
+    }
+    fn list(&self, _: &str, _: &str, _: &str) -> Vec<Arc<serde_json::Value>> {
+        Vec::new()
+    }
+    fn http_call(
+        &self,
+        method: &str,
+        url: &str,
+        body: Option<&serde_json::Value>,
+    ) -> Option<serde_json::Value> {
+        (url != "https://nowhere").then(
+            || json!({"statusCode": 200, "body": {"method": method, "url": url, "sent": body}}),
+        )
+    }
+}
+
+/// Kyverno's `http` library: `Get` (with or without headers), `Post`
+/// (with or without headers) and `Client`, answered by the cluster data.
+#[test]
+fn http_library_calls_the_cluster_data() {
+    let req = EvalRequest::create(Arc::new(
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}),
+    ));
+    let act = Activation::new(&req, &Echo);
+    let cases = [
+        "http.Get('https://a').body == {'method': 'GET', 'url': 'https://a', 'sent': null}",
+        "http.Get('https://a', {'X': 'y'}).body.method == 'GET'",
+        "http.Post('https://b', {'name': object.metadata.name}).body.sent.name == 'p'",
+        "http.Post('https://b', {'k': 1}, {'X': 'y'}).body.method == 'POST'",
+        "http.Client('pem').Get('https://c').statusCode == 200",
+    ];
+    for expr in cases {
+        let got = Expr::compile(expr).and_then(|e| e.eval(&act));
+        assert_eq!(got, Ok(Value::Bool(true)), "{expr}");
+    }
+    // globalContext.Get keeps its meaning beside http.Get/2.
+    let global = Expr::compile("globalContext.Get('x', '')").and_then(|e| e.eval(&act));
+    assert!(
+        global
+            .as_ref()
+            .is_err_and(|e| e.contains("global context entry \"x\" not found")),
+        "{global:?}"
+    );
+    let unanswered = Expr::compile("http.Get('https://nowhere')").and_then(|e| e.eval(&act));
+    assert!(
+        unanswered
+            .as_ref()
+            .is_err_and(|e| e.contains("no answer from https://nowhere")),
+        "{unanswered:?}"
     );
 }

@@ -59,9 +59,9 @@
 //!   but `\d`, `\w`, `\s`, `\b` are Unicode-aware here and ASCII-only in Go.
 //! * `parse_yaml` reads YAML 1.1 booleans (`y`, `yes`, `on`, `off`, `no`)
 //!   as Kyverno's go-yaml does.
-//! * `x509_decode` is registered but fails: decoding a certificate into Go's
-//!   `x509.Certificate` JSON layout needs an ASN.1/X.509 parser this crate
-//!   does not have.
+//! * `x509_decode` decodes a `CERTIFICATE` (`CERTIFICATE REQUEST`) into
+//!   Go's `x509.Certificate` (`x509.CertificateRequest`) JSON layout with
+//!   its own DER reader (`x509.rs`).
 //!
 //! # Functions
 //!
@@ -91,6 +91,7 @@ mod semver;
 mod strict;
 mod strings;
 mod time;
+mod x509;
 
 use std::sync::OnceLock;
 

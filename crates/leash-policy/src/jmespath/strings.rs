@@ -68,11 +68,10 @@ pub(super) fn register_all(rt: &mut Runtime) {
     register(rt, "lookup", vec![oa(), sn()], lookup);
     register(rt, "items", vec![oa(), s(), s()], items);
     register(rt, "object_from_lists", vec![a(), a()], object_from_lists);
-    register(rt, "x509_decode", vec![s()], |_| {
-        Err(ferr(
-            "x509_decode",
-            "not supported by this engine (no X.509 decoder)",
-        ))
+    register(rt, "x509_decode", vec![s()], |x| {
+        super::x509::decode(arg_str(x, 0))
+            .map(|v| from_json(&v))
+            .map_err(|e| ferr("x509_decode", e))
     });
     // Go's `to_string` marshals numbers without a fraction when whole.
     register(rt, "to_string", vec![any()], to_go_string);
@@ -496,7 +495,7 @@ mod tests {
                 Json(r#"{"1":1,"true":2}"#),
             ),
             ("object_from_lists(`[{}]`, `[1]`)", "{}", Err("StringArray")),
-            ("x509_decode('x')", "{}", Err("not supported")),
+            ("x509_decode('x')", "{}", Err("failed to decode PEM block")),
         ];
         run(cases);
     }

@@ -29,6 +29,7 @@
 //! result says Error, and the admission component decides what an error
 //! means ([`MutatingPolicy::ignores_failures`]).
 
+pub mod admission;
 mod autogen;
 mod lazy;
 mod literal;
@@ -241,6 +242,13 @@ impl MutatingPolicy {
         self.reinvocation
     }
 
+    /// Whether Kyverno's CLI has a response of this policy for every
+    /// resource of a test, matched or not: unless its match constraints
+    /// are a single plain resource rule (as for a ValidatingPolicy).
+    pub fn responds_to_every_resource(&self) -> bool {
+        !self.body.matching.is_single_plain_rule()
+    }
+
     /// The resources the policy (and its autogen variants) match, as
     /// `(group, version, plural)`.
     pub fn matched_resources(&self) -> Vec<(String, String, String)> {
@@ -292,7 +300,7 @@ impl MutatingPolicy {
         let body = std::iter::once(&self.body)
             .chain(&self.autogen)
             .find(|b| b.matching.matches(req, &target))?;
-        let (status, message, object) = match run(body, prepared, data) {
+        let (status, message, object) = match run(body, prepared, data, None) {
             Ok(Some(object)) => (Status::Pass, "success".to_string(), object),
             Ok(None) => (Status::Skip, "skip".to_string(), (*req.object).clone()),
             Err(e) => (
@@ -312,11 +320,34 @@ impl MutatingPolicy {
     }
 }
 
-/// Runs a matched body: `Ok(None)` when a match condition is false, the
-/// mutated object, or the first error.
-fn run(body: &Body, prepared: &Prepared, data: &dyn ClusterData) -> Result<Option<Json>, String> {
+/// Why a matched body produced no object.
+#[derive(Debug, Clone, PartialEq)]
+enum RunError {
+    /// A match condition could not be evaluated.
+    Condition(String),
+    /// A mutation failed (or the body does not compile).
+    Mutation(String),
+}
+
+impl std::fmt::Display for RunError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunError::Condition(e) | RunError::Mutation(e) => f.write_str(e),
+        }
+    }
+}
+
+/// Runs a matched body with `params` bound (null when None): `Ok(None)`
+/// when a match condition is false, the mutated object, or the first
+/// error.
+fn run(
+    body: &Body,
+    prepared: &Prepared,
+    data: &dyn ClusterData,
+    params: Option<&Json>,
+) -> Result<Option<Json>, RunError> {
     if let Some(e) = &body.broken {
-        return Err(e.clone());
+        return Err(RunError::Mutation(e.clone()));
     }
     let req = prepared.request();
     // One mutation reads the objects converted once for the request; a
@@ -327,6 +358,9 @@ fn run(body: &Body, prepared: &Prepared, data: &dyn ClusterData) -> Result<Optio
     } else {
         Activation::shared(prepared.cel_objects(), data)
     };
+    if let Some(p) = params {
+        act.set_params(p);
+    }
     let stage = |i: usize| body.stages.get(i).map_or(&[][..], Vec::as_slice);
     act.bind_variables(stage(0));
     let mut errors = Vec::new();
@@ -338,12 +372,13 @@ fn run(body: &Body, prepared: &Prepared, data: &dyn ClusterData) -> Result<Optio
         }
     }
     if !errors.is_empty() {
-        return Err(errors.join("; "));
+        return Err(RunError::Condition(errors.join("; ")));
     }
     let mut object = (*req.object).clone();
     for (i, m) in body.mutations.iter().enumerate() {
         act.bind_variables(stage(i + 1));
-        object = apply(m, &act, &object).map_err(|e| format!("mutation {i}: {e}"))?;
+        object = apply(m, &act, &object)
+            .map_err(|e| RunError::Mutation(format!("mutation {i}: {e}")))?;
         if i + 1 < body.mutations.len() {
             act.set_object(&object);
         }

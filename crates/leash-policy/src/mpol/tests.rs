@@ -770,6 +770,47 @@ fn engine_mutate_chains_mutating_policies_after_classic_policies() {
     );
 }
 
+/// A CEL PolicyException naming a MutatingPolicy exempts the resources
+/// its match conditions select: Skip (rule `exception`, the exception's
+/// key in the message) and the object unchanged; others are mutated.
+#[test]
+fn engine_mutate_cel_exception_skips_the_mutating_policy() {
+    use crate::{Bindings, Engine};
+    let mut engine = Engine::new();
+    let mpol = json!({
+        "apiVersion": "policies.kyverno.io/v1beta1", "kind": "MutatingPolicy", "metadata": {"name": "label"},
+        "spec": {"matchConstraints": pods_only(), "mutations": [{"patchType": "ApplyConfiguration",
+            "applyConfiguration": {"expression": "Object{metadata: Object.metadata{labels: {'managed': 'yes'}}}"}}]},
+    });
+    let exception = json!({
+        "apiVersion": "policies.kyverno.io/v1alpha1", "kind": "PolicyException",
+        "metadata": {"name": "not-dev", "namespace": "policies"},
+        "spec": {"policyRefs": [{"name": "label", "kind": "MutatingPolicy"}],
+            "matchConditions": [{"name": "ns", "expression": "object.metadata.namespace != 'dev'"}]},
+    });
+    engine.add_json(&mpol).unwrap();
+    engine.add_json(&exception).unwrap();
+    let in_ns = |ns: &str| {
+        let mut p = pod(json!({"containers": [{"name": "a"}]}));
+        p["metadata"]["namespace"] = json!(ns);
+        EvalRequest::create(Arc::new(p))
+    };
+    let exempt = engine.mutate(&in_ns("default"), &NoClusterData, &Bindings::default());
+    let r = &exempt.steps[0].results[0];
+    assert_eq!(
+        (r.status, r.rule.as_str(), r.message.as_str()),
+        (
+            Status::Skip,
+            "exception",
+            "rule is skipped due to policy exception: policies/not-dev"
+        )
+    );
+    assert!(exempt.object["metadata"].get("labels").is_none());
+    let mutated = engine.mutate(&in_ns("dev"), &NoClusterData, &Bindings::default());
+    assert_eq!(mutated.steps[0].results[0].status, Status::Pass);
+    assert_eq!(mutated.object["metadata"]["labels"]["managed"], "yes");
+}
+
 #[test]
 fn engine_apply_validates_as_kyverno_cli_orders_it() {
     // Classic validate rules see the object before the MutatingPolicies,

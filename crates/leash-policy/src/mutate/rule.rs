@@ -137,6 +137,8 @@ impl Policy {
                 data,
                 delete: operation == Operation::Delete,
                 mocked: bound.iter().map(|(k, _)| k.clone()).collect(),
+                // foreachValues are for validate rules' foreach lists.
+                foreach_bound: &[],
             };
             if let MutateSpec::Existing {
                 targets: specs,

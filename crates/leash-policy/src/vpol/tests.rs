@@ -816,3 +816,153 @@ fn classic_cel_fast_path_agrees_with_the_interpreter() {
     );
     println!("{compared} results compared");
 }
+
+/// A JSON-mode policy (`evaluation.mode: JSON`) evaluates JSON payloads
+/// with no match constraints (match conditions, variables, validations,
+/// CEL exceptions) and gives no result on a Kubernetes resource.
+#[test]
+fn json_mode_policies_evaluate_payloads() {
+    let mut engine = crate::Engine::new();
+    for doc in [
+        json!({"apiVersion": "policies.kyverno.io/v1", "kind": "ValidatingPolicy",
+            "metadata": {"name": "big"},
+            "spec": {"evaluation": {"mode": "JSON"},
+                "matchConditions": [{"name": "has-data", "expression": "has(object.data)"}],
+                "variables": [{"name": "v", "expression": "object.data.value"}],
+                "validations": [{"expression": "variables.v > 10", "message": "too small"}]}}),
+        json!({"apiVersion": "policies.kyverno.io/v1alpha1", "kind": "PolicyException",
+            "metadata": {"name": "skip-named"},
+            "spec": {"policyRefs": [{"name": "big", "kind": "ValidatingPolicy"}],
+                "matchConditions": [{"name": "n", "expression": "object.?name.orValue('') == 'skip'"}]}}),
+    ] {
+        engine.add(
+            crate::Document::compile(&doc)
+                .expect("compiles")
+                .expect("a document"),
+        );
+    }
+    let on = |payload: Json| {
+        let prepared = crate::Prepared::new(EvalRequest::create(Arc::new(payload)));
+        engine
+            .evaluate_json(&prepared, &NoClusterData)
+            .into_iter()
+            .map(|r| (r.status, r.message))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        on(json!({"data": {"value": 11}})),
+        [(Status::Pass, String::new())]
+    );
+    assert_eq!(
+        on(json!({"data": {"value": 1}})),
+        [(Status::Fail, "too small".to_string())]
+    );
+    assert_eq!(on(json!({"other": 1})), [(Status::Skip, String::new())]);
+    assert_eq!(
+        on(json!({"name": "skip", "data": {"value": 1}})),
+        [(
+            Status::Skip,
+            "rule is skipped due to policy exception: skip-named".to_string()
+        )]
+    );
+    // Not on a Kubernetes resource.
+    let pod = EvalRequest::create(Arc::new(pod("p", json!({}), json!({}))));
+    assert!(
+        engine
+            .evaluate(pod, &NoClusterData, &Default::default())
+            .is_empty()
+    );
+}
+
+/// HTTP and Envoy authorization policies (`evaluation.mode: HTTP`,
+/// `Envoy`): the first validation that builds a response decides (allowed:
+/// Pass, denied: Fail), null ones are passed over, a false match condition
+/// or no response is Skip; they give no result on a Kubernetes resource.
+#[test]
+fn authz_policies_answer_with_the_first_response() {
+    let authz = |mode: &str, validations: Json| {
+        policy(json!({"evaluation": {"mode": mode},
+            "matchConditions": [{"name": "get", "expression": "object.attributes.method == 'GET'"}],
+            "variables": [{"name": "path", "expression": "object.attributes.path"}],
+            "validations": validations}))
+    };
+    let request = |method: &str, path: &str| {
+        EvalRequest::create(Arc::new(
+            json!({"attributes": {"method": method, "path": path}}),
+        ))
+    };
+    let on = |p: &ValidatingPolicy, r: &EvalRequest| {
+        let r = p.evaluate_authz(r, &NoClusterData);
+        (r.status, r.message)
+    };
+    let http = authz(
+        "HTTP",
+        json!([
+            {"expression": "variables.path.startsWith('/public') ? http.Allowed().Response() : null"},
+            {"expression": "variables.path == '/admin' ? http.Denied('admins only').Response() : null"}
+        ]),
+    );
+    assert_eq!(http.evaluation_mode(), EvaluationMode::Http);
+    assert_eq!(
+        on(&http, &request("GET", "/public/a")),
+        (Status::Pass, "request allowed".to_string())
+    );
+    assert_eq!(
+        on(&http, &request("GET", "/admin")),
+        (
+            Status::Fail,
+            "request denied, reason: admins only".to_string()
+        )
+    );
+    assert_eq!(on(&http, &request("GET", "/other")).0, Status::Skip);
+    assert_eq!(
+        on(&http, &request("POST", "/public/a")),
+        (Status::Skip, "request does not match".to_string())
+    );
+    let envoy = authz(
+        "Envoy",
+        json!([{"expression":
+            "envoy.Denied(403).WithBody('no').WithHeader('x-why', 'policy').Response()"}]),
+    );
+    assert_eq!(
+        on(&envoy, &request("GET", "/")),
+        (
+            Status::Fail,
+            "request denied with status code 403".to_string()
+        )
+    );
+    let broken = authz("Envoy", json!([{"expression": "'not a response'"}]));
+    assert_eq!(on(&broken, &request("GET", "/")).0, Status::Error);
+    // Not on a Kubernetes resource.
+    assert_eq!(status(&http, pod("p", json!({}), json!({}))), None);
+}
+
+/// Kyverno's CLI has a response of a ValidatingPolicy for every resource
+/// unless its match constraints are one plain resource rule (no resource
+/// names, selectors or exclusions).
+#[test]
+fn which_policies_respond_to_every_resource() {
+    let with = |constraints: Json| {
+        policy(json!({"matchConstraints": constraints,
+            "validations": [{"expression": "true"}]}))
+        .responds_to_every_resource()
+    };
+    let rule = json!({"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]});
+    assert!(!with(json!({"resourceRules": [rule]})));
+    assert!(!with(
+        json!({"resourceRules": [rule], "objectSelector": {}, "namespaceSelector": {"matchLabels": {}}})
+    ));
+    assert!(with(
+        json!({"resourceRules": [rule], "objectSelector": {"matchLabels": {"a": "b"}}})
+    ));
+    assert!(with(
+        json!({"resourceRules": [rule], "namespaceSelector": {"matchExpressions": [{"key": "a", "operator": "Exists"}]}})
+    ));
+    assert!(with(
+        json!({"resourceRules": [rule], "excludeResourceRules": [rule]})
+    ));
+    assert!(with(json!({"resourceRules": [rule, rule]})));
+    let mut named = rule.clone();
+    named["resourceNames"] = json!(["p"]);
+    assert!(with(json!({"resourceRules": [named]})));
+}

@@ -522,6 +522,7 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode> {
             loaded.engine.policies().len()
                 + loaded.engine.validating_policies().len()
                 + loaded.engine.mutating_policies().len()
+                + loaded.engine.mutating_admission_policies().len()
                 + loaded.engine.generating_policies().len(),
             &combined,
             format,

@@ -24,7 +24,7 @@
 //!    failed request (only answers and 404s are), so a cancelled or failed
 //!    lookup never poisons later ones.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -39,6 +39,22 @@ pub(crate) struct MemoryCluster {
     objects: Vec<Arc<Value>>,
     /// Image metadata by reference (`image.GetMetadata`).
     images: HashMap<String, Value>,
+    /// Canned HTTP answers (a test's `apiCallResponses`).
+    http: Vec<HttpAnswer>,
+    /// Global context entries' data by name (a test's
+    /// `globalContextEntries`).
+    globals: BTreeMap<String, Value>,
+}
+
+/// One canned HTTP answer, Kyverno's `apiCallResponses` entry: the URL (or
+/// API server path), the method it answers (any when None), the status
+/// code and the JSON body.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct HttpAnswer {
+    pub url: String,
+    pub method: Option<String>,
+    pub status: u16,
+    pub body: Value,
 }
 
 impl MemoryCluster {
@@ -46,7 +62,21 @@ impl MemoryCluster {
         MemoryCluster {
             objects: objects.into_iter().map(Arc::new).collect(),
             images: HashMap::new(),
+            http: Vec::new(),
+            globals: BTreeMap::new(),
         }
+    }
+
+    /// Serves `globals` (entry name -> data) to global context lookups.
+    pub(crate) fn with_globals(mut self, globals: BTreeMap<String, Value>) -> MemoryCluster {
+        self.globals = globals;
+        self
+    }
+
+    /// Answers `apiCall`s and CEL `http` calls from `answers`.
+    pub(crate) fn with_http_answers(mut self, answers: Vec<HttpAnswer>) -> MemoryCluster {
+        self.http = answers;
+        self
     }
 
     /// Serves `images` (reference -> Kyverno's `ImageData`) to
@@ -54,6 +84,27 @@ impl MemoryCluster {
     pub(crate) fn with_images(mut self, images: HashMap<String, Value>) -> MemoryCluster {
         self.images = images;
         self
+    }
+
+    /// The canned answer to `method` on `url`: the entry naming that
+    /// method, else one naming none (as Kyverno's CLI looks them up).
+    fn answer(&self, method: &str, url: &str) -> Option<&HttpAnswer> {
+        let method = method.to_ascii_uppercase();
+        self.http
+            .iter()
+            .find(|a| a.url == url && a.method.as_deref() == Some(method.as_str()))
+            .or_else(|| {
+                self.http
+                    .iter()
+                    .find(|a| a.url == url && a.method.is_none())
+            })
+    }
+
+    /// An `apiCall`'s answer: the body of a 2xx answer (Kyverno's v1
+    /// `apiCall` treats any other status as a failure).
+    fn api_answer(&self, method: &str, url: &str) -> Option<Option<Value>> {
+        self.answer(method, url)
+            .map(|a| (200..300).contains(&a.status).then(|| a.body.clone()))
     }
 
     fn matching<'a>(
@@ -99,7 +150,29 @@ impl ClusterData for MemoryCluster {
     }
 
     fn api_get(&self, url_path: &str) -> Option<Value> {
-        leash_controller::lookups::answer_path(self, url_path)
+        match self.api_answer("GET", url_path) {
+            Some(answer) => answer,
+            None => leash_controller::lookups::answer_path(self, url_path),
+        }
+    }
+
+    fn api_service(&self, call: &leash_policy::ServiceCall) -> Option<Value> {
+        self.api_answer(&call.method, &call.url).flatten()
+    }
+
+    /// An entry's data, or the field of it a projection names (the
+    /// entry's data is then an object of projections).
+    fn global(&self, entry: &str, projection: Option<&str>) -> Option<Value> {
+        let data = self.globals.get(entry)?;
+        match projection.filter(|p| !p.is_empty()) {
+            None => Some(data.clone()),
+            Some(p) => data.get(p).cloned(),
+        }
+    }
+
+    fn http_call(&self, method: &str, url: &str, _body: Option<&Value>) -> Option<Value> {
+        self.answer(method, url)
+            .map(|a| serde_json::json!({"body": a.body, "statusCode": a.status}))
     }
 }
 
@@ -355,6 +428,80 @@ mod tests {
         assert_eq!(c.list("v1", "configmaps", "").len(), 2);
         assert_eq!(c.list("apps/v1", "deployments", "x").len(), 1);
         assert_eq!(c.list("v1", "namespaces", "").len(), 1);
+    }
+
+    /// A test's `apiCallResponses`: the entry naming the method first,
+    /// then one naming none; `apiCall`s get a 2xx answer's body (another
+    /// status is no answer), CEL `http` the body with the status; an
+    /// `urlPath` answer comes before the objects.
+    #[test]
+    fn canned_http_answers() {
+        let answer = |url: &str, method: Option<&str>, status: u16, body: Value| HttpAnswer {
+            url: url.to_string(),
+            method: method.map(String::from),
+            status,
+            body,
+        };
+        let c = cluster().with_http_answers(vec![
+            answer("https://svc/check", None, 200, json!({"allowed": true})),
+            answer(
+                "https://svc/check",
+                Some("POST"),
+                201,
+                json!({"posted": true}),
+            ),
+            answer("https://svc/down", None, 503, json!({"error": "down"})),
+            answer(
+                "/api/v1/namespaces/x/configmaps",
+                None,
+                200,
+                json!({"items": []}),
+            ),
+        ]);
+        let call = |method: &str, url: &str| leash_policy::ServiceCall {
+            url: url.to_string(),
+            ca_bundle: None,
+            method: method.to_string(),
+            body: None,
+        };
+        assert_eq!(
+            c.api_service(&call("GET", "https://svc/check")),
+            Some(json!({"allowed": true}))
+        );
+        assert_eq!(
+            c.api_service(&call("POST", "https://svc/check")),
+            Some(json!({"posted": true}))
+        );
+        assert_eq!(c.api_service(&call("GET", "https://svc/down")), None);
+        assert_eq!(c.api_service(&call("GET", "https://svc/other")), None);
+        assert_eq!(
+            c.http_call("post", "https://svc/check", Some(&json!({"a": 1}))),
+            Some(json!({"body": {"posted": true}, "statusCode": 201}))
+        );
+        assert_eq!(
+            c.http_call("GET", "https://svc/down", None),
+            Some(json!({"body": {"error": "down"}, "statusCode": 503}))
+        );
+        assert_eq!(
+            c.api_get("/api/v1/namespaces/x/configmaps"),
+            Some(json!({"items": []}))
+        );
+    }
+
+    #[test]
+    fn global_entries_and_their_projections() {
+        let c = cluster().with_globals(
+            [
+                ("whole".to_string(), json!([1, 2])),
+                ("projected".to_string(), json!({"size": 2})),
+            ]
+            .into(),
+        );
+        assert_eq!(c.global("whole", None), Some(json!([1, 2])));
+        assert_eq!(c.global("whole", Some("")), Some(json!([1, 2])));
+        assert_eq!(c.global("projected", Some("size")), Some(json!(2)));
+        assert_eq!(c.global("projected", Some("other")), None);
+        assert_eq!(c.global("missing", None), None);
     }
 
     #[test]

@@ -5,6 +5,9 @@ use std::sync::Arc;
 
 use anyhow::{Result, bail};
 use leash_policy::dpol::{self, DeletingPolicy};
+use leash_policy::mpol::admission::{
+    self as map, MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding,
+};
 use leash_policy::vap::{self, AdmissionPolicy, AdmissionPolicyBinding};
 use leash_policy::{Document, Engine};
 use serde_json::Value;
@@ -54,6 +57,20 @@ pub(crate) fn add_doc(loaded: &mut Loaded, doc: &Doc) -> Result<()> {
     if vap::is_admission_policy_binding(&doc.value) {
         match AdmissionPolicyBinding::compile(&doc.value) {
             Ok(b) => loaded.admission_bindings.push(Arc::new(b)),
+            Err(e) => bail!("{}: {e}", doc.origin()),
+        }
+        return Ok(());
+    }
+    if map::is_mutating_admission_policy(&doc.value) {
+        match MutatingAdmissionPolicy::compile(&doc.value) {
+            Ok(p) => loaded.engine.add_mutating_admission_policy(Arc::new(p)),
+            Err(e) => bail!("{}: {e}", doc.origin()),
+        }
+        return Ok(());
+    }
+    if map::is_mutating_admission_policy_binding(&doc.value) {
+        match MutatingAdmissionPolicyBinding::compile(&doc.value) {
+            Ok(b) => loaded.engine.add_mutating_admission_binding(Arc::new(b)),
             Err(e) => bail!("{}: {e}", doc.origin()),
         }
         return Ok(());

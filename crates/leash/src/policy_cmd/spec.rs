@@ -8,6 +8,7 @@ use anyhow::{Context as _, Result, bail};
 use leash_policy::{Bindings, PolicyBindings, Status, UserInfo};
 use serde_json::Value;
 
+use super::cluster::HttpAnswer;
 use super::files::{self, Doc};
 
 /// One expected result row.
@@ -48,6 +49,21 @@ pub(crate) struct TestFile {
     /// `clusterResources`: `ClusterResource` files, the objects (and CRDs)
     /// that exist in the cluster the rules look things up in.
     pub cluster_resources: Vec<PathBuf>,
+    /// `paramResources`: the parameter resources of Kubernetes admission
+    /// policies (their bindings' `paramRef`s select among them).
+    pub param_resources: Vec<PathBuf>,
+    /// `apiCallResponses`: canned answers to `apiCall`s and CEL `http`
+    /// calls.
+    pub http_answers: Vec<HttpAnswer>,
+    /// `globalContextEntries`: the data of global context entries, by
+    /// name.
+    pub global_entries: BTreeMap<String, Value>,
+    /// `jsonPayloads`: (the path as the test names it, the file).
+    pub json_payloads: Vec<(String, PathBuf)>,
+    /// `httpPayloads`: HTTP authorization requests, as `json_payloads`.
+    pub http_payloads: Vec<(String, PathBuf)>,
+    /// `envoyPayloads`: Envoy authorization requests, as `json_payloads`.
+    pub envoy_payloads: Vec<(String, PathBuf)>,
     pub results: Vec<ExpectedRow>,
 }
 
@@ -68,6 +84,27 @@ fn paths(v: &Value, dir: &Path, field: &str, file: &Path) -> Result<Vec<PathBuf>
     }
 }
 
+/// The files a `paths` field names, each with its path as written.
+fn named_files(v: &Value, field: &str, dir: &Path, file: &Path) -> Result<Vec<(String, PathBuf)>> {
+    Ok(paths(&v[field], dir, field, file)?
+        .into_iter()
+        .zip(named_paths(&v[field]))
+        .map(|(file, named)| (named, file))
+        .collect())
+}
+
+/// The paths of a `paths` field as the test writes them.
+fn named_paths(v: &Value) -> Vec<String> {
+    match v {
+        Value::String(s) => vec![s.clone()],
+        Value::Array(a) => a
+            .iter()
+            .map(|p| p.as_str().unwrap_or("").to_string())
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
 fn one_path(v: &Value, dir: &Path, field: &str, file: &Path) -> Result<Option<PathBuf>> {
     match v {
         Value::Null => Ok(None),
@@ -78,13 +115,21 @@ fn one_path(v: &Value, dir: &Path, field: &str, file: &Path) -> Result<Option<Pa
 }
 
 impl TestFile {
-    /// Parses a test file.
-    pub(crate) fn read(path: &Path) -> Result<TestFile> {
+    /// Parses a test file: every test it holds (a YAML stream may hold
+    /// several, each run on its own, as Kyverno's CLI runs them).
+    pub(crate) fn read_all(path: &Path) -> Result<Vec<TestFile>> {
         let docs = files::read_file(path)?;
-        let Some(doc) = docs.into_iter().next() else {
+        if docs.is_empty() {
             bail!("{}: the file holds no test", path.display());
-        };
-        let v = &doc.value;
+        }
+        docs.iter()
+            .filter(|d| !d.value.is_null())
+            .map(|d| TestFile::from_doc(&d.value, path))
+            .collect()
+    }
+
+    /// Parses one test document of the file at `path`.
+    fn from_doc(v: &Value, path: &Path) -> Result<TestFile> {
         if let Some(kind) = v["kind"].as_str()
             && kind != "Test"
         {
@@ -117,9 +162,170 @@ impl TestFile {
             context: one_path(&v["context"], dir, "context", path)?,
             target_resources: paths(&v["targetResources"], dir, "targetResources", path)?,
             cluster_resources: paths(&v["clusterResources"], dir, "clusterResources", path)?,
+            param_resources: paths(&v["paramResources"], dir, "paramResources", path)?,
+            http_answers: http_answers(&v["apiCallResponses"], path)?,
+            global_entries: global_entries(&v["globalContextEntries"], dir, path)?,
+            json_payloads: named_files(v, "jsonPayloads", dir, path)?,
+            http_payloads: named_files(v, "httpPayloads", dir, path)?,
+            envoy_payloads: named_files(v, "envoyPayloads", dir, path)?,
             results,
         })
     }
+}
+
+/// A JSON payload: the file's one document, which must be an object.
+pub(crate) fn read_json_payload(name: &str, file: &Path) -> Result<Value> {
+    let docs =
+        files::read_file(file).with_context(|| format!("failed to load JSON payload {name}"))?;
+    match <[Doc; 1]>::try_from(docs) {
+        Ok([doc]) if doc.value.is_object() => Ok(doc.value),
+        Ok([doc]) if doc.value.is_null() => bail!("JSON payload {name} is empty or nil"),
+        Ok(_) => bail!("JSON payload {name} must be a top-level object (map)"),
+        Err(docs) if docs.is_empty() => bail!("JSON payload {name} is empty or nil"),
+        Err(_) => bail!("JSON payload {name} must hold one document"),
+    }
+}
+
+/// A test's `apiCallResponses`, checked as Kyverno's CLI checks them: each
+/// has a `url` (absolute http or https) or a `urlPath` (from `/`), not
+/// both; `method` GET, POST or none; a `response.body` object; a
+/// `response.statusCode` from 100 to 599 (200 when absent); no two answer
+/// the same method and URL.
+fn http_answers(v: &Value, file: &Path) -> Result<Vec<HttpAnswer>> {
+    let entries = match v {
+        Value::Null => return Ok(Vec::new()),
+        Value::Array(a) => a,
+        _ => bail!("{}: apiCallResponses must be a list", file.display()),
+    };
+    let mut out: Vec<HttpAnswer> = Vec::new();
+    for (i, e) in entries.iter().enumerate() {
+        let at = format!("{}: apiCallResponses[{i}]", file.display());
+        let text = |f: &str| e[f].as_str().map(str::trim).filter(|s| !s.is_empty());
+        let url = match (text("url"), text("urlPath")) {
+            (Some(_), Some(_)) => bail!("{at}: url and urlPath are mutually exclusive"),
+            (None, None) => bail!("{at}: either url or urlPath is required"),
+            (Some(u), None) => {
+                let host = u
+                    .strip_prefix("https://")
+                    .or_else(|| u.strip_prefix("http://"));
+                if host.is_none_or(|h| h.is_empty() || h.starts_with('/')) {
+                    bail!("{at}: url {u:?} must be an absolute https/http URL");
+                }
+                u
+            }
+            (None, Some(p)) if !p.starts_with('/') => {
+                bail!("{at}: urlPath {p:?} must be an absolute path starting with '/'")
+            }
+            (None, Some(p)) => p,
+        };
+        let method = match text("method").map(str::to_ascii_uppercase) {
+            None => None,
+            Some(m) if m == "GET" || m == "POST" => Some(m),
+            Some(_) => bail!("{at}: method must be GET or POST"),
+        };
+        let body = &e["response"]["body"];
+        if !body.is_object() {
+            bail!("{at} {url:?}: response.body must be a JSON object");
+        }
+        let status = match &e["response"]["statusCode"] {
+            Value::Null => 200,
+            s => match s.as_u64().filter(|c| (100..=599).contains(c)) {
+                Some(c) => c as u16,
+                None => bail!("{at} {url:?}: statusCode {s} must be between 100 and 599"),
+            },
+        };
+        if out.iter().any(|a| a.url == url && a.method == method) {
+            bail!("{at}: duplicate entry for {url:?}: each method+url combination must be unique");
+        }
+        out.push(HttpAnswer {
+            url: url.to_string(),
+            method,
+            status,
+            body: body.clone(),
+        });
+    }
+    Ok(out)
+}
+
+/// A test's `globalContextEntries`, each resolved as Kyverno's CLI
+/// resolves its mocks: the root is `data`, or the list of `resources`
+/// (inline, or the documents of `resourceFiles` relative to the test), one
+/// of the three at most (none: null); `fieldPath` (JMESPath) narrows it;
+/// with `projections` the entry is an object of each projection's name and
+/// its `path` (JMESPath) searched on the root.
+fn global_entries(v: &Value, dir: &Path, file: &Path) -> Result<BTreeMap<String, Value>> {
+    let entries = match v {
+        Value::Null => return Ok(BTreeMap::new()),
+        Value::Array(a) => a,
+        _ => bail!("{}: globalContextEntries must be a list", file.display()),
+    };
+    let mut out = BTreeMap::new();
+    for (i, e) in entries.iter().enumerate() {
+        let at = format!("{}: globalContextEntries[{i}]", file.display());
+        let Some(name) = e["name"].as_str().map(str::trim).filter(|n| !n.is_empty()) else {
+            bail!("{at}: name is required");
+        };
+        if out.contains_key(name) {
+            bail!("{at}: duplicate name {name:?}");
+        }
+        let sources = ["data", "resources", "resourceFiles"]
+            .into_iter()
+            .filter(|k| !e[*k].is_null())
+            .count();
+        if sources > 1 {
+            bail!("{at} {name:?}: data, resources and resourceFiles are mutually exclusive");
+        }
+        let mut root = if let Some(files) = e["resourceFiles"].as_array() {
+            let mut items = Vec::new();
+            for f in files {
+                let Some(f) = f.as_str() else {
+                    bail!("{at} {name:?}: resourceFiles must be paths");
+                };
+                let docs = files::read_file(&dir.join(f))
+                    .with_context(|| format!("{at} {name:?}: resourceFiles {f:?}"))?;
+                items.extend(
+                    docs.into_iter()
+                        .map(|d| d.value)
+                        .filter(|d| d.as_object().is_some_and(|o| !o.is_empty())),
+                );
+            }
+            Value::Array(items)
+        } else if let Some(resources) = e["resources"].as_array() {
+            if let Some(j) = resources.iter().position(|r| !r.is_object()) {
+                bail!("{at} {name:?}: resources[{j}] must be an object");
+            }
+            Value::Array(resources.clone())
+        } else {
+            e["data"].clone()
+        };
+        let search = |path: &str, data: &Value, what: &str| -> Result<Value> {
+            let expr = leash_policy::jmespath::compile(path)
+                .map_err(|err| anyhow::anyhow!("{at} {name:?} {what} {path:?}: {err}"))?;
+            leash_policy::jmespath::search(&expr, data)
+                .map_err(|err| anyhow::anyhow!("{at} {name:?} {what} {path:?}: {err}"))
+        };
+        if let Some(path) = e["fieldPath"].as_str().filter(|p| !p.is_empty()) {
+            root = search(path, &root, "fieldPath")?;
+        }
+        let value = match e["projections"].as_array() {
+            Some(projections) if !projections.is_empty() => {
+                let mut object = serde_json::Map::new();
+                for p in projections {
+                    let (Some(pname), Some(path)) = (
+                        p["name"].as_str().filter(|s| !s.trim().is_empty()),
+                        p["path"].as_str().filter(|s| !s.trim().is_empty()),
+                    ) else {
+                        bail!("{at} {name:?}: each projection needs a name and a path");
+                    };
+                    object.insert(pname.to_string(), search(path, &root, "projection")?);
+                }
+                Value::Object(object)
+            }
+            _ => root,
+        };
+        out.insert(name.to_string(), value);
+    }
+    Ok(out)
 }
 
 fn parse_row(row: &Value, i: usize, path: &Path, dir: &Path) -> Result<ExpectedRow> {
@@ -278,6 +484,16 @@ impl Values {
                             .entry(rn.to_string())
                             .or_default()
                             .extend(value_pairs(&r["values"]));
+                        let foreach = entry.foreach.entry(rn.to_string()).or_default();
+                        for (k, v) in value_pairs(&r["foreachValues"]) {
+                            let Value::Array(values) = v else {
+                                bail!(
+                                    "{}: policies[{i}] rule {rn}: foreachValues.{k} must be a list",
+                                    doc.origin()
+                                );
+                            };
+                            foreach.push((k, values));
+                        }
                     }
                 }
             }
@@ -430,7 +646,143 @@ fn image_data(entry: &Value) -> Value {
 mod tests {
     use serde_json::json;
 
-    use super::{image_data, read_cluster_resources};
+    use super::{
+        TestFile, global_entries, http_answers, image_data, read_cluster_resources,
+        read_json_payload,
+    };
+
+    /// A file may hold several tests (each its own run); `jsonPayloads`
+    /// keep the names the test gives them.
+    #[test]
+    fn test_files_with_several_tests_and_json_payloads() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("kyverno-test.yaml");
+        std::fs::write(
+            &file,
+            "apiVersion: cli.kyverno.io/v1alpha1\nkind: Test\nmetadata: {name: a}\npolicies: [p.yaml]\njsonPayloads: [in/one.json]\nresults: []\n---\napiVersion: cli.kyverno.io/v1alpha1\nkind: Test\nmetadata: {name: b}\npolicies: [p.yaml]\nresults: []\n",
+        )
+        .unwrap();
+        let tests = TestFile::read_all(&file).unwrap();
+        let names: Vec<&str> = tests.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["a", "b"]);
+        assert_eq!(
+            tests[0].json_payloads,
+            [("in/one.json".to_string(), dir.path().join("in/one.json"))]
+        );
+        let payload = dir.path().join("payload.json");
+        std::fs::write(&payload, r#"{"data": {"value": 1}}"#).unwrap();
+        assert_eq!(
+            read_json_payload("payload.json", &payload).unwrap(),
+            json!({"data": {"value": 1}})
+        );
+        std::fs::write(&payload, "[1, 2]").unwrap();
+        let err = format!(
+            "{:#}",
+            read_json_payload("payload.json", &payload).unwrap_err()
+        );
+        assert!(err.contains("payload.json"), "{err}");
+    }
+
+    #[test]
+    fn global_context_entries_resolve_as_kyverno_mocks_them() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("deployments.yaml"),
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: a}\n---\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: b}\n",
+        )
+        .unwrap();
+        let file = dir.path().join("kyverno-test.yaml");
+        let entries = global_entries(
+            &json!([
+                {"name": "files", "resourceFiles": ["deployments.yaml"]},
+                {"name": "inline", "resources": [{"kind": "Pod", "metadata": {"name": "p"}}],
+                 "fieldPath": "[].metadata.name"},
+                {"name": "projected", "data": {"team": {"size": 3, "lead": "ann"}},
+                 "fieldPath": "team", "projections": [{"name": "size", "path": "size"}]},
+                {"name": "empty"}
+            ]),
+            dir.path(),
+            &file,
+        )
+        .unwrap();
+        let names: Vec<&serde_json::Value> = entries["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| &d["metadata"]["name"])
+            .collect();
+        assert_eq!(
+            names,
+            [&json!("a"), &json!("b")],
+            "empty documents are skipped"
+        );
+        assert_eq!(entries["inline"], json!(["p"]));
+        assert_eq!(entries["projected"], json!({"size": 3}));
+        assert_eq!(entries["empty"], serde_json::Value::Null);
+        let err = global_entries(
+            &json!([{"name": "x", "data": {}, "resources": []}]),
+            dir.path(),
+            &file,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("mutually exclusive"), "{err}");
+        let err = global_entries(&json!([{"name": "x"}, {"name": "x"}]), dir.path(), &file)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("duplicate"), "{err}");
+    }
+
+    #[test]
+    fn api_call_responses_are_checked_as_kyverno_checks_them() {
+        let file = std::path::Path::new("kyverno-test.yaml");
+        let answers = http_answers(
+            &json!([
+                {"url": "https://svc.example/check", "method": "post", "response": {"body": {"ok": true}}},
+                {"urlPath": "/api/v1/namespaces", "response": {"statusCode": 404, "body": {}}}
+            ]),
+            file,
+        )
+        .unwrap();
+        assert_eq!(answers[0].method.as_deref(), Some("POST"));
+        assert_eq!((answers[0].status, answers[1].status), (200, 404));
+        assert_eq!(answers[1].url, "/api/v1/namespaces");
+        for (bad, why) in [
+            (json!({"response": {"body": {}}}), "either url or urlPath"),
+            (
+                json!({"url": "https://a", "urlPath": "/b", "response": {"body": {}}}),
+                "mutually exclusive",
+            ),
+            (
+                json!({"url": "ftp://a", "response": {"body": {}}}),
+                "absolute https/http",
+            ),
+            (
+                json!({"urlPath": "b", "response": {"body": {}}}),
+                "starting with '/'",
+            ),
+            (
+                json!({"url": "https://a", "method": "PUT", "response": {"body": {}}}),
+                "GET or POST",
+            ),
+            (
+                json!({"url": "https://a", "response": {"body": [1]}}),
+                "JSON object",
+            ),
+            (
+                json!({"url": "https://a", "response": {"statusCode": 99, "body": {}}}),
+                "between 100 and 599",
+            ),
+        ] {
+            let err = http_answers(&json!([bad]), file).unwrap_err().to_string();
+            assert!(err.contains(why), "{err}");
+        }
+        let twice = json!({"url": "https://a", "response": {"body": {}}});
+        let err = http_answers(&json!([twice, twice]), file)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("duplicate"), "{err}");
+    }
 
     #[test]
     fn cluster_resources_hold_spec_resources_crds_and_plain_objects() {

@@ -29,6 +29,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use anyhow::{Context, Result};
 use clap::ValueEnum;
 use leash_policy::vap::AdmissionPolicyBinding;
+use leash_policy::vpol::EvaluationMode;
 use leash_policy::{
     EvalRequest, Mutation, Operation, Prepared, RuleResult, Status, UserInfo, base_rule, wildcard,
 };
@@ -333,15 +334,15 @@ pub(crate) fn run(args: Args) -> Result<ExitCode> {
 }
 
 /// Runs every test file, several at once (one per core); results keep the
-/// files' order.
+/// files' order (and, within a file holding several tests, theirs).
 fn run_all(tests: &[PathBuf], selector: &Selector) -> Vec<TestRun> {
     let workers = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(tests.len())
         .max(1);
     let next = AtomicUsize::new(0);
-    let mut runs: Vec<Option<TestRun>> = (0..tests.len()).map(|_| None).collect();
-    let done: Vec<(usize, TestRun)> = std::thread::scope(|s| {
+    let mut runs: Vec<Option<Vec<TestRun>>> = (0..tests.len()).map(|_| None).collect();
+    let done: Vec<(usize, Vec<TestRun>)> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..workers)
             .map(|_| {
                 s.spawn(|| {
@@ -367,29 +368,34 @@ fn run_all(tests: &[PathBuf], selector: &Selector) -> Vec<TestRun> {
     }
     runs.into_iter()
         .enumerate()
-        .map(|(i, r)| {
-            r.unwrap_or_else(|| TestRun {
-                path: tests[i].clone(),
-                name: String::new(),
-                outcome: Err(TestError::Panicked),
+        .flat_map(|(i, r)| {
+            r.unwrap_or_else(|| {
+                vec![TestRun {
+                    path: tests[i].clone(),
+                    name: String::new(),
+                    outcome: Err(TestError::Panicked),
+                }]
             })
         })
         .collect()
 }
 
-fn run_one(path: &Path, selector: &Selector) -> TestRun {
-    match TestFile::read(path) {
-        Err(e) => TestRun {
+fn run_one(path: &Path, selector: &Selector) -> Vec<TestRun> {
+    match TestFile::read_all(path) {
+        Err(e) => vec![TestRun {
             path: path.to_path_buf(),
             name: String::new(),
             outcome: Err(TestError::Invalid(format!("{e:#}"))),
-        },
-        Ok(test) => TestRun {
-            path: path.to_path_buf(),
-            name: test.name.clone(),
-            outcome: evaluate_test(&test, selector)
-                .map_err(|e| TestError::NotRun(format!("{e:#}"))),
-        },
+        }],
+        Ok(tests) => tests
+            .iter()
+            .map(|test| TestRun {
+                path: path.to_path_buf(),
+                name: test.name.clone(),
+                outcome: evaluate_test(test, selector)
+                    .map_err(|e| TestError::NotRun(format!("{e:#}"))),
+            })
+            .collect(),
     }
 }
 
@@ -428,6 +434,8 @@ fn evaluate_test(test: &TestFile, selector: &Selector) -> Result<Vec<Outcome>> {
     for file in &test.cluster_resources {
         objects.extend(spec::read_cluster_resources(file, &test.dir)?);
     }
+    // Admission policies' parameter resources are read from the cluster.
+    objects.extend(load::load_resources(&test.param_resources)?);
     // The existing resources `mutate.targets` rules look up.
     let mut targets = load::load_resources(&test.target_resources)?;
     for t in &mut targets {
@@ -446,7 +454,10 @@ fn evaluate_test(test: &TestFile, selector: &Selector) -> Result<Vec<Outcome>> {
         load::default_namespace(&mut object);
         objects.push(object);
     }
-    let cluster = MemoryCluster::new(objects).with_images(context.images);
+    let cluster = MemoryCluster::new(objects)
+        .with_images(context.images)
+        .with_http_answers(test.http_answers.clone())
+        .with_globals(test.global_entries.clone());
     let mut resources = load::load_resources(&test.resources)?;
     for r in &mut resources {
         load::default_namespace(r);
@@ -521,6 +532,45 @@ fn evaluate_test(test: &TestFile, selector: &Selector) -> Result<Vec<Outcome>> {
             }
         })
         .collect();
+    // The JSON payloads, and HTTP and Envoy authorization requests: each
+    // named by its path as the test writes it; a JSON payload evaluated by
+    // the JSON-mode ValidatingPolicies and the DeletingPolicies, a request
+    // by the ValidatingPolicies of its mode.
+    let mut evaluated = evaluated;
+    let payloads = (test.json_payloads.iter().map(|p| (p, None)))
+        .chain(
+            test.http_payloads
+                .iter()
+                .map(|p| (p, Some(EvaluationMode::Http))),
+        )
+        .chain(
+            test.envoy_payloads
+                .iter()
+                .map(|p| (p, Some(EvaluationMode::Envoy))),
+        );
+    for ((name, file), authz) in payloads {
+        let payload = Arc::new(spec::read_json_payload(name, file)?);
+        let prepared = Prepared::new(EvalRequest::create(payload.clone()));
+        let results = match authz {
+            Some(mode) => loaded.engine.evaluate_authz(mode, &prepared, &cluster),
+            None => {
+                let mut results = loaded.engine.evaluate_json(&prepared, &cluster);
+                for dpol in &loaded.deleting {
+                    results.push(dpol.evaluate(&prepared, &cluster, loaded.engine.exceptions()));
+                }
+                results
+            }
+        };
+        evaluated.push(Evaluated {
+            object: Arc::new(json!({"metadata": {"name": name}})),
+            mutation: Mutation {
+                object: payload,
+                steps: Vec::new(),
+            },
+            results,
+            generated: Vec::new(),
+        });
+    }
     if test.results.is_empty() {
         anyhow::bail!("the test has no results to check");
     }
@@ -535,6 +585,18 @@ fn evaluate_test(test: &TestFile, selector: &Selector) -> Result<Vec<Outcome>> {
         .map(|p| p.name())
         .collect();
     responding.extend(loaded.admission.iter().map(|p| p.name()));
+    // And the ValidatingPolicies and MutatingPolicies whose constraints
+    // are more than one plain resource rule (Kyverno's `hasSelector`).
+    responding.extend(
+        (loaded.engine.validating_policies().iter())
+            .filter(|p| p.responds_to_every_resource())
+            .map(|p| p.name()),
+    );
+    responding.extend(
+        (loaded.engine.mutating_policies().iter())
+            .filter(|p| p.responds_to_every_resource())
+            .map(|p| p.name()),
+    );
     let mut rows = Vec::new();
     for row in &test.results {
         for wanted in row_resources(row, &evaluated) {

@@ -1,4 +1,4 @@
-//! Kyverno's data libraries: `resource.Get`/`List`, `globalContext.Get`, `image.GetMetadata` and `generator.Apply`, over the caller's [`ClusterData`].
+//! Kyverno's data libraries: `resource.Get`/`List`, `globalContext.Get`, `image.GetMetadata`, `http.Get`/`Post` and `generator.Apply`, over the caller's [`ClusterData`].
 
 #[allow(clippy::wildcard_imports)]
 use super::*;
@@ -159,10 +159,140 @@ pub(super) fn data_list<'b, 'v>(
     data_call("list", args)
 }
 
+/// `globalContext.Get(entry, projection)`, and `http.Get(url, headers)`
+/// (the same name and arity).
 pub(super) fn data_global<'b, 'v>(
     args: Vec<CowVal<'b, 'v>>,
 ) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    if args.first().is_some_and(|t| t.get_type() == &HTTP_TYPE) {
+        return http_call("GET", args);
+    }
     data_call("global", args)
+}
+
+pub(super) static HTTP_TYPE: Type = Type::new_unspecified_type("kyverno.http");
+
+/// `http`: Kyverno's HTTP library, answered by the caller's
+/// [`ClusterData::http_call`] (the engine does no I/O). `Client(caBundle)`
+/// gives the same client: answers are looked up by method and URL.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct HttpVal<'a> {
+    data: &'a dyn ClusterData,
+}
+
+impl Val for HttpVal<'_> {
+    fn get_type(&self) -> &Type {
+        &HTTP_TYPE
+    }
+
+    fn cel_type() -> &'static Type
+    where
+        Self: Sized,
+    {
+        &HTTP_TYPE
+    }
+
+    fn as_indexer<'b, 'v>(&'b self) -> Option<&'b (dyn Indexer + 'v)>
+    where
+        Self: 'v,
+    {
+        Some(self)
+    }
+
+    fn clone_as_boxed<'v>(&self) -> Box<dyn Val + 'v>
+    where
+        Self: 'v,
+    {
+        Box::new(*self)
+    }
+}
+
+impl Indexer for HttpVal<'_> {
+    /// `[method, url, body?]` (headers are not part of the key).
+    fn get<'b, 'v>(&'b self, idx: &dyn Val) -> Result<CowVal<'b, 'v>, ExecutionError>
+    where
+        Self: 'v,
+    {
+        let key = match Value::try_from(idx)? {
+            Value::List(l) => l,
+            _ => return Err(ferr("http", "unknown call")),
+        };
+        let (method, url) = match (key.first(), key.get(1)) {
+            (Some(Value::String(m)), Some(Value::String(u))) => (m.to_string(), u.to_string()),
+            _ => return Err(ferr("http", "expects a URL string")),
+        };
+        let function = if method == "POST" {
+            "http.Post"
+        } else {
+            "http.Get"
+        };
+        let body = match key.get(2) {
+            Some(b) if method == "POST" => Some(
+                b.json()
+                    .map_err(|e| ferr(function, format!("the data is not JSON: {e}")))?,
+            ),
+            _ => None,
+        };
+        let answer = self
+            .data
+            .http_call(&method, &url, body.as_ref())
+            .ok_or_else(|| ferr(function, format!("no answer from {url}")))?;
+        Ok(CowVal::Owned(Box::<dyn Val>::try_from(from_json(&answer))?))
+    }
+
+    fn steal<'v>(self: Box<Self>, idx: &dyn Val) -> Result<Box<dyn Val + 'v>, ExecutionError>
+    where
+        Self: 'v,
+    {
+        self.get(idx).map(CowVal::into_owned)
+    }
+}
+
+/// One `http` call: the target, the URL, a POST's data; headers ignored.
+fn http_call<'b, 'v>(
+    method: &str,
+    args: Vec<CowVal<'b, 'v>>,
+) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let mut it = args.into_iter();
+    let target = it
+        .next()
+        .ok_or_else(ExecutionError::missing_argument_or_target)?;
+    let mut key = vec![s(method)];
+    let wanted = if method == "POST" { 2 } else { 1 };
+    for a in it.take(wanted) {
+        key.push(Value::try_from(a.as_ref())?);
+    }
+    let key = Box::<dyn Val>::try_from(Value::List(Arc::new(key)))?;
+    let indexer = target
+        .as_indexer()
+        .filter(|_| target.get_type() == &HTTP_TYPE)
+        .ok_or_else(|| ferr(method, "no such function on this value"))?;
+    let out = indexer.get(key.as_ref())?.into_owned();
+    Ok(CowVal::Owned(out))
+}
+
+/// `http.Get(url)`.
+pub(super) fn http_get<'b, 'v>(
+    args: Vec<CowVal<'b, 'v>>,
+) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    http_call("GET", args)
+}
+
+/// `http.Post(url, data)` and `http.Post(url, data, headers)`.
+pub(super) fn http_post<'b, 'v>(
+    args: Vec<CowVal<'b, 'v>>,
+) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    http_call("POST", args)
+}
+
+/// `http.Client(caBundle)`: the same client.
+pub(super) fn http_client<'b, 'v>(
+    mut args: Vec<CowVal<'b, 'v>>,
+) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    if args.first().is_none_or(|t| t.get_type() != &HTTP_TYPE) {
+        return Err(ferr("Client", "no such function on this value"));
+    }
+    Ok(args.swap_remove(0))
 }
 
 pub(super) fn data_image<'b, 'v>(
@@ -171,28 +301,45 @@ pub(super) fn data_image<'b, 'v>(
     data_call("image", args)
 }
 
-/// Binds `resource`, `globalContext` and `image` (the variable, beside the
-/// `image(ref)` function) to `data` in `ctx`, and `generator`.
+/// Binds `resource`, `globalContext`, `image` (the variable, beside the
+/// `image(ref)` function) and `http` to `data` in `ctx`, and `generator` (with nowhere
+/// to put what it generates: see [`bind_generator`]).
 pub(crate) fn bind_data<'a>(ctx: &mut Context<'_, 'a>, data: &'a dyn ClusterData) {
     ctx.add_variable_as_val("resource", Box::new(DataVal { data }));
     ctx.add_variable_as_val("globalContext", Box::new(DataVal { data }));
     ctx.add_variable_as_val("image", Box::new(DataVal { data }));
-    ctx.add_variable_as_val("generator", Box::new(GeneratorVal));
+    ctx.add_variable_as_val("http", Box::new(HttpVal { data }));
+    bind_envoy(ctx);
+    ctx.add_variable_as_val("generator", Box::new(GeneratorVal { sink: None }));
+}
+
+/// Binds `generator` so that `generator.Apply` records what it generates
+/// in `sink` (a GeneratingPolicy's evaluation).
+pub(crate) fn bind_generator<'a>(ctx: &mut Context<'_, 'a>, sink: &'a GeneratedSink) {
+    ctx.add_variable_as_val("generator", Box::new(GeneratorVal { sink: Some(sink) }));
 }
 
 pub(super) static GENERATOR_TYPE: Type = Type::new_unspecified_type("kyverno.generator");
 
-/// The key of the value `generator.Apply` returns (see [`generator_apply`]).
-pub(crate) const GENERATE_MARK: &str = "@leash.generate";
+/// What `generator.Apply` calls asked for, in call order: each call's
+/// namespace and objects.
+///
+/// # Invariants
+/// 1. One sink belongs to one evaluation, on one thread; the `Mutex` is
+///    there because CEL values must be `Sync`. It is held only to push one
+///    call's objects, never across an evaluation, so it is never contended.
+pub(crate) type GeneratedSink = std::sync::Mutex<Vec<(String, Vec<serde_json::Value>)>>;
 
-/// `generator`: its one function, `Apply(namespace, objects)`, has no
-/// effect of its own (evaluation stays pure): it returns a value that
-/// names the namespace and the objects, `{"@leash.generate": {namespace,
-/// objects}}`, which the GeneratingPolicy evaluator turns into downstreams.
+/// `generator`: its one function, `Apply(namespace, objects)`, records the
+/// objects in the evaluation's sink and returns true (Kyverno's generator
+/// creates them then). Evaluation stays pure: the sink is the caller's,
+/// and the GeneratingPolicy evaluator turns it into downstreams.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct GeneratorVal;
+pub(super) struct GeneratorVal<'a> {
+    sink: Option<&'a GeneratedSink>,
+}
 
-impl Val for GeneratorVal {
+impl Val for GeneratorVal<'_> {
     fn get_type(&self) -> &Type {
         &GENERATOR_TYPE
     }
@@ -204,11 +351,73 @@ impl Val for GeneratorVal {
         &GENERATOR_TYPE
     }
 
+    fn as_indexer<'b, 'v>(&'b self) -> Option<&'b (dyn Indexer + 'v)>
+    where
+        Self: 'v,
+    {
+        Some(self)
+    }
+
     fn clone_as_boxed<'v>(&self) -> Box<dyn Val + 'v>
     where
         Self: 'v,
     {
         Box::new(*self)
+    }
+}
+
+impl Indexer for GeneratorVal<'_> {
+    /// `[namespace, objects]`: one `Apply` call.
+    fn get<'b, 'v>(&'b self, idx: &dyn Val) -> Result<CowVal<'b, 'v>, ExecutionError>
+    where
+        Self: 'v,
+    {
+        const F: &str = "generator.Apply";
+        let Some(sink) = self.sink else {
+            return Err(ferr(F, "only a GeneratingPolicy generates resources"));
+        };
+        let call = match Value::try_from(idx)? {
+            Value::List(l) if l.len() == 2 => l,
+            _ => return Err(ferr(F, "expects a namespace and a list of objects")),
+        };
+        let namespace = match &call[0] {
+            Value::String(s) => s.to_string(),
+            Value::Null => String::new(),
+            other => {
+                return Err(ferr(
+                    F,
+                    format!("namespace must be a string, got {}", other.type_of()),
+                ));
+            }
+        };
+        let objects = match &call[1] {
+            Value::List(items) => items
+                .iter()
+                .map(|o| {
+                    o.json()
+                        .map_err(|e| ferr(F, format!("an object is not JSON: {e}")))
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+            other => {
+                return Err(ferr(
+                    F,
+                    format!("objects must be a list, got {}", other.type_of()),
+                ));
+            }
+        };
+        // A poisoned lock: a push panicked on this thread; the list is
+        // still whole.
+        sink.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push((namespace, objects));
+        Ok(CowVal::Owned(Box::<dyn Val>::try_from(Value::Bool(true))?))
+    }
+
+    fn steal<'v>(self: Box<Self>, idx: &dyn Val) -> Result<Box<dyn Val + 'v>, ExecutionError>
+    where
+        Self: 'v,
+    {
+        self.get(idx).map(CowVal::into_owned)
     }
 }
 
@@ -219,37 +428,15 @@ pub(super) fn generator_apply<'b, 'v>(
     let target = it
         .next()
         .ok_or_else(ExecutionError::missing_argument_or_target)?;
-    if target.get_type() != &GENERATOR_TYPE {
-        return Err(ferr("Apply", "no such function on this value"));
+    let mut call = Vec::new();
+    for a in it {
+        call.push(Value::try_from(a.as_ref())?);
     }
-    let namespace = it
-        .next()
-        .ok_or_else(ExecutionError::missing_argument_or_target)?;
-    let objects = it
-        .next()
-        .ok_or_else(ExecutionError::missing_argument_or_target)?;
-    let namespace = match Value::try_from(namespace.as_ref())? {
-        Value::String(s) => Value::String(s),
-        Value::Null => s(""),
-        other => {
-            return Err(ferr(
-                "generator.Apply",
-                format!("namespace must be a string, got {}", other.type_of()),
-            ));
-        }
-    };
-    let objects = match Value::try_from(objects.as_ref())? {
-        l @ Value::List(_) => l,
-        other => {
-            return Err(ferr(
-                "generator.Apply",
-                format!("objects must be a list, got {}", other.type_of()),
-            ));
-        }
-    };
-    let out = super::super::map(vec![(
-        GENERATE_MARK,
-        super::super::map(vec![("namespace", namespace), ("objects", objects)]),
-    )]);
-    Ok(CowVal::Owned(Box::<dyn Val>::try_from(out)?))
+    let call = Box::<dyn Val>::try_from(Value::List(Arc::new(call)))?;
+    let indexer = target
+        .as_indexer()
+        .filter(|_| target.get_type() == &GENERATOR_TYPE)
+        .ok_or_else(|| ferr("Apply", "no such function on this value"))?;
+    let out = indexer.get(call.as_ref())?.into_owned();
+    Ok(CowVal::Owned(out))
 }

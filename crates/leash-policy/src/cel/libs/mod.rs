@@ -43,6 +43,7 @@ macro_rules! overload {
 }
 
 // One file per library; each sees this module's helpers.
+mod authz;
 mod data;
 mod encoding;
 mod image;
@@ -54,6 +55,7 @@ mod url;
 mod user;
 mod version;
 
+pub(crate) use authz::*;
 pub(crate) use data::*;
 use encoding::*;
 pub(crate) use image::*;
@@ -179,6 +181,17 @@ pub(super) fn register(env: &mut Env) {
         ("List", 3, data_list),
         ("Get", 2, data_global),
         ("GetMetadata", 1, data_image),
+        // Kyverno's http library (`Get` with headers is `data_global`'s).
+        ("Get", 1, http_get),
+        ("Post", 2, http_post),
+        ("Post", 3, http_post),
+        ("Client", 1, http_client),
+        // kyverno-authz's response builders (HTTP and Envoy payloads).
+        ("Allowed", 0, authz_allowed),
+        ("Denied", 1, authz_denied),
+        ("WithBody", 1, authz_with_body),
+        ("WithHeader", 2, authz_with_header),
+        ("Response", 0, authz_response),
         // Kyverno's GeneratingPolicy: generator.Apply(namespace, objects).
         ("Apply", 2, generator_apply),
         // The lower-case spellings Kyverno (v1.19) accepts beside them:
