@@ -138,6 +138,7 @@ pub fn evaluate_object_with(
         user_info: UserInfo::default(),
         namespace_labels,
         namespace_object,
+        request_resource: None,
     };
     set.background
         .evaluate(req, data, &Bindings::default())

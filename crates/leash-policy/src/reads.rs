@@ -1401,6 +1401,7 @@ mod tests {
                     user_info: Default::default(),
                     namespace_labels: None,
                     namespace_object: None,
+                    request_resource: None,
                 };
                 engine.evaluate(req, &crate::NoClusterData, &Default::default())
             };

@@ -97,6 +97,11 @@ pub struct EvalRequest {
     pub namespace_labels: Option<BTreeMap<String, String>>,
     /// The object's Namespace object, when known (CEL `namespaceObject`).
     pub namespace_object: Option<Arc<Value>>,
+    /// The resource the request is for when it is not the plural of the
+    /// object's kind: `request.resource.resource` with
+    /// `request.subResource` (`pods/binding`, `pods/status`), as CEL
+    /// resource rules match it. None: the kind's plural.
+    pub request_resource: Option<String>,
 }
 
 impl EvalRequest {
@@ -109,6 +114,7 @@ impl EvalRequest {
             user_info: UserInfo::default(),
             namespace_labels: None,
             namespace_object: None,
+            request_resource: None,
         }
     }
 

@@ -149,9 +149,18 @@ impl ResourceRule {
             Operation::Background => true,
             op => any(&self.operations, op.as_str()),
         };
+        // Kubernetes' rule semantics: `pods` is the resource alone,
+        // `pods/binding` one subresource, `pods/*` every subresource of
+        // pods, `*/*` every resource and subresource.
+        let (t_res, t_sub) = t.resource.split_once('/').unwrap_or((&t.resource, ""));
         let res_ok = self.resources.iter().any(|r| {
             let (res, sub) = r.split_once('/').unwrap_or((r, ""));
-            (res == "*" || res == t.resource) && (sub == "*" || sub.is_empty())
+            (res == "*" || res == t_res)
+                && match sub {
+                    "" => t_sub.is_empty(),
+                    "*" => res == "*" || !t_sub.is_empty(),
+                    sub => sub == t_sub,
+                }
         });
         let scope_ok = match self.scope.as_str() {
             "Cluster" => t.namespace.is_empty(),
@@ -184,7 +193,10 @@ impl<'a> Target<'a> {
         Target {
             group,
             version,
-            resource: crate::kinds::plural_of(req.kind()),
+            resource: req
+                .request_resource
+                .clone()
+                .unwrap_or_else(|| crate::kinds::plural_of(req.kind())),
             namespace: req.namespace(),
             name: req.name(),
             operation: req.operation,

@@ -27,6 +27,8 @@ pub struct ReviewRequest {
     pub version: String,
     /// `request.subResource`
     pub sub_resource: String,
+    /// `request.resource.resource` (the plural; empty when not sent).
+    pub plural: String,
     /// `request.namespace` (or the object's)
     pub namespace: String,
     /// `request.name` (or the object's)
@@ -48,6 +50,17 @@ impl ReviewRequest {
     /// cluster-scoped).
     pub fn resource_name(&self) -> String {
         format!("{}/{}/{}", self.kind, self.namespace, self.name)
+    }
+
+    /// The resource requested as CEL resource rules match it: the plural,
+    /// with `/SUBRESOURCE` (`pods/binding`); None when the review names no
+    /// resource.
+    pub fn request_resource(&self) -> Option<String> {
+        match (self.plural.as_str(), self.sub_resource.as_str()) {
+            ("", _) => None,
+            (plural, "") => Some(plural.to_string()),
+            (plural, sub) => Some(format!("{plural}/{sub}")),
+        }
     }
 }
 
@@ -158,6 +171,12 @@ pub fn parse(body: &[u8]) -> Result<ReviewRequest, BadReview> {
         group: gvk_field("group"),
         version: gvk_field("version"),
         sub_resource: text("subResource"),
+        plural: req
+            .get("resource")
+            .and_then(|r| r.get("resource"))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string(),
         namespace,
         name,
         operation,

@@ -714,6 +714,7 @@ impl Admission {
             user_info: user,
             namespace_labels,
             namespace_object,
+            request_resource: review.request_resource(),
         };
         Ok((snapshot, eval))
     }

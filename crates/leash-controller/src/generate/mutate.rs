@@ -107,6 +107,7 @@ fn request_of(ur: &Value) -> Option<EvalRequest> {
         },
         namespace_labels: None,
         namespace_object: None,
+        request_resource: None,
     })
 }
 

@@ -199,6 +199,44 @@ fn semantics() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// Resource rules with subresources, as Kubernetes matches them: `pods`
+/// is the resource alone, `pods/binding` one subresource, `pods/*` every
+/// subresource, `*/*` everything; the request's resource (an admission
+/// review's `resource` and `subResource`) decides, not the object's kind.
+#[test]
+fn resource_rules_match_subresources_as_kubernetes_does() {
+    let rule = |resources: &[&str]| {
+        policy(json!({"validationActions": ["Deny"],
+            "matchConstraints": {"resourceRules": [{"apiGroups": ["*"], "apiVersions": ["*"],
+                "operations": ["CREATE"], "resources": resources}]},
+            "validations": [{"expression": "true"}]}))
+    };
+    let binding = json!({"apiVersion": "v1", "kind": "Binding",
+        "metadata": {"name": "p", "namespace": "ns"}, "target": {"kind": "Node", "name": "n"}});
+    let as_resource = |object: &Json, resource: Option<&str>| EvalRequest {
+        request_resource: resource.map(str::to_string),
+        ..EvalRequest::create(Arc::new(object.clone()))
+    };
+    let pod = pod("p", json!({}), json!({}));
+    let cases: [(&[&str], &Json, Option<&str>, bool); 9] = [
+        (&["pods"], &pod, None, true),
+        (&["pods"], &pod, Some("pods"), true),
+        (&["pods"], &binding, Some("pods/binding"), false),
+        (&["pods/binding"], &binding, Some("pods/binding"), true),
+        (&["pods/binding"], &pod, Some("pods"), false),
+        (&["pods/*"], &binding, Some("pods/binding"), true),
+        (&["pods/*"], &pod, Some("pods"), false),
+        (&["*/*"], &pod, Some("pods"), true),
+        (&["*"], &binding, Some("pods/binding"), false),
+    ];
+    for (resources, object, requested, want) in cases {
+        let matched = rule(resources)
+            .evaluate(&as_resource(object, requested), &NoClusterData)
+            .is_some();
+        assert_eq!(matched, want, "{resources:?} for {requested:?}");
+    }
+}
+
 #[test]
 fn messages() {
     let p = policy(json!({"matchConstraints": pods_rule(), "validations": [

@@ -709,6 +709,7 @@ fn evaluate_all(
                             user_info: user.clone(),
                             namespace_labels: values.namespace_labels.get(ns).cloned(),
                             namespace_object: values.namespaces.get(ns).cloned().map(Arc::new),
+                            request_resource: values.request_resource(object),
                         };
                         let trigger = Prepared::new(req.clone());
                         let applied = engine.apply(req, &cluster, &values.bindings);

@@ -157,6 +157,7 @@ impl Evaluator {
             user_info: self.user.clone(),
             namespace_labels: labels,
             namespace_object: ns_object,
+            request_resource: None,
         };
         // Mutate rules first, then validate rules on the mutated object, as
         // Kyverno's CLI; the mutated object is not written back.

@@ -403,6 +403,22 @@ pub(crate) struct Values {
     pub namespace_labels: HashMap<String, BTreeMap<String, String>>,
     /// Namespace objects given in full.
     pub namespaces: HashMap<String, Value>,
+    /// `subresources`: (apiVersion, kind) of a subresource's objects →
+    /// the resource requests for them name (`pods/binding` for a v1
+    /// `Binding`), as Kyverno's CLI learns them from a Values file.
+    pub subresources: HashMap<(String, String), String>,
+}
+
+impl Values {
+    /// The resource a request for `object` names, when the Values file
+    /// says its kind is a subresource's (`subresources`).
+    pub(crate) fn request_resource(&self, object: &Value) -> Option<String> {
+        let av = object["apiVersion"].as_str().unwrap_or("");
+        let kind = object["kind"].as_str().unwrap_or("");
+        self.subresources
+            .get(&(av.to_string(), kind.to_string()))
+            .cloned()
+    }
 }
 
 fn value_pairs(v: &Value) -> Vec<(String, Value)> {
@@ -457,6 +473,29 @@ impl Values {
                     out.namespaces.insert(name.to_string(), ns.clone());
                 }
             }
+        }
+        for (i, s) in v["subresources"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let sub = &s["subresource"];
+            let (Some(kind), Some(name)) = (sub["kind"].as_str(), sub["name"].as_str()) else {
+                bail!(
+                    "{}: subresources[{i}].subresource needs kind and name",
+                    doc.origin()
+                );
+            };
+            let group = sub["group"].as_str().unwrap_or("");
+            let version = sub["version"].as_str().unwrap_or("v1");
+            let av = if group.is_empty() {
+                version.to_string()
+            } else {
+                format!("{group}/{version}")
+            };
+            out.subresources
+                .insert((av, kind.to_string()), name.to_string());
         }
         if let Some(list) = v["policies"].as_array() {
             for (i, p) in list.iter().enumerate() {

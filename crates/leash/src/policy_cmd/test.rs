@@ -491,6 +491,7 @@ fn evaluate_test(test: &TestFile, selector: &Selector) -> Result<Vec<Outcome>> {
                 user_info: user.clone(),
                 namespace_labels: values.namespace_labels.get(&ns).cloned(),
                 namespace_object: values.namespaces.get(&ns).cloned().map(Arc::new),
+                request_resource: values.request_resource(&object),
             };
             let trigger = Prepared::new(req.clone());
             let applied = loaded.engine.apply(req.clone(), &cluster, &values.bindings);
