@@ -197,6 +197,27 @@ fn touches_recovery(rules: &Rules) -> bool {
     })
 }
 
+/// The rules of the admission-enabled classic policies, by failure
+/// policy (`Fail`, `Ignore`), from the kinds and operations `ops_of` gives.
+fn classic_rules(
+    engine: &Engine,
+    ops_of: impl Fn(&leash_policy::Policy) -> Vec<(String, Vec<&'static str>)>,
+) -> (Rules, Rules) {
+    let mut fail = Rules::new();
+    let mut ignore = Rules::new();
+    for p in engine.policies().iter().filter(|p| p.admission()) {
+        let rules = if p.ignores_webhook_failures() {
+            &mut ignore
+        } else {
+            &mut fail
+        };
+        for (k, ops) in ops_of(p) {
+            rules_of_kind(&k, &ops, rules);
+        }
+    }
+    (fail, ignore)
+}
+
 /// What the webhooks never send, whatever the policies match.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Exclusions {
@@ -224,18 +245,7 @@ pub fn build_configuration(
     exclusions: &Exclusions,
     engine: &Engine,
 ) -> ValidatingWebhookConfiguration {
-    let mut fail = Rules::new();
-    let mut ignore = Rules::new();
-    for p in engine.policies().iter().filter(|p| p.admission()) {
-        let rules = if p.ignores_webhook_failures() {
-            &mut ignore
-        } else {
-            &mut fail
-        };
-        for (k, ops) in p.webhook_operations() {
-            rules_of_kind(&k, &ops, rules);
-        }
-    }
+    let (mut fail, mut ignore) = classic_rules(engine, leash_policy::Policy::webhook_operations);
     let validating = engine
         .validating_policies()
         .iter()
@@ -498,18 +508,8 @@ pub fn build_mutating_configuration(
     exclusions: &Exclusions,
     engine: &Engine,
 ) -> MutatingWebhookConfiguration {
-    let mut fail = Rules::new();
-    let mut ignore = Rules::new();
-    for p in engine.policies().iter().filter(|p| p.admission()) {
-        let rules = if p.ignores_webhook_failures() {
-            &mut ignore
-        } else {
-            &mut fail
-        };
-        for (k, ops) in p.mutate_webhook_operations() {
-            rules_of_kind(&k, &ops, rules);
-        }
-    }
+    let (mut fail, mut ignore) =
+        classic_rules(engine, leash_policy::Policy::mutate_webhook_operations);
     for m in engine.mutating_policies().iter().filter(|m| m.admission()) {
         let rules = if m.ignores_failures() {
             &mut ignore
