@@ -231,7 +231,9 @@ impl Shared {
         }
     }
 
-    /// The trigger as it is now, as a CREATE of it; `None` when it is gone.
+    /// The trigger as it is now, with no operation (as Kyverno's policy
+    /// controller builds it: a rule whose match names operations selects
+    /// no existing trigger); `None` when it is gone.
     async fn live_request(
         &self,
         trigger: &TriggerRef,
@@ -245,7 +247,10 @@ impl Shared {
         let live = cancellable(token, || api.get_opt(&trigger.name)).await?;
         Ok(live
             .filter(|o| trigger.uid.is_empty() || o.uid() == trigger.uid)
-            .map(|o| EvalRequest::create(o.raw.clone())))
+            .map(|o| EvalRequest {
+                operation: Operation::Background,
+                ..EvalRequest::create(o.raw.clone())
+            }))
     }
 
     /// Evaluates `rules` of `policy` for the trigger in `req` (the targets
