@@ -568,9 +568,13 @@ mod tests {
                 .is_none(),
             "a Pod's only"
         );
-        let mut pod = json!({"spec": {"containers": [{"name": "c", "image": "x:1"}]}});
+        let mut pod = json!({"spec": {"containers": [{"name": "c", "image": "x:1"}],
+            "volumes": [{"name": "h", "hostPath": {"path": "/x"}},
+                        {"name": "t", "hostPath": {"path": "/y", "type": "Directory"}}]}});
         default_builtin("", "Pod", &mut pod);
         assert_eq!(pod["spec"]["enableServiceLinks"], true);
+        assert_eq!(pod["spec"]["volumes"][0]["hostPath"]["type"], "");
+        assert_eq!(pod["spec"]["volumes"][1]["hostPath"]["type"], "Directory");
     }
 
     fn builtin(group: &str, kind: &str, obj: Value) -> Result<(), String> {
@@ -691,7 +695,8 @@ mod tests {
 /// (`Always` for a `:latest` or untagged image, else `IfNotPresent`),
 /// `resources`, `terminationMessagePath` and `terminationMessagePolicy`, its
 /// ports' `protocol` (`TCP`) and a `hostPort: 0` dropped (Go's
-/// `omitempty`); a Pod's `enableServiceLinks`; a Deployment's `replicas`,
+/// `omitempty`), and a hostPath volume's `type` (`""`); a Pod's
+/// `enableServiceLinks`; a Deployment's `replicas`,
 /// `revisionHistoryLimit`, `progressDeadlineSeconds` and rolling-update
 /// `strategy`; a CronJob's `concurrencyPolicy`, `suspend` and history limits;
 /// a Role's or ClusterRole's missing `rules` written as `null`; a
@@ -826,6 +831,18 @@ pub(crate) fn default_builtin(group: &str, kind: &str, obj: &mut Value) {
                     }
                 }
             }
+        }
+    }
+    // A hostPath volume's `type` defaults to "" (found by Kyverno's
+    // chainsaw tests of add-volume-deployment, which assert it).
+    if let Some(volumes) = pod.get_mut("volumes").and_then(Value::as_array_mut) {
+        for hp in volumes
+            .iter_mut()
+            .filter_map(|v| v.get_mut("hostPath"))
+            .filter_map(Value::as_object_mut)
+        {
+            hp.entry("type")
+                .or_insert_with(|| Value::String(String::new()));
         }
     }
 }
