@@ -16,7 +16,7 @@ use crate::eval::{Bindings, Lazy, Prepared, RuleCtx, base_vars};
 use crate::exception::Exception;
 use crate::k8s::json_patch::{self, Failure};
 use crate::matching::LabelSelector;
-use crate::policy::Policy;
+use crate::policy::{Policy, Rule};
 use crate::request::{ClusterData, EvalRequest, Operation};
 use crate::result::{RuleResult, Source, Status};
 use crate::vars::{self, Mode, Vars, to_var};
@@ -56,6 +56,22 @@ impl Patched {
             self.object = input;
         }
         self
+    }
+}
+
+/// Whether a mutate rule reads variables (its context, preconditions or
+/// patch): one that does not is run with empty variables, so the JMESPath
+/// copy of the whole resource is not built for it (a patch that applies
+/// to every pod changes the object, and the next rule would build it
+/// again).
+fn reads_vars(rule: &Rule, spec: &MutateSpec) -> bool {
+    if !rule.context.is_empty() || rule.preconditions.is_some() {
+        return true;
+    }
+    match spec {
+        MutateSpec::StrategicMerge(patch) => vars::has_vars(patch),
+        MutateSpec::Json6902(text) => text.contains("{{"),
+        MutateSpec::Foreach(_) | MutateSpec::Existing { .. } => true,
     }
 }
 
@@ -156,7 +172,9 @@ impl Policy {
                 ));
                 continue;
             }
-            let mut vars = if operation == cur_req.operation {
+            let mut vars = if !reads_vars(rule, spec) {
+                Vars::new(Default::default())
+            } else if operation == cur_req.operation {
                 prepared.base().clone()
             } else {
                 base_vars(cur_req, operation)
