@@ -288,20 +288,27 @@ impl Engine {
         };
         let mut object = req.object.clone();
         let mut steps = Vec::new();
+        // The request around the current object, its JMESPath variables
+        // and CEL values built once per distinct object and shared by every
+        // policy (classic and CEL) that runs on it, not once per policy.
+        let around = |object: &Arc<Value>| {
+            Prepared::new(EvalRequest {
+                object: object.clone(),
+                ..req.clone()
+            })
+        };
+        let mut prepared = around(&object);
         for policy in self.policies.iter().filter(|p| p.has_mutate_rules()) {
-            let (next, results, targets) = policy.mutate(
-                object.clone(),
-                req,
-                data,
-                bindings,
-                &self.exceptions,
-                !admission,
-            );
+            let (next, results, targets) =
+                policy.mutate_prepared(prepared, req, data, bindings, &self.exceptions, !admission);
+            prepared = next;
             if results.is_empty() {
                 continue;
             }
             if !(admission && failed(&results)) {
-                object = next;
+                object = prepared.request().object.clone();
+            } else if !Arc::ptr_eq(&prepared.request().object, &object) {
+                prepared = around(&object);
             }
             steps.push(MutationStep {
                 policy: policy.key().clone(),
@@ -342,13 +349,6 @@ impl Engine {
         }
         // One conversion of the object to CEL values per distinct object,
         // not per policy.
-        let around = |object: &Arc<Value>| {
-            Prepared::new(EvalRequest {
-                object: object.clone(),
-                ..req.clone()
-            })
-        };
-        let mut prepared = around(&object);
         for mpol in &self.mutating {
             if !Arc::ptr_eq(&prepared.request().object, &object) {
                 prepared = around(&object);
@@ -365,10 +365,13 @@ impl Engine {
                     result.status = Status::Skip;
                     result.rule = "exception".to_string();
                     result.message = format!("rule is skipped due to policy exception: {keys}");
-                    next = (*object).clone();
+                    next = None;
                 }
             }
-            if result.status == Status::Pass && next != *object {
+            if result.status == Status::Pass
+                && let Some(next) = next
+                && next != *object
+            {
                 object = Arc::new(next);
             }
             steps.push(MutationStep {

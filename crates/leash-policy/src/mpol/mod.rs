@@ -281,15 +281,19 @@ impl MutatingPolicy {
     /// `req.object` unchanged on Skip and Error.
     pub fn mutate(&self, req: &EvalRequest, data: &dyn ClusterData) -> Option<(RuleResult, Json)> {
         self.mutate_prepared(&Prepared::new(req.clone()), data)
+            .map(|(result, object)| (result, object.unwrap_or_else(|| (*req.object).clone())))
     }
 
     /// [`MutatingPolicy::mutate`] with the request's objects converted to
-    /// CEL values once for every policy run on the same object.
+    /// CEL values once for every policy run on the same object. The
+    /// object is `None` when it is `req.object` unchanged (Skip, Error):
+    /// the engine then keeps the object it has instead of deep-copying
+    /// and comparing it.
     pub(crate) fn mutate_prepared(
         &self,
         prepared: &Prepared,
         data: &dyn ClusterData,
-    ) -> Option<(RuleResult, Json)> {
+    ) -> Option<(RuleResult, Option<Json>)> {
         let req = prepared.request();
         if let Some(ns) = &self.namespace
             && req.namespace() != ns
@@ -301,12 +305,12 @@ impl MutatingPolicy {
             .chain(&self.autogen)
             .find(|b| b.matching.matches(req, &target))?;
         let (status, message, object) = match run(body, prepared, data, None) {
-            Ok(Some(object)) => (Status::Pass, "success".to_string(), object),
-            Ok(None) => (Status::Skip, "skip".to_string(), (*req.object).clone()),
+            Ok(Some(object)) => (Status::Pass, "success".to_string(), Some(object)),
+            Ok(None) => (Status::Skip, "skip".to_string(), None),
             Err(e) => (
                 Status::Error,
                 format!("failed to evaluate policy: {e}"),
-                (*req.object).clone(),
+                None,
             ),
         };
         let result = RuleResult {
@@ -374,16 +378,19 @@ fn run(
     if !errors.is_empty() {
         return Err(RunError::Condition(errors.join("; ")));
     }
-    let mut object = (*req.object).clone();
+    // The first mutation patches the request's object itself (each patch
+    // builds a new object), so it is not deep-copied up front.
+    let mut object: Option<Json> = None;
     for (i, m) in body.mutations.iter().enumerate() {
         act.bind_variables(stage(i + 1));
-        object = apply(m, &act, &object)
+        let next = apply(m, &act, object.as_ref().unwrap_or(&req.object))
             .map_err(|e| RunError::Mutation(format!("mutation {i}: {e}")))?;
         if i + 1 < body.mutations.len() {
-            act.set_object(&object);
+            act.set_object(&next);
         }
+        object = Some(next);
     }
-    Ok(Some(object))
+    Ok(Some(object.unwrap_or_else(|| (*req.object).clone())))
 }
 
 fn apply(m: &Mutation, act: &Activation<'_, '_>, object: &Json) -> Result<Json, String> {

@@ -16,7 +16,7 @@ use crate::eval::{Bindings, Lazy, Prepared, RuleCtx, base_vars};
 use crate::exception::Exception;
 use crate::k8s::json_patch::{self, Failure};
 use crate::matching::LabelSelector;
-use crate::policy::Policy;
+use crate::policy::{Policy, Rule};
 use crate::request::{ClusterData, EvalRequest, Operation};
 use crate::result::{RuleResult, Source, Status};
 use crate::vars::{self, Mode, Vars, to_var};
@@ -25,25 +25,53 @@ use crate::vars::{self, Mode, Vars, to_var};
 pub(crate) struct Patched {
     pub status: Status,
     pub message: String,
-    /// The resource after the patch (the input when nothing changed).
-    pub object: Value,
+    /// The resource after the patch; `None` when it is the input as it
+    /// was (Skip, Error), so that a patch that changes nothing does not
+    /// deep-copy the whole resource.
+    pub object: Option<Value>,
 }
 
 impl Patched {
-    fn error(message: impl Into<String>, object: &Value) -> Patched {
+    fn error(message: impl Into<String>) -> Patched {
         Patched {
             status: Status::Error,
             message: message.into(),
-            object: object.clone(),
+            object: None,
         }
     }
 
-    fn skip(message: impl Into<String>, object: &Value) -> Patched {
+    fn skip(message: impl Into<String>) -> Patched {
         Patched {
             status: Status::Skip,
             message: message.into(),
-            object: object.clone(),
+            object: None,
         }
+    }
+
+    /// A patch's outcome on `input`, a partly patched copy of the object
+    /// the caller was given (`None`: that object itself), as an outcome
+    /// on the caller's object: an unchanged outcome names `input`.
+    fn on(mut self, input: Option<Value>) -> Patched {
+        if self.object.is_none() {
+            self.object = input;
+        }
+        self
+    }
+}
+
+/// Whether a mutate rule reads variables (its context, preconditions or
+/// patch): one that does not is run with empty variables, so the JMESPath
+/// copy of the whole resource is not built for it (a patch that applies
+/// to every pod changes the object, and the next rule would build it
+/// again).
+fn reads_vars(rule: &Rule, spec: &MutateSpec) -> bool {
+    if !rule.context.is_empty() || rule.preconditions.is_some() {
+        return true;
+    }
+    match spec {
+        MutateSpec::StrategicMerge(patch) => vars::has_vars(patch),
+        MutateSpec::Json6902(text) => text.contains("{{"),
+        MutateSpec::Foreach(_) | MutateSpec::Existing { .. } => true,
     }
 }
 
@@ -73,7 +101,30 @@ impl Policy {
         exceptions: &[Arc<Exception>],
         with_targets: bool,
     ) -> (Arc<Value>, Vec<RuleResult>, Vec<PatchedTarget>) {
-        let mut current = object;
+        let prepared = Prepared::new(EvalRequest {
+            object,
+            ..req.clone()
+        });
+        let (prepared, out, targets) =
+            self.mutate_prepared(prepared, req, data, bindings, exceptions, with_targets);
+        (prepared.request().object.clone(), out, targets)
+    }
+
+    /// [`Policy::mutate`] on the object of `prepared` (a request as `req`
+    /// around the current object), returning the request prepared around
+    /// the object the rules leave: the engine hands it to the next policy,
+    /// so a policy that patches nothing reuses the variables and CEL
+    /// values built for the one before instead of rebuilding them.
+    pub(crate) fn mutate_prepared(
+        &self,
+        mut prepared: Prepared,
+        req: &EvalRequest,
+        data: &dyn ClusterData,
+        bindings: &Bindings,
+        exceptions: &[Arc<Exception>],
+        with_targets: bool,
+    ) -> (Prepared, Vec<RuleResult>, Vec<PatchedTarget>) {
+        let mut current = prepared.request().object.clone();
         let mut out = Vec::new();
         let mut targets = Vec::new();
         // The request around the current object, with its variables built
@@ -84,7 +135,6 @@ impl Policy {
                 ..req.clone()
             })
         };
-        let mut prepared = around(&current);
         for rule in &self.rules {
             let Some(spec) = &rule.mutate else {
                 continue;
@@ -99,7 +149,7 @@ impl Policy {
             if let Some(ns) = &self.namespace
                 && cur_req.namespace() != ns
             {
-                return (current, out, targets);
+                return (prepared, out, targets);
             }
             let Some((bound, operation)) = self.selects(rule, cur_req, &cur_req.target(), bindings)
             else {
@@ -122,7 +172,9 @@ impl Policy {
                 ));
                 continue;
             }
-            let mut vars = if operation == cur_req.operation {
+            let mut vars = if !reads_vars(rule, spec) {
+                Vars::new(Default::default())
+            } else if operation == cur_req.operation {
                 prepared.base().clone()
             } else {
                 base_vars(cur_req, operation)
@@ -147,7 +199,7 @@ impl Policy {
             {
                 // The admitted resource stays as it is; each target found
                 // gives a result of its own.
-                for t in ctx.mutate_targets(specs, patch, vars, &current) {
+                for t in ctx.mutate_targets(specs, patch, vars) {
                     if let Some(object) = t.target {
                         targets.push(PatchedTarget {
                             rule: rule.name.clone(),
@@ -161,12 +213,17 @@ impl Policy {
                 continue;
             }
             let patched = ctx.mutate_rule(spec, vars, &current);
-            if patched.status == Status::Pass {
-                current = Arc::new(patched.object);
+            if patched.status == Status::Pass
+                && let Some(object) = patched.object
+            {
+                current = Arc::new(object);
             }
             out.push(result(patched.status, patched.message));
         }
-        (current, out, targets)
+        if !Arc::ptr_eq(&prepared.request().object, &current) {
+            prepared = around(&current);
+        }
+        (prepared, out, targets)
     }
 }
 
@@ -233,42 +290,37 @@ struct TargetOutcome {
 impl RuleCtx<'_> {
     /// The rule's context and preconditions: `Err` is the result when the
     /// rule does not go on.
-    fn rule_vars(&self, vars: Vars, object: &Value) -> Result<Vars, Patched> {
+    fn rule_vars(&self, vars: Vars) -> Result<Vars, Patched> {
         let rule = self.rule;
         let vars = match self.load_context(&rule.context, &vars) {
             Ok(v) => v,
             Err(e) => {
-                return Err(Patched::error(
-                    format!("failed to load context: {e}"),
-                    object,
-                ));
+                return Err(Patched::error(format!("failed to load context: {e}")));
             }
         };
         let lazy = Lazy::ready(vars);
         match self.preconditions(rule.preconditions.as_ref(), &lazy) {
             Ok(true) => {}
-            Ok(false) => return Err(Patched::skip("preconditions not met", object)),
+            Ok(false) => return Err(Patched::skip("preconditions not met")),
             Err(e) => {
-                return Err(Patched::error(
-                    format!("failed to evaluate preconditions: {e}"),
-                    object,
-                ));
+                return Err(Patched::error(format!(
+                    "failed to evaluate preconditions: {e}"
+                )));
             }
         }
         if let Some(cel) = &rule.cel_preconditions {
             let (status, message) = cel.evaluate(self.req, self.data);
             if status != Status::Pass {
-                return Err(Patched::skip(
-                    format!("cel preconditions not met: {message}"),
-                    object,
-                ));
+                return Err(Patched::skip(format!(
+                    "cel preconditions not met: {message}"
+                )));
             }
         }
         Ok(lazy.get().clone())
     }
 
     fn mutate_rule(&self, spec: &MutateSpec, vars: Vars, object: &Value) -> Patched {
-        let vars = match self.rule_vars(vars, object) {
+        let vars = match self.rule_vars(vars) {
             Ok(v) => v,
             Err(p) => return p,
         };
@@ -282,11 +334,13 @@ impl RuleCtx<'_> {
             MutateSpec::Json6902(text) => self.json6902(text, vars, object),
             MutateSpec::Foreach(decls) => self.mutate_foreach(decls, vars, object, 0),
             MutateSpec::Existing { .. } => {
-                return Patched::error("mutate.targets cannot be nested", object);
+                return Patched::error("mutate.targets cannot be nested");
             }
         };
-        if patched.status == Status::Pass {
-            patched.message = mutated_message(&patched.object);
+        if patched.status == Status::Pass
+            && let Some(object) = &patched.object
+        {
+            patched.message = mutated_message(object);
         }
         patched
     }
@@ -299,9 +353,8 @@ impl RuleCtx<'_> {
         specs: &[TargetSpec],
         patch: &MutateSpec,
         vars: Vars,
-        trigger: &Value,
     ) -> Vec<TargetOutcome> {
-        let vars = match self.rule_vars(vars, trigger) {
+        let vars = match self.rule_vars(vars) {
             Ok(v) => v,
             Err(p) => {
                 return vec![TargetOutcome {
@@ -316,7 +369,7 @@ impl RuleCtx<'_> {
                 Ok(f) => f,
                 Err(e) => {
                     out.push(TargetOutcome {
-                        patched: Patched::error(format!("failed to load targets: {e}"), trigger),
+                        patched: Patched::error(format!("failed to load targets: {e}")),
                         target: None,
                     });
                     continue;
@@ -328,10 +381,7 @@ impl RuleCtx<'_> {
                     Ok(v) => v,
                     Err(e) => {
                         out.push(TargetOutcome {
-                            patched: Patched::error(
-                                format!("failed to load context: {e}"),
-                                &target,
-                            ),
+                            patched: Patched::error(format!("failed to load context: {e}")),
                             target: Some(target),
                         });
                         continue;
@@ -340,12 +390,10 @@ impl RuleCtx<'_> {
                 let lazy = Lazy::ready(tvars);
                 let patched = match self.preconditions(spec.preconditions.as_ref(), &lazy) {
                     Ok(true) => self.apply_patch(patch, lazy.get(), &target),
-                    Ok(false) => Patched::skip("preconditions not met", &target),
-                    Err(e) => {
-                        Patched::error(format!("failed to evaluate preconditions: {e}"), &target)
-                    }
+                    Ok(false) => Patched::skip("preconditions not met"),
+                    Err(e) => Patched::error(format!("failed to evaluate preconditions: {e}")),
                 };
-                let object = patched.object.clone();
+                let object = patched.object.clone().unwrap_or(target);
                 out.push(TargetOutcome {
                     patched,
                     target: Some(object),
@@ -402,12 +450,12 @@ impl RuleCtx<'_> {
     /// The outcome of one patch: pass when it changed the object.
     fn outcome(&self, result: Result<Value, String>, object: &Value) -> Patched {
         match result {
-            Err(e) => Patched::error(format!("failed to patch resource: {e}"), object),
-            Ok(v) if v == *object => Patched::skip("no patches applied", object),
+            Err(e) => Patched::error(format!("failed to patch resource: {e}")),
+            Ok(v) if v == *object => Patched::skip("no patches applied"),
             Ok(v) => Patched {
                 status: Status::Pass,
                 message: "resource patched".into(),
-                object: v,
+                object: Some(v),
             },
         }
     }
@@ -433,11 +481,11 @@ impl RuleCtx<'_> {
     fn strategic_merge(&self, patch: &Value, vars: &Vars, object: &Value) -> Patched {
         let mut overlay = match self.substitute(patch, vars) {
             Ok(p) => p,
-            Err(e) => return Patched::error(format!("variable substitution failed: {e}"), object),
+            Err(e) => return Patched::error(format!("variable substitution failed: {e}")),
         };
         if anchors::preprocess(&mut overlay, object).is_err() {
             // A condition that does not hold: the patch applies nothing.
-            return Patched::skip("no patches applied", object);
+            return Patched::skip("no patches applied");
         }
         let schema = schema::for_resource(
             object["apiVersion"].as_str().unwrap_or(""),
@@ -450,15 +498,14 @@ impl RuleCtx<'_> {
         let text = match self.substitute(&Value::String(text.to_string()), vars) {
             Ok(Value::String(s)) => s,
             Ok(other) => vars::go_format(&other),
-            Err(e) => return Patched::error(format!("variable substitution failed: {e}"), object),
+            Err(e) => return Patched::error(format!("variable substitution failed: {e}")),
         };
         let doc: Value = match serde_saphyr::from_str(&text) {
             Ok(d) => d,
             Err(e) => {
-                return Patched::error(
-                    format!("failed to patch resource: patchesJson6902 is not valid YAML: {e}"),
-                    object,
-                );
+                return Patched::error(format!(
+                    "failed to patch resource: patchesJson6902 is not valid YAML: {e}"
+                ));
             }
         };
         let result = json_patch::parse(&doc).and_then(|ops| {
@@ -476,7 +523,8 @@ impl RuleCtx<'_> {
         object: &Value,
         nesting: usize,
     ) -> Patched {
-        let mut resource = object.clone();
+        // The patched copy, made by the first declaration that patches.
+        let mut resource: Option<Value> = None;
         let mut vars = vars.clone();
         let mut applied = 0;
         for decl in decls {
@@ -488,10 +536,7 @@ impl RuleCtx<'_> {
             {
                 Ok(v) => v,
                 Err(e) => {
-                    return Patched::error(
-                        format!("failed to evaluate list {}: {e}", decl.list),
-                        object,
-                    );
+                    return Patched::error(format!("failed to evaluate list {}: {e}", decl.list));
                 }
             };
             let elements = match list {
@@ -499,26 +544,30 @@ impl RuleCtx<'_> {
                 Value::Null => Vec::new(),
                 other => vec![other],
             };
-            let r = self.mutate_elements(decl, &elements, &vars, &resource, nesting);
+            let current = resource.as_ref().unwrap_or(object);
+            let r = self.mutate_elements(decl, &elements, &vars, current, nesting);
             match r.status {
-                Status::Error | Status::Fail => return r,
+                Status::Error | Status::Fail => return r.on(resource),
                 Status::Skip => {}
                 _ => {
                     applied += 1;
-                    resource = r.object;
-                    // Later declarations see the patched resource.
-                    vars.set_dotted("request.object", to_var(&resource));
+                    if let Some(patched) = r.object {
+                        // Later declarations see the patched resource.
+                        vars.set_dotted("request.object", to_var(&patched));
+                        resource = Some(patched);
+                    }
                 }
             }
         }
         let message = format!("{applied} elements processed");
         if applied == 0 {
-            return Patched::skip(message, &resource);
+            return Patched::skip(message);
         }
         Patched {
             status: Status::Pass,
             message,
-            object: resource,
+            // A declaration that passed patched the resource.
+            object: Some(resource.unwrap_or_else(|| object.clone())),
         }
     }
 
@@ -539,7 +588,8 @@ impl RuleCtx<'_> {
         if descending {
             order.reverse();
         }
-        let mut patched = object.clone();
+        // The patched copy, made by the first element that patches.
+        let mut patched: Option<Value> = None;
         for index in order {
             let element = &elements[index];
             if element.is_null() {
@@ -555,10 +605,9 @@ impl RuleCtx<'_> {
             let v = match self.load_context(&decl.context, &v) {
                 Ok(v) => v,
                 Err(e) => {
-                    return Patched::error(
-                        format!("failed to load to mutate.foreach[{index}].context: {e}"),
-                        object,
-                    );
+                    return Patched::error(format!(
+                        "failed to load to mutate.foreach[{index}].context: {e}"
+                    ));
                 }
             };
             let lazy = Lazy::ready(v);
@@ -566,31 +615,35 @@ impl RuleCtx<'_> {
                 Ok(true) => {}
                 Ok(false) => continue,
                 Err(e) => {
-                    return Patched::error(
-                        format!("failed to evaluate mutate.foreach[{index}].preconditions: {e}"),
-                        object,
-                    );
+                    return Patched::error(format!(
+                        "failed to evaluate mutate.foreach[{index}].preconditions: {e}"
+                    ));
                 }
             }
             let v = lazy.get();
+            let current = patched.as_ref().unwrap_or(object);
             let r = match &decl.patch {
-                ForeachPatch::Nested(inner) => self.mutate_foreach(inner, v, &patched, nesting + 1),
-                ForeachPatch::StrategicMerge(p) => self.strategic_merge(p, v, &patched),
-                ForeachPatch::Json6902(text) => self.json6902(text, v, &patched),
+                ForeachPatch::Nested(inner) => self.mutate_foreach(inner, v, current, nesting + 1),
+                ForeachPatch::StrategicMerge(p) => self.strategic_merge(p, v, current),
+                ForeachPatch::Json6902(text) => self.json6902(text, v, current),
             };
             match r.status {
-                Status::Error | Status::Fail => return r,
-                Status::Pass => patched = r.object,
+                Status::Error | Status::Fail => return r.on(patched),
+                Status::Pass => {
+                    if let Some(object) = r.object {
+                        patched = Some(object);
+                    }
+                }
                 _ => {}
             }
         }
-        if patched == *object {
-            return Patched::skip("no patches applied", object);
-        }
-        Patched {
-            status: Status::Pass,
-            message: String::new(),
-            object: patched,
+        match patched {
+            Some(patched) if patched != *object => Patched {
+                status: Status::Pass,
+                message: String::new(),
+                object: Some(patched),
+            },
+            _ => Patched::skip("no patches applied"),
         }
     }
 }
