@@ -911,6 +911,86 @@ mod tests {
         assert_eq!(results[0][0].status, Status::Fail);
     }
 
+    /// Kyverno 1.19's outcomes where a rule cannot be evaluated, as its CLI
+    /// gives them (found by `bench/kyverno-diff`): a precondition naming an
+    /// unknown variable is the rule's error; a foreach with nothing to
+    /// apply to gives no result at all, unless a list failed for another
+    /// reason than a missing field; an element whose preconditions fail to
+    /// evaluate is passed over; a `celPreconditions` expression that errors
+    /// fails the rule in Kubernetes' words, one that is false skips it.
+    #[test]
+    fn rules_that_cannot_be_evaluated_give_kyvernos_outcomes() {
+        let rule = |name: &str, body: serde_json::Value| {
+            let mut r =
+                json!({"name": name, "match": {"any": [{"resources": {"kinds": ["Pod"]}}]}});
+            r.as_object_mut()
+                .unwrap()
+                .extend(body.as_object().unwrap().clone());
+            r
+        };
+        let deny = json!({"conditions": {"any": [{"key": "{{ element.name }}", "operator": "Equals", "value": "bad"}]}});
+        let policy = json!({
+            "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "p"},
+            "spec": {"rules": [
+                rule("unknown-var", json!({
+                    "preconditions": {"all": [{"key": "{{ serviceAccountName }}", "operator": "Equals", "value": "x"}]},
+                    "validate": {"pattern": {"metadata": {"name": "?*"}}}})),
+                rule("empty-list", json!({"validate": {"foreach": [
+                    {"list": "request.object.spec.volumes[?hostPath][]", "deny": deny.clone()}]}})),
+                rule("missing-list", json!({"validate": {"foreach": [
+                    {"list": "request.object.spec.initContainers", "deny": deny.clone()}]}})),
+                rule("bad-list", json!({"validate": {"foreach": [
+                    {"list": "length(`1`)", "deny": deny.clone()}]}})),
+                rule("element-precondition", json!({"validate": {"foreach": [{
+                    "list": "request.object.spec.containers",
+                    "preconditions": {"all": [{"key": "{{ element.missing }}", "operator": "Equals", "value": "x"}]},
+                    "deny": deny.clone()}]}})),
+                rule("cel-error", json!({
+                    "celPreconditions": [{"name": "lb", "expression": "object.spec.type == 'LoadBalancer'"}],
+                    "validate": {"cel": {"expressions": [{"expression": "true"}]}}})),
+                rule("cel-false", json!({
+                    "celPreconditions": [{"name": "ns", "expression": "object.metadata.name == 'other'"}],
+                    "validate": {"cel": {"expressions": [{"expression": "true"}]}}})),
+            ]}
+        });
+        let mut engine = Engine::new();
+        assert!(engine.add_json(&policy).unwrap());
+        let pod = Arc::new(json!({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "a"},
+            "spec": {"containers": [{"name": "c", "image": "x:1"}], "volumes": [{"name": "v", "emptyDir": {}}]}
+        }));
+        let results = engine.evaluate(
+            EvalRequest::create(pod),
+            &NoClusterData,
+            &Bindings::default(),
+        );
+        // (The JMESPath error's own words are the jmespath crate's.)
+        let got: Vec<(&str, Status, &str)> = results
+            .iter()
+            .map(|r| match r.message.split_once(": Runtime error") {
+                Some((head, _)) => (r.rule.as_str(), r.status, head),
+                None => (r.rule.as_str(), r.status, r.message.as_str()),
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    "unknown-var",
+                    Status::Error,
+                    "failed to evaluate preconditions: failed to resolve serviceAccountName: Unknown key \"serviceAccountName\" in path"
+                ),
+                ("bad-list", Status::Error, "failed to evaluate list"),
+                (
+                    "cel-error",
+                    Status::Fail,
+                    "expression 'object.spec.type == 'LoadBalancer'' resulted in error: no such key: type"
+                ),
+                ("cel-false", Status::Skip, "cel preconditions not met"),
+            ]
+        );
+    }
+
     /// ValidatingPolicies that define the same variables share their
     /// values on a request (evaluated once), and only those: a variable of
     /// the same name with another expression, or after other variables,

@@ -12,9 +12,9 @@ use crate::images;
 use crate::matching::Target;
 use crate::pattern::{Compiled, Mismatch};
 use crate::policy::{Check, ContextEntry, ContextSource, Foreach, Pattern, Policy, Rule};
-use crate::request::{ClusterData, EvalRequest, Operation};
+use crate::request::{ClusterData, EntryKind, EvalRequest, Operation};
 use crate::result::{RuleResult, Source, Status};
-use crate::vars::{self, Mode, Vars, to_var};
+use crate::vars::{self, Vars, to_var};
 
 /// Variables bound from outside the cluster (a `kyverno test` values file, or
 /// `leash apply --set`), by dotted path (`request.operation`,
@@ -327,6 +327,9 @@ impl Lazy<'_> {
 pub(crate) struct Outcome {
     pub(crate) status: Status,
     pub(crate) message: String,
+    /// False when the rule gives no result at all (Kyverno's nil rule
+    /// response: a foreach whose lists had no element to apply to).
+    pub(crate) reported: bool,
 }
 
 impl Outcome {
@@ -334,6 +337,17 @@ impl Outcome {
         Outcome {
             status,
             message: message.into(),
+            reported: true,
+        }
+    }
+
+    /// No result: the rule is left out of the report, as Kyverno leaves a
+    /// nil rule response out. Nested in a foreach, it skips the element.
+    fn none() -> Outcome {
+        Outcome {
+            status: Status::Skip,
+            message: String::new(),
+            reported: false,
         }
     }
 }
@@ -380,7 +394,9 @@ impl Policy {
             |rule| rule.validate.is_some(),
             |ctx, lazy| {
                 let outcome = ctx.run(lazy);
-                out.push(ctx.result(outcome));
+                if outcome.reported {
+                    out.push(ctx.result(outcome));
+                }
             },
         );
         out
@@ -509,12 +525,10 @@ impl RuleCtx<'_> {
             }
         }
         if let Some(cel) = &self.rule.cel_preconditions {
-            let (status, message) = cel.evaluate(self.req, self.data);
-            if status != Status::Pass {
-                return Outcome::new(
-                    Status::Skip,
-                    format!("cel preconditions not met: {message}"),
-                );
+            match cel.preconditions(self.req, self.data) {
+                Ok(true) => {}
+                Ok(false) => return Outcome::new(Status::Skip, "cel preconditions not met"),
+                Err(e) => return Outcome::new(Status::Fail, e),
             }
         }
         if let Check::Cel(cel) = &validate.check {
@@ -545,7 +559,6 @@ impl RuleCtx<'_> {
             &Value::String(raw.clone()),
             vars,
             &self.policy.cache,
-            Mode::Strict,
             self.delete,
         ) {
             Ok(Value::String(s)) => Some(s),
@@ -570,7 +583,7 @@ impl RuleCtx<'_> {
                 .unless_unchanged(self.check_any_pattern(ps, vars, scope), |old| {
                     self.check_any_pattern(ps, vars, old)
                 }),
-            Check::Deny(conds) => match self.conditions(conds, vars, Mode::Strict) {
+            Check::Deny(conds) => match self.conditions(conds, vars) {
                 Err(e) => Outcome::new(
                     Status::Error,
                     format!("failed to check deny conditions: {e}"),
@@ -658,7 +671,7 @@ impl RuleCtx<'_> {
         if !vars::has_vars(doc) {
             return Ok(Cow::Borrowed(doc));
         }
-        vars::substitute(doc, vars, &self.policy.cache, Mode::Strict, self.delete).map(Cow::Owned)
+        vars::substitute(doc, vars, &self.policy.cache, self.delete).map(Cow::Owned)
     }
 
     fn fail_message(&self, vars: &dyn vars::Source, path: &str, detail: &str) -> String {
@@ -758,10 +771,19 @@ impl RuleCtx<'_> {
         nesting: usize,
     ) -> Outcome {
         let mut applied = 0;
+        // Kyverno's validateForEach: a list along a missing field is
+        // passed over; another list error is the rule's error only when no
+        // list had an element to apply to.
+        let mut list_error = None;
         for decl in decls {
             let (elements, float_free) = match self.policy.cache.eval_items(&decl.list, lazy) {
                 Ok(v) => v,
-                Err(_) => continue,
+                Err(e) => {
+                    if !e.contains("Unknown key") {
+                        list_error = Some(e);
+                    }
+                    continue;
+                }
             };
             let (outcome, count) = self.elements(decl, &elements, float_free, lazy, scope, nesting);
             if outcome.status != Status::Pass {
@@ -770,7 +792,10 @@ impl RuleCtx<'_> {
             applied += count;
         }
         if applied == 0 {
-            return Outcome::new(Status::Skip, "rule skipped");
+            return match list_error {
+                Some(e) => Outcome::new(Status::Error, format!("failed to evaluate list: {e}")),
+                None => Outcome::none(),
+            };
         }
         Outcome::new(Status::Pass, "rule passed")
     }
@@ -821,10 +846,13 @@ impl RuleCtx<'_> {
             match r.status {
                 Status::Skip => continue,
                 Status::Pass | Status::Warn => applied += 1,
+                // An element whose preconditions cannot be evaluated is
+                // passed over; any other error is the rule's (Kyverno's
+                // validateElements).
+                Status::Error if r.message.contains("failed to evaluate preconditions") => {
+                    continue;
+                }
                 Status::Error => {
-                    if index + 1 < elements.len() {
-                        continue;
-                    }
                     return (
                         Outcome::new(Status::Error, format!("validation failure: {}", r.message)),
                         applied,
@@ -871,7 +899,7 @@ impl RuleCtx<'_> {
     ) -> Result<bool, String> {
         match conds {
             None => Ok(true),
-            Some(c) => self.conditions(c, vars, Mode::Preconditions),
+            Some(c) => self.conditions(c, vars),
         }
     }
 
@@ -880,11 +908,10 @@ impl RuleCtx<'_> {
         &self,
         conds: &Conditions,
         vars: &dyn vars::Source,
-        mode: Mode,
     ) -> Result<bool, String> {
         let one = |c: &Condition| -> Result<bool, String> {
-            let key = self.operand(&c.key, vars, mode)?;
-            let value = self.operand(&c.value, vars, mode)?;
+            let key = self.operand(&c.key, vars)?;
+            let value = self.operand(&c.value, vars)?;
             Ok(conditions::evaluate(c.op, &key, &value))
         };
         if let Some(any) = &conds.any {
@@ -913,17 +940,14 @@ impl RuleCtx<'_> {
         &self,
         o: &'v Operand,
         vars: &dyn vars::Source,
-        mode: Mode,
     ) -> Result<Cow<'v, Value>, String> {
         let cache = &self.policy.cache;
         match o {
             Operand::Literal(v) => Ok(Cow::Borrowed(v)),
             Operand::Variable(expr) => {
-                vars::resolve(expr, vars, cache, mode, self.delete).map(Cow::Owned)
+                vars::resolve(expr, vars, cache, self.delete).map(Cow::Owned)
             }
-            Operand::Template(v) => {
-                vars::substitute(v, vars, cache, mode, self.delete).map(Cow::Owned)
-            }
+            Operand::Template(v) => vars::substitute(v, vars, cache, self.delete).map(Cow::Owned),
         }
     }
 
@@ -951,7 +975,9 @@ impl RuleCtx<'_> {
             let value = self
                 .load_entry(entry, &vars)
                 .map_err(|e| format!("context entry {:?}: {e}", entry.name))?;
-            vars = vars.with(&entry.name, to_var(&value));
+            if let Some(value) = value {
+                vars = vars.with(&entry.name, to_var(&value));
+            }
         }
         Ok(vars)
     }
@@ -978,7 +1004,6 @@ impl RuleCtx<'_> {
             &Value::String(s.to_string()),
             vars,
             &self.policy.cache,
-            Mode::Strict,
             self.delete,
         )? {
             Value::String(s) => Ok(s),
@@ -997,8 +1022,18 @@ impl RuleCtx<'_> {
         }
     }
 
-    fn load_entry(&self, entry: &ContextEntry, vars: &Vars) -> Result<Value, String> {
-        match &entry.source {
+    /// The entry's value; None when the cluster data has no answer for it
+    /// and does not require one ([`ClusterData::context_required`]): the
+    /// entry is then left out of the context.
+    fn load_entry(&self, entry: &ContextEntry, vars: &Vars) -> Result<Option<Value>, String> {
+        let unanswered = |kind, e: String| {
+            if self.data.context_required(kind) {
+                Err(e)
+            } else {
+                Ok(None)
+            }
+        };
+        let value = match &entry.source {
             ContextSource::Variable {
                 value,
                 jmes_path,
@@ -1006,13 +1041,7 @@ impl RuleCtx<'_> {
             } => {
                 let result = match (value, jmes_path) {
                     (Some(v), path) => {
-                        let v = vars::substitute(
-                            v,
-                            vars,
-                            &self.policy.cache,
-                            Mode::Strict,
-                            self.delete,
-                        )?;
+                        let v = vars::substitute(v, vars, &self.policy.cache, self.delete)?;
                         self.apply_jmes(path.as_deref(), v, vars)
                     }
                     (None, Some(p)) => {
@@ -1024,7 +1053,7 @@ impl RuleCtx<'_> {
                 };
                 match (result, default) {
                     (Ok(Value::Null), Some(d)) | (Err(_), Some(d)) => {
-                        vars::substitute(d, vars, &self.policy.cache, Mode::Strict, self.delete)
+                        vars::substitute(d, vars, &self.policy.cache, self.delete)
                     }
                     (r, _) => r,
                 }
@@ -1037,10 +1066,15 @@ impl RuleCtx<'_> {
                 } else {
                     namespace
                 };
-                self.data
-                    .get("v1", "configmaps", &ns, &name)
-                    .map(|cm| (*cm).clone())
-                    .ok_or_else(|| format!("configmap {ns}/{name} not found"))
+                match self.data.get("v1", "configmaps", &ns, &name) {
+                    Some(cm) => Ok((*cm).clone()),
+                    None => {
+                        return unanswered(
+                            EntryKind::ConfigMap,
+                            format!("configmap {ns}/{name} not found"),
+                        );
+                    }
+                }
             }
             ContextSource::ApiCall {
                 url_path,
@@ -1049,6 +1083,9 @@ impl RuleCtx<'_> {
             } => {
                 let url = self.sub_str(url_path, vars)?;
                 let answer = self.data.api_get(&url);
+                if answer.is_none() && !self.data.context_required(EntryKind::ApiCall) {
+                    return Ok(None);
+                }
                 self.answer_or_default(answer, jmes_path, default, vars, || {
                     format!("API call {url} failed: no cluster data for it")
                 })
@@ -1065,13 +1102,7 @@ impl RuleCtx<'_> {
                 let body = if method == "POST" {
                     let mut m = serde_json::Map::new();
                     for (k, v) in data {
-                        let v = vars::substitute(
-                            v,
-                            vars,
-                            &self.policy.cache,
-                            Mode::Strict,
-                            self.delete,
-                        )?;
+                        let v = vars::substitute(v, vars, &self.policy.cache, self.delete)?;
                         m.insert(k.clone(), v);
                     }
                     Some(Value::Object(m).to_string())
@@ -1085,6 +1116,9 @@ impl RuleCtx<'_> {
                     body,
                 };
                 let answer = self.data.api_service(&call);
+                if answer.is_none() && !self.data.context_required(EntryKind::ApiCall) {
+                    return Ok(None);
+                }
                 self.answer_or_default(answer, jmes_path, default, vars, || {
                     format!("API call to service {url} failed: no answer")
                 })
@@ -1094,16 +1128,22 @@ impl RuleCtx<'_> {
                 projection,
                 jmes_path,
             } => {
-                let data = self
-                    .data
-                    .global(name, projection.as_deref())
-                    .ok_or_else(|| format!("global context entry {name:?} has no data"))?;
+                let Some(data) = self.data.global(name, projection.as_deref()) else {
+                    return unanswered(
+                        EntryKind::GlobalReference,
+                        format!("global context entry {name:?} has no data"),
+                    );
+                };
                 self.apply_jmes(jmes_path.as_deref(), data, vars)
             }
             ContextSource::Unsupported(what) => {
-                Err(format!("{what} context entries are not supported by leash"))
+                return unanswered(
+                    EntryKind::ImageRegistry,
+                    format!("{what} context entries are not supported by leash"),
+                );
             }
-        }
+        };
+        value.map(Some)
     }
 }
 
@@ -1159,15 +1199,15 @@ mod tests {
         let slow = base_vars(&req, req.operation);
         for (i, d) in docs.iter().enumerate() {
             let doc = json!(d);
-            let want = vars::substitute(&doc, &slow, &cache, Mode::Strict, false);
-            let got = vars::substitute(&doc, &fast, &cache, Mode::Strict, false);
+            let want = vars::substitute(&doc, &slow, &cache, false);
+            let got = vars::substitute(&doc, &fast, &cache, false);
             assert_eq!(got, want, "{d}");
             // All answered from the JSON: the first eight by the field
             // chain fast path, the last two (errors) evaluated in place.
             assert_eq!(built.get(), 0, "{d} ({i})");
         }
         assert_eq!(
-            vars::substitute(&json!(docs[2]), &fast, &cache, Mode::Strict, false),
+            vars::substitute(&json!(docs[2]), &fast, &cache, false),
             Ok(json!(2))
         );
     }

@@ -11,7 +11,7 @@ use crate::conditions::{self, CondOp};
 use crate::error::{Error, Result};
 use crate::eval::Prepared;
 use crate::matching::{MatchBlock, Target};
-use crate::vars::{ExprCache, Mode, substitute};
+use crate::vars::{ExprCache, substitute};
 use crate::wildcard;
 
 /// A compiled PolicyException.
@@ -229,8 +229,8 @@ impl Exception {
             let Some(op) = CondOp::parse(c["operator"].as_str().unwrap_or("")) else {
                 return false;
             };
-            let key = substitute(&c["key"], vars, &self.cache, Mode::Preconditions, false);
-            let value = substitute(&c["value"], vars, &self.cache, Mode::Preconditions, false);
+            let key = substitute(&c["key"], vars, &self.cache, false);
+            let value = substitute(&c["value"], vars, &self.cache, false);
             match (key, value) {
                 (Ok(k), Ok(v)) => conditions::evaluate(op, &k, &v),
                 _ => false,

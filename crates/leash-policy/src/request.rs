@@ -160,6 +160,19 @@ impl EvalRequest {
     }
 }
 
+/// The kinds of context entries that read cluster data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    /// `configMap`.
+    ConfigMap,
+    /// `apiCall` (`urlPath` or `service`).
+    ApiCall,
+    /// `globalReference`.
+    GlobalReference,
+    /// `imageRegistry`.
+    ImageRegistry,
+}
+
 /// Read access to cluster data that rules may look up (`context.configMap`,
 /// `apiCall`, `globalReference`, CEL `resource.Get/List`, `globalContext.Get`,
 /// `image.GetMetadata`).
@@ -215,6 +228,17 @@ pub trait ClusterData: Send + Sync + std::fmt::Debug {
     fn global(&self, entry: &str, projection: Option<&str>) -> Option<Value> {
         let _ = (entry, projection);
         None
+    }
+
+    /// Whether a context entry of `kind` this data has no answer for is the
+    /// rule's error (true: data standing for a whole cluster) or is left
+    /// out of the context (false: `leash apply` without a cluster, as
+    /// Kyverno's CLI disables the loaders it has no ConfigMap resolver,
+    /// global context store or registry access for; the entry's variables
+    /// are then unknown).
+    fn context_required(&self, kind: EntryKind) -> bool {
+        let _ = kind;
+        true
     }
 
     /// The metadata of an image, looked up by the exact reference a rule

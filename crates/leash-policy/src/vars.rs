@@ -396,42 +396,32 @@ pub(crate) fn scan_vars(s: &str) -> Vec<(String, bool)> {
     out
 }
 
-/// How unresolvable variables are treated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Mode {
-    /// Everywhere but preconditions: a failing query is an error.
-    Strict,
-    /// Preconditions: a failing query is an empty string.
-    Preconditions,
-}
-
 /// Substitutes every `{{ ... }}` in keys and string leaves of `doc`.
 pub(crate) fn substitute(
     doc: &Value,
     vars: &dyn Source,
     cache: &ExprCache,
-    mode: Mode,
     delete: bool,
 ) -> Result<Value, String> {
     match doc {
-        Value::String(s) => substitute_str(s, vars, cache, mode, delete),
+        Value::String(s) => substitute_str(s, vars, cache, delete),
         Value::Array(a) => a
             .iter()
-            .map(|v| substitute(v, vars, cache, mode, delete))
+            .map(|v| substitute(v, vars, cache, delete))
             .collect::<Result<Vec<_>, _>>()
             .map(Value::Array),
         Value::Object(m) => {
             let mut out = Map::new();
             for (k, v) in m {
                 let key = if k.contains("{{") {
-                    match substitute_str(k, vars, cache, mode, delete)? {
+                    match substitute_str(k, vars, cache, delete)? {
                         Value::String(s) => s,
                         other => go_format(&other),
                     }
                 } else {
                     k.clone()
                 };
-                out.insert(key, substitute(v, vars, cache, mode, delete)?);
+                out.insert(key, substitute(v, vars, cache, delete)?);
             }
             Ok(Value::Object(out))
         }
@@ -453,7 +443,6 @@ pub(crate) fn resolve(
     name: &str,
     vars: &dyn Source,
     cache: &ExprCache,
-    mode: Mode,
     delete: bool,
 ) -> Result<Value, String> {
     let name = name.trim();
@@ -493,18 +482,18 @@ pub(crate) fn resolve(
                 })
         }
     };
-    match (result, mode) {
-        (Ok(v), _) => Ok(v),
-        (Err(_), Mode::Preconditions) => Ok(Value::String(String::new())),
-        (Err(e), Mode::Strict) => Err(e),
-    }
+    // A failing query is an error everywhere, preconditions included:
+    // Kyverno 1.19's preconditions resolver returns the query's error
+    // (`newPreconditionsVariableResolver`; its comment still says it
+    // answers an empty string, as releases before did), and the rule
+    // errors with `failed to evaluate preconditions: ...`.
+    result
 }
 
 fn substitute_str(
     s: &str,
     vars: &dyn Source,
     cache: &ExprCache,
-    mode: Mode,
     delete: bool,
 ) -> Result<Value, String> {
     if !s.contains("{{") {
@@ -515,7 +504,7 @@ fn substitute_str(
     if let Some(inner) = s.strip_prefix("{{").and_then(|r| r.strip_suffix("}}"))
         && !inner.contains(['{', '}', '\\'])
     {
-        return resolve(inner, vars, cache, mode, delete);
+        return resolve(inner, vars, cache, delete);
     }
     let chars: Vec<char> = s.chars().collect();
     let mut out = String::new();
@@ -551,7 +540,7 @@ fn substitute_str(
         }
         if c == '}' && chars.get(i + 1) == Some(&'}') {
             let name = stack.pop().unwrap_or_default();
-            let value = resolve(&name, vars, cache, mode, delete)?;
+            let value = resolve(&name, vars, cache, delete)?;
             i += 2;
             if let Some(outer) = stack.last_mut() {
                 outer.push_str(&embedded(&value));
@@ -665,13 +654,7 @@ mod tests {
     }
 
     fn sub(s: &str) -> Result<Value, String> {
-        substitute(
-            &json!(s),
-            &vars(),
-            &ExprCache::default(),
-            Mode::Strict,
-            false,
-        )
+        substitute(&json!(s), &vars(), &ExprCache::default(), false)
     }
 
     #[test]
@@ -731,17 +714,17 @@ mod tests {
     }
 
     #[test]
-    fn missing_keys_are_errors_except_in_preconditions() {
+    fn missing_keys_are_errors_in_preconditions_too() {
         let err = sub("{{request.object.metadata.missing}}").unwrap_err();
         assert!(err.contains("Unknown key \"missing\""), "{err}");
         let pre = substitute(
             &json!("{{request.object.metadata.missing}}"),
             &vars(),
             &ExprCache::default(),
-            Mode::Preconditions,
             false,
-        );
-        assert_eq!(pre.unwrap(), json!(""));
+        )
+        .unwrap_err();
+        assert!(pre.contains("Unknown key \"missing\""), "{pre}");
     }
 
     #[test]
@@ -755,7 +738,6 @@ mod tests {
             &json!("{{request.object.metadata.name}}"),
             &v,
             &ExprCache::default(),
-            Mode::Strict,
             true,
         )
         .unwrap();

@@ -440,7 +440,11 @@ impl<'a, 'm> Activation<'a, 'm> {
         {
             return format!("variable '{name}': {err}");
         }
-        e.to_string()
+        match e {
+            // cel-go's words, which Kyverno's messages carry.
+            ExecutionError::NoSuchKey(k) => format!("no such key: {k}"),
+            e => e.to_string(),
+        }
     }
 }
 

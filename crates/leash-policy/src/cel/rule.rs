@@ -36,6 +36,14 @@ impl Validation {
 
     /// The failure message without the message expression: the static
     /// message, else `failed expression: <expression>`.
+    /// An expression's error in Kubernetes' words.
+    pub(crate) fn error_text(&self, error: &impl std::fmt::Display) -> String {
+        format!(
+            "expression '{}' resulted in error: {error}",
+            self.expr.source().trim()
+        )
+    }
+
     pub(crate) fn static_message(&self) -> String {
         if !self.message.is_empty() {
             return self.message.clone();
@@ -55,15 +63,7 @@ pub(crate) fn run_validations(
         match v.expr.eval_bool(act) {
             Ok(true) => {}
             Ok(false) => return (Status::Fail, v.failure_message(act)),
-            Err(e) => {
-                return (
-                    on_error,
-                    format!(
-                        "expression '{}' resulted in error: {e}",
-                        v.expr.source().trim()
-                    ),
-                );
-            }
+            Err(e) => return (on_error, v.error_text(&e)),
         }
     }
     (Status::Pass, String::new())
@@ -232,6 +232,32 @@ impl CelRule {
     pub fn evaluate(&self, req: &EvalRequest, data: &dyn ClusterData) -> (Status, String) {
         self.fast(req)
             .unwrap_or_else(|| self.evaluate_interpreted(req, data))
+    }
+
+    /// Evaluates the rule as a classic rule's `celPreconditions`: true when
+    /// every expression is, false at the first false one. Kyverno hands
+    /// them to Kubernetes' validator as match conditions (failure policy
+    /// `Fail`), so one that errors is the error Kubernetes words,
+    /// `expression '<expression>' resulted in error: <error>`, which the
+    /// rule reports as a failure.
+    pub(crate) fn preconditions(
+        &self,
+        req: &EvalRequest,
+        data: &dyn ClusterData,
+    ) -> Result<bool, String> {
+        if let Some((status, _)) = self.fast(req) {
+            return Ok(status == Status::Pass);
+        }
+        let mut act = Activation::new(req, data);
+        act.bind_variables(&self.variables);
+        for v in &self.validations {
+            match v.expr.eval_bool(&act) {
+                Ok(true) => {}
+                Ok(false) => return Ok(false),
+                Err(e) => return Err(v.error_text(&e)),
+            }
+        }
+        Ok(true)
     }
 
     /// The result when the fast path (see [`super::fast`]) answers every

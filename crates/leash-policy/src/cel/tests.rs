@@ -157,9 +157,9 @@ fn true_expressions() {
 #[test]
 fn errors() {
     let cases = [
-        ("object.spec.containers", "No such key"),
+        ("object.spec.containers", "no such key: spec"),
         // A receiver that fails is an error, not the default.
-        ("object.spec.containers.orValue([])", "No such key"),
+        ("object.spec.containers.orValue([])", "no such key"),
         ("quantity('ten')", "quantities must match"),
         ("[].min()", "empty list"),
         ("ip('x')", "parse error"),

@@ -19,7 +19,7 @@ use crate::matching::LabelSelector;
 use crate::policy::{Policy, Rule};
 use crate::request::{ClusterData, EvalRequest, Operation};
 use crate::result::{RuleResult, Source, Status};
-use crate::vars::{self, Mode, Vars, to_var};
+use crate::vars::{self, Vars, to_var};
 
 /// What one patch (or one rule) did.
 pub(crate) struct Patched {
@@ -473,9 +473,9 @@ impl RuleCtx<'_> {
                 "request.object"
             };
             let doc = at_refs::resolve(doc, root);
-            return vars::substitute(&doc, vars, &self.policy.cache, Mode::Strict, self.delete);
+            return vars::substitute(&doc, vars, &self.policy.cache, self.delete);
         }
-        vars::substitute(doc, vars, &self.policy.cache, Mode::Strict, self.delete)
+        vars::substitute(doc, vars, &self.policy.cache, self.delete)
     }
 
     fn strategic_merge(&self, patch: &Value, vars: &Vars, object: &Value) -> Patched {

@@ -471,10 +471,14 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode> {
     for t in &mut targets {
         load::default_namespace(t);
     }
+    let resources: Vec<Arc<Value>> = resources.into_iter().map(Arc::new).collect();
+    let cluster = MemoryCluster::new(targets)
+        .with_shared(resources.iter().cloned())
+        .offline_apply();
     let (results, mutations) = evaluate_all(
         &loaded.engine,
         resources,
-        MemoryCluster::new(targets),
+        cluster,
         &values,
         &user,
         threads,
@@ -494,13 +498,16 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode> {
     let print_mutated = mutated_path.is_none() && !args.policy_report;
     // Mutate results count, print and report as results too, as in
     // Kyverno's CLI (its reports hold every rule type).
+    // Moved, not copied: on 10,000 resources the results are most of the
+    // peak memory (issue 41's memory target against Kyverno's CLI).
+    let mut mutations = mutations;
     let combined: Vec<Evaluated> = results
-        .iter()
-        .zip(&mutations)
+        .into_iter()
+        .zip(mutations.iter_mut())
         .map(|((o, rs), m)| {
-            let mut all = m.results.clone();
-            all.extend(rs.iter().cloned());
-            (o.clone(), all)
+            let mut all = std::mem::take(&mut m.results);
+            all.extend(rs);
+            (o, all)
         })
         .collect();
     let stdout = std::io::stdout();
@@ -658,14 +665,13 @@ type Evaluated = (Arc<Value>, Vec<RuleResult>);
 /// mutations keep the resources' order.
 fn evaluate_all(
     engine: &Engine,
-    resources: Vec<Value>,
+    resources: Vec<Arc<Value>>,
     cluster: MemoryCluster,
     values: &Values,
     user: &UserInfo,
     threads: usize,
     interrupted: &AtomicBool,
 ) -> (Vec<Evaluated>, Vec<Mutated>) {
-    let resources: Vec<Arc<Value>> = resources.into_iter().map(Arc::new).collect();
     let next = AtomicUsize::new(0);
     let threads = threads.clamp(1, resources.len().max(1));
     let mut slots: Vec<Option<(Vec<RuleResult>, Mutated)>> =

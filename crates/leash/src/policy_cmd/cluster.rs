@@ -28,8 +28,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use leash_policy::ClusterData;
 use leash_policy::kinds::{plural_of, split_api_version};
+use leash_policy::{ClusterData, EntryKind};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -44,6 +44,9 @@ pub(crate) struct MemoryCluster {
     /// Global context entries' data by name (a test's
     /// `globalContextEntries`).
     globals: BTreeMap<String, Value>,
+    /// The kinds of context entries it leaves out of the context when it
+    /// cannot answer them ([`ClusterData::context_required`]).
+    left_out: Vec<EntryKind>,
 }
 
 /// One canned HTTP answer, Kyverno's `apiCallResponses` entry: the URL (or
@@ -64,7 +67,33 @@ impl MemoryCluster {
             images: HashMap::new(),
             http: Vec::new(),
             globals: BTreeMap::new(),
+            left_out: Vec::new(),
         }
+    }
+
+    /// `leash apply` without a cluster: the objects given stand for the
+    /// cluster that `apiCall`s read (as Kyverno's CLI builds a fake client
+    /// of them), and the ConfigMap, global context and image registry
+    /// entries it cannot answer are left out of the context instead of
+    /// failing the rule, as Kyverno's CLI `apply` has no ConfigMap
+    /// resolver, no global context store without `GlobalContextEntry`
+    /// objects, and no registry access without `--registry`.
+    pub(crate) fn offline_apply(mut self) -> MemoryCluster {
+        self.left_out = vec![
+            EntryKind::ConfigMap,
+            EntryKind::GlobalReference,
+            EntryKind::ImageRegistry,
+        ];
+        self
+    }
+
+    /// Adds objects already shared (`leash apply`'s resources).
+    pub(crate) fn with_shared(
+        mut self,
+        objects: impl IntoIterator<Item = Arc<Value>>,
+    ) -> MemoryCluster {
+        self.objects.extend(objects);
+        self
     }
 
     /// Serves `globals` (entry name -> data) to global context lookups.
@@ -173,6 +202,10 @@ impl ClusterData for MemoryCluster {
     fn http_call(&self, method: &str, url: &str, _body: Option<&Value>) -> Option<Value> {
         self.answer(method, url)
             .map(|a| serde_json::json!({"body": a.body, "statusCode": a.status}))
+    }
+
+    fn context_required(&self, kind: EntryKind) -> bool {
+        !self.left_out.contains(&kind)
     }
 }
 

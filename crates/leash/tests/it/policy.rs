@@ -2643,3 +2643,98 @@ fn apply_warn_exit_code_and_warn_no_pass() {
         Some(4)
     );
 }
+
+/// `leash apply` without a cluster reads context as Kyverno's CLI `apply`
+/// does: an `apiCall` is answered from the resources given (Kyverno builds
+/// a fake client of them), and a `configMap` entry it has no ConfigMap for
+/// is left out of the context instead of failing the rule (Kyverno's CLI
+/// `apply` has no ConfigMap resolver), so a `||` default applies.
+#[test]
+fn apply_reads_api_calls_from_the_resources_and_leaves_out_missing_configmaps() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = r#"
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata:
+  name: netpol-and-priorities
+spec:
+  rules:
+  - name: require-netpol
+    match:
+      any:
+      - resources:
+          kinds: [Deployment]
+    context:
+    - name: count
+      apiCall:
+        urlPath: "/apis/networking.k8s.io/v1/namespaces/{{request.namespace}}/networkpolicies"
+        jmesPath: "items | length(@)"
+    validate:
+      message: "needs a NetworkPolicy"
+      deny:
+        conditions:
+          any:
+          - key: "{{ count }}"
+            operator: LessThan
+            value: 1
+  - name: priority
+    match:
+      any:
+      - resources:
+          kinds: [Deployment]
+    context:
+    - name: allowed
+      configMap:
+        name: allowed-priorities
+        namespace: default
+    validate:
+      message: "priority not allowed"
+      deny:
+        conditions:
+          any:
+          - key: "{{ request.object.spec.template.spec.priorityClassName || '' }}"
+            operator: AnyNotIn
+            value: "{{ allowed.data.priorities || '' }}"
+"#;
+    let resources = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: covered, namespace: a}
+spec:
+  selector: {matchLabels: {app: x}}
+  template:
+    metadata: {labels: {app: x}}
+    spec: {containers: [{name: c, image: "x:1"}]}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: uncovered, namespace: b}
+spec:
+  selector: {matchLabels: {app: x}}
+  template:
+    metadata: {labels: {app: x}}
+    spec: {containers: [{name: c, image: "x:1"}]}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: all, namespace: a}
+spec: {podSelector: {}}
+"#;
+    fs::write(dir.path().join("policy.yaml"), policy).unwrap();
+    fs::write(dir.path().join("resources.yaml"), resources).unwrap();
+    let out = leash()
+        .args(["apply"])
+        .arg(dir.path().join("policy.yaml"))
+        .arg("--resource")
+        .arg(dir.path().join("resources.yaml"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let text = stdout(&out);
+    // require-netpol: covered passes, uncovered fails; priority: both pass.
+    assert_has(&text, "pass: 3, fail: 1, warn: 0, error: 0, skip: 0");
+    assert_has(
+        &text,
+        "policy netpol-and-priorities -> resource Deployment/b/uncovered rule require-netpol: needs a NetworkPolicy",
+    );
+}
