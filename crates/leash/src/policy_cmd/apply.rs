@@ -475,7 +475,11 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode> {
     let cluster = MemoryCluster::new(targets)
         .with_shared(resources.iter().cloned())
         .offline_apply();
-    let (results, mutations) = evaluate_all(
+    // Pass results are only printed with --detailed-results or in a
+    // report; else they are counted and dropped as they are made: on
+    // 10,000 resources they are most of the memory.
+    let keep_passes = args.policy_report || args.detailed_results;
+    let (results, mutations, dropped_passes) = evaluate_all(
         &loaded.engine,
         resources,
         cluster,
@@ -483,6 +487,7 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode> {
         &user,
         threads,
         &interrupted,
+        keep_passes,
     );
     if interrupted.load(Ordering::Relaxed) {
         return Ok(ExitCode::from(EXIT_INTERRUPTED));
@@ -539,6 +544,7 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode> {
             } else {
                 None
             },
+            dropped_passes,
         )?;
     }
     out.flush()?;
@@ -550,7 +556,7 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode> {
         warn_exit(
             &args,
             all().any(|r| r.status == Status::Warn),
-            all().any(|r| r.status == Status::Pass),
+            dropped_passes > 0 || all().any(|r| r.status == Status::Pass),
         )
     })
 }
@@ -662,7 +668,9 @@ type Evaluated = (Arc<Value>, Vec<RuleResult>);
 /// Evaluates every resource on `threads` threads sharing the compiled
 /// policies read-only: its mutate rules, then its validate rules on the
 /// mutated resource (as Kyverno's CLI). The validate results and the
-/// mutations keep the resources' order.
+/// mutations keep the resources' order. Without `keep_passes`, pass
+/// results are counted (the third value) and dropped.
+#[allow(clippy::too_many_arguments)]
 fn evaluate_all(
     engine: &Engine,
     resources: Vec<Arc<Value>>,
@@ -671,13 +679,15 @@ fn evaluate_all(
     user: &UserInfo,
     threads: usize,
     interrupted: &AtomicBool,
-) -> (Vec<Evaluated>, Vec<Mutated>) {
+    keep_passes: bool,
+) -> (Vec<Evaluated>, Vec<Mutated>, usize) {
     let next = AtomicUsize::new(0);
     let threads = threads.clamp(1, resources.len().max(1));
     let mut slots: Vec<Option<(Vec<RuleResult>, Mutated)>> =
         (0..resources.len()).map(|_| None).collect();
     let handle = tokio::runtime::Handle::try_current().ok();
     let finished = tokio::sync::Notify::new();
+    let mut dropped = 0;
     let done: Vec<(usize, (Vec<RuleResult>, Mutated))> = std::thread::scope(|s| {
         // Ctrl-C: a scoped thread waits for the signal (or the end) on the
         // runtime and raises the flag every worker checks between resources,
@@ -701,6 +711,7 @@ fn evaluate_all(
             .map(|_| {
                 s.spawn(|| {
                     let mut mine = Vec::new();
+                    let mut passes = 0;
                     while !interrupted.load(Ordering::Relaxed) {
                         // Relaxed: the counter only hands out indices.
                         let i = next.fetch_add(1, Ordering::Relaxed);
@@ -737,16 +748,24 @@ fn evaluate_all(
                             }
                             results.push(g.result);
                         }
+                        if !keep_passes {
+                            let before = results.len() + m.results.len();
+                            results.retain(|r| r.status != Status::Pass);
+                            m.results.retain(|r| r.status != Status::Pass);
+                            passes += before - results.len() - m.results.len();
+                        }
                         mine.push((i, (results, m)));
                     }
-                    mine
+                    (mine, passes)
                 })
             })
             .collect();
-        let all = workers
-            .into_iter()
-            .flat_map(|w| w.join().unwrap_or_default())
-            .collect();
+        let mut all = Vec::new();
+        for w in workers {
+            let (mine, passes) = w.join().unwrap_or_default();
+            all.extend(mine);
+            dropped += passes;
+        }
         // notify_one stores a permit, so the waiter wakes even if it starts later.
         finished.notify_one();
         all
@@ -754,14 +773,15 @@ fn evaluate_all(
     for (i, r) in done {
         slots[i] = Some(r);
     }
-    resources
+    let (results, mutations) = resources
         .into_iter()
         .zip(slots)
         .map(|(o, r)| {
             let (results, m) = r.unwrap_or_else(|| (Vec::new(), Mutated::none(&o)));
             ((o, results), m)
         })
-        .unzip()
+        .unzip();
+    (results, mutations, dropped)
 }
 
 /// `--audit-warn`: failures of Audit rules become warnings.
@@ -872,8 +892,10 @@ fn print_results(
     format: Format,
     detailed: bool,
     mutated: Option<&[Mutated]>,
+    dropped_passes: usize,
 ) -> Result<()> {
-    let c = counts(results.iter().flat_map(|(_, rs)| rs));
+    let mut c = counts(results.iter().flat_map(|(_, rs)| rs));
+    *c.entry("pass").or_default() += dropped_passes;
     if let (Some(m), Format::Json | Format::Yaml) = (mutated, format) {
         let mut doc = summary_doc(results, &c, detailed);
         let objects = mutated::objects(m);
