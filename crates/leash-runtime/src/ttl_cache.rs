@@ -120,6 +120,44 @@ impl<K: Hash + Eq, V: Clone> TtlCache<K, V> {
         }
     }
 
+    /// The value for `key` if present and not expired; else `make()`'s,
+    /// inserted (valid for `ttl` from now) under the same lock, so of
+    /// callers racing on a missing key exactly one inserts and every one
+    /// gets that value.
+    pub fn get_or_insert_with(&self, key: K, make: impl FnOnce() -> V) -> V {
+        let now = Instant::now();
+        let mut inner = self.lock();
+        if let Some((v, expires)) = inner.map.get(&key)
+            && *expires > now
+        {
+            return v.clone();
+        }
+        if inner.map.len() >= inner.sweep_at {
+            inner.sweep(now);
+        }
+        let value = make();
+        inner.map.insert(key, (value.clone(), now + self.ttl));
+        value
+    }
+
+    /// Removes `key` when its value satisfies `pred` (a caller removing
+    /// the entry it inserted, not one a later caller replaced it with);
+    /// whether it did.
+    pub fn remove_if<Q>(&self, key: &Q, pred: impl FnOnce(&V) -> bool) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let mut inner = self.lock();
+        match inner.map.get(key) {
+            Some((v, _)) if pred(v) => {
+                inner.map.remove(key);
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Whether `key` is present and not expired.
     pub fn contains<Q>(&self, key: &Q) -> bool
     where
@@ -174,6 +212,42 @@ impl<K: Hash + Eq, V: Clone> TtlCache<K, V> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Racing callers on a missing key share the one value inserted; an
+    /// expired entry is made anew; `remove_if` removes only a matching
+    /// value.
+    #[tokio::test(start_paused = true)]
+    async fn get_or_insert_with_inserts_once_and_remove_if_checks_the_value() {
+        let cache = std::sync::Arc::new(TtlCache::new(Duration::from_secs(10)));
+        let made = std::sync::atomic::AtomicUsize::new(0);
+        let values: Vec<usize> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..8)
+                .map(|i| {
+                    let cache = cache.clone();
+                    let made = &made;
+                    s.spawn(move || {
+                        cache.get_or_insert_with("k", || {
+                            made.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            i
+                        })
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(made.load(std::sync::atomic::Ordering::Relaxed), 1);
+        assert!(values.iter().all(|v| *v == values[0]));
+        assert!(!cache.remove_if("k", |v| *v != values[0]));
+        assert!(cache.remove_if("k", |v| *v == values[0]));
+        assert_eq!(cache.get("k"), None);
+        assert_eq!(cache.get_or_insert_with("k", || 42), 42);
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert_eq!(
+            cache.get_or_insert_with("k", || 43),
+            43,
+            "expired: made anew"
+        );
+    }
 
     #[tokio::test(start_paused = true)]
     async fn entry_expires_exactly_at_ttl() {

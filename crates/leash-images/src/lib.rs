@@ -1,0 +1,416 @@
+//! leash-images: what OCI registries say about an image, as Kyverno's
+//! engine reads it (an `imageRegistry` context entry, CEL's
+//! `image.GetMetadata`).
+//!
+//! [`Registry::image_data`] resolves a reference (`registry/repo:tag`,
+//! `...@sha256:...`) to its [`ImageData`]: the top-level manifest's digest,
+//! the image manifest (an image index resolved to its `linux/amd64` entry,
+//! as go-containerregistry resolves it for Kyverno), the index itself and
+//! the config blob, each kept as the registry sent it.
+//!
+//! # Invariants
+//! 1. One fetch per reference at a time: concurrent callers of one
+//!    reference share one round trip (a `OnceCell` per reference in a
+//!    [`TtlCache`]); an answer is kept for the TTL, so the 100th pod with
+//!    the same image costs no registry call.
+//! 2. A failed fetch is shared by the callers that waited for it, then
+//!    forgotten: the next caller fetches again (a registry that was down is
+//!    not remembered as down).
+//! 3. Every fetch ends within the configured timeout, with an error naming
+//!    the image and the registry; nothing waits on a registry without a
+//!    bound.
+//! 4. No task, no thread: the cache expires lazily ([`TtlCache`]), and a
+//!    caller cancelled mid-fetch drops its fetch (another waiter then
+//!    fetches).
+
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use leash_runtime::{OnceCell, TtlCache};
+use oci_client::client::{ClientConfig, ClientProtocol};
+use oci_client::manifest::{
+    IMAGE_MANIFEST_LIST_MEDIA_TYPE, IMAGE_MANIFEST_MEDIA_TYPE, OCI_IMAGE_INDEX_MEDIA_TYPE,
+    OCI_IMAGE_MEDIA_TYPE,
+};
+use oci_client::secrets::RegistryAuth;
+use oci_client::{Client, Reference};
+use serde_json::{Map, Value, json};
+
+/// What a registry says about one image reference: Kyverno's `ImageData`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImageData {
+    /// The reference as given.
+    pub image: String,
+    /// `registry/repository@digest` of the top-level manifest.
+    pub resolved_image: String,
+    /// The registry's host (and port).
+    pub registry: String,
+    /// The repository within the registry.
+    pub repository: String,
+    /// The reference's tag, if it has one.
+    pub tag: Option<String>,
+    /// The top-level manifest's digest (the index's, for an index).
+    pub digest: String,
+    /// The image index, when the reference names one.
+    pub index: Option<Value>,
+    /// The image manifest (for an index, its `linux/amd64` image's).
+    pub manifest: Value,
+    /// The image's config blob.
+    pub config: Value,
+}
+
+impl ImageData {
+    /// The identifier Kyverno gives the reference: its tag, its digest, or
+    /// `tag@digest` when it has both.
+    pub fn identifier(&self, reference: &Reference) -> String {
+        match (reference.tag(), reference.digest()) {
+            (Some(t), Some(d)) => format!("{t}@{d}"),
+            (Some(t), None) => t.to_string(),
+            (None, Some(d)) => d.to_string(),
+            (None, None) => "latest".to_string(),
+        }
+    }
+
+    /// The object an `imageRegistry` context entry holds (Kyverno's
+    /// engine: `image`, `resolvedImage`, `registry`, `repository`,
+    /// `identifier`, `manifestList`, `manifest`, `configData`).
+    pub fn context_value(&self) -> Value {
+        let identifier = self
+            .image
+            .parse::<Reference>()
+            .map(|r| self.identifier(&r))
+            .unwrap_or_default();
+        json!({
+            "image": self.image,
+            "resolvedImage": self.resolved_image,
+            "registry": self.registry,
+            "repository": self.repository,
+            "identifier": identifier,
+            "manifestList": self.index.clone().unwrap_or(Value::Null),
+            "manifest": self.manifest,
+            "configData": self.config,
+        })
+    }
+
+    /// The object CEL's `image.GetMetadata` returns (`image`,
+    /// `resolvedImage`, `registry`, `repository`, `tag`, `digest`,
+    /// `imageIndex`, `manifest`, `config`; `tag` only when there is one).
+    pub fn cel_value(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("image".into(), json!(self.image));
+        m.insert("resolvedImage".into(), json!(self.resolved_image));
+        m.insert("registry".into(), json!(self.registry));
+        m.insert("repository".into(), json!(self.repository));
+        if let Some(t) = &self.tag {
+            m.insert("tag".into(), json!(t));
+        }
+        m.insert("digest".into(), json!(self.digest));
+        if let Some(i) = &self.index {
+            m.insert("imageIndex".into(), i.clone());
+        }
+        m.insert("manifest".into(), self.manifest.clone());
+        m.insert("config".into(), self.config.clone());
+        Value::Object(m)
+    }
+}
+
+/// Why an image's data could not be had. The text names the image and,
+/// once the reference parses, the registry.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ImageError {
+    /// The reference does not parse.
+    #[error("invalid image reference {image:?}: {reason}")]
+    Reference {
+        /// The reference as given.
+        image: String,
+        /// The parser's words.
+        reason: String,
+    },
+    /// The registry refused or failed the request.
+    #[error("image {image}: registry {registry}: {reason}")]
+    Registry {
+        /// The reference as given.
+        image: String,
+        /// The registry asked.
+        registry: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// The registry did not answer within the timeout.
+    #[error("image {image}: registry {registry} did not answer within {timeout:?}")]
+    Timeout {
+        /// The reference as given.
+        image: String,
+        /// The registry asked.
+        registry: String,
+        /// The bound.
+        timeout: Duration,
+    },
+}
+
+/// How [`Registry`] reaches registries.
+#[derive(Debug, Clone)]
+pub struct RegistrySettings {
+    /// Plain HTTP for every registry (Kyverno's `--allow-insecure-registry`).
+    /// Without it, HTTP only for `localhost` and loopback addresses (as
+    /// go-containerregistry, and so Kyverno, does), HTTPS otherwise.
+    pub insecure: bool,
+    /// The bound on one reference's fetch, all round trips included.
+    pub timeout: Duration,
+    /// How long an answer is kept.
+    pub ttl: Duration,
+}
+
+impl Default for RegistrySettings {
+    fn default() -> RegistrySettings {
+        RegistrySettings {
+            insecure: false,
+            timeout: Duration::from_secs(20),
+            ttl: Duration::from_secs(300),
+        }
+    }
+}
+
+type Shared = Result<Arc<ImageData>, ImageError>;
+
+/// A registry client with a per-reference cache. Share it by `Arc`.
+pub struct Registry {
+    /// For registries reached over HTTPS.
+    tls: Client,
+    /// For loopback registries, and every registry when `insecure`.
+    plain: Client,
+    settings: RegistrySettings,
+    cache: TtlCache<String, Arc<OnceCell<Shared>>>,
+    fetches: AtomicU64,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry")
+            .field("settings", &self.settings)
+            .field("fetches", &self.fetches())
+            .finish_non_exhaustive()
+    }
+}
+
+const MANIFEST_TYPES: [&str; 4] = [
+    OCI_IMAGE_MEDIA_TYPE,
+    IMAGE_MANIFEST_MEDIA_TYPE,
+    OCI_IMAGE_INDEX_MEDIA_TYPE,
+    IMAGE_MANIFEST_LIST_MEDIA_TYPE,
+];
+
+/// Whether `registry` (`host[:port]`) is served over plain HTTP by default:
+/// `localhost` and loopback addresses, as go-containerregistry decides.
+fn is_local(registry: &str) -> bool {
+    let host = match registry.rsplit_once(':') {
+        Some((h, port)) if port.chars().all(|c| c.is_ascii_digit()) => h,
+        _ => registry,
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host == "localhost"
+        || host.ends_with(".localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Makes ring the process's rustls provider when none is (reqwest, built
+/// without a provider of its own, asks rustls for the process default; kube
+/// uses ring too). Idempotent; [`Registry::new`] calls it.
+pub fn install_crypto_provider() {
+    // Err: a provider is installed already, which is all that is needed.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+impl Registry {
+    /// A client; connects to nothing until asked.
+    pub fn new(settings: RegistrySettings) -> Registry {
+        install_crypto_provider();
+        let client = |protocol| {
+            Client::new(ClientConfig {
+                protocol,
+                connect_timeout: Some(settings.timeout),
+                read_timeout: Some(settings.timeout),
+                // Kyverno resolves an index to its linux/amd64 image.
+                platform_resolver: Some(Box::new(oci_client::client::linux_amd64_resolver)),
+                ..ClientConfig::default()
+            })
+        };
+        Registry {
+            tls: client(ClientProtocol::Https),
+            plain: client(ClientProtocol::Http),
+            cache: TtlCache::new(settings.ttl),
+            settings,
+            fetches: AtomicU64::new(0),
+        }
+    }
+
+    /// How many fetches went to registries (cache misses, each one round
+    /// trip group).
+    pub fn fetches(&self) -> u64 {
+        // Relaxed: a statistic, ordering nothing.
+        self.fetches.load(Ordering::Relaxed)
+    }
+
+    /// The data of `image`: from the cache when an answer for it is kept,
+    /// else fetched (once for every concurrent caller of it).
+    pub async fn image_data(&self, image: &str) -> Result<Arc<ImageData>, ImageError> {
+        let cell = self
+            .cache
+            .get_or_insert_with(image.to_string(), || Arc::new(OnceCell::new()));
+        let answer = cell.get_or_init(|| self.fetch_bounded(image)).await.clone();
+        if answer.is_err() {
+            self.cache.remove_if(image, |c| Arc::ptr_eq(c, &cell));
+        }
+        answer
+    }
+
+    async fn fetch_bounded(&self, image: &str) -> Shared {
+        let reference: Reference = image.parse().map_err(|e| ImageError::Reference {
+            image: image.to_string(),
+            reason: format!("{e}"),
+        })?;
+        // Relaxed: a statistic.
+        self.fetches.fetch_add(1, Ordering::Relaxed);
+        let registry = reference.resolve_registry().to_string();
+        match tokio::time::timeout(self.settings.timeout, self.fetch(image, &reference)).await {
+            Ok(Ok(data)) => Ok(Arc::new(data)),
+            Ok(Err(reason)) => Err(ImageError::Registry {
+                image: image.to_string(),
+                registry,
+                reason,
+            }),
+            Err(_) => Err(ImageError::Timeout {
+                image: image.to_string(),
+                registry,
+                timeout: self.settings.timeout,
+            }),
+        }
+    }
+
+    async fn fetch(&self, image: &str, reference: &Reference) -> Result<ImageData, String> {
+        let client = if self.settings.insecure || is_local(reference.resolve_registry()) {
+            &self.plain
+        } else {
+            &self.tls
+        };
+        let auth = RegistryAuth::Anonymous;
+        let (top, digest) = client
+            .pull_manifest_raw(reference, &auth, &MANIFEST_TYPES)
+            .await
+            .map_err(|e| e.to_string())?;
+        let top: Value =
+            serde_json::from_slice(&top).map_err(|e| format!("manifest is not JSON: {e}"))?;
+        let is_index = top["manifests"].is_array()
+            && matches!(
+                top["mediaType"].as_str(),
+                None | Some(OCI_IMAGE_INDEX_MEDIA_TYPE) | Some(IMAGE_MANIFEST_LIST_MEDIA_TYPE)
+            );
+        let (index, manifest) = if is_index {
+            let entry = top["manifests"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|m| {
+                    m["platform"]["os"] == "linux" && m["platform"]["architecture"] == "amd64"
+                })
+                .and_then(|m| m["digest"].as_str())
+                .ok_or("image index has no linux/amd64 image")?
+                .to_string();
+            let by_digest = reference.clone_with_digest(entry);
+            let (bytes, _) = client
+                .pull_manifest_raw(&by_digest, &auth, &MANIFEST_TYPES)
+                .await
+                .map_err(|e| e.to_string())?;
+            let manifest: Value = serde_json::from_slice(&bytes)
+                .map_err(|e| format!("image manifest is not JSON: {e}"))?;
+            (Some(top), manifest)
+        } else {
+            (None, top)
+        };
+        let config_digest = manifest["config"]["digest"]
+            .as_str()
+            .ok_or("image manifest has no config digest")?;
+        let mut blob = Vec::new();
+        client
+            .pull_blob(reference, config_digest, &mut blob)
+            .await
+            .map_err(|e| format!("config {config_digest}: {e}"))?;
+        let config: Value =
+            serde_json::from_slice(&blob).map_err(|e| format!("config is not JSON: {e}"))?;
+        Ok(ImageData {
+            image: image.to_string(),
+            resolved_image: format!(
+                "{}/{}@{digest}",
+                reference.resolve_registry(),
+                reference.repository()
+            ),
+            registry: reference.resolve_registry().to_string(),
+            repository: reference.repository().to_string(),
+            tag: reference.tag().map(str::to_string),
+            digest,
+            index,
+            manifest,
+            config,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_registries_are_plain_http() {
+        for r in [
+            "localhost",
+            "localhost:5000",
+            "127.0.0.1:33813",
+            "[::1]:80",
+            "a.localhost",
+        ] {
+            assert!(is_local(r), "{r}");
+        }
+        for r in [
+            "index.docker.io",
+            "ghcr.io:443",
+            "10.0.0.1:5000",
+            "localhostx",
+        ] {
+            assert!(!is_local(r), "{r}");
+        }
+    }
+
+    #[test]
+    fn identifiers_and_shapes_are_kyvernos() {
+        let data = ImageData {
+            image: "r.io/a/b:1.0@sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa".into(),
+            resolved_image: "r.io/a/b@sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa".into(),
+            registry: "r.io".into(),
+            repository: "a/b".into(),
+            tag: Some("1.0".into()),
+            digest: "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa".into(),
+            index: None,
+            manifest: json!({"schemaVersion": 2}),
+            config: json!({"config": {"Labels": {"k": "v"}}}),
+        };
+        let ctx = data.context_value();
+        assert_eq!(
+            ctx["identifier"],
+            "1.0@sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+        );
+        assert_eq!(ctx["configData"]["config"]["Labels"]["k"], "v");
+        assert_eq!(ctx["manifestList"], Value::Null);
+        let cel = data.cel_value();
+        assert_eq!(cel["tag"], "1.0");
+        assert_eq!(
+            cel["digest"],
+            "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+        );
+        assert!(cel.get("imageIndex").is_none());
+    }
+}
