@@ -1,6 +1,6 @@
 //! leash-images: what OCI registries say about an image, as Kyverno's
-//! engine reads it (an `imageRegistry` context entry, CEL's
-//! `image.GetMetadata`).
+//! engine reads it (CEL's `image.GetMetadata` object, from which
+//! leash-policy builds an `imageRegistry` context entry's).
 //!
 //! [`Registry::image_data`] resolves a reference (`registry/repo:tag`,
 //! `...@sha256:...`) to its [`ImageData`]: the top-level manifest's digest,
@@ -25,6 +25,9 @@
 
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+#[cfg(feature = "testing")]
+pub mod testing;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -44,7 +47,8 @@ use serde_json::{Map, Value, json};
 pub struct ImageData {
     /// The reference as given.
     pub image: String,
-    /// `registry/repository@digest` of the top-level manifest.
+    /// `registry/repository:tag@digest` (`registry/repository@digest`
+    /// without a tag), the digest the top-level manifest's.
     pub resolved_image: String,
     /// The registry's host (and port).
     pub registry: String,
@@ -63,47 +67,21 @@ pub struct ImageData {
 }
 
 impl ImageData {
-    /// The identifier Kyverno gives the reference: its tag, its digest, or
-    /// `tag@digest` when it has both.
-    pub fn identifier(&self, reference: &Reference) -> String {
-        match (reference.tag(), reference.digest()) {
-            (Some(t), Some(d)) => format!("{t}@{d}"),
-            (Some(t), None) => t.to_string(),
-            (None, Some(d)) => d.to_string(),
-            (None, None) => "latest".to_string(),
-        }
-    }
-
-    /// The object an `imageRegistry` context entry holds (Kyverno's
-    /// engine: `image`, `resolvedImage`, `registry`, `repository`,
-    /// `identifier`, `manifestList`, `manifest`, `configData`).
-    pub fn context_value(&self) -> Value {
-        let identifier = self
-            .image
-            .parse::<Reference>()
-            .map(|r| self.identifier(&r))
-            .unwrap_or_default();
-        json!({
-            "image": self.image,
-            "resolvedImage": self.resolved_image,
-            "registry": self.registry,
-            "repository": self.repository,
-            "identifier": identifier,
-            "manifestList": self.index.clone().unwrap_or(Value::Null),
-            "manifest": self.manifest,
-            "configData": self.config,
-        })
-    }
-
-    /// The object CEL's `image.GetMetadata` returns (`image`,
-    /// `resolvedImage`, `registry`, `repository`, `tag`, `digest`,
-    /// `imageIndex`, `manifest`, `config`; `tag` only when there is one).
+    /// The object CEL's `image.GetMetadata` returns, as Kyverno's image
+    /// data loader marshals it: `image`, `resolvedImage`, `registry`,
+    /// `repository`, `identifier` (the tag, or the digest of a reference
+    /// without one), `tag` (only when there is one), `digest`,
+    /// `imageIndex` (only for an index), `manifest`, `config`.
     pub fn cel_value(&self) -> Value {
         let mut m = Map::new();
         m.insert("image".into(), json!(self.image));
         m.insert("resolvedImage".into(), json!(self.resolved_image));
         m.insert("registry".into(), json!(self.registry));
         m.insert("repository".into(), json!(self.repository));
+        m.insert(
+            "identifier".into(),
+            json!(self.tag.as_deref().unwrap_or(&self.digest)),
+        );
         if let Some(t) = &self.tag {
             m.insert("tag".into(), json!(t));
         }
@@ -342,13 +320,19 @@ impl Registry {
             .map_err(|e| format!("config {config_digest}: {e}"))?;
         let config: Value =
             serde_json::from_slice(&blob).map_err(|e| format!("config is not JSON: {e}"))?;
+        let name = format!(
+            "{}/{}",
+            reference.resolve_registry(),
+            reference.repository()
+        );
+        // A reference's own digest when it names one (the same manifest).
+        let digest = reference.digest().map(str::to_string).unwrap_or(digest);
         Ok(ImageData {
             image: image.to_string(),
-            resolved_image: format!(
-                "{}/{}@{digest}",
-                reference.resolve_registry(),
-                reference.repository()
-            ),
+            resolved_image: match reference.tag() {
+                Some(tag) => format!("{name}:{tag}@{digest}"),
+                None => format!("{name}@{digest}"),
+            },
             registry: reference.resolve_registry().to_string(),
             repository: reference.repository().to_string(),
             tag: reference.tag().map(str::to_string),
@@ -386,7 +370,7 @@ mod tests {
     }
 
     #[test]
-    fn identifiers_and_shapes_are_kyvernos() {
+    fn the_cel_shape_is_kyvernos() {
         let data = ImageData {
             image: "r.io/a/b:1.0@sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa".into(),
             resolved_image: "r.io/a/b@sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa".into(),
@@ -398,13 +382,6 @@ mod tests {
             manifest: json!({"schemaVersion": 2}),
             config: json!({"config": {"Labels": {"k": "v"}}}),
         };
-        let ctx = data.context_value();
-        assert_eq!(
-            ctx["identifier"],
-            "1.0@sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
-        );
-        assert_eq!(ctx["configData"]["config"]["Labels"]["k"], "v");
-        assert_eq!(ctx["manifestList"], Value::Null);
         let cel = data.cel_value();
         assert_eq!(cel["tag"], "1.0");
         assert_eq!(

@@ -1136,15 +1136,61 @@ impl RuleCtx<'_> {
                 };
                 self.apply_jmes(jmes_path.as_deref(), data, vars)
             }
-            ContextSource::Unsupported(what) => {
-                return unanswered(
-                    EntryKind::ImageRegistry,
-                    format!("{what} context entries are not supported by leash"),
-                );
+            ContextSource::ImageRegistry {
+                reference,
+                jmes_path,
+            } => {
+                // Without registry access the entry is not loaded at all
+                // (Kyverno's CLI disables the loader; its reference is not
+                // even substituted).
+                if !self.data.context_required(EntryKind::ImageRegistry) {
+                    return Ok(None);
+                }
+                let reference = self.sub_str(reference, vars)?;
+                match self.data.image_data(&reference) {
+                    Ok(data) => self.apply_jmes(jmes_path.as_deref(), image_context(&data), vars),
+                    Err(e) => Err(format!(
+                        "failed to fetch image descriptor: {reference}, error: {e}"
+                    )),
+                }
             }
         };
         value.map(Some)
     }
+}
+
+/// An `imageRegistry` context entry's object (Kyverno's engine: `image`,
+/// `resolvedImage`, `registry`, `repository`, `identifier`,
+/// `manifestList`, `manifest`, `configData`) from the `image.GetMetadata`
+/// object [`ClusterData::image_data`] gives. The identifier is Kyverno's:
+/// the tag, the digest, or `tag@digest` when the reference has both.
+fn image_context(data: &Value) -> Value {
+    let image = data["image"].as_str().unwrap_or("");
+    let digest = image.split_once('@').map(|(_, d)| d);
+    let tag = data["tag"].as_str();
+    let identifier = match (tag, digest) {
+        (Some(t), Some(d)) => format!("{t}@{d}"),
+        (Some(t), None) => t.to_string(),
+        (None, Some(d)) => d.to_string(),
+        (None, None) => "latest".to_string(),
+    };
+    // `registry/repository@digest`, the top-level manifest's digest.
+    let resolved = format!(
+        "{}/{}@{}",
+        data["registry"].as_str().unwrap_or(""),
+        data["repository"].as_str().unwrap_or(""),
+        data["digest"].as_str().unwrap_or("")
+    );
+    json!({
+        "image": image,
+        "resolvedImage": resolved,
+        "registry": data["registry"],
+        "repository": data["repository"],
+        "identifier": identifier,
+        "manifestList": data["imageIndex"],
+        "manifest": data["manifest"],
+        "configData": data["config"],
+    })
 }
 
 #[cfg(test)]

@@ -186,7 +186,11 @@ pub(crate) enum ContextSource {
         projection: Option<String>,
         jmes_path: Option<String>,
     },
-    Unsupported(&'static str),
+    /// `imageRegistry`: what a registry says about `reference`.
+    ImageRegistry {
+        reference: String,
+        jmes_path: Option<String>,
+    },
 }
 
 impl Policy {
@@ -961,8 +965,17 @@ pub(crate) fn compile_context(
                 projection: parts.next().map(String::from),
                 jmes_path: jp(g)?,
             }
-        } else if e.get("imageRegistry").is_some_and(|x| !x.is_null()) {
-            ContextSource::Unsupported("imageRegistry")
+        } else if let Some(r) = e.get("imageRegistry").filter(|x| !x.is_null()) {
+            let Some(reference) = r["reference"].as_str().filter(|s| !s.is_empty()) else {
+                return Err(err(
+                    format!("{ef}.imageRegistry.reference"),
+                    "an image reference is required".into(),
+                ));
+            };
+            ContextSource::ImageRegistry {
+                reference: reference.to_string(),
+                jmes_path: jp(r)?,
+            }
         } else {
             return Err(err(
                 ef,

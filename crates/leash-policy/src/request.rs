@@ -244,11 +244,14 @@ pub trait ClusterData: Send + Sync + std::fmt::Debug {
     /// The metadata of an image, looked up by the exact reference a rule
     /// names (CEL `image.GetMetadata`): Kyverno's `ImageData` object
     /// (`image`, `resolvedImage`, `registry`, `repository`, `tag`,
-    /// `digest`, `imageIndex`, `manifest`, `config`). The engine reads no
-    /// registry; `leash test` serves a `Context` file's `spec.images`.
-    fn image_data(&self, image: &str) -> Option<Value> {
-        let _ = image;
-        None
+    /// `digest`, `imageIndex`, `manifest`, `config`), or why there is
+    /// none. The engine reads no registry itself: `leash test` serves a
+    /// `Context` file's `spec.images`, `leash apply --registry` reads
+    /// registries (leash-images).
+    fn image_data(&self, image: &str) -> Result<Value, String> {
+        Err(format!(
+            "no image data for {image}: no image registry is read here"
+        ))
     }
 }
 

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use leash_images::{ImageError, Registry, RegistrySettings};
 
-use crate::LocalRegistry;
+use leash_images::testing::LocalRegistry;
 
 fn settings(timeout: Duration) -> RegistrySettings {
     RegistrySettings {
@@ -37,13 +37,17 @@ async fn image_data_is_what_the_registry_holds() {
     assert_eq!(data.registry, reg.host);
     assert_eq!(data.repository, "app");
     assert_eq!(data.tag.as_deref(), Some("1.0"));
-    assert_eq!(data.resolved_image, format!("{}/app@{}", reg.host, amd.0));
+    assert_eq!(
+        data.resolved_image,
+        format!("{}/app:1.0@{}", reg.host, amd.0)
+    );
     assert_eq!(data.config["config"]["Labels"]["team"], "payments");
     assert_eq!(data.manifest["schemaVersion"], 2);
     assert!(data.index.is_none());
-    let ctx = data.context_value();
-    assert_eq!(ctx["identifier"], "1.0");
-    assert_eq!(ctx["configData"]["config"]["Labels"]["team"], "payments");
+    let cel = data.cel_value();
+    assert_eq!(cel["tag"], "1.0");
+    assert_eq!(cel["identifier"], "1.0");
+    assert_eq!(cel["config"]["config"]["Labels"]["team"], "payments");
 
     let multi = registry
         .image_data(&format!("{}/app:multi", reg.host))
@@ -69,6 +73,11 @@ async fn image_data_is_what_the_registry_holds() {
         .unwrap();
     assert_eq!(by_digest.config["config"]["Labels"]["team"], "arm");
     assert_eq!(by_digest.tag, None);
+    assert_eq!(
+        by_digest.resolved_image,
+        format!("{}/app@{}", reg.host, arm.0)
+    );
+    assert_eq!(by_digest.cel_value()["identifier"], arm.0);
 }
 
 /// The concurrency row: 200 concurrent lookups of one image on a

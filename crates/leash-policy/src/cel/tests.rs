@@ -226,12 +226,14 @@ impl crate::request::ClusterData for OneImage {
     fn list(&self, _: &str, _: &str, _: &str) -> Vec<Arc<serde_json::Value>> {
         Vec::new()
     }
-    fn image_data(&self, image: &str) -> Option<serde_json::Value> {
-        (image == "ghcr.io/x/app:1").then(|| {
-            json!({"image": image, "registry": "", "resolvedImage": "", "repository": "",
-                   "config": {"architecture": "arm64", "Env": ["A=1"]},
-                   "manifest": {"annotations": {"base": "distroless"}}})
-        })
+    fn image_data(&self, image: &str) -> Result<serde_json::Value, String> {
+        (image == "ghcr.io/x/app:1")
+            .then(|| {
+                json!({"image": image, "registry": "", "resolvedImage": "", "repository": "",
+                       "config": {"architecture": "arm64", "Env": ["A=1"]},
+                       "manifest": {"annotations": {"base": "distroless"}}})
+            })
+            .ok_or_else(|| format!("image data for {image} not found"))
     }
 }
 

@@ -82,6 +82,16 @@ pub(crate) struct Args {
     /// (loaded concurrently, evaluated as pages arrive).
     #[arg(long, short = 'c')]
     cluster: bool,
+    /// Read image registries for `imageRegistry` context entries and CEL's
+    /// `image.GetMetadata` (anonymously; HTTPS, plain HTTP for localhost
+    /// and loopback registries), as `kyverno apply --registry`. Without it,
+    /// `imageRegistry` entries are left out of the context, as Kyverno's.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          value_name = "BOOL", action = clap::ArgAction::Set, conflicts_with_all = ["cluster", "sandbox"])]
+    registry: Option<bool>,
+    /// With --registry: the bound on one image's registry round trips.
+    #[arg(long, value_name = "DURATION", default_value = "20s", value_parser = humantime::parse_duration)]
+    registry_timeout: std::time::Duration,
     /// With --cluster: read every namespace.
     #[arg(short = 'A', long, conflicts_with = "namespace")]
     all_namespaces: bool,
@@ -209,9 +219,6 @@ pub(crate) struct Refused {
     /// Not supported: leash reads no git repositories.
     #[arg(long, value_name = "PASSWORD")]
     password: Option<String>,
-    /// Not supported: leash reads no image registry.
-    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
-    registry: Option<String>,
     /// Not supported: leash applies policies to the cluster's
     /// cluster-scoped kinds the policies match without it.
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL")]
@@ -267,11 +274,10 @@ pub(crate) struct Refused {
 impl Refused {
     /// The first refused flag given, with why.
     fn check(&self) -> Result<()> {
-        let given: [(&str, bool); 19] = [
+        let given: [(&str, bool); 18] = [
             ("--git-branch", self.git_branch.is_some()),
             ("--username", self.username.is_some()),
             ("--password", self.password.is_some()),
-            ("--registry", self.registry.is_some()),
             (
                 "--cluster-wide-resources",
                 self.cluster_wide_resources.is_some(),
@@ -472,9 +478,16 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode> {
         load::default_namespace(t);
     }
     let resources: Vec<Arc<Value>> = resources.into_iter().map(Arc::new).collect();
-    let cluster = MemoryCluster::new(targets)
+    let mut cluster = MemoryCluster::new(targets)
         .with_shared(resources.iter().cloned())
         .offline_apply();
+    if args.registry == Some(true) {
+        let registry = leash_images::Registry::new(leash_images::RegistrySettings {
+            timeout: args.registry_timeout,
+            ..Default::default()
+        });
+        cluster = cluster.with_registry(Arc::new(registry), tokio::runtime::Handle::current());
+    }
     // Pass results are only printed with --detailed-results or in a
     // report; else they are counted and dropped as they are made: on
     // 10,000 resources they are most of the memory.

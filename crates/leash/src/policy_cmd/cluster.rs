@@ -47,6 +47,9 @@ pub(crate) struct MemoryCluster {
     /// The kinds of context entries it leaves out of the context when it
     /// cannot answer them ([`ClusterData::context_required`]).
     left_out: Vec<EntryKind>,
+    /// Image registries (`leash apply --registry`), read from the
+    /// evaluation threads through the runtime's handle.
+    registry: Option<(Arc<leash_images::Registry>, tokio::runtime::Handle)>,
 }
 
 /// One canned HTTP answer, Kyverno's `apiCallResponses` entry: the URL (or
@@ -68,6 +71,7 @@ impl MemoryCluster {
             http: Vec::new(),
             globals: BTreeMap::new(),
             left_out: Vec::new(),
+            registry: None,
         }
     }
 
@@ -84,6 +88,21 @@ impl MemoryCluster {
             EntryKind::GlobalReference,
             EntryKind::ImageRegistry,
         ];
+        self
+    }
+
+    /// Answers image data (`imageRegistry` entries, `image.GetMetadata`)
+    /// from `registry` for the images it does not hold. Its lookups wait
+    /// on `handle`, so they must come from threads outside the runtime
+    /// (`leash apply`'s evaluation threads); each is bounded by the
+    /// registry's timeout.
+    pub(crate) fn with_registry(
+        mut self,
+        registry: Arc<leash_images::Registry>,
+        handle: tokio::runtime::Handle,
+    ) -> MemoryCluster {
+        self.left_out.retain(|k| *k != EntryKind::ImageRegistry);
+        self.registry = Some((registry, handle));
         self
     }
 
@@ -174,8 +193,19 @@ impl ClusterData for MemoryCluster {
             .collect()
     }
 
-    fn image_data(&self, image: &str) -> Option<Value> {
-        self.images.get(image).cloned()
+    fn image_data(&self, image: &str) -> Result<Value, String> {
+        if let Some(data) = self.images.get(image) {
+            return Ok(data.clone());
+        }
+        match &self.registry {
+            Some((registry, handle)) => handle
+                .block_on(registry.image_data(image))
+                .map(|data| data.cel_value())
+                .map_err(|e| e.to_string()),
+            None => Err(format!(
+                "no image data for {image}: no image registry is read here"
+            )),
+        }
     }
 
     fn api_get(&self, url_path: &str) -> Option<Value> {

@@ -8,6 +8,7 @@ mod deploy;
 mod fail_closed;
 mod faults_38;
 mod generate;
+mod images;
 mod jp;
 mod load;
 mod map;

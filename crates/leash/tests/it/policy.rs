@@ -1471,9 +1471,10 @@ fn apply_detailed_on_sandbox_pods(pods: usize, policy: &str) -> serde_json::Valu
     serde_json::from_str(&stdout(&out)).unwrap()
 }
 
-/// README, "Not yet": `imageRegistry` context entries. A rule with one
-/// compiles and gives each resource an `error` naming what is missing, so
-/// it is never a silent pass; the other rules of the policy still run.
+/// `imageRegistry` context entries where no registry is read (`apply
+/// --cluster`, `--sandbox`): a rule with one compiles and gives each
+/// resource an `error` naming the image and why, so it is never a silent
+/// pass; the other rules of the policy still run.
 #[test]
 fn an_image_registry_context_entry_is_an_error_result_naming_it() {
     let doc = apply_detailed_on_sandbox_pods(
@@ -1509,7 +1510,8 @@ spec:
             assert_eq!(r["result"], "error", "{r}");
             let message = r["message"].as_str().unwrap_or_default();
             assert!(
-                message.contains("imageRegistry") && message.contains("not supported"),
+                message.contains("failed to fetch image descriptor: ")
+                    && message.contains("no image registry is read here"),
                 "{r}"
             );
         }
@@ -2531,7 +2533,8 @@ fn every_kyverno_apply_and_test_flag_parses() {
         (vec!["--git-branch".into(), "main".into()], 2),
         (vec!["--username".into(), "u".into()], 2),
         (vec!["--password".into(), "p".into()], 2),
-        (vec!["--registry".into()], 2),
+        (vec!["--registry".into()], 1),
+        (vec!["--registry=false".into()], 1),
         (vec!["--cluster-wide-resources".into()], 2),
         (vec!["--context-file".into(), "c.yaml".into()], 2),
         (vec!["--continue-on-error".into()], 2),

@@ -93,10 +93,10 @@ impl DataVal<'_> {
                 self.data
                     .image_data(image)
                     .map(|v| from_json(&v))
-                    .ok_or_else(|| {
+                    .map_err(|e| {
                         ferr(
                             "image.GetMetadata",
-                            format!("failed to get image data: image data for {image} not found"),
+                            format!("failed to get image data: {e}"),
                         )
                     })
             }

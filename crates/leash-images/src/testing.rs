@@ -1,0 +1,192 @@
+//! A real registry for tests (the `testing` feature): Debian's
+//! `docker-registry` (the distribution registry) on 127.0.0.1, and images
+//! pushed to it with oci-client. Used by this crate's tests and leash's.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use oci_client::client::{ClientConfig, ClientProtocol, Config, ImageLayer};
+use oci_client::manifest::{
+    IMAGE_CONFIG_MEDIA_TYPE, IMAGE_LAYER_GZIP_MEDIA_TYPE, ImageIndexEntry, OciImageIndex,
+    OciManifest, Platform,
+};
+use oci_client::secrets::RegistryAuth;
+use oci_client::{Client, Reference};
+
+/// The registry binary: `LEASH_REGISTRY`, else Debian's.
+fn registry_binary() -> Option<PathBuf> {
+    let p = std::env::var_os("LEASH_REGISTRY")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/bin/docker-registry"));
+    p.exists().then_some(p)
+}
+
+/// A registry on 127.0.0.1 for one test; killed when dropped.
+#[derive(Debug)]
+pub struct LocalRegistry {
+    child: Child,
+    /// `127.0.0.1:PORT`.
+    pub host: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for LocalRegistry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl LocalRegistry {
+    /// Starts one, or None (skipping) when the binary is missing outside CI.
+    pub fn start() -> Option<LocalRegistry> {
+        let Some(bin) = registry_binary() else {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI: docker-registry is missing (.ci/run installs Debian's docker-registry)"
+            );
+            eprintln!(
+                "skipped: /usr/bin/docker-registry missing (apt-get install docker-registry)"
+            );
+            return None;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("config.yml");
+        let log = dir.path().join("log");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:0\n",
+                dir.path().join("data").display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new(bin)
+            .arg("serve")
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let mut registry = LocalRegistry {
+            child,
+            host: String::new(),
+            _dir: dir,
+        };
+        // Port 0: the registry logs where it listens.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if let Some(at) = text.find("listening on ") {
+                let rest = &text[at + "listening on ".len()..];
+                registry.host = rest
+                    .split(|c: char| c.is_whitespace() || c == '"')
+                    .next()
+                    .unwrap()
+                    .to_string();
+                return Some(registry);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!(
+            "docker-registry did not start: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+    }
+
+    fn client() -> Client {
+        crate::install_crypto_provider();
+        Client::new(ClientConfig {
+            protocol: ClientProtocol::Http,
+            ..ClientConfig::default()
+        })
+    }
+
+    /// Pushes a one-layer image whose config carries `labels`; returns the
+    /// manifest's digest and size.
+    pub async fn push(&self, repo_tag: &str, labels: &[(&str, &str)]) -> (String, i64) {
+        let reference: Reference = format!("{}/{repo_tag}", self.host).parse().unwrap();
+        let labels: serde_json::Map<String, serde_json::Value> = labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), serde_json::json!(v)))
+            .collect();
+        let layer = ImageLayer::new(
+            format!("layer of {repo_tag}").into_bytes(),
+            IMAGE_LAYER_GZIP_MEDIA_TYPE.to_string(),
+            None,
+        );
+        let config = serde_json::json!({
+            "architecture": "amd64", "os": "linux",
+            "config": {"Labels": labels},
+            "rootfs": {"type": "layers", "diff_ids": []},
+        });
+        let config = Config::new(
+            serde_json::to_vec(&config).unwrap(),
+            IMAGE_CONFIG_MEDIA_TYPE.to_string(),
+            None,
+        );
+        let pushed = Self::client()
+            .push(&reference, &[layer], config, &RegistryAuth::Anonymous, None)
+            .await
+            .unwrap();
+        let (bytes, digest) = Self::client()
+            .pull_manifest_raw(
+                &reference,
+                &RegistryAuth::Anonymous,
+                &["application/vnd.oci.image.manifest.v1+json"],
+            )
+            .await
+            .unwrap();
+        assert!(pushed.manifest_url.contains(&self.host));
+        (digest, bytes.len() as i64)
+    }
+
+    /// Pushes an image index of `entries` ((digest, size), os, arch)
+    /// under `repo_tag`; returns its digest.
+    pub async fn push_index(
+        &self,
+        repo_tag: &str,
+        entries: &[(&(String, i64), &str, &str)],
+    ) -> String {
+        let reference: Reference = format!("{}/{repo_tag}", self.host).parse().unwrap();
+        let manifests = entries
+            .iter()
+            .map(|((digest, size), os, arch)| ImageIndexEntry {
+                media_type: "application/vnd.oci.image.manifest.v1+json".into(),
+                digest: digest.clone(),
+                size: *size,
+                platform: Some(Platform {
+                    architecture: (*arch).into(),
+                    os: (*os).into(),
+                    os_version: None,
+                    os_features: None,
+                    variant: None,
+                    features: None,
+                }),
+                annotations: None,
+                artifact_type: None,
+            })
+            .collect();
+        let index = OciImageIndex {
+            schema_version: 2,
+            media_type: Some("application/vnd.oci.image.index.v1+json".into()),
+            manifests,
+            artifact_type: None,
+            annotations: None,
+        };
+        Self::client()
+            .push_manifest(&reference, &OciManifest::ImageIndex(index))
+            .await
+            .unwrap();
+        let (_, digest) = Self::client()
+            .pull_manifest_raw(
+                &reference,
+                &RegistryAuth::Anonymous,
+                &["application/vnd.oci.image.index.v1+json"],
+            )
+            .await
+            .unwrap();
+        digest
+    }
+}
