@@ -234,6 +234,11 @@ impl Registry {
         self.fetches.load(Ordering::Relaxed)
     }
 
+    /// The data of `image` when an answer for it is kept, without waiting.
+    pub fn cached(&self, image: &str) -> Option<Arc<ImageData>> {
+        self.cache.get(image)?.get()?.as_ref().ok().cloned()
+    }
+
     /// The data of `image`: from the cache when an answer for it is kept,
     /// else fetched (once for every concurrent caller of it).
     pub async fn image_data(&self, image: &str) -> Result<Arc<ImageData>, ImageError> {
@@ -341,6 +346,84 @@ impl Registry {
             manifest,
             config,
         })
+    }
+}
+
+/// One evaluation's image data, for engines that read cluster data
+/// synchronously (`ClusterData::image_data`) and fetch what they missed
+/// between evaluations (admission, the background scan): [`Self::get`]
+/// answers from this evaluation's fetches and the registry's cache and
+/// records what it could not answer; [`Self::fetch_missed`] fetches those,
+/// concurrently, and keeps each answer, error included, so the next
+/// evaluation gets the error instead of fetching again.
+///
+/// # Invariants
+/// The two `std::sync::Mutex`es are held only inside these methods, never
+/// across an `.await`.
+#[derive(Debug)]
+pub struct ImageLookup {
+    registry: Arc<Registry>,
+    answered: std::sync::Mutex<std::collections::HashMap<String, Result<Value, String>>>,
+    missed: std::sync::Mutex<Vec<String>>,
+}
+
+impl ImageLookup {
+    /// An evaluation's lookup through `registry`.
+    pub fn new(registry: Arc<Registry>) -> ImageLookup {
+        ImageLookup {
+            registry,
+            answered: Default::default(),
+            missed: Default::default(),
+        }
+    }
+
+    /// `image`'s CEL object (`image.GetMetadata`'s), or an error: the
+    /// registry's, or, when it was not fetched yet, one saying so (the
+    /// evaluation is then repeated after [`Self::fetch_missed`]).
+    pub fn get(&self, image: &str) -> Result<Value, String> {
+        if let Some(answer) = self
+            .answered
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(image)
+        {
+            return answer.clone();
+        }
+        if let Some(data) = self.registry.cached(image) {
+            return Ok(data.cel_value());
+        }
+        self.missed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(image.to_string());
+        Err(format!("image data for {image} was not fetched yet"))
+    }
+
+    /// Fetches the images [`Self::get`] missed since the last call, all at
+    /// once; false when none was missed.
+    pub async fn fetch_missed(&self) -> bool {
+        let mut missed =
+            std::mem::take(&mut *self.missed.lock().unwrap_or_else(|e| e.into_inner()));
+        missed.sort();
+        missed.dedup();
+        if missed.is_empty() {
+            return false;
+        }
+        let answers = futures::future::join_all(missed.iter().map(|image| async move {
+            let answer = self
+                .registry
+                .image_data(image)
+                .await
+                .map(|d| d.cel_value())
+                .map_err(|e| e.to_string());
+            (image.clone(), answer)
+        }))
+        .await;
+        self.answered
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(answers);
+        true
     }
 }
 

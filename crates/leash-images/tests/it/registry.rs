@@ -158,3 +158,39 @@ async fn registry_failures_are_bounded_named_and_not_kept() {
         assert!(err.to_string().contains(&missing), "{err}");
     }
 }
+
+/// `ImageLookup`, as admission uses it: a first evaluation misses and
+/// records the image; one `fetch_missed` fetches it; the next evaluation
+/// gets the data, or the registry's error, with no second fetch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evaluations_lookup_fetches_what_it_missed_once() {
+    let Some(reg) = LocalRegistry::start() else {
+        return;
+    };
+    reg.push("app:1.0", &[("vendor", "acme")]).await;
+    let registry = Arc::new(Registry::new(settings(Duration::from_secs(5))));
+    let good = format!("{}/app:1.0", reg.host);
+    let missing = format!("{}/app:none", reg.host);
+    let lookup = leash_images::ImageLookup::new(registry.clone());
+    for image in [&good, &good, &missing] {
+        let err = lookup.get(image).unwrap_err();
+        assert!(err.contains("not fetched yet"), "{err}");
+    }
+    assert!(lookup.fetch_missed().await);
+    assert_eq!(registry.fetches(), 2, "each missed image once");
+    assert_eq!(
+        lookup.get(&good).unwrap()["config"]["config"]["Labels"]["vendor"],
+        "acme"
+    );
+    let err = lookup.get(&missing).unwrap_err();
+    assert!(
+        err.contains(&missing) && !err.contains("not fetched yet"),
+        "{err}"
+    );
+    assert!(!lookup.fetch_missed().await, "nothing missed");
+    assert_eq!(registry.fetches(), 2);
+    // A new evaluation's lookup: the good image from the registry's cache.
+    let next = leash_images::ImageLookup::new(registry.clone());
+    assert!(next.get(&good).is_ok());
+    assert!(!next.fetch_missed().await);
+}

@@ -225,6 +225,8 @@ struct AdmissionLookups {
     cache: Arc<leash_controller::Cache>,
     lookups: Arc<Lookups>,
     token: CancellationToken,
+    /// Image registries (`imageRegistry` entries, `image.GetMetadata`).
+    images: Arc<leash_images::Registry>,
 }
 
 impl std::fmt::Debug for AdmissionLookups {
@@ -239,6 +241,7 @@ impl leash_webhook::LookupSource for AdmissionLookups {
             data: ScanData::new(self.cache.clone(), self.lookups.clone()),
             client: self.client.clone(),
             token: self.token.clone(),
+            images: leash_images::ImageLookup::new(self.images.clone()),
         })
     }
 }
@@ -248,6 +251,7 @@ struct AdmissionLookup {
     data: ScanData,
     client: kube::Client,
     token: CancellationToken,
+    images: leash_images::ImageLookup,
 }
 
 impl std::fmt::Debug for AdmissionLookup {
@@ -283,11 +287,25 @@ impl leash_policy::ClusterData for AdmissionLookup {
     fn api_service(&self, call: &leash_policy::ServiceCall) -> Option<serde_json::Value> {
         self.data.api_service(call)
     }
+
+    fn image_data(&self, image: &str) -> Result<serde_json::Value, String> {
+        self.images.get(image)
+    }
 }
 
 impl leash_webhook::Lookup for AdmissionLookup {
+    /// Cluster objects and images together: each bounded (the API
+    /// server's requests by the token and their own timeouts, a registry
+    /// by the registry timeout), all within the review's deadline.
     fn fetch_missed(&self) -> BoxFuture<'_, bool> {
-        self.data.fetch_missed(&self.client, &self.token).boxed()
+        async move {
+            let (objects, images) = futures::join!(
+                self.data.fetch_missed(&self.client, &self.token),
+                leash_runtime::cancellable(&self.token, self.images.fetch_missed()),
+            );
+            objects || images.unwrap_or(false)
+        }
+        .boxed()
     }
 }
 
@@ -301,6 +319,9 @@ pub(crate) struct Admission {
     pub(crate) metrics: Arc<Metrics>,
     /// Where generate triggers' UpdateRequests are created.
     pub(crate) update_request_namespace: String,
+    /// Image registries, shared by every review (one fetch per image for
+    /// concurrent reviews, answers kept for the registry's TTL).
+    pub(crate) images: Arc<leash_images::Registry>,
 }
 
 /// A started admission component's address, and its run future.
@@ -360,6 +381,7 @@ impl Admission {
             cache: cache_watcher.cache(),
             lookups: Arc::new(Lookups::default()),
             token: token.clone(),
+            images: self.images.clone(),
         }));
         let url = server.webhook_url();
         let registrar = Registrar::new(

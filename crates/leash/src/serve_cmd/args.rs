@@ -128,6 +128,15 @@ pub(crate) struct Args {
     /// audit queue drains for 4/5 of it, then reports what it could not write).
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
     shutdown_timeout: Duration,
+    /// The bound on one image's registry round trips (`imageRegistry`
+    /// context entries, CEL `image.GetMetadata`): past it the rule errors,
+    /// naming the image and the registry.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = humantime::parse_duration)]
+    registry_timeout: Duration,
+    /// Reach every image registry over plain HTTP (Kyverno's flag; without
+    /// it only localhost and loopback registries are).
+    #[arg(long)]
+    allow_insecure_registry: bool,
     #[command(flatten)]
     connection: ConnectionArgs,
     /// Start an in-process sandbox API server with demo data, leash's CRDs
@@ -183,6 +192,8 @@ pub(crate) struct Settings {
     pub(crate) health: Option<SocketAddr>,
     pub(crate) metrics_addr: Option<SocketAddr>,
     pub(crate) shutdown_timeout: Duration,
+    /// How image registries are read.
+    pub(crate) registry: leash_images::RegistrySettings,
     pub(crate) sandbox: Option<String>,
     pub(crate) sandbox_kubeconfig: Option<PathBuf>,
 }
@@ -207,6 +218,9 @@ impl Args {
         }
         if self.report_cleanup_interval.is_zero() {
             return Err(usage("--report-cleanup-interval must be positive"));
+        }
+        if self.registry_timeout.is_zero() {
+            return Err(usage("--registry-timeout must be positive"));
         }
         if self.max_ephemeral_reports == 0 {
             return Err(usage("--max-ephemeral-reports must be at least 1"));
@@ -305,6 +319,11 @@ impl Args {
             health: self.health,
             metrics_addr: self.metrics,
             shutdown_timeout: self.shutdown_timeout,
+            registry: leash_images::RegistrySettings {
+                insecure: self.allow_insecure_registry,
+                timeout: self.registry_timeout,
+                ..leash_images::RegistrySettings::default()
+            },
             sandbox: self.sandbox,
             sandbox_kubeconfig: self.sandbox_kubeconfig,
         })

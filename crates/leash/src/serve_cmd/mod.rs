@@ -296,6 +296,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
             breaker: breaker.clone(),
             metrics: metrics.clone(),
             update_request_namespace: settings.config_namespace.clone(),
+            images: Arc::new(leash_images::Registry::new(settings.registry.clone())),
         }
         .start(&mut registry, root.token().clone())?;
         *readiness.webhook.lock().unwrap_or_else(|e| e.into_inner()) =

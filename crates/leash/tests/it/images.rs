@@ -132,3 +132,102 @@ async fn apply_registry_reads_image_data_from_the_registry() {
     );
     assert!(started.elapsed() < Duration::from_secs(60), "bounded");
 }
+
+fn kubectl(kubeconfig: &std::path::Path, args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()
+        .expect("run kubectl");
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// End to end with kubectl: `leash serve` reads the registry at admission.
+/// A pod whose image the registry says acme built is admitted; one whose
+/// image is not is denied with the policy's message (an Enforce
+/// ClusterPolicy's `imageRegistry` entry); with the registry gone, a pod
+/// with an image not read before is denied with the rule's error naming
+/// the image and the registry (failure policy Fail), within the bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_reads_image_data_at_admission() {
+    if !crate::support::kubectl_installed() {
+        return;
+    }
+    let Some(reg) = LocalRegistry::start() else {
+        return;
+    };
+    reg.push("team/app:1.0", &[("vendor", "acme")]).await;
+    reg.push("team/other:2.0", &[("vendor", "other")]).await;
+    reg.push("team/late:3.0", &[("vendor", "acme")]).await;
+    let policy: serde_json::Value = serde_json::json!({
+        "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+        "metadata": {"name": "vendor-label"},
+        "spec": {"validationFailureAction": "Enforce", "background": false, "rules": [{
+            "name": "vendor",
+            "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+            "context": [{"name": "imageData",
+                "imageRegistry": {"reference": "{{ request.object.spec.containers[0].image }}"}}],
+            "validate": {"message": "image {{ imageData.resolvedImage }} is not built by acme",
+                "deny": {"conditions": {"any": [{
+                    "key": "{{ imageData.configData.config.Labels.vendor || '' }}",
+                    "operator": "NotEquals", "value": "acme"}]}}}}]}});
+    let sb = crate::support::crd_sandbox(|_| true, vec![policy]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    fs::write(&kc, sb.kubeconfig_yaml()).unwrap();
+    let health = format!("127.0.0.1:{}", crate::support::free_port());
+    let mut server = crate::support::ChildGuard(
+        leash()
+            .args(["serve", "--server", &sb.url(), "--components", "admission"])
+            .args(["--admission-listen", "127.0.0.1:0", "--health", &health])
+            .args(["--registry-timeout", "3s"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("run leash serve"),
+    );
+    crate::support::wait_ready(&health).await;
+    let host = reg.host.clone();
+    tokio::task::block_in_place(move || {
+        let run = |name: &str, image: &str| {
+            kubectl(&kc, &["run", name, "--image", &format!("{host}/{image}")])
+        };
+        let (ok, out) = run("acme", "team/app:1.0");
+        assert!(ok, "{out}");
+        let (ok, out) = run("other", "team/other:2.0");
+        assert!(!ok, "{out}");
+        assert!(
+            out.contains("denied the request")
+                && out.contains(&format!("vendor: image {host}/team/other@sha256:"))
+                && out.contains("is not built by acme"),
+            "{out}"
+        );
+        drop(reg);
+        let started = Instant::now();
+        let (ok, out) = run("late", "team/late:3.0");
+        assert!(!ok, "{out}");
+        assert!(
+            out.contains("denied the request")
+                && out.contains(&format!(
+                    "failed to fetch image descriptor: {host}/team/late:3.0"
+                ))
+                && out.contains(&format!("registry {host}")),
+            "{out}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(30), "bounded");
+        // The image read before is served from the cache, registry gone.
+        let (ok, out) = run("acme-again", "team/app:1.0");
+        assert!(ok, "{out}");
+        crate::support::send_signal(&server.0, "TERM");
+        crate::support::wait_exit(&mut server.0, crate::support::BOUND, "exit after SIGTERM");
+    });
+    sb.shutdown().await.unwrap();
+}
