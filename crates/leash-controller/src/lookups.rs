@@ -300,6 +300,8 @@ pub struct ScanData {
     cache: Arc<Cache>,
     lookups: Arc<Lookups>,
     missed: Mutex<Vec<Lookup>>,
+    /// Image data, when registries are read.
+    images: Option<leash_images::ImageLookup>,
 }
 
 impl std::fmt::Debug for ScanData {
@@ -315,6 +317,23 @@ impl ScanData {
             cache,
             lookups,
             missed: Mutex::new(Vec::new()),
+            images: None,
+        }
+    }
+
+    /// Reads image data from `registry` ([`leash_images::ImageLookup`]:
+    /// what an evaluation missed is fetched by [`Self::fetch_missed_images`]).
+    pub fn with_images(mut self, registry: Arc<leash_images::Registry>) -> ScanData {
+        self.images = Some(leash_images::ImageLookup::new(registry));
+        self
+    }
+
+    /// Fetches the images evaluations missed since the last call; false
+    /// when none was missed (or no registry is read).
+    pub async fn fetch_missed_images(&self) -> bool {
+        match &self.images {
+            Some(images) => images.fetch_missed().await,
+            None => false,
         }
     }
 
@@ -397,6 +416,15 @@ impl ClusterData for ScanData {
     fn api_service(&self, call: &ServiceCall) -> Option<Value> {
         self.looked_up(Lookup::Service(call.clone()))
             .map(|v| (*v).clone())
+    }
+
+    fn image_data(&self, image: &str) -> Result<Value, String> {
+        match &self.images {
+            Some(images) => images.get(image),
+            None => Err(format!(
+                "no image data for {image}: no image registry is read here"
+            )),
+        }
     }
 }
 

@@ -86,6 +86,10 @@ pub struct ScanSettings {
     pub workers: usize,
     /// Full rescan period (`--background-scan-interval`).
     pub interval: Duration,
+    /// Image registries for `imageRegistry` entries and CEL
+    /// `image.GetMetadata`; None: such a rule errors ("no image registry
+    /// is read here").
+    pub images: Option<Arc<leash_images::Registry>>,
 }
 
 impl Default for ScanSettings {
@@ -93,6 +97,7 @@ impl Default for ScanSettings {
         ScanSettings {
             workers: 8,
             interval: Duration::from_secs(3600),
+            images: None,
         }
     }
 }
@@ -224,6 +229,7 @@ impl BackgroundScan {
             metrics: self.metrics.clone(),
             queue: queue.clone(),
             lookups: Arc::new(Lookups::default()),
+            images: self.settings.images.clone(),
         });
         let worker_set = Arc::new(Running::start(&self.metrics.worker_sets));
         for n in 0..self.settings.workers.max(1) {
@@ -461,6 +467,8 @@ struct Shared {
     queue: Arc<WorkQueue<Work>>,
     /// What evaluations read beyond the watched kinds.
     lookups: Arc<Lookups>,
+    /// Image registries (see [`ScanSettings::images`]).
+    images: Option<Arc<leash_images::Registry>>,
 }
 
 impl Shared {
@@ -490,22 +498,31 @@ impl Shared {
         let set = self.policies.borrow().clone();
         let config = self.config.borrow().clone();
         let mut evaluating = Duration::ZERO;
-        let data = ScanData::new(self.cache.clone(), self.lookups.clone());
+        let mut data = ScanData::new(self.cache.clone(), self.lookups.clone());
+        if let Some(images) = &self.images {
+            data = data.with_images(images.clone());
+        }
         let mut results = Vec::new();
-        // A configMap, apiCall or CEL lookup of data no watch holds is read
-        // between evaluations (the engine never waits on the network); a
-        // lookup found may lead to another (at most four rounds).
+        // A configMap, apiCall or CEL lookup of data no watch holds, and an
+        // image's data, is read between evaluations (the engine never
+        // waits on the network); a lookup found may lead to another (at
+        // most four rounds).
         for _ in 0..4 {
             let start = Instant::now();
             results =
                 evaluate_object_with(&set, &config, &self.cache, &data, &object, now_seconds());
             evaluating += start.elapsed();
             let missed = data.take_missed();
-            if missed.is_empty() {
-                break;
-            }
-            if !self.lookups.fetch(&self.client, missed, token).await {
+            let objects_missed = !missed.is_empty();
+            let (fetched, images) = futures::join!(
+                async { !objects_missed || self.lookups.fetch(&self.client, missed, token).await },
+                leash_runtime::cancellable(token, data.fetch_missed_images()),
+            );
+            let (true, Some(images_missed)) = (fetched, images) else {
                 return Err(WriteError::Cancelled);
+            };
+            if !objects_missed && !images_missed {
+                break;
             }
         }
         self.metrics

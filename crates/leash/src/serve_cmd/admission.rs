@@ -238,10 +238,10 @@ impl std::fmt::Debug for AdmissionLookups {
 impl leash_webhook::LookupSource for AdmissionLookups {
     fn begin(&self) -> Box<dyn leash_webhook::Lookup> {
         Box::new(AdmissionLookup {
-            data: ScanData::new(self.cache.clone(), self.lookups.clone()),
+            data: ScanData::new(self.cache.clone(), self.lookups.clone())
+                .with_images(self.images.clone()),
             client: self.client.clone(),
             token: self.token.clone(),
-            images: leash_images::ImageLookup::new(self.images.clone()),
         })
     }
 }
@@ -251,7 +251,6 @@ struct AdmissionLookup {
     data: ScanData,
     client: kube::Client,
     token: CancellationToken,
-    images: leash_images::ImageLookup,
 }
 
 impl std::fmt::Debug for AdmissionLookup {
@@ -289,7 +288,7 @@ impl leash_policy::ClusterData for AdmissionLookup {
     }
 
     fn image_data(&self, image: &str) -> Result<serde_json::Value, String> {
-        self.images.get(image)
+        self.data.image_data(image)
     }
 }
 
@@ -301,7 +300,7 @@ impl leash_webhook::Lookup for AdmissionLookup {
         async move {
             let (objects, images) = futures::join!(
                 self.data.fetch_missed(&self.client, &self.token),
-                leash_runtime::cancellable(&self.token, self.images.fetch_missed()),
+                leash_runtime::cancellable(&self.token, self.data.fetch_missed_images()),
             );
             objects || images.unwrap_or(false)
         }

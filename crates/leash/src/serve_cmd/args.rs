@@ -305,6 +305,7 @@ impl Args {
                 scan: ScanSettings {
                     workers,
                     interval: self.background_scan_interval,
+                    images: None,
                 },
                 aggregate: AggregateSettings {
                     workers: (workers * 2).clamp(2, 16),

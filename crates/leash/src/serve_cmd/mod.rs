@@ -171,6 +171,10 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         metrics.clone(),
     ));
 
+    // Image registries, one client and cache for the scan and admission:
+    // an image read by one is not read again by the other within the TTL.
+    let images = Arc::new(leash_images::Registry::new(settings.registry.clone()));
+
     if settings.components.reports || settings.components.background {
         let make = {
             let (client, policies, config, breaker, metrics, readiness) = (
@@ -181,7 +185,8 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
                 metrics.clone(),
                 readiness.clone(),
             );
-            let reports_settings = settings.reports.clone();
+            let mut reports_settings = settings.reports.clone();
+            reports_settings.scan.images = Some(images.clone());
             let components = settings.components;
             let background_settings = BackgroundSettings {
                 namespace: settings.config_namespace.clone(),
@@ -296,7 +301,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
             breaker: breaker.clone(),
             metrics: metrics.clone(),
             update_request_namespace: settings.config_namespace.clone(),
-            images: Arc::new(leash_images::Registry::new(settings.registry.clone())),
+            images: images.clone(),
         }
         .start(&mut registry, root.token().clone())?;
         *readiness.webhook.lock().unwrap_or_else(|e| e.into_inner()) =

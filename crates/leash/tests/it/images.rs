@@ -231,3 +231,93 @@ async fn serve_reads_image_data_at_admission() {
     });
     sb.shutdown().await.unwrap();
 }
+
+/// The background scan reads the registry too: pods already in the
+/// cluster get PolicyReports whose results are what the registry says (an
+/// Audit policy's `imageRegistry` entry): pass for acme's image, fail for
+/// the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_background_scan_reads_image_data() {
+    if !crate::support::kubectl_installed() {
+        return;
+    }
+    let Some(reg) = LocalRegistry::start() else {
+        return;
+    };
+    reg.push("team/app:1.0", &[("vendor", "acme")]).await;
+    reg.push("team/other:2.0", &[("vendor", "other")]).await;
+    let host = reg.host.clone();
+    let pod = |name: &str, image: &str| {
+        serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}")},
+            "spec": {"containers": [{"name": "c", "image": format!("{host}/{image}")}]}})
+    };
+    let policy = serde_json::json!({
+        "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+        "metadata": {"name": "vendor-label"},
+        "spec": {"validationFailureAction": "Audit", "background": true, "rules": [{
+            "name": "vendor",
+            "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+            "context": [{"name": "imageData",
+                "imageRegistry": {"reference": "{{ request.object.spec.containers[0].image }}"}}],
+            "validate": {"message": "not built by acme",
+                "deny": {"conditions": {"any": [{
+                    "key": "{{ imageData.configData.config.Labels.vendor || '' }}",
+                    "operator": "NotEquals", "value": "acme"}]}}}}]}});
+    let sb = crate::support::crd_sandbox(
+        |_| true,
+        vec![
+            policy,
+            pod("acme", "team/app:1.0"),
+            pod("other", "team/other:2.0"),
+        ],
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    fs::write(&kc, sb.kubeconfig_yaml()).unwrap();
+    let mut server = crate::support::ChildGuard(
+        leash()
+            .args(["serve", "--server", &sb.url(), "--components", "reports"])
+            .args([
+                "--registry-timeout",
+                "3s",
+                "--report-cleanup-interval",
+                "1s",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("run leash serve"),
+    );
+    tokio::task::block_in_place(move || {
+        let started = Instant::now();
+        let results = loop {
+            let (ok, out) = kubectl(
+                &kc,
+                &["get", "policyreports", "-n", "default", "-o", "json"],
+            );
+            assert!(ok, "{out}");
+            let list: serde_json::Value = serde_json::from_str(&out).unwrap();
+            let mut found = std::collections::BTreeMap::new();
+            for report in list["items"].as_array().into_iter().flatten() {
+                let name = report["scope"]["name"].as_str().unwrap_or("").to_string();
+                for r in report["results"].as_array().into_iter().flatten() {
+                    found.insert(name.clone(), (r["result"].clone(), r["message"].clone()));
+                }
+            }
+            if found.len() == 2 {
+                break found;
+            }
+            assert!(started.elapsed() < crate::support::BOUND, "reports: {out}");
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        assert_eq!(results["acme"].0, "pass", "{results:?}");
+        assert_eq!(results["other"].0, "fail", "{results:?}");
+        assert_eq!(results["other"].1, "not built by acme", "{results:?}");
+        drop(reg);
+        crate::support::send_signal(&server.0, "TERM");
+        crate::support::wait_exit(&mut server.0, crate::support::BOUND, "exit after SIGTERM");
+    });
+    sb.shutdown().await.unwrap();
+}
