@@ -106,6 +106,15 @@ impl MemoryCluster {
         self
     }
 
+    /// No registry is read: `imageRegistry` entries are left out of the
+    /// context (`leash test` without `--registry`, as `kyverno test`).
+    pub(crate) fn without_registry(mut self) -> MemoryCluster {
+        if !self.left_out.contains(&EntryKind::ImageRegistry) {
+            self.left_out.push(EntryKind::ImageRegistry);
+        }
+        self
+    }
+
     /// Adds objects already shared (`leash apply`'s resources).
     pub(crate) fn with_shared(
         mut self,

@@ -88,9 +88,17 @@ pub(crate) struct Args {
     /// Not supported (fails): leash reads no git repositories.
     #[arg(long, short = 'b', value_name = "BRANCH", help_heading = REFUSED)]
     git_branch: Option<String>,
-    /// Not supported (fails): leash reads no image registry.
-    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL", help_heading = REFUSED)]
-    registry: Option<String>,
+    /// Read image registries for `imageRegistry` context entries and CEL's
+    /// `image.GetMetadata` of images a test's Context file does not give
+    /// (anonymously; plain HTTP for localhost and loopback registries), as
+    /// `kyverno test --registry`. Without it, `imageRegistry` entries are
+    /// left out of the context, as Kyverno's.
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
+          value_name = "BOOL", action = clap::ArgAction::Set)]
+    registry: Option<bool>,
+    /// With --registry: the bound on one image's registry round trips.
+    #[arg(long, value_name = "DURATION", default_value = "20s", value_parser = humantime::parse_duration)]
+    registry_timeout: std::time::Duration,
     /// Not supported (fails): leash gives no deprecation warnings to turn
     /// into errors.
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL", help_heading = REFUSED)]
@@ -104,7 +112,6 @@ impl Args {
     fn check(&self) -> Result<()> {
         let given = [
             ("--git-branch", self.git_branch.is_some()),
-            ("--registry", self.registry.is_some()),
             ("--warnings-as-errors", self.warnings_as_errors.is_some()),
         ];
         match given.iter().find(|(_, g)| *g) {
@@ -318,7 +325,16 @@ pub(crate) fn run(args: Args) -> Result<ExitCode> {
         );
         return Ok(code);
     }
-    let runs = run_all(&tests, &selector);
+    // Registry lookups wait on the runtime from the test threads (plain
+    // threads, not the runtime's).
+    let registry = (args.registry == Some(true)).then(|| {
+        let registry = leash_images::Registry::new(leash_images::RegistrySettings {
+            timeout: args.registry_timeout,
+            ..Default::default()
+        });
+        (Arc::new(registry), tokio::runtime::Handle::current())
+    });
+    let runs = run_all(&tests, &selector, registry.as_ref());
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     match args.output {
@@ -335,7 +351,10 @@ pub(crate) fn run(args: Args) -> Result<ExitCode> {
 
 /// Runs every test file, several at once (one per core); results keep the
 /// files' order (and, within a file holding several tests, theirs).
-fn run_all(tests: &[PathBuf], selector: &Selector) -> Vec<TestRun> {
+/// An image registry and the runtime its lookups wait on.
+type Registered = (Arc<leash_images::Registry>, tokio::runtime::Handle);
+
+fn run_all(tests: &[PathBuf], selector: &Selector, registry: Option<&Registered>) -> Vec<TestRun> {
     let workers = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(tests.len())
@@ -352,7 +371,7 @@ fn run_all(tests: &[PathBuf], selector: &Selector) -> Vec<TestRun> {
                         // are joined through the scope.
                         let i = next.fetch_add(1, Ordering::Relaxed);
                         let Some(path) = tests.get(i) else { break };
-                        mine.push((i, run_one(path, selector)));
+                        mine.push((i, run_one(path, selector, registry)));
                     }
                     mine
                 })
@@ -380,7 +399,7 @@ fn run_all(tests: &[PathBuf], selector: &Selector) -> Vec<TestRun> {
         .collect()
 }
 
-fn run_one(path: &Path, selector: &Selector) -> Vec<TestRun> {
+fn run_one(path: &Path, selector: &Selector, registry: Option<&Registered>) -> Vec<TestRun> {
     match TestFile::read_all(path) {
         Err(e) => vec![TestRun {
             path: path.to_path_buf(),
@@ -392,7 +411,7 @@ fn run_one(path: &Path, selector: &Selector) -> Vec<TestRun> {
             .map(|test| TestRun {
                 path: path.to_path_buf(),
                 name: test.name.clone(),
-                outcome: evaluate_test(test, selector)
+                outcome: evaluate_test(test, selector, registry)
                     .map_err(|e| TestError::NotRun(format!("{e:#}"))),
             })
             .collect(),
@@ -411,7 +430,11 @@ struct Evaluated {
     generated: Vec<(Arc<str>, String, Vec<Value>)>,
 }
 
-fn evaluate_test(test: &TestFile, selector: &Selector) -> Result<Vec<Outcome>> {
+fn evaluate_test(
+    test: &TestFile,
+    selector: &Selector,
+    registry: Option<&Registered>,
+) -> Result<Vec<Outcome>> {
     let mut policy_paths = test.policies.clone();
     policy_paths.extend(test.exceptions.iter().cloned());
     let loaded = load::load_policies(&policy_paths)?;
@@ -458,6 +481,10 @@ fn evaluate_test(test: &TestFile, selector: &Selector) -> Result<Vec<Outcome>> {
         .with_images(context.images)
         .with_http_answers(test.http_answers.clone())
         .with_globals(test.global_entries.clone());
+    let cluster = match registry {
+        Some((registry, handle)) => cluster.with_registry(registry.clone(), handle.clone()),
+        None => cluster.without_registry(),
+    };
     let mut resources = load::load_resources(&test.resources)?;
     for r in &mut resources {
         load::default_namespace(r);

@@ -321,3 +321,63 @@ async fn the_background_scan_reads_image_data() {
     });
     sb.shutdown().await.unwrap();
 }
+
+/// `leash test --registry`: a test whose rows depend on what the registry
+/// says passes with it; without it the `imageRegistry` entry is left out
+/// (as `kyverno test` leaves it) and the row expecting a pass fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_registry_reads_image_data_for_a_tests_rows() {
+    let Some(reg) = LocalRegistry::start() else {
+        return;
+    };
+    reg.push("team/app:1.0", &[("vendor", "acme")]).await;
+    reg.push("team/other:2.0", &[("vendor", "other")]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let policy = POLICIES.split("\n---\n").next().unwrap();
+    fs::write(dir.path().join("policy.yaml"), policy).unwrap();
+    fs::write(
+        dir.path().join("resources.yaml"),
+        format!(
+            "{}{}",
+            pod("acme", &format!("{}/team/app:1.0", reg.host)),
+            pod("other", &format!("{}/team/other:2.0", reg.host))
+        ),
+    )
+    .unwrap();
+    fs::write(
+        dir.path().join("kyverno-test.yaml"),
+        r#"apiVersion: cli.kyverno.io/v1alpha1
+kind: Test
+metadata: {name: vendors}
+policies: [policy.yaml]
+resources: [resources.yaml]
+results:
+- {policy: vendor-label, rule: vendor, kind: Pod, resources: [acme], result: pass}
+- {policy: vendor-label, rule: vendor, kind: Pod, resources: [other], result: fail}
+"#,
+    )
+    .unwrap();
+    let run = |extra: &[&str]| {
+        leash()
+            .arg("test")
+            .arg(dir.path())
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = run(&["--registry"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let out = run(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("1 passed, 1 failed"),
+        "{}",
+        stdout(&out)
+    );
+}

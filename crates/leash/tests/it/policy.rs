@@ -2588,7 +2588,7 @@ fn every_kyverno_apply_and_test_flag_parses() {
         (vec!["--require-tests"], 1),
         (vec!["-b", "main"], 2),
         (vec!["--git-branch", "main"], 2),
-        (vec!["--registry"], 2),
+        (vec!["--registry"], 0),
         (vec!["--warnings-as-errors"], 2),
         (vec!["--output-format", "junit"], 2),
     ];
