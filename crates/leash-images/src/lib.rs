@@ -25,6 +25,7 @@
 
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+pub mod cosign;
 #[cfg(feature = "testing")]
 pub mod testing;
 
@@ -153,6 +154,7 @@ impl Default for RegistrySettings {
 }
 
 type Shared = Result<Arc<ImageData>, ImageError>;
+type SharedSignatures = Result<Arc<cosign::Signatures>, ImageError>;
 
 /// A registry client with a per-reference cache. Share it by `Arc`.
 pub struct Registry {
@@ -162,6 +164,8 @@ pub struct Registry {
     plain: Client,
     settings: RegistrySettings,
     cache: TtlCache<String, Arc<OnceCell<Shared>>>,
+    /// cosign signatures by image reference, kept as `cache` is.
+    signatures: TtlCache<String, Arc<OnceCell<SharedSignatures>>>,
     fetches: AtomicU64,
 }
 
@@ -180,6 +184,22 @@ const MANIFEST_TYPES: [&str; 4] = [
     OCI_IMAGE_INDEX_MEDIA_TYPE,
     IMAGE_MANIFEST_LIST_MEDIA_TYPE,
 ];
+
+/// Whether the registry said the manifest does not exist.
+fn is_not_found(e: &oci_client::errors::OciDistributionError) -> bool {
+    use oci_client::errors::{OciDistributionError, OciErrorCode};
+    match e {
+        OciDistributionError::ImageManifestNotFoundError(_) => true,
+        OciDistributionError::RegistryError { envelope, .. } => envelope.errors.iter().any(|e| {
+            matches!(
+                e.code,
+                OciErrorCode::ManifestUnknown | OciErrorCode::NotFound
+            )
+        }),
+        OciDistributionError::ServerError { code: 404, .. } => true,
+        _ => false,
+    }
+}
 
 /// Whether `registry` (`host[:port]`) is served over plain HTTP by default:
 /// `localhost` and loopback addresses, as go-containerregistry decides.
@@ -222,6 +242,7 @@ impl Registry {
             tls: client(ClientProtocol::Https),
             plain: client(ClientProtocol::Http),
             cache: TtlCache::new(settings.ttl),
+            signatures: TtlCache::new(settings.ttl),
             settings,
             fetches: AtomicU64::new(0),
         }
@@ -252,6 +273,107 @@ impl Registry {
         answer
     }
 
+    /// The cosign signatures of `image` when kept, without waiting.
+    pub fn cached_signatures(&self, image: &str) -> Option<Arc<cosign::Signatures>> {
+        self.signatures.get(image)?.get()?.as_ref().ok().cloned()
+    }
+
+    /// The cosign signatures stored for `image` (its digest resolved
+    /// first): kept and shared as [`Self::image_data`]'s answers are.
+    pub async fn signatures(&self, image: &str) -> SharedSignatures {
+        let cell = self
+            .signatures
+            .get_or_insert_with(image.to_string(), || Arc::new(OnceCell::new()));
+        let answer = cell
+            .get_or_init(|| self.fetch_signatures(image))
+            .await
+            .clone();
+        if answer.is_err() {
+            self.signatures.remove_if(image, |c| Arc::ptr_eq(c, &cell));
+        }
+        answer
+    }
+
+    async fn fetch_signatures(&self, image: &str) -> SharedSignatures {
+        let data = self.image_data(image).await?;
+        let reference: Reference = image.parse().map_err(|e| ImageError::Reference {
+            image: image.to_string(),
+            reason: format!("{e}"),
+        })?;
+        let registry = reference.resolve_registry().to_string();
+        let sig_ref = Reference::with_tag(
+            reference.registry().to_string(),
+            reference.repository().to_string(),
+            cosign::signature_tag(&data.digest),
+        );
+        let client = self.client_for(&registry);
+        let fetch = async {
+            let auth = RegistryAuth::Anonymous;
+            let manifest = match client
+                .pull_manifest_raw(
+                    &sig_ref,
+                    &auth,
+                    &[OCI_IMAGE_MEDIA_TYPE, IMAGE_MANIFEST_MEDIA_TYPE],
+                )
+                .await
+            {
+                Ok((bytes, _)) => bytes,
+                Err(e) if is_not_found(&e) => return Ok(Vec::new()),
+                Err(e) => return Err(format!("signatures {}: {e}", sig_ref.whole())),
+            };
+            let manifest: Value = serde_json::from_slice(&manifest)
+                .map_err(|e| format!("signature manifest is not JSON: {e}"))?;
+            let mut out = Vec::new();
+            for layer in manifest["layers"].as_array().into_iter().flatten() {
+                if layer["mediaType"] != cosign::SIMPLE_SIGNING_MEDIA_TYPE {
+                    continue;
+                }
+                let (Some(digest), Some(signature)) = (
+                    layer["digest"].as_str(),
+                    layer["annotations"][cosign::SIGNATURE_ANNOTATION].as_str(),
+                ) else {
+                    continue;
+                };
+                let mut payload = Vec::new();
+                client
+                    .pull_blob(&sig_ref, digest, &mut payload)
+                    .await
+                    .map_err(|e| format!("signature payload {digest}: {e}"))?;
+                out.push(cosign::Signature {
+                    payload,
+                    signature: signature.to_string(),
+                });
+            }
+            Ok(out)
+        };
+        // Relaxed: a statistic.
+        self.fetches.fetch_add(1, Ordering::Relaxed);
+        match tokio::time::timeout(self.settings.timeout, fetch).await {
+            Ok(Ok(signatures)) => Ok(Arc::new(cosign::Signatures {
+                digest: data.digest.clone(),
+                signatures,
+            })),
+            Ok(Err(reason)) => Err(ImageError::Registry {
+                image: image.to_string(),
+                registry,
+                reason,
+            }),
+            Err(_) => Err(ImageError::Timeout {
+                image: image.to_string(),
+                registry,
+                timeout: self.settings.timeout,
+            }),
+        }
+    }
+
+    fn client_for(&self, registry: &str) -> &Client {
+        if self.settings.insecure || is_local(registry) {
+            &self.plain
+        } else {
+            &self.tls
+        }
+    }
+
     async fn fetch_bounded(&self, image: &str) -> Shared {
         let reference: Reference = image.parse().map_err(|e| ImageError::Reference {
             image: image.to_string(),
@@ -276,11 +398,7 @@ impl Registry {
     }
 
     async fn fetch(&self, image: &str, reference: &Reference) -> Result<ImageData, String> {
-        let client = if self.settings.insecure || is_local(reference.resolve_registry()) {
-            &self.plain
-        } else {
-            &self.tls
-        };
+        let client = self.client_for(reference.resolve_registry());
         let auth = RegistryAuth::Anonymous;
         let (top, digest) = client
             .pull_manifest_raw(reference, &auth, &MANIFEST_TYPES)
@@ -349,22 +467,32 @@ impl Registry {
     }
 }
 
-/// One evaluation's image data, for engines that read cluster data
-/// synchronously (`ClusterData::image_data`) and fetch what they missed
-/// between evaluations (admission, the background scan): [`Self::get`]
-/// answers from this evaluation's fetches and the registry's cache and
-/// records what it could not answer; [`Self::fetch_missed`] fetches those,
-/// concurrently, and keeps each answer, error included, so the next
-/// evaluation gets the error instead of fetching again.
+/// One evaluation's image data and signatures, for engines that read
+/// cluster data synchronously (`ClusterData::image_data`) and fetch what
+/// they missed between evaluations (admission, the background scan):
+/// [`Self::get`] and [`Self::verify`] answer from this evaluation's fetches
+/// and the registry's cache and record what they could not answer;
+/// [`Self::fetch_missed`] fetches those, concurrently, and keeps each
+/// answer, error included, so the next evaluation gets the error instead of
+/// fetching again.
 ///
 /// # Invariants
-/// The two `std::sync::Mutex`es are held only inside these methods, never
+/// The `std::sync::Mutex`es are held only inside these methods, never
 /// across an `.await`.
 #[derive(Debug)]
 pub struct ImageLookup {
     registry: Arc<Registry>,
-    answered: std::sync::Mutex<std::collections::HashMap<String, Result<Value, String>>>,
-    missed: std::sync::Mutex<Vec<String>>,
+    data: std::sync::Mutex<std::collections::HashMap<String, Result<Value, String>>>,
+    signatures: std::sync::Mutex<
+        std::collections::HashMap<String, Result<Arc<cosign::Signatures>, String>>,
+    >,
+    missed: std::sync::Mutex<Vec<(Want, String)>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Want {
+    Data,
+    Signatures,
 }
 
 impl ImageLookup {
@@ -372,9 +500,18 @@ impl ImageLookup {
     pub fn new(registry: Arc<Registry>) -> ImageLookup {
         ImageLookup {
             registry,
-            answered: Default::default(),
+            data: Default::default(),
+            signatures: Default::default(),
             missed: Default::default(),
         }
+    }
+
+    fn miss(&self, want: Want, image: &str) -> String {
+        self.missed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((want, image.to_string()));
+        format!("image data for {image} was not fetched yet")
     }
 
     /// `image`'s CEL object (`image.GetMetadata`'s), or an error: the
@@ -382,7 +519,7 @@ impl ImageLookup {
     /// evaluation is then repeated after [`Self::fetch_missed`]).
     pub fn get(&self, image: &str) -> Result<Value, String> {
         if let Some(answer) = self
-            .answered
+            .data
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(image)
@@ -392,15 +529,33 @@ impl ImageLookup {
         if let Some(data) = self.registry.cached(image) {
             return Ok(data.cel_value());
         }
-        self.missed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(image.to_string());
-        Err(format!("image data for {image} was not fetched yet"))
+        Err(self.miss(Want::Data, image))
     }
 
-    /// Fetches the images [`Self::get`] missed since the last call, all at
-    /// once; false when none was missed.
+    /// Whether one of `keys` (PEM public keys) verifies a cosign signature
+    /// of `image`: its digest, or why not (the registry's error, cosign's
+    /// `no signatures found` / `no matching signatures`, or not fetched
+    /// yet, as [`Self::get`]).
+    pub fn verify(&self, image: &str, keys: &str) -> Result<String, String> {
+        let known = self
+            .signatures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(image)
+            .cloned();
+        let sigs = match known {
+            Some(answer) => answer?,
+            None => match self.registry.cached_signatures(image) {
+                Some(sigs) => sigs,
+                None => return Err(self.miss(Want::Signatures, image)),
+            },
+        };
+        cosign::verify_with_keys(&sigs, keys)?;
+        Ok(sigs.digest.clone())
+    }
+
+    /// Fetches what [`Self::get`] and [`Self::verify`] missed since the
+    /// last call, all at once; false when nothing was missed.
     pub async fn fetch_missed(&self) -> bool {
         let mut missed =
             std::mem::take(&mut *self.missed.lock().unwrap_or_else(|e| e.into_inner()));
@@ -409,20 +564,42 @@ impl ImageLookup {
         if missed.is_empty() {
             return false;
         }
-        let answers = futures::future::join_all(missed.iter().map(|image| async move {
-            let answer = self
-                .registry
-                .image_data(image)
-                .await
-                .map(|d| d.cel_value())
-                .map_err(|e| e.to_string());
-            (image.clone(), answer)
-        }))
-        .await;
-        self.answered
+        let data = missed
+            .iter()
+            .filter(|(w, _)| *w == Want::Data)
+            .map(|(_, image)| async move {
+                let answer = self
+                    .registry
+                    .image_data(image)
+                    .await
+                    .map(|d| d.cel_value())
+                    .map_err(|e| e.to_string());
+                (image.clone(), answer)
+            });
+        let sigs =
+            missed
+                .iter()
+                .filter(|(w, _)| *w == Want::Signatures)
+                .map(|(_, image)| async move {
+                    let answer = self
+                        .registry
+                        .signatures(image)
+                        .await
+                        .map_err(|e| e.to_string());
+                    (image.clone(), answer)
+                });
+        let (data, sigs) = futures::join!(
+            futures::future::join_all(data),
+            futures::future::join_all(sigs)
+        );
+        self.data
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .extend(answers);
+            .extend(data);
+        self.signatures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(sigs);
         true
     }
 }

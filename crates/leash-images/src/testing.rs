@@ -190,3 +190,63 @@ impl LocalRegistry {
         digest
     }
 }
+
+/// A test signing key (ECDSA P-256, cosign's default), from `seed`.
+pub fn signing_key(seed: u8) -> p256::ecdsa::SigningKey {
+    p256::ecdsa::SigningKey::from_bytes(&[seed.max(1); 32].into()).expect("a valid scalar")
+}
+
+/// `key`'s public key as cosign's `cosign.pub` holds it (PEM).
+pub fn public_key_pem(key: &p256::ecdsa::SigningKey) -> String {
+    use p256::pkcs8::EncodePublicKey as _;
+    key.verifying_key()
+        .to_public_key_pem(p256::pkcs8::LineEnding::LF)
+        .expect("PEM")
+}
+
+impl LocalRegistry {
+    /// Signs `repo_tag`'s manifest digest with `key` as `cosign sign --key`
+    /// does: a simple signing payload layer with the signature annotation,
+    /// pushed under `sha256-HEX.sig`. Returns the signed digest.
+    pub async fn sign(&self, repo_tag: &str, key: &p256::ecdsa::SigningKey) -> String {
+        use base64::Engine as _;
+        use p256::ecdsa::signature::Signer as _;
+        let reference: Reference = format!("{}/{repo_tag}", self.host).parse().unwrap();
+        let (_, digest) = Self::client()
+            .pull_manifest_raw(
+                &reference,
+                &RegistryAuth::Anonymous,
+                &["application/vnd.oci.image.manifest.v1+json"],
+            )
+            .await
+            .unwrap();
+        let payload = serde_json::to_vec(&serde_json::json!({
+            "critical": {
+                "identity": {"docker-reference": format!("{}/{}", self.host, reference.repository())},
+                "image": {"docker-manifest-digest": digest},
+                "type": "cosign container image signature"},
+            "optional": null}))
+        .unwrap();
+        let signature: p256::ecdsa::Signature = key.sign(&payload);
+        let annotations = std::collections::BTreeMap::from([(
+            crate::cosign::SIGNATURE_ANNOTATION.to_string(),
+            base64::engine::general_purpose::STANDARD.encode(signature.to_der().as_bytes()),
+        )]);
+        let layer = ImageLayer::new(
+            payload,
+            crate::cosign::SIMPLE_SIGNING_MEDIA_TYPE.to_string(),
+            Some(annotations),
+        );
+        let config = Config::new(b"{}".to_vec(), IMAGE_CONFIG_MEDIA_TYPE.to_string(), None);
+        let sig_ref = Reference::with_tag(
+            reference.registry().to_string(),
+            reference.repository().to_string(),
+            crate::cosign::signature_tag(&digest),
+        );
+        Self::client()
+            .push(&sig_ref, &[layer], config, &RegistryAuth::Anonymous, None)
+            .await
+            .unwrap();
+        digest
+    }
+}

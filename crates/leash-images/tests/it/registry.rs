@@ -194,3 +194,56 @@ async fn an_evaluations_lookup_fetches_what_it_missed_once() {
     assert!(next.get(&good).is_ok());
     assert!(!next.fetch_missed().await);
 }
+
+/// cosign signatures from a real registry: an image signed with a key
+/// verifies with that key and not another; an unsigned image has no
+/// signatures; the evaluation lookup fetches what `verify` missed once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cosign_signatures_verify_with_their_key_only() {
+    use leash_images::testing::{public_key_pem, signing_key};
+    let Some(reg) = LocalRegistry::start() else {
+        return;
+    };
+    reg.push("app:signed", &[]).await;
+    reg.push("app:unsigned", &[]).await;
+    let key = signing_key(7);
+    let digest = reg.sign("app:signed", &key).await;
+    let registry = Arc::new(Registry::new(settings(Duration::from_secs(5))));
+    let signed = format!("{}/app:signed", reg.host);
+    let unsigned = format!("{}/app:unsigned", reg.host);
+    let sigs = registry.signatures(&signed).await.unwrap();
+    assert_eq!(sigs.digest, digest);
+    assert_eq!(sigs.signatures.len(), 1);
+    assert_eq!(
+        leash_images::cosign::verify_with_keys(&sigs, &public_key_pem(&key)),
+        Ok(())
+    );
+    let err = leash_images::cosign::verify_with_keys(&sigs, &public_key_pem(&signing_key(8)))
+        .unwrap_err();
+    assert!(err.starts_with("no matching signatures"), "{err}");
+    let none = registry.signatures(&unsigned).await.unwrap();
+    assert!(none.signatures.is_empty());
+
+    let lookup =
+        leash_images::ImageLookup::new(Arc::new(Registry::new(settings(Duration::from_secs(5)))));
+    let pem = public_key_pem(&key);
+    assert!(
+        lookup
+            .verify(&signed, &pem)
+            .unwrap_err()
+            .contains("not fetched yet")
+    );
+    assert!(
+        lookup
+            .verify(&unsigned, &pem)
+            .unwrap_err()
+            .contains("not fetched yet")
+    );
+    assert!(lookup.fetch_missed().await);
+    assert_eq!(lookup.verify(&signed, &pem), Ok(digest));
+    assert_eq!(
+        lookup.verify(&unsigned, &pem),
+        Err("no signatures found".to_string())
+    );
+    assert!(!lookup.fetch_missed().await);
+}
