@@ -426,6 +426,15 @@ impl ClusterData for ScanData {
             )),
         }
     }
+
+    fn verify_image(&self, image: &str, public_keys: &str) -> Result<String, String> {
+        match &self.images {
+            Some(images) => images.verify(image, public_keys),
+            None => Err(format!(
+                "cannot verify {image}: no image registry is read here"
+            )),
+        }
+    }
 }
 
 /// Answers a resource path (`/api/v1/namespaces/ns/pods`,

@@ -991,6 +991,35 @@ mod tests {
         );
     }
 
+    /// A `verifyImages` entry with a mistake is refused naming the field.
+    #[test]
+    fn verify_images_mistakes_are_refused_naming_the_field() {
+        let policy = |vi: serde_json::Value| {
+            json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "p"},
+                "spec": {"rules": [{"name": "r",
+                    "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                    "verifyImages": [vi]}]}})
+        };
+        for (vi, field) in [
+            (json!({"attestors": []}), "verifyImages[0].imageReferences"),
+            (
+                json!({"imageReferences": ["*"], "attestors": [{"entries": [{"keys": {"publicKeys": "k8s://ns/secret"}}]}]}),
+                "verifyImages[0].attestors[0].entries[0].keys.publicKeys",
+            ),
+            (
+                json!({"imageReferences": ["*"], "verifyDigest": "yes"}),
+                "verifyImages[0].verifyDigest",
+            ),
+            (
+                json!({"imageReferences": ["*"], "attestors": [{"count": 0, "entries": []}]}),
+                "verifyImages[0].attestors[0].count",
+            ),
+        ] {
+            let err = Engine::new().add_json(&policy(vi)).unwrap_err().to_string();
+            assert!(err.contains(field), "{field}: {err}");
+        }
+    }
+
     /// ValidatingPolicies that define the same variables share their
     /// values on a request (evaluated once), and only those: a variable of
     /// the same name with another expression, or after other variables,

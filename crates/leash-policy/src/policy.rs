@@ -113,8 +113,37 @@ pub(crate) enum Check {
     Cel(Box<CelRule>),
     /// `podSecurity`: a Pod Security Standards profile.
     PodSecurity(Box<crate::podsecurity::PodSecurity>),
+    /// `verifyImages`: the images' cosign signatures, by public key.
+    VerifyImages(Vec<ImageVerification>),
     /// A kind of check this engine does not evaluate (named).
     Unsupported(&'static str),
+}
+
+/// One `verifyImages` entry of a rule.
+#[derive(Debug)]
+pub(crate) struct ImageVerification {
+    /// `imageReferences` (wildcards): the images it checks.
+    pub image_references: Vec<String>,
+    /// `skipImageReferences` (wildcards): images it skips.
+    pub skip_image_references: Vec<String>,
+    /// `attestors`: each set's entries' `keys.publicKeys` (PEM), all of
+    /// which must verify an image (`count` of them when given).
+    pub attestors: Vec<AttestorSet>,
+    /// `verifyDigest` (default true): an image must name its digest.
+    pub verify_digest: bool,
+    /// `mutateDigest` (default true): Kyverno adds the digest at the
+    /// mutating webhook, so the digest is not required of the request.
+    pub mutate_digest: bool,
+}
+
+/// One attestor set of a `verifyImages` entry.
+#[derive(Debug)]
+pub(crate) struct AttestorSet {
+    /// How many entries must verify (all when not given).
+    pub count: Option<usize>,
+    /// Each entry's public keys (PEM), None for a kind of attestor this
+    /// engine does not verify (keyless, certificates), named.
+    pub entries: Vec<Result<String, &'static str>>,
 }
 
 /// A validate `pattern` (or one of `anyPattern`), with whether it holds
@@ -658,6 +687,33 @@ fn compile_rule(raw: &Value, field: &str, err: &ErrFn<'_>, cache: &mut ExprCache
             )
         }
     };
+    let (validate, failure_action) = match (&raw["verifyImages"], validate) {
+        (Value::Array(list), None) if !list.is_empty() => {
+            let vf = format!("{field}.verifyImages");
+            let mut specs = Vec::new();
+            for (i, v) in list.iter().enumerate() {
+                specs.push(compile_image_verification(v, &format!("{vf}[{i}]"), err)?);
+            }
+            let fa = match list[0]["failureAction"].as_str() {
+                None => failure_action,
+                Some(s) => Some(FailureAction::parse(s).ok_or_else(|| {
+                    err(
+                        format!("{vf}[0].failureAction"),
+                        format!("{s:?} is not Audit or Enforce"),
+                    )
+                })?),
+            };
+            (
+                Some(Validate {
+                    message: None,
+                    check: Check::VerifyImages(specs),
+                    allow_existing_violations: true,
+                }),
+                fa,
+            )
+        }
+        (_, v) => (v, failure_action),
+    };
     let generate = match &raw["generate"] {
         Value::Null => None,
         g => Some(crate::generate::GenerateSpec::compile(
@@ -689,6 +745,92 @@ fn compile_rule(raw: &Value, field: &str, err: &ErrFn<'_>, cache: &mut ExprCache
         mutate,
         failure_action,
         generate,
+    })
+}
+
+/// One `verifyImages` entry at `field`.
+fn compile_image_verification(
+    v: &Value,
+    field: &str,
+    err: &ErrFn<'_>,
+) -> Result<ImageVerification> {
+    let strings = |key: &str| -> Result<Vec<String>> {
+        match &v[key] {
+            Value::Null => Ok(Vec::new()),
+            Value::Array(a) => a
+                .iter()
+                .map(|x| {
+                    x.as_str().map(String::from).ok_or_else(|| {
+                        err(format!("{field}.{key}"), "must be a list of strings".into())
+                    })
+                })
+                .collect(),
+            _ => Err(err(
+                format!("{field}.{key}"),
+                "must be a list of strings".into(),
+            )),
+        }
+    };
+    // `image` is the older single form of `imageReferences`.
+    let mut image_references = strings("imageReferences")?;
+    if let Some(one) = v["image"].as_str() {
+        image_references.push(one.to_string());
+    }
+    if image_references.is_empty() {
+        return Err(err(
+            format!("{field}.imageReferences"),
+            "at least one image reference is required".into(),
+        ));
+    }
+    let mut attestors = Vec::new();
+    for (i, set) in v["attestors"].as_array().into_iter().flatten().enumerate() {
+        let af = format!("{field}.attestors[{i}]");
+        let mut entries = Vec::new();
+        for (j, e) in set["entries"].as_array().into_iter().flatten().enumerate() {
+            let entry = if let Some(keys) = e["keys"]["publicKeys"].as_str() {
+                if !keys.contains("-----BEGIN PUBLIC KEY-----") {
+                    return Err(err(
+                        format!("{af}.entries[{j}].keys.publicKeys"),
+                        "a PEM public key (-----BEGIN PUBLIC KEY-----) is required; leash does not read keys from secrets or KMS yet".into(),
+                    ));
+                }
+                Ok(keys.to_string())
+            } else if e.get("keyless").is_some_and(|x| !x.is_null()) {
+                Err("keyless")
+            } else if e.get("certificates").is_some_and(|x| !x.is_null()) {
+                Err("certificates")
+            } else if e.get("attestor").is_some_and(|x| !x.is_null()) {
+                Err("nested attestor")
+            } else {
+                Err("keys without publicKeys")
+            };
+            entries.push(entry);
+        }
+        let count =
+            match &set["count"] {
+                Value::Null => None,
+                c => Some(c.as_u64().filter(|n| *n >= 1).ok_or_else(|| {
+                    err(format!("{af}.count"), "must be a positive integer".into())
+                })? as usize),
+            };
+        attestors.push(AttestorSet { count, entries });
+    }
+    let flag = |key: &str| -> Result<bool> {
+        match &v[key] {
+            Value::Null => Ok(true),
+            Value::Bool(b) => Ok(*b),
+            _ => Err(err(
+                format!("{field}.{key}"),
+                "must be true or false".into(),
+            )),
+        }
+    };
+    Ok(ImageVerification {
+        image_references,
+        skip_image_references: strings("skipImageReferences")?,
+        attestors,
+        verify_digest: flag("verifyDigest")?,
+        mutate_digest: flag("mutateDigest")?,
     })
 }
 

@@ -253,6 +253,16 @@ pub trait ClusterData: Send + Sync + std::fmt::Debug {
             "no image data for {image}: no image registry is read here"
         ))
     }
+
+    /// Whether one of `public_keys` (PEM) verifies a cosign signature of
+    /// `image`: the image's digest, or why not (cosign's `no signatures
+    /// found` / `no matching signatures`, a registry's error).
+    fn verify_image(&self, image: &str, public_keys: &str) -> Result<String, String> {
+        let _ = public_keys;
+        Err(format!(
+            "cannot verify {image}: no image registry is read here"
+        ))
+    }
 }
 
 /// One `apiCall` `service` call, its variables substituted.

@@ -217,6 +217,19 @@ impl ClusterData for MemoryCluster {
         }
     }
 
+    fn verify_image(&self, image: &str, public_keys: &str) -> Result<String, String> {
+        let Some((registry, handle)) = &self.registry else {
+            return Err(format!(
+                "cannot verify {image}: no image registry is read here (--registry reads one)"
+            ));
+        };
+        let sigs = handle
+            .block_on(registry.signatures(image))
+            .map_err(|e| e.to_string())?;
+        leash_images::cosign::verify_with_keys(&sigs, public_keys)?;
+        Ok(sigs.digest.clone())
+    }
+
     fn api_get(&self, url_path: &str) -> Option<Value> {
         match self.api_answer("GET", url_path) {
             Some(answer) => answer,

@@ -290,6 +290,10 @@ impl leash_policy::ClusterData for AdmissionLookup {
     fn image_data(&self, image: &str) -> Result<serde_json::Value, String> {
         self.data.image_data(image)
     }
+
+    fn verify_image(&self, image: &str, public_keys: &str) -> Result<String, String> {
+        self.data.verify_image(image, public_keys)
+    }
 }
 
 impl leash_webhook::Lookup for AdmissionLookup {

@@ -381,3 +381,132 @@ results:
         stdout(&out)
     );
 }
+
+/// A `verifyImages` ClusterPolicy verifying with a cosign public key.
+fn verify_policy(key_pem: &str, host: &str, action: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+        "metadata": {"name": "signed-images"},
+        "spec": {"validationFailureAction": action, "background": false, "rules": [{
+            "name": "check-signature",
+            "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+            "verifyImages": [{
+                "imageReferences": [format!("{host}/team/*")],
+                "skipImageReferences": [format!("{host}/team/skipped*")],
+                "attestors": [{"entries": [{"keys": {"publicKeys": key_pem}}]}]}]}]}})
+}
+
+/// `verifyImages` with a public key, `leash apply --registry`: a signed
+/// image passes in Kyverno's words, an unsigned one and one signed with
+/// another key fail naming the attestor, an image the references do not
+/// match gives no result, a skipped one is skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_verifies_cosign_signatures_with_public_keys() {
+    use leash_images::testing::{public_key_pem, signing_key};
+    let Some(reg) = LocalRegistry::start() else {
+        return;
+    };
+    for tag in [
+        "team/signed:1",
+        "team/unsigned:1",
+        "team/other-key:1",
+        "team/skipped:1",
+        "elsewhere/app:1",
+    ] {
+        reg.push(tag, &[]).await;
+    }
+    let key = signing_key(3);
+    reg.sign("team/signed:1", &key).await;
+    reg.sign("team/other-key:1", &signing_key(4)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let policy = verify_policy(&public_key_pem(&key), &reg.host, "Enforce");
+    fs::write(
+        dir.path().join("policy.yaml"),
+        serde_json::to_string(&policy).unwrap(),
+    )
+    .unwrap();
+    let pods: String = ["signed", "unsigned", "other-key", "skipped"]
+        .iter()
+        .map(|n| pod(n, &format!("{}/team/{n}:1", reg.host)))
+        .chain([pod("elsewhere", &format!("{}/elsewhere/app:1", reg.host))])
+        .collect();
+    fs::write(dir.path().join("pods.yaml"), pods).unwrap();
+    let out = leash()
+        .arg("apply")
+        .arg(dir.path().join("policy.yaml"))
+        .arg("-r")
+        .arg(dir.path().join("pods.yaml"))
+        .args(["--registry", "--detailed-results"])
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}{}", stderr(&out));
+    let host = &reg.host;
+    for want in [
+        format!(
+            "PASS: policy signed-images -> resource Pod/default/signed rule check-signature: verified image signatures for {host}/team/signed:1"
+        ),
+        format!(
+            "FAIL: policy signed-images -> resource Pod/default/unsigned rule check-signature: failed to verify image {host}/team/unsigned:1: .attestors[0].entries[0].keys: no signatures found"
+        ),
+        format!(
+            "FAIL: policy signed-images -> resource Pod/default/other-key rule check-signature: failed to verify image {host}/team/other-key:1: .attestors[0].entries[0].keys: no matching signatures"
+        ),
+        format!(
+            "SKIP: policy signed-images -> resource Pod/default/skipped rule check-signature: skipping image reference image {host}/team/skipped:1, policy signed-images ruleName check-signature"
+        ),
+        "pass: 1, fail: 2, warn: 0, error: 0, skip: 1".to_string(),
+    ] {
+        assert!(text.contains(&want), "missing {want:?} in\n{text}");
+    }
+    assert!(!text.contains("Pod/default/elsewhere"), "{text}");
+}
+
+/// End to end with kubectl: an Enforce `verifyImages` policy admits a pod
+/// whose image is signed with its key and denies an unsigned one with
+/// Kyverno's message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_admits_signed_images_and_denies_unsigned_ones() {
+    use leash_images::testing::{public_key_pem, signing_key};
+    if !crate::support::kubectl_installed() {
+        return;
+    }
+    let Some(reg) = LocalRegistry::start() else {
+        return;
+    };
+    reg.push("team/signed:1", &[]).await;
+    reg.push("team/unsigned:1", &[]).await;
+    let key = signing_key(5);
+    reg.sign("team/signed:1", &key).await;
+    let policy = verify_policy(&public_key_pem(&key), &reg.host, "Enforce");
+    let sb = crate::support::crd_sandbox(|_| true, vec![policy]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    fs::write(&kc, sb.kubeconfig_yaml()).unwrap();
+    let mut server = crate::support::serve_admission_ready(&sb.url()).await;
+    let host = reg.host.clone();
+    tokio::task::block_in_place(move || {
+        let run = |name: &str| {
+            kubectl(
+                &kc,
+                &["run", name, "--image", &format!("{host}/team/{name}:1")],
+            )
+        };
+        let (ok, out) = run("signed");
+        assert!(ok, "{out}");
+        let (ok, out) = run("unsigned");
+        assert!(!ok, "{out}");
+        assert!(
+            out.contains("denied the request")
+                && out.contains("signed-images:")
+                && out.contains(&format!(
+                    "check-signature: 'failed to verify image {host}/team/unsigned:1: .attestors[0].entries[0].keys: no signatures found'"
+                )),
+            "{out}"
+        );
+        drop(reg);
+        crate::support::send_signal(&server.0, "TERM");
+        crate::support::wait_exit(&mut server.0, crate::support::BOUND, "exit after SIGTERM");
+    });
+    sb.shutdown().await.unwrap();
+}
