@@ -318,6 +318,23 @@ impl Engine {
                 targets,
             });
         }
+        // `verifyImages` rules' `mutateDigest`: each tag a rule checks is
+        // replaced by its digest (verified first when the rule has
+        // attestors), as Kyverno's mutating webhook does.
+        for policy in self.policies.iter().filter(|p| p.has_digest_mutation()) {
+            let Some((next, results)) = policy.mutate_digests(&prepared, data, bindings) else {
+                continue;
+            };
+            object = Arc::new(next);
+            prepared = around(&object);
+            steps.push(MutationStep {
+                policy: policy.key().clone(),
+                source: Source::Kyverno,
+                results,
+                object: object.clone(),
+                targets: Vec::new(),
+            });
+        }
         // Then the MutatingAdmissionPolicies, each through the bindings
         // that name it, and then the MutatingPolicies (Kyverno's CLI
         // order), in the order they were added, each on the output of the

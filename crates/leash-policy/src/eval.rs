@@ -402,6 +402,80 @@ impl Policy {
         out
     }
 
+    /// `mutateDigest` of its `verifyImages` rules on the request's object:
+    /// the object with each checked image's tag replaced by
+    /// `IMAGE:TAG@DIGEST` (Kyverno's patch) and the results of the rules
+    /// without attestors that changed it; None when nothing changed. An image whose verification
+    /// fails is left as it is (the validate side reports the failure).
+    pub(crate) fn mutate_digests(
+        &self,
+        prepared: &Prepared,
+        data: &dyn ClusterData,
+        bindings: &Bindings,
+    ) -> Option<(Value, Vec<RuleResult>)> {
+        let target = prepared.req.target();
+        let mut replaced: Vec<(String, String)> = Vec::new();
+        let mut results = Vec::new();
+        self.each_matching_rule(
+            prepared,
+            &target,
+            data,
+            bindings,
+            |rule| rule.mutates_digests(),
+            |ctx, _| {
+                let Some(Check::VerifyImages(specs)) = ctx.rule.validate.as_ref().map(|v| &v.check)
+                else {
+                    return;
+                };
+                // A result only for a rule without attestors (Kyverno's
+                // "mutated image digest"); a verifying rule's result is its
+                // verification's, on the validate side.
+                let mut changed = false;
+                let verifies = specs.iter().any(|s| !s.attestors.is_empty());
+                for spec in specs.iter().filter(|s| s.mutate_digest) {
+                    let wanted = |refs: &[String], image: &str| {
+                        refs.iter().any(|r| crate::wildcard::matches(r, image))
+                    };
+                    for image in pod_images(&ctx.req.object) {
+                        if image.contains('@')
+                            || !wanted(&spec.image_references, &image)
+                            || wanted(&spec.skip_image_references, &image)
+                            || replaced.iter().any(|(i, _)| *i == image)
+                        {
+                            continue;
+                        }
+                        let keys = spec
+                            .attestors
+                            .first()
+                            .and_then(|a| a.entries.first())
+                            .and_then(|e| e.as_ref().ok());
+                        let digest = match keys {
+                            Some(keys) => data.verify_image(&image, keys).ok(),
+                            None if spec.attestors.is_empty() => data
+                                .image_data(&image)
+                                .ok()
+                                .and_then(|d| d["digest"].as_str().map(String::from)),
+                            None => None,
+                        };
+                        if let Some(digest) = digest {
+                            replaced.push((image.clone(), with_digest(&image, &digest)));
+                            changed = true;
+                        }
+                    }
+                }
+                if changed && !verifies {
+                    results.push(ctx.result(Outcome::new(Status::Pass, "mutated image digest")));
+                }
+            },
+        );
+        if replaced.is_empty() {
+            return None;
+        }
+        let mut object = (*prepared.req.object).clone();
+        set_pod_images(&mut object, &replaced);
+        Some((object, results))
+    }
+
     /// The values bound for `rule` and the operation it sees (a bound
     /// `request.operation` overrides the request's), when its match and
     /// exclude blocks select the request; None when they do not.
@@ -1277,6 +1351,42 @@ fn pod_images(object: &Value) -> Vec<String> {
         .collect()
 }
 
+/// `image` with `digest` as Kyverno's `mutateDigest` writes it:
+/// `IMAGE:TAG@DIGEST` (`:latest` when the reference names no tag).
+fn with_digest(image: &str, digest: &str) -> String {
+    let name_part = image.rsplit('/').next().unwrap_or(image);
+    if name_part.contains(':') {
+        format!("{image}@{digest}")
+    } else {
+        format!("{image}:latest@{digest}")
+    }
+}
+
+/// Replaces the images of `object`'s pod spec named in `replaced` (image,
+/// new image); the pod spec found as [`pod_images`] finds it.
+fn set_pod_images(object: &mut Value, replaced: &[(String, String)]) {
+    let spec = if object["kind"] == "CronJob" {
+        object.pointer_mut("/spec/jobTemplate/spec/template/spec")
+    } else if object["spec"]["template"]["spec"].is_object() {
+        object.pointer_mut("/spec/template/spec")
+    } else {
+        object.pointer_mut("/spec")
+    };
+    let Some(spec) = spec else {
+        return;
+    };
+    for key in ["initContainers", "containers", "ephemeralContainers"] {
+        for c in spec[key].as_array_mut().into_iter().flatten() {
+            let Some(image) = c["image"].as_str() else {
+                continue;
+            };
+            if let Some((_, new)) = replaced.iter().find(|(old, _)| old == image) {
+                c["image"] = Value::String(new.clone());
+            }
+        }
+    }
+}
+
 /// An `imageRegistry` context entry's object (Kyverno's engine: `image`,
 /// `resolvedImage`, `registry`, `repository`, `identifier`,
 /// `manifestList`, `manifest`, `configData`) from the `image.GetMetadata`
@@ -1316,6 +1426,27 @@ mod tests {
     use super::*;
     use serde_json::json;
     use std::cell::Cell;
+
+    /// `mutateDigest`'s new image, and the pod specs it rewrites.
+    #[test]
+    fn digests_are_written_as_kyverno_writes_them() {
+        let d = "sha256:abc";
+        assert_eq!(with_digest("r:5000/a/b:1", d), "r:5000/a/b:1@sha256:abc");
+        assert_eq!(with_digest("r:5000/a/b", d), "r:5000/a/b:latest@sha256:abc");
+        assert_eq!(with_digest("nginx", d), "nginx:latest@sha256:abc");
+        let replaced = [("x:1".to_string(), "x:1@sha256:abc".to_string())];
+        let mut deploy = json!({"kind": "Deployment", "spec": {"template": {"spec": {
+            "initContainers": [{"image": "x:1"}], "containers": [{"image": "y:1"}, {"image": "x:1"}]}}}});
+        set_pod_images(&mut deploy, &replaced);
+        assert_eq!(
+            pod_images(&deploy),
+            ["x:1@sha256:abc", "y:1", "x:1@sha256:abc"]
+        );
+        let mut cron = json!({"kind": "CronJob", "spec": {"jobTemplate": {"spec": {"template": {
+            "spec": {"containers": [{"image": "x:1"}]}}}}}});
+        set_pod_images(&mut cron, &replaced);
+        assert_eq!(pod_images(&cron), ["x:1@sha256:abc"]);
+    }
 
     /// A plain `request.object.…` / `request.oldObject.…` chain is read
     /// from the request's JSON without building the JMESPath context, and

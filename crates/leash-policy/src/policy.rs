@@ -93,6 +93,16 @@ pub(crate) struct Rule {
     pub pass_message: String,
 }
 
+impl Rule {
+    /// Whether it is a `verifyImages` rule with `mutateDigest`.
+    pub(crate) fn mutates_digests(&self) -> bool {
+        matches!(
+            self.validate.as_ref().map(|v| &v.check),
+            Some(Check::VerifyImages(specs)) if specs.iter().any(|s| s.mutate_digest)
+        )
+    }
+}
+
 /// A rule's `validate`.
 #[derive(Debug)]
 pub(crate) struct Validate {
@@ -384,9 +394,16 @@ impl Policy {
                 r.mutate
                     .as_ref()
                     .is_some_and(|m| !matches!(m, crate::mutate::MutateSpec::Existing { .. }))
+                    || r.mutates_digests()
             },
             &[crate::Operation::Create, crate::Operation::Update],
         )
+    }
+
+    /// Whether a `verifyImages` rule replaces image tags by digests
+    /// (`mutateDigest`, the default) at the mutating webhook.
+    pub fn has_digest_mutation(&self) -> bool {
+        self.rules.iter().any(Rule::mutates_digests)
     }
 
     /// The `mutate.targets` rules to run for every existing trigger when

@@ -463,8 +463,9 @@ async fn apply_verifies_cosign_signatures_with_public_keys() {
 }
 
 /// End to end with kubectl: an Enforce `verifyImages` policy admits a pod
-/// whose image is signed with its key and denies an unsigned one with
-/// Kyverno's message.
+/// whose image is signed with its key, its tag pinned to the verified
+/// digest (`mutateDigest`), and denies an unsigned one with Kyverno's
+/// message.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_admits_signed_images_and_denies_unsigned_ones() {
     use leash_images::testing::{public_key_pem, signing_key};
@@ -477,7 +478,7 @@ async fn serve_admits_signed_images_and_denies_unsigned_ones() {
     reg.push("team/signed:1", &[]).await;
     reg.push("team/unsigned:1", &[]).await;
     let key = signing_key(5);
-    reg.sign("team/signed:1", &key).await;
+    let digest = reg.sign("team/signed:1", &key).await;
     let policy = verify_policy(&public_key_pem(&key), &reg.host, "Enforce");
     let sb = crate::support::crd_sandbox(|_| true, vec![policy]).await;
     let dir = tempfile::tempdir().unwrap();
@@ -494,6 +495,20 @@ async fn serve_admits_signed_images_and_denies_unsigned_ones() {
         };
         let (ok, out) = run("signed");
         assert!(ok, "{out}");
+        // mutateDigest (the default): the tag is pinned to the verified
+        // digest by the mutating webhook.
+        let (ok, image) = kubectl(
+            &kc,
+            &[
+                "get",
+                "pod",
+                "signed",
+                "-o",
+                "jsonpath={.spec.containers[0].image}",
+            ],
+        );
+        assert!(ok, "{image}");
+        assert_eq!(image, format!("{host}/team/signed:1@{digest}"));
         let (ok, out) = run("unsigned");
         assert!(!ok, "{out}");
         assert!(
