@@ -166,6 +166,9 @@ pub struct Registry {
     cache: TtlCache<String, Arc<OnceCell<Shared>>>,
     /// cosign signatures by image reference, kept as `cache` is.
     signatures: TtlCache<String, Arc<OnceCell<SharedSignatures>>>,
+    /// Verifications that held, by image and keys: the digest (a warm
+    /// review pays no signature check).
+    verified: TtlCache<(String, u64), String>,
     fetches: AtomicU64,
 }
 
@@ -243,6 +246,7 @@ impl Registry {
             plain: client(ClientProtocol::Http),
             cache: TtlCache::new(settings.ttl),
             signatures: TtlCache::new(settings.ttl),
+            verified: TtlCache::new(settings.ttl),
             settings,
             fetches: AtomicU64::new(0),
         }
@@ -271,6 +275,27 @@ impl Registry {
             self.cache.remove_if(image, |c| Arc::ptr_eq(c, &cell));
         }
         answer
+    }
+
+    /// Whether one of `keys` verifies a cosign signature of `image` among
+    /// `sigs` (its signatures): the digest, kept for the TTL when it held
+    /// (a verification that failed is checked again next time).
+    pub fn verify(
+        &self,
+        image: &str,
+        keys: &str,
+        sigs: &cosign::Signatures,
+    ) -> Result<String, String> {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        keys.hash(&mut h);
+        let key = (image.to_string(), h.finish());
+        if let Some(digest) = self.verified.get(&key) {
+            return Ok(digest);
+        }
+        cosign::verify_with_keys(sigs, keys)?;
+        self.verified.insert(key, sigs.digest.clone());
+        Ok(sigs.digest.clone())
     }
 
     /// The cosign signatures of `image` when kept, without waiting.
@@ -550,8 +575,7 @@ impl ImageLookup {
                 None => return Err(self.miss(Want::Signatures, image)),
             },
         };
-        cosign::verify_with_keys(&sigs, keys)?;
-        Ok(sigs.digest.clone())
+        self.registry.verify(image, keys, &sigs)
     }
 
     /// Fetches what [`Self::get`] and [`Self::verify`] missed since the

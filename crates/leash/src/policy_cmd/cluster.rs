@@ -226,8 +226,7 @@ impl ClusterData for MemoryCluster {
         let sigs = handle
             .block_on(registry.signatures(image))
             .map_err(|e| e.to_string())?;
-        leash_images::cosign::verify_with_keys(&sigs, public_keys)?;
-        Ok(sigs.digest.clone())
+        registry.verify(image, public_keys, &sigs)
     }
 
     fn api_get(&self, url_path: &str) -> Option<Value> {
