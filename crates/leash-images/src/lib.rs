@@ -170,6 +170,7 @@ pub struct Registry {
     /// review pays no signature check).
     verified: TtlCache<(String, u64), String>,
     fetches: AtomicU64,
+    checks: AtomicU64,
 }
 
 impl std::fmt::Debug for Registry {
@@ -249,6 +250,7 @@ impl Registry {
             verified: TtlCache::new(settings.ttl),
             settings,
             fetches: AtomicU64::new(0),
+            checks: AtomicU64::new(0),
         }
     }
 
@@ -257,6 +259,13 @@ impl Registry {
     pub fn fetches(&self) -> u64 {
         // Relaxed: a statistic, ordering nothing.
         self.fetches.load(Ordering::Relaxed)
+    }
+
+    /// How many signature checks ran (verifications not answered from
+    /// the kept ones).
+    pub fn checks(&self) -> u64 {
+        // Relaxed: a statistic, ordering nothing.
+        self.checks.load(Ordering::Relaxed)
     }
 
     /// The data of `image` when an answer for it is kept, without waiting.
@@ -293,6 +302,8 @@ impl Registry {
         if let Some(digest) = self.verified.get(&key) {
             return Ok(digest);
         }
+        // Relaxed: a statistic.
+        self.checks.fetch_add(1, Ordering::Relaxed);
         cosign::verify_with_keys(sigs, keys)?;
         self.verified.insert(key, sigs.digest.clone());
         Ok(sigs.digest.clone())

@@ -224,8 +224,8 @@ async fn cosign_signatures_verify_with_their_key_only() {
     let none = registry.signatures(&unsigned).await.unwrap();
     assert!(none.signatures.is_empty());
 
-    let lookup =
-        leash_images::ImageLookup::new(Arc::new(Registry::new(settings(Duration::from_secs(5)))));
+    let fresh = Arc::new(Registry::new(settings(Duration::from_secs(5))));
+    let lookup = leash_images::ImageLookup::new(fresh.clone());
     let pem = public_key_pem(&key);
     assert!(
         lookup
@@ -240,10 +240,16 @@ async fn cosign_signatures_verify_with_their_key_only() {
             .contains("not fetched yet")
     );
     assert!(lookup.fetch_missed().await);
-    assert_eq!(lookup.verify(&signed, &pem), Ok(digest));
+    assert_eq!(lookup.verify(&signed, &pem), Ok(digest.clone()));
     assert_eq!(
         lookup.verify(&unsigned, &pem),
         Err("no signatures found".to_string())
     );
+    // A warm review (a new evaluation's lookup): no fetch, no check.
+    let (fetches, checks) = (fresh.fetches(), fresh.checks());
+    let warm = leash_images::ImageLookup::new(fresh.clone());
+    assert_eq!(warm.verify(&signed, &pem), Ok(digest));
+    assert!(!warm.fetch_missed().await);
+    assert_eq!((fresh.fetches(), fresh.checks()), (fetches, checks));
     assert!(!lookup.fetch_missed().await);
 }
