@@ -22,23 +22,35 @@ fn registry_binary() -> Option<PathBuf> {
     p.exists().then_some(p)
 }
 
-/// A registry on 127.0.0.1 for one test; killed when dropped.
+/// A registry on 127.0.0.1 for one test; killed when dropped (one made
+/// by [`LocalRegistry::at`] is someone else's and is left running).
 #[derive(Debug)]
 pub struct LocalRegistry {
-    child: Child,
+    child: Option<Child>,
     /// `127.0.0.1:PORT`.
     pub host: String,
-    _dir: tempfile::TempDir,
+    _dir: Option<tempfile::TempDir>,
 }
 
 impl Drop for LocalRegistry {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(child) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
 impl LocalRegistry {
+    /// A registry already running at `host` (`127.0.0.1:PORT`), to push to.
+    pub fn at(host: &str) -> LocalRegistry {
+        LocalRegistry {
+            child: None,
+            host: host.to_string(),
+            _dir: None,
+        }
+    }
+
     /// Starts one, or None (skipping) when the binary is missing outside CI.
     pub fn start() -> Option<LocalRegistry> {
         let Some(bin) = registry_binary() else {
@@ -70,9 +82,9 @@ impl LocalRegistry {
             .spawn()
             .unwrap();
         let mut registry = LocalRegistry {
-            child,
+            child: Some(child),
             host: String::new(),
-            _dir: dir,
+            _dir: Some(dir),
         };
         // Port 0: the registry logs where it listens.
         let deadline = Instant::now() + Duration::from_secs(30);
