@@ -73,6 +73,9 @@ struct Args {
     /// Print the summary as JSON.
     #[arg(long, global = true)]
     json: bool,
+    /// The built-in pod's image (default `registry.example/app:1.0`).
+    #[arg(long, global = true)]
+    image: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -142,8 +145,8 @@ fn main() {
     }
 }
 
-fn builtin_pod() -> Value {
-    json!({
+fn builtin_pod(image: Option<&str>) -> Value {
+    let mut pod = json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "load", "namespace": "default", "labels": {"app": "load"}},
         "spec": {
@@ -157,7 +160,11 @@ fn builtin_pod() -> Value {
                 }
             }]
         }
-    })
+    });
+    if let Some(image) = image {
+        pod["spec"]["containers"][0]["image"] = json!(image);
+    }
+    pod
 }
 
 /// The violating variant: privileged, host network, a hostPath volume.
@@ -248,7 +255,7 @@ async fn run(args: Args) -> Result<()> {
         } => {
             let pod = match template {
                 Some(t) => read_doc(t)?,
-                None => builtin_pod(),
+                None => builtin_pod(args.image.as_deref()),
             };
             let bad = violating(pod.clone());
             let (url, ca_pem) = match (url, policies) {
@@ -322,7 +329,7 @@ async fn run(args: Args) -> Result<()> {
                 ca.as_deref(),
             )?;
             target.bearer = bearer.clone();
-            let pod = builtin_pod();
+            let pod = builtin_pod(args.image.as_deref());
             let bad = violating(pod.clone());
             let every = args.violating_every;
             let ns = namespace.clone();
