@@ -159,9 +159,9 @@ type SharedSignatures = Result<Arc<cosign::Signatures>, ImageError>;
 /// A registry client with a per-reference cache. Share it by `Arc`.
 pub struct Registry {
     /// For registries reached over HTTPS.
-    tls: Client,
+    tls: std::sync::OnceLock<Client>,
     /// For loopback registries, and every registry when `insecure`.
-    plain: Client,
+    plain: std::sync::OnceLock<Client>,
     settings: RegistrySettings,
     cache: TtlCache<String, Arc<OnceCell<Shared>>>,
     /// cosign signatures by image reference, kept as `cache` is.
@@ -188,6 +188,14 @@ const MANIFEST_TYPES: [&str; 4] = [
     OCI_IMAGE_INDEX_MEDIA_TYPE,
     IMAGE_MANIFEST_LIST_MEDIA_TYPE,
 ];
+
+/// `image` as a reference, or why it is not one.
+fn parse(image: &str) -> Result<Reference, ImageError> {
+    image.parse().map_err(|e| ImageError::Reference {
+        image: image.to_string(),
+        reason: format!("{e}"),
+    })
+}
 
 /// Whether the registry said the manifest does not exist.
 fn is_not_found(e: &oci_client::errors::OciDistributionError) -> bool {
@@ -229,22 +237,12 @@ pub fn install_crypto_provider() {
 }
 
 impl Registry {
-    /// A client; connects to nothing until asked.
+    /// A client; builds and connects nothing until asked.
     pub fn new(settings: RegistrySettings) -> Registry {
         install_crypto_provider();
-        let client = |protocol| {
-            Client::new(ClientConfig {
-                protocol,
-                connect_timeout: Some(settings.timeout),
-                read_timeout: Some(settings.timeout),
-                // Kyverno resolves an index to its linux/amd64 image.
-                platform_resolver: Some(Box::new(oci_client::client::linux_amd64_resolver)),
-                ..ClientConfig::default()
-            })
-        };
         Registry {
-            tls: client(ClientProtocol::Https),
-            plain: client(ClientProtocol::Http),
+            tls: std::sync::OnceLock::new(),
+            plain: std::sync::OnceLock::new(),
             cache: TtlCache::new(settings.ttl),
             signatures: TtlCache::new(settings.ttl),
             verified: TtlCache::new(settings.ttl),
@@ -332,10 +330,7 @@ impl Registry {
 
     async fn fetch_signatures(&self, image: &str) -> SharedSignatures {
         let data = self.image_data(image).await?;
-        let reference: Reference = image.parse().map_err(|e| ImageError::Reference {
-            image: image.to_string(),
-            reason: format!("{e}"),
-        })?;
+        let reference = parse(image)?;
         let registry = reference.resolve_registry().to_string();
         let sig_ref = Reference::with_tag(
             reference.registry().to_string(),
@@ -382,13 +377,25 @@ impl Registry {
             }
             Ok(out)
         };
+        let signatures = self.bounded(image, registry, fetch).await?;
+        Ok(Arc::new(cosign::Signatures {
+            digest: data.digest.clone(),
+            signatures,
+        }))
+    }
+
+    /// One fetch (counted) within the timeout, its failure in
+    /// [`ImageError`]'s words.
+    async fn bounded<T>(
+        &self,
+        image: &str,
+        registry: String,
+        fetch: impl std::future::Future<Output = Result<T, String>>,
+    ) -> Result<T, ImageError> {
         // Relaxed: a statistic.
         self.fetches.fetch_add(1, Ordering::Relaxed);
         match tokio::time::timeout(self.settings.timeout, fetch).await {
-            Ok(Ok(signatures)) => Ok(Arc::new(cosign::Signatures {
-                digest: data.digest.clone(),
-                signatures,
-            })),
+            Ok(Ok(v)) => Ok(v),
             Ok(Err(reason)) => Err(ImageError::Registry {
                 image: image.to_string(),
                 registry,
@@ -403,34 +410,32 @@ impl Registry {
     }
 
     fn client_for(&self, registry: &str) -> &Client {
+        // Built on first use: a client loads the system's root
+        // certificates, which `leash serve` should not wait for at start
+        // when no policy reads a registry.
+        let build = |protocol| {
+            Client::new(ClientConfig {
+                protocol,
+                connect_timeout: Some(self.settings.timeout),
+                read_timeout: Some(self.settings.timeout),
+                // Kyverno resolves an index to its linux/amd64 image.
+                platform_resolver: Some(Box::new(oci_client::client::linux_amd64_resolver)),
+                ..ClientConfig::default()
+            })
+        };
         if self.settings.insecure || is_local(registry) {
-            &self.plain
+            self.plain.get_or_init(|| build(ClientProtocol::Http))
         } else {
-            &self.tls
+            self.tls.get_or_init(|| build(ClientProtocol::Https))
         }
     }
 
     async fn fetch_bounded(&self, image: &str) -> Shared {
-        let reference: Reference = image.parse().map_err(|e| ImageError::Reference {
-            image: image.to_string(),
-            reason: format!("{e}"),
-        })?;
-        // Relaxed: a statistic.
-        self.fetches.fetch_add(1, Ordering::Relaxed);
+        let reference = parse(image)?;
         let registry = reference.resolve_registry().to_string();
-        match tokio::time::timeout(self.settings.timeout, self.fetch(image, &reference)).await {
-            Ok(Ok(data)) => Ok(Arc::new(data)),
-            Ok(Err(reason)) => Err(ImageError::Registry {
-                image: image.to_string(),
-                registry,
-                reason,
-            }),
-            Err(_) => Err(ImageError::Timeout {
-                image: image.to_string(),
-                registry,
-                timeout: self.settings.timeout,
-            }),
-        }
+        self.bounded(image, registry, self.fetch(image, &reference))
+            .await
+            .map(Arc::new)
     }
 
     async fn fetch(&self, image: &str, reference: &Reference) -> Result<ImageData, String> {

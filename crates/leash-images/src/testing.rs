@@ -142,15 +142,16 @@ impl LocalRegistry {
             .push(&reference, &[layer], config, &RegistryAuth::Anonymous, None)
             .await
             .unwrap();
+        assert!(pushed.manifest_url.contains(&self.host));
+        Self::manifest(&reference, "application/vnd.oci.image.manifest.v1+json").await
+    }
+
+    /// The digest and size of the manifest `reference` names.
+    async fn manifest(reference: &Reference, media_type: &str) -> (String, i64) {
         let (bytes, digest) = Self::client()
-            .pull_manifest_raw(
-                &reference,
-                &RegistryAuth::Anonymous,
-                &["application/vnd.oci.image.manifest.v1+json"],
-            )
+            .pull_manifest_raw(reference, &RegistryAuth::Anonymous, &[media_type])
             .await
             .unwrap();
-        assert!(pushed.manifest_url.contains(&self.host));
         (digest, bytes.len() as i64)
     }
 
@@ -191,15 +192,9 @@ impl LocalRegistry {
             .push_manifest(&reference, &OciManifest::ImageIndex(index))
             .await
             .unwrap();
-        let (_, digest) = Self::client()
-            .pull_manifest_raw(
-                &reference,
-                &RegistryAuth::Anonymous,
-                &["application/vnd.oci.image.index.v1+json"],
-            )
+        Self::manifest(&reference, "application/vnd.oci.image.index.v1+json")
             .await
-            .unwrap();
-        digest
+            .0
     }
 }
 
@@ -224,14 +219,8 @@ impl LocalRegistry {
         use base64::Engine as _;
         use p256::ecdsa::signature::Signer as _;
         let reference: Reference = format!("{}/{repo_tag}", self.host).parse().unwrap();
-        let (_, digest) = Self::client()
-            .pull_manifest_raw(
-                &reference,
-                &RegistryAuth::Anonymous,
-                &["application/vnd.oci.image.manifest.v1+json"],
-            )
-            .await
-            .unwrap();
+        let (digest, _) =
+            Self::manifest(&reference, "application/vnd.oci.image.manifest.v1+json").await;
         let payload = serde_json::to_vec(&serde_json::json!({
             "critical": {
                 "identity": {"docker-reference": format!("{}/{}", self.host, reference.repository())},

@@ -133,6 +133,24 @@ async fn apply_registry_reads_image_data_from_the_registry() {
     assert!(started.elapsed() < Duration::from_secs(60), "bounded");
 }
 
+/// A ClusterPolicy whose rule reads the first container's image from the
+/// registry (`imageRegistry`) and denies it unless its config's `vendor`
+/// label is `acme`.
+fn vendor_policy(action: &str, background: bool, message: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+        "metadata": {"name": "vendor-label"},
+        "spec": {"validationFailureAction": action, "background": background, "rules": [{
+            "name": "vendor",
+            "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+            "context": [{"name": "imageData",
+                "imageRegistry": {"reference": "{{ request.object.spec.containers[0].image }}"}}],
+            "validate": {"message": message,
+                "deny": {"conditions": {"any": [{
+                    "key": "{{ imageData.configData.config.Labels.vendor || '' }}",
+                    "operator": "NotEquals", "value": "acme"}]}}}}]}})
+}
+
 fn kubectl(kubeconfig: &std::path::Path, args: &[&str]) -> (bool, String) {
     let out = std::process::Command::new("kubectl")
         .arg("--kubeconfig")
@@ -167,18 +185,11 @@ async fn serve_reads_image_data_at_admission() {
     reg.push("team/app:1.0", &[("vendor", "acme")]).await;
     reg.push("team/other:2.0", &[("vendor", "other")]).await;
     reg.push("team/late:3.0", &[("vendor", "acme")]).await;
-    let policy: serde_json::Value = serde_json::json!({
-        "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
-        "metadata": {"name": "vendor-label"},
-        "spec": {"validationFailureAction": "Enforce", "background": false, "rules": [{
-            "name": "vendor",
-            "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
-            "context": [{"name": "imageData",
-                "imageRegistry": {"reference": "{{ request.object.spec.containers[0].image }}"}}],
-            "validate": {"message": "image {{ imageData.resolvedImage }} is not built by acme",
-                "deny": {"conditions": {"any": [{
-                    "key": "{{ imageData.configData.config.Labels.vendor || '' }}",
-                    "operator": "NotEquals", "value": "acme"}]}}}}]}});
+    let policy = vendor_policy(
+        "Enforce",
+        false,
+        "image {{ imageData.resolvedImage }} is not built by acme",
+    );
     let sb = crate::support::crd_sandbox(|_| true, vec![policy]).await;
     let dir = tempfile::tempdir().unwrap();
     let kc = dir.path().join("kubeconfig");
@@ -252,18 +263,7 @@ async fn the_background_scan_reads_image_data() {
             "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}")},
             "spec": {"containers": [{"name": "c", "image": format!("{host}/{image}")}]}})
     };
-    let policy = serde_json::json!({
-        "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
-        "metadata": {"name": "vendor-label"},
-        "spec": {"validationFailureAction": "Audit", "background": true, "rules": [{
-            "name": "vendor",
-            "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
-            "context": [{"name": "imageData",
-                "imageRegistry": {"reference": "{{ request.object.spec.containers[0].image }}"}}],
-            "validate": {"message": "not built by acme",
-                "deny": {"conditions": {"any": [{
-                    "key": "{{ imageData.configData.config.Labels.vendor || '' }}",
-                    "operator": "NotEquals", "value": "acme"}]}}}}]}});
+    let policy = vendor_policy("Audit", true, "not built by acme");
     let sb = crate::support::crd_sandbox(
         |_| true,
         vec![
