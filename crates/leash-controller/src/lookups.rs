@@ -435,6 +435,15 @@ impl ClusterData for ScanData {
             )),
         }
     }
+
+    fn verify_attestations(&self, image: &str, public_keys: &str) -> Result<Vec<Value>, String> {
+        match &self.images {
+            Some(images) => images.attestations(image, public_keys),
+            None => Err(format!(
+                "cannot verify the attestations of {image}: no image registry is read here"
+            )),
+        }
+    }
 }
 
 /// Answers a resource path (`/api/v1/namespaces/ns/pods`,

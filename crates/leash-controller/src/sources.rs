@@ -84,6 +84,20 @@ pub const POLICY_KINDS: &[(&str, &str, &str, &str, bool)] = &[
     (
         "policies.kyverno.io",
         "v1",
+        "ImageValidatingPolicy",
+        "imagevalidatingpolicies",
+        false,
+    ),
+    (
+        "policies.kyverno.io",
+        "v1",
+        "NamespacedImageValidatingPolicy",
+        "namespacedimagevalidatingpolicies",
+        true,
+    ),
+    (
+        "policies.kyverno.io",
+        "v1",
         "PolicyException",
         "policyexceptions",
         true,

@@ -1,14 +1,22 @@
 //! Pushes test images to a registry for scripts (`e2e/images`): a
-//! one-layer image, optionally signed as `cosign sign --key` signs it, and
-//! the public key of a test signing key. Test data only (fixed keys).
+//! one-layer image, optionally signed as `cosign sign --key` signs it and
+//! attested as `cosign attest --key` attests it, and the public key of a
+//! test signing key. Test data only (fixed keys).
 //!
-//!   push image HOST REPO:TAG [--label K=V]... [--sign SEED]   # prints the digest
+//!   push image HOST REPO:TAG [--label K=V]... [--sign SEED]
+//!              [--attest SEED TYPE JSON]...                   # prints the digest
 //!   push pubkey SEED                                          # prints the PEM
+//!
+//! `--attest` adds one attestation: an in-toto statement of predicate type
+//! TYPE whose predicate is the JSON text JSON, signed with SEED's key;
+//! repeated, every attestation is kept.
 
 use leash_images::testing::{LocalRegistry, public_key_pem, signing_key};
 
 fn usage() -> ! {
-    eprintln!("usage: push image HOST REPO:TAG [--label K=V]... [--sign SEED] | push pubkey SEED");
+    eprintln!(
+        "usage: push image HOST REPO:TAG [--label K=V]... [--sign SEED] [--attest SEED TYPE JSON]... | push pubkey SEED"
+    );
     std::process::exit(2)
 }
 
@@ -26,14 +34,23 @@ fn main() {
             let (host, repo_tag) = (args[1].clone(), args[2].clone());
             let mut labels = Vec::new();
             let mut sign = None;
+            let mut attest = Vec::new();
             let mut rest = args[3..].iter();
             while let Some(a) = rest.next() {
-                match (a.as_str(), rest.next()) {
-                    ("--label", Some(kv)) => match kv.split_once('=') {
+                let mut value = || rest.next().map(String::as_str).unwrap_or_else(|| usage());
+                match a.as_str() {
+                    "--label" => match value().split_once('=') {
                         Some((k, v)) => labels.push((k.to_string(), v.to_string())),
                         None => usage(),
                     },
-                    ("--sign", Some(s)) => sign = Some(seed(s)),
+                    "--sign" => sign = Some(seed(value())),
+                    "--attest" => {
+                        let key = seed(value());
+                        let predicate_type = value().to_string();
+                        let predicate: serde_json::Value =
+                            serde_json::from_str(value()).unwrap_or_else(|_| usage());
+                        attest.push((key, predicate_type, predicate));
+                    }
                     _ => usage(),
                 }
             }
@@ -50,6 +67,10 @@ fn main() {
                 let (digest, _) = reg.push(&repo_tag, &labels).await;
                 if let Some(s) = sign {
                     reg.sign(&repo_tag, &signing_key(s)).await;
+                }
+                for (s, predicate_type, predicate) in attest {
+                    reg.attest(&repo_tag, &signing_key(s), &predicate_type, predicate)
+                        .await;
                 }
                 digest
             });

@@ -7,12 +7,14 @@
 //! the image manifest (an image index resolved to its `linux/amd64` entry,
 //! as go-containerregistry resolves it for Kyverno), the index itself and
 //! the config blob, each kept as the registry sent it.
+//! [`Registry::signatures`] and [`Registry::attestations`] fetch what
+//! cosign stored for the image ([`cosign`]), kept the same way.
 //!
 //! # Invariants
-//! 1. One fetch per reference at a time: concurrent callers of one
-//!    reference share one round trip (a `OnceCell` per reference in a
-//!    [`TtlCache`]); an answer is kept for the TTL, so the 100th pod with
-//!    the same image costs no registry call.
+//! 1. One fetch per reference (and kind: data, signatures, attestations)
+//!    at a time: concurrent callers of one reference share one round trip
+//!    (a `OnceCell` per reference in a [`TtlCache`]); an answer is kept for
+//!    the TTL, so the 100th pod with the same image costs no registry call.
 //! 2. A failed fetch is shared by the callers that waited for it, then
 //!    forgotten: the next caller fetches again (a registry that was down is
 //!    not remembered as down).
@@ -34,10 +36,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use leash_runtime::{OnceCell, TtlCache};
-use oci_client::client::{ClientConfig, ClientProtocol};
+use oci_client::client::{ClientConfig, ClientProtocol, ImageLayer};
 use oci_client::manifest::{
     IMAGE_MANIFEST_LIST_MEDIA_TYPE, IMAGE_MANIFEST_MEDIA_TYPE, OCI_IMAGE_INDEX_MEDIA_TYPE,
-    OCI_IMAGE_MEDIA_TYPE,
+    OCI_IMAGE_MEDIA_TYPE, OciImageManifest,
 };
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
@@ -153,8 +155,13 @@ impl Default for RegistrySettings {
     }
 }
 
-type Shared = Result<Arc<ImageData>, ImageError>;
-type SharedSignatures = Result<Arc<cosign::Signatures>, ImageError>;
+/// An answer fetched once per reference and shared by its callers.
+type Shared<T> = Result<Arc<T>, ImageError>;
+/// Answers by image reference, each fetched once (its cell) and kept for
+/// the TTL.
+type Kept<T> = TtlCache<String, Arc<OnceCell<Shared<T>>>>;
+/// Verifications that held, by image and a hash of the keys.
+type Verified<T> = TtlCache<(String, u64), T>;
 
 /// A registry client with a per-reference cache. Share it by `Arc`.
 pub struct Registry {
@@ -163,12 +170,17 @@ pub struct Registry {
     /// For loopback registries, and every registry when `insecure`.
     plain: std::sync::OnceLock<Client>,
     settings: RegistrySettings,
-    cache: TtlCache<String, Arc<OnceCell<Shared>>>,
+    cache: Kept<ImageData>,
     /// cosign signatures by image reference, kept as `cache` is.
-    signatures: TtlCache<String, Arc<OnceCell<SharedSignatures>>>,
-    /// Verifications that held, by image and keys: the digest (a warm
-    /// review pays no signature check).
-    verified: TtlCache<(String, u64), String>,
+    signatures: Kept<cosign::Signatures>,
+    /// cosign attestations by image reference, kept as `cache` is.
+    attestations: Kept<cosign::Attestations>,
+    /// Signature verifications that held, by image and keys: the digest
+    /// (a warm review pays no signature check).
+    verified: Verified<String>,
+    /// Attestation verifications that held, by image and keys: the
+    /// statements verified.
+    attested: Verified<Vec<Value>>,
     fetches: AtomicU64,
     checks: AtomicU64,
 }
@@ -245,7 +257,9 @@ impl Registry {
             plain: std::sync::OnceLock::new(),
             cache: TtlCache::new(settings.ttl),
             signatures: TtlCache::new(settings.ttl),
+            attestations: TtlCache::new(settings.ttl),
             verified: TtlCache::new(settings.ttl),
+            attested: TtlCache::new(settings.ttl),
             settings,
             fetches: AtomicU64::new(0),
             checks: AtomicU64::new(0),
@@ -259,8 +273,8 @@ impl Registry {
         self.fetches.load(Ordering::Relaxed)
     }
 
-    /// How many signature checks ran (verifications not answered from
-    /// the kept ones).
+    /// How many signature and attestation checks ran (verifications not
+    /// answered from the kept ones).
     pub fn checks(&self) -> u64 {
         // Relaxed: a statistic, ordering nothing.
         self.checks.load(Ordering::Relaxed)
@@ -268,20 +282,13 @@ impl Registry {
 
     /// The data of `image` when an answer for it is kept, without waiting.
     pub fn cached(&self, image: &str) -> Option<Arc<ImageData>> {
-        self.cache.get(image)?.get()?.as_ref().ok().cloned()
+        kept(&self.cache, image)
     }
 
     /// The data of `image`: from the cache when an answer for it is kept,
     /// else fetched (once for every concurrent caller of it).
     pub async fn image_data(&self, image: &str) -> Result<Arc<ImageData>, ImageError> {
-        let cell = self
-            .cache
-            .get_or_insert_with(image.to_string(), || Arc::new(OnceCell::new()));
-        let answer = cell.get_or_init(|| self.fetch_bounded(image)).await.clone();
-        if answer.is_err() {
-            self.cache.remove_if(image, |c| Arc::ptr_eq(c, &cell));
-        }
-        answer
+        once(&self.cache, image, || self.fetch_bounded(image)).await
     }
 
     /// Whether one of `keys` verifies a cosign signature of `image` among
@@ -293,95 +300,126 @@ impl Registry {
         keys: &str,
         sigs: &cosign::Signatures,
     ) -> Result<String, String> {
+        self.checked(&self.verified, image, keys, || {
+            cosign::verify_with_keys(sigs, keys).map(|()| sigs.digest.clone())
+        })
+    }
+
+    /// The in-toto statements of the cosign attestations of `image` among
+    /// `atts` (its attestations) that one of `keys` verifies, kept for the
+    /// TTL when the verification held (one that failed is checked again
+    /// next time).
+    pub fn verify_attestations(
+        &self,
+        image: &str,
+        keys: &str,
+        atts: &cosign::Attestations,
+    ) -> Result<Vec<Value>, String> {
+        self.checked(&self.attested, image, keys, || {
+            cosign::verify_attestations(atts, keys)
+        })
+    }
+
+    /// `check`'s answer for `image` and `keys`: the one kept in `cache`, or
+    /// `check` run (counted) and its answer kept when it held.
+    fn checked<T: Clone>(
+        &self,
+        cache: &Verified<T>,
+        image: &str,
+        keys: &str,
+        check: impl FnOnce() -> Result<T, String>,
+    ) -> Result<T, String> {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
         keys.hash(&mut h);
         let key = (image.to_string(), h.finish());
-        if let Some(digest) = self.verified.get(&key) {
-            return Ok(digest);
+        if let Some(answer) = cache.get(&key) {
+            return Ok(answer);
         }
         // Relaxed: a statistic.
         self.checks.fetch_add(1, Ordering::Relaxed);
-        cosign::verify_with_keys(sigs, keys)?;
-        self.verified.insert(key, sigs.digest.clone());
-        Ok(sigs.digest.clone())
+        let answer = check()?;
+        cache.insert(key, answer.clone());
+        Ok(answer)
     }
 
     /// The cosign signatures of `image` when kept, without waiting.
     pub fn cached_signatures(&self, image: &str) -> Option<Arc<cosign::Signatures>> {
-        self.signatures.get(image)?.get()?.as_ref().ok().cloned()
+        kept(&self.signatures, image)
     }
 
     /// The cosign signatures stored for `image` (its digest resolved
     /// first): kept and shared as [`Self::image_data`]'s answers are.
-    pub async fn signatures(&self, image: &str) -> SharedSignatures {
-        let cell = self
-            .signatures
-            .get_or_insert_with(image.to_string(), || Arc::new(OnceCell::new()));
-        let answer = cell
-            .get_or_init(|| self.fetch_signatures(image))
-            .await
-            .clone();
-        if answer.is_err() {
-            self.signatures.remove_if(image, |c| Arc::ptr_eq(c, &cell));
-        }
-        answer
+    pub async fn signatures(&self, image: &str) -> Result<Arc<cosign::Signatures>, ImageError> {
+        once(&self.signatures, image, || async {
+            let (digest, layers) = self
+                .fetch_artifact(
+                    image,
+                    cosign::signature_tag,
+                    cosign::SIMPLE_SIGNING_MEDIA_TYPE,
+                )
+                .await?;
+            // A layer without a signature annotation signs nothing.
+            let signatures = layers
+                .into_iter()
+                .filter_map(|layer| {
+                    let signature = layer.annotations?.remove(cosign::SIGNATURE_ANNOTATION)?;
+                    Some(cosign::Signature {
+                        payload: layer.data.to_vec(),
+                        signature,
+                    })
+                })
+                .collect();
+            Ok(Arc::new(cosign::Signatures { digest, signatures }))
+        })
+        .await
     }
 
-    async fn fetch_signatures(&self, image: &str) -> SharedSignatures {
+    /// The cosign attestations of `image` when kept, without waiting.
+    pub fn cached_attestations(&self, image: &str) -> Option<Arc<cosign::Attestations>> {
+        kept(&self.attestations, image)
+    }
+
+    /// The cosign attestations stored for `image` (its digest resolved
+    /// first; none when it has no attestation tag): kept and shared as
+    /// [`Self::image_data`]'s answers are.
+    pub async fn attestations(&self, image: &str) -> Result<Arc<cosign::Attestations>, ImageError> {
+        once(&self.attestations, image, || async {
+            let (digest, layers) = self
+                .fetch_artifact(image, cosign::attestation_tag, cosign::DSSE_MEDIA_TYPE)
+                .await?;
+            let envelopes = layers.into_iter().map(|l| l.data.to_vec()).collect();
+            Ok(Arc::new(cosign::Attestations { digest, envelopes }))
+        })
+        .await
+    }
+
+    /// `image`'s digest and the layers of type `media_type` of the cosign
+    /// artifact tagged `tag(digest)` in its repository (one fetch, within
+    /// the timeout).
+    async fn fetch_artifact(
+        &self,
+        image: &str,
+        tag: fn(&str) -> String,
+        media_type: &str,
+    ) -> Result<(String, Vec<ImageLayer>), ImageError> {
         let data = self.image_data(image).await?;
         let reference = parse(image)?;
         let registry = reference.resolve_registry().to_string();
-        let sig_ref = Reference::with_tag(
+        let artifact = Reference::with_tag(
             reference.registry().to_string(),
             reference.repository().to_string(),
-            cosign::signature_tag(&data.digest),
+            tag(&data.digest),
         );
         let client = self.client_for(&registry);
-        let fetch = async {
-            let auth = RegistryAuth::Anonymous;
-            let manifest = match client
-                .pull_manifest_raw(
-                    &sig_ref,
-                    &auth,
-                    &[OCI_IMAGE_MEDIA_TYPE, IMAGE_MANIFEST_MEDIA_TYPE],
-                )
-                .await
-            {
-                Ok((bytes, _)) => bytes,
-                Err(e) if is_not_found(&e) => return Ok(Vec::new()),
-                Err(e) => return Err(format!("signatures {}: {e}", sig_ref.whole())),
-            };
-            let manifest: Value = serde_json::from_slice(&manifest)
-                .map_err(|e| format!("signature manifest is not JSON: {e}"))?;
-            let mut out = Vec::new();
-            for layer in manifest["layers"].as_array().into_iter().flatten() {
-                if layer["mediaType"] != cosign::SIMPLE_SIGNING_MEDIA_TYPE {
-                    continue;
-                }
-                let (Some(digest), Some(signature)) = (
-                    layer["digest"].as_str(),
-                    layer["annotations"][cosign::SIGNATURE_ANNOTATION].as_str(),
-                ) else {
-                    continue;
-                };
-                let mut payload = Vec::new();
-                client
-                    .pull_blob(&sig_ref, digest, &mut payload)
-                    .await
-                    .map_err(|e| format!("signature payload {digest}: {e}"))?;
-                out.push(cosign::Signature {
-                    payload,
-                    signature: signature.to_string(),
-                });
-            }
-            Ok(out)
-        };
-        let signatures = self.bounded(image, registry, fetch).await?;
-        Ok(Arc::new(cosign::Signatures {
-            digest: data.digest.clone(),
-            signatures,
-        }))
+        let layers = self
+            .bounded(
+                image,
+                registry,
+                artifact_layers(client, &artifact, media_type),
+            )
+            .await?;
+        Ok((data.digest.clone(), layers))
     }
 
     /// One fetch (counted) within the timeout, its failure in
@@ -430,7 +468,7 @@ impl Registry {
         }
     }
 
-    async fn fetch_bounded(&self, image: &str) -> Shared {
+    async fn fetch_bounded(&self, image: &str) -> Shared<ImageData> {
         let reference = parse(image)?;
         let registry = reference.resolve_registry().to_string();
         self.bounded(image, registry, self.fetch(image, &reference))
@@ -508,32 +546,117 @@ impl Registry {
     }
 }
 
-/// One evaluation's image data and signatures, for engines that read
-/// cluster data synchronously (`ClusterData::image_data`) and fetch what
-/// they missed between evaluations (admission, the background scan):
-/// [`Self::get`] and [`Self::verify`] answer from this evaluation's fetches
-/// and the registry's cache and record what they could not answer;
-/// [`Self::fetch_missed`] fetches those, concurrently, and keeps each
-/// answer, error included, so the next evaluation gets the error instead of
-/// fetching again.
+/// `image`'s answer in `cache`, or `fetch`'s: one fetch for every
+/// concurrent caller (the cell); a failure is given to the callers that
+/// waited for it, then forgotten, so the next caller fetches again.
+async fn once<T, F>(cache: &Kept<T>, image: &str, fetch: impl FnOnce() -> F) -> Shared<T>
+where
+    F: std::future::Future<Output = Shared<T>>,
+{
+    let cell = cache.get_or_insert_with(image.to_string(), || Arc::new(OnceCell::new()));
+    let answer = cell.get_or_init(fetch).await.clone();
+    if answer.is_err() {
+        cache.remove_if(image, |c| Arc::ptr_eq(c, &cell));
+    }
+    answer
+}
+
+/// `image`'s answer in `cache` when one is kept and held, without waiting.
+fn kept<T>(cache: &Kept<T>, image: &str) -> Option<Arc<T>> {
+    cache.get(image)?.get()?.as_ref().ok().cloned()
+}
+
+/// The layers of type `media_type` (blob and annotations) of the cosign
+/// artifact `artifact` names (`repo:sha256-HEX.sig`, `.att`): none when the
+/// tag holds no manifest (nothing signed or attested).
+pub(crate) async fn artifact_layers(
+    client: &Client,
+    artifact: &Reference,
+    media_type: &str,
+) -> Result<Vec<ImageLayer>, String> {
+    let auth = RegistryAuth::Anonymous;
+    let manifest = match client
+        .pull_manifest_raw(
+            artifact,
+            &auth,
+            &[OCI_IMAGE_MEDIA_TYPE, IMAGE_MANIFEST_MEDIA_TYPE],
+        )
+        .await
+    {
+        Ok((bytes, _)) => bytes,
+        Err(e) if is_not_found(&e) => return Ok(Vec::new()),
+        Err(e) => return Err(format!("{}: {e}", artifact.whole())),
+    };
+    let manifest: OciImageManifest = serde_json::from_slice(&manifest)
+        .map_err(|e| format!("{}: not an image manifest: {e}", artifact.whole()))?;
+    let mut layers = Vec::new();
+    for layer in manifest.layers {
+        if layer.media_type != media_type {
+            continue;
+        }
+        let mut blob = Vec::new();
+        client
+            .pull_blob(artifact, &layer, &mut blob)
+            .await
+            .map_err(|e| format!("{} layer {}: {e}", artifact.whole(), layer.digest))?;
+        layers.push(ImageLayer::new(blob, layer.media_type, layer.annotations));
+    }
+    Ok(layers)
+}
+
+/// One evaluation's image data, signatures and attestations, for engines
+/// that read cluster data synchronously (`ClusterData::image_data`) and
+/// fetch what they missed between evaluations (admission, the background
+/// scan): [`Self::get`], [`Self::verify`] and [`Self::attestations`] answer
+/// from this evaluation's fetches and the registry's cache and record what
+/// they could not answer; [`Self::fetch_missed`] fetches those,
+/// concurrently, and keeps each answer, error included, so the next
+/// evaluation gets the error instead of fetching again.
 ///
 /// # Invariants
 /// The `std::sync::Mutex`es are held only inside these methods, never
-/// across an `.await`.
+/// across an `.await`: `fetch_missed` takes the missed list, awaits the
+/// fetches with no lock held, then locks each map to store the answers.
 #[derive(Debug)]
 pub struct ImageLookup {
     registry: Arc<Registry>,
-    data: std::sync::Mutex<std::collections::HashMap<String, Result<Value, String>>>,
-    signatures: std::sync::Mutex<
-        std::collections::HashMap<String, Result<Arc<cosign::Signatures>, String>>,
-    >,
+    data: Answers<Value>,
+    signatures: Answers<Arc<cosign::Signatures>>,
+    attestations: Answers<Arc<cosign::Attestations>>,
     missed: std::sync::Mutex<Vec<(Want, String)>>,
 }
+
+/// This evaluation's fetched answers, by image reference.
+type Answers<T> = std::sync::Mutex<std::collections::HashMap<String, Result<T, String>>>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Want {
     Data,
     Signatures,
+    Attestations,
+}
+
+/// `m` locked; a panic while it was held left nothing half-written (each
+/// critical section is one map or vector operation).
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Fetches, concurrently, the images in `missed` wanted as `want`: each
+/// image and its answer (an error as text).
+async fn fetch_wanted<'a, T, F>(
+    missed: &'a [(Want, String)],
+    want: Want,
+    fetch: impl Fn(&'a str) -> F,
+) -> Vec<(String, Result<T, String>)>
+where
+    F: std::future::Future<Output = Result<T, ImageError>>,
+{
+    futures::future::join_all(missed.iter().filter(|(w, _)| *w == want).map(|(_, image)| {
+        let answer = fetch(image);
+        async move { (image.clone(), answer.await.map_err(|e| e.to_string())) }
+    }))
+    .await
 }
 
 impl ImageLookup {
@@ -543,34 +666,40 @@ impl ImageLookup {
             registry,
             data: Default::default(),
             signatures: Default::default(),
+            attestations: Default::default(),
             missed: Default::default(),
         }
     }
 
-    fn miss(&self, want: Want, image: &str) -> String {
-        self.missed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push((want, image.to_string()));
-        format!("image data for {image} was not fetched yet")
+    /// `image`'s answer: this evaluation's fetch, else the registry's kept
+    /// one (`cached`), else a miss recorded as `want`.
+    fn answer<T: Clone>(
+        &self,
+        fetched: &Answers<T>,
+        cached: impl FnOnce() -> Option<T>,
+        want: Want,
+        image: &str,
+    ) -> Result<T, String> {
+        if let Some(answer) = lock(fetched).get(image) {
+            return answer.clone();
+        }
+        if let Some(answer) = cached() {
+            return Ok(answer);
+        }
+        lock(&self.missed).push((want, image.to_string()));
+        Err(format!("image data for {image} was not fetched yet"))
     }
 
     /// `image`'s CEL object (`image.GetMetadata`'s), or an error: the
     /// registry's, or, when it was not fetched yet, one saying so (the
     /// evaluation is then repeated after [`Self::fetch_missed`]).
     pub fn get(&self, image: &str) -> Result<Value, String> {
-        if let Some(answer) = self
-            .data
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(image)
-        {
-            return answer.clone();
-        }
-        if let Some(data) = self.registry.cached(image) {
-            return Ok(data.cel_value());
-        }
-        Err(self.miss(Want::Data, image))
+        self.answer(
+            &self.data,
+            || self.registry.cached(image).map(|d| d.cel_value()),
+            Want::Data,
+            image,
+        )
     }
 
     /// Whether one of `keys` (PEM public keys) verifies a cosign signature
@@ -578,68 +707,53 @@ impl ImageLookup {
     /// `no signatures found` / `no matching signatures`, or not fetched
     /// yet, as [`Self::get`]).
     pub fn verify(&self, image: &str, keys: &str) -> Result<String, String> {
-        let known = self
-            .signatures
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(image)
-            .cloned();
-        let sigs = match known {
-            Some(answer) => answer?,
-            None => match self.registry.cached_signatures(image) {
-                Some(sigs) => sigs,
-                None => return Err(self.miss(Want::Signatures, image)),
-            },
-        };
+        let sigs = self.answer(
+            &self.signatures,
+            || self.registry.cached_signatures(image),
+            Want::Signatures,
+            image,
+        )?;
         self.registry.verify(image, keys, &sigs)
     }
 
-    /// Fetches what [`Self::get`] and [`Self::verify`] missed since the
-    /// last call, all at once; false when nothing was missed.
+    /// The in-toto statements of the cosign attestations of `image` that
+    /// one of `keys` (PEM public keys) verifies, or why none (the
+    /// registry's error, cosign's `no attestations found` / `no matching
+    /// attestations`, or not fetched yet, as [`Self::get`]).
+    pub fn attestations(&self, image: &str, keys: &str) -> Result<Vec<Value>, String> {
+        let atts = self.answer(
+            &self.attestations,
+            || self.registry.cached_attestations(image),
+            Want::Attestations,
+            image,
+        )?;
+        self.registry.verify_attestations(image, keys, &atts)
+    }
+
+    /// Fetches what [`Self::get`], [`Self::verify`] and
+    /// [`Self::attestations`] missed since the last call, all at once;
+    /// false when nothing was missed.
     pub async fn fetch_missed(&self) -> bool {
-        let mut missed =
-            std::mem::take(&mut *self.missed.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut missed = std::mem::take(&mut *lock(&self.missed));
         missed.sort();
         missed.dedup();
         if missed.is_empty() {
             return false;
         }
-        let data = missed
-            .iter()
-            .filter(|(w, _)| *w == Want::Data)
-            .map(|(_, image)| async move {
-                let answer = self
-                    .registry
-                    .image_data(image)
-                    .await
-                    .map(|d| d.cel_value())
-                    .map_err(|e| e.to_string());
-                (image.clone(), answer)
-            });
-        let sigs =
-            missed
-                .iter()
-                .filter(|(w, _)| *w == Want::Signatures)
-                .map(|(_, image)| async move {
-                    let answer = self
-                        .registry
-                        .signatures(image)
-                        .await
-                        .map_err(|e| e.to_string());
-                    (image.clone(), answer)
-                });
-        let (data, sigs) = futures::join!(
-            futures::future::join_all(data),
-            futures::future::join_all(sigs)
-        );
-        self.data
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend(data);
-        self.signatures
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend(sigs);
+        let registry = &self.registry;
+        let data = fetch_wanted(&missed, Want::Data, |image| async move {
+            registry.image_data(image).await.map(|d| d.cel_value())
+        });
+        let sigs = fetch_wanted(&missed, Want::Signatures, |image| {
+            registry.signatures(image)
+        });
+        let atts = fetch_wanted(&missed, Want::Attestations, |image| {
+            registry.attestations(image)
+        });
+        let (data, sigs, atts) = futures::join!(data, sigs, atts);
+        lock(&self.data).extend(data);
+        lock(&self.signatures).extend(sigs);
+        lock(&self.attestations).extend(atts);
         true
     }
 }

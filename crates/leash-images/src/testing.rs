@@ -2,10 +2,12 @@
 //! `docker-registry` (the distribution registry) on 127.0.0.1, and images
 //! pushed to it with oci-client. Used by this crate's tests and leash's.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use base64::Engine as _;
 use oci_client::client::{ClientConfig, ClientProtocol, Config, ImageLayer};
 use oci_client::manifest::{
     IMAGE_CONFIG_MEDIA_TYPE, IMAGE_LAYER_GZIP_MEDIA_TYPE, ImageIndexEntry, OciImageIndex,
@@ -214,40 +216,108 @@ pub fn public_key_pem(key: &p256::ecdsa::SigningKey) -> String {
 impl LocalRegistry {
     /// Signs `repo_tag`'s manifest digest with `key` as `cosign sign --key`
     /// does: a simple signing payload layer with the signature annotation,
-    /// pushed under `sha256-HEX.sig`. Returns the signed digest.
+    /// added to those under `sha256-HEX.sig`. Returns the signed digest.
     pub async fn sign(&self, repo_tag: &str, key: &p256::ecdsa::SigningKey) -> String {
-        use base64::Engine as _;
-        use p256::ecdsa::signature::Signer as _;
+        self.add_cosign_layer(repo_tag, crate::cosign::signature_tag, |name, digest| {
+            let payload = serde_json::to_vec(&serde_json::json!({
+                "critical": {
+                    "identity": {"docker-reference": name},
+                    "image": {"docker-manifest-digest": digest},
+                    "type": "cosign container image signature"},
+                "optional": null}))
+            .unwrap();
+            let annotations = BTreeMap::from([(
+                crate::cosign::SIGNATURE_ANNOTATION.to_string(),
+                der_base64(key, &payload),
+            )]);
+            ImageLayer::new(
+                payload,
+                crate::cosign::SIMPLE_SIGNING_MEDIA_TYPE.to_string(),
+                Some(annotations),
+            )
+        })
+        .await
+    }
+
+    /// Attests `predicate` (of type `predicate_type`) about `repo_tag`'s
+    /// manifest digest with `key` as `cosign attest --key` does: an in-toto
+    /// statement naming the image and its digest, in a DSSE envelope signed
+    /// over its pre-authentication encoding, added as a layer to those
+    /// under `sha256-HEX.att` (cosign keeps every attestation). Returns the
+    /// attested digest.
+    pub async fn attest(
+        &self,
+        repo_tag: &str,
+        key: &p256::ecdsa::SigningKey,
+        predicate_type: &str,
+        predicate: serde_json::Value,
+    ) -> String {
+        use crate::cosign::{DSSE_MEDIA_TYPE, IN_TOTO_PAYLOAD_TYPE, SIGNATURE_ANNOTATION};
+        self.add_cosign_layer(repo_tag, crate::cosign::attestation_tag, |name, digest| {
+            let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
+            let statement = serde_json::to_vec(&serde_json::json!({
+                "_type": "https://in-toto.io/Statement/v0.1",
+                "predicateType": predicate_type,
+                "subject": [{"name": name, "digest": {"sha256": hex}}],
+                "predicate": predicate}))
+            .unwrap();
+            let signed = crate::cosign::pae(IN_TOTO_PAYLOAD_TYPE, &statement);
+            let envelope = serde_json::json!({
+                "payloadType": IN_TOTO_PAYLOAD_TYPE,
+                "payload": base64::engine::general_purpose::STANDARD.encode(&statement),
+                "signatures": [{"keyid": "", "sig": der_base64(key, &signed)}]});
+            let annotations = BTreeMap::from([
+                (SIGNATURE_ANNOTATION.to_string(), String::new()),
+                ("predicateType".to_string(), predicate_type.to_string()),
+            ]);
+            ImageLayer::new(
+                serde_json::to_vec(&envelope).unwrap(),
+                DSSE_MEDIA_TYPE.to_string(),
+                Some(annotations),
+            )
+        })
+        .await
+    }
+
+    /// Pushes the cosign artifact `tag(digest)` of `repo_tag`'s manifest
+    /// digest: the layers of its kind it holds already, then the one
+    /// `layer(HOST/REPO, digest)` makes. Returns the digest.
+    async fn add_cosign_layer(
+        &self,
+        repo_tag: &str,
+        tag: fn(&str) -> String,
+        layer: impl FnOnce(&str, &str) -> ImageLayer,
+    ) -> String {
         let reference: Reference = format!("{}/{repo_tag}", self.host).parse().unwrap();
         let (digest, _) =
             Self::manifest(&reference, "application/vnd.oci.image.manifest.v1+json").await;
-        let payload = serde_json::to_vec(&serde_json::json!({
-            "critical": {
-                "identity": {"docker-reference": format!("{}/{}", self.host, reference.repository())},
-                "image": {"docker-manifest-digest": digest},
-                "type": "cosign container image signature"},
-            "optional": null}))
-        .unwrap();
-        let signature: p256::ecdsa::Signature = key.sign(&payload);
-        let annotations = std::collections::BTreeMap::from([(
-            crate::cosign::SIGNATURE_ANNOTATION.to_string(),
-            base64::engine::general_purpose::STANDARD.encode(signature.to_der().as_bytes()),
-        )]);
-        let layer = ImageLayer::new(
-            payload,
-            crate::cosign::SIMPLE_SIGNING_MEDIA_TYPE.to_string(),
-            Some(annotations),
-        );
-        let config = Config::new(b"{}".to_vec(), IMAGE_CONFIG_MEDIA_TYPE.to_string(), None);
-        let sig_ref = Reference::with_tag(
+        let artifact = Reference::with_tag(
             reference.registry().to_string(),
             reference.repository().to_string(),
-            crate::cosign::signature_tag(&digest),
+            tag(&digest),
         );
-        Self::client()
-            .push(&sig_ref, &[layer], config, &RegistryAuth::Anonymous, None)
+        let layer = layer(
+            &format!("{}/{}", self.host, reference.repository()),
+            &digest,
+        );
+        let client = Self::client();
+        let mut layers = crate::artifact_layers(&client, &artifact, &layer.media_type)
+            .await
+            .unwrap();
+        layers.push(layer);
+        let config = Config::new(b"{}".to_vec(), IMAGE_CONFIG_MEDIA_TYPE.to_string(), None);
+        client
+            .push(&artifact, &layers, config, &RegistryAuth::Anonymous, None)
             .await
             .unwrap();
         digest
     }
+}
+
+/// `key`'s signature of `message`, as cosign writes it: base64 of the
+/// ASN.1 DER encoding.
+fn der_base64(key: &p256::ecdsa::SigningKey, message: &[u8]) -> String {
+    use p256::ecdsa::signature::Signer as _;
+    let signature: p256::ecdsa::Signature = key.sign(message);
+    base64::engine::general_purpose::STANDARD.encode(signature.to_der().as_bytes())
 }

@@ -335,6 +335,33 @@ impl Engine {
                 targets: Vec::new(),
             });
         }
+        // ImageValidatingPolicies' `mutateDigest`, unless a CEL
+        // PolicyException exempts the resource.
+        for ivpol in self.validating.iter().filter(|p| p.mutates_digests()) {
+            let current = EvalRequest {
+                object: object.clone(),
+                ..req.clone()
+            };
+            let Some((next, result)) = ivpol.mutate_digests(&current, data) else {
+                continue;
+            };
+            if !self.exceptions.is_empty()
+                && self
+                    .cel_exemption(ivpol.kind(), ivpol.name(), prepared.cel_objects(), data)
+                    .is_some()
+            {
+                continue;
+            }
+            object = Arc::new(next);
+            prepared = around(&object);
+            steps.push(MutationStep {
+                policy: ivpol.name().into(),
+                source: Source::ImageValidatingPolicy,
+                results: vec![result],
+                object: object.clone(),
+                targets: Vec::new(),
+            });
+        }
         // Then the MutatingAdmissionPolicies, each through the bindings
         // that name it, and then the MutatingPolicies (Kyverno's CLI
         // order), in the order they were added, each on the output of the
@@ -704,10 +731,28 @@ impl Engine {
         }
         // Variables the ValidatingPolicies share, evaluated once for all.
         let var_memo = crate::cel::VarMemo::default();
+        // What the ImageValidatingPolicies verified, for `required`, and
+        // their results, held until every one has verified what it does.
+        let verified = crate::ivpol::Verifications::default();
+        let mut held = Vec::new();
         for (j, vpol) in self.validating.iter().enumerate() {
             let i = self.policies.len() + j;
             if let Some(results) = answer(&mut memo, &mut visit, i) {
                 out.parts.push(Part::Shared(results));
+                continue;
+            }
+            if vpol.is_image_policy() {
+                let mut evaluated = vpol.evaluate_images(req, data, &verified);
+                if let Some((result, pending)) = &mut evaluated
+                    && let Some(keys) =
+                        self.cel_exemption(vpol.kind(), vpol.name(), prepared.cel_objects(), data)
+                {
+                    result.status = Status::Skip;
+                    result.rule = "exception".to_string();
+                    result.message = format!("rule is skipped due to policy exception: {keys}");
+                    pending.clear();
+                }
+                held.push((i, evaluated));
                 continue;
             }
             let result = match bindings.operation_for(vpol.name(), req.name()) {
@@ -741,6 +786,23 @@ impl Engine {
             } else {
                 out.add(Vec::new(), i, req, memo.as_deref_mut().zip(visit.as_mut()));
             }
+        }
+        // Kyverno's `required`: a passing ImageValidatingPolicy fails when
+        // an image it matched was verified by none of the request's.
+        for (i, evaluated) in held {
+            let results = match evaluated {
+                Some((mut result, pending)) => {
+                    if result.status == Status::Pass
+                        && let Some(message) = verified.unverified(&pending)
+                    {
+                        result.status = Status::Fail;
+                        result.message = message;
+                    }
+                    vec![result]
+                }
+                None => Vec::new(),
+            };
+            out.add(results, i, req, memo.as_deref_mut().zip(visit.as_mut()));
         }
         if let (Some(m), Some(v)) = (memo, visit) {
             m.end(v, req);

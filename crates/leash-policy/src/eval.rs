@@ -695,7 +695,7 @@ impl RuleCtx<'_> {
                 if self.delete {
                     return Outcome::new(Status::Skip, "skipping validation on deleted resource");
                 }
-                self.verify_images(specs, scope)
+                self.verify_images(specs, scope, vars)
             }
             Check::Unsupported(what) => {
                 Outcome::new(Status::Error, format!("{what} is not supported by leash"))
@@ -710,11 +710,17 @@ impl RuleCtx<'_> {
     /// `failed to verify image IMAGE: .attestors[i].entries[j].keys: WHY`;
     /// a registry that cannot be read is the rule's error. No matching
     /// image: no result, as Kyverno gives none.
-    fn verify_images(&self, specs: &[crate::policy::ImageVerification], scope: &Value) -> Outcome {
+    fn verify_images(
+        &self,
+        specs: &[crate::policy::ImageVerification],
+        scope: &Value,
+        vars: &Lazy<'_>,
+    ) -> Outcome {
         let images = pod_images(scope);
         let policy = &self.policy.name;
         let rule = self.rule_name();
         let mut passed = Vec::new();
+        let mut attested = Vec::new();
         let mut skipped = None;
         for spec in specs {
             let wanted = |refs: &[String], image: &str| {
@@ -730,7 +736,7 @@ impl RuleCtx<'_> {
                 if spec.verify_digest && !spec.mutate_digest && !image.contains('@') {
                     return Outcome::new(Status::Fail, format!("missing digest for {image}"));
                 }
-                if spec.attestors.is_empty() {
+                if spec.attestors.is_empty() && spec.attestations.is_empty() {
                     continue;
                 }
                 for (i, set) in spec.attestors.iter().enumerate() {
@@ -782,19 +788,167 @@ impl RuleCtx<'_> {
                         );
                     }
                 }
-                passed.push(image.as_str());
+                if spec.attestations.is_empty() {
+                    passed.push(image.as_str());
+                    continue;
+                }
+                if let Err(why) = self.verify_attestations(&spec.attestations, image, vars) {
+                    return Outcome::new(Status::Fail, why);
+                }
+                attested.push(image.as_str());
             }
         }
+        let mut said = Vec::new();
         if !passed.is_empty() {
-            return Outcome::new(
-                Status::Pass,
-                format!("verified image signatures for {}", passed.join(", ")),
-            );
+            said.push(format!(
+                "verified image signatures for {}",
+                passed.join(", ")
+            ));
+        }
+        if !attested.is_empty() {
+            said.push(format!(
+                "verified image attestations for {}",
+                attested.join(", ")
+            ));
+        }
+        if !said.is_empty() {
+            return Outcome::new(Status::Pass, said.join("; "));
         }
         match skipped {
             Some(m) => Outcome::new(Status::Skip, m),
             None => Outcome::none(),
         }
+    }
+
+    /// A `verifyImages` entry's `attestations` on one image, as Kyverno's
+    /// verifyAttestations checks them: each attestation's attestor sets
+    /// (each entry's keys must have signed an in-toto attestation of the
+    /// predicate type, `count` entries or all), and its `conditions` on
+    /// every such statement's predicate (its fields at the top of the
+    /// context). The error is Kyverno's message.
+    fn verify_attestations(
+        &self,
+        checks: &[crate::policy::AttestationCheck],
+        image: &str,
+        vars: &Lazy<'_>,
+    ) -> Result<(), String> {
+        for (i, att) in checks.iter().enumerate() {
+            let path = format!(".attestations[{i}]");
+            let Some(ty) = att.predicate_type.as_deref() else {
+                return Err(format!("{path}: missing type"));
+            };
+            let want = crate::ivpol::predicate_uri(ty);
+            if att.attestors.is_empty() {
+                return Err(format!(
+                    "{path}: attestations without attestors are not verified by leash (name the keys that must have signed them)"
+                ));
+            }
+            for (j, set) in att.attestors.iter().enumerate() {
+                let required = set
+                    .count
+                    .unwrap_or(set.entries.len())
+                    .min(set.entries.len())
+                    .max(1);
+                let mut verified = 0;
+                let mut errors = Vec::new();
+                for entry in &set.entries {
+                    // Kyverno's entry path names the attestation's index.
+                    let entry_path = format!("{path}.attestors[{j}].entries[{i}]");
+                    let keys = match entry {
+                        Ok(keys) => keys,
+                        Err(kind) => {
+                            errors.push(format!(
+                                "{entry_path}: {kind} attestors are not supported by leash"
+                            ));
+                            continue;
+                        }
+                    };
+                    let statements = match self.data.verify_attestations(image, keys) {
+                        Ok(s) => s,
+                        Err(e) => {
+                            errors.push(e);
+                            continue;
+                        }
+                    };
+                    let mut matching = statements
+                        .iter()
+                        .filter(|s| s["predicateType"].as_str() == Some(want))
+                        .peekable();
+                    if matching.peek().is_none() {
+                        errors.push(format!(
+                            "{entry_path}.keys: attestions not found for predicate type {ty}"
+                        ));
+                        continue;
+                    }
+                    let mut failed = None;
+                    for statement in matching {
+                        match self.attestation_conditions(&att.conditions, statement, vars) {
+                            Ok(true) => {}
+                            Ok(false) => {
+                                failed = Some(format!(
+                                    "{entry_path}.keys: attestation checks failed for {image} and predicate {ty}: "
+                                ));
+                                break;
+                            }
+                            Err(e) => {
+                                failed = Some(format!(
+                                    "{entry_path}.keys: failed to check attestations: {e}"
+                                ));
+                                break;
+                            }
+                        }
+                    }
+                    match failed {
+                        None => {
+                            verified += 1;
+                            if verified >= required {
+                                break;
+                            }
+                        }
+                        Some(e) => errors.push(e),
+                    }
+                }
+                if verified < required {
+                    let why = if errors.is_empty() {
+                        "attestations verification failed".to_string()
+                    } else {
+                        errors.join("; ")
+                    };
+                    return Err(format!(
+                        "image attestations verification failed, verifiedCount: {verified}, requiredCount: {required}, error: {why}"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether every condition set holds on an in-toto statement's
+    /// predicate, its fields added at the top of the rule's context.
+    fn attestation_conditions(
+        &self,
+        conditions: &[Conditions],
+        statement: &Value,
+        vars: &Lazy<'_>,
+    ) -> Result<bool, String> {
+        if conditions.is_empty() {
+            return Ok(true);
+        }
+        let Some(predicate) = statement["predicate"].as_object() else {
+            return Err(format!(
+                "failed to extract predicate from statement: {statement}"
+            ));
+        };
+        let mut scope = vars::Source::vars(vars).clone();
+        for (k, v) in predicate {
+            scope = scope.with(k, crate::jmespath::from_json(v));
+        }
+        for c in conditions {
+            if !self.conditions(c, &scope)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     /// An UPDATE of an object that already failed the rule the same way
@@ -1336,7 +1490,7 @@ impl RuleCtx<'_> {
 /// The images of an object's pod spec (a Pod's, a pod controller's
 /// template's, a CronJob's job template's): containers, init containers and
 /// ephemeral containers, as Kyverno's default image extractors find them.
-fn pod_images(object: &Value) -> Vec<String> {
+pub(crate) fn pod_images(object: &Value) -> Vec<String> {
     let spec = if object["kind"] == "CronJob" {
         &object["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     } else if object["spec"]["template"]["spec"].is_object() {
@@ -1353,7 +1507,7 @@ fn pod_images(object: &Value) -> Vec<String> {
 
 /// `image` with `digest` as Kyverno's `mutateDigest` writes it:
 /// `IMAGE:TAG@DIGEST` (`:latest` when the reference names no tag).
-fn with_digest(image: &str, digest: &str) -> String {
+pub(crate) fn with_digest(image: &str, digest: &str) -> String {
     let name_part = image.rsplit('/').next().unwrap_or(image);
     if name_part.contains(':') {
         format!("{image}@{digest}")
@@ -1364,7 +1518,7 @@ fn with_digest(image: &str, digest: &str) -> String {
 
 /// Replaces the images of `object`'s pod spec named in `replaced` (image,
 /// new image); the pod spec found as [`pod_images`] finds it.
-fn set_pod_images(object: &mut Value, replaced: &[(String, String)]) {
+pub(crate) fn set_pod_images(object: &mut Value, replaced: &[(String, String)]) {
     let spec = if object["kind"] == "CronJob" {
         object.pointer_mut("/spec/jobTemplate/spec/template/spec")
     } else if object["spec"]["template"]["spec"].is_object() {

@@ -33,6 +33,7 @@ mod exception;
 mod generate;
 pub mod gpol;
 pub mod images;
+pub mod ivpol;
 pub mod jmespath;
 pub mod k8s;
 pub mod kinds;

@@ -144,6 +144,21 @@ pub(crate) struct ImageVerification {
     /// `mutateDigest` (default true): Kyverno adds the digest at the
     /// mutating webhook, so the digest is not required of the request.
     pub mutate_digest: bool,
+    /// `attestations`: in-toto attestations the image must carry.
+    pub attestations: Vec<AttestationCheck>,
+}
+
+/// One `attestations` entry of a `verifyImages` entry.
+#[derive(Debug)]
+pub(crate) struct AttestationCheck {
+    /// `type` (or the older `predicateType`): the predicate type (a URI
+    /// or one of cosign's short names); None: Kyverno's "missing type".
+    pub predicate_type: Option<String>,
+    /// Its attestor sets: keys that must have signed the attestation.
+    pub attestors: Vec<AttestorSet>,
+    /// `conditions`, evaluated on each statement's predicate (its fields
+    /// at the top of the context).
+    pub conditions: Vec<Conditions>,
 }
 
 /// One attestor set of a `verifyImages` entry.
@@ -799,8 +814,81 @@ fn compile_image_verification(
             "at least one image reference is required".into(),
         ));
     }
+    let attestors = compile_attestor_sets(&v["attestors"], field, err)?;
+    let mut attestations = Vec::new();
+    for (i, a) in v["attestations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let af = format!("{field}.attestations[{i}]");
+        let predicate_type = a["type"]
+            .as_str()
+            .or(a["predicateType"].as_str())
+            .filter(|t| !t.is_empty())
+            .map(str::to_string);
+        let mut conditions = Vec::new();
+        for (j, c) in a["conditions"].as_array().into_iter().flatten().enumerate() {
+            conditions.push(Conditions::new(c).ok_or_else(|| {
+                err(
+                    format!("{af}.conditions[{j}]"),
+                    "must be `any`/`all` lists of conditions with known operators".into(),
+                )
+            })?);
+        }
+        attestations.push(AttestationCheck {
+            predicate_type,
+            attestors: compile_attestor_sets(&a["attestors"], &af, err)?,
+            conditions,
+        });
+    }
+    let mut attestors = attestors;
+    // The older single `key` (a PEM): an attestor of the attestations, or
+    // of the image when there are none (Kyverno's Convert).
+    if let Some(key) = v["key"].as_str().filter(|k| !k.is_empty()) {
+        if !key.contains("-----BEGIN PUBLIC KEY-----") {
+            return Err(err(
+                format!("{field}.key"),
+                "a PEM public key (-----BEGIN PUBLIC KEY-----) is required".into(),
+            ));
+        }
+        let set = || AttestorSet {
+            count: None,
+            entries: vec![Ok(key.to_string())],
+        };
+        if attestations.is_empty() {
+            attestors.push(set());
+        } else {
+            for a in &mut attestations {
+                a.attestors.push(set());
+            }
+        }
+    }
+    let flag = |key: &str| -> Result<bool> {
+        match &v[key] {
+            Value::Null => Ok(true),
+            Value::Bool(b) => Ok(*b),
+            _ => Err(err(
+                format!("{field}.{key}"),
+                "must be true or false".into(),
+            )),
+        }
+    };
+    Ok(ImageVerification {
+        image_references,
+        skip_image_references: strings("skipImageReferences")?,
+        attestors,
+        verify_digest: flag("verifyDigest")?,
+        mutate_digest: flag("mutateDigest")?,
+        attestations,
+    })
+}
+
+/// The attestor sets at `v` (`field.attestors`).
+fn compile_attestor_sets(v: &Value, field: &str, err: &ErrFn<'_>) -> Result<Vec<AttestorSet>> {
     let mut attestors = Vec::new();
-    for (i, set) in v["attestors"].as_array().into_iter().flatten().enumerate() {
+    for (i, set) in v.as_array().into_iter().flatten().enumerate() {
         let af = format!("{field}.attestors[{i}]");
         let mut entries = Vec::new();
         for (j, e) in set["entries"].as_array().into_iter().flatten().enumerate() {
@@ -832,23 +920,7 @@ fn compile_image_verification(
             };
         attestors.push(AttestorSet { count, entries });
     }
-    let flag = |key: &str| -> Result<bool> {
-        match &v[key] {
-            Value::Null => Ok(true),
-            Value::Bool(b) => Ok(*b),
-            _ => Err(err(
-                format!("{field}.{key}"),
-                "must be true or false".into(),
-            )),
-        }
-    };
-    Ok(ImageVerification {
-        image_references,
-        skip_image_references: strings("skipImageReferences")?,
-        attestors,
-        verify_digest: flag("verifyDigest")?,
-        mutate_digest: flag("mutateDigest")?,
-    })
+    Ok(attestors)
 }
 
 fn compile_check(

@@ -263,6 +263,18 @@ pub trait ClusterData: Send + Sync + std::fmt::Debug {
             "cannot verify {image}: no image registry is read here"
         ))
     }
+
+    /// The in-toto statements (`_type`, `predicateType`, `subject`,
+    /// `predicate`) of the cosign attestations of `image` that one of
+    /// `public_keys` (PEM) signed and whose subject names the image's
+    /// digest, or why there are none (cosign's `no attestations found` /
+    /// `no matching attestations`, a registry's error).
+    fn verify_attestations(&self, image: &str, public_keys: &str) -> Result<Vec<Value>, String> {
+        let _ = public_keys;
+        Err(format!(
+            "cannot verify the attestations of {image}: no image registry is read here"
+        ))
+    }
 }
 
 /// One `apiCall` `service` call, its variables substituted.

@@ -58,6 +58,9 @@ pub enum Source {
     Kyverno,
     /// A `policies.kyverno.io` ValidatingPolicy / NamespacedValidatingPolicy.
     ValidatingPolicy,
+    /// A `policies.kyverno.io` ImageValidatingPolicy /
+    /// NamespacedImageValidatingPolicy.
+    ImageValidatingPolicy,
     /// A `policies.kyverno.io` MutatingPolicy / NamespacedMutatingPolicy.
     MutatingPolicy,
     /// A `policies.kyverno.io` GeneratingPolicy.
@@ -76,6 +79,7 @@ impl Source {
         match self {
             Source::Kyverno => "kyverno",
             Source::ValidatingPolicy => "KyvernoValidatingPolicy",
+            Source::ImageValidatingPolicy => "KyvernoImageValidatingPolicy",
             Source::MutatingPolicy => "KyvernoMutatingPolicy",
             Source::GeneratingPolicy => "KyvernoGeneratingPolicy",
             Source::DeletingPolicy => "KyvernoDeletingPolicy",

@@ -342,6 +342,15 @@ struct Body {
     conditions: Vec<(String, Expr)>,
     variables: Vec<Variable>,
     validations: Vec<Validation>,
+    /// An ImageValidatingPolicy's image part.
+    images: Option<crate::ivpol::ImageChecks>,
+}
+
+/// What [`crate::ivpol::run`] evaluates of a policy's body.
+pub(crate) struct BodyParts<'a> {
+    pub(crate) conditions: &'a [(String, Expr)],
+    pub(crate) variables: &'a [Variable],
+    pub(crate) validations: &'a [Validation],
 }
 
 /// A compiled ValidatingPolicy or NamespacedValidatingPolicy. Immutable;
@@ -376,8 +385,15 @@ pub enum EvaluationMode {
     Envoy,
 }
 
-/// The policy kinds and versions [`ValidatingPolicy::compile`] accepts.
-pub const KINDS: &[&str] = &["ValidatingPolicy", "NamespacedValidatingPolicy"];
+/// The policy kinds and versions [`ValidatingPolicy::compile`] accepts
+/// (ImageValidatingPolicies are ValidatingPolicies with an image part:
+/// see [`crate::ivpol`]).
+pub const KINDS: &[&str] = &[
+    "ValidatingPolicy",
+    "NamespacedValidatingPolicy",
+    "ImageValidatingPolicy",
+    "NamespacedImageValidatingPolicy",
+];
 
 /// Whether `doc` is a ValidatingPolicy or NamespacedValidatingPolicy.
 pub fn is_validating_policy(doc: &Json) -> bool {
@@ -421,7 +437,7 @@ impl ValidatingPolicy {
             ));
         }
         let spec = &doc["spec"];
-        let namespace = (kind == "NamespacedValidatingPolicy").then(|| {
+        let namespace = kind.starts_with("Namespaced").then(|| {
             doc["metadata"]["namespace"]
                 .as_str()
                 .filter(|n| !n.is_empty())
@@ -471,6 +487,11 @@ impl ValidatingPolicy {
     /// are a single plain resource rule. A row no result answers then
     /// passes as "Excluded".
     pub fn responds_to_every_resource(&self) -> bool {
+        if self.is_image_policy() {
+            // Kyverno's image verification engine responds only for the
+            // resources a policy matches.
+            return false;
+        }
         !self.body.matching.is_single_plain_rule()
     }
 
@@ -577,6 +598,10 @@ impl ValidatingPolicy {
     /// `oldObject` (the subtree at the end of each chain of field selections
     /// from either; the whole object where one is used otherwise).
     pub fn reads(&self) -> crate::ReadSet {
+        if self.is_image_policy() {
+            // The images are read wherever its extractors look.
+            return crate::ReadSet::all();
+        }
         let mut reads = crate::ReadSet::naming();
         let uses = self.object_reads(&mut reads);
         self.add_selected(&mut reads, &uses);
@@ -632,6 +657,10 @@ impl ValidatingPolicy {
     /// expression uses `request`). `None` when an expression reaches other
     /// data (`resource`, `globalContext`, `image`).
     pub(crate) fn memo_key(&self) -> Option<crate::ReadSet> {
+        if self.is_image_policy() {
+            // Its result depends on registries.
+            return None;
+        }
         let mut key = crate::ReadSet::empty();
         let uses = self.object_reads(&mut key);
         if uses.data || key.is_all() {
@@ -664,6 +693,37 @@ impl ValidatingPolicy {
             }
         }
         Some(key)
+    }
+
+    /// Whether this is an ImageValidatingPolicy or
+    /// NamespacedImageValidatingPolicy.
+    pub fn is_image_policy(&self) -> bool {
+        self.body.images.is_some()
+    }
+
+    /// The `mutateDigest` of an ImageValidatingPolicy (default true):
+    /// whether its matched images' tags are pinned to their digests at
+    /// admission. False for a ValidatingPolicy.
+    pub fn mutates_digests(&self) -> bool {
+        self.body.images.as_ref().is_some_and(|i| i.mutate_digest)
+    }
+
+    /// Whether an ImageValidatingPolicy's `matchImageReferences` select
+    /// `image` (false for a ValidatingPolicy, or an expression that fails).
+    pub fn matches_image(&self, image: &str) -> bool {
+        self.body
+            .images
+            .as_ref()
+            .is_some_and(|i| i.matches_image(image).unwrap_or(false))
+    }
+
+    /// The source its results carry.
+    fn source(&self) -> Source {
+        if self.is_image_policy() {
+            Source::ImageValidatingPolicy
+        } else {
+            Source::ValidatingPolicy
+        }
     }
 
     /// The policy's name.
@@ -772,18 +832,17 @@ impl ValidatingPolicy {
         data: &'a dyn ClusterData,
         fast: bool,
     ) -> Option<RuleResult> {
-        if let Some(ns) = &self.namespace
-            && req.namespace() != ns
-        {
-            return None;
+        if self.is_image_policy() {
+            // Alone, `required` sees this policy's verifications only.
+            let record = crate::ivpol::Verifications::default();
+            let (mut result, pending) = self.evaluate_images(req, data, &record)?;
+            if let Some(message) = record.unverified(&pending) {
+                result.status = Status::Fail;
+                result.message = message;
+            }
+            return Some(result);
         }
-        if self.mode != EvaluationMode::Kubernetes {
-            return None;
-        }
-        let target = Target::of(req);
-        let body = std::iter::once(&self.body)
-            .chain(&self.autogen)
-            .find(|b| b.matching.matches(req, &target))?;
+        let body = self.selecting_body(req)?;
         let fast = fast.then(|| fast_run(body, req)).flatten();
         let (status, message) = fast.unwrap_or_else(|| self.run(body, req, objects, data));
         Some(RuleResult {
@@ -793,6 +852,109 @@ impl ValidatingPolicy {
             message,
             source: Source::ValidatingPolicy,
         })
+    }
+
+    /// The body (the policy's, or an autogen variant's) whose match
+    /// constraints select `req`; None when none does, or the policy is for
+    /// another namespace or evaluation mode.
+    fn selecting_body(&self, req: &EvalRequest) -> Option<&Body> {
+        if let Some(ns) = &self.namespace
+            && req.namespace() != ns
+        {
+            return None;
+        }
+        if self.mode != EvaluationMode::Kubernetes {
+            return None;
+        }
+        let target = Target::of(req);
+        std::iter::once(&self.body)
+            .chain(&self.autogen)
+            .find(|b| b.matching.matches(req, &target))
+    }
+
+    /// An ImageValidatingPolicy's `mutateDigest` on `req`, as Kyverno's
+    /// mutating webhook applies it: when its match constraints and match
+    /// conditions select the request, each pod image without a digest that
+    /// `matchImageReferences` select becomes `IMAGE:TAG@DIGEST`, the digest
+    /// the registry's. The mutated object and its result; None when
+    /// nothing changed. An image the registry cannot give is left as it is
+    /// (the validation reports it).
+    pub(crate) fn mutate_digests(
+        &self,
+        req: &EvalRequest,
+        data: &dyn ClusterData,
+    ) -> Option<(Json, RuleResult)> {
+        let body = self.selecting_body(req)?;
+        let checks = body.images.as_ref().filter(|c| c.mutate_digest)?;
+        let act = Activation::new(req, data);
+        for (_, cond) in &body.conditions {
+            if cond.eval_bool(&act) != Ok(true) {
+                return None;
+            }
+        }
+        let mut replaced = Vec::new();
+        for image in crate::eval::pod_images(&req.object) {
+            if image.contains('@')
+                || !checks.matches_image(&image).unwrap_or(false)
+                || replaced.iter().any(|(i, _)| *i == image)
+            {
+                continue;
+            }
+            let digest = data
+                .image_data(&image)
+                .ok()
+                .and_then(|d| d["digest"].as_str().map(str::to_string));
+            if let Some(digest) = digest {
+                let pinned = crate::eval::with_digest(&image, &digest);
+                replaced.push((image, pinned));
+            }
+        }
+        if replaced.is_empty() {
+            return None;
+        }
+        let mut object = (*req.object).clone();
+        crate::eval::set_pod_images(&mut object, &replaced);
+        Some((
+            object,
+            RuleResult {
+                policy: self.name.clone(),
+                rule: self.name.to_string(),
+                status: Status::Pass,
+                message: "mutated image digest".to_string(),
+                source: self.source(),
+            },
+        ))
+    }
+
+    /// An ImageValidatingPolicy's result on `req` (see [`crate::ivpol`]),
+    /// its verifications recorded in `record`, with the images whose
+    /// verification `required` still asks for (empty unless it passed);
+    /// None when it does not match.
+    pub(crate) fn evaluate_images(
+        &self,
+        req: &EvalRequest,
+        data: &dyn ClusterData,
+        record: &crate::ivpol::Verifications,
+    ) -> Option<(RuleResult, Vec<String>)> {
+        let body = self.selecting_body(req)?;
+        let checks = body.images.as_ref()?;
+        let parts = BodyParts {
+            conditions: &body.conditions,
+            variables: &body.variables,
+            validations: &body.validations,
+        };
+        let (status, message, pending) =
+            crate::ivpol::run(checks, &parts, self.ignore_failures, req, data, record)?;
+        Some((
+            RuleResult {
+                policy: self.name.clone(),
+                rule: self.name.to_string(),
+                status,
+                message,
+                source: self.source(),
+            },
+            pending,
+        ))
     }
 
     fn run<'a>(
@@ -894,11 +1056,17 @@ fn compile_body(spec: &Json, kind: &str, name: &str) -> Result<Body> {
         name,
         "spec.matchConditions",
     )?;
+    let images = if crate::ivpol::KINDS.contains(&kind) {
+        Some(crate::ivpol::ImageChecks::compile(spec, kind, name)?)
+    } else {
+        None
+    };
     Ok(Body {
         matching,
         conditions,
         variables: compile_variables(spec.get("variables"), kind, name, "spec.variables")?,
         validations: compile_validations(spec.get("validations"), kind, name, "spec.validations")?,
+        images,
     })
 }
 

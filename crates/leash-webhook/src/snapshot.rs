@@ -100,6 +100,23 @@ impl Mutators {
             side.add_shared(Shared::MutatingPolicy(m.clone()));
             all.add_shared(Shared::MutatingPolicy(m.clone()));
         }
+        // ImageValidatingPolicies pin their images' digests here
+        // (`mutateDigest`).
+        for v in engine
+            .validating_policies()
+            .iter()
+            .filter(|v| v.admission() && v.mutates_digests())
+        {
+            refs.insert(PolicyRef::new(v.kind(), v.namespace(), v.name()));
+            resources.extend(v.matched_resources());
+            let side = if v.ignores_webhook_failures() {
+                &mut ignore
+            } else {
+                &mut fail
+            };
+            side.add_shared(Shared::ValidatingPolicy(v.clone()));
+            all.add_shared(Shared::ValidatingPolicy(v.clone()));
+        }
         widen_kinds(&mut kinds, resources);
         if !all.is_empty() {
             for e in engine.exceptions() {
@@ -153,7 +170,7 @@ enum SourceKey {
 fn source_key(s: Source) -> SourceKey {
     match s {
         Source::Kyverno => SourceKey::Kyverno,
-        Source::ValidatingPolicy => SourceKey::Validating,
+        Source::ValidatingPolicy | Source::ImageValidatingPolicy => SourceKey::Validating,
         Source::MutatingPolicy
         | Source::GeneratingPolicy
         | Source::DeletingPolicy

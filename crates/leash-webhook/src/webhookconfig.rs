@@ -82,6 +82,8 @@ const POLICY_RESOURCES: &[(&str, &[&str])] = &[
         &[
             "validatingpolicies",
             "namespacedvalidatingpolicies",
+            "imagevalidatingpolicies",
+            "namespacedimagevalidatingpolicies",
             "mutatingpolicies",
             "namespacedmutatingpolicies",
             "generatingpolicies",
@@ -510,20 +512,35 @@ pub fn build_mutating_configuration(
 ) -> MutatingWebhookConfiguration {
     let (mut fail, mut ignore) =
         classic_rules(engine, leash_policy::Policy::mutate_webhook_operations);
-    for m in engine.mutating_policies().iter().filter(|m| m.admission()) {
-        let rules = if m.ignores_failures() {
-            &mut ignore
-        } else {
-            &mut fail
-        };
-        for ((group, version, plural), ops) in m.matched_resource_operations() {
-            insert(
-                rules,
-                (group.clone(), version, scope_of(&group, &plural)),
-                plural,
-                &ops,
-            );
-        }
+    let mutating = engine
+        .mutating_policies()
+        .iter()
+        .filter(|m| m.admission())
+        .flat_map(|m| {
+            let ignores = m.ignores_failures();
+            m.matched_resource_operations()
+                .into_iter()
+                .map(move |r| (ignores, r))
+        });
+    // An ImageValidatingPolicy's `mutateDigest` pins digests here.
+    let pinning = engine
+        .validating_policies()
+        .iter()
+        .filter(|v| v.admission() && v.mutates_digests())
+        .flat_map(|v| {
+            let ignores = v.ignores_webhook_failures();
+            v.matched_resource_operations()
+                .into_iter()
+                .map(move |r| (ignores, r))
+        });
+    for (ignores, ((group, version, plural), ops)) in mutating.chain(pinning) {
+        let rules = if ignores { &mut ignore } else { &mut fail };
+        insert(
+            rules,
+            (group.clone(), version, scope_of(&group, &plural)),
+            plural,
+            &ops,
+        );
     }
     let common = Common::new(target, ca_pem, timeout_seconds, exclusions);
     let webhooks = by_failure_policy(

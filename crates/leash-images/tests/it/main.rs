@@ -4,4 +4,5 @@
 //! registry binary the tests skip, saying why, except under CI (`CI` set),
 //! where they fail.
 
+mod attestations;
 mod registry;

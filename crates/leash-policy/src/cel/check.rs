@@ -31,6 +31,15 @@ const ROOTS: &[&str] = &[
     "authorizer",
     "http",
     "envoy",
+    // An ImageValidatingPolicy's: the matched images by container kind,
+    // its attestations (by name) and attestors, an image reference in
+    // `matchImageReferences` expressions, and the hidden receiver its
+    // image verification functions expand into (see `libs::ivpol`).
+    "images",
+    "attestations",
+    "attestors",
+    "ref",
+    "__ivpol",
 ];
 
 /// Roots of Kyverno libraries leash does not implement (the authorizer):

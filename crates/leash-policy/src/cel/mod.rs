@@ -92,6 +92,7 @@ static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| {
     jsonpatch::register(&mut env);
     sets::register(&mut env);
     bind::register(&mut env);
+    libs::register_ivpol_macros(&mut env);
     compat::register(&mut env);
     Arc::new(env)
 });
@@ -161,6 +162,23 @@ impl Expr {
                 self.source,
                 other.type_of()
             )),
+        }
+    }
+
+    /// Evaluates an ImageValidatingPolicy's `matchImageReferences`
+    /// expression on one image reference (`ref`, the only variable it
+    /// sees).
+    pub(crate) fn eval_image_match(&self, image: &str) -> Result<bool, String> {
+        let mut ctx = Context::with_env(ENV.clone());
+        ctx.add_variable_as_val("ref", to_val(&serde_json::Value::String(image.to_string())));
+        match Value::resolve(&self.ast, &ctx) {
+            Ok(Value::Bool(b)) => Ok(b),
+            Ok(other) => Err(format!(
+                "expression '{}' resulted in a {} value, expected bool",
+                self.source,
+                other.type_of()
+            )),
+            Err(e) => Err(e.to_string()),
         }
     }
 
@@ -401,6 +419,18 @@ impl<'a, 'm> Activation<'a, 'm> {
             "objects read from a resolver cannot be rebound"
         );
         self.base.add_variable_as_val("object", to_val(object));
+    }
+
+    /// Binds `name` to `value` (an ImageValidatingPolicy's `images`,
+    /// `attestations`, `attestors`).
+    pub(crate) fn bind_json(&mut self, name: &str, value: &serde_json::Value) {
+        self.base.add_variable_as_val(name, to_val(value));
+    }
+
+    /// Binds the receiver of an ImageValidatingPolicy's image verification
+    /// functions (`verifyImageSignatures`, ...) to `state`.
+    pub(crate) fn bind_image_verifier(&mut self, state: &'a crate::ivpol::Verifier<'a>) {
+        libs::bind_ivpol(&mut self.base, state);
     }
 
     /// Makes `generator.Apply` record its calls in `sink` (a

@@ -229,6 +229,18 @@ impl ClusterData for MemoryCluster {
         registry.verify(image, public_keys, &sigs)
     }
 
+    fn verify_attestations(&self, image: &str, public_keys: &str) -> Result<Vec<Value>, String> {
+        let Some((registry, handle)) = &self.registry else {
+            return Err(format!(
+                "cannot verify the attestations of {image}: no image registry is read here (--registry reads one)"
+            ));
+        };
+        let atts = handle
+            .block_on(registry.attestations(image))
+            .map_err(|e| e.to_string())?;
+        registry.verify_attestations(image, public_keys, &atts)
+    }
+
     fn api_get(&self, url_path: &str) -> Option<Value> {
         match self.api_answer("GET", url_path) {
             Some(answer) => answer,

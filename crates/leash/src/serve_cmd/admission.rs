@@ -294,6 +294,14 @@ impl leash_policy::ClusterData for AdmissionLookup {
     fn verify_image(&self, image: &str, public_keys: &str) -> Result<String, String> {
         self.data.verify_image(image, public_keys)
     }
+
+    fn verify_attestations(
+        &self,
+        image: &str,
+        public_keys: &str,
+    ) -> Result<Vec<serde_json::Value>, String> {
+        self.data.verify_attestations(image, public_keys)
+    }
 }
 
 impl leash_webhook::Lookup for AdmissionLookup {

@@ -17,6 +17,10 @@ const CRDS: &[&str] = &[
     include_str!("../../../../deploy/crds/kyverno.io_globalcontextentries.yaml"),
     include_str!("../../../../deploy/crds/policies.kyverno.io_validatingpolicies.yaml"),
     include_str!("../../../../deploy/crds/policies.kyverno.io_namespacedvalidatingpolicies.yaml"),
+    include_str!("../../../../deploy/crds/policies.kyverno.io_imagevalidatingpolicies.yaml"),
+    include_str!(
+        "../../../../deploy/crds/policies.kyverno.io_namespacedimagevalidatingpolicies.yaml"
+    ),
     include_str!("../../../../deploy/crds/policies.kyverno.io_policyexceptions.yaml"),
     include_str!("../../../../deploy/crds/policies.kyverno.io_mutatingpolicies.yaml"),
     include_str!("../../../../deploy/crds/policies.kyverno.io_namespacedmutatingpolicies.yaml"),

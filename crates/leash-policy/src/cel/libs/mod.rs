@@ -48,6 +48,7 @@ mod data;
 mod encoding;
 mod image;
 mod ip;
+mod ivpol;
 mod lists;
 mod quantity;
 mod regexp;
@@ -60,6 +61,7 @@ pub(crate) use data::*;
 use encoding::*;
 pub(crate) use image::*;
 pub(crate) use ip::*;
+pub(crate) use ivpol::{bind_ivpol, register_ivpol_macros};
 use lists::*;
 pub(crate) use quantity::*;
 use regexp::*;
@@ -181,6 +183,12 @@ pub(super) fn register(env: &mut Env) {
         ("List", 3, data_list),
         ("Get", 2, data_global),
         ("GetMetadata", 1, data_image),
+        // An ImageValidatingPolicy's image verification functions, on the
+        // receiver their macros expand into (`libs::ivpol`).
+        ("verifyImageSignatures", 2, ivpol::iv_signatures),
+        ("verifyAttestationSignatures", 3, ivpol::iv_attestations),
+        ("extractPayload", 2, ivpol::iv_payload),
+        ("getImageData", 1, ivpol::iv_image_data),
         // Kyverno's http library (`Get` with headers is `data_global`'s).
         ("Get", 1, http_get),
         ("Post", 2, http_post),

@@ -1,0 +1,910 @@
+//! `policies.kyverno.io` ImageValidatingPolicy and
+//! NamespacedImageValidatingPolicy: a ValidatingPolicy whose validations
+//! see the images of the matched resource and verify them.
+//!
+//! An ImageValidatingPolicy is compiled as a [`crate::vpol::ValidatingPolicy`]
+//! (match constraints, match conditions, variables, validations, actions,
+//! autogen, exceptions are the same) with an [`ImageChecks`] part, and
+//! evaluated as Kyverno's image verification engine evaluates it:
+//!
+//! 1. match conditions (false: no result);
+//! 2. the images: `containers`, `initContainers` and `ephemeralContainers`
+//!    of the pod spec (a Pod's, a pod controller's template's, a CronJob's
+//!    job template's) and the policy's own `images` extractors, keeping
+//!    those `matchImageReferences` select (globs or CEL on `ref`);
+//! 3. `validationConfigurations.verifyDigest` (default true): an image
+//!    without a digest fails (`image X does not have a digest`);
+//! 4. each image's data fetched first: an image the registry cannot give
+//!    is the policy's error;
+//! 5. `images`, `attestations` (name to name), `attestors` (name to the
+//!    attestor, its `key.expression` evaluated) and the variables bound,
+//!    then the validations, with `verifyImageSignatures`,
+//!    `verifyAttestationSignatures`, `extractPayload` and `getImageData`;
+//! 6. `required` (default true): a policy that passed fails when an image
+//!    it matched was verified by no policy of the request
+//!    ([`Verifications`], shared by the request's policies).
+//!
+//! Attestors: cosign public keys (`cosign.key.data` or
+//! `cosign.key.expression`). Keyless and certificate cosign attestors,
+//! notary attestors and OCI referrer attestations are refused with an
+//! error naming them when a function is asked to use them: never counted
+//! as verified, never silently passed over.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use serde_json::{Map, Value as Json};
+
+use crate::cel::{Activation, Expr};
+use crate::error::{Error, Result};
+use crate::request::{ClusterData, EvalRequest};
+use crate::result::Status;
+
+/// The kinds compiled with an [`ImageChecks`] part.
+pub const KINDS: &[&str] = &["ImageValidatingPolicy", "NamespacedImageValidatingPolicy"];
+
+/// The image part of an ImageValidatingPolicy. Immutable.
+#[derive(Debug, Clone)]
+pub(crate) struct ImageChecks {
+    /// `spec.images`: named extractors (CEL returning a list of images).
+    extractors: Vec<(String, Expr)>,
+    /// `spec.matchImageReferences` (none: every image).
+    match_refs: Vec<ImageMatch>,
+    attestors: Vec<Attestor>,
+    /// `spec.attestations` by name.
+    attestations: Vec<(String, Json)>,
+    /// `validationConfigurations.verifyDigest` (default true).
+    pub(crate) verify_digest: bool,
+    /// `validationConfigurations.mutateDigest` (default true).
+    pub(crate) mutate_digest: bool,
+    /// `validationConfigurations.required` (default true).
+    pub(crate) required: bool,
+}
+
+#[derive(Debug, Clone)]
+enum ImageMatch {
+    Glob(String),
+    Expr(Expr),
+}
+
+#[derive(Debug, Clone)]
+struct Attestor {
+    name: String,
+    doc: Json,
+    /// `cosign.key.expression`, evaluated into `cosign.key.data`.
+    key_expr: Option<Expr>,
+}
+
+/// cosign's short predicate type names (`cosign attest --type`).
+pub(crate) fn predicate_uri(ty: &str) -> &str {
+    match ty {
+        "custom" => "https://cosign.sigstore.dev/attestation/v1",
+        "slsaprovenance" | "slsaprovenance02" => "https://slsa.dev/provenance/v0.2",
+        "slsaprovenance1" => "https://slsa.dev/provenance/v1",
+        "spdx" | "spdxjson" => "https://spdx.dev/Document",
+        "cyclonedx" => "https://cyclonedx.org/bom",
+        "link" => "https://in-toto.io/Link/v1",
+        "vuln" => "https://cosign.sigstore.dev/attestation/vuln/v1",
+        "openvex" => "https://openvex.dev/ns",
+        other => other,
+    }
+}
+
+impl ImageChecks {
+    /// Compiles the image part of `spec`; errors name the field.
+    pub(crate) fn compile(spec: &Json, kind: &str, name: &str) -> Result<ImageChecks> {
+        let invalid = |field: String, msg: String| Error::invalid(kind, name, field, msg);
+        let list = |key: &str| -> Result<&[Json]> {
+            match &spec[key] {
+                Json::Null => Ok(&[]),
+                Json::Array(a) => Ok(a),
+                _ => Err(invalid(format!("spec.{key}"), "must be a list".into())),
+            }
+        };
+        let expr = |source: &Json, field: String| -> Result<Expr> {
+            let text = source
+                .as_str()
+                .ok_or_else(|| invalid(field.clone(), "an expression is required".into()))?;
+            Expr::compile(text).map_err(|e| invalid(field, e))
+        };
+        let named = |v: &Json, field: &str| -> Result<String> {
+            v["name"]
+                .as_str()
+                .filter(|n| !n.is_empty())
+                .map(str::to_string)
+                .ok_or_else(|| invalid(format!("{field}.name"), "name is required".into()))
+        };
+        let mut extractors = Vec::new();
+        for (i, e) in list("images")?.iter().enumerate() {
+            let f = format!("spec.images[{i}]");
+            extractors.push((
+                named(e, &f)?,
+                expr(&e["expression"], format!("{f}.expression"))?,
+            ));
+        }
+        let mut match_refs = Vec::new();
+        for (i, m) in list("matchImageReferences")?.iter().enumerate() {
+            let f = format!("spec.matchImageReferences[{i}]");
+            match (m["glob"].as_str(), m.get("expression")) {
+                (Some(g), _) if !g.is_empty() => match_refs.push(ImageMatch::Glob(g.to_string())),
+                (_, Some(e)) if !e.is_null() => {
+                    match_refs.push(ImageMatch::Expr(expr(e, format!("{f}.expression"))?))
+                }
+                _ => {
+                    return Err(invalid(f, "either glob or expression must be set".into()));
+                }
+            }
+        }
+        let mut attestors = Vec::new();
+        for (i, a) in list("attestors")?.iter().enumerate() {
+            let f = format!("spec.attestors[{i}]");
+            let name = named(a, &f)?;
+            let key_expr = match a["cosign"]["key"].get("expression") {
+                Some(e) if !e.is_null() => Some(expr(e, format!("{f}.cosign.key.expression"))?),
+                _ => None,
+            };
+            if a["cosign"].is_null() && a["notary"].is_null() {
+                return Err(invalid(f, "either cosign or notary must be set".into()));
+            }
+            attestors.push(Attestor {
+                name,
+                doc: a.clone(),
+                key_expr,
+            });
+        }
+        let mut attestations = Vec::new();
+        for (i, a) in list("attestations")?.iter().enumerate() {
+            let f = format!("spec.attestations[{i}]");
+            let name = named(a, &f)?;
+            if a["intoto"]["type"].as_str().is_none() && a["referrer"]["type"].as_str().is_none() {
+                return Err(invalid(
+                    f,
+                    "either intoto.type or referrer.type must be set".into(),
+                ));
+            }
+            attestations.push((name, a.clone()));
+        }
+        let flag = |key: &str| -> Result<bool> {
+            match &spec["validationConfigurations"][key] {
+                Json::Null => Ok(true),
+                Json::Bool(b) => Ok(*b),
+                _ => Err(invalid(
+                    format!("spec.validationConfigurations.{key}"),
+                    "must be true or false".into(),
+                )),
+            }
+        };
+        Ok(ImageChecks {
+            extractors,
+            match_refs,
+            attestors,
+            attestations,
+            verify_digest: flag("verifyDigest")?,
+            mutate_digest: flag("mutateDigest")?,
+            required: flag("required")?,
+        })
+    }
+
+    /// Whether `matchImageReferences` select `image` (all do when empty).
+    pub(crate) fn matches_image(&self, image: &str) -> Result<bool, String> {
+        if self.match_refs.is_empty() {
+            return Ok(true);
+        }
+        for m in &self.match_refs {
+            let hit = match m {
+                ImageMatch::Glob(g) => crate::wildcard::matches(g, image),
+                ImageMatch::Expr(e) => e.eval_image_match(image)?,
+            };
+            if hit {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    fn attestation(&self, name: &str) -> Result<&Json, String> {
+        self.attestations
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, a)| a)
+            .ok_or_else(|| format!("attestation not found in policy: {name}"))
+    }
+
+    /// The images of the object by kind (`containers`, ...), those
+    /// `matchImageReferences` select, and all of them in order.
+    fn images(
+        &self,
+        req: &EvalRequest,
+        act: &Activation<'_, '_>,
+    ) -> std::result::Result<(Map<String, Json>, Vec<String>), String> {
+        let object = if req.object.is_null() {
+            req.old_object.as_deref().unwrap_or(&Json::Null)
+        } else {
+            &req.object
+        };
+        let mut by_kind: Vec<(String, Vec<String>)> = Vec::new();
+        if let Some(spec) = crate::images::pod_spec(object) {
+            for field in ["containers", "initContainers", "ephemeralContainers"] {
+                let list = spec[field]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|c| c["image"].as_str().map(str::to_string))
+                    .collect();
+                by_kind.push((field.to_string(), list));
+            }
+        }
+        for (name, e) in &self.extractors {
+            let value = e.eval(act)?;
+            let list = value
+                .json()
+                .ok()
+                .and_then(|v| {
+                    v.as_array().map(|a| {
+                        a.iter()
+                            .filter_map(|x| x.as_str().map(str::to_string))
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .ok_or_else(|| format!("image extractor {name}: expected a list of strings"))?;
+            by_kind.retain(|(n, _)| n != name);
+            by_kind.push((name.clone(), list));
+        }
+        let mut out = Map::new();
+        let mut all = Vec::new();
+        for (name, list) in by_kind {
+            let mut kept = Vec::new();
+            for image in list {
+                if self.matches_image(&image)? {
+                    all.push(image.clone());
+                    kept.push(Json::String(image));
+                }
+            }
+            out.insert(name, Json::Array(kept));
+        }
+        Ok((out, all))
+    }
+
+    /// The `attestors` variable: each attestor by name, its key expression
+    /// evaluated into `cosign.key.data`.
+    fn attestors_value(&self, act: &Activation<'_, '_>) -> std::result::Result<Json, String> {
+        let mut out = Map::new();
+        for a in &self.attestors {
+            let mut doc = a.doc.clone();
+            if let Some(e) = &a.key_expr {
+                let key = e
+                    .eval_string(act)
+                    .map_err(|e| format!("attestor {}: key expression: {e}", a.name))?;
+                doc["cosign"]["key"]["data"] = Json::String(key);
+            }
+            out.insert(a.name.clone(), doc);
+        }
+        Ok(Json::Object(out))
+    }
+
+    /// The `attestations` variable: name to name, as Kyverno binds it.
+    fn attestations_value(&self) -> Json {
+        Json::Object(
+            self.attestations
+                .iter()
+                .map(|(n, _)| (n.clone(), Json::String(n.clone())))
+                .collect(),
+        )
+    }
+}
+
+/// What the image verification functions of a request's policies verified:
+/// by image, whether one verification held. Shared by the request's
+/// ImageValidatingPolicies, for `required`.
+///
+/// # Invariants
+/// The mutex is held only to read or update one entry, never across a
+/// registry lookup or an expression.
+#[derive(Debug, Default)]
+pub(crate) struct Verifications {
+    seen: Mutex<HashMap<String, bool>>,
+}
+
+impl Verifications {
+    fn record(&self, image: &str, verified: bool) {
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        *seen.entry(image.to_string()).or_default() |= verified;
+    }
+
+    /// Kyverno's `required` message for the first of `images` no policy
+    /// verified; None when every one was.
+    pub(crate) fn unverified(&self, images: &[String]) -> Option<String> {
+        let seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        images.iter().find_map(|image| match seen.get(image) {
+            Some(true) => None,
+            Some(false) => Some(format!(
+                "image {image} failed signature or attestation verification"
+            )),
+            None => Some(format!(
+                "image {image} is not verified: no policy performed a signature or attestation check on it"
+            )),
+        })
+    }
+}
+
+/// One evaluation's image verification functions: the registry data, the
+/// policy's attestations, what was verified, and the attestation payloads
+/// verified so far (`extractPayload` reads only those).
+pub(crate) struct Verifier<'a> {
+    data: &'a dyn ClusterData,
+    checks: &'a ImageChecks,
+    record: &'a Verifications,
+    /// Verified in-toto statements by (image, attestation name).
+    payloads: Mutex<HashMap<(String, String), Json>>,
+}
+
+/// An attestor's cosign public key (PEM), or why it cannot be used.
+fn cosign_key(attestor: &Json) -> std::result::Result<Option<&str>, String> {
+    let name = attestor["name"].as_str().unwrap_or("");
+    if !attestor["cosign"].is_null() {
+        return match attestor["cosign"]["key"]["data"].as_str() {
+            Some(pem) if !pem.trim().is_empty() => Ok(Some(pem)),
+            _ => Err(format!(
+                "attestor {name}: leash verifies cosign public keys (cosign.key.data or cosign.key.expression); keyless, certificate and KMS attestors are not supported yet"
+            )),
+        };
+    }
+    if !attestor["notary"].is_null() {
+        return Err(format!(
+            "attestor {name}: notary attestors are not supported by leash yet"
+        ));
+    }
+    Ok(None)
+}
+
+fn attestor_list(attestors: &Json) -> std::result::Result<&[Json], String> {
+    attestors
+        .as_array()
+        .map(Vec::as_slice)
+        .ok_or_else(|| "expected a list of attestors".to_string())
+}
+
+impl<'a> Verifier<'a> {
+    /// `verifyImageSignatures(image, attestors)`: how many of the
+    /// attestors verify a signature of the image (0 for an image
+    /// `matchImageReferences` do not select).
+    pub(crate) fn signatures(
+        &self,
+        image: &str,
+        attestors: &Json,
+    ) -> std::result::Result<i64, String> {
+        if !self.checks.matches_image(image)? {
+            return Ok(0);
+        }
+        let list = attestor_list(attestors)?;
+        let mut count = 0;
+        for a in list {
+            let Some(key) = cosign_key(a)? else {
+                continue;
+            };
+            if self.data.verify_image(image, key).is_ok() {
+                count += 1;
+            }
+        }
+        if !list.is_empty() {
+            self.record.record(image, count > 0);
+        }
+        Ok(count)
+    }
+
+    /// `verifyAttestationSignatures(image, attestation, attestors)`: how
+    /// many of the attestors signed an in-toto attestation of the
+    /// attestation's predicate type for the image; the verified statement
+    /// is kept for `extractPayload`.
+    pub(crate) fn attestations(
+        &self,
+        image: &str,
+        attestation: &str,
+        attestors: &Json,
+    ) -> std::result::Result<i64, String> {
+        if !self.checks.matches_image(image)? {
+            return Ok(0);
+        }
+        let def = self.checks.attestation(attestation)?;
+        let list = attestor_list(attestors)?;
+        let mut count = 0;
+        for a in list {
+            let Some(key) = cosign_key(a)? else {
+                continue;
+            };
+            // cosign verifies in-toto attestations only (Kyverno: "cosign
+            // verifier only supports intoto referrers as attestations").
+            let Some(ty) = def["intoto"]["type"].as_str() else {
+                continue;
+            };
+            let want = predicate_uri(ty);
+            let Ok(statements) = self.data.verify_attestations(image, key) else {
+                continue;
+            };
+            if let Some(s) = statements
+                .iter()
+                .rev()
+                .find(|s| s["predicateType"].as_str() == Some(want))
+            {
+                count += 1;
+                self.payloads
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert((image.to_string(), attestation.to_string()), s.clone());
+            }
+        }
+        if !list.is_empty() {
+            self.record.record(image, count > 0);
+        }
+        Ok(count)
+    }
+
+    /// `extractPayload(image, attestation)`: the in-toto statement a
+    /// `verifyAttestationSignatures` call verified.
+    pub(crate) fn payload(
+        &self,
+        image: &str,
+        attestation: &str,
+    ) -> std::result::Result<Json, String> {
+        let def = self.checks.attestation(attestation)?;
+        if def["intoto"].is_null() {
+            return Err(format!(
+                "failed to get payload: attestation {attestation}: OCI referrer attestations are not supported by leash yet"
+            ));
+        }
+        self.payloads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&(image.to_string(), attestation.to_string()))
+            .cloned()
+            .ok_or_else(|| {
+                "failed to get payload: intoto attestation payload cannot be fetch before verifying intoto attestation".to_string()
+            })
+    }
+
+    /// `getImageData(image)`: the image's data (`image.GetMetadata`'s).
+    pub(crate) fn image_data(&self, image: &str) -> std::result::Result<Json, String> {
+        self.data.image_data(image)
+    }
+}
+
+/// The outcome of an ImageValidatingPolicy on a request: None when a match
+/// condition is false (Kyverno gives no result); else the status, the
+/// message and, for a pass, the images it matched (for `required`).
+pub(crate) type Outcome = Option<(Status, String, Vec<String>)>;
+
+/// Evaluates the image part after the match constraints selected `req`:
+/// see the module documentation for the steps.
+pub(crate) fn run(
+    checks: &ImageChecks,
+    body: &crate::vpol::BodyParts<'_>,
+    ignore_failures: bool,
+    req: &EvalRequest,
+    data: &dyn ClusterData,
+    record: &Verifications,
+) -> Outcome {
+    let verifier = Verifier {
+        data,
+        checks,
+        record,
+        payloads: Mutex::default(),
+    };
+    let mut act = Activation::new(req, data);
+    let mut errors = Vec::new();
+    for (name, cond) in body.conditions {
+        match cond.eval_bool(&act) {
+            Ok(true) => {}
+            Ok(false) => return None,
+            Err(e) => errors.push(format!("match condition '{name}': {e}")),
+        }
+    }
+    if !errors.is_empty() {
+        if ignore_failures {
+            return None;
+        }
+        return Some((Status::Error, errors.join("; "), Vec::new()));
+    }
+    let error = |e: String| {
+        Some((
+            Status::Error,
+            format!("failed to evaluate policy: {e}"),
+            Vec::new(),
+        ))
+    };
+    let (images, matched) = match checks.images(req, &act) {
+        Ok(found) => found,
+        Err(e) => return error(e),
+    };
+    if checks.verify_digest
+        && let Some(image) = matched.iter().find(|i| !i.contains('@'))
+    {
+        return Some((
+            Status::Fail,
+            format!("image {image} does not have a digest"),
+            Vec::new(),
+        ));
+    }
+    // Every image's data first, as Kyverno fetches it: one the registry
+    // cannot give is the policy's error.
+    for image in &matched {
+        if let Err(e) = data.image_data(image) {
+            return error(format!("failed to fetch image data for {image}: {e}"));
+        }
+    }
+    act.bind_json("images", &Json::Object(images));
+    act.bind_json("attestations", &checks.attestations_value());
+    match checks.attestors_value(&act) {
+        Ok(a) => act.bind_json("attestors", &a),
+        Err(e) => return error(e),
+    }
+    act.bind_image_verifier(&verifier);
+    act.bind_variables(body.variables);
+    for (i, v) in body.validations.iter().enumerate() {
+        match v.expr.eval_bool(&act) {
+            Ok(true) => {}
+            Ok(false) => {
+                let mut message = v.message.clone();
+                if let Some(me) = &v.message_expr {
+                    message = match me.eval_string(&act) {
+                        Ok(m) => m,
+                        Err(e) => format!("failed to evaluate message expression: {e}"),
+                    };
+                }
+                if message.is_empty() {
+                    message = format!("CEL expression validation failed at index {i}");
+                }
+                return Some((Status::Fail, message, Vec::new()));
+            }
+            Err(e) => return Some((Status::Error, e, Vec::new())),
+        }
+    }
+    let pending = if checks.required { matched } else { Vec::new() };
+    Some((Status::Pass, String::new(), pending))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::engine::Engine;
+    use crate::eval::Bindings;
+    use crate::result::RuleResult;
+
+    const KEY: &str = "-----BEGIN PUBLIC KEY-----\nSIGNER\n-----END PUBLIC KEY-----";
+    const OTHER: &str = "-----BEGIN PUBLIC KEY-----\nOTHER\n-----END PUBLIC KEY-----";
+    const D: &str = "@sha256:0000000000000000000000000000000000000000000000000000000000000001";
+
+    /// A registry where `reg.io/signed` is signed and attested (an SBOM
+    /// with `bomFormat: CycloneDX`) with KEY, `reg.io/down` cannot be
+    /// read, and every other image exists unsigned.
+    #[derive(Debug)]
+    struct Registry;
+
+    impl ClusterData for Registry {
+        fn get(&self, _: &str, _: &str, _: &str, _: &str) -> Option<Arc<Json>> {
+            None
+        }
+        fn list(&self, _: &str, _: &str, _: &str) -> Vec<Arc<Json>> {
+            Vec::new()
+        }
+        fn image_data(&self, image: &str) -> std::result::Result<Json, String> {
+            if image.starts_with("reg.io/down") {
+                return Err(format!(
+                    "image {image}: registry reg.io: connection refused"
+                ));
+            }
+            Ok(json!({"image": image, "config": {"config": {"Labels": {"team": "a"}}}}))
+        }
+        fn verify_image(&self, image: &str, keys: &str) -> std::result::Result<String, String> {
+            if image.starts_with("reg.io/signed") && keys == KEY {
+                Ok(D[1..].to_string())
+            } else {
+                Err("no matching signatures".into())
+            }
+        }
+        fn verify_attestations(
+            &self,
+            image: &str,
+            keys: &str,
+        ) -> std::result::Result<Vec<Json>, String> {
+            if image.starts_with("reg.io/signed") && keys == KEY {
+                Ok(vec![json!({"_type": "https://in-toto.io/Statement/v0.1",
+                    "predicateType": "https://cyclonedx.org/bom",
+                    "predicate": {"bomFormat": "CycloneDX"}})])
+            } else {
+                Err("no matching attestations".into())
+            }
+        }
+    }
+
+    fn doc(name: &str, spec: Json) -> Json {
+        json!({"apiVersion": "policies.kyverno.io/v1", "kind": "ImageValidatingPolicy",
+            "metadata": {"name": name}, "spec": spec})
+    }
+
+    fn spec(validations: Json, extra: Json) -> Json {
+        let mut s = json!({
+            "validationActions": ["Deny"],
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                "operations": ["CREATE"], "resources": ["pods"]}]},
+            "matchImageReferences": [{"glob": "reg.io/*"}],
+            "attestors": [{"name": "k", "cosign": {"key": {"data": KEY}}},
+                          {"name": "other", "cosign": {"key": {"data": OTHER}}}],
+            "attestations": [{"name": "sbom", "intoto": {"type": "cyclonedx"}}],
+            "validations": validations,
+        });
+        for (k, v) in extra.as_object().into_iter().flatten() {
+            s[k] = v.clone();
+        }
+        s
+    }
+
+    fn signed_check() -> Json {
+        json!([{"expression":
+            "images.containers.map(i, verifyImageSignatures(i, [attestors.k])).all(c, c > 0)",
+            "message": "unsigned image"}])
+    }
+
+    fn pod(images: &[&str]) -> Json {
+        let containers: Vec<Json> = images
+            .iter()
+            .enumerate()
+            .map(|(i, image)| json!({"name": format!("c{i}"), "image": image}))
+            .collect();
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "ns"}, "spec": {"containers": containers}})
+    }
+
+    fn run(docs: &[Json], object: Json) -> Vec<RuleResult> {
+        let mut engine = Engine::new();
+        for d in docs {
+            engine.add_json(d).unwrap_or_else(|e| panic!("{e}"));
+        }
+        let req = EvalRequest::create(Arc::new(object));
+        engine.evaluate(req, &Registry, &Bindings::default())
+    }
+
+    fn one(docs: &[Json], object: Json) -> (Status, String) {
+        let results = run(docs, object);
+        assert_eq!(results.len(), 1, "{results:?}");
+        (results[0].status, results[0].message.clone())
+    }
+
+    #[test]
+    fn signatures_decide_by_key_and_image_reference() {
+        let p = doc("sig", spec(signed_check(), json!({})));
+        let signed = format!("reg.io/signed:1{D}");
+        let unsigned = format!("reg.io/unsigned:1{D}");
+        assert_eq!(
+            one(std::slice::from_ref(&p), pod(&[&signed])).0,
+            Status::Pass
+        );
+        assert_eq!(
+            one(std::slice::from_ref(&p), pod(&[&signed, &unsigned])),
+            (Status::Fail, "unsigned image".to_string())
+        );
+        // An image matchImageReferences leave out is neither checked nor
+        // required.
+        let elsewhere = format!("other.io/app:1{D}");
+        assert_eq!(
+            one(std::slice::from_ref(&p), pod(&[&signed, &elsewhere])).0,
+            Status::Pass
+        );
+        let results = run(&[p], pod(&[]));
+        assert_eq!(results[0].status, Status::Pass);
+        assert_eq!(
+            results[0].source,
+            crate::result::Source::ImageValidatingPolicy
+        );
+    }
+
+    #[test]
+    fn a_tag_without_digest_fails_unless_verify_digest_is_off() {
+        let p = doc("sig", spec(signed_check(), json!({})));
+        assert_eq!(
+            one(&[p], pod(&["reg.io/signed:1"])),
+            (
+                Status::Fail,
+                "image reg.io/signed:1 does not have a digest".to_string()
+            )
+        );
+        let p = doc(
+            "sig",
+            spec(
+                signed_check(),
+                json!({"validationConfigurations": {"verifyDigest": false}}),
+            ),
+        );
+        assert_eq!(one(&[p], pod(&["reg.io/signed:1"])).0, Status::Pass);
+    }
+
+    #[test]
+    fn attestations_are_verified_then_read() {
+        let checks = json!([
+            {"expression": "images.containers.map(i, verifyAttestationSignatures(i, attestations.sbom, [attestors.k])).all(c, c > 0)",
+             "message": "no signed sbom"},
+            {"expression": "images.containers.map(i, extractPayload(i, attestations.sbom).predicate.bomFormat == 'CycloneDX').all(e, e)",
+             "message": "not cyclonedx"}]);
+        let p = doc("att", spec(checks, json!({})));
+        assert_eq!(
+            one(
+                std::slice::from_ref(&p),
+                pod(&[&format!("reg.io/signed:1{D}")])
+            )
+            .0,
+            Status::Pass
+        );
+        assert_eq!(
+            one(&[p], pod(&[&format!("reg.io/unsigned:1{D}")])),
+            (Status::Fail, "no signed sbom".to_string())
+        );
+        // The payload of an attestation not verified first is an error.
+        let read_only = json!([{"expression":
+            "images.containers.all(i, extractPayload(i, attestations.sbom).predicate.bomFormat == 'CycloneDX')"}]);
+        let p = doc("read", spec(read_only, json!({})));
+        let (status, message) = one(&[p], pod(&[&format!("reg.io/signed:1{D}")]));
+        assert_eq!(status, Status::Error);
+        assert!(
+            message.contains("cannot be fetch before verifying"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn required_asks_for_a_verification_by_some_policy_of_the_request() {
+        let labels = json!([{"expression":
+            "images.containers.all(i, getImageData(i).config.config.Labels.team == 'a')"}]);
+        let image = format!("reg.io/signed:1{D}");
+        let lone = doc("labels", spec(labels.clone(), json!({})));
+        let (status, message) = one(std::slice::from_ref(&lone), pod(&[&image]));
+        assert_eq!(status, Status::Fail);
+        assert_eq!(
+            message,
+            format!(
+                "image {image} is not verified: no policy performed a signature or attestation check on it"
+            )
+        );
+        // Another policy of the request verified it.
+        let results = run(
+            &[lone, doc("sig", spec(signed_check(), json!({})))],
+            pod(&[&image]),
+        );
+        assert!(
+            results.iter().all(|r| r.status == Status::Pass),
+            "{results:?}"
+        );
+        let off = doc(
+            "labels",
+            spec(
+                labels,
+                json!({"validationConfigurations": {"required": false}}),
+            ),
+        );
+        assert_eq!(one(&[off], pod(&[&image])).0, Status::Pass);
+    }
+
+    #[test]
+    fn unreadable_registries_and_unsupported_attestors_are_errors() {
+        let p = doc("sig", spec(signed_check(), json!({})));
+        let (status, message) = one(&[p], pod(&[&format!("reg.io/down:1{D}")]));
+        assert_eq!(status, Status::Error);
+        assert!(message.contains("connection refused"), "{message}");
+        let notary = json!({"attestors": [{"name": "k", "notary": {"certs": {"value": "x"}}}]});
+        let p = doc("notary", spec(signed_check(), notary));
+        let (status, message) = one(&[p], pod(&[&format!("reg.io/signed:1{D}")]));
+        assert_eq!(status, Status::Error);
+        assert!(
+            message.contains("notary attestors are not supported"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn exceptions_skip_and_autogen_covers_controllers() {
+        let p = doc("sig", spec(signed_check(), json!({})));
+        let exception = json!({"apiVersion": "policies.kyverno.io/v1", "kind": "PolicyException",
+            "metadata": {"name": "skip-p", "namespace": "ns"},
+            "spec": {"policyRefs": [{"name": "sig", "kind": "ImageValidatingPolicy"}],
+                "matchConditions": [{"name": "n", "expression": "object.metadata.name == 'p'"}]}});
+        let (status, message) = one(
+            &[p.clone(), exception],
+            pod(&[&format!("reg.io/unsigned:1{D}")]),
+        );
+        assert_eq!(status, Status::Skip);
+        assert!(message.contains("ns/skip-p"), "{message}");
+        let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "d", "namespace": "ns"},
+            "spec": {"template": {"spec": {"containers": [
+                {"name": "c", "image": format!("reg.io/unsigned:1{D}")}]}}}});
+        assert_eq!(one(&[p], deployment).0, Status::Fail);
+    }
+
+    /// A ClusterPolicy's `verifyImages` `attestations` (Kyverno's
+    /// verifyAttestations), on the same registry.
+    #[test]
+    fn cluster_policy_attestations_are_verified_and_their_conditions_checked() {
+        let policy = |value: &str, ty: Json| {
+            json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+                "metadata": {"name": "att"},
+                "spec": {"validationFailureAction": "Enforce", "rules": [{"name": "sbom",
+                    "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                    "verifyImages": [{"imageReferences": ["reg.io/*"], "mutateDigest": false,
+                        "attestations": [{"type": ty,
+                            "attestors": [{"entries": [{"keys": {"publicKeys": KEY}}]}],
+                            "conditions": [{"all": [{"key": "{{ bomFormat }}",
+                                "operator": "Equals", "value": value}]}]}]}]}]}})
+        };
+        let signed = format!("reg.io/signed:1{D}");
+        assert_eq!(
+            one(&[policy("CycloneDX", json!("cyclonedx"))], pod(&[&signed])),
+            (
+                Status::Pass,
+                format!("verified image attestations for {signed}")
+            )
+        );
+        let (status, message) = one(&[policy("SPDX", json!("cyclonedx"))], pod(&[&signed]));
+        assert_eq!(status, Status::Fail);
+        assert!(
+            message.starts_with(
+                "image attestations verification failed, verifiedCount: 0, requiredCount: 1, error: .attestations[0].attestors[0].entries[0].keys: attestation checks failed for"
+            ),
+            "{message}"
+        );
+        let unsigned = format!("reg.io/unsigned:1{D}");
+        let (status, message) = one(
+            &[policy("CycloneDX", json!("cyclonedx"))],
+            pod(&[&unsigned]),
+        );
+        assert_eq!(status, Status::Fail);
+        assert!(
+            message.ends_with("error: no matching attestations"),
+            "{message}"
+        );
+        let (status, message) = one(
+            &[policy("CycloneDX", json!("https://spdx.dev/Document"))],
+            pod(&[&signed]),
+        );
+        assert_eq!(status, Status::Fail);
+        assert!(
+            message.contains("attestions not found for predicate type https://spdx.dev/Document"),
+            "{message}"
+        );
+        let (status, message) = one(&[policy("CycloneDX", Json::Null)], pod(&[&signed]));
+        assert_eq!(
+            (status, message.as_str()),
+            (Status::Fail, ".attestations[0]: missing type")
+        );
+    }
+
+    #[test]
+    fn mistakes_are_refused_naming_the_field() {
+        for (extra, field) in [
+            (
+                json!({"matchImageReferences": [{}]}),
+                "spec.matchImageReferences[0]",
+            ),
+            (
+                json!({"attestors": [{"cosign": {}}]}),
+                "spec.attestors[0].name",
+            ),
+            (json!({"attestors": [{"name": "x"}]}), "spec.attestors[0]"),
+            (
+                json!({"attestations": [{"name": "x"}]}),
+                "spec.attestations[0]",
+            ),
+            (
+                json!({"validationConfigurations": {"required": "yes"}}),
+                "spec.validationConfigurations.required",
+            ),
+        ] {
+            let err =
+                crate::vpol::ValidatingPolicy::compile(&doc("bad", spec(signed_check(), extra)))
+                    .unwrap_err()
+                    .to_string();
+            assert!(err.contains(field), "{field}: {err}");
+        }
+    }
+}
