@@ -104,15 +104,20 @@ pub fn verify_with_keys(sigs: &Signatures, keys: &str) -> Result<(), String> {
     Err(format!("no matching signatures: {}", why.join("; ")))
 }
 
+/// The error for an image without any attestation: cosign's "no matching
+/// attestations" with no reason after it, Kyverno's exact text.
+pub const NO_ATTESTATIONS: &str = "no matching attestations: ";
+
 /// The in-toto statements of the attestations among `atts` that one of
 /// `keys` (PEM public keys, one or more) verifies for the image's digest,
 /// each the decoded statement (`_type`, `predicateType`, `subject`,
 /// `predicate`). The error is cosign's, as Kyverno reports it: `no
-/// attestations found`, or `no matching attestations` with why.
+/// matching attestations: ` followed by why (nothing when the image has no
+/// attestation at all, as Kyverno's message ends then).
 pub fn verify_attestations(atts: &Attestations, keys: &str) -> Result<Vec<Value>, String> {
     let keys = parse_keys(keys)?;
     if atts.envelopes.is_empty() {
-        return Err("no attestations found".to_string());
+        return Err(NO_ATTESTATIONS.to_string());
     }
     let mut statements = Vec::new();
     let mut why = Vec::new();
@@ -363,7 +368,7 @@ mod tests {
         };
         assert_eq!(
             verify_attestations(&none, &pem(&key(1))),
-            Err("no attestations found".to_string())
+            Err(NO_ATTESTATIONS.to_string())
         );
         assert!(verify_attestations(&atts, "not a key").is_err());
         assert_eq!(attestation_tag(&atts.digest), format!("sha256-{a}.att"));

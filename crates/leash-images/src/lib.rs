@@ -718,7 +718,7 @@ impl ImageLookup {
 
     /// The in-toto statements of the cosign attestations of `image` that
     /// one of `keys` (PEM public keys) verifies, or why none (the
-    /// registry's error, cosign's `no attestations found` / `no matching
+    /// registry's error, cosign's `no matching attestations: ` (none at all) / `no matching
     /// attestations`, or not fetched yet, as [`Self::get`]).
     pub fn attestations(&self, image: &str, keys: &str) -> Result<Vec<Value>, String> {
         let atts = self.answer(

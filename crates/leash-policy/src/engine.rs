@@ -337,7 +337,12 @@ impl Engine {
         }
         // ImageValidatingPolicies' `mutateDigest`, unless a CEL
         // PolicyException exempts the resource.
-        for ivpol in self.validating.iter().filter(|p| p.mutates_digests()) {
+        // Only at admission: Kyverno's CLI does not pin them.
+        for ivpol in self
+            .validating
+            .iter()
+            .filter(|p| admission && p.mutates_digests())
+        {
             let current = EvalRequest {
                 object: object.clone(),
                 ..req.clone()

@@ -726,19 +726,37 @@ impl RuleCtx<'_> {
             let wanted = |refs: &[String], image: &str| {
                 refs.iter().any(|r| crate::wildcard::matches(r, image))
             };
-            for image in images.iter().filter(|i| wanted(&spec.image_references, i)) {
-                if wanted(&spec.skip_image_references, image) {
+            // Matched and named as Kyverno's ImageInfo prints them
+            // (`registry/path@digest`, `registry/path:tag`); looked up as
+            // the pod names them.
+            let named: Vec<(&String, String)> = images
+                .iter()
+                .map(|i| {
+                    let shown = crate::images::ImageRef::parse(i)
+                        .map(|r| r.kyverno_string())
+                        .unwrap_or_else(|| i.clone());
+                    (i, shown)
+                })
+                .collect();
+            for (image, shown) in named
+                .iter()
+                .filter(|(_, shown)| wanted(&spec.image_references, shown))
+            {
+                let (image, shown) = (*image, shown.as_str());
+                if wanted(&spec.skip_image_references, shown) {
                     skipped = Some(format!(
-                        "skipping image reference image {image}, policy {policy} ruleName {rule}"
+                        "skipping image reference image {shown}, policy {policy} ruleName {rule}"
                     ));
                     continue;
                 }
                 if spec.verify_digest && !spec.mutate_digest && !image.contains('@') {
-                    return Outcome::new(Status::Fail, format!("missing digest for {image}"));
+                    return Outcome::new(Status::Fail, format!("missing digest for {shown}"));
                 }
                 if spec.attestors.is_empty() && spec.attestations.is_empty() {
                     continue;
                 }
+                // The digest a verification resolved (for the message).
+                let mut resolved: Option<String> = None;
                 for (i, set) in spec.attestors.iter().enumerate() {
                     let needed = set
                         .count
@@ -750,20 +768,18 @@ impl RuleCtx<'_> {
                         let path = format!(".attestors[{i}].entries[{j}]");
                         let keys = match entry {
                             Ok(keys) => keys,
-                            Err(kind) => {
+                            Err(why) => {
                                 first_error.get_or_insert_with(|| {
-                                    (
-                                        Status::Error,
-                                        format!(
-                                            "{path}: {kind} attestors are not supported by leash"
-                                        ),
-                                    )
+                                    (Status::Error, format!("{path}: {why}"))
                                 });
                                 continue;
                             }
                         };
                         match self.data.verify_image(image, keys) {
-                            Ok(_) => verified += 1,
+                            Ok(digest) => {
+                                verified += 1;
+                                resolved.get_or_insert(digest);
+                            }
                             Err(e) => {
                                 // A registry that cannot be read is an
                                 // error, not a verdict (Kyverno's
@@ -784,18 +800,24 @@ impl RuleCtx<'_> {
                             .unwrap_or((Status::Fail, format!(".attestors[{i}]: no entries")));
                         return Outcome::new(
                             status,
-                            format!("failed to verify image {image}: {why}"),
+                            format!("failed to verify image {shown}: {why}"),
                         );
                     }
                 }
                 if spec.attestations.is_empty() {
-                    passed.push(image.as_str());
+                    passed.push(shown.to_string());
                     continue;
                 }
-                if let Err(why) = self.verify_attestations(&spec.attestations, image, vars) {
+                if let Err(why) = self.verify_attestations(&spec.attestations, image, shown, vars) {
                     return Outcome::new(Status::Fail, why);
                 }
-                attested.push(image.as_str());
+                // Kyverno names the image by the digest it resolved.
+                attested.push(match (&resolved, crate::images::ImageRef::parse(image)) {
+                    (Some(d), Some(r)) if r.digest.is_empty() => {
+                        format!("{}/{}@{d}", r.registry, r.path)
+                    }
+                    _ => shown.to_string(),
+                });
             }
         }
         let mut said = Vec::new();
@@ -830,6 +852,7 @@ impl RuleCtx<'_> {
         &self,
         checks: &[crate::policy::AttestationCheck],
         image: &str,
+        shown: &str,
         vars: &Lazy<'_>,
     ) -> Result<(), String> {
         for (i, att) in checks.iter().enumerate() {
@@ -856,10 +879,8 @@ impl RuleCtx<'_> {
                     let entry_path = format!("{path}.attestors[{j}].entries[{i}]");
                     let keys = match entry {
                         Ok(keys) => keys,
-                        Err(kind) => {
-                            errors.push(format!(
-                                "{entry_path}: {kind} attestors are not supported by leash"
-                            ));
+                        Err(why) => {
+                            errors.push(format!("{entry_path}: {why}"));
                             continue;
                         }
                     };
@@ -886,7 +907,7 @@ impl RuleCtx<'_> {
                             Ok(true) => {}
                             Ok(false) => {
                                 failed = Some(format!(
-                                    "{entry_path}.keys: attestation checks failed for {image} and predicate {ty}: "
+                                    "{entry_path}.keys: attestation checks failed for {shown} and predicate {ty}: "
                                 ));
                                 break;
                             }

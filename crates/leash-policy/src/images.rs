@@ -76,6 +76,18 @@ impl ImageRef {
         s
     }
 
+    /// Kyverno's `ImageInfo.String()`: `registry/path@digest` when the
+    /// reference names a digest (the tag left out), else
+    /// `registry/path:tag`. What `verifyImages` matches its references
+    /// against and names in its messages.
+    pub fn kyverno_string(&self) -> String {
+        if self.digest.is_empty() {
+            format!("{}/{}:{}", self.registry, self.path, self.tag)
+        } else {
+            format!("{}/{}@{}", self.registry, self.path, self.digest)
+        }
+    }
+
     fn to_json(&self) -> Value {
         let mut m = Map::new();
         m.insert("registry".into(), json!(self.registry));

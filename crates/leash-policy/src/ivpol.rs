@@ -343,6 +343,15 @@ fn cosign_key(attestor: &Json) -> std::result::Result<Option<&str>, String> {
     let name = attestor["name"].as_str().unwrap_or("");
     if !attestor["cosign"].is_null() {
         return match attestor["cosign"]["key"]["data"].as_str() {
+            // Kyverno checks signatures against Rekor unless told not to;
+            // leash reads no transparency log.
+            Some(_)
+                if attestor["cosign"]["ctlog"]["insecureIgnoreTlog"].as_bool() != Some(true) =>
+            {
+                Err(format!(
+                    "attestor {name}: the signatures must be verified against a transparency log (Rekor), which leash does not read; set cosign.ctlog.insecureIgnoreTlog: true to verify them by the public key alone"
+                ))
+            }
             Some(pem) if !pem.trim().is_empty() => Ok(Some(pem)),
             _ => Err(format!(
                 "attestor {name}: leash verifies cosign public keys (cosign.key.data or cosign.key.expression); keyless, certificate and KMS attestors are not supported yet"
@@ -559,7 +568,7 @@ pub(crate) fn run(
         }
     }
     let pending = if checks.required { matched } else { Vec::new() };
-    Some((Status::Pass, String::new(), pending))
+    Some((Status::Pass, "success".to_string(), pending))
 }
 
 #[cfg(test)]
@@ -631,8 +640,8 @@ mod tests {
             "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
                 "operations": ["CREATE"], "resources": ["pods"]}]},
             "matchImageReferences": [{"glob": "reg.io/*"}],
-            "attestors": [{"name": "k", "cosign": {"key": {"data": KEY}}},
-                          {"name": "other", "cosign": {"key": {"data": OTHER}}}],
+            "attestors": [{"name": "k", "cosign": {"key": {"data": KEY}, "ctlog": {"insecureIgnoreTlog": true}}},
+                          {"name": "other", "cosign": {"key": {"data": OTHER}, "ctlog": {"insecureIgnoreTlog": true}}}],
             "attestations": [{"name": "sbom", "intoto": {"type": "cyclonedx"}}],
             "validations": validations,
         });
@@ -792,6 +801,11 @@ mod tests {
         let (status, message) = one(&[p], pod(&[&format!("reg.io/down:1{D}")]));
         assert_eq!(status, Status::Error);
         assert!(message.contains("connection refused"), "{message}");
+        let tlog = json!({"attestors": [{"name": "k", "cosign": {"key": {"data": KEY}}}]});
+        let p = doc("tlog", spec(signed_check(), tlog));
+        let (status, message) = one(&[p], pod(&[&format!("reg.io/signed:1{D}")]));
+        assert_eq!(status, Status::Error);
+        assert!(message.contains("insecureIgnoreTlog: true"), "{message}");
         let notary = json!({"attestors": [{"name": "k", "notary": {"certs": {"value": "x"}}}]});
         let p = doc("notary", spec(signed_check(), notary));
         let (status, message) = one(&[p], pod(&[&format!("reg.io/signed:1{D}")]));
@@ -833,7 +847,8 @@ mod tests {
                     "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
                     "verifyImages": [{"imageReferences": ["reg.io/*"], "mutateDigest": false,
                         "attestations": [{"type": ty,
-                            "attestors": [{"entries": [{"keys": {"publicKeys": KEY}}]}],
+                            "attestors": [{"entries": [{"keys": {"publicKeys": KEY,
+                                "rekor": {"ignoreTlog": true}}}]}],
                             "conditions": [{"all": [{"key": "{{ bomFormat }}",
                                 "operator": "Equals", "value": value}]}]}]}]}]}})
         };
@@ -842,7 +857,8 @@ mod tests {
             one(&[policy("CycloneDX", json!("cyclonedx"))], pod(&[&signed])),
             (
                 Status::Pass,
-                format!("verified image attestations for {signed}")
+                // Kyverno's ImageInfo: the tag left out beside a digest.
+                format!("verified image attestations for reg.io/signed{D}")
             )
         );
         let (status, message) = one(&[policy("SPDX", json!("cyclonedx"))], pod(&[&signed]));
@@ -876,6 +892,24 @@ mod tests {
         assert_eq!(
             (status, message.as_str()),
             (Status::Fail, ".attestations[0]: missing type")
+        );
+        // A key whose signatures Kyverno would check in the transparency
+        // log (no `rekor.ignoreTlog`) is not verified by key alone: the
+        // rule errs, whatever the registry holds.
+        let tlog = json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+            "metadata": {"name": "tlog"},
+            "spec": {"validationFailureAction": "Enforce", "rules": [{"name": "sig",
+                "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                "verifyImages": [{"imageReferences": ["reg.io/*"],
+                    "attestors": [{"entries": [{"keys": {"publicKeys": KEY}}]}]}]}]}});
+        let (status, message) = one(&[tlog], pod(&[&signed]));
+        assert_eq!(status, Status::Error);
+        assert!(
+            message.starts_with(&format!(
+                "failed to verify image reg.io/signed@{}: .attestors[0].entries[0]: keys: the signatures must be verified against a transparency log",
+                &D[1..]
+            )),
+            "{message}"
         );
     }
 

@@ -166,9 +166,10 @@ pub(crate) struct AttestationCheck {
 pub(crate) struct AttestorSet {
     /// How many entries must verify (all when not given).
     pub count: Option<usize>,
-    /// Each entry's public keys (PEM), None for a kind of attestor this
-    /// engine does not verify (keyless, certificates), named.
-    pub entries: Vec<Result<String, &'static str>>,
+    /// Each entry's public keys (PEM), or why this engine does not verify
+    /// it (keyless, certificates, a key whose signatures must be in the
+    /// transparency log).
+    pub entries: Vec<Result<String, String>>,
 }
 
 /// A validate `pattern` (or one of `anyPattern`), with whether it holds
@@ -853,9 +854,10 @@ fn compile_image_verification(
                 "a PEM public key (-----BEGIN PUBLIC KEY-----) is required".into(),
             ));
         }
+        // No `rekor` settings there: Kyverno wants the transparency log.
         let set = || AttestorSet {
             count: None,
-            entries: vec![Ok(key.to_string())],
+            entries: vec![Err(TLOG_REQUIRED.to_string())],
         };
         if attestations.is_empty() {
             attestors.push(set());
@@ -885,6 +887,16 @@ fn compile_image_verification(
     })
 }
 
+/// Why a key attestor that wants its signatures in the transparency log
+/// (Kyverno's default: `keys.rekor` unset, or `ignoreTlog: false`) is not
+/// verified: leash reads no Rekor log, and passing such an image would
+/// allow what Kyverno denies.
+const TLOG_REQUIRED: &str = "keys: the signatures must be verified against a transparency log (Rekor), which leash does not read; set keys.rekor.ignoreTlog: true to verify them by the public key alone";
+
+fn unsupported(kind: &str) -> String {
+    format!("{kind} attestors are not supported by leash")
+}
+
 /// The attestor sets at `v` (`field.attestors`).
 fn compile_attestor_sets(v: &Value, field: &str, err: &ErrFn<'_>) -> Result<Vec<AttestorSet>> {
     let mut attestors = Vec::new();
@@ -899,15 +911,22 @@ fn compile_attestor_sets(v: &Value, field: &str, err: &ErrFn<'_>) -> Result<Vec<
                         "a PEM public key (-----BEGIN PUBLIC KEY-----) is required; leash does not read keys from secrets or KMS yet".into(),
                     ));
                 }
-                Ok(keys.to_string())
+                // Kyverno checks a key's signatures against Rekor unless
+                // told not to; leash reads no transparency log, so it
+                // verifies by key only when the policy says that is enough.
+                if e["keys"]["rekor"]["ignoreTlog"].as_bool() == Some(true) {
+                    Ok(keys.to_string())
+                } else {
+                    Err(TLOG_REQUIRED.to_string())
+                }
             } else if e.get("keyless").is_some_and(|x| !x.is_null()) {
-                Err("keyless")
+                Err(unsupported("keyless"))
             } else if e.get("certificates").is_some_and(|x| !x.is_null()) {
-                Err("certificates")
+                Err(unsupported("certificates"))
             } else if e.get("attestor").is_some_and(|x| !x.is_null()) {
-                Err("nested attestor")
+                Err(unsupported("nested attestor"))
             } else {
-                Err("keys without publicKeys")
+                Err(unsupported("keys without publicKeys"))
             };
             entries.push(entry);
         }

@@ -267,7 +267,7 @@ pub trait ClusterData: Send + Sync + std::fmt::Debug {
     /// The in-toto statements (`_type`, `predicateType`, `subject`,
     /// `predicate`) of the cosign attestations of `image` that one of
     /// `public_keys` (PEM) signed and whose subject names the image's
-    /// digest, or why there are none (cosign's `no attestations found` /
+    /// digest, or why there are none (cosign's `no matching attestations: ` (none at all) /
     /// `no matching attestations`, a registry's error).
     fn verify_attestations(&self, image: &str, public_keys: &str) -> Result<Vec<Value>, String> {
         let _ = public_keys;

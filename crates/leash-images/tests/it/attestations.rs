@@ -82,7 +82,7 @@ async fn attestations_verify_with_their_key_only() {
     assert!(none.envelopes.is_empty());
     assert_eq!(
         registry.verify_attestations(&plain, &public_key_pem(&key), &none),
-        Err("no attestations found".to_string())
+        Err(leash_images::cosign::NO_ATTESTATIONS.to_string())
     );
     // Signatures and attestations are separate artifacts.
     assert!(
@@ -174,7 +174,7 @@ async fn an_evaluations_lookup_fetches_missed_attestations_once() {
     assert_eq!(statements[0]["predicate"]["n"], 1);
     assert_eq!(
         lookup.attestations(&plain, &pem),
-        Err("no attestations found".to_string())
+        Err(leash_images::cosign::NO_ATTESTATIONS.to_string())
     );
     let err = lookup
         .attestations(&attested, &public_key_pem(&signing_key(6)))
