@@ -47,7 +47,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use leash_policy::{ClusterData, ServiceCall};
+use leash_policy::{ClusterData, ImageTrust, ServiceCall};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -427,22 +427,45 @@ impl ClusterData for ScanData {
         }
     }
 
-    fn verify_image(&self, image: &str, public_keys: &str) -> Result<String, String> {
+    fn verify_image(&self, image: &str, trust: &ImageTrust) -> Result<String, String> {
         match &self.images {
-            Some(images) => images.verify(image, public_keys),
+            Some(images) => images.verify(image, &cosign_trust(trust)),
             None => Err(format!(
                 "cannot verify {image}: no image registry is read here"
             )),
         }
     }
 
-    fn verify_attestations(&self, image: &str, public_keys: &str) -> Result<Vec<Value>, String> {
+    fn verify_attestations(&self, image: &str, trust: &ImageTrust) -> Result<Vec<Value>, String> {
         match &self.images {
-            Some(images) => images.attestations(image, public_keys),
+            Some(images) => images.attestations(image, &cosign_trust(trust)),
             None => Err(format!(
                 "cannot verify the attestations of {image}: no image registry is read here"
             )),
         }
+    }
+}
+
+/// What a policy trusts (leash-policy's words) as the verifier takes it
+/// (leash-images'): the engine knows no registry crate, the registry crate
+/// no policy.
+pub fn cosign_trust(trust: &ImageTrust) -> leash_images::cosign::Trust {
+    use leash_images::cosign::{Identity, Keyless, Trust};
+    match trust {
+        ImageTrust::Keys(pem) => Trust::Keys(pem.clone()),
+        ImageTrust::Keyless { roots, identities } => Trust::Keyless(Keyless {
+            roots: roots.clone(),
+            identities: identities
+                .iter()
+                .map(|i| Identity {
+                    issuer: i.issuer.clone(),
+                    subject: i.subject.clone(),
+                    issuer_regexp: i.issuer_regexp.clone(),
+                    subject_regexp: i.subject_regexp.clone(),
+                    wildcards: i.wildcards,
+                })
+                .collect(),
+        }),
     }
 }
 

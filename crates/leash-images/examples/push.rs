@@ -1,21 +1,36 @@
 //! Pushes test images to a registry for scripts (`e2e/images`): a
-//! one-layer image, optionally signed as `cosign sign --key` signs it and
-//! attested as `cosign attest --key` attests it, and the public key of a
-//! test signing key. Test data only (fixed keys).
+//! one-layer image, optionally signed as `cosign sign --key` signs it (or
+//! as `cosign sign` signs it keyless) and attested as `cosign attest --key`
+//! attests it, the public key of a test signing key, and the root of the
+//! test keyless CA. Test data only (fixed keys).
 //!
 //!   push image HOST REPO:TAG [--label K=V]... [--sign SEED]
+//!              [--sign-keyless EMAIL ISSUER]
 //!              [--attest SEED TYPE JSON]...                   # prints the digest
 //!   push pubkey SEED                                          # prints the PEM
+//!   push fulcio-root                                          # prints the PEM
 //!
 //! `--attest` adds one attestation: an in-toto statement of predicate type
 //! TYPE whose predicate is the JSON text JSON, signed with SEED's key;
 //! repeated, every attestation is kept.
+//!
+//! `--sign-keyless` signs with a fresh key and a certificate naming EMAIL
+//! (subject) and ISSUER (OIDC issuer), valid for a day, issued by the test
+//! CA `Fulcio::from_seed(FULCIO_SEED)`; `fulcio-root` prints that CA's root
+//! certificate, a keyless attestor's `roots`. Each run makes the CA anew
+//! from the seed: the same names and keys, so a root printed by one run
+//! verifies the certificates another run issued.
 
-use leash_images::testing::{LocalRegistry, public_key_pem, signing_key};
+use leash_images::testing::{Fulcio, LocalRegistry, public_key_pem, signing_key};
+
+/// The seed of the test keyless CA.
+const FULCIO_SEED: u8 = 1;
+/// How long a `--sign-keyless` certificate is valid.
+const KEYLESS_VALIDITY: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
 fn usage() -> ! {
     eprintln!(
-        "usage: push image HOST REPO:TAG [--label K=V]... [--sign SEED] [--attest SEED TYPE JSON]... | push pubkey SEED"
+        "usage: push image HOST REPO:TAG [--label K=V]... [--sign SEED] [--sign-keyless EMAIL ISSUER] [--attest SEED TYPE JSON]... | push pubkey SEED | push fulcio-root"
     );
     std::process::exit(2)
 }
@@ -30,10 +45,14 @@ fn main() {
         Some("pubkey") if args.len() == 2 => {
             print!("{}", public_key_pem(&signing_key(seed(&args[1]))))
         }
+        Some("fulcio-root") if args.len() == 1 => {
+            print!("{}", Fulcio::from_seed(FULCIO_SEED).root_pem())
+        }
         Some("image") if args.len() >= 3 => {
             let (host, repo_tag) = (args[1].clone(), args[2].clone());
             let mut labels = Vec::new();
             let mut sign = None;
+            let mut sign_keyless = None;
             let mut attest = Vec::new();
             let mut rest = args[3..].iter();
             while let Some(a) = rest.next() {
@@ -44,6 +63,10 @@ fn main() {
                         None => usage(),
                     },
                     "--sign" => sign = Some(seed(value())),
+                    "--sign-keyless" => {
+                        let email = value().to_string();
+                        sign_keyless = Some((email, value().to_string()));
+                    }
                     "--attest" => {
                         let key = seed(value());
                         let predicate_type = value().to_string();
@@ -67,6 +90,11 @@ fn main() {
                 let (digest, _) = reg.push(&repo_tag, &labels).await;
                 if let Some(s) = sign {
                     reg.sign(&repo_tag, &signing_key(s)).await;
+                }
+                if let Some((email, issuer)) = sign_keyless {
+                    let fulcio = Fulcio::from_seed(FULCIO_SEED);
+                    let id = fulcio.issue(&email, &issuer, KEYLESS_VALIDITY);
+                    reg.sign_keyless(&repo_tag, &id, &fulcio.chain_pem()).await;
                 }
                 for (s, predicate_type, predicate) in attest {
                     reg.attest(&repo_tag, &signing_key(s), &predicate_type, predicate)

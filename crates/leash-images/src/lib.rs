@@ -160,7 +160,7 @@ type Shared<T> = Result<Arc<T>, ImageError>;
 /// Answers by image reference, each fetched once (its cell) and kept for
 /// the TTL.
 type Kept<T> = TtlCache<String, Arc<OnceCell<Shared<T>>>>;
-/// Verifications that held, by image and a hash of the keys.
+/// Verifications that held, by image and a hash of the [`cosign::Trust`].
 type Verified<T> = TtlCache<(String, u64), T>;
 
 /// A registry client with a per-reference cache. Share it by `Arc`.
@@ -175,10 +175,10 @@ pub struct Registry {
     signatures: Kept<cosign::Signatures>,
     /// cosign attestations by image reference, kept as `cache` is.
     attestations: Kept<cosign::Attestations>,
-    /// Signature verifications that held, by image and keys: the digest
+    /// Signature verifications that held, by image and trust: the digest
     /// (a warm review pays no signature check).
     verified: Verified<String>,
-    /// Attestation verifications that held, by image and keys: the
+    /// Attestation verifications that held, by image and trust: the
     /// statements verified.
     attested: Verified<Vec<Value>>,
     fetches: AtomicU64,
@@ -291,47 +291,48 @@ impl Registry {
         once(&self.cache, image, || self.fetch_bounded(image)).await
     }
 
-    /// Whether one of `keys` verifies a cosign signature of `image` among
-    /// `sigs` (its signatures): the digest, kept for the TTL when it held
-    /// (a verification that failed is checked again next time).
+    /// Whether `trust` (public keys, or keyless roots and identities)
+    /// verifies a cosign signature of `image` among `sigs` (its
+    /// signatures): the digest, kept for the TTL when it held (a
+    /// verification that failed is checked again next time).
     pub fn verify(
         &self,
         image: &str,
-        keys: &str,
+        trust: &cosign::Trust,
         sigs: &cosign::Signatures,
     ) -> Result<String, String> {
-        self.checked(&self.verified, image, keys, || {
-            cosign::verify_with_keys(sigs, keys).map(|()| sigs.digest.clone())
+        self.checked(&self.verified, image, trust, || {
+            cosign::verify(sigs, trust).map(|()| sigs.digest.clone())
         })
     }
 
     /// The in-toto statements of the cosign attestations of `image` among
-    /// `atts` (its attestations) that one of `keys` verifies, kept for the
-    /// TTL when the verification held (one that failed is checked again
-    /// next time).
+    /// `atts` (its attestations) that `trust` verifies, kept for the TTL
+    /// when the verification held (one that failed is checked again next
+    /// time).
     pub fn verify_attestations(
         &self,
         image: &str,
-        keys: &str,
+        trust: &cosign::Trust,
         atts: &cosign::Attestations,
     ) -> Result<Vec<Value>, String> {
-        self.checked(&self.attested, image, keys, || {
-            cosign::verify_attestations(atts, keys)
+        self.checked(&self.attested, image, trust, || {
+            cosign::verify_attestations(atts, trust)
         })
     }
 
-    /// `check`'s answer for `image` and `keys`: the one kept in `cache`, or
-    /// `check` run (counted) and its answer kept when it held.
+    /// `check`'s answer for `image` and `trust`: the one kept in `cache`,
+    /// or `check` run (counted) and its answer kept when it held.
     fn checked<T: Clone>(
         &self,
         cache: &Verified<T>,
         image: &str,
-        keys: &str,
+        trust: &cosign::Trust,
         check: impl FnOnce() -> Result<T, String>,
     ) -> Result<T, String> {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        keys.hash(&mut h);
+        trust.hash(&mut h);
         let key = (image.to_string(), h.finish());
         if let Some(answer) = cache.get(&key) {
             return Ok(answer);
@@ -363,10 +364,12 @@ impl Registry {
             let signatures = layers
                 .into_iter()
                 .filter_map(|layer| {
-                    let signature = layer.annotations?.remove(cosign::SIGNATURE_ANNOTATION)?;
+                    let mut annotations = layer.annotations?;
                     Some(cosign::Signature {
+                        signature: annotations.remove(cosign::SIGNATURE_ANNOTATION)?,
+                        certificate: annotations.remove(cosign::CERTIFICATE_ANNOTATION),
+                        chain: annotations.remove(cosign::CHAIN_ANNOTATION),
                         payload: layer.data.to_vec(),
-                        signature,
                     })
                 })
                 .collect();
@@ -388,7 +391,17 @@ impl Registry {
             let (digest, layers) = self
                 .fetch_artifact(image, cosign::attestation_tag, cosign::DSSE_MEDIA_TYPE)
                 .await?;
-            let envelopes = layers.into_iter().map(|l| l.data.to_vec()).collect();
+            let envelopes = layers
+                .into_iter()
+                .map(|layer| {
+                    let mut annotations = layer.annotations.unwrap_or_default();
+                    cosign::Envelope {
+                        certificate: annotations.remove(cosign::CERTIFICATE_ANNOTATION),
+                        chain: annotations.remove(cosign::CHAIN_ANNOTATION),
+                        json: layer.data.to_vec(),
+                    }
+                })
+                .collect();
             Ok(Arc::new(cosign::Attestations { digest, envelopes }))
         })
         .await
@@ -702,32 +715,33 @@ impl ImageLookup {
         )
     }
 
-    /// Whether one of `keys` (PEM public keys) verifies a cosign signature
-    /// of `image`: its digest, or why not (the registry's error, cosign's
-    /// `no signatures found` / `no matching signatures`, or not fetched
-    /// yet, as [`Self::get`]).
-    pub fn verify(&self, image: &str, keys: &str) -> Result<String, String> {
+    /// Whether `trust` (public keys, or keyless roots and identities)
+    /// verifies a cosign signature of `image`: its digest, or why not (the
+    /// registry's error, cosign's `no signatures found` / `no matching
+    /// signatures`, or not fetched yet, as [`Self::get`]).
+    pub fn verify(&self, image: &str, trust: &cosign::Trust) -> Result<String, String> {
         let sigs = self.answer(
             &self.signatures,
             || self.registry.cached_signatures(image),
             Want::Signatures,
             image,
         )?;
-        self.registry.verify(image, keys, &sigs)
+        self.registry.verify(image, trust, &sigs)
     }
 
     /// The in-toto statements of the cosign attestations of `image` that
-    /// one of `keys` (PEM public keys) verifies, or why none (the
-    /// registry's error, cosign's `no matching attestations: ` (none at all) / `no matching
-    /// attestations`, or not fetched yet, as [`Self::get`]).
-    pub fn attestations(&self, image: &str, keys: &str) -> Result<Vec<Value>, String> {
+    /// `trust` (public keys, or keyless roots and identities) verifies, or
+    /// why none (the registry's error, cosign's `no matching attestations:
+    /// ` (none at all) / `no matching attestations: ` with why, or not
+    /// fetched yet, as [`Self::get`]).
+    pub fn attestations(&self, image: &str, trust: &cosign::Trust) -> Result<Vec<Value>, String> {
         let atts = self.answer(
             &self.attestations,
             || self.registry.cached_attestations(image),
             Want::Attestations,
             image,
         )?;
-        self.registry.verify_attestations(image, keys, &atts)
+        self.registry.verify_attestations(image, trust, &atts)
     }
 
     /// Fetches what [`Self::get`], [`Self::verify`] and

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use oci_client::client::{ClientConfig, ClientProtocol, Config, ImageLayer};
 use oci_client::manifest::{
-    IMAGE_CONFIG_MEDIA_TYPE, IMAGE_LAYER_GZIP_MEDIA_TYPE, ImageIndexEntry, OciImageIndex,
-    OciManifest, Platform,
+    IMAGE_CONFIG_MEDIA_TYPE, IMAGE_LAYER_GZIP_MEDIA_TYPE, ImageIndexEntry, OCI_IMAGE_MEDIA_TYPE,
+    OciImageIndex, OciImageManifest, OciManifest, Platform,
 };
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
@@ -218,6 +218,31 @@ impl LocalRegistry {
     /// does: a simple signing payload layer with the signature annotation,
     /// added to those under `sha256-HEX.sig`. Returns the signed digest.
     pub async fn sign(&self, repo_tag: &str, key: &p256::ecdsa::SigningKey) -> String {
+        self.sign_with(repo_tag, key, None).await
+    }
+
+    /// Signs `repo_tag`'s manifest digest as `cosign sign` does keyless:
+    /// as [`Self::sign`] with `id`'s key, the layer also carrying `id`'s
+    /// certificate and `chain_pem` (what [`Fulcio::chain_pem`] gives) in
+    /// cosign's certificate annotations. Returns the signed digest.
+    pub async fn sign_keyless(
+        &self,
+        repo_tag: &str,
+        id: &SigningIdentity,
+        chain_pem: &str,
+    ) -> String {
+        self.sign_with(repo_tag, &id.key, Some((&id.cert_pem, chain_pem)))
+            .await
+    }
+
+    /// [`Self::sign`], the layer also annotated with `certificate` (the
+    /// signing certificate and its chain) when given.
+    async fn sign_with(
+        &self,
+        repo_tag: &str,
+        key: &p256::ecdsa::SigningKey,
+        certificate: Option<(&str, &str)>,
+    ) -> String {
         self.add_cosign_layer(repo_tag, crate::cosign::signature_tag, |name, digest| {
             let payload = serde_json::to_vec(&serde_json::json!({
                 "critical": {
@@ -226,14 +251,14 @@ impl LocalRegistry {
                     "type": "cosign container image signature"},
                 "optional": null}))
             .unwrap();
-            let annotations = BTreeMap::from([(
-                crate::cosign::SIGNATURE_ANNOTATION.to_string(),
-                der_base64(key, &payload),
-            )]);
+            let signature = der_base64(key, &payload);
             ImageLayer::new(
                 payload,
                 crate::cosign::SIMPLE_SIGNING_MEDIA_TYPE.to_string(),
-                Some(annotations),
+                Some(annotations(
+                    [(crate::cosign::SIGNATURE_ANNOTATION, signature)],
+                    certificate,
+                )),
             )
         })
         .await
@@ -252,6 +277,37 @@ impl LocalRegistry {
         predicate_type: &str,
         predicate: serde_json::Value,
     ) -> String {
+        self.attest_with(repo_tag, key, None, predicate_type, predicate)
+            .await
+    }
+
+    /// Attests as `cosign attest` does keyless: as [`Self::attest`] with
+    /// `id`'s key, the DSSE layer also carrying `id`'s certificate and
+    /// `chain_pem` in cosign's certificate annotations. Returns the
+    /// attested digest.
+    pub async fn attest_keyless(
+        &self,
+        repo_tag: &str,
+        id: &SigningIdentity,
+        chain_pem: &str,
+        predicate_type: &str,
+        predicate: serde_json::Value,
+    ) -> String {
+        let certificate = Some((id.cert_pem.as_str(), chain_pem));
+        self.attest_with(repo_tag, &id.key, certificate, predicate_type, predicate)
+            .await
+    }
+
+    /// [`Self::attest`], the layer also annotated with `certificate` (the
+    /// signing certificate and its chain) when given.
+    async fn attest_with(
+        &self,
+        repo_tag: &str,
+        key: &p256::ecdsa::SigningKey,
+        certificate: Option<(&str, &str)>,
+        predicate_type: &str,
+        predicate: serde_json::Value,
+    ) -> String {
         use crate::cosign::{DSSE_MEDIA_TYPE, IN_TOTO_PAYLOAD_TYPE, SIGNATURE_ANNOTATION};
         self.add_cosign_layer(repo_tag, crate::cosign::attestation_tag, |name, digest| {
             let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
@@ -266,14 +322,16 @@ impl LocalRegistry {
                 "payloadType": IN_TOTO_PAYLOAD_TYPE,
                 "payload": base64::engine::general_purpose::STANDARD.encode(&statement),
                 "signatures": [{"keyid": "", "sig": der_base64(key, &signed)}]});
-            let annotations = BTreeMap::from([
-                (SIGNATURE_ANNOTATION.to_string(), String::new()),
-                ("predicateType".to_string(), predicate_type.to_string()),
-            ]);
             ImageLayer::new(
                 serde_json::to_vec(&envelope).unwrap(),
                 DSSE_MEDIA_TYPE.to_string(),
-                Some(annotations),
+                Some(annotations(
+                    [
+                        (SIGNATURE_ANNOTATION, String::new()),
+                        ("predicateType", predicate_type.to_string()),
+                    ],
+                    certificate,
+                )),
             )
         })
         .await
@@ -306,8 +364,29 @@ impl LocalRegistry {
             .unwrap();
         layers.push(layer);
         let config = Config::new(b"{}".to_vec(), IMAGE_CONFIG_MEDIA_TYPE.to_string(), None);
+        let manifest = OciImageManifest::build(&layers, &config, None);
         client
-            .push(&artifact, &layers, config, &RegistryAuth::Anonymous, None)
+            .store_auth_if_needed(artifact.resolve_registry(), &RegistryAuth::Anonymous)
+            .await;
+        for (layer, descriptor) in layers.iter().zip(&manifest.layers) {
+            client
+                .push_blob(&artifact, layer.data.clone(), &descriptor.digest)
+                .await
+                .unwrap();
+        }
+        client
+            .push_blob(&artifact, config.data, &manifest.config.digest)
+            .await
+            .unwrap();
+        // Not `Client::push`: its manifest is written as canonical JSON,
+        // which leaves the newlines of a PEM annotation (a keyless
+        // certificate) unescaped, and the registry rejects that JSON.
+        client
+            .push_manifest_raw(
+                &artifact,
+                serde_json::to_vec(&manifest).unwrap(),
+                OCI_IMAGE_MEDIA_TYPE.parse().unwrap(),
+            )
             .await
             .unwrap();
         digest
@@ -320,4 +399,178 @@ fn der_base64(key: &p256::ecdsa::SigningKey, message: &[u8]) -> String {
     use p256::ecdsa::signature::Signer as _;
     let signature: p256::ecdsa::Signature = key.sign(message);
     base64::engine::general_purpose::STANDARD.encode(signature.to_der().as_bytes())
+}
+
+/// A cosign layer's annotations: `base`, and cosign's certificate and
+/// chain annotations when `certificate` (certificate PEM, chain PEM) is
+/// given.
+fn annotations<const N: usize>(
+    base: [(&str, String); N],
+    certificate: Option<(&str, &str)>,
+) -> BTreeMap<String, String> {
+    let mut annotations: BTreeMap<String, String> =
+        base.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+    if let Some((cert, chain)) = certificate {
+        annotations.insert(
+            crate::cosign::CERTIFICATE_ANNOTATION.to_string(),
+            cert.to_string(),
+        );
+        annotations.insert(
+            crate::cosign::CHAIN_ANNOTATION.to_string(),
+            chain.to_string(),
+        );
+    }
+    annotations
+}
+
+/// A local Fulcio-like CA for keyless tests: a root CA and an intermediate
+/// CA (ECDSA P-256) issuing short-lived code signing certificates that
+/// name an email and an OIDC issuer as Fulcio's do.
+pub struct Fulcio {
+    root: rcgen::Certificate,
+    intermediate: rcgen::Certificate,
+    intermediate_issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+}
+
+impl std::fmt::Debug for Fulcio {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fulcio").finish_non_exhaustive()
+    }
+}
+
+/// A key and the certificate a [`Fulcio`] issued for it.
+#[derive(Debug, Clone)]
+pub struct SigningIdentity {
+    /// The signing key (ECDSA P-256).
+    pub key: p256::ecdsa::SigningKey,
+    /// The certificate of the key's public key (PEM).
+    pub cert_pem: String,
+}
+
+/// Fulcio's OIDC issuer extension (deprecated): the issuer's raw bytes.
+const FULCIO_ISSUER_V1: &[u64] = &[1, 3, 6, 1, 4, 1, 57264, 1, 1];
+/// Fulcio's OIDC issuer extension: a DER UTF8String.
+const FULCIO_ISSUER_V2: &[u64] = &[1, 3, 6, 1, 4, 1, 57264, 1, 8];
+
+impl Default for Fulcio {
+    fn default() -> Fulcio {
+        Fulcio::new()
+    }
+}
+
+impl Fulcio {
+    /// A CA with fresh random keys.
+    pub fn new() -> Fulcio {
+        let key = || rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).expect("a key");
+        Fulcio::with_keys(key(), key())
+    }
+
+    /// A CA whose keys (and names) depend only on `seed`: the root of one
+    /// run is a trust anchor for the certificates another run issues
+    /// (their bytes differ, ECDSA signatures being randomized).
+    pub fn from_seed(seed: u8) -> Fulcio {
+        let key = |role: u8| {
+            use p256::pkcs8::EncodePrivateKey as _;
+            // A scalar below the curve's order and not zero.
+            let mut bytes = [seed; 32];
+            bytes[0] = 0;
+            bytes[31] = role;
+            let key = p256::ecdsa::SigningKey::from_bytes(&bytes.into()).expect("a valid scalar");
+            let der = key.to_pkcs8_der().expect("PKCS#8");
+            rcgen::KeyPair::try_from(der.as_bytes()).expect("an rcgen key")
+        };
+        Fulcio::with_keys(key(1), key(2))
+    }
+
+    fn with_keys(root_key: rcgen::KeyPair, intermediate_key: rcgen::KeyPair) -> Fulcio {
+        use rcgen::{BasicConstraints, IsCa, KeyUsagePurpose};
+        let ca = |name: &str, constraints| {
+            let mut params = rcgen::CertificateParams::default();
+            params.distinguished_name = rcgen::DistinguishedName::new();
+            params
+                .distinguished_name
+                .push(rcgen::DnType::OrganizationName, "leash test");
+            params
+                .distinguished_name
+                .push(rcgen::DnType::CommonName, name);
+            params.is_ca = IsCa::Ca(constraints);
+            params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+            params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+            params.not_after = rcgen::date_time_ymd(2100, 1, 1);
+            params
+        };
+        let root_params = ca("leash test fulcio root", BasicConstraints::Unconstrained);
+        let root = root_params.self_signed(&root_key).expect("the root");
+        let root_issuer = rcgen::Issuer::new(root_params, root_key);
+        let mut intermediate_params = ca(
+            "leash test fulcio intermediate",
+            BasicConstraints::Constrained(0),
+        );
+        // As Sigstore's intermediate: code signing only.
+        intermediate_params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::CodeSigning];
+        intermediate_params.use_authority_key_identifier_extension = true;
+        let intermediate = intermediate_params
+            .signed_by(&intermediate_key, &root_issuer)
+            .expect("the intermediate");
+        Fulcio {
+            root,
+            intermediate,
+            intermediate_issuer: rcgen::Issuer::new(intermediate_params, intermediate_key),
+        }
+    }
+
+    /// The root CA's certificate (PEM): a keyless trust's `roots`.
+    pub fn root_pem(&self) -> String {
+        self.root.pem()
+    }
+
+    /// The chain a signing certificate's chain annotation holds, as
+    /// cosign writes it: the intermediate's certificate, then the root's
+    /// (PEM).
+    pub fn chain_pem(&self) -> String {
+        format!("{}{}", self.intermediate.pem(), self.root.pem())
+    }
+
+    /// A fresh key and its certificate, issued by the intermediate as
+    /// Fulcio issues one: no subject, `subject_email` as its subject
+    /// alternative name (critical, as with an empty subject), code signing
+    /// usage, and `issuer` in Fulcio's two OIDC issuer extensions. Valid
+    /// from a minute ago for `valid`: under a minute gives a certificate
+    /// already expired.
+    pub fn issue(
+        &self,
+        subject_email: &str,
+        issuer: &str,
+        valid: std::time::Duration,
+    ) -> SigningIdentity {
+        use p256::pkcs8::DecodePrivateKey as _;
+        use x509_cert::der::Encode as _;
+        let leaf_key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).expect("a key");
+        let mut params = rcgen::CertificateParams::default();
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params.subject_alt_names = vec![rcgen::SanType::Rfc822Name(
+            subject_email.try_into().expect("an ASCII email"),
+        )];
+        params.key_usages = vec![rcgen::KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::CodeSigning];
+        params.use_authority_key_identifier_extension = true;
+        let from = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
+        params.not_before = from.into();
+        params.not_after = (from + valid).into();
+        let utf8 = x509_cert::der::asn1::Utf8StringRef::new(issuer)
+            .and_then(|s| s.to_der())
+            .expect("a DER UTF8String");
+        params.custom_extensions = vec![
+            rcgen::CustomExtension::from_oid_content(FULCIO_ISSUER_V1, issuer.as_bytes().to_vec()),
+            rcgen::CustomExtension::from_oid_content(FULCIO_ISSUER_V2, utf8),
+        ];
+        let cert = params
+            .signed_by(&leaf_key, &self.intermediate_issuer)
+            .expect("the leaf");
+        SigningIdentity {
+            key: p256::ecdsa::SigningKey::from_pkcs8_der(leaf_key.serialized_der())
+                .expect("a P-256 key"),
+            cert_pem: cert.pem(),
+        }
+    }
 }

@@ -783,15 +783,15 @@ impl RuleCtx<'_> {
                             Err(e) => {
                                 // A registry that cannot be read is an
                                 // error, not a verdict (Kyverno's
-                                // handleRegistryErrors).
-                                let status = if e.starts_with("no signatures found")
-                                    || e.starts_with("no matching signatures")
-                                {
-                                    Status::Fail
-                                } else {
+                                // handleRegistryErrors); what the
+                                // signatures say is the verdict.
+                                let status = if is_registry_error(&e) {
                                     Status::Error
+                                } else {
+                                    Status::Fail
                                 };
-                                first_error.get_or_insert((status, format!("{path}.keys: {e}")));
+                                let kind = trust_path(keys);
+                                first_error.get_or_insert((status, format!("{path}{kind}: {e}")));
                             }
                         }
                     }
@@ -897,7 +897,8 @@ impl RuleCtx<'_> {
                         .peekable();
                     if matching.peek().is_none() {
                         errors.push(format!(
-                            "{entry_path}.keys: attestions not found for predicate type {ty}"
+                            "{entry_path}{}: attestions not found for predicate type {ty}",
+                            trust_path(keys)
                         ));
                         continue;
                     }
@@ -907,13 +908,15 @@ impl RuleCtx<'_> {
                             Ok(true) => {}
                             Ok(false) => {
                                 failed = Some(format!(
-                                    "{entry_path}.keys: attestation checks failed for {shown} and predicate {ty}: "
+                                    "{entry_path}{}: attestation checks failed for {shown} and predicate {ty}: ",
+                                    trust_path(keys)
                                 ));
                                 break;
                             }
                             Err(e) => {
                                 failed = Some(format!(
-                                    "{entry_path}.keys: failed to check attestations: {e}"
+                                    "{entry_path}{}: failed to check attestations: {e}",
+                                    trust_path(keys)
                                 ));
                                 break;
                             }
@@ -1511,6 +1514,25 @@ impl RuleCtx<'_> {
 /// The images of an object's pod spec (a Pod's, a pod controller's
 /// template's, a CronJob's job template's): containers, init containers and
 /// ephemeral containers, as Kyverno's default image extractors find them.
+/// Whether a verification's error is about reaching the image (its
+/// registry's answer, a reference that does not parse, no registry read
+/// here, data not fetched yet) rather than about its signatures.
+fn is_registry_error(e: &str) -> bool {
+    e.starts_with("image ")
+        || e.starts_with("invalid image reference")
+        || e.starts_with("cannot verify")
+        || e.contains("was not fetched yet")
+}
+
+/// The field an attestor entry's errors name after its path: `.keys` or
+/// `.keyless`, as Kyverno's verifier builder names them.
+fn trust_path(trust: &crate::request::ImageTrust) -> &'static str {
+    match trust {
+        crate::request::ImageTrust::Keys(_) => ".keys",
+        crate::request::ImageTrust::Keyless { .. } => ".keyless",
+    }
+}
+
 pub(crate) fn pod_images(object: &Value) -> Vec<String> {
     let spec = if object["kind"] == "CronJob" {
         &object["spec"]["jobTemplate"]["spec"]["template"]["spec"]

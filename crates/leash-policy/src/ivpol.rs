@@ -37,7 +37,7 @@ use serde_json::{Map, Value as Json};
 
 use crate::cel::{Activation, Expr};
 use crate::error::{Error, Result};
-use crate::request::{ClusterData, EvalRequest};
+use crate::request::{ClusterData, EvalRequest, ImageTrust, KeylessIdentity};
 use crate::result::Status;
 
 /// The kinds compiled with an [`ImageChecks`] part.
@@ -338,25 +338,61 @@ pub(crate) struct Verifier<'a> {
     payloads: Mutex<HashMap<(String, String), Json>>,
 }
 
-/// An attestor's cosign public key (PEM), or why it cannot be used.
-fn cosign_key(attestor: &Json) -> std::result::Result<Option<&str>, String> {
+/// What an attestor trusts (its cosign public key, or its keyless roots
+/// and identities), or why leash cannot verify it as Kyverno would (the
+/// function then errs: never counted as verified). None for an attestor
+/// of neither kind.
+fn cosign_trust(attestor: &Json) -> std::result::Result<Option<ImageTrust>, String> {
     let name = attestor["name"].as_str().unwrap_or("");
-    if !attestor["cosign"].is_null() {
-        return match attestor["cosign"]["key"]["data"].as_str() {
-            // Kyverno checks signatures against Rekor unless told not to;
-            // leash reads no transparency log.
-            Some(_)
-                if attestor["cosign"]["ctlog"]["insecureIgnoreTlog"].as_bool() != Some(true) =>
-            {
-                Err(format!(
-                    "attestor {name}: the signatures must be verified against a transparency log (Rekor), which leash does not read; set cosign.ctlog.insecureIgnoreTlog: true to verify them by the public key alone"
-                ))
+    let cosign = &attestor["cosign"];
+    if !cosign.is_null() {
+        // Kyverno checks signatures against Rekor (and a keyless
+        // certificate's SCT) unless told not to; leash reads neither log.
+        if cosign["ctlog"]["insecureIgnoreTlog"].as_bool() != Some(true) {
+            return Err(format!(
+                "attestor {name}: the signatures must be verified against a transparency log (Rekor), which leash does not read; set cosign.ctlog.insecureIgnoreTlog: true to verify them without it"
+            ));
+        }
+        if let Some(pem) = cosign["key"]["data"]
+            .as_str()
+            .filter(|p| !p.trim().is_empty())
+        {
+            return Ok(Some(ImageTrust::Keys(pem.to_string())));
+        }
+        let keyless = &cosign["keyless"];
+        if !keyless.is_null() {
+            if cosign["ctlog"]["insecureIgnoreSCT"].as_bool() != Some(true) {
+                return Err(format!(
+                    "attestor {name}: the certificate's SCT must be verified against a certificate transparency log, which leash does not read; set cosign.ctlog.insecureIgnoreSCT: true"
+                ));
             }
-            Some(pem) if !pem.trim().is_empty() => Ok(Some(pem)),
-            _ => Err(format!(
-                "attestor {name}: leash verifies cosign public keys (cosign.key.data or cosign.key.expression); keyless, certificate and KMS attestors are not supported yet"
-            )),
-        };
+            let roots = keyless["roots"].as_str().unwrap_or_default();
+            if !roots.contains("-----BEGIN CERTIFICATE-----") {
+                return Err(format!(
+                    "attestor {name}: leash verifies keyless signatures against the roots the policy gives (cosign.keyless.roots, PEM); it has no Sigstore public-good trust root"
+                ));
+            }
+            let text = |v: &Json, k: &str| v[k].as_str().unwrap_or_default().to_string();
+            let identities = keyless["identities"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|i| KeylessIdentity {
+                    issuer: text(i, "issuer"),
+                    subject: text(i, "subject"),
+                    issuer_regexp: text(i, "issuerRegExp"),
+                    subject_regexp: text(i, "subjectRegExp"),
+                    wildcards: false,
+                })
+                .collect();
+            return Ok(Some(ImageTrust::Keyless {
+                roots: roots.to_string(),
+                identities,
+            }));
+        }
+        return Err(format!(
+            "attestor {name}: leash verifies cosign public keys (cosign.key.data or cosign.key.expression) and keyless signatures with roots (cosign.keyless.roots); certificate, KMS and secret attestors are not supported yet"
+        ));
     }
     if !attestor["notary"].is_null() {
         return Err(format!(
@@ -388,10 +424,10 @@ impl<'a> Verifier<'a> {
         let list = attestor_list(attestors)?;
         let mut count = 0;
         for a in list {
-            let Some(key) = cosign_key(a)? else {
+            let Some(trust) = cosign_trust(a)? else {
                 continue;
             };
-            if self.data.verify_image(image, key).is_ok() {
+            if self.data.verify_image(image, &trust).is_ok() {
                 count += 1;
             }
         }
@@ -418,7 +454,7 @@ impl<'a> Verifier<'a> {
         let list = attestor_list(attestors)?;
         let mut count = 0;
         for a in list {
-            let Some(key) = cosign_key(a)? else {
+            let Some(trust) = cosign_trust(a)? else {
                 continue;
             };
             // cosign verifies in-toto attestations only (Kyverno: "cosign
@@ -427,7 +463,7 @@ impl<'a> Verifier<'a> {
                 continue;
             };
             let want = predicate_uri(ty);
-            let Ok(statements) = self.data.verify_attestations(image, key) else {
+            let Ok(statements) = self.data.verify_attestations(image, &trust) else {
                 continue;
             };
             if let Some(s) = statements
@@ -584,6 +620,7 @@ mod tests {
 
     const KEY: &str = "-----BEGIN PUBLIC KEY-----\nSIGNER\n-----END PUBLIC KEY-----";
     const OTHER: &str = "-----BEGIN PUBLIC KEY-----\nOTHER\n-----END PUBLIC KEY-----";
+    const ROOTS: &str = "-----BEGIN CERTIFICATE-----\nROOT\n-----END CERTIFICATE-----";
     const D: &str = "@sha256:0000000000000000000000000000000000000000000000000000000000000001";
 
     /// A registry where `reg.io/signed` is signed and attested (an SBOM
@@ -607,8 +644,18 @@ mod tests {
             }
             Ok(json!({"image": image, "config": {"config": {"Labels": {"team": "a"}}}}))
         }
-        fn verify_image(&self, image: &str, keys: &str) -> std::result::Result<String, String> {
-            if image.starts_with("reg.io/signed") && keys == KEY {
+        fn verify_image(
+            &self,
+            image: &str,
+            trust: &ImageTrust,
+        ) -> std::result::Result<String, String> {
+            let keyless_ok = matches!(trust, ImageTrust::Keyless { roots, identities }
+                if roots == ROOTS && identities.len() == 1 && identities[0].issuer == "https://issuer"
+                    && (identities[0].wildcards == identities[0].subject.contains('*')));
+            if image.starts_with("reg.io/keyless") && keyless_ok {
+                return Ok(D[1..].to_string());
+            }
+            if image.starts_with("reg.io/signed") && *trust == ImageTrust::Keys(KEY.into()) {
                 Ok(D[1..].to_string())
             } else {
                 Err("no matching signatures".into())
@@ -617,9 +664,9 @@ mod tests {
         fn verify_attestations(
             &self,
             image: &str,
-            keys: &str,
+            trust: &ImageTrust,
         ) -> std::result::Result<Vec<Json>, String> {
-            if image.starts_with("reg.io/signed") && keys == KEY {
+            if image.starts_with("reg.io/signed") && *trust == ImageTrust::Keys(KEY.into()) {
                 Ok(vec![json!({"_type": "https://in-toto.io/Statement/v0.1",
                     "predicateType": "https://cyclonedx.org/bom",
                     "predicate": {"bomFormat": "CycloneDX"}})])
@@ -911,6 +958,62 @@ mod tests {
             )),
             "{message}"
         );
+    }
+
+    /// Keyless attestors reach the registry as their roots and identities:
+    /// a ClusterPolicy's subject a Kyverno wildcard, an
+    /// ImageValidatingPolicy's identities exact; an attestor leaving the
+    /// transparency logs on errs.
+    #[test]
+    fn keyless_attestors_pass_their_roots_and_identities() {
+        let image = format!("reg.io/keyless:1{D}");
+        let ctlog = json!({"insecureIgnoreTlog": true, "insecureIgnoreSCT": true});
+        let attestor = |ctlog: Json| {
+            json!({"attestors": [{"name": "k", "cosign": {"keyless": {
+                "identities": [{"issuer": "https://issuer", "subject": "dev@example.com"}],
+                "roots": ROOTS}, "ctlog": ctlog}}]})
+        };
+        let p = doc("kl", spec(signed_check(), attestor(ctlog)));
+        assert_eq!(one(&[p], pod(&[&image])).0, Status::Pass);
+        let p = doc(
+            "kl",
+            spec(
+                signed_check(),
+                attestor(json!({"insecureIgnoreTlog": true})),
+            ),
+        );
+        let (status, message) = one(&[p], pod(&[&image]));
+        assert_eq!(status, Status::Error);
+        assert!(message.contains("insecureIgnoreSCT: true"), "{message}");
+        let cpol = |keyless: Json| {
+            json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+                "metadata": {"name": "kl"},
+                "spec": {"validationFailureAction": "Enforce", "rules": [{"name": "sig",
+                    "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                    "verifyImages": [{"imageReferences": ["reg.io/*"],
+                        "attestors": [{"entries": [{"keyless": keyless}]}]}]}]}})
+        };
+        let rekor = json!({"url": "https://rekor.example.com", "ignoreTlog": true});
+        let keyless = json!({"issuer": "https://issuer", "subject": "*@example.com",
+            "roots": ROOTS, "rekor": rekor, "ctlog": {"ignoreSCT": true}});
+        assert_eq!(one(&[cpol(keyless)], pod(&[&image])).0, Status::Pass);
+        // Kyverno's validation: a Rekor entry names its URL.
+        let no_url = json!({"issuer": "https://issuer", "roots": ROOTS,
+            "rekor": {"ignoreTlog": true}, "ctlog": {"ignoreSCT": true}});
+        let err = Engine::new()
+            .add_json(&cpol(no_url))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("verifyImages[0].attestors[0].entries[0].keyless")
+                && err.contains("An URL is required"),
+            "{err}"
+        );
+        let no_roots = json!({"issuer": "https://issuer", "subject": "*@example.com",
+            "rekor": rekor, "ctlog": {"ignoreSCT": true}});
+        let (status, message) = one(&[cpol(no_roots)], pod(&[&image]));
+        assert_eq!(status, Status::Error);
+        assert!(message.contains("keyless.roots"), "{message}");
     }
 
     #[test]

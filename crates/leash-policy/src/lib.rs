@@ -67,6 +67,7 @@ pub use mutate::{Mutation, MutationStep, PatchedTarget};
 pub use policy::{FailureAction, Policy};
 pub use reads::{Builder, ReadSet};
 pub use request::{
-    ClusterData, EntryKind, EvalRequest, NoClusterData, Operation, ServiceCall, UserInfo, labels_of,
+    ClusterData, EntryKind, EvalRequest, ImageTrust, KeylessIdentity, NoClusterData, Operation,
+    ServiceCall, UserInfo, labels_of,
 };
 pub use result::{RuleResult, Source, Status};

@@ -11,6 +11,7 @@ use crate::cel::CelRule;
 use crate::conditions::{CondOp, Conditions};
 use crate::error::{Error, Result};
 use crate::matching::MatchBlock;
+use crate::request::{ImageTrust, KeylessIdentity};
 use crate::vars::ExprCache;
 
 /// What a failed validate rule does at admission.
@@ -166,10 +167,10 @@ pub(crate) struct AttestationCheck {
 pub(crate) struct AttestorSet {
     /// How many entries must verify (all when not given).
     pub count: Option<usize>,
-    /// Each entry's public keys (PEM), or why this engine does not verify
-    /// it (keyless, certificates, a key whose signatures must be in the
-    /// transparency log).
-    pub entries: Vec<Result<String, String>>,
+    /// Each entry's trust (public keys, keyless roots and identity), or
+    /// why this engine does not verify it (certificates, an entry whose
+    /// signatures must be in the transparency log).
+    pub entries: Vec<Result<ImageTrust, String>>,
 }
 
 /// A validate `pattern` (or one of `anyPattern`), with whether it holds
@@ -893,6 +894,39 @@ fn compile_image_verification(
 /// allow what Kyverno denies.
 const TLOG_REQUIRED: &str = "keys: the signatures must be verified against a transparency log (Rekor), which leash does not read; set keys.rekor.ignoreTlog: true to verify them by the public key alone";
 
+/// A `keyless` attestor entry: its roots and identity, when leash can
+/// verify it as Kyverno would; else why not (the rule then errs, never
+/// passes).
+fn keyless_trust(k: &Value) -> std::result::Result<ImageTrust, String> {
+    if k["rekor"]["ignoreTlog"].as_bool() != Some(true) {
+        return Err("keyless: the signatures must be verified against a transparency log (Rekor), which leash does not read; set keyless.rekor.ignoreTlog: true to verify the certificate alone".to_string());
+    }
+    if k["ctlog"]["ignoreSCT"].as_bool() != Some(true) {
+        return Err("keyless: the certificate's SCT must be verified against a certificate transparency log, which leash does not read; set keyless.ctlog.ignoreSCT: true".to_string());
+    }
+    let roots = k["roots"].as_str().unwrap_or_default();
+    if !roots.contains("-----BEGIN CERTIFICATE-----") {
+        return Err("keyless: leash verifies keyless signatures against the roots the policy gives (keyless.roots, PEM); it has no Sigstore public-good trust root".to_string());
+    }
+    if k["additionalExtensions"]
+        .as_object()
+        .is_some_and(|m| !m.is_empty())
+    {
+        return Err(unsupported("keyless additionalExtensions"));
+    }
+    let text = |key: &str| k[key].as_str().unwrap_or_default().to_string();
+    Ok(ImageTrust::Keyless {
+        roots: roots.to_string(),
+        identities: vec![KeylessIdentity {
+            issuer: text("issuer"),
+            subject: text("subject"),
+            issuer_regexp: text("issuerRegExp"),
+            subject_regexp: text("subjectRegExp"),
+            wildcards: true,
+        }],
+    })
+}
+
 fn unsupported(kind: &str) -> String {
     format!("{kind} attestors are not supported by leash")
 }
@@ -915,12 +949,22 @@ fn compile_attestor_sets(v: &Value, field: &str, err: &ErrFn<'_>) -> Result<Vec<
                 // told not to; leash reads no transparency log, so it
                 // verifies by key only when the policy says that is enough.
                 if e["keys"]["rekor"]["ignoreTlog"].as_bool() == Some(true) {
-                    Ok(keys.to_string())
+                    Ok(ImageTrust::Keys(keys.to_string()))
                 } else {
                     Err(TLOG_REQUIRED.to_string())
                 }
-            } else if e.get("keyless").is_some_and(|x| !x.is_null()) {
-                Err(unsupported("keyless"))
+            } else if let Some(k) = e.get("keyless").filter(|x| !x.is_null()) {
+                // Kyverno's KeylessAttestor validation.
+                let kf = format!("{af}.entries[{j}].keyless");
+                if k["rekor"].is_null() && k["roots"].as_str().unwrap_or_default().is_empty() {
+                    return Err(err(kf, "Either Rekor URL or roots are required".into()));
+                }
+                if !k["rekor"].is_null()
+                    && k["rekor"]["url"].as_str().unwrap_or_default().is_empty()
+                {
+                    return Err(err(kf, "An URL is required".into()));
+                }
+                keyless_trust(k)
             } else if e.get("certificates").is_some_and(|x| !x.is_null()) {
                 Err(unsupported("certificates"))
             } else if e.get("attestor").is_some_and(|x| !x.is_null()) {

@@ -254,27 +254,62 @@ pub trait ClusterData: Send + Sync + std::fmt::Debug {
         ))
     }
 
-    /// Whether one of `public_keys` (PEM) verifies a cosign signature of
-    /// `image`: the image's digest, or why not (cosign's `no signatures
-    /// found` / `no matching signatures`, a registry's error).
-    fn verify_image(&self, image: &str, public_keys: &str) -> Result<String, String> {
-        let _ = public_keys;
+    /// Whether `trust` (public keys, or keyless identities and roots)
+    /// verifies a cosign signature of `image`: the image's digest, or why
+    /// not (cosign's `no signatures found` / `no matching signatures`, a
+    /// registry's error).
+    fn verify_image(&self, image: &str, trust: &ImageTrust) -> Result<String, String> {
+        let _ = trust;
         Err(format!(
             "cannot verify {image}: no image registry is read here"
         ))
     }
 
     /// The in-toto statements (`_type`, `predicateType`, `subject`,
-    /// `predicate`) of the cosign attestations of `image` that one of
-    /// `public_keys` (PEM) signed and whose subject names the image's
+    /// `predicate`) of the cosign attestations of `image` that `trust`
+    /// verifies and whose subject names the image's
     /// digest, or why there are none (cosign's `no matching attestations: ` (none at all) /
     /// `no matching attestations`, a registry's error).
-    fn verify_attestations(&self, image: &str, public_keys: &str) -> Result<Vec<Value>, String> {
-        let _ = public_keys;
+    fn verify_attestations(&self, image: &str, trust: &ImageTrust) -> Result<Vec<Value>, String> {
+        let _ = trust;
         Err(format!(
             "cannot verify the attestations of {image}: no image registry is read here"
         ))
     }
+}
+
+/// Who must have signed an image, as a policy says it: a `verifyImages`
+/// attestor entry, an ImageValidatingPolicy's cosign attestor.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ImageTrust {
+    /// PEM public keys (one or more; any one verifies).
+    Keys(String),
+    /// cosign keyless: a signing certificate chaining to `roots` (PEM CA
+    /// certificates) and naming one of `identities` (any, when empty).
+    Keyless {
+        /// PEM CA certificates, each a trust anchor.
+        roots: String,
+        /// Any one must match.
+        identities: Vec<KeylessIdentity>,
+    },
+}
+
+/// One keyless identity: the certificate's OIDC issuer and subject (an
+/// email or URI subject alternative name).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct KeylessIdentity {
+    /// The issuer (empty: any).
+    pub issuer: String,
+    /// The subject (empty: any).
+    pub subject: String,
+    /// A regular expression the issuer must match (empty: none).
+    pub issuer_regexp: String,
+    /// A regular expression the subject must match (empty: none).
+    pub subject_regexp: String,
+    /// `issuer` and `subject` are Kyverno wildcards (a ClusterPolicy's
+    /// keyless attestor), not exact strings (an ImageValidatingPolicy's
+    /// identities, as cosign matches them).
+    pub wildcards: bool,
 }
 
 /// One `apiCall` `service` call, its variables substituted.

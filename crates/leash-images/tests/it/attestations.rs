@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use leash_images::cosign::Trust;
 use leash_images::testing::{LocalRegistry, public_key_pem, signing_key};
 use leash_images::{ImageLookup, Registry, RegistrySettings};
 
@@ -52,7 +53,7 @@ async fn attestations_verify_with_their_key_only() {
     assert_eq!(atts.envelopes.len(), 2, "cosign keeps every attestation");
 
     let statements = registry
-        .verify_attestations(&attested, &public_key_pem(&key), &atts)
+        .verify_attestations(&attested, &Trust::Keys(public_key_pem(&key)), &atts)
         .unwrap();
     let types: Vec<_> = statements
         .iter()
@@ -74,14 +75,18 @@ async fn attestations_verify_with_their_key_only() {
         digest
     );
     let err = registry
-        .verify_attestations(&attested, &public_key_pem(&signing_key(2)), &atts)
+        .verify_attestations(
+            &attested,
+            &Trust::Keys(public_key_pem(&signing_key(2))),
+            &atts,
+        )
         .unwrap_err();
     assert!(err.starts_with("no matching attestations"), "{err}");
 
     let none = registry.attestations(&plain).await.unwrap();
     assert!(none.envelopes.is_empty());
     assert_eq!(
-        registry.verify_attestations(&plain, &public_key_pem(&key), &none),
+        registry.verify_attestations(&plain, &Trust::Keys(public_key_pem(&key)), &none),
         Err(leash_images::cosign::NO_ATTESTATIONS.to_string())
     );
     // Signatures and attestations are separate artifacts.
@@ -125,7 +130,7 @@ async fn concurrent_attestation_lookups_make_one_fetch() {
     let atts = registry.attestations(&image).await.unwrap();
     assert_eq!(registry.fetches(), 2, "cached");
     assert!(registry.cached_attestations(&image).is_some());
-    let pem = public_key_pem(&key);
+    let pem = Trust::Keys(public_key_pem(&key));
     for _ in 0..2 {
         assert_eq!(
             registry
@@ -158,7 +163,7 @@ async fn an_evaluations_lookup_fetches_missed_attestations_once() {
     let registry = registry();
     let attested = format!("{}/app:attested", reg.host);
     let plain = format!("{}/app:plain", reg.host);
-    let pem = public_key_pem(&key);
+    let pem = Trust::Keys(public_key_pem(&key));
     let lookup = ImageLookup::new(registry.clone());
     for image in [&attested, &attested, &plain] {
         let err = lookup.attestations(image, &pem).unwrap_err();
@@ -177,7 +182,7 @@ async fn an_evaluations_lookup_fetches_missed_attestations_once() {
         Err(leash_images::cosign::NO_ATTESTATIONS.to_string())
     );
     let err = lookup
-        .attestations(&attested, &public_key_pem(&signing_key(6)))
+        .attestations(&attested, &Trust::Keys(public_key_pem(&signing_key(6))))
         .unwrap_err();
     assert!(err.starts_with("no matching attestations"), "{err}");
     assert_eq!(lookup.verify(&attested, &pem), Ok(digest));

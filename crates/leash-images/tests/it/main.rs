@@ -5,4 +5,5 @@
 //! where they fail.
 
 mod attestations;
+mod keyless;
 mod registry;

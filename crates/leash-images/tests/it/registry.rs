@@ -200,6 +200,7 @@ async fn an_evaluations_lookup_fetches_what_it_missed_once() {
 /// signatures; the evaluation lookup fetches what `verify` missed once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cosign_signatures_verify_with_their_key_only() {
+    use leash_images::cosign::Trust;
     use leash_images::testing::{public_key_pem, signing_key};
     let Some(reg) = LocalRegistry::start() else {
         return;
@@ -215,10 +216,10 @@ async fn cosign_signatures_verify_with_their_key_only() {
     assert_eq!(sigs.digest, digest);
     assert_eq!(sigs.signatures.len(), 1);
     assert_eq!(
-        leash_images::cosign::verify_with_keys(&sigs, &public_key_pem(&key)),
+        leash_images::cosign::verify(&sigs, &Trust::Keys(public_key_pem(&key))),
         Ok(())
     );
-    let err = leash_images::cosign::verify_with_keys(&sigs, &public_key_pem(&signing_key(8)))
+    let err = leash_images::cosign::verify(&sigs, &Trust::Keys(public_key_pem(&signing_key(8))))
         .unwrap_err();
     assert!(err.starts_with("no matching signatures"), "{err}");
     let none = registry.signatures(&unsigned).await.unwrap();
@@ -226,7 +227,7 @@ async fn cosign_signatures_verify_with_their_key_only() {
 
     let fresh = Arc::new(Registry::new(settings(Duration::from_secs(5))));
     let lookup = leash_images::ImageLookup::new(fresh.clone());
-    let pem = public_key_pem(&key);
+    let pem = Trust::Keys(public_key_pem(&key));
     assert!(
         lookup
             .verify(&signed, &pem)

@@ -217,7 +217,11 @@ impl ClusterData for MemoryCluster {
         }
     }
 
-    fn verify_image(&self, image: &str, public_keys: &str) -> Result<String, String> {
+    fn verify_image(
+        &self,
+        image: &str,
+        trust: &leash_policy::ImageTrust,
+    ) -> Result<String, String> {
         let Some((registry, handle)) = &self.registry else {
             return Err(format!(
                 "cannot verify {image}: no image registry is read here (--registry reads one)"
@@ -226,10 +230,18 @@ impl ClusterData for MemoryCluster {
         let sigs = handle
             .block_on(registry.signatures(image))
             .map_err(|e| e.to_string())?;
-        registry.verify(image, public_keys, &sigs)
+        registry.verify(
+            image,
+            &leash_controller::lookups::cosign_trust(trust),
+            &sigs,
+        )
     }
 
-    fn verify_attestations(&self, image: &str, public_keys: &str) -> Result<Vec<Value>, String> {
+    fn verify_attestations(
+        &self,
+        image: &str,
+        trust: &leash_policy::ImageTrust,
+    ) -> Result<Vec<Value>, String> {
         let Some((registry, handle)) = &self.registry else {
             return Err(format!(
                 "cannot verify the attestations of {image}: no image registry is read here (--registry reads one)"
@@ -238,7 +250,11 @@ impl ClusterData for MemoryCluster {
         let atts = handle
             .block_on(registry.attestations(image))
             .map_err(|e| e.to_string())?;
-        registry.verify_attestations(image, public_keys, &atts)
+        registry.verify_attestations(
+            image,
+            &leash_controller::lookups::cosign_trust(trust),
+            &atts,
+        )
     }
 
     fn api_get(&self, url_path: &str) -> Option<Value> {

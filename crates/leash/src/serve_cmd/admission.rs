@@ -291,16 +291,20 @@ impl leash_policy::ClusterData for AdmissionLookup {
         self.data.image_data(image)
     }
 
-    fn verify_image(&self, image: &str, public_keys: &str) -> Result<String, String> {
-        self.data.verify_image(image, public_keys)
+    fn verify_image(
+        &self,
+        image: &str,
+        trust: &leash_policy::ImageTrust,
+    ) -> Result<String, String> {
+        self.data.verify_image(image, trust)
     }
 
     fn verify_attestations(
         &self,
         image: &str,
-        public_keys: &str,
+        trust: &leash_policy::ImageTrust,
     ) -> Result<Vec<serde_json::Value>, String> {
-        self.data.verify_attestations(image, public_keys)
+        self.data.verify_attestations(image, trust)
     }
 }
 
