@@ -1522,6 +1522,9 @@ fn is_registry_error(e: &str) -> bool {
         || e.starts_with("invalid image reference")
         || e.starts_with("cannot verify")
         || e.contains("was not fetched yet")
+        // Keyless without roots, and no (or no loaded) Sigstore trust root.
+        || e.starts_with("keyless: no roots")
+        || e.contains("Sigstore trust root")
 }
 
 /// The field an attestor entry's errors name after its path: `.keys` or
