@@ -73,9 +73,10 @@ struct Args {
     /// Print the summary as JSON.
     #[arg(long, global = true)]
     json: bool,
-    /// The built-in pod's image (default `registry.example/app:1.0`).
+    /// The built-in pod's image (default `registry.example/app:1.0`);
+    /// repeated, one container per image (`app`, `app-1`, ...).
     #[arg(long, global = true)]
-    image: Option<String>,
+    image: Vec<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -145,7 +146,7 @@ fn main() {
     }
 }
 
-fn builtin_pod(image: Option<&str>) -> Value {
+fn builtin_pod(images: &[String]) -> Value {
     let mut pod = json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "load", "namespace": "default", "labels": {"app": "load"}},
@@ -161,8 +162,23 @@ fn builtin_pod(image: Option<&str>) -> Value {
             }]
         }
     });
-    if let Some(image) = image {
-        pod["spec"]["containers"][0]["image"] = json!(image);
+    let template = pod["spec"]["containers"][0].clone();
+    let containers: Vec<Value> = images
+        .iter()
+        .enumerate()
+        .map(|(i, image)| {
+            let mut c = template.clone();
+            c["name"] = json!(if i == 0 {
+                "app".to_string()
+            } else {
+                format!("app-{i}")
+            });
+            c["image"] = json!(image);
+            c
+        })
+        .collect();
+    if !containers.is_empty() {
+        pod["spec"]["containers"] = json!(containers);
     }
     pod
 }
@@ -255,7 +271,7 @@ async fn run(args: Args) -> Result<()> {
         } => {
             let pod = match template {
                 Some(t) => read_doc(t)?,
-                None => builtin_pod(args.image.as_deref()),
+                None => builtin_pod(&args.image),
             };
             let bad = violating(pod.clone());
             let (url, ca_pem) = match (url, policies) {
@@ -329,7 +345,7 @@ async fn run(args: Args) -> Result<()> {
                 ca.as_deref(),
             )?;
             target.bearer = bearer.clone();
-            let pod = builtin_pod(args.image.as_deref());
+            let pod = builtin_pod(&args.image);
             let bad = violating(pod.clone());
             let every = args.violating_every;
             let ns = namespace.clone();

@@ -722,6 +722,8 @@ impl RuleCtx<'_> {
         let mut passed = Vec::new();
         let mut attested = Vec::new();
         let mut skipped = None;
+        // The first failure that is only a lookup not made yet.
+        let mut missed: Option<Outcome> = None;
         for spec in specs {
             let wanted = |refs: &[String], image: &str| {
                 refs.iter().any(|r| crate::wildcard::matches(r, image))
@@ -738,7 +740,7 @@ impl RuleCtx<'_> {
                     (i, shown)
                 })
                 .collect();
-            for (image, shown) in named
+            'images: for (image, shown) in named
                 .iter()
                 .filter(|(_, shown)| wanted(&spec.image_references, shown))
             {
@@ -798,10 +800,16 @@ impl RuleCtx<'_> {
                     if verified < needed.max(1) {
                         let (status, why) = first_error
                             .unwrap_or((Status::Fail, format!(".attestors[{i}]: no entries")));
-                        return Outcome::new(
-                            status,
-                            format!("failed to verify image {shown}: {why}"),
-                        );
+                        let failed =
+                            Outcome::new(status, format!("failed to verify image {shown}: {why}"));
+                        if is_miss(&failed.message) {
+                            // Looked up after this evaluation: the other
+                            // images' lookups are recorded too, so that
+                            // all of them are fetched at once.
+                            missed.get_or_insert(failed);
+                            continue 'images;
+                        }
+                        return failed;
                     }
                 }
                 if spec.attestations.is_empty() {
@@ -809,7 +817,12 @@ impl RuleCtx<'_> {
                     continue;
                 }
                 if let Err(why) = self.verify_attestations(&spec.attestations, image, shown, vars) {
-                    return Outcome::new(Status::Fail, why);
+                    let failed = Outcome::new(Status::Fail, why);
+                    if is_miss(&failed.message) {
+                        missed.get_or_insert(failed);
+                        continue;
+                    }
+                    return failed;
                 }
                 // Kyverno names the image by the digest it resolved.
                 attested.push(match (&resolved, crate::images::ImageRef::parse(image)) {
@@ -819,6 +832,9 @@ impl RuleCtx<'_> {
                     _ => shown.to_string(),
                 });
             }
+        }
+        if let Some(failed) = missed {
+            return failed;
         }
         let mut said = Vec::new();
         if !passed.is_empty() {
@@ -1514,6 +1530,12 @@ impl RuleCtx<'_> {
 /// The images of an object's pod spec (a Pod's, a pod controller's
 /// template's, a CronJob's job template's): containers, init containers and
 /// ephemeral containers, as Kyverno's default image extractors find them.
+/// Whether an error is only a lookup this evaluation has not made yet
+/// (the engine fetches what was missed and evaluates again).
+fn is_miss(e: &str) -> bool {
+    e.contains("was not fetched yet")
+}
+
 /// Whether a verification's error is about reaching the image (its
 /// registry's answer, a reference that does not parse, no registry read
 /// here, data not fetched yet) rather than about its signatures.

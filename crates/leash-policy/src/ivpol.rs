@@ -567,10 +567,16 @@ pub(crate) fn run(
     }
     // Every image's data first, as Kyverno fetches it: one the registry
     // cannot give is the policy's error.
+    // Every lookup is made before the first error is returned: images not
+    // fetched yet are then all fetched at once.
+    let mut first_error = None;
     for image in &matched {
         if let Err(e) = data.image_data(image) {
-            return error(format!("failed to fetch image data for {image}: {e}"));
+            first_error.get_or_insert(format!("failed to fetch image data for {image}: {e}"));
         }
+    }
+    if let Some(e) = first_error {
+        return error(e);
     }
     act.bind_json("images", &Json::Object(images));
     act.bind_json("attestations", &checks.attestations_value());
@@ -1016,6 +1022,70 @@ mod tests {
         let (status, message) = one(&[cpol(no_roots)], pod(&[&image]));
         assert_eq!(status, Status::Error);
         assert!(message.contains(NO_TRUST_ROOT), "{message}");
+    }
+
+    /// Cluster data that has fetched nothing yet: every lookup is
+    /// recorded and answered "not fetched yet", as an evaluation's
+    /// `ImageLookup` answers before its first `fetch_missed`.
+    #[derive(Debug, Default)]
+    struct Cold {
+        asked: std::sync::Mutex<Vec<String>>,
+    }
+
+    impl Cold {
+        fn miss(&self, what: &str, image: &str) -> String {
+            self.asked.lock().unwrap().push(format!("{what} {image}"));
+            format!("image data for {image} was not fetched yet")
+        }
+    }
+
+    impl ClusterData for Cold {
+        fn get(&self, _: &str, _: &str, _: &str, _: &str) -> Option<Arc<Json>> {
+            None
+        }
+        fn list(&self, _: &str, _: &str, _: &str) -> Vec<Arc<Json>> {
+            Vec::new()
+        }
+        fn image_data(&self, image: &str) -> std::result::Result<Json, String> {
+            Err(self.miss("data", image))
+        }
+        fn verify_image(&self, image: &str, _: &ImageTrust) -> std::result::Result<String, String> {
+            Err(self.miss("signatures", image))
+        }
+    }
+
+    /// One evaluation asks for every image it needs, not only the first:
+    /// the engine then fetches them all at once (one round trip group for
+    /// the pod, not one per image).
+    #[test]
+    fn every_images_lookup_is_made_in_one_evaluation() {
+        let images: Vec<String> = (1..=4).map(|i| format!("reg.io/app{i}:1{D}")).collect();
+        let refs: Vec<&str> = images.iter().map(String::as_str).collect();
+        let cpol = json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+            "metadata": {"name": "sig"},
+            "spec": {"validationFailureAction": "Enforce", "rules": [{"name": "sig",
+                "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                "verifyImages": [{"imageReferences": ["reg.io/*"],
+                    "attestors": [{"entries": [{"keys": {"publicKeys": KEY,
+                        "rekor": {"ignoreTlog": true}}}]}]}]}]}});
+        for (policy, what) in [
+            (cpol, "signatures"),
+            (doc("iv", spec(signed_check(), json!({}))), "data"),
+        ] {
+            let cold = Cold::default();
+            let mut engine = Engine::new();
+            engine.add_json(&policy).unwrap();
+            let req = EvalRequest::create(Arc::new(pod(&refs)));
+            let results = engine.evaluate(req, &cold, &Bindings::default());
+            assert_eq!(results[0].status, Status::Error, "{results:?}");
+            let asked = cold.asked.lock().unwrap().clone();
+            for image in &images {
+                assert!(
+                    asked.contains(&format!("{what} {image}")),
+                    "{image}: {asked:?}"
+                );
+            }
+        }
     }
 
     #[test]
