@@ -240,7 +240,10 @@ impl BackgroundScan {
                 let _set = worker_set;
                 while let Some(work) = this.queue.next(&token).await {
                     this.metrics.scan_queue_depth.set(this.queue.len() as i64);
-                    match this.process(&work, &token).await {
+                    // Boxed: one object's evaluation (its registry
+                    // lookups included) is a large future, kept off the
+                    // worker's stack.
+                    match Box::pin(this.process(&work, &token)).await {
                         Ok(()) => this.queue.done(&work),
                         Err(WriteError::Cancelled) => break,
                         Err(e) => {

@@ -9,6 +9,8 @@
 //!              [--attest SEED TYPE JSON]...                   # prints the digest
 //!   push pubkey SEED                                          # prints the PEM
 //!   push fulcio-root                                          # prints the PEM
+//!   push tuf-repo DIR ROOT_JSON      # a TUF repository serving the CA's
+//!                                    # trusted_root.json, and its root.json
 //!
 //! `--attest` adds one attestation: an in-toto statement of predicate type
 //! TYPE whose predicate is the JSON text JSON, signed with SEED's key;
@@ -30,7 +32,7 @@ const KEYLESS_VALIDITY: std::time::Duration = std::time::Duration::from_secs(24 
 
 fn usage() -> ! {
     eprintln!(
-        "usage: push image HOST REPO:TAG [--label K=V]... [--sign SEED] [--sign-keyless EMAIL ISSUER] [--attest SEED TYPE JSON]... | push pubkey SEED | push fulcio-root"
+        "usage: push image HOST REPO:TAG [--label K=V]... [--sign SEED] [--sign-keyless EMAIL ISSUER] [--attest SEED TYPE JSON]... | push pubkey SEED | push fulcio-root | push tuf-repo DIR ROOT_JSON"
     );
     std::process::exit(2)
 }
@@ -47,6 +49,18 @@ fn main() {
         }
         Some("fulcio-root") if args.len() == 1 => {
             print!("{}", Fulcio::from_seed(FULCIO_SEED).root_pem())
+        }
+        Some("tuf-repo") if args.len() == 3 => {
+            // A signed TUF repository whose trusted_root.json holds the
+            // test CA, and its root.json beside it.
+            let repo = leash_images::testing::TufRepo::create(
+                std::path::Path::new(&args[1]),
+                &Fulcio::from_seed(FULCIO_SEED),
+            );
+            std::fs::write(&args[2], repo.root_json()).unwrap_or_else(|e| {
+                eprintln!("push tuf-repo: {}: {e}", args[2]);
+                std::process::exit(1)
+            });
         }
         Some("image") if args.len() >= 3 => {
             let (host, repo_tag) = (args[1].clone(), args[2].clone());

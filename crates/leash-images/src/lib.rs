@@ -24,12 +24,19 @@
 //! 4. No task, no thread: the cache expires lazily ([`TtlCache`]), and a
 //!    caller cancelled mid-fetch drops its fetch (another waiter then
 //!    fetches).
+//!
+//! A keyless trust without roots (empty `roots`) trusts Sigstore's trust
+//! root, loaded once through TUF ([`tuf`]) when
+//! [`RegistrySettings::trust_root`] is configured: verification itself is
+//! synchronous and uses the loaded root ([`tuf::TrustRoot::cached`]);
+//! [`Registry::load_trust_root`] and [`ImageLookup::fetch_missed`] load it.
 
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod cosign;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod tuf;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -143,6 +150,9 @@ pub struct RegistrySettings {
     pub timeout: Duration,
     /// How long an answer is kept.
     pub ttl: Duration,
+    /// Sigstore's trust root, for keyless trusts without roots of their
+    /// own (None: such a trust verifies nothing, saying why).
+    pub trust_root: Option<Arc<tuf::TrustRoot>>,
 }
 
 impl Default for RegistrySettings {
@@ -151,6 +161,7 @@ impl Default for RegistrySettings {
             insecure: false,
             timeout: Duration::from_secs(20),
             ttl: Duration::from_secs(300),
+            trust_root: None,
         }
     }
 }
@@ -240,6 +251,16 @@ fn is_local(registry: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
+/// The error of a keyless trust without roots when no Sigstore trust root
+/// is configured.
+pub const NO_TRUST_ROOT: &str = "keyless: no roots in the policy and no Sigstore trust root configured (leash serve --tuf-root FILE --tuf-mirror URL)";
+
+/// Whether `trust` is keyless without roots of its own: Sigstore's trust
+/// root is then what it trusts.
+fn wants_trust_root(trust: &cosign::Trust) -> bool {
+    matches!(trust, cosign::Trust::Keyless(k) if k.roots.trim().is_empty())
+}
+
 /// Makes ring the process's rustls provider when none is (reqwest, built
 /// without a provider of its own, asks rustls for the process default; kube
 /// uses ring too). Idempotent; [`Registry::new`] calls it.
@@ -291,17 +312,56 @@ impl Registry {
         once(&self.cache, image, || self.fetch_bounded(image)).await
     }
 
+    /// Loads Sigstore's trust root (once; see [`tuf::TrustRoot::get`])
+    /// when one is configured, for callers that wait for it before
+    /// verifying keyless trusts without roots ([`Self::verify`] and
+    /// [`Self::verify_attestations`] do not wait). Ok when none is
+    /// configured: such trusts then fail saying so.
+    pub async fn load_trust_root(&self) -> Result<(), String> {
+        match &self.settings.trust_root {
+            Some(trust_root) => trust_root.get().await.map(drop),
+            None => Ok(()),
+        }
+    }
+
+    /// `trust` with the roots it verifies with: its own, or, keyless
+    /// without roots, Sigstore's (loaded already: this does not wait).
+    fn with_roots<'t>(
+        &self,
+        trust: &'t cosign::Trust,
+    ) -> Result<std::borrow::Cow<'t, cosign::Trust>, String> {
+        use std::borrow::Cow;
+        let keyless = match trust {
+            cosign::Trust::Keyless(keyless) if wants_trust_root(trust) => keyless,
+            _ => return Ok(Cow::Borrowed(trust)),
+        };
+        let trust_root = self.settings.trust_root.as_ref().ok_or(NO_TRUST_ROOT)?;
+        let roots = trust_root.cached().ok_or_else(|| {
+            format!(
+                "keyless: no roots in the policy and Sigstore's trust root (from {}) is not loaded yet",
+                trust_root.mirror()
+            )
+        })?;
+        Ok(Cow::Owned(cosign::Trust::Keyless(cosign::Keyless {
+            roots: roots.fulcio_pem.clone(),
+            identities: keyless.identities.clone(),
+        })))
+    }
+
     /// Whether `trust` (public keys, or keyless roots and identities)
     /// verifies a cosign signature of `image` among `sigs` (its
     /// signatures): the digest, kept for the TTL when it held (a
-    /// verification that failed is checked again next time).
+    /// verification that failed is checked again next time). A keyless
+    /// trust without roots verifies with Sigstore's trust root when it is
+    /// loaded (else an error saying why: none configured, or not loaded
+    /// yet; see [`Self::load_trust_root`]).
     pub fn verify(
         &self,
         image: &str,
         trust: &cosign::Trust,
         sigs: &cosign::Signatures,
     ) -> Result<String, String> {
-        self.checked(&self.verified, image, trust, || {
+        self.checked(&self.verified, image, trust, |trust| {
             cosign::verify(sigs, trust).map(|()| sigs.digest.clone())
         })
     }
@@ -309,26 +369,29 @@ impl Registry {
     /// The in-toto statements of the cosign attestations of `image` among
     /// `atts` (its attestations) that `trust` verifies, kept for the TTL
     /// when the verification held (one that failed is checked again next
-    /// time).
+    /// time). Keyless without roots as [`Self::verify`].
     pub fn verify_attestations(
         &self,
         image: &str,
         trust: &cosign::Trust,
         atts: &cosign::Attestations,
     ) -> Result<Vec<Value>, String> {
-        self.checked(&self.attested, image, trust, || {
+        self.checked(&self.attested, image, trust, |trust| {
             cosign::verify_attestations(atts, trust)
         })
     }
 
     /// `check`'s answer for `image` and `trust`: the one kept in `cache`,
-    /// or `check` run (counted) and its answer kept when it held.
+    /// or `check` run (counted) with `trust`'s roots ([`Self::with_roots`])
+    /// and its answer kept when it held. The key is the image and a hash of
+    /// `trust` as given: a keyless trust without roots (Sigstore's) is
+    /// another trust than one with roots, and never answers for it.
     fn checked<T: Clone>(
         &self,
         cache: &Verified<T>,
         image: &str,
         trust: &cosign::Trust,
-        check: impl FnOnce() -> Result<T, String>,
+        check: impl FnOnce(&cosign::Trust) -> Result<T, String>,
     ) -> Result<T, String> {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -337,9 +400,10 @@ impl Registry {
         if let Some(answer) = cache.get(&key) {
             return Ok(answer);
         }
+        let with_roots = self.with_roots(trust)?;
         // Relaxed: a statistic.
         self.checks.fetch_add(1, Ordering::Relaxed);
-        let answer = check()?;
+        let answer = check(&with_roots)?;
         cache.insert(key, answer.clone());
         Ok(answer)
     }
@@ -630,12 +694,17 @@ pub(crate) async fn artifact_layers(
 /// The `std::sync::Mutex`es are held only inside these methods, never
 /// across an `.await`: `fetch_missed` takes the missed list, awaits the
 /// fetches with no lock held, then locks each map to store the answers.
+/// Sigstore's trust root (keyless trusts without roots) is missed and
+/// fetched the same way, once for every image.
 #[derive(Debug)]
 pub struct ImageLookup {
     registry: Arc<Registry>,
     data: Answers<Value>,
     signatures: Answers<Arc<cosign::Signatures>>,
     attestations: Answers<Arc<cosign::Attestations>>,
+    /// Why this evaluation's load of Sigstore's trust root failed, when
+    /// it did.
+    trust_root: std::sync::Mutex<Option<String>>,
     missed: std::sync::Mutex<Vec<(Want, String)>>,
 }
 
@@ -647,6 +716,8 @@ enum Want {
     Data,
     Signatures,
     Attestations,
+    /// Sigstore's trust root (the image is empty).
+    TrustRoot,
 }
 
 /// `m` locked; a panic while it was held left nothing half-written (each
@@ -680,6 +751,7 @@ impl ImageLookup {
             data: Default::default(),
             signatures: Default::default(),
             attestations: Default::default(),
+            trust_root: Default::default(),
             missed: Default::default(),
         }
     }
@@ -703,6 +775,26 @@ impl ImageLookup {
         Err(format!("image data for {image} was not fetched yet"))
     }
 
+    /// Whether `trust`'s roots are at hand: its own, Sigstore's when loaded
+    /// (or not configured: the registry's verification says so), else this
+    /// evaluation's failure to load them, or a miss recorded.
+    fn roots(&self, trust: &cosign::Trust) -> Result<(), String> {
+        let Some(trust_root) = &self.registry.settings.trust_root else {
+            return Ok(());
+        };
+        if !wants_trust_root(trust) || trust_root.cached().is_some() {
+            return Ok(());
+        }
+        if let Some(error) = &*lock(&self.trust_root) {
+            return Err(error.clone());
+        }
+        lock(&self.missed).push((Want::TrustRoot, String::new()));
+        Err(format!(
+            "Sigstore trust root from {} was not fetched yet",
+            trust_root.mirror()
+        ))
+    }
+
     /// `image`'s CEL object (`image.GetMetadata`'s), or an error: the
     /// registry's, or, when it was not fetched yet, one saying so (the
     /// evaluation is then repeated after [`Self::fetch_missed`]).
@@ -718,14 +810,19 @@ impl ImageLookup {
     /// Whether `trust` (public keys, or keyless roots and identities)
     /// verifies a cosign signature of `image`: its digest, or why not (the
     /// registry's error, cosign's `no signatures found` / `no matching
-    /// signatures`, or not fetched yet, as [`Self::get`]).
+    /// signatures`, or not fetched yet, as [`Self::get`]: the signatures,
+    /// or Sigstore's trust root for a keyless trust without roots).
     pub fn verify(&self, image: &str, trust: &cosign::Trust) -> Result<String, String> {
         let sigs = self.answer(
             &self.signatures,
             || self.registry.cached_signatures(image),
             Want::Signatures,
             image,
-        )?;
+        );
+        // Both missed at once: one `fetch_missed` fetches both.
+        let roots = self.roots(trust);
+        let sigs = sigs?;
+        roots?;
         self.registry.verify(image, trust, &sigs)
     }
 
@@ -733,20 +830,24 @@ impl ImageLookup {
     /// `trust` (public keys, or keyless roots and identities) verifies, or
     /// why none (the registry's error, cosign's `no matching attestations:
     /// ` (none at all) / `no matching attestations: ` with why, or not
-    /// fetched yet, as [`Self::get`]).
+    /// fetched yet, as [`Self::verify`]).
     pub fn attestations(&self, image: &str, trust: &cosign::Trust) -> Result<Vec<Value>, String> {
         let atts = self.answer(
             &self.attestations,
             || self.registry.cached_attestations(image),
             Want::Attestations,
             image,
-        )?;
+        );
+        let roots = self.roots(trust);
+        let atts = atts?;
+        roots?;
         self.registry.verify_attestations(image, trust, &atts)
     }
 
     /// Fetches what [`Self::get`], [`Self::verify`] and
-    /// [`Self::attestations`] missed since the last call, all at once;
-    /// false when nothing was missed.
+    /// [`Self::attestations`] missed since the last call, all at once
+    /// (Sigstore's trust root among them, when missed); false when nothing
+    /// was missed.
     pub async fn fetch_missed(&self) -> bool {
         let mut missed = std::mem::take(&mut *lock(&self.missed));
         missed.sort();
@@ -764,10 +865,19 @@ impl ImageLookup {
         let atts = fetch_wanted(&missed, Want::Attestations, |image| {
             registry.attestations(image)
         });
-        let (data, sigs, atts) = futures::join!(data, sigs, atts);
+        let trust_root = async {
+            match &registry.settings.trust_root {
+                Some(t) if missed.iter().any(|(w, _)| *w == Want::TrustRoot) => t.get().await.err(),
+                _ => None,
+            }
+        };
+        let (data, sigs, atts, trust_root) = futures::join!(data, sigs, atts, trust_root);
         lock(&self.data).extend(data);
         lock(&self.signatures).extend(sigs);
         lock(&self.attestations).extend(atts);
+        if let Some(error) = trust_root {
+            *lock(&self.trust_root) = Some(error);
+        }
         true
     }
 }

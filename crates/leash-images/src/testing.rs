@@ -574,3 +574,224 @@ impl Fulcio {
         }
     }
 }
+
+/// A signed TUF repository on disk holding a [`Fulcio`]'s trust root, as
+/// Sigstore's TUF repository holds Sigstore's: one ECDSA P-256 key for
+/// the four top-level roles, consistent snapshots (as Sigstore's), every
+/// role expiring in 2100, and one target, `trusted_root.json`, in
+/// Sigstore's `TrustedRoot` shape with the CA's intermediate and root
+/// certificates. Metadata in the directory, targets in its `targets/`.
+#[derive(Debug, Clone)]
+pub struct TufRepo {
+    dir: std::path::PathBuf,
+    root: Vec<u8>,
+}
+
+impl TufRepo {
+    /// Writes the repository into `dir` (created if missing) with a fresh
+    /// key. Runs tough's editor on a runtime of its own (on another
+    /// thread): callable from within a runtime as from outside one.
+    pub fn create(dir: &std::path::Path, fulcio: &Fulcio) -> TufRepo {
+        let trusted_root = fulcio.trusted_root_json();
+        let dir = dir.to_path_buf();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("a runtime")
+                    .block_on(Self::write(&dir, &trusted_root))
+            })
+            .join()
+            .expect("the TUF repository")
+        })
+    }
+
+    /// The signed `root.json` (version 1): a [`crate::tuf::TrustRootSource`]'s
+    /// initial trusted root.
+    pub fn root_json(&self) -> Vec<u8> {
+        self.root.clone()
+    }
+
+    /// The repository's `file://` URL: a [`crate::tuf::TrustRootSource`]'s
+    /// mirror.
+    pub fn mirror(&self) -> String {
+        crate::tuf::file_mirror(&self.dir).expect("an absolute directory")
+    }
+
+    /// The repository's directory.
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
+    async fn write(dir: &std::path::Path, trusted_root: &[u8]) -> TufRepo {
+        use tough::editor::RepositoryEditor;
+        use tough::editor::signed::{PathExists, SignedRole};
+        use tough::key_source::{KeySource, LocalKeySource};
+        use tough::schema::{KeyHolder, Root};
+        use tough::sign::Sign as _;
+
+        std::fs::create_dir_all(dir).expect("the repository's directory");
+        let work = tempfile::tempdir().expect("a temporary directory");
+        // The key, PKCS#8 DER (ring's, through rcgen), as tough reads one.
+        let key_path = work.path().join("key.pk8");
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).expect("a key");
+        std::fs::write(&key_path, key.serialize_der()).expect("the key file");
+        let tuf_key = tough::sign::parse_keypair(&key.serialize_der())
+            .expect("a key tough reads")
+            .tuf_key();
+        let key_id = serde_json::to_value(tuf_key.key_id().expect("a key ID")).expect("hex");
+        let key_id = key_id.as_str().expect("a hex string");
+        let role = serde_json::json!({"keyids": [key_id], "threshold": 1});
+        let root: Root = serde_json::from_value(serde_json::json!({
+            "_type": "root",
+            "spec_version": "1.0.0",
+            "consistent_snapshot": true,
+            "version": 1,
+            "expires": "2100-01-01T00:00:00Z",
+            "keys": {key_id: tuf_key},
+            "roles": {"root": role, "snapshot": role, "targets": role, "timestamp": role},
+        }))
+        .expect("a root");
+        let expires = root.expires;
+        let keys: Vec<Box<dyn KeySource>> = vec![Box::new(LocalKeySource { path: key_path })];
+        let signed_root = SignedRole::new(
+            root.clone(),
+            &KeyHolder::Root(root),
+            &keys,
+            &ring::rand::SystemRandom::new(),
+        )
+        .await
+        .expect("the signed root");
+        signed_root.write(dir, true).await.expect("1.root.json");
+
+        let staged = work.path().join("targets");
+        std::fs::create_dir_all(&staged).expect("a directory");
+        std::fs::write(staged.join("trusted_root.json"), trusted_root).expect("the target");
+        let one = std::num::NonZeroU64::MIN;
+        let mut editor = RepositoryEditor::new(dir.join("1.root.json"))
+            .await
+            .expect("an editor");
+        editor
+            .snapshot_version(one)
+            .snapshot_expires(expires)
+            .timestamp_version(one)
+            .timestamp_expires(expires)
+            .targets_version(one)
+            .expect("targets")
+            .targets_expires(expires)
+            .expect("targets")
+            .add_target_path(staged.join("trusted_root.json"))
+            .await
+            .expect("the target");
+        let signed = editor.sign(&keys).await.expect("signed metadata");
+        signed.write(dir).await.expect("the metadata");
+        signed
+            .copy_targets(&staged, dir.join("targets"), PathExists::Replace)
+            .await
+            .expect("the targets");
+        TufRepo {
+            dir: std::path::absolute(dir).expect("an absolute directory"),
+            root: signed_root.buffer().clone(),
+        }
+    }
+
+    /// Serves the repository over HTTP on 127.0.0.1 (a minimal HTTP/1.1
+    /// file server: `GET` only, one request per connection, 404 for a
+    /// missing file): its `http://127.0.0.1:PORT` URL, and the server,
+    /// stopped when dropped.
+    pub async fn serve(&self) -> (String, TufServer) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a port");
+        let url = format!("http://{}", listener.local_addr().expect("its address"));
+        let dir = self.dir.clone();
+        let scope = leash_runtime::Scope::new();
+        let handle = scope.handle();
+        // The accept loop and each connection's task end when the scope is
+        // dropped (its token cancelled).
+        drop(scope.spawn_with_output(async move {
+            let token = handle.token().clone();
+            leash_runtime::cancellable(&token, async {
+                while let Ok((stream, _)) = listener.accept().await {
+                    let (token, dir) = (token.clone(), dir.clone());
+                    drop(handle.spawn_with_output(async move {
+                        leash_runtime::cancellable(&token, serve_file(stream, dir)).await
+                    }));
+                }
+            })
+            .await
+        }));
+        (url, TufServer { _scope: scope })
+    }
+}
+
+/// [`TufRepo::serve`]'s server: stops serving when dropped.
+#[derive(Debug)]
+pub struct TufServer {
+    /// Owns the server's tasks: dropping it cancels them.
+    _scope: leash_runtime::Scope,
+}
+
+/// Answers one HTTP request on `stream` with the file under `dir` its
+/// path names.
+async fn serve_file(mut stream: tokio::net::TcpStream, dir: PathBuf) {
+    use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
+    let mut reader = BufReader::new(&mut stream);
+    let mut request = String::new();
+    if reader.read_line(&mut request).await.is_err() {
+        return;
+    }
+    // The headers, up to the empty line.
+    loop {
+        let mut line = String::new();
+        match reader.read_line(&mut line).await {
+            Ok(n) if n > 2 => continue,
+            _ => break,
+        }
+    }
+    let path = request.split_whitespace().nth(1).unwrap_or("/");
+    let file = path
+        .trim_start_matches('/')
+        .split('/')
+        .all(|c| !c.is_empty() && c != "." && c != "..")
+        .then(|| dir.join(path.trim_start_matches('/')))
+        .and_then(|p| std::fs::read(p).ok());
+    let (status, body) = match file {
+        Some(body) => ("200 OK", body),
+        None => ("404 Not Found", b"not found".to_vec()),
+    };
+    let head = format!(
+        "HTTP/1.1 {status}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    let _ = stream.write_all(head.as_bytes()).await;
+    let _ = stream.write_all(&body).await;
+    let _ = stream.shutdown().await;
+}
+
+impl Fulcio {
+    /// The CA as Sigstore's `trusted_root.json` (TUF target) describes
+    /// Fulcio: one certificate authority whose chain is the intermediate's
+    /// certificate then the root's (base64 DER), no transparency logs nor
+    /// timestamp authorities.
+    pub fn trusted_root_json(&self) -> Vec<u8> {
+        let b64 = |der: &[u8]| base64::engine::general_purpose::STANDARD.encode(der);
+        serde_json::to_vec_pretty(&serde_json::json!({
+            "mediaType": "application/vnd.dev.sigstore.trustedroot+json;version=0.1",
+            "certificateAuthorities": [{
+                "subject": {"organization": "leash test", "commonName": "leash test fulcio"},
+                "uri": "https://fulcio.example",
+                "certChain": {"certificates": [
+                    {"rawBytes": b64(self.intermediate.der())},
+                    {"rawBytes": b64(self.root.der())},
+                ]},
+                "validFor": {"start": "2020-01-01T00:00:00Z"},
+            }],
+            "tlogs": [],
+            "ctlogs": [],
+            "timestampAuthorities": [],
+        }))
+        .expect("JSON")
+    }
+}

@@ -18,6 +18,7 @@ mod names;
 mod policy_cmd;
 mod sandbox_cmd;
 mod serve_cmd;
+mod trust_root;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;

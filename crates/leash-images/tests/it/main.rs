@@ -7,3 +7,4 @@
 mod attestations;
 mod keyless;
 mod registry;
+mod tuf;

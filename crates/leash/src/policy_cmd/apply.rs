@@ -92,6 +92,8 @@ pub(crate) struct Args {
     /// With --registry: the bound on one image's registry round trips.
     #[arg(long, value_name = "DURATION", default_value = "20s", value_parser = humantime::parse_duration)]
     registry_timeout: std::time::Duration,
+    #[command(flatten)]
+    trust_root: crate::trust_root::TrustRootArgs,
     /// With --cluster: read every namespace.
     #[arg(short = 'A', long, conflicts_with = "namespace")]
     all_namespaces: bool,
@@ -484,6 +486,9 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode> {
     if args.registry == Some(true) {
         let registry = leash_images::Registry::new(leash_images::RegistrySettings {
             timeout: args.registry_timeout,
+            trust_root: args
+                .trust_root
+                .trust_root(args.registry_timeout.max(crate::trust_root::TIMEOUT))?,
             ..Default::default()
         });
         cluster = cluster.with_registry(Arc::new(registry), tokio::runtime::Handle::current());

@@ -227,6 +227,7 @@ impl ClusterData for MemoryCluster {
                 "cannot verify {image}: no image registry is read here (--registry reads one)"
             ));
         };
+        handle.block_on(registry.load_trust_root())?;
         let sigs = handle
             .block_on(registry.signatures(image))
             .map_err(|e| e.to_string())?;
@@ -247,6 +248,7 @@ impl ClusterData for MemoryCluster {
                 "cannot verify the attestations of {image}: no image registry is read here (--registry reads one)"
             ));
         };
+        handle.block_on(registry.load_trust_root())?;
         let atts = handle
             .block_on(registry.attestations(image))
             .map_err(|e| e.to_string())?;

@@ -99,6 +99,8 @@ pub(crate) struct Args {
     /// With --registry: the bound on one image's registry round trips.
     #[arg(long, value_name = "DURATION", default_value = "20s", value_parser = humantime::parse_duration)]
     registry_timeout: std::time::Duration,
+    #[command(flatten)]
+    trust_root: crate::trust_root::TrustRootArgs,
     /// Not supported (fails): leash gives no deprecation warnings to turn
     /// into errors.
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true", value_name = "BOOL", help_heading = REFUSED)]
@@ -327,9 +329,13 @@ pub(crate) fn run(args: Args) -> Result<ExitCode> {
     }
     // Registry lookups wait on the runtime from the test threads (plain
     // threads, not the runtime's).
+    let trust_root = args
+        .trust_root
+        .trust_root(args.registry_timeout.max(crate::trust_root::TIMEOUT))?;
     let registry = (args.registry == Some(true)).then(|| {
         let registry = leash_images::Registry::new(leash_images::RegistrySettings {
             timeout: args.registry_timeout,
+            trust_root,
             ..Default::default()
         });
         (Arc::new(registry), tokio::runtime::Handle::current())

@@ -138,6 +138,8 @@ pub(crate) struct Args {
     #[arg(long)]
     allow_insecure_registry: bool,
     #[command(flatten)]
+    trust_root: crate::trust_root::TrustRootArgs,
+    #[command(flatten)]
     connection: ConnectionArgs,
     /// Start an in-process sandbox API server with demo data, leash's CRDs
     /// and the example policies of deploy/examples/policies, and serve it.
@@ -323,6 +325,11 @@ impl Args {
             registry: leash_images::RegistrySettings {
                 insecure: self.allow_insecure_registry,
                 timeout: self.registry_timeout,
+                // TUF's metadata is several round trips: more than one
+                // image's bound.
+                trust_root: self
+                    .trust_root
+                    .trust_root(self.registry_timeout.max(crate::trust_root::TIMEOUT))?,
                 ..leash_images::RegistrySettings::default()
             },
             sandbox: self.sandbox,
@@ -373,6 +380,38 @@ mod tests {
 
     fn settings(argv: &[&str]) -> Result<Settings, String> {
         crate::flag_tests::parse_settings("serve", argv, Args::into_settings)
+    }
+
+    /// `--tuf-root` and `--tuf-mirror` go together; a root file that
+    /// cannot be read, or is not JSON, and a mirror that is neither a URL
+    /// nor a directory are refused naming the flag.
+    #[test]
+    fn trust_root_flags_are_checked() {
+        assert!(settings(&[]).unwrap().registry.trust_root.is_none());
+        let err = settings(&["--tuf-root", "/nonexistent/root.json"]).unwrap_err();
+        assert!(err.contains("--tuf-mirror"), "{err}");
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root.json");
+        let missing = root.display().to_string();
+        let err =
+            settings(&["--tuf-root", &missing, "--tuf-mirror", "http://127.0.0.1:1"]).unwrap_err();
+        assert!(err.contains(&format!("--tuf-root {missing}")), "{err}");
+        std::fs::write(&root, "not json").unwrap();
+        let err =
+            settings(&["--tuf-root", &missing, "--tuf-mirror", "http://127.0.0.1:1"]).unwrap_err();
+        assert!(err.contains("not a TUF root.json"), "{err}");
+        std::fs::write(&root, "{}").unwrap();
+        let err = settings(&["--tuf-root", &missing, "--tuf-mirror", "no/such/dir"]).unwrap_err();
+        assert!(err.contains("--tuf-mirror no/such/dir"), "{err}");
+        let dir_text = dir.path().display().to_string();
+        let s = settings(&["--tuf-root", &missing, "--tuf-mirror", &dir_text]).unwrap();
+        let trust_root = s.registry.trust_root.expect("a trust root");
+        assert!(
+            trust_root.mirror().starts_with("file://"),
+            "{}",
+            trust_root.mirror()
+        );
+        assert_eq!(trust_root.initialisations(), 0, "nothing is read at start");
     }
 
     /// The defaults the README states for `leash serve`.
