@@ -34,6 +34,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod cosign;
+pub mod credentials;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod tuf;
@@ -153,6 +154,8 @@ pub struct RegistrySettings {
     /// Sigstore's trust root, for keyless trusts without roots of their
     /// own (None: such a trust verifies nothing, saying why).
     pub trust_root: Option<Arc<tuf::TrustRoot>>,
+    /// Credentials by registry (none: every registry read anonymously).
+    pub credentials: credentials::Credentials,
 }
 
 impl Default for RegistrySettings {
@@ -162,6 +165,7 @@ impl Default for RegistrySettings {
             timeout: Duration::from_secs(20),
             ttl: Duration::from_secs(300),
             trust_root: None,
+            credentials: credentials::Credentials::default(),
         }
     }
 }
@@ -489,11 +493,12 @@ impl Registry {
             tag(&data.digest),
         );
         let client = self.client_for(&registry);
+        let auth = self.settings.credentials.auth_for(&registry);
         let layers = self
             .bounded(
                 image,
                 registry,
-                artifact_layers(client, &artifact, media_type),
+                artifact_layers(client, &artifact, media_type, &auth),
             )
             .await?;
         Ok((data.digest.clone(), layers))
@@ -555,7 +560,10 @@ impl Registry {
 
     async fn fetch(&self, image: &str, reference: &Reference) -> Result<ImageData, String> {
         let client = self.client_for(reference.resolve_registry());
-        let auth = RegistryAuth::Anonymous;
+        let auth = self
+            .settings
+            .credentials
+            .auth_for(reference.resolve_registry());
         let (top, digest) = client
             .pull_manifest_raw(reference, &auth, &MANIFEST_TYPES)
             .await
@@ -650,12 +658,12 @@ pub(crate) async fn artifact_layers(
     client: &Client,
     artifact: &Reference,
     media_type: &str,
+    auth: &RegistryAuth,
 ) -> Result<Vec<ImageLayer>, String> {
-    let auth = RegistryAuth::Anonymous;
     let manifest = match client
         .pull_manifest_raw(
             artifact,
-            &auth,
+            auth,
             &[OCI_IMAGE_MEDIA_TYPE, IMAGE_MANIFEST_MEDIA_TYPE],
         )
         .await

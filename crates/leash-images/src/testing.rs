@@ -32,7 +32,18 @@ pub struct LocalRegistry {
     /// `127.0.0.1:PORT`.
     pub host: String,
     _dir: Option<tempfile::TempDir>,
+    /// How pushes authenticate ([`LocalRegistry::start_with_auth`]'s
+    /// registry wants [`TEST_USER`] and [`TEST_PASSWORD`]).
+    auth: RegistryAuth,
 }
+
+/// The user of a registry started by [`LocalRegistry::start_with_auth`].
+pub const TEST_USER: &str = "leash";
+/// Its password.
+pub const TEST_PASSWORD: &str = "leash-test-password";
+/// [`TEST_PASSWORD`]'s bcrypt hash (cost 4), the registry's htpasswd line:
+/// computed once (`crypt(3)`'s `$2b$`), as the registry accepts bcrypt only.
+const TEST_PASSWORD_BCRYPT: &str = "$2b$04$Oin6c1f.e3RUmdWHWSXumO1uQHejBh04hX9EcULsziK9UBLSDzdya";
 
 impl Drop for LocalRegistry {
     fn drop(&mut self) {
@@ -50,11 +61,23 @@ impl LocalRegistry {
             child: None,
             host: host.to_string(),
             _dir: None,
+            auth: RegistryAuth::Anonymous,
         }
     }
 
     /// Starts one, or None (skipping) when the binary is missing outside CI.
     pub fn start() -> Option<LocalRegistry> {
+        Self::start_with(false)
+    }
+
+    /// As [`LocalRegistry::start`], a registry that answers only
+    /// [`TEST_USER`] with [`TEST_PASSWORD`] (htpasswd, HTTP basic
+    /// authentication); this value pushes with them.
+    pub fn start_with_auth() -> Option<LocalRegistry> {
+        Self::start_with(true)
+    }
+
+    fn start_with(auth: bool) -> Option<LocalRegistry> {
         let Some(bin) = registry_binary() else {
             assert!(
                 std::env::var_os("CI").is_none(),
@@ -68,14 +91,19 @@ impl LocalRegistry {
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("config.yml");
         let log = dir.path().join("log");
-        std::fs::write(
-            &config,
-            format!(
-                "version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:0\n",
-                dir.path().join("data").display()
-            ),
-        )
-        .unwrap();
+        let mut text = format!(
+            "version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:0\n",
+            dir.path().join("data").display()
+        );
+        if auth {
+            let htpasswd = dir.path().join("htpasswd");
+            std::fs::write(&htpasswd, format!("{TEST_USER}:{TEST_PASSWORD_BCRYPT}\n")).unwrap();
+            text.push_str(&format!(
+                "auth:\n  htpasswd:\n    realm: leash-test\n    path: {}\n",
+                htpasswd.display()
+            ));
+        }
+        std::fs::write(&config, text).unwrap();
         let child = Command::new(bin)
             .arg("serve")
             .arg(&config)
@@ -87,6 +115,11 @@ impl LocalRegistry {
             child: Some(child),
             host: String::new(),
             _dir: Some(dir),
+            auth: if auth {
+                RegistryAuth::Basic(TEST_USER.into(), TEST_PASSWORD.into())
+            } else {
+                RegistryAuth::Anonymous
+            },
         };
         // Port 0: the registry logs where it listens.
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -109,12 +142,15 @@ impl LocalRegistry {
         );
     }
 
-    fn client() -> Client {
+    /// A client holding this registry's credentials.
+    async fn client(&self) -> Client {
         crate::install_crypto_provider();
-        Client::new(ClientConfig {
+        let client = Client::new(ClientConfig {
             protocol: ClientProtocol::Http,
             ..ClientConfig::default()
-        })
+        });
+        client.store_auth_if_needed(&self.host, &self.auth).await;
+        client
     }
 
     /// Pushes a one-layer image whose config carries `labels`; returns the
@@ -140,18 +176,23 @@ impl LocalRegistry {
             IMAGE_CONFIG_MEDIA_TYPE.to_string(),
             None,
         );
-        let pushed = Self::client()
-            .push(&reference, &[layer], config, &RegistryAuth::Anonymous, None)
+        let pushed = self
+            .client()
+            .await
+            .push(&reference, &[layer], config, &self.auth, None)
             .await
             .unwrap();
         assert!(pushed.manifest_url.contains(&self.host));
-        Self::manifest(&reference, "application/vnd.oci.image.manifest.v1+json").await
+        self.manifest(&reference, "application/vnd.oci.image.manifest.v1+json")
+            .await
     }
 
     /// The digest and size of the manifest `reference` names.
-    async fn manifest(reference: &Reference, media_type: &str) -> (String, i64) {
-        let (bytes, digest) = Self::client()
-            .pull_manifest_raw(reference, &RegistryAuth::Anonymous, &[media_type])
+    async fn manifest(&self, reference: &Reference, media_type: &str) -> (String, i64) {
+        let (bytes, digest) = self
+            .client()
+            .await
+            .pull_manifest_raw(reference, &self.auth, &[media_type])
             .await
             .unwrap();
         (digest, bytes.len() as i64)
@@ -190,11 +231,12 @@ impl LocalRegistry {
             artifact_type: None,
             annotations: None,
         };
-        Self::client()
+        self.client()
+            .await
             .push_manifest(&reference, &OciManifest::ImageIndex(index))
             .await
             .unwrap();
-        Self::manifest(&reference, "application/vnd.oci.image.index.v1+json")
+        self.manifest(&reference, "application/vnd.oci.image.index.v1+json")
             .await
             .0
     }
@@ -347,8 +389,9 @@ impl LocalRegistry {
         layer: impl FnOnce(&str, &str) -> ImageLayer,
     ) -> String {
         let reference: Reference = format!("{}/{repo_tag}", self.host).parse().unwrap();
-        let (digest, _) =
-            Self::manifest(&reference, "application/vnd.oci.image.manifest.v1+json").await;
+        let (digest, _) = self
+            .manifest(&reference, "application/vnd.oci.image.manifest.v1+json")
+            .await;
         let artifact = Reference::with_tag(
             reference.registry().to_string(),
             reference.repository().to_string(),
@@ -358,15 +401,15 @@ impl LocalRegistry {
             &format!("{}/{}", self.host, reference.repository()),
             &digest,
         );
-        let client = Self::client();
-        let mut layers = crate::artifact_layers(&client, &artifact, &layer.media_type)
+        let client = self.client().await;
+        let mut layers = crate::artifact_layers(&client, &artifact, &layer.media_type, &self.auth)
             .await
             .unwrap();
         layers.push(layer);
         let config = Config::new(b"{}".to_vec(), IMAGE_CONFIG_MEDIA_TYPE.to_string(), None);
         let manifest = OciImageManifest::build(&layers, &config, None);
         client
-            .store_auth_if_needed(artifact.resolve_registry(), &RegistryAuth::Anonymous)
+            .store_auth_if_needed(artifact.resolve_registry(), &self.auth)
             .await;
         for (layer, descriptor) in layers.iter().zip(&manifest.layers) {
             client

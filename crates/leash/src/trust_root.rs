@@ -1,7 +1,9 @@
-//! `--tuf-root` and `--tuf-mirror`: where Sigstore's trust root comes
+//! How the CLI and `serve` reach registries beyond the anonymous default:
+//! `--tuf-root` and `--tuf-mirror`, where Sigstore's trust root comes
 //! from (Kyverno's `--tufRoot` and `--tufMirror`), for keyless attestors
-//! that give no `roots` of their own. Read on first use, through TUF
-//! (leash-images' `tuf`), once for every concurrent verification.
+//! that give no `roots` of their own (read on first use, through TUF,
+//! once for every concurrent verification); and the Docker config whose
+//! credentials the CLI reads registries with.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -70,4 +72,26 @@ impl TrustRootArgs {
             timeout,
         }))))
     }
+}
+
+/// The registry credentials of the Docker config the CLI reads with
+/// `--registry`, as Kyverno's CLI (go-containerregistry's default
+/// keychain) does: `$DOCKER_CONFIG/config.json`, else
+/// `~/.docker/config.json`; none when the file does not exist. A file that
+/// exists but cannot be read or parsed is an error naming it.
+pub(crate) fn docker_credentials() -> anyhow::Result<leash_images::credentials::Credentials> {
+    let path = match std::env::var_os("DOCKER_CONFIG") {
+        Some(dir) => PathBuf::from(dir).join("config.json"),
+        None => match std::env::var_os("HOME") {
+            Some(home) => PathBuf::from(home).join(".docker").join("config.json"),
+            None => return Ok(Default::default()),
+        },
+    };
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Default::default()),
+        Err(e) => return Err(usage(format!("{}: {e}", path.display()))),
+    };
+    leash_images::credentials::Credentials::from_docker_config(&bytes)
+        .map_err(|e| usage(format!("{}: {e}", path.display())))
 }

@@ -5,6 +5,7 @@
 //! where they fail.
 
 mod attestations;
+mod credentials;
 mod keyless;
 mod registry;
 mod tuf;

@@ -489,6 +489,7 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode> {
             trust_root: args
                 .trust_root
                 .trust_root(args.registry_timeout.max(crate::trust_root::TIMEOUT))?,
+            credentials: crate::trust_root::docker_credentials()?,
             ..Default::default()
         });
         cluster = cluster.with_registry(Arc::new(registry), tokio::runtime::Handle::current());

@@ -332,10 +332,16 @@ pub(crate) fn run(args: Args) -> Result<ExitCode> {
     let trust_root = args
         .trust_root
         .trust_root(args.registry_timeout.max(crate::trust_root::TIMEOUT))?;
+    let credentials = if args.registry == Some(true) {
+        crate::trust_root::docker_credentials()?
+    } else {
+        Default::default()
+    };
     let registry = (args.registry == Some(true)).then(|| {
         let registry = leash_images::Registry::new(leash_images::RegistrySettings {
             timeout: args.registry_timeout,
             trust_root,
+            credentials: credentials.clone(),
             ..Default::default()
         });
         (Arc::new(registry), tokio::runtime::Handle::current())

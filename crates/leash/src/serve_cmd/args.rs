@@ -139,6 +139,13 @@ pub(crate) struct Args {
     allow_insecure_registry: bool,
     #[command(flatten)]
     trust_root: crate::trust_root::TrustRootArgs,
+    /// Secrets of the config namespace (`kubernetes.io/dockerconfigjson`)
+    /// whose registry credentials leash reads images with (Kyverno's
+    /// --imagePullSecrets). Read at start; one that cannot be read is
+    /// logged and left out (its registries are then read anonymously, and
+    /// a registry that refuses is the rule's error).
+    #[arg(long, value_name = "NAME,...", value_delimiter = ',')]
+    image_pull_secrets: Vec<String>,
     #[command(flatten)]
     connection: ConnectionArgs,
     /// Start an in-process sandbox API server with demo data, leash's CRDs
@@ -196,6 +203,8 @@ pub(crate) struct Settings {
     pub(crate) shutdown_timeout: Duration,
     /// How image registries are read.
     pub(crate) registry: leash_images::RegistrySettings,
+    /// `--image-pull-secrets`.
+    pub(crate) image_pull_secrets: Vec<String>,
     pub(crate) sandbox: Option<String>,
     pub(crate) sandbox_kubeconfig: Option<PathBuf>,
 }
@@ -332,6 +341,7 @@ impl Args {
                     .trust_root(self.registry_timeout.max(crate::trust_root::TIMEOUT))?,
                 ..leash_images::RegistrySettings::default()
             },
+            image_pull_secrets: self.image_pull_secrets,
             sandbox: self.sandbox,
             sandbox_kubeconfig: self.sandbox_kubeconfig,
         })

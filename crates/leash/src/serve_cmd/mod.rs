@@ -173,7 +173,14 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
 
     // Image registries, one client and cache for the scan and admission:
     // an image read by one is not read again by the other within the TTL.
-    let images = Arc::new(leash_images::Registry::new(settings.registry.clone()));
+    let mut registry_settings = settings.registry.clone();
+    registry_settings.credentials = pull_secret_credentials(
+        &client,
+        &settings.config_namespace,
+        &settings.image_pull_secrets,
+    )
+    .await;
+    let images = Arc::new(leash_images::Registry::new(registry_settings));
 
     if settings.components.reports || settings.components.background {
         let make = {
@@ -400,6 +407,53 @@ async fn log_policies(
             last = text;
         }
     }
+}
+
+/// The registry credentials of `--image-pull-secrets` (Docker config JSON
+/// under `.dockerconfigjson`, or the older `.dockercfg`). A secret that
+/// cannot be read or parsed is logged, naming it, and left out: leash
+/// still starts (its other policies keep working, and an image of a
+/// registry that refuses anonymous reads is its rule's error, which the
+/// webhook's failure policy decides).
+async fn pull_secret_credentials(
+    client: &kube::Client,
+    namespace: &str,
+    names: &[String],
+) -> leash_images::credentials::Credentials {
+    use k8s_openapi::api::core::v1::Secret;
+    use leash_images::credentials::Credentials;
+    let api: kube::Api<Secret> = kube::Api::namespaced(client.clone(), namespace);
+    let mut all = Credentials::default();
+    for name in names {
+        let read = async {
+            let secret = api
+                .get(name)
+                .await
+                .map_err(|e| format!("reading it: {e}"))?;
+            let data = secret.data.unwrap_or_default();
+            if let Some(json) = data.get(".dockerconfigjson") {
+                return Credentials::from_docker_config(&json.0);
+            }
+            if let Some(old) = data.get(".dockercfg") {
+                // The older format: the `auths` map alone.
+                let auths: serde_json::Value = serde_json::from_slice(&old.0)
+                    .map_err(|e| format!(".dockercfg is not JSON: {e}"))?;
+                let wrapped = serde_json::json!({ "auths": auths });
+                return Credentials::from_docker_config(wrapped.to_string().as_bytes());
+            }
+            Err("it holds neither .dockerconfigjson nor .dockercfg".to_string())
+        };
+        match read.await {
+            Ok(c) => {
+                tracing::info!(secret = %name, registries = ?c.registries().collect::<Vec<_>>(), "image pull secret read");
+                all = all.merge(c);
+            }
+            Err(e) => tracing::warn!(
+                "image pull secret {namespace}/{name} left out: {e}; its registries are read anonymously"
+            ),
+        }
+    }
+    all
 }
 
 #[cfg(test)]

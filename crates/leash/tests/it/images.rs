@@ -528,3 +528,59 @@ async fn serve_admits_signed_images_and_denies_unsigned_ones() {
     });
     sb.shutdown().await.unwrap();
 }
+
+/// `leash serve --image-pull-secrets`: a registry that refuses anonymous
+/// reads is read with a `kubernetes.io/dockerconfigjson` Secret's
+/// credentials, so a signed image of it is admitted and an unsigned one
+/// denied as on any registry (kubectl).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_reads_private_registries_with_image_pull_secrets() {
+    use base64::Engine as _;
+    use leash_images::testing::{TEST_PASSWORD, TEST_USER, public_key_pem, signing_key};
+    if !crate::support::kubectl_installed() {
+        return;
+    }
+    let Some(reg) = LocalRegistry::start_with_auth() else {
+        return;
+    };
+    reg.push("team/signed:1", &[]).await;
+    reg.push("team/unsigned:1", &[]).await;
+    let key = signing_key(6);
+    reg.sign("team/signed:1", &key).await;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let config = serde_json::json!({"auths": {reg.host.clone(): {
+        "auth": b64(&format!("{TEST_USER}:{TEST_PASSWORD}"))}}});
+    let secret = serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "regcred", "namespace": "kyverno"},
+        "type": "kubernetes.io/dockerconfigjson",
+        "data": {".dockerconfigjson": b64(&config.to_string())}});
+    let mut policy = verify_policy(&public_key_pem(&key), &reg.host, "Enforce");
+    // Pinning digests reads the registry too; this test is about reading.
+    policy["spec"]["rules"][0]["verifyImages"][0]["mutateDigest"] = serde_json::json!(false);
+    policy["spec"]["rules"][0]["verifyImages"][0]["verifyDigest"] = serde_json::json!(false);
+    let sb = crate::support::crd_sandbox(|_| true, vec![policy, secret]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    fs::write(&kc, sb.kubeconfig_yaml()).unwrap();
+    let mut server =
+        crate::support::serve_admission_ready_with(&sb.url(), &["--image-pull-secrets", "regcred"])
+            .await;
+    let host = reg.host.clone();
+    tokio::task::block_in_place(move || {
+        let run = |name: &str| {
+            kubectl(
+                &kc,
+                &["run", name, "--image", &format!("{host}/team/{name}:1")],
+            )
+        };
+        let (ok, out) = run("signed");
+        assert!(ok, "{out}");
+        let (ok, out) = run("unsigned");
+        assert!(!ok, "{out}");
+        assert!(out.contains("no signatures found"), "{out}");
+        drop(reg);
+        crate::support::send_signal(&server.0, "TERM");
+        crate::support::wait_exit(&mut server.0, crate::support::BOUND, "exit after SIGTERM");
+    });
+    sb.shutdown().await.unwrap();
+}

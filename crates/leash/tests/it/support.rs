@@ -452,11 +452,17 @@ pub(crate) async fn wait_ready(health: &str) {
 /// `leash serve --components admission` against the API server at `url`,
 /// once ready (its webhook configuration written from the policies).
 pub(crate) async fn serve_admission_ready(url: &str) -> ChildGuard {
+    serve_admission_ready_with(url, &[]).await
+}
+
+/// As [`serve_admission_ready`], with more flags.
+pub(crate) async fn serve_admission_ready_with(url: &str, flags: &[&str]) -> ChildGuard {
     let health = format!("127.0.0.1:{}", free_port());
     let server = ChildGuard(
         leash()
             .args(["serve", "--server", url, "--components", "admission"])
             .args(["--admission-listen", "127.0.0.1:0", "--health", &health])
+            .args(flags)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
