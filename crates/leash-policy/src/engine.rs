@@ -1087,10 +1087,6 @@ mod tests {
         for (vi, field) in [
             (json!({"attestors": []}), "verifyImages[0].imageReferences"),
             (
-                json!({"imageReferences": ["*"], "attestors": [{"entries": [{"keys": {"publicKeys": "k8s://ns/secret"}}]}]}),
-                "verifyImages[0].attestors[0].entries[0].keys.publicKeys",
-            ),
-            (
                 json!({"imageReferences": ["*"], "verifyDigest": "yes"}),
                 "verifyImages[0].verifyDigest",
             ),
@@ -1102,6 +1098,24 @@ mod tests {
             let err = Engine::new().add_json(&policy(vi)).unwrap_err().to_string();
             assert!(err.contains(field), "{field}: {err}");
         }
+        // A key leash cannot read (a Secret's, a KMS one) is valid to
+        // Kyverno: the policy compiles and the rule errs when it runs.
+        let secret_key = policy(json!({"imageReferences": ["*"],
+            "attestors": [{"entries": [{"keys": {"publicKeys": "k8s://ns/secret"}}]}]}));
+        let mut engine = Engine::new();
+        engine.add_json(&secret_key).unwrap();
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a", "namespace": "n"},
+            "spec": {"containers": [{"name": "c", "image": "r.io/app:1"}]}});
+        let results = engine.evaluate(
+            EvalRequest::create(Arc::new(pod)),
+            &NoClusterData,
+            &Bindings::default(),
+        );
+        assert_eq!(results[0].status, Status::Error, "{results:?}");
+        assert!(
+            results[0].message.contains("keys from Secrets (k8s://)"),
+            "{results:?}"
+        );
     }
 
     /// ValidatingPolicies that define the same variables share their

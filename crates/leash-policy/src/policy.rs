@@ -938,10 +938,14 @@ fn compile_attestor_sets(v: &Value, field: &str, err: &ErrFn<'_>) -> Result<Vec<
         for (j, e) in set["entries"].as_array().into_iter().flatten().enumerate() {
             let entry = if let Some(keys) = e["keys"]["publicKeys"].as_str() {
                 if !keys.contains("-----BEGIN PUBLIC KEY-----") {
-                    return Err(err(
-                        format!("{af}.entries[{j}].keys.publicKeys"),
-                        "a PEM public key (-----BEGIN PUBLIC KEY-----) is required; leash does not read keys from secrets or KMS yet".into(),
-                    ));
+                    // Kyverno takes any text here (a Secret's `k8s://NS/NAME`,
+                    // a KMS URI); what leash cannot read errs when the
+                    // rule runs, it does not unserve the policy.
+                    entries.push(Err(format!(
+                        "keys: leash verifies PEM public keys (-----BEGIN PUBLIC KEY-----); keys from Secrets (k8s://) or KMS are not supported yet, got {:?}",
+                        keys.chars().take(40).collect::<String>()
+                    )));
+                    continue;
                 }
                 // Kyverno checks a key's signatures against Rekor unless
                 // told not to; leash reads no transparency log, so it
