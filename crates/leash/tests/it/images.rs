@@ -584,3 +584,102 @@ async fn serve_reads_private_registries_with_image_pull_secrets() {
     });
     sb.shutdown().await.unwrap();
 }
+
+/// An ImageValidatingPolicy in the background scan: pods already in the
+/// cluster get PolicyReport results with its source, pass for the signed
+/// image (by digest), fail with its message for the unsigned one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_background_scan_runs_image_validating_policies() {
+    use leash_images::testing::{public_key_pem, signing_key};
+    if !crate::support::kubectl_installed() {
+        return;
+    }
+    let Some(reg) = LocalRegistry::start() else {
+        return;
+    };
+    let signed = reg.push("team/signed:1", &[]).await.0;
+    let unsigned = reg.push("team/unsigned:1", &[]).await.0;
+    let key = signing_key(8);
+    reg.sign("team/signed:1", &key).await;
+    let host = reg.host.clone();
+    let pod = |name: &str, image: String| {
+        serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}")},
+            "spec": {"containers": [{"name": "c", "image": image}]}})
+    };
+    let ivpol = serde_json::json!({
+        "apiVersion": "policies.kyverno.io/v1", "kind": "ImageValidatingPolicy",
+        "metadata": {"name": "signed-images"},
+        "spec": {
+            "validationActions": ["Audit"],
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                "operations": ["CREATE", "UPDATE"], "resources": ["pods"]}]},
+            "matchImageReferences": [{"glob": format!("{host}/team/*")}],
+            "attestors": [{"name": "team", "cosign": {"key": {"data": public_key_pem(&key)},
+                "ctlog": {"insecureIgnoreTlog": true}}}],
+            "validations": [{"expression":
+                "images.containers.map(i, verifyImageSignatures(i, [attestors.team])).all(n, n > 0)",
+                "message": "unsigned image"}]}});
+    let sb = crate::support::crd_sandbox(
+        |_| true,
+        vec![
+            ivpol,
+            pod("signed", format!("{host}/team/signed:1@{signed}")),
+            pod("unsigned", format!("{host}/team/unsigned:1@{unsigned}")),
+        ],
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    fs::write(&kc, sb.kubeconfig_yaml()).unwrap();
+    let mut server = crate::support::ChildGuard(
+        leash()
+            .args(["serve", "--server", &sb.url(), "--components", "reports"])
+            .args(["--registry-timeout", "3s"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("run leash serve"),
+    );
+    tokio::task::block_in_place(move || {
+        let started = Instant::now();
+        let results = loop {
+            let (ok, out) = kubectl(
+                &kc,
+                &["get", "policyreports", "-n", "default", "-o", "json"],
+            );
+            assert!(ok, "{out}");
+            let list: serde_json::Value = serde_json::from_str(&out).unwrap();
+            let mut found = std::collections::BTreeMap::new();
+            for report in list["items"].as_array().into_iter().flatten() {
+                let name = report["scope"]["name"].as_str().unwrap_or("").to_string();
+                for r in report["results"].as_array().into_iter().flatten() {
+                    found.insert(
+                        name.clone(),
+                        (
+                            r["result"].clone(),
+                            r["message"].clone(),
+                            r["source"].clone(),
+                        ),
+                    );
+                }
+            }
+            if found.len() == 2 {
+                break found;
+            }
+            assert!(started.elapsed() < crate::support::BOUND, "reports: {out}");
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        assert_eq!(results["signed"].0, "pass", "{results:?}");
+        assert_eq!(results["unsigned"].0, "fail", "{results:?}");
+        assert_eq!(results["unsigned"].1, "unsigned image", "{results:?}");
+        assert_eq!(
+            results["unsigned"].2, "KyvernoImageValidatingPolicy",
+            "{results:?}"
+        );
+        drop(reg);
+        crate::support::send_signal(&server.0, "TERM");
+        crate::support::wait_exit(&mut server.0, crate::support::BOUND, "exit after SIGTERM");
+    });
+    sb.shutdown().await.unwrap();
+}
