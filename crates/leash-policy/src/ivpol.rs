@@ -586,24 +586,8 @@ pub(crate) fn run(
     }
     act.bind_image_verifier(&verifier);
     act.bind_variables(body.variables);
-    for (i, v) in body.validations.iter().enumerate() {
-        match v.expr.eval_bool(&act) {
-            Ok(true) => {}
-            Ok(false) => {
-                let mut message = v.message.clone();
-                if let Some(me) = &v.message_expr {
-                    message = match me.eval_string(&act) {
-                        Ok(m) => m,
-                        Err(e) => format!("failed to evaluate message expression: {e}"),
-                    };
-                }
-                if message.is_empty() {
-                    message = format!("CEL expression validation failed at index {i}");
-                }
-                return Some((Status::Fail, message, Vec::new()));
-            }
-            Err(e) => return Some((Status::Error, e, Vec::new())),
-        }
+    if let Some((status, message)) = crate::vpol::run_validations(body.validations, &act) {
+        return Some((status, message, Vec::new()));
     }
     let pending = if checks.required { matched } else { Vec::new() };
     Some((Status::Pass, "success".to_string(), pending))

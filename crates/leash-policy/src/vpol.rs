@@ -985,27 +985,37 @@ impl ValidatingPolicy {
             return (Status::Error, errors.join("; "));
         }
         act.bind_variables(&body.variables);
-        for (i, v) in body.validations.iter().enumerate() {
-            match v.expr.eval_bool(&act) {
-                Ok(true) => {}
-                Ok(false) => {
-                    let mut message = v.message.clone();
-                    if let Some(me) = &v.message_expr {
-                        message = match me.eval_string(&act) {
-                            Ok(m) => m,
-                            Err(e) => format!("failed to evaluate message expression: {e}"),
-                        };
-                    }
-                    if message.is_empty() {
-                        message = default_message(i);
-                    }
-                    return (Status::Fail, message);
-                }
-                Err(e) => return (Status::Error, e),
-            }
-        }
-        (Status::Pass, String::new())
+        run_validations(&body.validations, &act).unwrap_or((Status::Pass, String::new()))
     }
+}
+
+/// The validations in order on `act`: the first that fails (Fail with its
+/// message, its message expression's, or the default) or errs; None when
+/// all hold.
+pub(crate) fn run_validations(
+    validations: &[Validation],
+    act: &Activation<'_, '_>,
+) -> Option<(Status, String)> {
+    for (i, v) in validations.iter().enumerate() {
+        match v.expr.eval_bool(act) {
+            Ok(true) => {}
+            Ok(false) => {
+                let mut message = v.message.clone();
+                if let Some(me) = &v.message_expr {
+                    message = match me.eval_string(act) {
+                        Ok(m) => m,
+                        Err(e) => format!("failed to evaluate message expression: {e}"),
+                    };
+                }
+                if message.is_empty() {
+                    message = default_message(i);
+                }
+                return Some((Status::Fail, message));
+            }
+            Err(e) => return Some((Status::Error, e)),
+        }
+    }
+    None
 }
 
 /// The policy's result when the CEL fast path answers every expression it

@@ -291,35 +291,45 @@ async fn the_background_scan_reads_image_data() {
             .expect("run leash serve"),
     );
     tokio::task::block_in_place(move || {
-        let started = Instant::now();
-        let results = loop {
-            let (ok, out) = kubectl(
-                &kc,
-                &["get", "policyreports", "-n", "default", "-o", "json"],
-            );
-            assert!(ok, "{out}");
-            let list: serde_json::Value = serde_json::from_str(&out).unwrap();
-            let mut found = std::collections::BTreeMap::new();
-            for report in list["items"].as_array().into_iter().flatten() {
-                let name = report["scope"]["name"].as_str().unwrap_or("").to_string();
-                for r in report["results"].as_array().into_iter().flatten() {
-                    found.insert(name.clone(), (r["result"].clone(), r["message"].clone()));
-                }
-            }
-            if found.len() == 2 {
-                break found;
-            }
-            assert!(started.elapsed() < crate::support::BOUND, "reports: {out}");
-            std::thread::sleep(Duration::from_millis(200));
-        };
-        assert_eq!(results["acme"].0, "pass", "{results:?}");
-        assert_eq!(results["other"].0, "fail", "{results:?}");
-        assert_eq!(results["other"].1, "not built by acme", "{results:?}");
+        let results = report_results(&kc, 2);
+        assert_eq!(results["acme"]["result"], "pass", "{results:?}");
+        assert_eq!(results["other"]["result"], "fail", "{results:?}");
+        assert_eq!(
+            results["other"]["message"], "not built by acme",
+            "{results:?}"
+        );
         drop(reg);
         crate::support::send_signal(&server.0, "TERM");
         crate::support::wait_exit(&mut server.0, crate::support::BOUND, "exit after SIGTERM");
     });
     sb.shutdown().await.unwrap();
+}
+
+/// The PolicyReport results of namespace `default` by the resource they
+/// are about (the last result of each), once `want` resources have one
+/// (a hang guard: `BOUND`).
+fn report_results(
+    kc: &std::path::Path,
+    want: usize,
+) -> std::collections::BTreeMap<String, serde_json::Value> {
+    let started = Instant::now();
+    loop {
+        let (ok, out) = kubectl(kc, &["get", "policyreports", "-n", "default", "-o", "json"]);
+        assert!(ok, "{out}");
+        let list: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let mut found = std::collections::BTreeMap::new();
+        for report in list["items"].as_array().into_iter().flatten() {
+            let name = report["scope"]["name"].as_str().unwrap_or("").to_string();
+            for r in report["results"].as_array().into_iter().flatten() {
+                found.insert(name.clone(), r.clone());
+            }
+        }
+        if found.len() == want {
+            return found;
+        }
+        assert!(started.elapsed() < crate::support::BOUND, "reports: {out}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// `leash test --registry`: a test whose rows depend on what the registry
@@ -642,39 +652,15 @@ async fn the_background_scan_runs_image_validating_policies() {
             .expect("run leash serve"),
     );
     tokio::task::block_in_place(move || {
-        let started = Instant::now();
-        let results = loop {
-            let (ok, out) = kubectl(
-                &kc,
-                &["get", "policyreports", "-n", "default", "-o", "json"],
-            );
-            assert!(ok, "{out}");
-            let list: serde_json::Value = serde_json::from_str(&out).unwrap();
-            let mut found = std::collections::BTreeMap::new();
-            for report in list["items"].as_array().into_iter().flatten() {
-                let name = report["scope"]["name"].as_str().unwrap_or("").to_string();
-                for r in report["results"].as_array().into_iter().flatten() {
-                    found.insert(
-                        name.clone(),
-                        (
-                            r["result"].clone(),
-                            r["message"].clone(),
-                            r["source"].clone(),
-                        ),
-                    );
-                }
-            }
-            if found.len() == 2 {
-                break found;
-            }
-            assert!(started.elapsed() < crate::support::BOUND, "reports: {out}");
-            std::thread::sleep(Duration::from_millis(200));
-        };
-        assert_eq!(results["signed"].0, "pass", "{results:?}");
-        assert_eq!(results["unsigned"].0, "fail", "{results:?}");
-        assert_eq!(results["unsigned"].1, "unsigned image", "{results:?}");
+        let results = report_results(&kc, 2);
+        assert_eq!(results["signed"]["result"], "pass", "{results:?}");
+        assert_eq!(results["unsigned"]["result"], "fail", "{results:?}");
         assert_eq!(
-            results["unsigned"].2, "KyvernoImageValidatingPolicy",
+            results["unsigned"]["message"], "unsigned image",
+            "{results:?}"
+        );
+        assert_eq!(
+            results["unsigned"]["source"], "KyvernoImageValidatingPolicy",
             "{results:?}"
         );
         drop(reg);

@@ -13,32 +13,7 @@ pub(super) struct DataVal<'a> {
     data: &'a dyn ClusterData,
 }
 
-impl Val for DataVal<'_> {
-    fn get_type(&self) -> &Type {
-        &DATA_TYPE
-    }
-
-    fn cel_type() -> &'static Type
-    where
-        Self: Sized,
-    {
-        &DATA_TYPE
-    }
-
-    fn as_indexer<'b, 'v>(&'b self) -> Option<&'b (dyn Indexer + 'v)>
-    where
-        Self: 'v,
-    {
-        Some(self)
-    }
-
-    fn clone_as_boxed<'v>(&self) -> Box<dyn Val + 'v>
-    where
-        Self: 'v,
-    {
-        Box::new(*self)
-    }
-}
+indexer_val!(DataVal, DATA_TYPE);
 
 impl DataVal<'_> {
     fn lookup(&self, key: &[Value]) -> R {
@@ -180,32 +155,7 @@ pub(super) struct HttpVal<'a> {
     data: &'a dyn ClusterData,
 }
 
-impl Val for HttpVal<'_> {
-    fn get_type(&self) -> &Type {
-        &HTTP_TYPE
-    }
-
-    fn cel_type() -> &'static Type
-    where
-        Self: Sized,
-    {
-        &HTTP_TYPE
-    }
-
-    fn as_indexer<'b, 'v>(&'b self) -> Option<&'b (dyn Indexer + 'v)>
-    where
-        Self: 'v,
-    {
-        Some(self)
-    }
-
-    fn clone_as_boxed<'v>(&self) -> Box<dyn Val + 'v>
-    where
-        Self: 'v,
-    {
-        Box::new(*self)
-    }
-}
+indexer_val!(HttpVal, HTTP_TYPE);
 
 impl Indexer for HttpVal<'_> {
     /// `[method, url, body?]` (headers are not part of the key).
@@ -339,32 +289,7 @@ pub(super) struct GeneratorVal<'a> {
     sink: Option<&'a GeneratedSink>,
 }
 
-impl Val for GeneratorVal<'_> {
-    fn get_type(&self) -> &Type {
-        &GENERATOR_TYPE
-    }
-
-    fn cel_type() -> &'static Type
-    where
-        Self: Sized,
-    {
-        &GENERATOR_TYPE
-    }
-
-    fn as_indexer<'b, 'v>(&'b self) -> Option<&'b (dyn Indexer + 'v)>
-    where
-        Self: 'v,
-    {
-        Some(self)
-    }
-
-    fn clone_as_boxed<'v>(&self) -> Box<dyn Val + 'v>
-    where
-        Self: 'v,
-    {
-        Box::new(*self)
-    }
-}
+indexer_val!(GeneratorVal, GENERATOR_TYPE);
 
 impl Indexer for GeneratorVal<'_> {
     /// `[namespace, objects]`: one `Apply` call.

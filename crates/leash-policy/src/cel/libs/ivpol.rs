@@ -74,33 +74,8 @@ pub(crate) fn bind_ivpol<'a>(ctx: &mut Context<'_, 'a>, state: &'a Verifier<'a>)
     ctx.add_variable_as_val(RECEIVER, Box::new(IvpolVal { state }));
 }
 
-impl Val for IvpolVal<'_> {
-    fn get_type(&self) -> &Type {
-        // The data type: `data_call` reaches it as it reaches `resource`.
-        &DATA_TYPE
-    }
-
-    fn cel_type() -> &'static Type
-    where
-        Self: Sized,
-    {
-        &DATA_TYPE
-    }
-
-    fn as_indexer<'b, 'v>(&'b self) -> Option<&'b (dyn Indexer + 'v)>
-    where
-        Self: 'v,
-    {
-        Some(self)
-    }
-
-    fn clone_as_boxed<'v>(&self) -> Box<dyn Val + 'v>
-    where
-        Self: 'v,
-    {
-        Box::new(*self)
-    }
-}
+// The data type: `data_call` reaches it as it reaches `resource`.
+indexer_val!(IvpolVal, DATA_TYPE);
 
 fn json_arg(v: Option<&Value>, function: &str) -> Result<serde_json::Value, ExecutionError> {
     v.ok_or_else(ExecutionError::missing_argument_or_target)?

@@ -42,6 +42,40 @@ macro_rules! overload {
     };
 }
 
+/// `Val` for a `Copy` handle of CEL type `$ty` that answers through its
+/// `Indexer` (the data handles: `resource`, `http`, `generator`, an
+/// ImageValidatingPolicy's receiver).
+macro_rules! indexer_val {
+    ($name:ident, $ty:expr) => {
+        impl Val for $name<'_> {
+            fn get_type(&self) -> &Type {
+                &$ty
+            }
+
+            fn cel_type() -> &'static Type
+            where
+                Self: Sized,
+            {
+                &$ty
+            }
+
+            fn as_indexer<'b, 'v>(&'b self) -> Option<&'b (dyn Indexer + 'v)>
+            where
+                Self: 'v,
+            {
+                Some(self)
+            }
+
+            fn clone_as_boxed<'v>(&self) -> Box<dyn Val + 'v>
+            where
+                Self: 'v,
+            {
+                Box::new(*self)
+            }
+        }
+    };
+}
+
 // One file per library; each sees this module's helpers.
 mod authz;
 mod data;
