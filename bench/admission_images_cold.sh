@@ -12,11 +12,18 @@
 # pods and cold(N) / cold(1) (docs/BENCHMARKS.md, "Image verification at
 # admission").
 #
+# LATENCY_MS (default 20) puts a proxy in front of the registry that
+# holds every request that long, as a registry across a network would
+# (on 127.0.0.1 a round trip costs nothing, and the figures would measure
+# the registry's CPU on this machine's 2 cores instead); LATENCY_MS=0
+# reads the registry directly.
+#
 #   bench/admission_images_cold.sh [REPS]   (default 5; N = 1, 4, 8)
 #   LEASH=... LOADGEN=... PUSH=... skip the builds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 reps=${1:-5}
+latency=${LATENCY_MS:-20}
 if [ -z "${LEASH:-}" ] || [ -z "${LOADGEN:-}" ]; then
   cargo build --release -q --locked -p leash -p leash-loadgen
 fi
@@ -34,13 +41,45 @@ printf 'version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdir
 host=$(sed -n 's/.*addr: //p' "$out/registry.yml")
 docker-registry serve "$out/registry.yml" > /dev/null 2>&1 &
 for _ in $(seq 100); do "$P" image "$host" cold/probe:1 --sign 1 > /dev/null 2>&1 && break; sleep 0.1; done
+# What leash reads: the registry, or the delaying proxy in front of it
+# (pushes go to the registry itself).
+via=$host
+if [ "$latency" != 0 ]; then
+  via=127.0.0.1:$(port)
+  python3 - "$via" "$host" "$latency" <<'PY' &
+import asyncio, sys
+listen, upstream, delay = sys.argv[1], sys.argv[2], int(sys.argv[3]) / 1000
+async def pipe(reader, writer, hold):
+    try:
+        while data := await reader.read(65536):
+            if hold:
+                await asyncio.sleep(delay)  # one request's round trip
+            writer.write(data)
+            await writer.drain()
+    except ConnectionError:
+        pass
+    finally:
+        writer.close()
+async def client(r, w):
+    host, port = upstream.rsplit(":", 1)
+    ur, uw = await asyncio.open_connection(host, int(port))
+    await asyncio.gather(pipe(r, uw, True), pipe(ur, w, False))
+async def main():
+    host, port = listen.rsplit(":", 1)
+    server = await asyncio.start_server(client, host, int(port))
+    async with server:
+        await server.serve_forever()
+asyncio.run(main())
+PY
+  for _ in $(seq 100); do curl -sf "http://$via/v2/" > /dev/null && break; sleep 0.1; done
+fi
 
 mkdir -p "$out/verify"
 {
   printf 'apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata: {name: signed-images}\n'
   printf 'spec:\n  validationFailureAction: Enforce\n  background: false\n  rules:\n  - name: check-signature\n'
   printf '    match: {any: [{resources: {kinds: [Pod]}}]}\n    verifyImages:\n'
-  printf '    - imageReferences: ["%s/cold/*"]\n      mutateDigest: false\n      verifyDigest: false\n' "$host"
+  printf '    - imageReferences: ["%s/cold/*"]\n      mutateDigest: false\n      verifyDigest: false\n' "$via"
   printf '      attestors:\n      - entries:\n        - keys:\n            publicKeys: |-\n'
   "$P" pubkey 1 | sed 's/^/              /'
   printf '            rekor: {ignoreTlog: true}\n'
@@ -64,16 +103,16 @@ one() { # images... -> latency of one pod's review, ms; exits when not admitted
 }
 # The policy is served: an unsigned image is denied.
 if "$G" pods --server "$url" --clients 1 --requests 1 --violating-every 0 \
-  --image "$host/cold/unsigned:1" --json | grep -q '"denied": *0'; then
+  --image "$via/cold/unsigned:1" --json | grep -q '"denied": *0'; then
   echo "bench/admission_images_cold.sh: an unsigned image was admitted: $(tail -3 "$out/serve.log")" >&2; exit 1
 fi
-echo "# one pod per row through the sandbox, $(nproc) cores; N fresh signed images, cold then warm"
+echo "# one pod per row through the sandbox, $(nproc) cores; N fresh signed images, cold then warm; registry latency ${latency} ms per request"
 for rep in $(seq 1 "$reps"); do
   for n in 1 4 8; do
     images=()
     for i in $(seq 1 "$n"); do
       "$P" image "$host" "cold/r$rep-n$n-$i:1" --sign 1 > /dev/null
-      images+=("$host/cold/r$rep-n$n-$i:1")
+      images+=("$via/cold/r$rep-n$n-$i:1")
     done
     cold=$(one "${images[@]}")
     warm=$(one "${images[@]}")
