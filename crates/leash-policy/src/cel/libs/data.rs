@@ -13,7 +13,7 @@ pub(super) struct DataVal<'a> {
     data: &'a dyn ClusterData,
 }
 
-indexer_val!(DataVal, DATA_TYPE);
+indexer_val!(DataVal, DATA_TYPE, lookup, "data");
 
 impl DataVal<'_> {
     fn lookup(&self, key: &[Value]) -> R {
@@ -77,27 +77,6 @@ impl DataVal<'_> {
             }
             _ => Err(ferr("data", "unknown lookup")),
         }
-    }
-}
-
-impl Indexer for DataVal<'_> {
-    fn get<'b, 'v>(&'b self, idx: &dyn Val) -> Result<CowVal<'b, 'v>, ExecutionError>
-    where
-        Self: 'v,
-    {
-        let key = match Value::try_from(idx)? {
-            Value::List(l) => l,
-            _ => return Err(ferr("data", "unknown lookup")),
-        };
-        let out = self.lookup(&key)?;
-        Ok(CowVal::Owned(Box::<dyn Val>::try_from(out)?))
-    }
-
-    fn steal<'v>(self: Box<Self>, idx: &dyn Val) -> Result<Box<dyn Val + 'v>, ExecutionError>
-    where
-        Self: 'v,
-    {
-        self.get(idx).map(CowVal::into_owned)
     }
 }
 

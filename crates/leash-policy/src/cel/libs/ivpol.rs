@@ -75,7 +75,7 @@ pub(crate) fn bind_ivpol<'a>(ctx: &mut Context<'_, 'a>, state: &'a Verifier<'a>)
 }
 
 // The data type: `data_call` reaches it as it reaches `resource`.
-indexer_val!(IvpolVal, DATA_TYPE);
+indexer_val!(IvpolVal, DATA_TYPE, lookup, "image verification");
 
 fn json_arg(v: Option<&Value>, function: &str) -> Result<serde_json::Value, ExecutionError> {
     v.ok_or_else(ExecutionError::missing_argument_or_target)?
@@ -130,27 +130,6 @@ impl IvpolVal<'_> {
             }
             _ => Err(ferr(op, "no such function on this value")),
         }
-    }
-}
-
-impl Indexer for IvpolVal<'_> {
-    fn get<'b, 'v>(&'b self, idx: &dyn Val) -> Result<CowVal<'b, 'v>, ExecutionError>
-    where
-        Self: 'v,
-    {
-        let key = match Value::try_from(idx)? {
-            Value::List(l) => l,
-            _ => return Err(ferr("image verification", "unknown lookup")),
-        };
-        let out = self.lookup(&key)?;
-        Ok(CowVal::Owned(Box::<dyn Val>::try_from(out)?))
-    }
-
-    fn steal<'v>(self: Box<Self>, idx: &dyn Val) -> Result<Box<dyn Val + 'v>, ExecutionError>
-    where
-        Self: 'v,
-    {
-        self.get(idx).map(CowVal::into_owned)
     }
 }
 

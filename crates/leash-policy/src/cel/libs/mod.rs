@@ -46,6 +46,35 @@ macro_rules! overload {
 /// `Indexer` (the data handles: `resource`, `http`, `generator`, an
 /// ImageValidatingPolicy's receiver).
 macro_rules! indexer_val {
+    // With `lookup`: its `Indexer` too, answering a list key (`[op,
+    // args...]`) with `self.lookup(&key)`; `$what` names it in errors.
+    ($name:ident, $ty:expr, lookup, $what:expr) => {
+        indexer_val!($name, $ty);
+
+        impl Indexer for $name<'_> {
+            fn get<'b, 'v>(&'b self, idx: &dyn Val) -> Result<CowVal<'b, 'v>, ExecutionError>
+            where
+                Self: 'v,
+            {
+                let key = match Value::try_from(idx)? {
+                    Value::List(l) => l,
+                    _ => return Err(ferr($what, "unknown lookup")),
+                };
+                let out = self.lookup(&key)?;
+                Ok(CowVal::Owned(Box::<dyn Val>::try_from(out)?))
+            }
+
+            fn steal<'v>(
+                self: Box<Self>,
+                idx: &dyn Val,
+            ) -> Result<Box<dyn Val + 'v>, ExecutionError>
+            where
+                Self: 'v,
+            {
+                self.get(idx).map(CowVal::into_owned)
+            }
+        }
+    };
     ($name:ident, $ty:expr) => {
         impl Val for $name<'_> {
             fn get_type(&self) -> &Type {
