@@ -466,6 +466,10 @@ pub fn cosign_trust(trust: &ImageTrust) -> leash_images::cosign::Trust {
                 })
                 .collect(),
         }),
+        ImageTrust::Certificate { cert, chain } => Trust::Certificate {
+            cert: cert.clone(),
+            chain: chain.clone(),
+        },
     }
 }
 

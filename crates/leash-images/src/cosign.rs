@@ -126,6 +126,16 @@ pub enum Trust {
     /// Signing certificates chaining to `roots` and naming one of
     /// `identities`.
     Keyless(Keyless),
+    /// The key of a certificate the policy gives (cosign's
+    /// `--certificate`), the certificate first checked against `chain`
+    /// (cosign's `--certificate-chain`, its root a trust anchor) when one
+    /// is given.
+    Certificate {
+        /// The certificate (PEM).
+        cert: String,
+        /// Its chain (PEM: intermediates and root), or empty.
+        chain: String,
+    },
 }
 
 /// What a keyless signature's certificate must be: issued under one of
@@ -364,6 +374,27 @@ impl<'t> Verifier<'t> {
                     identities: &keyless.identities,
                 })
             }
+            Trust::Certificate { cert, chain } => {
+                let key = if chain.trim().is_empty() {
+                    let der = CertificateDer::from_pem_slice(cert.as_bytes())
+                        .map_err(|e| format!("the certificate is not PEM: {e}"))?;
+                    let leaf = Certificate::from_der(&der)
+                        .map_err(|e| format!("invalid certificate: {e}"))?;
+                    certificate_key(&leaf)?
+                } else {
+                    // The chain's certificates as roots, any identity: the
+                    // keyless check of the chain, without a signature's
+                    // certificate.
+                    let trust = Trust::Keyless(Keyless {
+                        roots: chain.clone(),
+                        identities: Vec::new(),
+                    });
+                    let chained = Verifier::new(&trust)?;
+                    let signer = chained.signer(Some(cert), Some(chain))?;
+                    signer.keys[0]
+                };
+                Ok(Verifier::Keys(vec![key]))
+            }
         }
     }
 
@@ -422,13 +453,7 @@ impl<'t> Verifier<'t> {
         if let Some(i) = anchors.iter().position(|a| std::ptr::eq(a, path.anchor())) {
             valid = valid.and(anchors_valid[i]);
         }
-        let spki = leaf
-            .tbs_certificate
-            .subject_public_key_info
-            .to_der()
-            .map_err(|e| format!("invalid signing certificate: {e}"))?;
-        let key = VerifyingKey::from_public_key_der(&spki)
-            .map_err(|e| format!("the signing certificate's key is not ECDSA P-256: {e}"))?;
+        let key = certificate_key(&leaf)?;
         Ok(Signer {
             keys: Cow::Owned(vec![key]),
             valid: Some(valid),
@@ -467,6 +492,17 @@ impl Signer<'_> {
             _ => Ok(()),
         }
     }
+}
+
+/// A certificate's public key (ECDSA P-256).
+fn certificate_key(cert: &Certificate) -> Result<VerifyingKey, String> {
+    let spki = cert
+        .tbs_certificate
+        .subject_public_key_info
+        .to_der()
+        .map_err(|e| format!("invalid signing certificate: {e}"))?;
+    VerifyingKey::from_public_key_der(&spki)
+        .map_err(|e| format!("the signing certificate's key is not ECDSA P-256: {e}"))
 }
 
 /// Whether `leaf` names one of `identities` (any when there are none).

@@ -1555,6 +1555,7 @@ fn trust_path(trust: &crate::request::ImageTrust) -> &'static str {
     match trust {
         crate::request::ImageTrust::Keys(_) => ".keys",
         crate::request::ImageTrust::Keyless { .. } => ".keyless",
+        crate::request::ImageTrust::Certificate { .. } => ".certificates",
     }
 }
 

@@ -386,8 +386,21 @@ fn cosign_trust(attestor: &Json) -> std::result::Result<Option<ImageTrust>, Stri
                 identities,
             }));
         }
+        let certificate = &cosign["certificate"];
+        if let Some(cert) = certificate["cert"]["value"]
+            .as_str()
+            .filter(|c| !c.trim().is_empty())
+        {
+            return Ok(Some(ImageTrust::Certificate {
+                cert: cert.to_string(),
+                chain: certificate["certChain"]["value"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            }));
+        }
         return Err(format!(
-            "attestor {name}: leash verifies cosign public keys (cosign.key.data or cosign.key.expression) and keyless signatures with roots (cosign.keyless.roots); certificate, KMS and secret attestors are not supported yet"
+            "attestor {name}: leash verifies cosign public keys (cosign.key.data or cosign.key.expression), keyless signatures (cosign.keyless) and certificates (cosign.certificate.cert.value); certificate expressions, KMS and secret attestors are not supported yet"
         ));
     }
     if !attestor["notary"].is_null() {
@@ -607,6 +620,7 @@ mod tests {
     const KEY: &str = "-----BEGIN PUBLIC KEY-----\nSIGNER\n-----END PUBLIC KEY-----";
     const OTHER: &str = "-----BEGIN PUBLIC KEY-----\nOTHER\n-----END PUBLIC KEY-----";
     const NO_TRUST_ROOT: &str = "keyless: no roots in the policy and no Sigstore trust root configured (leash serve --tuf-root FILE --tuf-mirror URL)";
+    const CERT: &str = "-----BEGIN CERTIFICATE-----\nSIGNER\n-----END CERTIFICATE-----";
     const ROOTS: &str = "-----BEGIN CERTIFICATE-----\nROOT\n-----END CERTIFICATE-----";
     const D: &str = "@sha256:0000000000000000000000000000000000000000000000000000000000000001";
 
@@ -645,7 +659,11 @@ mod tests {
             if matches!(trust, ImageTrust::Keyless { roots, .. } if roots.is_empty()) {
                 return Err(NO_TRUST_ROOT.to_string());
             }
-            if image.starts_with("reg.io/signed") && *trust == ImageTrust::Keys(KEY.into()) {
+            let by_certificate =
+                matches!(trust, ImageTrust::Certificate { cert, .. } if cert == CERT);
+            if image.starts_with("reg.io/signed")
+                && (*trust == ImageTrust::Keys(KEY.into()) || by_certificate)
+            {
                 Ok(D[1..].to_string())
             } else {
                 Err("no matching signatures".into())
@@ -1070,6 +1088,44 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// `certificates` attestors (ClusterPolicy) and `cosign.certificate`
+    /// (ImageValidatingPolicy) verify with the certificate given; Kyverno's
+    /// validation (`cert or certChain required`) and the transparency log
+    /// rule hold.
+    #[test]
+    fn certificate_attestors_verify_with_the_certificate_given() {
+        let image = format!("reg.io/signed:1{D}");
+        let cpol = |certificates: Json| {
+            json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+                "metadata": {"name": "cert"},
+                "spec": {"validationFailureAction": "Enforce", "rules": [{"name": "sig",
+                    "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                    "verifyImages": [{"imageReferences": ["reg.io/*"],
+                        "attestors": [{"entries": [{"certificates": certificates}]}]}]}]}})
+        };
+        let ok =
+            json!({"cert": CERT, "rekor": {"url": "https://rekor.example", "ignoreTlog": true}});
+        assert_eq!(one(&[cpol(ok)], pod(&[&image])).0, Status::Pass);
+        let (status, message) = one(&[cpol(json!({"cert": CERT}))], pod(&[&image]));
+        assert_eq!(status, Status::Error);
+        assert!(
+            message.contains(".attestors[0].entries[0]: certificates: the signatures must be verified against a transparency log"),
+            "{message}"
+        );
+        let err = Engine::new()
+            .add_json(&cpol(json!({"rekor": {"ignoreTlog": true}})))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("cert or certChain required"), "{err}");
+        let iv = json!({"attestors": [{"name": "k", "cosign": {
+            "certificate": {"cert": {"value": CERT}},
+            "ctlog": {"insecureIgnoreTlog": true}}}]});
+        assert_eq!(
+            one(&[doc("iv", spec(signed_check(), iv))], pod(&[&image])).0,
+            Status::Pass
+        );
     }
 
     #[test]

@@ -967,8 +967,25 @@ fn compile_attestor_sets(v: &Value, field: &str, err: &ErrFn<'_>) -> Result<Vec<
                     return Err(err(kf, "An URL is required".into()));
                 }
                 keyless_trust(k)
-            } else if e.get("certificates").is_some_and(|x| !x.is_null()) {
-                Err(unsupported("certificates"))
+            } else if let Some(c) = e.get("certificates").filter(|x| !x.is_null()) {
+                // Kyverno's CertificateAttestor validation.
+                let text = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+                if text("cert").is_empty() && text("certChain").is_empty() {
+                    return Err(err(
+                        format!("{af}.entries[{j}].certificates"),
+                        "cert or certChain required".into(),
+                    ));
+                }
+                if c["rekor"]["ignoreTlog"].as_bool() != Some(true) {
+                    Err("certificates: the signatures must be verified against a transparency log (Rekor), which leash does not read; set certificates.rekor.ignoreTlog: true to verify them by the certificate's key alone".to_string())
+                } else if text("cert").is_empty() {
+                    Err("certificates: leash verifies with a certificate (cert); a chain alone is not supported".to_string())
+                } else {
+                    Ok(ImageTrust::Certificate {
+                        cert: text("cert"),
+                        chain: text("certChain"),
+                    })
+                }
             } else if e.get("attestor").is_some_and(|x| !x.is_null()) {
                 Err(unsupported("nested attestor"))
             } else {

@@ -292,6 +292,14 @@ pub enum ImageTrust {
         /// Any one must match.
         identities: Vec<KeylessIdentity>,
     },
+    /// The key of a certificate the policy gives (PEM), checked against
+    /// its `chain` (PEM, or empty) first: a `certificates` attestor.
+    Certificate {
+        /// The certificate.
+        cert: String,
+        /// Its chain (intermediates and root), or empty.
+        chain: String,
+    },
 }
 
 /// One keyless identity: the certificate's OIDC issuer and subject (an

@@ -288,3 +288,45 @@ async fn keyless_attestations_verify_with_their_root_and_identity() {
         "no matching attestations: invalid signature when validating ASN.1 encoded signature"
     );
 }
+
+/// A `certificates` attestor (cosign's `--certificate`): the key of the
+/// certificate the policy gives verifies the image's signatures, that
+/// certificate first checked against the chain given; a certificate of
+/// another key, or a chain of another CA, verifies nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_given_certificates_key_verifies_signatures() {
+    let Some(reg) = LocalRegistry::start() else {
+        return;
+    };
+    let fulcio = Fulcio::new();
+    let alice = fulcio.issue(ALICE, ISSUER, HOUR);
+    reg.push("app:cert", &[]).await;
+    // Signed with the certificate's key, as `cosign sign --key` signs:
+    // no certificate in the signature.
+    let digest = reg.sign("app:cert", &alice.key).await;
+    let registry = registry();
+    let image = format!("{}/app:cert", reg.host);
+    let sigs = registry.signatures(&image).await.unwrap();
+    let trust = |cert: &str, chain: String| Trust::Certificate {
+        cert: cert.to_string(),
+        chain,
+    };
+    assert_eq!(
+        registry.verify(&image, &trust(&alice.cert_pem, fulcio.chain_pem()), &sigs),
+        Ok(digest.clone())
+    );
+    assert_eq!(
+        registry.verify(&image, &trust(&alice.cert_pem, String::new()), &sigs),
+        Ok(digest)
+    );
+    let bob = fulcio.issue("bob@example.com", ISSUER, HOUR);
+    let err = registry
+        .verify(&image, &trust(&bob.cert_pem, fulcio.chain_pem()), &sigs)
+        .unwrap_err();
+    assert!(err.starts_with("no matching signatures"), "{err}");
+    let other = Fulcio::new();
+    let err = registry
+        .verify(&image, &trust(&alice.cert_pem, other.chain_pem()), &sigs)
+        .unwrap_err();
+    assert!(err.contains("certificate is not trusted"), "{err}");
+}
