@@ -435,6 +435,78 @@ impl Engine {
         Mutation { object, steps }
     }
 
+    /// What [`Engine::mutate_admission`]'s answer depends on, so that an
+    /// admission webhook may remember it ([`crate::MutationKey`]): the least
+    /// of its mutating policies' keys; `Unkeyed` with PolicyExceptions or
+    /// MutatingAdmissionPolicies (matched by more than this engine sees)
+    /// and with digest mutation (registries).
+    pub fn mutation_key(&self) -> crate::MutationKey {
+        self.mutation_key_where(|_| true)
+    }
+
+    /// [`Engine::mutation_key`] for a request for `kind`: of the policies
+    /// that may mutate that kind (the kinds their rules name; any kind for
+    /// a wildcard or a resource leash does not know).
+    pub fn mutation_key_for(&self, kind: &str) -> crate::MutationKey {
+        self.mutation_key_where(|kinds| {
+            kinds.iter().any(|k| match k {
+                None => true,
+                Some(k) => k == kind,
+            })
+        })
+    }
+
+    /// The least key of the mutating policies whose kinds (`None`: any)
+    /// `selects` accepts.
+    fn mutation_key_where(
+        &self,
+        selects: impl Fn(&[Option<String>]) -> bool,
+    ) -> crate::MutationKey {
+        use crate::MutationKey;
+        if !self.exceptions.is_empty()
+            || !self.admission_mutating.is_empty()
+            || self.policies.iter().any(|p| p.has_digest_mutation())
+            || self.validating.iter().any(|v| v.mutates_digests())
+        {
+            return MutationKey::Unkeyed;
+        }
+        let classic = self
+            .policies
+            .iter()
+            .filter(|p| p.has_mutate_rules())
+            .filter(|p| {
+                let kinds: Vec<Option<String>> = p
+                    .mutate_webhook_operations()
+                    .into_iter()
+                    .map(|(spec, _)| {
+                        (!spec.contains(['*', '?']))
+                            .then(|| {
+                                spec.split('/')
+                                    .find(|s| s.starts_with(|c: char| c.is_ascii_uppercase()))
+                                    .map(str::to_string)
+                            })
+                            .flatten()
+                    })
+                    .collect();
+                selects(&kinds)
+            });
+        let cel = self.mutating.iter().filter(|m| {
+            let kinds: Vec<Option<String>> = m
+                .matched_resources()
+                .into_iter()
+                .map(|(group, _, plural)| {
+                    crate::kinds::by_resource(&group, &plural).map(|k| k.kind.to_string())
+                })
+                .collect();
+            selects(&kinds)
+        });
+        classic
+            .map(|p| p.mutation_key)
+            .chain(cel.map(|m| m.mutation_key()))
+            .min()
+            .unwrap_or(MutationKey::RequestButName)
+    }
+
     /// The policies with `mutate.targets` rules that the request triggers,
     /// each with the names of those rules ([`Policy::mutate_existing_rules_for`]).
     pub fn mutate_existing_triggers(&self, req: &EvalRequest) -> Vec<(Arc<Policy>, Vec<String>)> {

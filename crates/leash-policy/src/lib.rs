@@ -65,7 +65,7 @@ pub use k8s::quantity::{Quantity, parse_duration};
 pub use memo::{Memo, MemoStats};
 pub use mutate::{Mutation, MutationStep, PatchedTarget};
 pub use policy::{FailureAction, Policy};
-pub use reads::{Builder, ReadSet};
+pub use reads::{Builder, MutationKey, ReadSet};
 pub use request::{
     ClusterData, EntryKind, EvalRequest, ImageTrust, KeylessIdentity, NoClusterData, Operation,
     ServiceCall, UserInfo, labels_of,

@@ -62,6 +62,9 @@ pub struct Policy {
     /// What its results depend on, when that is the resource alone
     /// ([`crate::ReadSet::key_of_rules`]).
     pub(crate) memo_key: Option<crate::ReadSet>,
+    /// What its admission mutations depend on
+    /// ([`crate::reads::key_of_mutate_rules`]).
+    pub(crate) mutation_key: crate::MutationKey,
 }
 
 /// Every operation a webhook can be sent.
@@ -611,6 +614,8 @@ impl Policy {
             }
         }
         let memo_key = crate::ReadSet::key_of_rules(raw_rules.iter().chain(&generated_rules));
+        let mutation_key =
+            crate::reads::key_of_mutate_rules(raw_rules.iter().chain(&generated_rules));
         let key: Arc<str> = match &namespace {
             Some(ns) => format!("{ns}/{name}").into(),
             None => name.clone().into(),
@@ -632,6 +637,7 @@ impl Policy {
             cache,
             reads,
             memo_key,
+            mutation_key,
         })
     }
 }

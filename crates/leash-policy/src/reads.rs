@@ -48,6 +48,10 @@ use serde_json::{Map, Value};
 use crate::pattern::parse_anchor;
 use crate::vars::scan_vars;
 
+mod mutation;
+pub use mutation::MutationKey;
+pub(crate) use mutation::{cel_writes_name, key_of_mutate_rules};
+
 /// The parts of a resource some policies read ([`crate::Engine::reads`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReadSet {
@@ -116,6 +120,19 @@ impl Node {
                 inner.add_segs(rest, whole);
                 *self = Node::Items(Box::new(inner));
             }
+        }
+    }
+
+    /// Whether the field chain `path` may be read: a node on the way read
+    /// whole (or for its items or keys), or the field itself kept.
+    fn may_read(&self, path: &[&str]) -> bool {
+        match (self, path.split_first()) {
+            (_, None) => true,
+            (Node::Fields(fields), Some((first, rest))) => {
+                fields.get(*first).is_some_and(|n| n.may_read(rest))
+            }
+            // Every key is read: whether the field is there is.
+            (Node::All | Node::Items(_) | Node::Keys(_), Some(_)) => true,
         }
     }
 
@@ -256,6 +273,12 @@ impl ReadSet {
         }
     }
 
+    /// Whether the field chain `path` may be read (it, under it, or
+    /// something above it whole).
+    pub(crate) fn may_read(&self, path: &[&str]) -> bool {
+        self.root.may_read(path)
+    }
+
     /// Whether the whole resource is read.
     pub fn is_all(&self) -> bool {
         self.root == Node::All
@@ -388,8 +411,13 @@ fn uses_request_identity(text: &str) -> bool {
         "roles",
         "clusterRoles",
     ];
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
     text.match_indices("request").any(|(i, _)| {
         let rest = &text[i + "request".len()..];
+        // `requests`, `x_request`: another name.
+        if rest.starts_with(ident) || text[..i].ends_with(ident) {
+            return false;
+        }
         let Some(field) = rest.strip_prefix('.') else {
             return true;
         };

@@ -227,6 +227,15 @@ pub(crate) struct MatchResources {
 }
 
 impl MatchResources {
+    /// Whether a resource rule or exclusion selects by name
+    /// (`resourceNames`).
+    pub(crate) fn selects_by_name(&self) -> bool {
+        self.rules
+            .iter()
+            .chain(&self.excludes)
+            .any(|r| !r.names.is_empty())
+    }
+
     /// The `(group, version, plural)` of every resource rule; `*` stays
     /// `*`, subresources are left out.
     /// As [`MatchResources::resources`], each with the admission operations
@@ -670,12 +679,7 @@ impl ValidatingPolicy {
         key.add_segs(&[crate::reads::Seg::Field("kind")], true);
         self.add_selected(&mut key, &uses);
         for body in std::iter::once(&self.body).chain(&self.autogen) {
-            let m = &body.matching;
-            if m.rules
-                .iter()
-                .chain(&m.excludes)
-                .any(|r| !r.names.is_empty())
-            {
+            if body.matching.selects_by_name() {
                 key.add_segs(
                     &[
                         crate::reads::Seg::Field("metadata"),

@@ -41,6 +41,7 @@
 mod audit;
 mod ca_secret;
 mod error;
+mod memo;
 mod metrics;
 mod recorder;
 pub mod review;

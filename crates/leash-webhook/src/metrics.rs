@@ -19,6 +19,8 @@ pub(crate) struct ResultLabel {
 pub(crate) struct ServerMetrics {
     pub(crate) reviews: Family<ResultLabel, Counter>,
     pub(crate) latency: Histogram,
+    /// Mutating reviews whose answer may be remembered, by `hit` or `miss`.
+    pub(crate) memo: Family<ResultLabel, Counter>,
 }
 
 impl ServerMetrics {
@@ -26,6 +28,7 @@ impl ServerMetrics {
         let m = ServerMetrics {
             reviews: Family::default(),
             latency: Histogram::new(exponential_buckets(0.000_05, 2.0, 18)),
+            memo: Family::default(),
         };
         registry.register(
             "leash_admission_reviews",
@@ -36,6 +39,11 @@ impl ServerMetrics {
             "leash_admission_review_duration_seconds",
             "Time from a review's arrival to its answer",
             m.latency.clone(),
+        );
+        registry.register(
+            "leash_mutation_memo",
+            "Mutating reviews of a chain whose answer depends on the request alone: answered from a remembered patch (hit) or run (miss)",
+            m.memo.clone(),
         );
         m
     }

@@ -70,7 +70,7 @@ use crate::metrics::ServerMetrics;
 use crate::recorder::Recorder;
 use crate::review::{self, Answer, MAX_BODY_BYTES, ReviewRequest};
 use crate::settings::Settings;
-use crate::snapshot::{Snapshot, blocked_message, verdict};
+use crate::snapshot::{Mutator, Snapshot, blocked_message, verdict};
 use crate::tls::TlsMaterial;
 use crate::userinfo::RoleMemo;
 
@@ -796,13 +796,41 @@ impl Admission {
                 Ok(v) => v,
                 Err(answer) => return answer,
             };
-        let engine = match subset {
+        let Mutator { engine, memo } = match subset {
             Subset::All => snapshot.mutation.all.clone(),
             Subset::Fail => snapshot.mutation.fail.clone(),
             Subset::Ignore => snapshot.mutation.ignore.clone(),
         };
         if engine.is_empty() {
             return (Answer::allow(), "unmatched");
+        }
+        // An answer given to an equal request (the pods of one ReplicaSet)
+        // is answered again without running the chain.
+        let remembered = memo.and_then(|m| {
+            let key = m.key(&eval)?;
+            Some((m, key))
+        });
+        let hit = remembered.as_ref().and_then(|(memo, key)| memo.get(key));
+        if remembered.is_some() {
+            let result = if hit.is_some() { "hit" } else { "miss" };
+            self.metrics
+                .memo
+                .get_or_create(&crate::metrics::ResultLabel { result })
+                .inc();
+        }
+        if let Some(patch) = hit {
+            let result = if patch.is_some() {
+                "mutated"
+            } else {
+                "allowed"
+            };
+            return (
+                Answer {
+                    patch: (*patch).clone(),
+                    ..Answer::allow()
+                },
+                result,
+            );
         }
         let user = eval.user_info.clone();
         let resource_name = kyverno_resource_name(&review);
@@ -852,6 +880,9 @@ impl Admission {
             let ops = json_patch::diff(&review.resource, &mutation.object);
             Some(serde_json::to_vec(&ops).unwrap_or_default())
         };
+        if let Some((memo, key)) = remembered {
+            memo.remember(key, mutation.results(), &patch);
+        }
         let results: Vec<leash_policy::RuleResult> = mutation.results().cloned().collect();
         // A created object has no uid yet when it is mutated (kube-apiserver
         // assigns it later): there is nothing a report could be owned by,

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use leash_policy::vpol::{ValidatingPolicy, ValidationAction};
 use leash_policy::{Engine, FailureAction, Policy, RuleResult, Shared, Source, Status};
 
+use crate::memo::PatchMemo;
 use crate::recorder::PolicyRef;
 
 /// A compiled policy the webhook serves.
@@ -53,11 +54,11 @@ pub(crate) struct Snapshot {
 #[derive(Debug)]
 pub(crate) struct Mutators {
     /// Every mutating policy (`/mutate`).
-    pub(crate) all: Arc<Engine>,
+    pub(crate) all: Mutator,
     /// Those with `failurePolicy: Fail` (`/mutate/fail`).
-    pub(crate) fail: Arc<Engine>,
+    pub(crate) fail: Mutator,
     /// Those with `failurePolicy: Ignore` (`/mutate/ignore`).
-    pub(crate) ignore: Arc<Engine>,
+    pub(crate) ignore: Mutator,
     /// Kinds some mutating policy may match; `None`: any kind.
     kinds: Option<HashSet<String>>,
 }
@@ -126,16 +127,33 @@ impl Mutators {
             }
         }
         Mutators {
-            all: Arc::new(all),
-            fail: Arc::new(fail),
-            ignore: Arc::new(ignore),
+            all: Mutator::new(all),
+            fail: Mutator::new(fail),
+            ignore: Mutator::new(ignore),
             kinds,
         }
     }
 
     /// Whether some mutating policy may match `kind`.
     pub(crate) fn may_match(&self, kind: &str) -> bool {
-        !self.all.is_empty() && self.kinds.as_ref().is_none_or(|k| k.contains(kind))
+        !self.all.engine.is_empty() && self.kinds.as_ref().is_none_or(|k| k.contains(kind))
+    }
+}
+
+/// One mutating endpoint's engine, with its remembered answers when they
+/// depend on the request alone ([`PatchMemo`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Mutator {
+    pub(crate) engine: Arc<Engine>,
+    pub(crate) memo: Option<Arc<PatchMemo>>,
+}
+
+impl Mutator {
+    fn new(engine: Engine) -> Mutator {
+        Mutator {
+            memo: PatchMemo::for_engine(&engine).map(Arc::new),
+            engine: Arc::new(engine),
+        }
     }
 }
 

@@ -91,6 +91,13 @@ fn declared(name: &str) -> bool {
     probe.add_function(name, |a: i64| a).is_err()
 }
 
+/// Whether `ns.name(...)` calls a namespaced library function
+/// (`jsonpatch.escapeKey`, `base64.encode`), `ns` being no variable of a
+/// policy kind (those that fetch data, `resource`, `http`, are roots).
+pub(crate) fn is_namespaced_function(ns: &str, name: &str) -> bool {
+    !ROOTS.contains(&ns) && declared(&format!("{ns}.{name}"))
+}
+
 /// An operator (`_==_`, `!_`, `@in`, ...): handled by the interpreter.
 fn is_operator(name: &str) -> bool {
     !name.starts_with(|c: char| c.is_ascii_alphabetic())

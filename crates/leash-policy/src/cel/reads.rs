@@ -270,7 +270,13 @@ impl<'a> Analysis<'a, '_> {
             _ => {}
         }
         if let Some(t) = &c.target {
-            self.read(t, scope);
+            // `jsonpatch.escapeKey(k)`: a library's namespace, not a root.
+            let namespace = matches!(&t.expr, E::Ident(ns)
+                if self.bound(ns, scope).is_none()
+                    && super::check::is_namespaced_function(ns, name));
+            if !namespace {
+                self.read(t, scope);
+            }
         }
         for a in &c.args {
             self.read(a, scope);

@@ -274,6 +274,47 @@ impl MutatingPolicy {
         out
     }
 
+    /// What its mutation at admission depends on ([`crate::MutationKey`]):
+    /// `Unkeyed` when an expression reaches other data than the request
+    /// (`resource`, `globalContext`, `image`, ...); the whole request when
+    /// an expression uses `request`, reads the object's name (or what
+    /// holds it), a mutation may write it, or matching selects by name.
+    pub(crate) fn mutation_key(&self) -> crate::MutationKey {
+        let mut reads = crate::ReadSet::empty();
+        let mut name = false;
+        for body in std::iter::once(&self.body).chain(&self.autogen) {
+            let variables: Vec<Variable> = body.stages.iter().flatten().cloned().collect();
+            let exprs = body
+                .conditions
+                .iter()
+                .map(|(_, e)| e)
+                .chain(body.mutations.iter().map(|m| match m {
+                    Mutation::Apply(e) | Mutation::JsonPatch(e) => e,
+                }));
+            let uses = crate::cel::reads::object_reads(&variables, exprs, &mut |p, whole| {
+                reads.add_segs(p, whole)
+            });
+            if uses.data {
+                return crate::MutationKey::Unkeyed;
+            }
+            name |= uses.request
+                || body.matching.selects_by_name()
+                || body.mutations.iter().any(|m| {
+                    let (Mutation::Apply(e) | Mutation::JsonPatch(e)) = m;
+                    crate::reads::cel_writes_name(e.source())
+                })
+                // A variable may hold what a mutation writes.
+                || variables
+                    .iter()
+                    .any(|v| crate::reads::cel_writes_name(v.expr.source()));
+        }
+        if name || reads.may_read(&["metadata", "name"]) {
+            crate::MutationKey::Request
+        } else {
+            crate::MutationKey::RequestButName
+        }
+    }
+
     /// Mutates `req.object` (the object as earlier policies left it):
     /// None when the match constraints do not select it; otherwise the
     /// result for the policy (rule = policy name, source

@@ -297,3 +297,195 @@ async fn seed_shared_policy_mutation_at_mutate() {
         "the compiled policies are unchanged"
     );
 }
+
+/// The policy library's mutate policies (classes `classic-mutate` and
+/// `MutatingPolicy`), each folder's policy files, without those that read
+/// the cluster or a registry (as `bench/lib/mutate_set.sh` picks them).
+fn library_mutate_policies() -> Vec<String> {
+    const CORPUS: &str = "/work/shared/kyverno-policies";
+    let classes = std::fs::read_to_string(format!("{CORPUS}/CLASSES.tsv")).expect("CLASSES.tsv");
+    let lookups = |text: &str| {
+        text.lines().any(|l| {
+            let l = l.trim_start();
+            [
+                "apiCall:",
+                "configMap:",
+                "imageRegistry:",
+                "globalReference:",
+            ]
+            .iter()
+            .any(|k| l.starts_with(k))
+        })
+    };
+    let mut out = Vec::new();
+    for line in classes.lines() {
+        let Some((folder, class)) = line.split_once('\t') else {
+            continue;
+        };
+        if !matches!(class.trim(), "classic-mutate" | "MutatingPolicy") {
+            continue;
+        }
+        let mut files: Vec<_> = std::fs::read_dir(format!("{CORPUS}/{folder}"))
+            .expect("a folder")
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+            .collect();
+        files.sort();
+        for f in files {
+            let text = std::fs::read_to_string(&f).unwrap();
+            if !lookups(&text) {
+                out.push(text);
+            }
+        }
+    }
+    out
+}
+
+/// Pods of several shapes, as kube-apiserver sends them to a mutating
+/// webhook: by name, or from a template (`generateName`, no name).
+fn pod_shapes() -> Vec<Value> {
+    let mut shapes = Vec::new();
+    for (i, labels) in [
+        json!({"app": "web"}),
+        json!({"app": "api", "team": "a"}),
+        json!({}),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut p = pod("x", "prod", None, "nginx:1.25");
+        p["metadata"]["labels"] = labels;
+        p["spec"]["volumes"] = json!([{"name": "tmp", "emptyDir": {}}]);
+        if i == 1 {
+            p["spec"]["containers"]
+                .as_array_mut()
+                .unwrap()
+                .push(json!({"name": "sidecar", "image": "busybox", "securityContext": {"privileged": true}}));
+            p["spec"]["initContainers"] = json!([{"name": "init", "image": "busybox:1"}]);
+        }
+        if i == 2 {
+            p["spec"]["volumes"] = json!([{"name": "data", "hostPath": {"path": "/data"}}]);
+            p["spec"]["containers"][0]["volumeMounts"] =
+                json!([{"name": "data", "mountPath": "/data"}]);
+            p["spec"]["containers"][0]["ports"] = json!([{"containerPort": 80}]);
+        }
+        shapes.push(p);
+    }
+    shapes
+}
+
+/// The webhook's remembered answers are the answers: the policy library's
+/// mutate policies, and a policy that reads the pod's name, on pods of
+/// several shapes with many names (and from templates, with none), give
+/// through `/mutate` exactly the patch a fresh evaluation gives; pods that
+/// differ only in a name no policy reads are answered from the memo.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remembered_patches_are_the_patches() {
+    let docs = library_mutate_policies();
+    assert!(docs.len() > 30, "{} policies", docs.len());
+    let refs: Vec<&str> = docs.iter().map(String::as_str).collect();
+    let library = engine(&refs);
+    assert_eq!(
+        library.mutation_key_for("Pod"),
+        leash_policy::MutationKey::RequestButName,
+        "no policy of the library's set for pods reads or writes a pod's name"
+    );
+    // A ServiceAccount policy selects by name.
+    assert_eq!(
+        library.mutation_key_for("ServiceAccount"),
+        leash_policy::MutationKey::Request
+    );
+    const NAMED: &str = r#"
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: label-with-name}
+spec:
+  rules:
+  - name: name-label
+    match: {any: [{resources: {kinds: [Pod]}}]}
+    mutate:
+      patchStrategicMerge:
+        metadata:
+          labels:
+            pod-name: "{{ request.object.metadata.name }}"
+"#;
+    let mut with_name = refs.clone();
+    with_name.push(NAMED);
+    for (engine, keyed) in [
+        (library, leash_policy::MutationKey::RequestButName),
+        (engine(&with_name), leash_policy::MutationKey::Request),
+    ] {
+        assert_eq!(engine.mutation_key_for("Pod"), keyed);
+        let s = TestServer::start(engine).await;
+        let shared = s.policies.borrow().clone();
+        let mut sent = Vec::new();
+        for shape in pod_shapes() {
+            for n in 0..6 {
+                let mut p = shape.clone();
+                if n == 5 {
+                    // From a template: no name yet.
+                    let meta = p["metadata"].as_object_mut().unwrap();
+                    meta.remove("name");
+                    meta.insert("generateName".into(), json!("web-7d9f-"));
+                } else {
+                    p["metadata"]["name"] = json!(format!("pod-{n}"));
+                }
+                sent.push(p);
+            }
+        }
+        // Twice over: the second round is answered from the memo. Each
+        // failing review runs again; each passing one runs once per key.
+        let mut expected_misses = 0u64;
+        let mut keys = std::collections::HashSet::new();
+        for (i, p) in sent.iter().chain(&sent).enumerate() {
+            let a = s
+                .review("/mutate", &review(&format!("r{i}"), "CREATE", p))
+                .await;
+            let want = shared.mutate_admission(&alice(p), &NoClusterData, &Bindings::default());
+            let fails = want.results().any(|r| {
+                matches!(
+                    r.status,
+                    leash_policy::Status::Error | leash_policy::Status::Fail
+                )
+            });
+            assert_eq!(response(&a)["allowed"], !fails, "{a}");
+            let mut key = p.clone();
+            if keyed == leash_policy::MutationKey::RequestButName {
+                key["metadata"].as_object_mut().unwrap().remove("name");
+            }
+            if fails || keys.insert(key.to_string()) {
+                expected_misses += 1;
+            }
+            if fails {
+                continue;
+            }
+            let got = match patch_of(&a) {
+                Some(patch) => patched(p, &patch),
+                None => p.clone(),
+            };
+            assert_eq!(got, *want.object, "review {i} ({keyed:?})");
+            if keyed == leash_policy::MutationKey::Request {
+                assert_eq!(got["metadata"]["labels"]["pod-name"], p["metadata"]["name"]);
+            }
+        }
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &s.registry).unwrap();
+        let count = |result: &str| -> u64 {
+            text.lines()
+                .find(|l| {
+                    l.starts_with(&format!("leash_mutation_memo_total{{result=\"{result}\"}}"))
+                })
+                .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+                .unwrap_or(0)
+        };
+        let (hits, misses) = (count("hit"), count("miss"));
+        s.stop().await;
+        assert_eq!(hits + misses, 2 * sent.len() as u64, "{text}");
+        assert_eq!(misses, expected_misses, "{text}");
+        // Without the name in the key, pods that differ only in their
+        // names share an answer.
+        if keyed == leash_policy::MutationKey::RequestButName {
+            assert!(hits >= sent.len() as u64, "{text}");
+        }
+    }
+}
