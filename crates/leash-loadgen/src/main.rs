@@ -104,6 +104,11 @@ enum Mode {
         /// A pod (JSON or YAML) to use as the compliant template.
         #[arg(long)]
         template: Option<PathBuf>,
+        /// Give every pod its own `load-id` label, so no two reviews are
+        /// alike (by default pods differ in their names only, as the pods
+        /// of one ReplicaSet do).
+        #[arg(long)]
+        distinct: bool,
     },
     /// Create pods with generateName through an API server.
     Pods {
@@ -268,7 +273,9 @@ async fn run(args: Args) -> Result<()> {
             enforce,
             endpoint,
             template,
+            distinct,
         } => {
+            let distinct = *distinct;
             let pod = match template {
                 Some(t) => read_doc(t)?,
                 None => builtin_pod(&args.image),
@@ -304,6 +311,9 @@ async fn run(args: Args) -> Result<()> {
                     pod.clone()
                 };
                 p["metadata"]["name"] = json!(format!("load-{client}-{n}"));
+                if distinct {
+                    p["metadata"]["labels"]["load-id"] = json!(format!("{client}-{n}"));
+                }
                 let ns = p["metadata"]["namespace"].clone();
                 let review = json!({
                     "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",

@@ -66,6 +66,7 @@ use tokio::sync::watch;
 
 use crate::audit::{AuditQueue, AuditRecord};
 use crate::error::{Error, Result};
+use crate::memo::Remembered;
 use crate::metrics::ServerMetrics;
 use crate::recorder::Recorder;
 use crate::review::{self, Answer, MAX_BODY_BYTES, ReviewRequest};
@@ -818,20 +819,24 @@ impl Admission {
                 .get_or_create(&crate::metrics::ResultLabel { result })
                 .inc();
         }
-        if let Some(patch) = hit {
-            let result = if patch.is_some() {
-                "mutated"
-            } else {
-                "allowed"
+        if let Some(answer) = hit {
+            return match &*answer {
+                Remembered::Patch(patch) => (
+                    Answer {
+                        patch: patch.clone(),
+                        ..Answer::allow()
+                    },
+                    if patch.is_some() {
+                        "mutated"
+                    } else {
+                        "allowed"
+                    },
+                ),
+                Remembered::Denied(message) => (Answer::deny(message.clone()), "denied"),
             };
-            return (
-                Answer {
-                    patch: (*patch).clone(),
-                    ..Answer::allow()
-                },
-                result,
-            );
         }
+        // The request, for checking what is remembered of its answer.
+        let asked = remembered.as_ref().map(|_| eval.clone());
         let user = eval.user_info.clone();
         let resource_name = kyverno_resource_name(&review);
         let mutation = match self
@@ -864,13 +869,14 @@ impl Admission {
                 .map(|r| format!("{}: {}", r.rule, r.message))
                 .collect();
             tracing::info!(resource = %resource_name, policy = %step.policy, "mutation failed; request denied");
-            return (
-                Answer::deny(format!(
-                    "mutation policy {name} error: failed to apply policy {name} rules [{}]",
-                    rules.join(" ")
-                )),
-                "denied",
+            let message = format!(
+                "mutation policy {name} error: failed to apply policy {name} rules [{}]",
+                rules.join(" ")
             );
+            if let (Some((memo, key)), Some(asked)) = (remembered, &asked) {
+                memo.remember(key, asked, Remembered::Denied(message.clone()));
+            }
+            return (Answer::deny(message), "denied");
         }
         let patch = if Arc::ptr_eq(&mutation.object, &review.resource)
             || *mutation.object == *review.resource
@@ -880,8 +886,8 @@ impl Admission {
             let ops = json_patch::diff(&review.resource, &mutation.object);
             Some(serde_json::to_vec(&ops).unwrap_or_default())
         };
-        if let Some((memo, key)) = remembered {
-            memo.remember(key, mutation.results(), &patch);
+        if let (Some((memo, key)), Some(asked)) = (remembered, &asked) {
+            memo.remember(key, asked, Remembered::Patch(patch.clone()));
         }
         let results: Vec<leash_policy::RuleResult> = mutation.results().cloned().collect();
         // A created object has no uid yet when it is mutated (kube-apiserver
