@@ -204,7 +204,11 @@ impl PatchMemo {
         {
             return;
         }
-        if self.attempts.fetch_add(1, Ordering::Relaxed) % RECOUNT == 0 {
+        if self
+            .attempts
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(RECOUNT)
+        {
             self.kept.store(self.answers.len(), Ordering::Relaxed);
         }
         if self.kept.load(Ordering::Relaxed) >= CAPACITY {
