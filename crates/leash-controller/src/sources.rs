@@ -168,6 +168,9 @@ pub struct PolicySet {
     /// Policy key → resourceVersion of every policy with
     /// `mutateExistingOnPolicyUpdate` rules.
     pub mutating_existing: HashMap<String, String>,
+    /// Policy key → resourceVersion of every MutatingPolicy with
+    /// `evaluation.mutateExisting`.
+    pub mutating_existing_cel: HashMap<String, String>,
 }
 
 impl PolicySet {
@@ -247,6 +250,14 @@ impl PolicySet {
                     // one result (rule = the policy's name) is reported.
                     set.rules
                         .insert((p.name().to_string(), p.name().to_string()));
+                    // Whether or not `background` is on (Kyverno's #16090).
+                    if p.mutates_existing() {
+                        let key = match p.namespace() {
+                            Some(ns) => format!("{ns}/{}", p.name()),
+                            None => p.name().to_string(),
+                        };
+                        set.mutating_existing_cel.insert(key, rv.clone());
+                    }
                     set.engine.add_shared(Shared::MutatingPolicy(Arc::new(p)));
                 }
                 Ok(Some(Document::GeneratingPolicy(p))) => {

@@ -520,6 +520,101 @@ impl Engine {
             .collect()
     }
 
+    /// The MutatingPolicies with `evaluation.mutateExisting` that the
+    /// admitted `req` triggers ([`MutatingPolicy::triggers`]).
+    pub fn mutating_policy_triggers(
+        &self,
+        req: &EvalRequest,
+        data: &dyn ClusterData,
+    ) -> Vec<Arc<MutatingPolicy>> {
+        self.mutating
+            .iter()
+            .filter(|m| m.triggers(req, data))
+            .cloned()
+            .collect()
+    }
+
+    /// Mutates the existing targets of the MutatingPolicy `policy_key`
+    /// (`namespace/name` or `name`), as Kyverno's background processor
+    /// does for an UpdateRequest of type `cel-mutate`: every object of its
+    /// target resources (listed from `data`) that its target constraints
+    /// select, evaluated with the trigger's operation and user (`trigger`;
+    /// without one, as an UPDATE). One result per target it selects;
+    /// `None` when the policy is not in the engine.
+    pub fn mutate_existing_cel(
+        &self,
+        policy_key: &str,
+        trigger: Option<&EvalRequest>,
+        data: &dyn ClusterData,
+    ) -> Option<(Vec<RuleResult>, Vec<crate::PatchedTarget>)> {
+        let mpol = self.mutating.iter().find(|m| match m.namespace() {
+            Some(ns) => policy_key.split_once('/') == Some((ns, m.name())),
+            None => policy_key == m.name(),
+        })?;
+        let mut results = Vec::new();
+        let mut targets = Vec::new();
+        let error = |message: String| RuleResult {
+            policy: mpol.name().into(),
+            rule: mpol.name().to_string(),
+            status: Status::Error,
+            message,
+            source: Source::MutatingPolicy,
+        };
+        let namespaces = data.list("v1", "namespaces", "");
+        for (group, version, plural) in mpol.target_resources() {
+            let known = crate::kinds::by_resource(&group, &plural);
+            let version = match (version.as_str(), known) {
+                ("*", Some(k)) => k.version.to_string(),
+                ("*", None) => {
+                    results.push(error(format!(
+                        "failed to list targets: the version of {plural}.{group} is not known"
+                    )));
+                    continue;
+                }
+                (v, _) => v.to_string(),
+            };
+            if plural.contains('*') || group.contains('*') {
+                results.push(error(format!(
+                    "failed to list targets: wildcard resource {group}/{version}/{plural}"
+                )));
+                continue;
+            }
+            let api_version = if group.is_empty() {
+                version
+            } else {
+                format!("{group}/{version}")
+            };
+            for object in data.list(&api_version, &plural, mpol.namespace().unwrap_or("")) {
+                let ns_name = object["metadata"]["namespace"].as_str().unwrap_or("");
+                let namespace = namespaces
+                    .iter()
+                    .find(|n| n["metadata"]["name"].as_str() == Some(ns_name));
+                let req = EvalRequest {
+                    object: object.clone(),
+                    old_object: None,
+                    operation: trigger.map_or(crate::Operation::Update, |t| t.operation),
+                    user_info: trigger.map(|t| t.user_info.clone()).unwrap_or_default(),
+                    namespace_labels: namespace.map(|n| crate::labels_of(n)),
+                    namespace_object: namespace.cloned(),
+                    request_resource: None,
+                };
+                let Some((result, patched)) = mpol.mutate_target(&req, data) else {
+                    continue;
+                };
+                if let Some(patched) = patched.filter(|p| *p != *object) {
+                    targets.push(crate::PatchedTarget {
+                        rule: result.rule.clone(),
+                        status: result.status,
+                        message: result.message.clone(),
+                        object: Arc::new(patched),
+                    });
+                }
+                results.push(result);
+            }
+        }
+        Some((results, targets))
+    }
+
     /// Runs the `mutate.targets` rules `rules` of the policy `policy_key`
     /// (`namespace/name` or `name`) for the trigger in `req`, with the
     /// engine's exceptions ([`Policy::mutate_existing`]); `None` when the

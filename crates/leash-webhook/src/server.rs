@@ -157,6 +157,9 @@ pub enum RequestKind {
     CelGenerate,
     /// Classic `mutate.targets` rules (`mutate`): patch existing resources.
     Mutate,
+    /// A MutatingPolicy with `evaluation.mutateExisting` (`cel-mutate`;
+    /// its one rule is its name).
+    CelMutate,
 }
 
 /// The admission request that triggered an UpdateRequest.
@@ -941,35 +944,49 @@ impl Admission {
         // Mutate-existing rules are triggered by deletions too (Kyverno's
         // `handleMutateExisting`).
         let mutates_existing = self.triggers.is_some() && review.sub_resource.is_empty();
-        let (mut results, generated, generated_cel, mutate_existing) = match self
-            .evaluate(
-                mode,
-                started,
-                eval,
-                &resource_name,
-                move |prepared, data| {
-                    let results = engine.evaluate_prepared(prepared, data, &Bindings::default());
-                    let (generated, generated_cel) = if generates {
+        // Kyverno creates none for a dry run (`sideEffects: NoneOnDryRun`).
+        let mutates_existing_cel = mutates_existing && !review.dry_run;
+        let (mut results, generated, generated_cel, (mutate_existing, mutate_existing_cel)) =
+            match self
+                .evaluate(
+                    mode,
+                    started,
+                    eval,
+                    &resource_name,
+                    move |prepared, data| {
+                        let results =
+                            engine.evaluate_prepared(prepared, data, &Bindings::default());
+                        let (generated, generated_cel) = if generates {
+                            (
+                                engine.generate(prepared, data, &Bindings::default()),
+                                engine.generate_cel(prepared, data),
+                            )
+                        } else {
+                            (Vec::new(), Vec::new())
+                        };
+                        let mutate_existing = if mutates_existing {
+                            engine.mutate_existing_triggers(prepared.request())
+                        } else {
+                            Vec::new()
+                        };
+                        let mutate_existing_cel = if mutates_existing_cel {
+                            engine.mutating_policy_triggers(prepared.request(), data)
+                        } else {
+                            Vec::new()
+                        };
                         (
-                            engine.generate(prepared, data, &Bindings::default()),
-                            engine.generate_cel(prepared, data),
+                            results,
+                            generated,
+                            generated_cel,
+                            (mutate_existing, mutate_existing_cel),
                         )
-                    } else {
-                        (Vec::new(), Vec::new())
-                    };
-                    let mutate_existing = if mutates_existing {
-                        engine.mutate_existing_triggers(prepared.request())
-                    } else {
-                        Vec::new()
-                    };
-                    (results, generated, generated_cel, mutate_existing)
-                },
-            )
-            .await
-        {
-            Ok(r) => r,
-            Err(answer) => return answer,
-        };
+                    },
+                )
+                .await
+            {
+                Ok(r) => r,
+                Err(answer) => return answer,
+            };
         // This webhook's policies only: a request matched by both webhooks
         // is evaluated by each, and each policy answers in one of them.
         results.retain(|r| {
@@ -1020,6 +1037,18 @@ impl Admission {
                         .extend(rules);
                 }
             }
+            for m in mutate_existing_cel {
+                if subset.serves(m.ignores_failures()) {
+                    let key = match m.namespace() {
+                        Some(ns) => format!("{ns}/{}", m.name()),
+                        None => m.name().to_string(),
+                    };
+                    by_policy
+                        .entry((RequestKind::CelMutate, key))
+                        .or_default()
+                        .push(m.name().to_string());
+                }
+            }
             let trigger = Trigger {
                 object: review.resource.clone(),
                 old_object: review.old_object.clone(),
@@ -1036,7 +1065,7 @@ impl Admission {
                 if let Some(e) = failed {
                     tracing::warn!(resource = %resource_name, policy = %policy, error = %e, "UpdateRequest not created");
                     let what = match kind {
-                        RequestKind::Mutate => "mutate",
+                        RequestKind::Mutate | RequestKind::CelMutate => "mutate",
                         RequestKind::Generate | RequestKind::CelGenerate => "generate",
                     };
                     let message = format!(

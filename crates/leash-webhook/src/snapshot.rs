@@ -39,8 +39,9 @@ pub(crate) struct Snapshot {
     served: HashMap<(SourceKey, Arc<str>), Served>,
     /// Kinds some admission-enabled policy may match; `None`: any kind.
     kinds: Option<HashSet<String>>,
-    /// Whether the set holds GeneratingPolicies (their triggers are
-    /// admitted through this webhook too; they give no verdict).
+    /// Whether the set holds GeneratingPolicies or MutatingPolicies that
+    /// mutate existing resources (their triggers are admitted through this
+    /// webhook too; they give no verdict).
     generating: bool,
     refs: BTreeSet<PolicyRef>,
     /// What the mutating webhook runs.
@@ -247,11 +248,21 @@ impl Snapshot {
             refs.insert(PolicyRef::new(g.kind(), g.namespace(), g.name()));
             resources.extend(g.matched_resources());
         }
+        // MutatingPolicies' mutate-existing triggers come through here too.
+        let mut mutating_existing = false;
+        for m in engine
+            .mutating_policies()
+            .iter()
+            .filter(|m| m.admission() && m.mutates_existing())
+        {
+            mutating_existing = true;
+            resources.extend(m.matched_resources());
+        }
         widen_kinds(&mut kinds, resources);
         let mutation = Mutators::build(&engine, &mut refs);
         Snapshot {
             mutation,
-            generating: !engine.generating_policies().is_empty(),
+            generating: !engine.generating_policies().is_empty() || mutating_existing,
             engine,
             served,
             kinds,

@@ -264,7 +264,21 @@ pub fn build_configuration(
             .into_iter()
             .map(|r| (false, r))
     });
-    for (ignores, ((group, version, plural), ops)) in validating.chain(generating) {
+    // A MutatingPolicy with `evaluation.mutateExisting`: its triggers'
+    // UpdateRequests are created here, as classic mutate-existing ones.
+    let mutating_existing = engine
+        .mutating_policies()
+        .iter()
+        .filter(|m| m.admission() && m.mutates_existing())
+        .flat_map(|m| {
+            let ignores = m.ignores_failures();
+            m.matched_resource_operations()
+                .into_iter()
+                .map(move |r| (ignores, r))
+        });
+    for (ignores, ((group, version, plural), ops)) in
+        validating.chain(generating).chain(mutating_existing)
+    {
         let rules = if ignores { &mut ignore } else { &mut fail };
         let scope = scope_of(&group, &plural);
         insert(rules, (group, version, scope), plural, &ops);

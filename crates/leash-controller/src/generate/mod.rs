@@ -299,6 +299,9 @@ enum Work {
     /// A policy with `mutateExistingOnPolicyUpdate` was created or changed:
     /// queue its rules for every existing trigger.
     MutateExistingPolicy { policy: String },
+    /// A MutatingPolicy with `evaluation.mutateExisting` was created or
+    /// changed: mutate its existing targets.
+    MutateExistingCel { policy: String },
     /// Run a `mutate.targets` rule for one existing trigger.
     MutateExisting {
         policy: String,
@@ -419,6 +422,7 @@ impl Background {
         let mut watchers: WatcherSet<Gvk> = WatcherSet::new();
         let mut versions: HashMap<String, String> = HashMap::new();
         let mut mutate_versions: HashMap<String, String> = HashMap::new();
+        let mut cel_mutate_versions: HashMap<String, String> = HashMap::new();
         let mut policies = self.policies.clone();
         policies.mark_changed();
         let mut incomplete = false;
@@ -511,6 +515,12 @@ impl Background {
                         }
                     }
                     mutate_versions = set.mutating_existing.clone();
+                    for (policy, rv) in &set.mutating_existing_cel {
+                        if cel_mutate_versions.get(policy) != Some(rv) {
+                            shared.queue.add(Work::MutateExistingCel { policy: policy.clone() });
+                        }
+                    }
+                    cel_mutate_versions = set.mutating_existing_cel.clone();
                     // A kind discovery did not know (yet), or a watcher that
                     // could not start: the set is applied again shortly.
                     incomplete = !complete || registry.kinds.keys().any(|k| !watchers.contains(k));
@@ -872,6 +882,9 @@ impl Shared {
             Work::MutateExistingPolicy { policy } => {
                 self.queue_existing_triggers(policy, token).await
             }
+            Work::MutateExistingCel { policy } => {
+                self.mutate_existing_cel_policy(policy, token).await
+            }
             Work::MutateExisting {
                 policy,
                 rule,
@@ -931,7 +944,7 @@ impl Shared {
         let request_type = ur["spec"]["requestType"]
             .as_str()
             .unwrap_or(REQUEST_GENERATE);
-        if request_type == mutate::REQUEST_MUTATE {
+        if request_type == mutate::REQUEST_MUTATE || request_type == mutate::REQUEST_CEL_MUTATE {
             return self.process_mutate_request(name, &ur, token).await;
         }
         if request_type != REQUEST_GENERATE && request_type != REQUEST_CEL_GENERATE {

@@ -35,6 +35,9 @@ use crate::object::Object;
 
 /// `spec.requestType` of an UpdateRequest for `mutate.targets` rules.
 pub const REQUEST_MUTATE: &str = "mutate";
+/// `spec.requestType` of an UpdateRequest for a MutatingPolicy with
+/// `evaluation.mutateExisting` (its one rule is its name).
+pub const REQUEST_CEL_MUTATE: &str = "cel-mutate";
 
 /// An UpdateRequest of type `mutate` for one trigger and the rules it
 /// triggered, in Kyverno's layout: `spec.context.admissionRequestInfo`
@@ -120,13 +123,15 @@ struct Outcome {
 }
 
 impl Shared {
-    /// Processes an UpdateRequest of type `mutate` (read just now).
+    /// Processes an UpdateRequest of type `mutate` or `cel-mutate` (read
+    /// just now).
     pub(super) async fn process_mutate_request(
         &self,
         name: &str,
         ur: &Value,
         token: &CancellationToken,
     ) -> Result<(), String> {
+        let cel = ur["spec"]["requestType"].as_str() == Some(REQUEST_CEL_MUTATE);
         if ur["status"]["state"].as_str() == Some("Completed") {
             return self
                 .finish_request(name, ur, Ok(Vec::new()), "generatedResources", token)
@@ -149,6 +154,7 @@ impl Shared {
             None => self.live_request(&trigger, token).await?,
         };
         let outcome = match req {
+            Some(req) if cel => self.mutate_cel_targets(&policy, Some(req), token).await?,
             Some(req) => self.mutate_targets(&policy, &rules, req, token).await?,
             // No admission request and the trigger is gone: nothing to do.
             None => Outcome {
@@ -251,6 +257,61 @@ impl Shared {
                 operation: Operation::Background,
                 ..EvalRequest::create(o.raw.clone())
             }))
+    }
+
+    /// A MutatingPolicy with `evaluation.mutateExisting` was created or
+    /// changed: its targets are mutated as for a trigger, without one
+    /// (Kyverno's bare `cel-mutate` UpdateRequest). The policy itself is
+    /// the durable record, as for `mutateExistingOnPolicyUpdate`.
+    pub(super) async fn mutate_existing_cel_policy(
+        &self,
+        policy: &str,
+        token: &CancellationToken,
+    ) -> Result<(), String> {
+        let outcome = self.mutate_cel_targets(policy, None, token).await?;
+        if outcome.errors.is_empty() {
+            Ok(())
+        } else {
+            Err(outcome.errors.join("; "))
+        }
+    }
+
+    /// Mutates the targets of the MutatingPolicy `policy` (listed from the
+    /// API server) for the trigger in `req` (none: the policy changed),
+    /// then writes each one changed.
+    async fn mutate_cel_targets(
+        &self,
+        policy: &str,
+        req: Option<EvalRequest>,
+        token: &CancellationToken,
+    ) -> Result<Outcome, String> {
+        let set = self.policies.borrow().clone();
+        let mut data = Fetched::new(self.calls.clone());
+        let mut ran = None;
+        for _ in 0..4 {
+            ran = set.engine.mutate_existing_cel(policy, req.as_ref(), &data);
+            if !self.fetch_missed(&mut data, token).await? {
+                break;
+            }
+        }
+        let Some((results, targets)) = ran else {
+            return Ok(Outcome {
+                patched: Vec::new(),
+                errors: Vec::new(),
+            });
+        };
+        let mut outcome = Outcome {
+            patched: Vec::new(),
+            errors: errors_of(&results),
+        };
+        for t in targets.iter().filter(|t| t.status == Status::Pass) {
+            match self.write_target(t, token).await {
+                Ok(r) => outcome.patched.push(r),
+                Err(e) if token.is_cancelled() => return Err(e),
+                Err(e) => outcome.errors.push(e),
+            }
+        }
+        Ok(outcome)
     }
 
     /// Evaluates `rules` of `policy` for the trigger in `req` (the targets

@@ -114,6 +114,22 @@ pub struct MutatingPolicy {
     reinvocation: Reinvocation,
     body: Body,
     autogen: Vec<Body>,
+    /// What `evaluation.mutateExisting` mutates.
+    targets: Targets,
+}
+
+/// The existing resources a policy with `evaluation.mutateExisting`
+/// mutates: those `spec.targetMatchConstraints` selects (the match
+/// constraints when it names no resources), on which
+/// `spec.targetMatchConditions` hold (the policy's match conditions are
+/// for the trigger).
+#[derive(Debug, Clone)]
+struct Targets {
+    matching: Option<MatchResources>,
+    conditions: Vec<(String, Expr)>,
+    /// `targetMatchConstraints.expression` (targets listed by CEL), which
+    /// leash does not evaluate: processing such a policy is an error.
+    expression: bool,
 }
 
 impl MutatingPolicy {
@@ -174,6 +190,15 @@ impl MutatingPolicy {
             }
         };
         let body = compile_body(spec, &kind, &name)?;
+        let tmc = &spec["targetMatchConstraints"];
+        let targets = Targets {
+            matching: tmc["resourceRules"]
+                .as_array()
+                .is_some_and(|r| !r.is_empty())
+                .then(|| MatchResources::parse(tmc)),
+            conditions: compile_conditions(spec, "targetMatchConditions", &kind, &name)?,
+            expression: tmc["expression"].as_str().is_some_and(|e| !e.is_empty()),
+        };
         let autogen = autogen::specs(spec)
             .iter()
             .map(|s| {
@@ -197,7 +222,105 @@ impl MutatingPolicy {
             reinvocation,
             body,
             autogen,
+            targets,
         })
+    }
+
+    /// `evaluation.mutateExisting.enabled`: admitted triggers (and, when
+    /// the policy is created or changed, the policy itself) mutate the
+    /// existing targets in the background.
+    pub fn mutates_existing(&self) -> bool {
+        self.mutate_existing
+    }
+
+    /// The resources mutate-existing targets are listed from, as
+    /// `(group, version, plural)`: `targetMatchConstraints`' or, without
+    /// resource rules there, the match constraints'.
+    pub fn target_resources(&self) -> Vec<(String, String, String)> {
+        let mut out = Vec::new();
+        self.targets
+            .matching
+            .as_ref()
+            .unwrap_or(&self.body.matching)
+            .resources(&mut out);
+        out
+    }
+
+    /// Whether an admitted `req` triggers mutate-existing: the policy
+    /// mutates existing resources at admission, its match constraints
+    /// select the request and its match conditions hold (an error in one
+    /// counts as not holding, as Kyverno's matcher counts it).
+    pub fn triggers(&self, req: &EvalRequest, data: &dyn ClusterData) -> bool {
+        if !(self.mutate_existing && self.admission) {
+            return false;
+        }
+        if let Some(ns) = &self.namespace
+            && req.namespace() != ns
+        {
+            return false;
+        }
+        let target = Target::of(req);
+        if !self.body.matching.matches(req, &target) {
+            return false;
+        }
+        let mut act = Activation::new(req, data);
+        act.bind_variables(self.body.stages.first().map_or(&[][..], Vec::as_slice));
+        self.body
+            .conditions
+            .iter()
+            .all(|(_, c)| c.eval_bool(&act).unwrap_or(false))
+    }
+
+    /// Mutates one existing target (`target.object`, with the trigger's
+    /// operation and user): None when the target constraints do not
+    /// select it; otherwise the result and, on Pass, the mutated object.
+    pub fn mutate_target(
+        &self,
+        target: &EvalRequest,
+        data: &dyn ClusterData,
+    ) -> Option<(RuleResult, Option<Json>)> {
+        if let Some(ns) = &self.namespace
+            && target.namespace() != ns
+        {
+            return None;
+        }
+        let t = Target::of(target);
+        let matching = self
+            .targets
+            .matching
+            .as_ref()
+            .unwrap_or(&self.body.matching);
+        if !matching.matches(target, &t) {
+            return None;
+        }
+        let body = Body {
+            conditions: self.targets.conditions.clone(),
+            ..self.body.clone()
+        };
+        let outcome = if self.targets.expression {
+            Err(RunError::Mutation(
+                "targetMatchConstraints.expression is not supported by leash".to_string(),
+            ))
+        } else {
+            run(&body, &Prepared::new(target.clone()), data, None)
+        };
+        let (status, message, object) = match outcome {
+            Ok(Some(object)) => (Status::Pass, "success".to_string(), Some(object)),
+            Ok(None) => (Status::Skip, "skip".to_string(), None),
+            Err(e) => (
+                Status::Error,
+                format!("failed to evaluate policy: {e}"),
+                None,
+            ),
+        };
+        let result = RuleResult {
+            policy: self.name.clone(),
+            rule: self.name.to_string(),
+            status,
+            message,
+            source: Source::MutatingPolicy,
+        };
+        Some((result, object))
     }
 
     /// The policy's name.
@@ -495,22 +618,29 @@ fn compile_typed(
         .map_err(|e| Error::invalid(kind, name, field, e))
 }
 
-fn compile_body(spec: &Json, kind: &str, name: &str) -> Result<Body> {
-    let matching = MatchResources::parse(&spec["matchConstraints"]);
+/// `spec.<key>` conditions (`matchConditions`, `targetMatchConditions`):
+/// `(name, expression)`.
+fn compile_conditions(
+    spec: &Json,
+    key: &str,
+    kind: &str,
+    name: &str,
+) -> Result<Vec<(String, Expr)>> {
     let mut conditions = Vec::new();
-    for (i, c) in as_list(
-        spec.get("matchConditions"),
-        kind,
-        name,
-        "spec.matchConditions",
-    )?
-    .iter()
-    .enumerate()
+    for (i, c) in as_list(spec.get(key), kind, name, &format!("spec.{key}"))?
+        .iter()
+        .enumerate()
     {
-        let field = format!("spec.matchConditions[{i}].expression");
+        let field = format!("spec.{key}[{i}].expression");
         let expr = compile_typed(&c["expression"], Literals::Any, kind, name, &field)?;
         conditions.push((c["name"].as_str().unwrap_or("").to_string(), expr));
     }
+    Ok(conditions)
+}
+
+fn compile_body(spec: &Json, kind: &str, name: &str) -> Result<Body> {
+    let matching = MatchResources::parse(&spec["matchConstraints"]);
+    let conditions = compile_conditions(spec, "matchConditions", kind, name)?;
     let mut mutations = Vec::new();
     for (i, m) in as_list(spec.get("mutations"), kind, name, "spec.mutations")?
         .iter()

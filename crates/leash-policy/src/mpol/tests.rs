@@ -903,3 +903,124 @@ fn json_patch_values_may_be_typed_objects() {
         json!([{"name": "mesh-proxy", "image": "mesh/proxy:v1"}])
     );
 }
+
+/// `evaluation.mutateExisting`: an admitted trigger (matched by the match
+/// constraints and conditions) names the policy; processing mutates every
+/// existing target the target constraints select, with the target's own
+/// conditions, and reports one result per target; a target already in the
+/// wanted state yields no write.
+mod mutate_existing {
+    use std::sync::Arc;
+
+    use serde_json::{Value as Json, json};
+
+    use crate::{Engine, EvalRequest, Status};
+
+    /// Objects listed by plural or kind.
+    #[derive(Debug)]
+    struct Objects(Vec<Arc<Json>>);
+
+    impl crate::ClusterData for Objects {
+        fn get(&self, _: &str, _: &str, _: &str, _: &str) -> Option<Arc<Json>> {
+            None
+        }
+        fn list(&self, _: &str, resource: &str, namespace: &str) -> Vec<Arc<Json>> {
+            let kind = match resource {
+                "configmaps" => "ConfigMap",
+                "secrets" => "Secret",
+                "namespaces" => "Namespace",
+                other => other,
+            };
+            self.0
+                .iter()
+                .filter(|o| {
+                    o["kind"] == kind
+                        && (namespace.is_empty() || o["metadata"]["namespace"] == namespace)
+                })
+                .cloned()
+                .collect()
+        }
+    }
+
+    fn engine() -> Engine {
+        let mut e = Engine::new();
+        let policy = json!({
+            "apiVersion": "policies.kyverno.io/v1", "kind": "MutatingPolicy",
+            "metadata": {"name": "label-secrets"},
+            "spec": {
+                "evaluation": {"mutateExisting": {"enabled": true}},
+                "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                    "operations": ["CREATE", "UPDATE"], "resources": ["configmaps"]}]},
+                "matchConditions": [{"name": "marked", "expression": "has(object.metadata.labels) && 'sync' in object.metadata.labels"}],
+                "targetMatchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                    "operations": ["CREATE", "UPDATE"], "resources": ["secrets"]}]},
+                "targetMatchConditions": [{"name": "not-skipped", "expression": "object.metadata.name != 'skip'"}],
+                "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {"expression":
+                    "Object{metadata: Object.metadata{labels: {\"synced\": \"yes\"}}}"}}]
+            }
+        });
+        assert!(e.add_json(&policy).unwrap());
+        e
+    }
+
+    fn object(kind: &str, name: &str, labels: Json) -> Arc<Json> {
+        Arc::new(json!({"apiVersion": "v1", "kind": kind,
+            "metadata": {"name": name, "namespace": "n1", "labels": labels}}))
+    }
+
+    #[test]
+    fn triggers_then_targets() {
+        let e = engine();
+        let data = Objects(vec![
+            object("Secret", "a", json!({})),
+            object("Secret", "done", json!({"synced": "yes"})),
+            object("Secret", "skip", json!({})),
+            object("ConfigMap", "other", json!({})),
+        ]);
+        let marked = EvalRequest::create(object("ConfigMap", "cfg", json!({"sync": "1"})));
+        let plain = EvalRequest::create(object("ConfigMap", "cfg", json!({})));
+        assert_eq!(e.mutating_policy_triggers(&marked, &data).len(), 1);
+        assert!(
+            e.mutating_policy_triggers(&plain, &data).is_empty(),
+            "the match condition is false"
+        );
+        let secret = EvalRequest::create(object("Secret", "s", json!({"sync": "1"})));
+        assert!(
+            e.mutating_policy_triggers(&secret, &data).is_empty(),
+            "not a trigger's kind"
+        );
+
+        let (results, targets) = e
+            .mutate_existing_cel("label-secrets", Some(&marked), &data)
+            .expect("the policy is known");
+        let by_status: Vec<(Status, &str)> = results
+            .iter()
+            .map(|r| (r.status, r.message.as_str()))
+            .collect();
+        assert_eq!(
+            by_status,
+            [
+                (Status::Pass, "success"),
+                (Status::Pass, "success"),
+                (Status::Skip, "skip")
+            ],
+            "a, done, skip"
+        );
+        let written: Vec<&str> = targets
+            .iter()
+            .map(|t| t.object["metadata"]["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(written, ["a"], "done already has the label: no write");
+        assert_eq!(
+            targets[0].object["metadata"]["labels"],
+            json!({"synced": "yes"})
+        );
+        assert!(
+            e.mutate_existing_cel("nope", Some(&marked), &data)
+                .is_none()
+        );
+        // Without a trigger (the policy created or changed): the same targets.
+        let (_, targets) = e.mutate_existing_cel("label-secrets", None, &data).unwrap();
+        assert_eq!(targets.len(), 1);
+    }
+}

@@ -89,15 +89,21 @@ impl TriggerSink for UpdateRequestSink {
                     &trigger.object,
                 )
             }
-            RequestKind::Mutate => generate::mutate::mutate_update_request(
-                &self.namespace,
-                policy,
-                &rules,
-                trigger.operation,
-                &trigger.object,
-                trigger.old_object.as_deref(),
-                &trigger.user,
-            ),
+            RequestKind::Mutate | RequestKind::CelMutate => {
+                let mut ur = generate::mutate::mutate_update_request(
+                    &self.namespace,
+                    policy,
+                    &rules,
+                    trigger.operation,
+                    &trigger.object,
+                    trigger.old_object.as_deref(),
+                    &trigger.user,
+                );
+                if kind == RequestKind::CelMutate {
+                    ur["spec"]["requestType"] = generate::mutate::REQUEST_CEL_MUTATE.into();
+                }
+                ur
+            }
         };
         async move {
             generate::create_update_request(&client, &request)

@@ -577,3 +577,125 @@ async fn mutate_existing_on_policy_update_patches_existing_targets() {
     let _ = serve.0.wait();
     sb.shutdown().await.unwrap();
 }
+
+/// A MutatingPolicy with `evaluation.mutateExisting` (issue 40): created
+/// after its targets exist, it mutates them (Kyverno's policy event); an
+/// admitted trigger its match conditions accept creates a `cel-mutate`
+/// UpdateRequest before it is answered, and the background component then
+/// mutates the targets that exist, within seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutating_policy_mutates_existing_targets() {
+    const POLICY: &str = r#"
+apiVersion: policies.kyverno.io/v1
+kind: MutatingPolicy
+metadata: {name: mark-secrets}
+spec:
+  evaluation:
+    mutateExisting: {enabled: true}
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: [v1]
+      operations: [CREATE, UPDATE]
+      resources: [configmaps]
+  matchConditions:
+  - name: asks-for-sync
+    expression: "has(object.metadata.labels) && 'sync' in object.metadata.labels"
+  targetMatchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: [v1]
+      operations: [CREATE, UPDATE]
+      resources: [secrets]
+    namespaceSelector:
+      matchLabels: {team: c}
+  mutations:
+  - patchType: ApplyConfiguration
+    applyConfiguration:
+      expression: 'Object{metadata: Object.metadata{labels: {"synced": "yes", "by": request.operation}}}'
+"#;
+    let sb = crd_sandbox(|_| true, vec![]).await;
+    let store = sb.store();
+    for ns in ["team-c", "other"] {
+        let team = if ns == "team-c" { "c" } else { "x" };
+        store
+            .create(json!({"apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": ns, "labels": {"team": team}}}))
+            .unwrap();
+        store
+            .create(json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "db", "namespace": ns}, "data": {}}))
+            .unwrap();
+    }
+    let port = free_port();
+    let mut serve = serve(&sb.url(), port);
+    store
+        .create(serde_saphyr::from_str::<Value>(POLICY).unwrap())
+        .unwrap();
+    let labels = |ns: &str, name: &str| {
+        store.get("v1", "Secret", Some(ns), name).unwrap()["metadata"]["labels"].clone()
+    };
+    let label = |ns: &str, name: &str| labels(ns, name)["synced"].clone();
+    // The policy's own run evaluates each target as an UPDATE.
+    wait_for("the existing target is mutated", BOUND, || {
+        labels("team-c", "db") == json!({"synced": "yes", "by": "UPDATE"})
+    })
+    .await;
+    assert!(
+        label("other", "db").is_null(),
+        "the target's namespaceSelector leaves other namespaces out"
+    );
+
+    // A target created later, then a trigger through admission.
+    store
+        .create(json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "later", "namespace": "team-c"}, "data": {}}))
+        .unwrap();
+    let client =
+        leash_loader::client_from_config(kube::Config::new(sb.url().parse().unwrap())).unwrap();
+    let cm_api: Api<DynamicObject> = Api::namespaced_with(
+        client,
+        "team-c",
+        &ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
+    );
+    // A trigger whose match condition is false creates nothing.
+    let plain: DynamicObject =
+        serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "plain", "namespace": "team-c"}}))
+        .unwrap();
+    cm_api.create(&PostParams::default(), &plain).await.unwrap();
+    // A trigger's run evaluates them with the trigger's operation (the
+    // policy's own runs never write CREATE).
+    let by_trigger = || labels("team-c", "later")["by"] == "CREATE";
+    let start = Instant::now();
+    let mut n = 0;
+    loop {
+        // Until the webhook is registered for ConfigMaps.
+        n += 1;
+        let cm: DynamicObject = serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("sync-{n}"), "namespace": "team-c", "labels": {"sync": "1"}}}))
+        .unwrap();
+        cm_api.create(&PostParams::default(), &cm).await.unwrap();
+        if by_trigger() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        if by_trigger() {
+            break;
+        }
+        assert!(
+            start.elapsed() < BOUND,
+            "the later target was never mutated for a trigger"
+        );
+    }
+    assert_eq!(label("team-c", "later"), "yes");
+    let made = sb.requests().iter().any(|r| {
+        matches!(r, ApiRequest::Resource { verb, resource, .. }
+            if verb == "create" && resource == "updaterequests")
+    });
+    assert!(made, "the trigger's UpdateRequest was created");
+    assert!(label("other", "db").is_null());
+    serve.0.kill().unwrap();
+    let _ = serve.0.wait();
+    sb.shutdown().await.unwrap();
+}
