@@ -64,6 +64,7 @@ LOADER_TOKEN=$(sa_token bench loader)
 # mutate policy of the library drops `privileged`): host networking.
 probe_args=(--overrides='{"apiVersion":"v1","spec":{"hostNetwork":true}}')
 health=127.0.0.1:$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+metrics=127.0.0.1:$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 
 ticks() { # pid -> user+system CPU ticks so far (0 when there is no such process)
   if [ -n "$1" ] && [ -r "/proc/$1/stat" ]; then
@@ -86,13 +87,23 @@ PY
 }
 start_serve() {
   "$L" serve --kubeconfig "$out/leash.kubeconfig" --components admission \
-    --admission-listen 127.0.0.1:0 --health "$health" --cleanup-webhooks \
+    --admission-listen 127.0.0.1:0 --health "$health" --metrics "$metrics" --cleanup-webhooks \
     --max-ephemeral-reports 1000000 ${LEASH_ARGS:-} > "$out/serve.log" 2>&1 &
   serve=$!
   for _ in $(seq 300); do curl -sf "http://$health/readyz" > /dev/null && break; sleep 0.1; done
   # kube-apiserver reads the new configuration through its informer.
   # (Not `| grep -q`: with pipefail, grep closing early fails the pipe.)
   until [[ "$(kubectl run probe --image=nginx:1.27 "${probe_args[@]}" --dry-run=server -n bench 2>&1)" == *"denied the request"* ]]; do sleep 0.2; done
+}
+# The mutating webhook's remembered answers: "hits/misses" (- without).
+memo_counts() {
+  curl -sf "http://$metrics/metrics" | python3 -c '
+import sys
+c = {}
+for l in sys.stdin:
+    if l.startswith("leash_mutation_memo_total"):
+        c["hit" if "\"hit\"" in l else "miss"] = int(float(l.split()[-1]))
+print("%d/%d" % (c.get("hit", 0), c.get("miss", 0)) if c else "-")'
 }
 stop_serve() {
   kill -TERM "$serve"; wait "$serve" || true
@@ -142,6 +153,7 @@ for c in "${clients[@]}"; do
     read -r n50 n99 nrps nerr ncp _ <<< "$(measure "$c")"
     start_serve
     read -r w50 w99 wrps werr wcp wl <<< "$(measure "$c" "$serve")"
+    memo=$(memo_counts)
     capture_limit
     stop_serve
     start_limit
@@ -150,8 +162,8 @@ for c in "${clients[@]}"; do
     printf '%-8s %-4s %10s %10s %8s %7s %9s %9s   none\n' "$c" "$r" "$n50" "$n99" "$nrps" "$nerr" "$ncp" -
     printf '%-8s %-4s %10s %10s %8s %7s %9s %9s   limit    (p50 %.2fx, p99 %.2fx)\n' "$c" "$r" "$m50" "$m99" "$mrps" "$merr" "$mcp" "$ml" \
       "$(python3 -c "print($m50/$n50)")" "$(python3 -c "print($m99/$n99)")"
-    printf '%-8s %-4s %10s %10s %8s %7s %9s %9s   webhook  (p50 %.2fx, p99 %.2fx; of the limit %.2fx, %.2fx)\n' "$c" "$r" "$w50" "$w99" "$wrps" "$werr" "$wcp" "$wl" \
+    printf '%-8s %-4s %10s %10s %8s %7s %9s %9s   webhook  (p50 %.2fx, p99 %.2fx; of the limit %.2fx, %.2fx; mutation memo hits/misses %s)\n' "$c" "$r" "$w50" "$w99" "$wrps" "$werr" "$wcp" "$wl" \
       "$(python3 -c "print($w50/$n50)")" "$(python3 -c "print($w99/$n99)")" \
-      "$(python3 -c "print($w50/$m50)")" "$(python3 -c "print($w99/$m99)")"
+      "$(python3 -c "print($w50/$m50)")" "$(python3 -c "print($w99/$m99)")" "$memo"
   done
 done
