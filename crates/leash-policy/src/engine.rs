@@ -1265,10 +1265,11 @@ mod tests {
             let err = Engine::new().add_json(&policy(vi)).unwrap_err().to_string();
             assert!(err.contains(field), "{field}: {err}");
         }
-        // A key leash cannot read (a Secret's, a KMS one) is valid to
-        // Kyverno: the policy compiles and the rule errs when it runs.
+        // A key leash cannot read (a KMS one) is valid to Kyverno: the
+        // policy compiles and the rule errs when it runs.
         let secret_key = policy(json!({"imageReferences": ["*"],
-            "attestors": [{"entries": [{"keys": {"publicKeys": "k8s://ns/secret"}}]}]}));
+            "attestors": [{"entries": [{"keys": {"publicKeys": "gcpkms://projects/p/locations/l/keyRings/r/cryptoKeys/k",
+                "rekor": {"ignoreTlog": true}}}]}]}));
         let mut engine = Engine::new();
         engine.add_json(&secret_key).unwrap();
         let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a", "namespace": "n"},
@@ -1280,7 +1281,9 @@ mod tests {
         );
         assert_eq!(results[0].status, Status::Error, "{results:?}");
         assert!(
-            results[0].message.contains("keys from Secrets (k8s://)"),
+            results[0]
+                .message
+                .contains("KMS keys are not supported yet"),
             "{results:?}"
         );
     }

@@ -450,7 +450,9 @@ impl Policy {
                             .and_then(|a| a.entries.first())
                             .and_then(|e| e.as_ref().ok());
                         let digest = match keys {
-                            Some(keys) => data.verify_image(&image, keys).ok(),
+                            Some(keys) => resolve_trust(data, keys)
+                                .and_then(|keys| data.verify_image(&image, &keys))
+                                .ok(),
                             None if spec.attestors.is_empty() => data
                                 .image_data(&image)
                                 .ok()
@@ -777,7 +779,9 @@ impl RuleCtx<'_> {
                                 continue;
                             }
                         };
-                        match self.data.verify_image(image, keys) {
+                        match resolve_trust(self.data, keys)
+                            .and_then(|trust| self.data.verify_image(image, &trust))
+                        {
                             Ok(digest) => {
                                 verified += 1;
                                 resolved.get_or_insert(digest);
@@ -900,7 +904,9 @@ impl RuleCtx<'_> {
                             continue;
                         }
                     };
-                    let statements = match self.data.verify_attestations(image, keys) {
+                    let statements = match resolve_trust(self.data, keys)
+                        .and_then(|trust| self.data.verify_attestations(image, &trust))
+                    {
                         Ok(s) => s,
                         Err(e) => {
                             errors.push(e);
@@ -1532,6 +1538,39 @@ impl RuleCtx<'_> {
 /// ephemeral containers, as Kyverno's default image extractors find them.
 /// Whether an error is only a lookup this evaluation has not made yet
 /// (the engine fetches what was missed and evaluates again).
+/// What an attestor trusts, with a key kept in a Secret read (through
+/// `data`, so a Secret not fetched yet is fetched between evaluations) from
+/// its `cosign.pub`, as cosign's `PublicKeyFromKeyRef` reads `k8s://` keys.
+pub(crate) fn resolve_trust<'t>(
+    data: &dyn ClusterData,
+    trust: &'t crate::request::ImageTrust,
+) -> Result<std::borrow::Cow<'t, crate::request::ImageTrust>, String> {
+    use base64::Engine as _;
+    let crate::request::ImageTrust::Secret { namespace, name } = trust else {
+        return Ok(std::borrow::Cow::Borrowed(trust));
+    };
+    let secret = data
+        .get("v1", "secrets", namespace, name)
+        .ok_or_else(|| format!("checking if secret exists: secrets \"{name}\" not found"))?;
+    let pem = secret["data"]["cosign.pub"]
+        .as_str()
+        .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+        .and_then(|b| String::from_utf8(b).ok())
+        // A Secret given as a file may carry the key in stringData.
+        .or_else(|| {
+            secret["stringData"]["cosign.pub"]
+                .as_str()
+                .map(String::from)
+        })
+        .filter(|p| p.contains("-----BEGIN PUBLIC KEY-----"))
+        .ok_or_else(|| {
+            format!("secret {namespace}/{name} holds no PEM public key in cosign.pub")
+        })?;
+    Ok(std::borrow::Cow::Owned(crate::request::ImageTrust::Keys(
+        pem,
+    )))
+}
+
 fn is_miss(e: &str) -> bool {
     e.contains("was not fetched yet")
 }
@@ -1556,6 +1595,7 @@ fn trust_path(trust: &crate::request::ImageTrust) -> &'static str {
         crate::request::ImageTrust::Keys(_) => ".keys",
         crate::request::ImageTrust::Keyless { .. } => ".keyless",
         crate::request::ImageTrust::Certificate { .. } => ".certificates",
+        crate::request::ImageTrust::Secret { .. } => ".keys",
     }
 }
 

@@ -399,8 +399,26 @@ fn cosign_trust(attestor: &Json) -> std::result::Result<Option<ImageTrust>, Stri
                     .to_string(),
             }));
         }
+        // cosign's key reference: a Secret's `cosign.pub`.
+        if let Some(reference) = cosign["key"]["kms"]
+            .as_str()
+            .filter(|k| k.starts_with("k8s://"))
+        {
+            let parts: Vec<&str> = reference["k8s://".len()..].split('/').collect();
+            return match parts.as_slice() {
+                [namespace, secret] if !namespace.is_empty() && !secret.is_empty() => {
+                    Ok(Some(ImageTrust::Secret {
+                        namespace: namespace.to_string(),
+                        name: secret.to_string(),
+                    }))
+                }
+                _ => Err(format!(
+                    "attestor {name}: failed to load public key from {reference}: kubernetes specification should be in the format k8s://<namespace>/<secret>"
+                )),
+            };
+        }
         return Err(format!(
-            "attestor {name}: leash verifies cosign public keys (cosign.key.data or cosign.key.expression), keyless signatures (cosign.keyless) and certificates (cosign.certificate.cert.value); certificate expressions, KMS and secret attestors are not supported yet"
+            "attestor {name}: leash verifies cosign public keys (cosign.key.data, cosign.key.expression, or a Secret's as cosign.key.kms: k8s://NAMESPACE/NAME), keyless signatures (cosign.keyless) and certificates (cosign.certificate.cert.value); certificate expressions and other KMS keys are not supported yet"
         ));
     }
     if !attestor["notary"].is_null() {
@@ -436,6 +454,10 @@ impl<'a> Verifier<'a> {
             let Some(trust) = cosign_trust(a)? else {
                 continue;
             };
+            // A key whose Secret cannot be read is the function's error,
+            // as cosign's "failed to load public key".
+            let trust = crate::eval::resolve_trust(self.data, &trust)
+                .map_err(|e| format!("failed to load public key: {e}"))?;
             if self.data.verify_image(image, &trust).is_ok() {
                 count += 1;
             }
@@ -472,6 +494,8 @@ impl<'a> Verifier<'a> {
                 continue;
             };
             let want = predicate_uri(ty);
+            let trust = crate::eval::resolve_trust(self.data, &trust)
+                .map_err(|e| format!("failed to load public key: {e}"))?;
             let Ok(statements) = self.data.verify_attestations(image, &trust) else {
                 continue;
             };
@@ -631,8 +655,20 @@ mod tests {
     struct Registry;
 
     impl ClusterData for Registry {
-        fn get(&self, _: &str, _: &str, _: &str, _: &str) -> Option<Arc<Json>> {
-            None
+        /// The Secret `keys/cosign` holds KEY in `cosign.pub`, as `cosign
+        /// generate-key-pair k8s://keys/cosign` writes it; `keys/empty`
+        /// holds none.
+        fn get(&self, av: &str, resource: &str, ns: &str, name: &str) -> Option<Arc<Json>> {
+            use base64::Engine as _;
+            let data = match (av, resource, ns, name) {
+                ("v1", "secrets", "keys", "cosign") => json!({
+                    "cosign.pub": base64::engine::general_purpose::STANDARD.encode(KEY),
+                    "cosign.key": "c2VjcmV0"}),
+                ("v1", "secrets", "keys", "empty") => json!({}),
+                _ => return None,
+            };
+            Some(Arc::new(json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": name, "namespace": ns}, "data": data})))
         }
         fn list(&self, _: &str, _: &str, _: &str) -> Vec<Arc<Json>> {
             Vec::new()
@@ -964,6 +1000,93 @@ mod tests {
                 "failed to verify image reg.io/signed@{}: .attestors[0].entries[0]: keys: the signatures must be verified against a transparency log",
                 &D[1..]
             )),
+            "{message}"
+        );
+    }
+
+    /// Keys kept in a Secret (cosign's `k8s://NAMESPACE/NAME`, a
+    /// ClusterPolicy's `keys.secret`, an ImageValidatingPolicy's
+    /// `cosign.key.kms`) verify as the PEM key in its `cosign.pub`; a
+    /// Secret that is missing or holds no key, or a malformed reference,
+    /// is the rule's error.
+    #[test]
+    fn keys_in_secrets_verify_as_their_cosign_pub() {
+        let signed = format!("reg.io/signed:1{D}");
+        let unsigned = format!("reg.io/unsigned:1{D}");
+        let classic = |keys: Json| {
+            json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+                "metadata": {"name": "from-secret"},
+                "spec": {"validationFailureAction": "Enforce", "rules": [{"name": "sig",
+                    "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                    "verifyImages": [{"imageReferences": ["reg.io/*"], "mutateDigest": false,
+                        "attestors": [{"entries": [{"keys": keys}]}]}]}]}})
+        };
+        let ignore = json!({"ignoreTlog": true});
+        for keys in [
+            json!({"publicKeys": "k8s://keys/cosign", "rekor": ignore}),
+            json!({"secret": {"namespace": "keys", "name": "cosign"}, "rekor": ignore}),
+        ] {
+            let p = classic(keys.clone());
+            assert_eq!(
+                one(std::slice::from_ref(&p), pod(&[&signed])),
+                (
+                    Status::Pass,
+                    format!("verified image signatures for reg.io/signed{D}")
+                ),
+                "{keys}"
+            );
+            assert_eq!(
+                one(&[p], pod(&[&unsigned])).0,
+                Status::Fail,
+                "{keys}: the Secret's key did not sign it"
+            );
+        }
+        // A key that cannot be loaded fails the verification, as cosign's
+        // error fails it in Kyverno; a reference leash cannot use errs.
+        for (keys, status, why) in [
+            (
+                json!({"publicKeys": "k8s://keys/missing", "rekor": ignore}),
+                Status::Fail,
+                ".attestors[0].entries[0].keys: checking if secret exists: secrets \"missing\" not found",
+            ),
+            (
+                json!({"publicKeys": "k8s://keys/empty", "rekor": ignore}),
+                Status::Fail,
+                "secret keys/empty holds no PEM public key in cosign.pub",
+            ),
+            (
+                json!({"publicKeys": "k8s://just-a-name", "rekor": ignore}),
+                Status::Error,
+                "kubernetes specification should be in the format k8s://<namespace>/<secret>",
+            ),
+            (
+                json!({"publicKeys": "k8s://keys/cosign"}),
+                Status::Error,
+                "the signatures must be verified against a transparency log",
+            ),
+        ] {
+            let (got, message) = one(&[classic(keys.clone())], pod(&[&signed]));
+            assert_eq!(got, status, "{keys}: {message}");
+            assert!(message.contains(why), "{keys}: {message}");
+        }
+        // An ImageValidatingPolicy's `cosign.key.kms: k8s://...`.
+        let kms = |reference: &str| {
+            let mut s = spec(signed_check(), json!({}));
+            s["attestors"][0]["cosign"]["key"] = json!({"kms": reference});
+            doc("kms", s)
+        };
+        assert_eq!(
+            one(&[kms("k8s://keys/cosign")], pod(&[&signed])).0,
+            Status::Pass
+        );
+        assert_eq!(
+            one(&[kms("k8s://keys/cosign")], pod(&[&unsigned])),
+            (Status::Fail, "unsigned image".to_string())
+        );
+        let (status, message) = one(&[kms("k8s://keys/missing")], pod(&[&signed]));
+        assert_eq!(status, Status::Error, "{message}");
+        assert!(
+            message.contains("failed to load public key: checking if secret exists"),
             "{message}"
         );
     }

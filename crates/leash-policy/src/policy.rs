@@ -931,6 +931,21 @@ fn keyless_trust(k: &Value) -> std::result::Result<ImageTrust, String> {
     })
 }
 
+/// A `k8s://NAMESPACE/NAME` key reference (cosign's format and message).
+fn secret_key(reference: &str) -> std::result::Result<ImageTrust, String> {
+    let parts: Vec<&str> = reference.trim_start_matches("k8s://").split('/').collect();
+    match parts.as_slice() {
+        [namespace, name] if !namespace.is_empty() && !name.is_empty() => Ok(ImageTrust::Secret {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        }),
+        _ => Err(
+            "keys: kubernetes specification should be in the format k8s://<namespace>/<secret>"
+                .to_string(),
+        ),
+    }
+}
+
 fn unsupported(kind: &str) -> String {
     format!("{kind} attestors are not supported by leash")
 }
@@ -942,24 +957,38 @@ fn compile_attestor_sets(v: &Value, field: &str, err: &ErrFn<'_>) -> Result<Vec<
         let af = format!("{field}.attestors[{i}]");
         let mut entries = Vec::new();
         for (j, e) in set["entries"].as_array().into_iter().flatten().enumerate() {
-            let entry = if let Some(keys) = e["keys"]["publicKeys"].as_str() {
-                if !keys.contains("-----BEGIN PUBLIC KEY-----") {
-                    // Kyverno takes any text here (a Secret's `k8s://NS/NAME`,
-                    // a KMS URI); what leash cannot read errs when the
-                    // rule runs, it does not unserve the policy.
-                    entries.push(Err(format!(
-                        "keys: leash verifies PEM public keys (-----BEGIN PUBLIC KEY-----); keys from Secrets (k8s://) or KMS are not supported yet, got {:?}",
-                        keys.chars().take(40).collect::<String>()
-                    )));
-                    continue;
-                }
+            let keys = &e["keys"];
+            let public_keys = keys["publicKeys"].as_str().filter(|k| !k.is_empty());
+            let secret = &keys["secret"];
+            let entry = if public_keys.is_some() || secret.is_object() {
+                // Kyverno's order: publicKeys, then secret (then kms).
+                let trust = match public_keys {
+                    Some(k) if k.contains("-----BEGIN PUBLIC KEY-----") => {
+                        Ok(ImageTrust::Keys(k.to_string()))
+                    }
+                    Some(k) if k.starts_with("k8s://") => secret_key(k),
+                    // Kyverno takes any text here (a KMS URI); what leash
+                    // cannot read errs when the rule runs, it does not
+                    // unserve the policy.
+                    Some(k) => Err(format!(
+                        "keys: leash verifies PEM public keys (-----BEGIN PUBLIC KEY-----) and keys in Secrets (k8s://NAMESPACE/NAME); KMS keys are not supported yet, got {:?}",
+                        k.chars().take(40).collect::<String>()
+                    )),
+                    None => secret_key(&format!(
+                        "k8s://{}/{}",
+                        secret["namespace"].as_str().unwrap_or(""),
+                        secret["name"].as_str().unwrap_or("")
+                    )),
+                };
                 // Kyverno checks a key's signatures against Rekor unless
                 // told not to; leash reads no transparency log, so it
                 // verifies by key only when the policy says that is enough.
-                if e["keys"]["rekor"]["ignoreTlog"].as_bool() == Some(true) {
-                    Ok(ImageTrust::Keys(keys.to_string()))
-                } else {
-                    Err(TLOG_REQUIRED.to_string())
+                match trust {
+                    Err(e) => Err(e),
+                    Ok(_) if keys["rekor"]["ignoreTlog"].as_bool() != Some(true) => {
+                        Err(TLOG_REQUIRED.to_string())
+                    }
+                    ok => ok,
                 }
             } else if let Some(k) = e.get("keyless").filter(|x| !x.is_null()) {
                 // Kyverno's KeylessAttestor validation.
@@ -995,7 +1024,10 @@ fn compile_attestor_sets(v: &Value, field: &str, err: &ErrFn<'_>) -> Result<Vec<
             } else if e.get("attestor").is_some_and(|x| !x.is_null()) {
                 Err(unsupported("nested attestor"))
             } else {
-                Err(unsupported("keys without publicKeys"))
+                Err(
+                    "keys: KMS keys are not supported by leash (publicKeys or secret are)"
+                        .to_string(),
+                )
             };
             entries.push(entry);
         }

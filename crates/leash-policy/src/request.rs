@@ -300,6 +300,16 @@ pub enum ImageTrust {
         /// Its chain (intermediates and root), or empty.
         chain: String,
     },
+    /// PEM public keys kept in a Secret's `cosign.pub` (`k8s://NS/NAME`,
+    /// or `keys.secret`), as cosign reads them. The engine reads the Secret
+    /// through [`ClusterData::get`] and verifies with [`ImageTrust::Keys`]:
+    /// a [`ClusterData`] is never asked to verify with this one.
+    Secret {
+        /// The Secret's namespace.
+        namespace: String,
+        /// The Secret's name.
+        name: String,
+    },
 }
 
 /// One keyless identity: the certificate's OIDC issuer and subject (an

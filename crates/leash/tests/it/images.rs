@@ -539,6 +539,85 @@ async fn serve_admits_signed_images_and_denies_unsigned_ones() {
     sb.shutdown().await.unwrap();
 }
 
+/// A key kept in a Secret (`publicKeys: k8s://NAMESPACE/NAME`, cosign's
+/// `cosign.pub`): `leash serve` reads the Secret between evaluations and
+/// verifies with its key, so the signed image is admitted (its digest
+/// pinned) and the unsigned one denied; a policy naming a Secret that does
+/// not exist denies, naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_verifies_with_a_key_kept_in_a_secret() {
+    use base64::Engine as _;
+    use leash_images::testing::{public_key_pem, signing_key};
+    if !crate::support::kubectl_installed() {
+        return;
+    }
+    let Some(reg) = LocalRegistry::start() else {
+        return;
+    };
+    reg.push("team/signed:1", &[]).await;
+    reg.push("team/unsigned:1", &[]).await;
+    let key = signing_key(8);
+    let digest = reg.sign("team/signed:1", &key).await;
+    let policy = verify_policy("k8s://keys/cosign", &reg.host, "Enforce");
+    let mut missing = verify_policy("k8s://keys/nothing", &reg.host, "Enforce");
+    missing["metadata"]["name"] = serde_json::json!("missing-key");
+    missing["spec"]["rules"][0]["verifyImages"][0]["imageReferences"] =
+        serde_json::json!([format!("{}/team/unsigned*", reg.host)]);
+    let sb = crate::support::crd_sandbox(|_| true, vec![policy, missing]).await;
+    let store = sb.store();
+    store
+        .create(serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "keys"}}))
+        .unwrap();
+    store
+        .create(serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "cosign", "namespace": "keys"},
+            "data": {"cosign.pub": base64::engine::general_purpose::STANDARD.encode(public_key_pem(&key))}}))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    fs::write(&kc, sb.kubeconfig_yaml()).unwrap();
+    let mut server = crate::support::serve_admission_ready(&sb.url()).await;
+    let host = reg.host.clone();
+    tokio::task::block_in_place(move || {
+        let run = |name: &str| {
+            kubectl(
+                &kc,
+                &["run", name, "--image", &format!("{host}/team/{name}:1")],
+            )
+        };
+        let (ok, out) = run("signed");
+        assert!(ok, "{out}");
+        let (ok, image) = kubectl(
+            &kc,
+            &[
+                "get",
+                "pod",
+                "signed",
+                "-o",
+                "jsonpath={.spec.containers[0].image}",
+            ],
+        );
+        assert!(ok, "{image}");
+        assert_eq!(image, format!("{host}/team/signed:1@{digest}"));
+        let (ok, out) = run("unsigned");
+        assert!(!ok, "{out}");
+        assert!(
+            out.contains(&format!(
+                "check-signature: 'failed to verify image {host}/team/unsigned:1: .attestors[0].entries[0].keys: no signatures found'"
+            )),
+            "{out}"
+        );
+        assert!(
+            out.contains("checking if secret exists: secrets \"nothing\" not found"),
+            "the policy whose Secret is missing denies, naming it: {out}"
+        );
+        drop(reg);
+        crate::support::send_signal(&server.0, "TERM");
+        crate::support::wait_exit(&mut server.0, crate::support::BOUND, "exit after SIGTERM");
+    });
+    sb.shutdown().await.unwrap();
+}
+
 /// `leash serve --image-pull-secrets`: a registry that refuses anonymous
 /// reads is read with a `kubernetes.io/dockerconfigjson` Secret's
 /// credentials, so a signed image of it is admitted and an unsigned one
