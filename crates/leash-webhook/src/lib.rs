@@ -40,6 +40,7 @@
 
 mod audit;
 mod ca_secret;
+mod component;
 mod error;
 mod memo;
 mod metrics;
@@ -57,6 +58,7 @@ pub use audit::{
     AuditQueue, AuditRecord, AuditWriter, DrainSummary, LossReason, ReportSink, audit_channel,
 };
 pub use ca_secret::shared_ca;
+pub use component::{AdmissionBuilder, AdmissionComponent};
 pub use error::{Error, Result};
 pub use recorder::{PolicyRef, Readiness, Recorder};
 pub use server::{

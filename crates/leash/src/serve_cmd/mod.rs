@@ -300,21 +300,22 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
                 }
             }
         }
-        let started = admission::Admission {
-            client: client.clone(),
-            settings: webhook,
-            policies: policies.clone(),
-            config: config.clone(),
-            breaker: breaker.clone(),
-            metrics: metrics.clone(),
-            update_request_namespace: settings.config_namespace.clone(),
-            images: images.clone(),
-        }
-        .start(&mut registry, root.token().clone())?;
-        *readiness.webhook.lock().unwrap_or_else(|e| e.into_inner()) =
-            Some(started.registered.clone());
-        eprintln!("leash serve: admission webhook at {}", started.url);
-        root.spawn("admission", started.run);
+        let tls_files = webhook.tls_cert.is_some();
+        let component = leash_webhook::AdmissionComponent::builder(
+            client.clone(),
+            webhook,
+            policies.clone(),
+            config.clone(),
+        )
+        .breaker(breaker.clone())
+        .metrics(metrics.clone())
+        .update_request_namespace(settings.config_namespace.clone())
+        .images(images.clone())
+        .build(&mut registry)
+        .map_err(|e| admission::setup_error(e, tls_files))?;
+        *readiness.webhook.lock().unwrap_or_else(|e| e.into_inner()) = Some(component.registered());
+        eprintln!("leash serve: admission webhook at {}", component.url());
+        root.spawn("admission", component.run(root.token().clone()));
     } else {
         // Not serving admission: a configuration an earlier run left
         // behind, pointing at a webhook nothing answers, would fail every
