@@ -24,6 +24,10 @@
 //! 4. No task, no thread: the cache expires lazily ([`TtlCache`]), and a
 //!    caller cancelled mid-fetch drops its fetch (another waiter then
 //!    fetches).
+//! 5. The credentials and the clients built for them are one `Arc` behind
+//!    a `std::sync::RwLock` held only to clone it out or replace it
+//!    ([`Registry::set_credentials`]); a fetch uses the credentials and
+//!    client it cloned when it started.
 //!
 //! A keyless trust without roots (empty `roots`) trusts Sigstore's trust
 //! root, loaded once through TUF ([`tuf`]) when
@@ -178,12 +182,29 @@ type Kept<T> = TtlCache<String, Arc<OnceCell<Shared<T>>>>;
 /// Verifications that held, by image and a hash of the [`cosign::Trust`].
 type Verified<T> = TtlCache<(String, u64), T>;
 
-/// A registry client with a per-reference cache. Share it by `Arc`.
-pub struct Registry {
+/// Credentials and the clients built for them. A client keeps the first
+/// credentials it is given for a registry (oci-client's auth store), so
+/// new credentials need new clients.
+struct Access {
+    credentials: credentials::Credentials,
     /// For registries reached over HTTPS.
     tls: std::sync::OnceLock<Client>,
     /// For loopback registries, and every registry when `insecure`.
     plain: std::sync::OnceLock<Client>,
+}
+
+impl Access {
+    fn new(credentials: credentials::Credentials) -> Access {
+        Access {
+            credentials,
+            tls: std::sync::OnceLock::new(),
+            plain: std::sync::OnceLock::new(),
+        }
+    }
+}
+
+/// A registry client with a per-reference cache. Share it by `Arc`.
+pub struct Registry {
     settings: RegistrySettings,
     cache: Kept<ImageData>,
     /// cosign signatures by image reference, kept as `cache` is.
@@ -196,6 +217,11 @@ pub struct Registry {
     /// Attestation verifications that held, by image and trust: the
     /// statements verified.
     attested: Verified<Vec<Value>>,
+    /// The credentials in use and the clients that use them:
+    /// `settings.credentials` at first, replaced whole by
+    /// [`Registry::set_credentials`]. The lock is held only to clone or
+    /// swap the `Arc`, never across an await.
+    access: std::sync::RwLock<Arc<Access>>,
     fetches: AtomicU64,
     checks: AtomicU64,
 }
@@ -278,17 +304,39 @@ impl Registry {
     pub fn new(settings: RegistrySettings) -> Registry {
         install_crypto_provider();
         Registry {
-            tls: std::sync::OnceLock::new(),
-            plain: std::sync::OnceLock::new(),
             cache: TtlCache::new(settings.ttl),
             signatures: TtlCache::new(settings.ttl),
             attestations: TtlCache::new(settings.ttl),
             verified: TtlCache::new(settings.ttl),
             attested: TtlCache::new(settings.ttl),
+            access: std::sync::RwLock::new(Arc::new(Access::new(settings.credentials.clone()))),
             settings,
             fetches: AtomicU64::new(0),
             checks: AtomicU64::new(0),
         }
+    }
+
+    /// Replaces the credentials registries are read with (rotated image
+    /// pull secrets); fetches that start afterwards use them. What was
+    /// fetched before stays kept (failures are never kept).
+    pub fn set_credentials(&self, credentials: credentials::Credentials) {
+        *self
+            .access
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Arc::new(Access::new(credentials));
+    }
+
+    /// The credentials in use.
+    pub fn credentials(&self) -> credentials::Credentials {
+        self.access().credentials.clone()
+    }
+
+    fn access(&self) -> Arc<Access> {
+        self.access
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// How many fetches went to registries (cache misses, each one round
@@ -492,8 +540,9 @@ impl Registry {
             reference.repository().to_string(),
             tag(&data.digest),
         );
-        let client = self.client_for(&registry);
-        let auth = self.settings.credentials.auth_for(&registry);
+        let access = self.access();
+        let client = self.client_for(&access, &registry);
+        let auth = access.credentials.auth_for(&registry);
         let layers = self
             .bounded(
                 image,
@@ -529,7 +578,7 @@ impl Registry {
         }
     }
 
-    fn client_for(&self, registry: &str) -> &Client {
+    fn client_for<'a>(&self, access: &'a Access, registry: &str) -> &'a Client {
         // Built on first use: a client loads the system's root
         // certificates, which `leash serve` should not wait for at start
         // when no policy reads a registry.
@@ -544,9 +593,9 @@ impl Registry {
             })
         };
         if self.settings.insecure || is_local(registry) {
-            self.plain.get_or_init(|| build(ClientProtocol::Http))
+            access.plain.get_or_init(|| build(ClientProtocol::Http))
         } else {
-            self.tls.get_or_init(|| build(ClientProtocol::Https))
+            access.tls.get_or_init(|| build(ClientProtocol::Https))
         }
     }
 
@@ -559,11 +608,9 @@ impl Registry {
     }
 
     async fn fetch(&self, image: &str, reference: &Reference) -> Result<ImageData, String> {
-        let client = self.client_for(reference.resolve_registry());
-        let auth = self
-            .settings
-            .credentials
-            .auth_for(reference.resolve_registry());
+        let access = self.access();
+        let client = self.client_for(&access, reference.resolve_registry());
+        let auth = access.credentials.auth_for(reference.resolve_registry());
         let (top, digest) = client
             .pull_manifest_raw(reference, &auth, &MANIFEST_TYPES)
             .await

@@ -141,11 +141,15 @@ pub(crate) struct Args {
     trust_root: crate::trust_root::TrustRootArgs,
     /// Secrets of the config namespace (`kubernetes.io/dockerconfigjson`)
     /// whose registry credentials leash reads images with (Kyverno's
-    /// --imagePullSecrets). Read at start; one that cannot be read is
-    /// logged and left out (its registries are then read anonymously, and
-    /// a registry that refuses is the rule's error).
+    /// --imagePullSecrets). Read at start and again every
+    /// --image-pull-secrets-refresh, so a rotated Secret is used; one that
+    /// cannot be read is logged and left out (its registries are then read
+    /// anonymously, and a registry that refuses is the rule's error).
     #[arg(long, value_name = "NAME,...", value_delimiter = ',')]
     image_pull_secrets: Vec<String>,
+    /// How often the --image-pull-secrets are read again.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
+    image_pull_secrets_refresh: Duration,
     #[command(flatten)]
     connection: ConnectionArgs,
     /// Start an in-process sandbox API server with demo data, leash's CRDs
@@ -205,6 +209,8 @@ pub(crate) struct Settings {
     pub(crate) registry: leash_images::RegistrySettings,
     /// `--image-pull-secrets`.
     pub(crate) image_pull_secrets: Vec<String>,
+    /// `--image-pull-secrets-refresh`.
+    pub(crate) image_pull_secrets_refresh: Duration,
     pub(crate) sandbox: Option<String>,
     pub(crate) sandbox_kubeconfig: Option<PathBuf>,
 }
@@ -232,6 +238,9 @@ impl Args {
         }
         if self.registry_timeout.is_zero() {
             return Err(usage("--registry-timeout must be positive"));
+        }
+        if self.image_pull_secrets_refresh.is_zero() {
+            return Err(usage("--image-pull-secrets-refresh must be positive"));
         }
         if self.max_ephemeral_reports == 0 {
             return Err(usage("--max-ephemeral-reports must be at least 1"));
@@ -342,6 +351,7 @@ impl Args {
                 ..leash_images::RegistrySettings::default()
             },
             image_pull_secrets: self.image_pull_secrets,
+            image_pull_secrets_refresh: self.image_pull_secrets_refresh,
             sandbox: self.sandbox,
             sandbox_kubeconfig: self.sandbox_kubeconfig,
         })

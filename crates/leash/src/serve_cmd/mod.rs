@@ -181,6 +181,38 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     )
     .await;
     let images = Arc::new(leash_images::Registry::new(registry_settings));
+    if !settings.image_pull_secrets.is_empty() {
+        // Rotated Secrets are read again (Kyverno reads them on each use).
+        let (client, namespace, names, images, token) = (
+            client.clone(),
+            settings.config_namespace.clone(),
+            settings.image_pull_secrets.clone(),
+            images.clone(),
+            root.token().clone(),
+        );
+        let every = settings.image_pull_secrets_refresh;
+        root.spawn("image pull secrets", async move {
+            leash_runtime::Every::new(every, || {
+                let (client, namespace, names, images) =
+                    (client.clone(), namespace.clone(), names.clone(), images.clone());
+                async move {
+                    let Some(read) = refreshed_pull_secrets(&client, &namespace, &names).await
+                    else {
+                        return;
+                    };
+                    if images.credentials() != read {
+                        tracing::info!(registries = ?read.registries().collect::<Vec<_>>(), "image pull secrets changed; their credentials are used from now on");
+                        images.set_credentials(read);
+                    }
+                }
+            })
+            .jitter(0.1)
+            .immediate(false)
+            .run(token)
+            .await;
+            Ok::<(), std::convert::Infallible>(())
+        });
+    }
 
     if settings.components.reports || settings.components.background {
         let make = {
@@ -410,51 +442,98 @@ async fn log_policies(
     }
 }
 
-/// The registry credentials of `--image-pull-secrets` (Docker config JSON
-/// under `.dockerconfigjson`, or the older `.dockercfg`). A secret that
-/// cannot be read or parsed is logged, naming it, and left out: leash
-/// still starts (its other policies keep working, and an image of a
-/// registry that refuses anonymous reads is its rule's error, which the
-/// webhook's failure policy decides).
+/// One image pull Secret as read: its credentials, or why not (`Err(true)`
+/// when the API server did not answer about it, so nothing is known).
+type PullSecret = (
+    String,
+    Result<leash_images::credentials::Credentials, (bool, String)>,
+);
+
+/// Reads the `--image-pull-secrets` of `namespace`.
+async fn read_pull_secrets(
+    client: &kube::Client,
+    namespace: &str,
+    names: &[String],
+) -> Vec<PullSecret> {
+    use k8s_openapi::api::core::v1::Secret;
+    use leash_images::credentials::Credentials;
+    let api: kube::Api<Secret> = kube::Api::namespaced(client.clone(), namespace);
+    let mut out = Vec::new();
+    for name in names {
+        let read = async {
+            let secret = match api.get(name).await {
+                Ok(s) => s,
+                Err(kube::Error::Api(e)) if e.code == 404 => {
+                    return Err((false, "it does not exist".to_string()));
+                }
+                Err(e) => return Err((true, format!("reading it: {e}"))),
+            };
+            let data = secret.data.unwrap_or_default();
+            if let Some(json) = data.get(".dockerconfigjson") {
+                return Credentials::from_docker_config(&json.0).map_err(|e| (false, e));
+            }
+            if let Some(old) = data.get(".dockercfg") {
+                // The older format: the `auths` map alone.
+                let auths: serde_json::Value = serde_json::from_slice(&old.0)
+                    .map_err(|e| (false, format!(".dockercfg is not JSON: {e}")))?;
+                let wrapped = serde_json::json!({ "auths": auths });
+                return Credentials::from_docker_config(wrapped.to_string().as_bytes())
+                    .map_err(|e| (false, e));
+            }
+            Err((
+                false,
+                "it holds neither .dockerconfigjson nor .dockercfg".to_string(),
+            ))
+        };
+        out.push((name.clone(), read.await));
+    }
+    out
+}
+
+/// The credentials of the `--image-pull-secrets` at start: one that cannot
+/// be read is logged and left out.
 async fn pull_secret_credentials(
     client: &kube::Client,
     namespace: &str,
     names: &[String],
 ) -> leash_images::credentials::Credentials {
-    use k8s_openapi::api::core::v1::Secret;
-    use leash_images::credentials::Credentials;
-    let api: kube::Api<Secret> = kube::Api::namespaced(client.clone(), namespace);
-    let mut all = Credentials::default();
-    for name in names {
-        let read = async {
-            let secret = api
-                .get(name)
-                .await
-                .map_err(|e| format!("reading it: {e}"))?;
-            let data = secret.data.unwrap_or_default();
-            if let Some(json) = data.get(".dockerconfigjson") {
-                return Credentials::from_docker_config(&json.0);
-            }
-            if let Some(old) = data.get(".dockercfg") {
-                // The older format: the `auths` map alone.
-                let auths: serde_json::Value = serde_json::from_slice(&old.0)
-                    .map_err(|e| format!(".dockercfg is not JSON: {e}"))?;
-                let wrapped = serde_json::json!({ "auths": auths });
-                return Credentials::from_docker_config(wrapped.to_string().as_bytes());
-            }
-            Err("it holds neither .dockerconfigjson nor .dockercfg".to_string())
-        };
-        match read.await {
+    let mut all = leash_images::credentials::Credentials::default();
+    for (name, read) in read_pull_secrets(client, namespace, names).await {
+        match read {
             Ok(c) => {
                 tracing::info!(secret = %name, registries = ?c.registries().collect::<Vec<_>>(), "image pull secret read");
                 all = all.merge(c);
             }
-            Err(e) => tracing::warn!(
+            Err((_, e)) => tracing::warn!(
                 "image pull secret {namespace}/{name} left out: {e}; its registries are read anonymously"
             ),
         }
     }
     all
+}
+
+/// The credentials of the `--image-pull-secrets` read again: `None` when
+/// the API server did not answer about one of them (the credentials in
+/// use are kept); a Secret deleted or emptied is left out.
+async fn refreshed_pull_secrets(
+    client: &kube::Client,
+    namespace: &str,
+    names: &[String],
+) -> Option<leash_images::credentials::Credentials> {
+    let mut all = leash_images::credentials::Credentials::default();
+    for (name, read) in read_pull_secrets(client, namespace, names).await {
+        match read {
+            Ok(c) => all = all.merge(c),
+            Err((true, e)) => {
+                tracing::debug!(secret = %name, "image pull secrets not refreshed: {e}");
+                return None;
+            }
+            Err((false, e)) => {
+                tracing::debug!(secret = %name, "image pull secret left out: {e}");
+            }
+        }
+    }
+    Some(all)
 }
 
 #[cfg(test)]

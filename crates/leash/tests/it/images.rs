@@ -618,6 +618,88 @@ async fn serve_verifies_with_a_key_kept_in_a_secret() {
     sb.shutdown().await.unwrap();
 }
 
+/// A rotated image pull Secret is used without a restart: serve starts
+/// with a Secret whose password the registry refuses (the signed image's
+/// pod is denied, the registry's refusal named), the Secret is replaced
+/// with the right password, and within --image-pull-secrets-refresh the
+/// same pod is admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_reads_rotated_image_pull_secrets() {
+    use base64::Engine as _;
+    use leash_images::testing::{TEST_PASSWORD, TEST_USER, public_key_pem, signing_key};
+    if !crate::support::kubectl_installed() {
+        return;
+    }
+    let Some(reg) = LocalRegistry::start_with_auth() else {
+        return;
+    };
+    reg.push("team/signed:1", &[]).await;
+    let key = signing_key(9);
+    reg.sign("team/signed:1", &key).await;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let registry_host = reg.host.clone();
+    let secret = move |password: &str| {
+        let config = serde_json::json!({"auths": {registry_host.clone(): {
+            "auth": b64(&format!("{TEST_USER}:{password}"))}}});
+        serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "regcred", "namespace": "kyverno"},
+            "type": "kubernetes.io/dockerconfigjson",
+            "data": {".dockerconfigjson": b64(&config.to_string())}})
+    };
+    let mut policy = verify_policy(&public_key_pem(&key), &reg.host, "Enforce");
+    policy["spec"]["rules"][0]["verifyImages"][0]["mutateDigest"] = serde_json::json!(false);
+    policy["spec"]["rules"][0]["verifyImages"][0]["verifyDigest"] = serde_json::json!(false);
+    let sb = crate::support::crd_sandbox(|_| true, vec![policy, secret("not-the-password")]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    fs::write(&kc, sb.kubeconfig_yaml()).unwrap();
+    let mut server = crate::support::serve_admission_ready_with(
+        &sb.url(),
+        &[
+            "--image-pull-secrets",
+            "regcred",
+            "--image-pull-secrets-refresh",
+            "1s",
+        ],
+    )
+    .await;
+    let host = reg.host.clone();
+    let store = sb.store();
+    tokio::task::block_in_place(move || {
+        let image = format!("{host}/team/signed:1");
+        let (ok, out) = kubectl(&kc, &["run", "before", "--image", &image]);
+        assert!(!ok, "the wrong password is refused: {out}");
+        assert!(
+            out.contains(&format!("failed to verify image {image}")),
+            "{out}"
+        );
+        let mut rotated = secret(TEST_PASSWORD);
+        let current = store
+            .get("v1", "Secret", Some("kyverno"), "regcred")
+            .unwrap();
+        rotated["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"].clone();
+        store.update(rotated).unwrap();
+        let start = std::time::Instant::now();
+        let mut n = 0;
+        loop {
+            n += 1;
+            let (ok, out) = kubectl(&kc, &["run", &format!("after-{n}"), "--image", &image]);
+            if ok {
+                break;
+            }
+            assert!(
+                start.elapsed() < crate::support::BOUND,
+                "the rotated Secret was never used: {out}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(300));
+        }
+        drop(reg);
+        crate::support::send_signal(&server.0, "TERM");
+        crate::support::wait_exit(&mut server.0, crate::support::BOUND, "exit after SIGTERM");
+    });
+    sb.shutdown().await.unwrap();
+}
+
 /// `leash serve --image-pull-secrets`: a registry that refuses anonymous
 /// reads is read with a `kubernetes.io/dockerconfigjson` Secret's
 /// credentials, so a signed image of it is admitted and an unsigned one
