@@ -285,33 +285,11 @@ impl Shared {
         req: Option<EvalRequest>,
         token: &CancellationToken,
     ) -> Result<Outcome, String> {
-        let set = self.policies.borrow().clone();
-        let mut data = Fetched::new(self.calls.clone());
-        let mut ran = None;
-        for _ in 0..4 {
-            ran = set.engine.mutate_existing_cel(policy, req.as_ref(), &data);
-            if !self.fetch_missed(&mut data, token).await? {
-                break;
-            }
-        }
-        let Some((results, targets)) = ran else {
-            return Ok(Outcome {
-                patched: Vec::new(),
-                errors: Vec::new(),
-            });
-        };
-        let mut outcome = Outcome {
-            patched: Vec::new(),
-            errors: errors_of(&results),
-        };
-        for t in targets.iter().filter(|t| t.status == Status::Pass) {
-            match self.write_target(t, token).await {
-                Ok(r) => outcome.patched.push(r),
-                Err(e) if token.is_cancelled() => return Err(e),
-                Err(e) => outcome.errors.push(e),
-            }
-        }
-        Ok(outcome)
+        self.run_and_write(
+            |engine, data| engine.mutate_existing_cel(policy, req.as_ref(), data),
+            token,
+        )
+        .await
     }
 
     /// Evaluates `rules` of `policy` for the trigger in `req` (the targets
@@ -331,16 +309,31 @@ impl Shared {
             req.namespace_labels = ns.meta.labels.clone();
             req.namespace_object = Some(ns.raw.clone());
         }
+        self.run_and_write(
+            |engine, data| engine.mutate_existing(policy, rules, &req, data),
+            token,
+        )
+        .await
+    }
+
+    /// Runs `run` on the current policy set (the targets read from the
+    /// API server: what it missed is fetched and it runs again, at most
+    /// four times), then writes each patched target. `None` from `run`:
+    /// the policy is gone (or no longer has the rules), nothing to do.
+    async fn run_and_write(
+        &self,
+        run: impl Fn(&leash_policy::Engine, &Fetched) -> Option<(Vec<RuleResult>, Vec<PatchedTarget>)>,
+        token: &CancellationToken,
+    ) -> Result<Outcome, String> {
         let set = self.policies.borrow().clone();
         let mut data = Fetched::new(self.calls.clone());
         let mut ran = None;
         for _ in 0..4 {
-            ran = set.engine.mutate_existing(policy, rules, &req, &data);
+            ran = run(&set.engine, &data);
             if !self.fetch_missed(&mut data, token).await? {
                 break;
             }
         }
-        // The policy is gone (or no longer has the rules): nothing to do.
         let Some((results, targets)) = ran else {
             return Ok(Outcome {
                 patched: Vec::new(),

@@ -304,23 +304,7 @@ impl MutatingPolicy {
         } else {
             run(&body, &Prepared::new(target.clone()), data, None)
         };
-        let (status, message, object) = match outcome {
-            Ok(Some(object)) => (Status::Pass, "success".to_string(), Some(object)),
-            Ok(None) => (Status::Skip, "skip".to_string(), None),
-            Err(e) => (
-                Status::Error,
-                format!("failed to evaluate policy: {e}"),
-                None,
-            ),
-        };
-        let result = RuleResult {
-            policy: self.name.clone(),
-            rule: self.name.to_string(),
-            status,
-            message,
-            source: Source::MutatingPolicy,
-        };
-        Some((result, object))
+        Some(self.outcome(outcome))
     }
 
     /// The policy's name.
@@ -468,7 +452,15 @@ impl MutatingPolicy {
         let body = std::iter::once(&self.body)
             .chain(&self.autogen)
             .find(|b| b.matching.matches(req, &target))?;
-        let (status, message, object) = match run(body, prepared, data, None) {
+        Some(self.outcome(run(body, prepared, data, None)))
+    }
+
+    /// The policy's result for a run, with the mutated object on Pass.
+    fn outcome(
+        &self,
+        ran: std::result::Result<Option<Json>, RunError>,
+    ) -> (RuleResult, Option<Json>) {
+        let (status, message, object) = match ran {
             Ok(Some(object)) => (Status::Pass, "success".to_string(), Some(object)),
             Ok(None) => (Status::Skip, "skip".to_string(), None),
             Err(e) => (
@@ -484,7 +476,7 @@ impl MutatingPolicy {
             message,
             source: Source::MutatingPolicy,
         };
-        Some((result, object))
+        (result, object)
     }
 }
 

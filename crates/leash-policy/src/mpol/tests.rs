@@ -914,33 +914,8 @@ mod mutate_existing {
 
     use serde_json::{Value as Json, json};
 
+    use crate::mutate::tests::Objects;
     use crate::{Engine, EvalRequest, Status};
-
-    /// Objects listed by plural or kind.
-    #[derive(Debug)]
-    struct Objects(Vec<Arc<Json>>);
-
-    impl crate::ClusterData for Objects {
-        fn get(&self, _: &str, _: &str, _: &str, _: &str) -> Option<Arc<Json>> {
-            None
-        }
-        fn list(&self, _: &str, resource: &str, namespace: &str) -> Vec<Arc<Json>> {
-            let kind = match resource {
-                "configmaps" => "ConfigMap",
-                "secrets" => "Secret",
-                "namespaces" => "Namespace",
-                other => other,
-            };
-            self.0
-                .iter()
-                .filter(|o| {
-                    o["kind"] == kind
-                        && (namespace.is_empty() || o["metadata"]["namespace"] == namespace)
-                })
-                .cloned()
-                .collect()
-        }
-    }
 
     fn engine() -> Engine {
         let mut e = Engine::new();

@@ -98,4 +98,4 @@ impl Mutation {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -523,15 +523,19 @@ fn steps_keep_the_object_after_each_policy() {
     assert_eq!(m.object["metadata"]["labels"]["b"], "1");
 }
 
-/// Objects for `mutate.targets` lookups.
+/// Objects for lookups of existing resources (`mutate.targets`, a
+/// MutatingPolicy's mutate-existing targets), listed by kind or by the
+/// plural of a built-in kind.
 #[derive(Debug)]
-struct Objects(Vec<Arc<Value>>);
+pub(crate) struct Objects(pub(crate) Vec<Arc<Value>>);
 
 impl crate::ClusterData for Objects {
     fn get(&self, _: &str, _: &str, _: &str, _: &str) -> Option<Arc<Value>> {
         None
     }
-    fn list(&self, _api_version: &str, kind: &str, namespace: &str) -> Vec<Arc<Value>> {
+    fn list(&self, api_version: &str, resource: &str, namespace: &str) -> Vec<Arc<Value>> {
+        let (group, _) = crate::kinds::split_api_version(api_version);
+        let kind = crate::kinds::by_resource(group, resource).map_or(resource, |k| k.kind);
         self.0
             .iter()
             .filter(|o| {
