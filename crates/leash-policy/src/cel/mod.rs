@@ -63,6 +63,7 @@ pub(crate) mod reads;
 pub(crate) mod rule;
 mod sets;
 mod shared;
+mod types;
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
@@ -127,6 +128,7 @@ impl Expr {
     ) -> Result<Expr, String> {
         let mut ast = ENV.parser().parse(source).map_err(|e| e.to_string())?;
         check::check(&ast)?;
+        types::check(&ast)?;
         rewrite(&mut ast)?;
         Ok(Expr {
             source: Arc::from(source),

@@ -660,6 +660,11 @@ fn typos_in_policies_are_refused_naming_the_field() {
             "spec.validations[0].expression: undeclared reference to 'startWith'",
         ),
         (
+            "a CEL comparison of an int with a string",
+            vpol("Deny").replace("expression: 'true'", "expression: 'size(object.spec.containers) > \"1\"'"),
+            "spec.validations[0].expression: found no matching overload for '_>_' applied to '(int, string)'",
+        ),
+        (
             "a value of the wrong type",
             POLICY.replace("validationFailureAction: Audit", "validationFailureAction: Audit\n  background: sometimes"),
             "spec.background: Invalid value: \"string\": must be of type boolean",

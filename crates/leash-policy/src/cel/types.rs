@@ -1,0 +1,303 @@
+//! What cel-go's type checker refuses that can be told from an expression
+//! alone: an operator applied to operands whose types are known and have no
+//! overload together (`1 == "a"`, `size(x) + "s"`, `!"yes"`), with cel-go's
+//! message (`found no matching overload for '_==_' applied to '(int,
+//! string)'`). Kyverno compiles policies with the checker, so such a policy
+//! is refused when it is loaded; without this, it compiles here and errs on
+//! every resource.
+//!
+//! Only types an expression fixes are known: literals, the results of
+//! operators, conversions (`int(x)`, `string(x)`) and a few functions
+//! (`size`, the string predicates); a resource's fields, variables and
+//! everything else are `dyn`, which cel-go accepts with any operand. Numbers
+//! are not told apart (cel-go's cross-type numeric comparisons, and no
+//! overload is claimed missing where one might exist), so what is refused is
+//! refused by cel-go too.
+
+use ::cel::IdedExpr;
+use ::cel::common::ast::{EntryExpr, Expr as E, LiteralValue, operators};
+
+/// A type an expression is known to have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ty {
+    Number(&'static str),
+    String,
+    Bool,
+    Bytes,
+    /// A list, with its elements' type when a literal's are all one.
+    List(&'static str),
+    Map,
+    /// Anything (a resource's field, a variable, an unknown function).
+    Dyn,
+}
+
+impl Ty {
+    fn name(self) -> &'static str {
+        match self {
+            Ty::Number(n) => n,
+            Ty::String => "string",
+            Ty::Bool => "bool",
+            Ty::Bytes => "bytes",
+            Ty::List(element) => match element {
+                "int" => "list(int)",
+                "uint" => "list(uint)",
+                "double" => "list(double)",
+                "string" => "list(string)",
+                "bool" => "list(bool)",
+                _ => "list(dyn)",
+            },
+            Ty::Map => "map(dyn, dyn)",
+            Ty::Dyn => "dyn",
+        }
+    }
+
+    /// The class operators are overloaded by (numbers together).
+    fn class(self) -> Option<u8> {
+        match self {
+            Ty::Number(_) => Some(0),
+            Ty::String => Some(1),
+            Ty::Bool => Some(2),
+            Ty::Bytes => Some(3),
+            Ty::List(_) => Some(4),
+            Ty::Map => Some(5),
+            Ty::Dyn => None,
+        }
+    }
+}
+
+/// The first operator `ast` applies to operands no overload takes.
+pub(super) fn check(ast: &IdedExpr) -> Result<(), String> {
+    ty(ast).map(|_| ())
+}
+
+fn mismatch(op: &str, types: &[Ty]) -> String {
+    let names: Vec<&str> = types.iter().map(|t| t.name()).collect();
+    format!(
+        "found no matching overload for '{op}' applied to '({})'",
+        names.join(", ")
+    )
+}
+
+fn ty(e: &IdedExpr) -> Result<Ty, String> {
+    Ok(match &e.expr {
+        E::Literal(l) => match l {
+            LiteralValue::Int(_) => Ty::Number("int"),
+            LiteralValue::UInt(_) => Ty::Number("uint"),
+            LiteralValue::Double(_) => Ty::Number("double"),
+            LiteralValue::String(_) => Ty::String,
+            LiteralValue::Boolean(_) => Ty::Bool,
+            LiteralValue::Bytes(_) => Ty::Bytes,
+            LiteralValue::Null => Ty::Dyn,
+        },
+        E::List(l) => {
+            let mut element = None;
+            for e in &l.elements {
+                let t = ty(e)?;
+                element = match element {
+                    None => Some(t),
+                    Some(prev) if prev == t => Some(t),
+                    Some(_) => Some(Ty::Dyn),
+                };
+            }
+            Ty::List(match element {
+                Some(Ty::Number(n)) => n,
+                Some(Ty::String) => "string",
+                Some(Ty::Bool) => "bool",
+                _ => "dyn",
+            })
+        }
+        E::Map(m) => {
+            for entry in &m.entries {
+                if let EntryExpr::MapEntry(m) = &entry.expr {
+                    ty(&m.key)?;
+                    ty(&m.value)?;
+                }
+            }
+            Ty::Map
+        }
+        E::Struct(s) => {
+            for entry in &s.entries {
+                match &entry.expr {
+                    EntryExpr::StructField(f) => {
+                        ty(&f.value)?;
+                    }
+                    EntryExpr::MapEntry(m) => {
+                        ty(&m.key)?;
+                        ty(&m.value)?;
+                    }
+                }
+            }
+            Ty::Dyn
+        }
+        E::Select(s) => {
+            ty(&s.operand)?;
+            if s.test { Ty::Bool } else { Ty::Dyn }
+        }
+        E::Comprehension(c) => {
+            for part in [
+                &c.iter_range,
+                &c.accu_init,
+                &c.loop_cond,
+                &c.loop_step,
+                &c.result,
+            ] {
+                ty(part)?;
+            }
+            Ty::Dyn
+        }
+        E::Call(c) => {
+            let target = c.target.as_deref().map(ty).transpose()?;
+            let args = c.args.iter().map(ty).collect::<Result<Vec<_>, _>>()?;
+            call(&c.func_name, target, &args)?
+        }
+        _ => Ty::Dyn,
+    })
+}
+
+fn call(name: &str, target: Option<Ty>, args: &[Ty]) -> Result<Ty, String> {
+    use operators as op;
+    let known_apart = |a: Ty, b: Ty| matches!((a.class(), b.class()), (Some(x), Some(y)) if x != y);
+    Ok(match (name, target, args) {
+        (op::EQUALS | op::NOT_EQUALS, None, [a, b]) => {
+            if known_apart(*a, *b) {
+                return Err(mismatch(name, &[*a, *b]));
+            }
+            Ty::Bool
+        }
+        (op::LESS | op::LESS_EQUALS | op::GREATER | op::GREATER_EQUALS, None, [a, b]) => {
+            // Lists, maps and booleans have no ordering but bool's; mixed
+            // known classes none.
+            let unordered = |t: Ty| matches!(t, Ty::List(_) | Ty::Map);
+            if known_apart(*a, *b) || unordered(*a) || unordered(*b) {
+                return Err(mismatch(name, &[*a, *b]));
+            }
+            Ty::Bool
+        }
+        (op::ADD, None, [a, b]) => {
+            if known_apart(*a, *b)
+                || matches!(a, Ty::Bool | Ty::Map)
+                || matches!(b, Ty::Bool | Ty::Map)
+            {
+                return Err(mismatch(name, &[*a, *b]));
+            }
+            if a == b { *a } else { Ty::Dyn }
+        }
+        (op::SUBSTRACT | op::MULTIPLY | op::DIVIDE | op::MODULO, None, [a, b]) => {
+            let not_number =
+                |t: Ty| matches!(t, Ty::String | Ty::Bool | Ty::Bytes | Ty::List(_) | Ty::Map);
+            if not_number(*a) || not_number(*b) {
+                return Err(mismatch(name, &[*a, *b]));
+            }
+            if a == b { *a } else { Ty::Dyn }
+        }
+        (op::LOGICAL_AND | op::LOGICAL_OR, None, [a, b]) => {
+            let not_bool = |t: Ty| !matches!(t, Ty::Bool | Ty::Dyn);
+            if not_bool(*a) || not_bool(*b) {
+                return Err(mismatch(name, &[*a, *b]));
+            }
+            Ty::Bool
+        }
+        (op::LOGICAL_NOT, None, [a]) => {
+            if !matches!(a, Ty::Bool | Ty::Dyn) {
+                return Err(mismatch(name, &[*a]));
+            }
+            Ty::Bool
+        }
+        (op::CONDITIONAL, None, [c, a, b]) => {
+            if !matches!(c, Ty::Bool | Ty::Dyn) {
+                return Err(mismatch(name, &[*c, *a, *b]));
+            }
+            if a == b { *a } else { Ty::Dyn }
+        }
+        (op::IN | op::NOT_STRICTLY_FALSE, None, _) => Ty::Bool,
+        ("size", None, [_]) | ("size", Some(_), []) => Ty::Number("int"),
+        ("int", None, [_]) => Ty::Number("int"),
+        ("uint", None, [_]) => Ty::Number("uint"),
+        ("double", None, [_]) => Ty::Number("double"),
+        ("string", None, [_]) => Ty::String,
+        ("startsWith" | "endsWith" | "contains" | "matches", Some(Ty::String), [_]) => Ty::Bool,
+        ("lowerAscii" | "upperAscii" | "trim", Some(Ty::String), []) => Ty::String,
+        _ => Ty::Dyn,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn checked(source: &str) -> Result<(), String> {
+        let ast = super::super::ENV
+            .parser()
+            .parse(source)
+            .map_err(|e| e.to_string())?;
+        check(&ast)
+    }
+
+    #[test]
+    fn what_cel_go_refuses() {
+        for (source, message) in [
+            (
+                "1 == \"a\"",
+                "found no matching overload for '_==_' applied to '(int, string)'",
+            ),
+            (
+                "object.x == 1 && \"a\" != true",
+                "found no matching overload for '_!=_' applied to '(string, bool)'",
+            ),
+            (
+                "size(object.spec.containers) > \"3\"",
+                "found no matching overload for '_>_' applied to '(int, string)'",
+            ),
+            (
+                "'prefix-' + 1",
+                "found no matching overload for '_+_' applied to '(string, int)'",
+            ),
+            (
+                "!\"yes\"",
+                "found no matching overload for '!_' applied to '(string)'",
+            ),
+            (
+                "1 && true",
+                "found no matching overload for '_&&_' applied to '(int, bool)'",
+            ),
+            (
+                "[1] < [2]",
+                "found no matching overload for '_<_' applied to '(list(int), list(int))'",
+            ),
+            (
+                "[1, 'a'] == 1",
+                "found no matching overload for '_==_' applied to '(list(dyn), int)'",
+            ),
+            (
+                "object.items.all(i, i.name == 1 || i.count - \"1\" > 0)",
+                "found no matching overload for '_-_' applied to '(dyn, string)'",
+            ),
+            (
+                "string(object.x) == 3",
+                "found no matching overload for '_==_' applied to '(string, int)'",
+            ),
+        ] {
+            assert_eq!(checked(source), Err(message.to_string()), "{source}");
+        }
+    }
+
+    #[test]
+    fn what_cel_go_accepts() {
+        for source in [
+            "object.spec.replicas > 3",
+            "object.metadata.name == 'a' || object.x == 1",
+            "1 == 1.0 && 2u < 3 && 1.5 > 1",
+            "size(object.spec.containers) + object.extra > 0",
+            "'a' + string(object.x) + object.y",
+            "object.x == null && null != object.y",
+            "has(object.spec.x) ? object.spec.x : 'none'",
+            "[1, 2] + object.more",
+            "{'a': 1}['a'] == 1",
+            "object.list.map(x, x * 2).filter(y, y > 1).size() == 2",
+            "duration('1h') + object.d < duration('2h')",
+            "!(object.flag)",
+        ] {
+            assert_eq!(checked(source), Ok(()), "{source}");
+        }
+    }
+}
