@@ -13,6 +13,8 @@
 #   bench/real_admission.sh [REPS] [CLIENTS...]   (default 2 reps; 1 10 50)
 #   LEASH=... LOADGEN=... skip the cargo build; testenv/bin is built if missing.
 #   LEASH_ARGS="--admission-reports=false" adds flags to `leash serve`.
+#   PODS_ARGS="--no-token" adds flags to `leash-loadgen pods` (pods that
+#   mount no ServiceAccount token: the mutating webhook's memo can hit).
 #   SET=mutate adds the mutate policies of Kyverno's policy library
 #   (bench/lib/mutate_set.sh): `leash serve` then registers its mutating
 #   webhook too, and each creation goes through both.
@@ -74,7 +76,7 @@ ticks() { # pid -> user+system CPU ticks so far (0 when there is no such process
 measure() { # clients [leash pid] -> "p50 p99 req/s errors cp-ms/pod leash-ms/pod"
   local c0 l0
   c0=$(ticks "$cp_pid"); l0=$(ticks "${2:-}")
-  "$G" pods --server "$SERVER" --namespace bench --token "$LOADER_TOKEN" --ca "$out/ca.pem" \
+  "$G" pods --server "$SERVER" --namespace bench --token "$LOADER_TOKEN" --ca "$out/ca.pem" ${PODS_ARGS:-} \
     --clients "$1" --duration 6 --violating-every 0 --json > "$out/run.json"
   python3 - "$out/run.json" "$(($(ticks "$cp_pid") - c0))" "$(($(ticks "${2:-}") - l0))" "$(getconf CLK_TCK)" <<'PY'
 import sys, json

@@ -124,6 +124,15 @@ enum Mode {
         /// PEM CA bundle for an https server.
         #[arg(long)]
         ca: Option<PathBuf>,
+        /// Pods that mount no ServiceAccount token
+        /// (`automountServiceAccountToken: false`, as hardened workloads
+        /// run): kube-apiserver then adds no randomly named token volume,
+        /// and the pods reach the webhooks alike.
+        #[arg(long)]
+        no_token: bool,
+        /// Give each pod an `emptyDir` volume of this name.
+        #[arg(long, value_name = "NAME")]
+        empty_dir: Option<String>,
     },
 }
 
@@ -339,6 +348,8 @@ async fn run(args: Args) -> Result<()> {
             namespace,
             token: bearer,
             ca,
+            no_token,
+            empty_dir,
         } => {
             let ca = match ca {
                 Some(p) => Some(
@@ -355,7 +366,13 @@ async fn run(args: Args) -> Result<()> {
                 ca.as_deref(),
             )?;
             target.bearer = bearer.clone();
-            let pod = builtin_pod(&args.image);
+            let mut pod = builtin_pod(&args.image);
+            if *no_token {
+                pod["spec"]["automountServiceAccountToken"] = json!(false);
+            }
+            if let Some(name) = empty_dir {
+                pod["spec"]["volumes"] = json!([{"name": name, "emptyDir": {}}]);
+            }
             let bad = violating(pod.clone());
             let every = args.violating_every;
             let ns = namespace.clone();
