@@ -1075,11 +1075,21 @@ fn compile_body(spec: &Json, kind: &str, name: &str) -> Result<Body> {
     } else {
         None
     };
+    let variables = compile_variables(spec.get("variables"), kind, name, "spec.variables")?;
+    let validations = compile_validations(spec.get("validations"), kind, name, "spec.validations")?;
+    crate::cel::rule::check_types(
+        &variables,
+        &validations,
+        kind,
+        name,
+        "spec.variables",
+        "spec.validations",
+    )?;
     Ok(Body {
         matching,
         conditions,
-        variables: compile_variables(spec.get("variables"), kind, name, "spec.variables")?,
-        validations: compile_validations(spec.get("validations"), kind, name, "spec.validations")?,
+        variables,
+        validations,
         images,
     })
 }

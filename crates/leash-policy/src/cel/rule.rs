@@ -70,6 +70,34 @@ pub(crate) fn run_validations(
 }
 
 /// Compiles a `[{name, expression}]` list at `field`.
+/// cel-go's type check of `validations` (at `field`) with `variables` (at
+/// `variables_field`) typed by their expressions: an operator applied to
+/// operands whose types are known and that no overload takes is refused,
+/// naming the field ([`super::types`]).
+pub(crate) fn check_types(
+    variables: &[Variable],
+    validations: &[Validation],
+    kind: &str,
+    policy: &str,
+    variables_field: &str,
+    field: &str,
+) -> Result<()> {
+    super::types::check_with_variables(
+        variables.iter().enumerate().map(|(i, v)| {
+            (
+                format!("{variables_field}[{i}].expression"),
+                v.name.as_str(),
+                v.expr.ast(),
+            )
+        }),
+        validations
+            .iter()
+            .enumerate()
+            .flat_map(|(i, v)| v.exprs().map(move |e| (format!("{field}[{i}]"), e.ast()))),
+    )
+    .map_err(|(at, message)| Error::invalid(kind, policy, at, message))
+}
+
 pub(crate) fn compile_variables(
     list: Option<&Json>,
     kind: &str,
@@ -189,6 +217,14 @@ impl CelRule {
             spec.get("expressions"),
             kind,
             policy,
+            &format!("{field}.expressions"),
+        )?;
+        check_types(
+            &variables,
+            &validations,
+            kind,
+            policy,
+            &format!("{field}.variables"),
             &format!("{field}.expressions"),
         )?;
         let has_params = spec.get("paramKind").is_some_and(|p| !p.is_null())

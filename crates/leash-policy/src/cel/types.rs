@@ -65,9 +65,32 @@ impl Ty {
     }
 }
 
+/// The types of a policy's variables known so far, by name.
+type Vars = std::collections::HashMap<String, Ty>;
+
 /// The first operator `ast` applies to operands no overload takes.
 pub(super) fn check(ast: &IdedExpr) -> Result<(), String> {
-    ty(ast).map(|_| ())
+    ty(ast, &Vars::new()).map(|_| ())
+}
+
+/// [`check`] with the policy's variables typed as their expressions are
+/// (`variables.count` of `count: size(object.spec.containers)` is an
+/// int), as cel-go types Kubernetes' composited variables: each variable
+/// in order (seeing those before it), then each use. The error names the
+/// field (the variable's, or the use's) and the overload.
+pub(super) fn check_with_variables<'a>(
+    variables: impl IntoIterator<Item = (String, &'a str, &'a IdedExpr)>,
+    uses: impl IntoIterator<Item = (String, &'a IdedExpr)>,
+) -> Result<(), (String, String)> {
+    let mut vars = Vars::new();
+    for (field, name, ast) in variables {
+        let t = ty(ast, &vars).map_err(|e| (field, e))?;
+        vars.insert(name.to_string(), t);
+    }
+    for (field, ast) in uses {
+        ty(ast, &vars).map_err(|e| (field, e))?;
+    }
+    Ok(())
 }
 
 fn mismatch(op: &str, types: &[Ty]) -> String {
@@ -78,7 +101,7 @@ fn mismatch(op: &str, types: &[Ty]) -> String {
     )
 }
 
-fn ty(e: &IdedExpr) -> Result<Ty, String> {
+fn ty(e: &IdedExpr, vars: &Vars) -> Result<Ty, String> {
     Ok(match &e.expr {
         E::Literal(l) => match l {
             LiteralValue::Int(_) => Ty::Number("int"),
@@ -92,7 +115,7 @@ fn ty(e: &IdedExpr) -> Result<Ty, String> {
         E::List(l) => {
             let mut element = None;
             for e in &l.elements {
-                let t = ty(e)?;
+                let t = ty(e, vars)?;
                 element = match element {
                     None => Some(t),
                     Some(prev) if prev == t => Some(t),
@@ -109,8 +132,8 @@ fn ty(e: &IdedExpr) -> Result<Ty, String> {
         E::Map(m) => {
             for entry in &m.entries {
                 if let EntryExpr::MapEntry(m) = &entry.expr {
-                    ty(&m.key)?;
-                    ty(&m.value)?;
+                    ty(&m.key, vars)?;
+                    ty(&m.value, vars)?;
                 }
             }
             Ty::Map
@@ -119,18 +142,24 @@ fn ty(e: &IdedExpr) -> Result<Ty, String> {
             for entry in &s.entries {
                 match &entry.expr {
                     EntryExpr::StructField(f) => {
-                        ty(&f.value)?;
+                        ty(&f.value, vars)?;
                     }
                     EntryExpr::MapEntry(m) => {
-                        ty(&m.key)?;
-                        ty(&m.value)?;
+                        ty(&m.key, vars)?;
+                        ty(&m.value, vars)?;
                     }
                 }
             }
             Ty::Dyn
         }
         E::Select(s) => {
-            ty(&s.operand)?;
+            if !s.test
+                && let E::Ident(root) = &s.operand.expr
+                && root == "variables"
+            {
+                return Ok(vars.get(&s.field).copied().unwrap_or(Ty::Dyn));
+            }
+            ty(&s.operand, vars)?;
             if s.test { Ty::Bool } else { Ty::Dyn }
         }
         E::Comprehension(c) => {
@@ -141,13 +170,17 @@ fn ty(e: &IdedExpr) -> Result<Ty, String> {
                 &c.loop_step,
                 &c.result,
             ] {
-                ty(part)?;
+                ty(part, vars)?;
             }
             Ty::Dyn
         }
         E::Call(c) => {
-            let target = c.target.as_deref().map(ty).transpose()?;
-            let args = c.args.iter().map(ty).collect::<Result<Vec<_>, _>>()?;
+            let target = c.target.as_deref().map(|t| ty(t, vars)).transpose()?;
+            let args = c
+                .args
+                .iter()
+                .map(|a| ty(a, vars))
+                .collect::<Result<Vec<_>, _>>()?;
             call(&c.func_name, target, &args)?
         }
         _ => Ty::Dyn,
@@ -279,6 +312,53 @@ mod tests {
         ] {
             assert_eq!(checked(source), Err(message.to_string()), "{source}");
         }
+    }
+
+    /// Variables are typed by their expressions, each seeing those before
+    /// (Kyverno v1.19.1: `variables.count == "x"` with `count:
+    /// size(object.spec.containers)` is refused with this message).
+    #[test]
+    fn variables_are_typed_by_their_expressions() {
+        let parse = |s: &str| super::super::ENV.parser().parse(s).unwrap();
+        let (count, label, twice) = (
+            parse("size(object.spec.containers)"),
+            parse("object.metadata.labels.app"),
+            parse("variables.count * 2"),
+        );
+        let vars = || {
+            [
+                ("v[0]".to_string(), "count", &count),
+                ("v[1]".to_string(), "label", &label),
+                ("v[2]".to_string(), "twice", &twice),
+            ]
+        };
+        let wrong = parse("variables.twice == \"x\"");
+        assert_eq!(
+            check_with_variables(vars(), [("e[0]".to_string(), &wrong)]),
+            Err((
+                "e[0]".to_string(),
+                "found no matching overload for '_==_' applied to '(int, string)'".to_string()
+            ))
+        );
+        let fine =
+            parse("variables.label == 'web' && variables.count > 1 && variables.other == 'x'");
+        assert_eq!(
+            check_with_variables(vars(), [("e[0]".to_string(), &fine)]),
+            Ok(())
+        );
+        let bad_var = parse("variables.count + 'x'");
+        assert_eq!(
+            check_with_variables(
+                vars()
+                    .into_iter()
+                    .chain([("v[3]".to_string(), "bad", &bad_var)]),
+                []
+            ),
+            Err((
+                "v[3]".to_string(),
+                "found no matching overload for '_+_' applied to '(int, string)'".to_string()
+            ))
+        );
     }
 
     #[test]
