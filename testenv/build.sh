@@ -4,7 +4,9 @@
 #   controlplane  etcd + kube-apiserver + kube-controller-manager in one process
 #   chainsaw      Kyverno's end-to-end test runner
 #   nullwebhook   an allow-everything admission webhook, the benchmarks' limit
-# Usage: testenv/build.sh [kubectl|controlplane|chainsaw|nullwebhook]...
+#   notation      the Notary Project's signing CLI (the image tests' Notary
+#                 signatures; its own module, testenv/notation)
+# Usage: testenv/build.sh [kubectl|controlplane|chainsaw|nullwebhook|notation]...
 # (default: kubectl, controlplane and chainsaw)
 # Everything comes from the Go module proxy; Go's build cache makes a second
 # run take seconds. A cold build on 2 cores: see README ("Go peers").
@@ -33,7 +35,9 @@ for t in "${targets[@]}"; do
     chainsaw)
       # Its own module graph: installed, not a dependency of this module.
       GOBIN="$bin" go install -buildvcs=false -trimpath -ldflags "-s -w" github.com/kyverno/chainsaw@v0.2.12 ;;
-    *) echo "testenv/build.sh: unknown target '$t' (kubectl, controlplane, chainsaw, nullwebhook)" >&2; exit 2 ;;
+    notation)
+      (cd notation && go build -buildvcs=false -trimpath -ldflags "-s -w" -o "$bin/notation" github.com/notaryproject/notation/cmd/notation) ;;
+    *) echo "testenv/build.sh: unknown target '$t' (kubectl, controlplane, chainsaw, nullwebhook, notation)" >&2; exit 2 ;;
   esac
   echo "testenv: built $bin/$t in $((SECONDS - start)) s" >&2
 done

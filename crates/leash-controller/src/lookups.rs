@@ -466,6 +466,7 @@ pub fn cosign_trust(trust: &ImageTrust) -> leash_images::cosign::Trust {
                 })
                 .collect(),
         }),
+        ImageTrust::Notary { certs } => Trust::Notary(certs.clone()),
         ImageTrust::Certificate { cert, chain } => Trust::Certificate {
             cert: cert.clone(),
             chain: chain.clone(),

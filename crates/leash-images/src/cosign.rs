@@ -136,6 +136,9 @@ pub enum Trust {
         /// Its chain (PEM: intermediates and root), or empty.
         chain: String,
     },
+    /// Notary Project signatures ([`crate::notary`], not cosign's) whose
+    /// certificate chain holds one of these PEM certificates.
+    Notary(String),
 }
 
 /// What a keyless signature's certificate must be: issued under one of
@@ -374,6 +377,9 @@ impl<'t> Verifier<'t> {
                     identities: &keyless.identities,
                 })
             }
+            Trust::Notary(_) => Err(
+                "notary certificates verify Notary Project signatures, not cosign's".to_string(),
+            ),
             Trust::Certificate { cert, chain } => {
                 let key = if chain.trim().is_empty() {
                     let der = CertificateDer::from_pem_slice(cert.as_bytes())

@@ -39,6 +39,7 @@
 
 pub mod cosign;
 pub mod credentials;
+pub mod notary;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod tuf;
@@ -211,6 +212,8 @@ pub struct Registry {
     signatures: Kept<cosign::Signatures>,
     /// cosign attestations by image reference, kept as `cache` is.
     attestations: Kept<cosign::Attestations>,
+    /// Notary Project signatures by image reference, kept as `cache` is.
+    notary: Kept<notary::Signatures>,
     /// Signature verifications that held, by image and trust: the digest
     /// (a warm review pays no signature check).
     verified: Verified<String>,
@@ -307,6 +310,7 @@ impl Registry {
             cache: TtlCache::new(settings.ttl),
             signatures: TtlCache::new(settings.ttl),
             attestations: TtlCache::new(settings.ttl),
+            notary: TtlCache::new(settings.ttl),
             verified: TtlCache::new(settings.ttl),
             attested: TtlCache::new(settings.ttl),
             access: std::sync::RwLock::new(Arc::new(Access::new(settings.credentials.clone()))),
@@ -398,6 +402,23 @@ impl Registry {
             roots: roots.fulcio_pem.clone(),
             identities: keyless.identities.clone(),
         })))
+    }
+
+    /// Whether `trust` verifies a signature of `image`, fetching what it
+    /// needs first (Sigstore's trust root for a keyless trust without
+    /// roots; the image's cosign signatures, or its Notary Project ones
+    /// for a notary trust): the digest, or why not.
+    pub async fn verify_image(&self, image: &str, trust: &cosign::Trust) -> Result<String, String> {
+        if let cosign::Trust::Notary(_) = trust {
+            let sigs = self
+                .notary_signatures(image)
+                .await
+                .map_err(|e| e.to_string())?;
+            return self.verify_notary(image, trust, &sigs);
+        }
+        self.load_trust_root().await?;
+        let sigs = self.signatures(image).await.map_err(|e| e.to_string())?;
+        self.verify(image, trust, &sigs)
     }
 
     /// Whether `trust` (public keys, or keyless roots and identities)
@@ -492,6 +513,56 @@ impl Registry {
             Ok(Arc::new(cosign::Signatures { digest, signatures }))
         })
         .await
+    }
+
+    /// The Notary Project signatures of `image` when kept, without waiting.
+    pub fn cached_notary_signatures(&self, image: &str) -> Option<Arc<notary::Signatures>> {
+        kept(&self.notary, image)
+    }
+
+    /// The Notary Project signatures of `image` (its manifest resolved
+    /// first, then its referrers of the signature type, each signature's
+    /// manifest and envelope): kept and shared as [`Self::image_data`]'s
+    /// answers are.
+    pub async fn notary_signatures(
+        &self,
+        image: &str,
+    ) -> Result<Arc<notary::Signatures>, ImageError> {
+        once(&self.notary, image, || async {
+            let reference = parse(image)?;
+            let registry = reference.resolve_registry().to_string();
+            let access = self.access();
+            let client = self.client_for(&access, &registry);
+            let auth = access.credentials.auth_for(&registry);
+            self.bounded(
+                image,
+                registry,
+                notary_signatures(client, &reference, &auth),
+            )
+            .await
+            .map(Arc::new)
+        })
+        .await
+    }
+
+    /// Whether a Notary Project signature of `image` among `sigs` (its
+    /// signatures) verifies with `certs` (PEM, the trust store): the
+    /// digest, kept for the TTL when it held. The error is Kyverno's:
+    /// `failed to verify REF@DIGEST: ` and notation's words.
+    pub fn verify_notary(
+        &self,
+        image: &str,
+        trust: &cosign::Trust,
+        sigs: &notary::Signatures,
+    ) -> Result<String, String> {
+        self.checked(&self.verified, image, trust, |trust| {
+            let cosign::Trust::Notary(certs) = trust else {
+                return Err("a notary verification needs notary certificates".to_string());
+            };
+            notary::verify(sigs, certs)
+                .map(|()| sigs.target.digest.clone())
+                .map_err(|e| format!("failed to verify {}: {e}", sigs.reference))
+        })
     }
 
     /// The cosign attestations of `image` when kept, without waiting.
@@ -736,6 +807,76 @@ pub(crate) async fn artifact_layers(
     Ok(layers)
 }
 
+/// `reference`'s Notary Project signatures: its manifest (resolved by
+/// digest: the signatures' subject), then the referrers of the signature
+/// type (the referrers API, or the tag schema where the registry has no
+/// such API, as oci-client lists them), each one's manifest and its
+/// envelope layer.
+async fn notary_signatures(
+    client: &Client,
+    reference: &Reference,
+    auth: &RegistryAuth,
+) -> Result<notary::Signatures, String> {
+    let (bytes, digest) = client
+        .pull_manifest_raw(reference, auth, &MANIFEST_TYPES)
+        .await
+        .map_err(|e| e.to_string())?;
+    let manifest: Value =
+        serde_json::from_slice(&bytes).map_err(|e| format!("manifest is not JSON: {e}"))?;
+    let digest = reference.digest().map(str::to_string).unwrap_or(digest);
+    let target = notary::Target {
+        media_type: manifest["mediaType"]
+            .as_str()
+            .unwrap_or(OCI_IMAGE_MEDIA_TYPE)
+            .to_string(),
+        digest: digest.clone(),
+        size: bytes.len() as u64,
+    };
+    let subject = reference.clone_with_digest(digest.clone());
+    let referrers = client
+        .pull_referrers(&subject, Some(notary::SIGNATURE_ARTIFACT_TYPE))
+        .await
+        .map_err(|e| format!("referrers of {digest}: {e}"))?;
+    let mut envelopes = Vec::new();
+    // One more than notation tries, so that too many is told apart.
+    for entry in referrers
+        .manifests
+        .iter()
+        .take(notary::MAX_SIGNATURE_ATTEMPTS + 1)
+    {
+        let by_digest = reference.clone_with_digest(entry.digest.clone());
+        let (bytes, _) = client
+            .pull_manifest_raw(&by_digest, auth, &[OCI_IMAGE_MEDIA_TYPE])
+            .await
+            .map_err(|e| format!("signature {}: {e}", entry.digest))?;
+        let manifest: OciImageManifest = serde_json::from_slice(&bytes)
+            .map_err(|e| format!("signature {}: not an image manifest: {e}", entry.digest))?;
+        // notation's signature manifest has one layer, the envelope.
+        let Some(layer) = manifest.layers.first() else {
+            continue;
+        };
+        let mut blob = Vec::new();
+        client
+            .pull_blob(&by_digest, layer, &mut blob)
+            .await
+            .map_err(|e| format!("signature {} envelope: {e}", entry.digest))?;
+        envelopes.push(notary::Envelope {
+            manifest_digest: entry.digest.clone(),
+            media_type: layer.media_type.clone(),
+            blob,
+        });
+    }
+    Ok(notary::Signatures {
+        reference: format!(
+            "{}/{}@{digest}",
+            reference.resolve_registry(),
+            reference.repository()
+        ),
+        target,
+        envelopes,
+    })
+}
+
 /// One evaluation's image data, signatures and attestations, for engines
 /// that read cluster data synchronously (`ClusterData::image_data`) and
 /// fetch what they missed between evaluations (admission, the background
@@ -757,6 +898,7 @@ pub struct ImageLookup {
     data: Answers<Value>,
     signatures: Answers<Arc<cosign::Signatures>>,
     attestations: Answers<Arc<cosign::Attestations>>,
+    notary: Answers<Arc<notary::Signatures>>,
     /// Why this evaluation's load of Sigstore's trust root failed, when
     /// it did.
     trust_root: std::sync::Mutex<Option<String>>,
@@ -771,6 +913,7 @@ enum Want {
     Data,
     Signatures,
     Attestations,
+    NotarySignatures,
     /// Sigstore's trust root (the image is empty).
     TrustRoot,
 }
@@ -806,6 +949,7 @@ impl ImageLookup {
             data: Default::default(),
             signatures: Default::default(),
             attestations: Default::default(),
+            notary: Default::default(),
             trust_root: Default::default(),
             missed: Default::default(),
         }
@@ -868,6 +1012,15 @@ impl ImageLookup {
     /// signatures`, or not fetched yet, as [`Self::get`]: the signatures,
     /// or Sigstore's trust root for a keyless trust without roots).
     pub fn verify(&self, image: &str, trust: &cosign::Trust) -> Result<String, String> {
+        if let cosign::Trust::Notary(_) = trust {
+            let sigs = self.answer(
+                &self.notary,
+                || self.registry.cached_notary_signatures(image),
+                Want::NotarySignatures,
+                image,
+            )?;
+            return self.registry.verify_notary(image, trust, &sigs);
+        }
         let sigs = self.answer(
             &self.signatures,
             || self.registry.cached_signatures(image),
@@ -920,14 +1073,19 @@ impl ImageLookup {
         let atts = fetch_wanted(&missed, Want::Attestations, |image| {
             registry.attestations(image)
         });
+        let notary = fetch_wanted(&missed, Want::NotarySignatures, |image| {
+            registry.notary_signatures(image)
+        });
         let trust_root = async {
             match &registry.settings.trust_root {
                 Some(t) if missed.iter().any(|(w, _)| *w == Want::TrustRoot) => t.get().await.err(),
                 _ => None,
             }
         };
-        let (data, sigs, atts, trust_root) = futures::join!(data, sigs, atts, trust_root);
+        let (data, sigs, atts, notary, trust_root) =
+            futures::join!(data, sigs, atts, notary, trust_root);
         lock(&self.data).extend(data);
+        lock(&self.notary).extend(notary);
         lock(&self.signatures).extend(sigs);
         lock(&self.attestations).extend(atts);
         if let Some(error) = trust_root {

@@ -838,3 +838,158 @@ impl Fulcio {
         .expect("JSON")
     }
 }
+
+/// The Notary Project's `notation` CLI (`testenv/build.sh notation`) with
+/// a configuration directory of its own, signing images of a
+/// [`LocalRegistry`] as a Kyverno user signs them.
+#[derive(Debug)]
+pub struct Notation {
+    bin: std::path::PathBuf,
+    home: tempfile::TempDir,
+}
+
+/// A code signing chain for Notary signatures: a CA (ECDSA P-384) and a
+/// leaf (ECDSA P-256, code signing) it issued, valid from a minute ago for
+/// a day.
+#[derive(Debug, Clone)]
+pub struct NotaryChain {
+    /// The leaf's private key (PKCS#8 PEM).
+    pub key_pem: String,
+    /// The leaf's certificate, then the CA's (PEM), as notation's
+    /// `certPath` holds a chain.
+    pub chain_pem: String,
+    /// The leaf's certificate alone (PEM).
+    pub leaf_pem: String,
+    /// The CA's certificate (PEM).
+    pub root_pem: String,
+}
+
+impl NotaryChain {
+    /// A fresh chain whose names end with `name`.
+    pub fn new(name: &str) -> NotaryChain {
+        use rcgen::{BasicConstraints, IsCa, KeyUsagePurpose};
+        let named = |cn: String| {
+            let mut params = rcgen::CertificateParams::default();
+            params.distinguished_name = rcgen::DistinguishedName::new();
+            params
+                .distinguished_name
+                .push(rcgen::DnType::OrganizationName, "leash test");
+            params
+                .distinguished_name
+                .push(rcgen::DnType::CommonName, cn);
+            let from = std::time::SystemTime::now() - Duration::from_secs(60);
+            params.not_before = from.into();
+            params.not_after = (from + Duration::from_secs(86_400)).into();
+            params
+        };
+        let ca_key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P384_SHA384).expect("a key");
+        let mut ca_params = named(format!("notary ca {name}"));
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let ca = ca_params.self_signed(&ca_key).expect("the CA");
+        let issuer = rcgen::Issuer::new(ca_params, ca_key);
+        let leaf_key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).expect("a key");
+        let mut leaf_params = named(format!("notary signer {name}"));
+        leaf_params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        leaf_params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::CodeSigning];
+        let leaf = leaf_params.signed_by(&leaf_key, &issuer).expect("the leaf");
+        NotaryChain {
+            key_pem: leaf_key.serialize_pem(),
+            chain_pem: format!("{}{}", leaf.pem(), ca.pem()),
+            leaf_pem: leaf.pem(),
+            root_pem: ca.pem(),
+        }
+    }
+}
+
+impl Notation {
+    /// `$LEASH_NOTATION`, else the workspace's `testenv/bin/notation`,
+    /// else `notation` on PATH; None (skipping, saying why) when there is
+    /// none, except under CI (`CI` set), where that is a failure.
+    pub fn find() -> Option<Notation> {
+        let testenv =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testenv/bin/notation");
+        let on_path = std::env::var_os("PATH").and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|p| p.join("notation"))
+                .find(|p| p.is_file())
+        });
+        let bin = std::env::var_os("LEASH_NOTATION")
+            .map(std::path::PathBuf::from)
+            .or_else(|| testenv.is_file().then_some(testenv))
+            .or(on_path);
+        let Some(bin) = bin else {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI: notation is missing (.ci/run builds it: testenv/build.sh notation)"
+            );
+            eprintln!("skipped: notation missing (testenv/build.sh notation)");
+            return None;
+        };
+        Some(Notation {
+            bin,
+            home: tempfile::tempdir().expect("a temporary directory"),
+        })
+    }
+
+    fn run(&self, args: &[&str]) -> String {
+        let out = Command::new(&self.bin)
+            .args(args)
+            .env("XDG_CONFIG_HOME", self.home.path())
+            .env("HOME", self.home.path())
+            .output()
+            .expect("notation runs");
+        assert!(
+            out.status.success(),
+            "notation {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `notation cert generate-test NAME`: a self-signed RSA 2048 code
+    /// signing certificate and its key, added as key NAME; the
+    /// certificate's PEM.
+    pub fn generate_test_key(&self, name: &str) -> String {
+        self.run(&["cert", "generate-test", name]);
+        let cert = self
+            .home
+            .path()
+            .join(format!("notation/localkeys/{name}.crt"));
+        std::fs::read_to_string(cert).expect("the generated certificate")
+    }
+
+    /// Adds `chain`'s key and certificates as notation's local key NAME
+    /// (its `signingkeys.json`, as `notation key add` would for a key
+    /// file).
+    pub fn add_key(&self, name: &str, chain: &NotaryChain) {
+        let dir = self.home.path().join("notation");
+        let keys = dir.join("localkeys");
+        std::fs::create_dir_all(&keys).unwrap();
+        let key_path = keys.join(format!("{name}.key"));
+        let cert_path = keys.join(format!("{name}.crt"));
+        std::fs::write(&key_path, &chain.key_pem).unwrap();
+        std::fs::write(&cert_path, &chain.chain_pem).unwrap();
+        let file = dir.join("signingkeys.json");
+        let mut doc: serde_json::Value = std::fs::read(&file)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_else(|| serde_json::json!({"keys": []}));
+        doc["keys"].as_array_mut().unwrap().push(serde_json::json!({
+            "name": name,
+            "keyPath": key_path,
+            "certPath": cert_path,
+        }));
+        std::fs::write(&file, serde_json::to_vec_pretty(&doc).unwrap()).unwrap();
+    }
+
+    /// `notation sign --insecure-registry --key KEY REFERENCE ARGS...`
+    /// (`REFERENCE` names a digest).
+    pub fn sign(&self, reference: &str, key: &str, args: &[&str]) {
+        let mut all = vec!["sign", "--insecure-registry", "--key", key];
+        all.extend_from_slice(args);
+        all.push(reference);
+        self.run(&all);
+    }
+}

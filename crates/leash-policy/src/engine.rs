@@ -1261,6 +1261,10 @@ mod tests {
                 json!({"imageReferences": ["*"], "attestors": [{"count": 0, "entries": []}]}),
                 "verifyImages[0].attestors[0].count",
             ),
+            (
+                json!({"imageReferences": ["*"], "type": "Notery"}),
+                "verifyImages[0].type",
+            ),
         ] {
             let err = Engine::new().add_json(&policy(vi)).unwrap_err().to_string();
             assert!(err.contains(field), "{field}: {err}");

@@ -1596,6 +1596,8 @@ fn trust_path(trust: &crate::request::ImageTrust) -> &'static str {
         crate::request::ImageTrust::Keyless { .. } => ".keyless",
         crate::request::ImageTrust::Certificate { .. } => ".certificates",
         crate::request::ImageTrust::Secret { .. } => ".keys",
+        // Kyverno's notary verifier names the entry alone.
+        crate::request::ImageTrust::Notary { .. } => "",
     }
 }
 

@@ -25,10 +25,12 @@
 //!    ([`Verifications`], shared by the request's policies).
 //!
 //! Attestors: cosign public keys (`cosign.key.data` or
-//! `cosign.key.expression`). Keyless and certificate cosign attestors,
-//! notary attestors and OCI referrer attestations are refused with an
-//! error naming them when a function is asked to use them: never counted
-//! as verified, never silently passed over.
+//! `cosign.key.expression`, a Secret's), keyless identities, certificates,
+//! and notary certificates (`notary.certs.value` or `.expression`: Notary
+//! Project signatures). Notary timestamp authorities (`tsaCerts`), other
+//! KMS keys and OCI referrer attestations are refused with an error naming
+//! them when a function is asked to use them: never counted as verified,
+//! never silently passed over.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -73,6 +75,8 @@ struct Attestor {
     doc: Json,
     /// `cosign.key.expression`, evaluated into `cosign.key.data`.
     key_expr: Option<Expr>,
+    /// `notary.certs.expression`, evaluated into `notary.certs.value`.
+    certs_expr: Option<Expr>,
 }
 
 /// cosign's short predicate type names (`cosign attest --type`).
@@ -143,6 +147,10 @@ impl ImageChecks {
                 Some(e) if !e.is_null() => Some(expr(e, format!("{f}.cosign.key.expression"))?),
                 _ => None,
             };
+            let certs_expr = match a["notary"]["certs"].get("expression") {
+                Some(e) if !e.is_null() => Some(expr(e, format!("{f}.notary.certs.expression"))?),
+                _ => None,
+            };
             if a["cosign"].is_null() && a["notary"].is_null() {
                 return Err(invalid(f, "either cosign or notary must be set".into()));
             }
@@ -150,6 +158,7 @@ impl ImageChecks {
                 name,
                 doc: a.clone(),
                 key_expr,
+                certs_expr,
             });
         }
         let mut attestations = Vec::new();
@@ -276,6 +285,12 @@ impl ImageChecks {
                     .eval_string(act)
                     .map_err(|e| format!("attestor {}: key expression: {e}", a.name))?;
                 doc["cosign"]["key"]["data"] = Json::String(key);
+            }
+            if let Some(e) = &a.certs_expr {
+                let certs = e
+                    .eval_string(act)
+                    .map_err(|e| format!("attestor {}: certs expression: {e}", a.name))?;
+                doc["notary"]["certs"]["value"] = Json::String(certs);
             }
             out.insert(a.name.clone(), doc);
         }
@@ -421,10 +436,27 @@ fn cosign_trust(attestor: &Json) -> std::result::Result<Option<ImageTrust>, Stri
             "attestor {name}: leash verifies cosign public keys (cosign.key.data, cosign.key.expression, or a Secret's as cosign.key.kms: k8s://NAMESPACE/NAME), keyless signatures (cosign.keyless) and certificates (cosign.certificate.cert.value); certificate expressions and other KMS keys are not supported yet"
         ));
     }
-    if !attestor["notary"].is_null() {
-        return Err(format!(
-            "attestor {name}: notary attestors are not supported by leash yet"
-        ));
+    let notary = &attestor["notary"];
+    if !notary.is_null() {
+        let given = |v: &Json| {
+            v["value"].as_str().is_some_and(|t| !t.trim().is_empty()) || !v["expression"].is_null()
+        };
+        // A timestamp authority would let a signature outlive its
+        // certificate; leash checks none, so it does not pretend to.
+        if given(&notary["tsaCerts"]) {
+            return Err(format!(
+                "attestor {name}: notary.tsaCerts (timestamp countersignatures) are not verified by leash yet"
+            ));
+        }
+        let certs = notary["certs"]["value"]
+            .as_str()
+            .filter(|c| !c.trim().is_empty())
+            .ok_or_else(|| {
+                format!("attestor {name}: failed to parse certificates: notary.certs is empty")
+            })?;
+        return Ok(Some(ImageTrust::Notary {
+            certs: certs.to_string(),
+        }));
     }
     Ok(None)
 }
@@ -897,12 +929,13 @@ mod tests {
         let (status, message) = one(&[p], pod(&[&format!("reg.io/signed:1{D}")]));
         assert_eq!(status, Status::Error);
         assert!(message.contains("insecureIgnoreTlog: true"), "{message}");
-        let notary = json!({"attestors": [{"name": "k", "notary": {"certs": {"value": "x"}}}]});
+        let notary = json!({"attestors": [{"name": "k", "notary": {
+            "certs": {"value": "x"}, "tsaCerts": {"value": "y"}}}]});
         let p = doc("notary", spec(signed_check(), notary));
         let (status, message) = one(&[p], pod(&[&format!("reg.io/signed:1{D}")]));
         assert_eq!(status, Status::Error);
         assert!(
-            message.contains("notary attestors are not supported"),
+            message.contains("notary.tsaCerts (timestamp countersignatures) are not verified"),
             "{message}"
         );
     }

@@ -300,6 +300,14 @@ pub enum ImageTrust {
         /// Its chain (intermediates and root), or empty.
         chain: String,
     },
+    /// Notary Project signatures whose certificate chain holds one of
+    /// these PEM certificates (the trust store): a ClusterPolicy's
+    /// `type: Notary` certificates, an ImageValidatingPolicy's `notary`
+    /// attestor.
+    Notary {
+        /// PEM certificates.
+        certs: String,
+    },
     /// PEM public keys kept in a Secret's `cosign.pub` (`k8s://NS/NAME`,
     /// or `keys.secret`), as cosign reads them. The engine reads the Secret
     /// through [`ClusterData::get`] and verifies with [`ImageTrust::Keys`]:

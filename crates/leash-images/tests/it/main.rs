@@ -7,5 +7,6 @@
 mod attestations;
 mod credentials;
 mod keyless;
+mod notary;
 mod registry;
 mod tuf;

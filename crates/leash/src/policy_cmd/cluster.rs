@@ -227,15 +227,8 @@ impl ClusterData for MemoryCluster {
                 "cannot verify {image}: no image registry is read here (--registry reads one)"
             ));
         };
-        handle.block_on(registry.load_trust_root())?;
-        let sigs = handle
-            .block_on(registry.signatures(image))
-            .map_err(|e| e.to_string())?;
-        registry.verify(
-            image,
-            &leash_controller::lookups::cosign_trust(trust),
-            &sigs,
-        )
+        handle
+            .block_on(registry.verify_image(image, &leash_controller::lookups::cosign_trust(trust)))
     }
 
     fn verify_attestations(

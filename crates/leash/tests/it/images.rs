@@ -830,3 +830,111 @@ async fn the_background_scan_runs_image_validating_policies() {
     });
     sb.shutdown().await.unwrap();
 }
+
+/// Notary Project signatures made by the real `notation` CLI, end to end
+/// with kubectl: a ClusterPolicy's `type: Notary` verification (its
+/// `certificates` the trust store) admits a pod whose image is signed,
+/// its tag pinned to the verified digest, and denies an unsigned one with
+/// Kyverno's message; an ImageValidatingPolicy's `notary` attestor admits
+/// the signed image and denies one signed with another certificate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_verifies_notary_signatures() {
+    use leash_images::testing::Notation;
+    if !crate::support::kubectl_installed() {
+        return;
+    }
+    let Some(reg) = LocalRegistry::start() else {
+        return;
+    };
+    let Some(notation) = Notation::find() else {
+        return;
+    };
+    let host = reg.host.clone();
+    let cert = notation.generate_test_key("team");
+    notation.generate_test_key("other");
+    let mut digests = std::collections::HashMap::new();
+    for repo in ["team/signed", "team/unsigned", "apps/signed", "apps/other"] {
+        let (digest, _) = reg.push(&format!("{repo}:1"), &[]).await;
+        digests.insert(repo, digest);
+    }
+    for (repo, key) in [
+        ("team/signed", "team"),
+        ("apps/signed", "team"),
+        ("apps/other", "other"),
+    ] {
+        notation.sign(&format!("{host}/{repo}@{}", digests[repo]), key, &[]);
+    }
+    let cpol = serde_json::json!({
+        "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+        "metadata": {"name": "notary-images"},
+        "spec": {"validationFailureAction": "Enforce", "background": false, "rules": [{
+            "name": "check-notary",
+            "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+            "verifyImages": [{
+                "type": "Notary",
+                "imageReferences": [format!("{host}/team/*")],
+                "attestors": [{"count": 1, "entries": [{"certificates": {"cert": cert}}]}]}]}]}});
+    let ivpol = serde_json::json!({
+        "apiVersion": "policies.kyverno.io/v1", "kind": "ImageValidatingPolicy",
+        "metadata": {"name": "notary-apps"},
+        "spec": {
+            "validationActions": ["Deny"],
+            "evaluation": {"background": {"enabled": false}},
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                "operations": ["CREATE"], "resources": ["pods"]}]},
+            "matchImageReferences": [{"glob": format!("{host}/apps/*")}],
+            "attestors": [{"name": "notary", "notary": {"certs": {"value": cert}}}],
+            "validations": [{
+                "expression": "images.containers.map(i, verifyImageSignatures(i, [attestors.notary])).all(n, n > 0)",
+                "message": "not signed by the team"}]}});
+    let sb = crate::support::crd_sandbox(|_| true, vec![cpol, ivpol]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    fs::write(&kc, sb.kubeconfig_yaml()).unwrap();
+    let mut server = crate::support::serve_admission_ready(&sb.url()).await;
+    tokio::task::block_in_place(move || {
+        let run = |name: &str, repo: &str| {
+            kubectl(&kc, &["run", name, "--image", &format!("{host}/{repo}:1")])
+        };
+        let (ok, out) = run("signed", "team/signed");
+        assert!(ok, "{out}");
+        let (ok, image) = kubectl(
+            &kc,
+            &[
+                "get",
+                "pod",
+                "signed",
+                "-o",
+                "jsonpath={.spec.containers[0].image}",
+            ],
+        );
+        assert!(ok, "{image}");
+        assert_eq!(
+            image,
+            format!("{host}/team/signed:1@{}", digests["team/signed"])
+        );
+        let (ok, out) = run("unsigned", "team/unsigned");
+        assert!(!ok, "{out}");
+        let by_digest = format!("{host}/team/unsigned@{}", digests["team/unsigned"]);
+        assert!(
+            out.contains("denied the request")
+                && out.contains(&format!(
+                    "check-notary: 'failed to verify image {host}/team/unsigned:1: .attestors[0].entries[0]: failed to verify {by_digest}: no signature is associated with \"{by_digest}\", make sure the artifact was signed successfully'"
+                )),
+            "{out}"
+        );
+        let digested = |repo: &str| format!("{host}/{repo}:1@{}", digests[repo]);
+        let (ok, out) = kubectl(&kc, &["run", "app", "--image", &digested("apps/signed")]);
+        assert!(ok, "{out}");
+        let (ok, out) = kubectl(&kc, &["run", "other", "--image", &digested("apps/other")]);
+        assert!(!ok, "{out}");
+        assert!(
+            out.contains("denied the request") && out.contains("not signed by the team"),
+            "{out}"
+        );
+        drop(reg);
+        crate::support::send_signal(&server.0, "TERM");
+        crate::support::wait_exit(&mut server.0, crate::support::BOUND, "exit after SIGTERM");
+    });
+    sb.shutdown().await.unwrap();
+}
