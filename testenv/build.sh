@@ -4,8 +4,9 @@
 #   controlplane  etcd + kube-apiserver + kube-controller-manager in one process
 #   chainsaw      Kyverno's end-to-end test runner
 #   nullwebhook   an allow-everything admission webhook, the benchmarks' limit
-#   notation      the Notary Project's signing CLI (the image tests' Notary
-#                 signatures; its own module, testenv/notation)
+#   notation      the Notary Project's signing CLI and ORAS's (the image
+#                 tests' Notary signatures and OCI referrers; their own
+#                 module, testenv/notation)
 # Usage: testenv/build.sh [kubectl|controlplane|chainsaw|nullwebhook|notation]...
 # (default: kubectl, controlplane and chainsaw)
 # Everything comes from the Go module proxy; Go's build cache makes a second
@@ -36,7 +37,9 @@ for t in "${targets[@]}"; do
       # Its own module graph: installed, not a dependency of this module.
       GOBIN="$bin" go install -buildvcs=false -trimpath -ldflags "-s -w" github.com/kyverno/chainsaw@v0.2.12 ;;
     notation)
-      (cd notation && go build -buildvcs=false -trimpath -ldflags "-s -w" -o "$bin/notation" github.com/notaryproject/notation/cmd/notation) ;;
+      (cd notation &&
+        go build -buildvcs=false -trimpath -ldflags "-s -w" -o "$bin/notation" github.com/notaryproject/notation/cmd/notation &&
+        go build -buildvcs=false -trimpath -ldflags "-s -w" -o "$bin/oras" oras.land/oras/cmd/oras) ;;
     *) echo "testenv/build.sh: unknown target '$t' (kubectl, controlplane, chainsaw, nullwebhook, notation)" >&2; exit 2 ;;
   esac
   echo "testenv: built $bin/$t in $((SECONDS - start)) s" >&2

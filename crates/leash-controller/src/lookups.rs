@@ -444,6 +444,20 @@ impl ClusterData for ScanData {
             )),
         }
     }
+
+    fn verify_referrers(
+        &self,
+        image: &str,
+        artifact_type: &str,
+        trust: &ImageTrust,
+    ) -> Result<Value, String> {
+        match &self.images {
+            Some(images) => images.referrer_payload(image, artifact_type, &cosign_trust(trust)),
+            None => Err(format!(
+                "cannot verify the referrers of {image}: no image registry is read here"
+            )),
+        }
+    }
 }
 
 /// What a policy trusts (leash-policy's words) as the verifier takes it

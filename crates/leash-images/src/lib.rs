@@ -214,12 +214,18 @@ pub struct Registry {
     attestations: Kept<cosign::Attestations>,
     /// Notary Project signatures by image reference, kept as `cache` is.
     notary: Kept<notary::Signatures>,
+    /// OCI referrers by image reference and artifact type ([`referrers_key`]),
+    /// kept as `cache` is.
+    referrers: Kept<notary::Referrers>,
     /// Signature verifications that held, by image and trust: the digest
     /// (a warm review pays no signature check).
     verified: Verified<String>,
     /// Attestation verifications that held, by image and trust: the
     /// statements verified.
     attested: Verified<Vec<Value>>,
+    /// Referrer verifications that held, by image and artifact type
+    /// ([`referrers_key`]) and trust: the payload verified.
+    referred: Verified<Value>,
     /// The credentials in use and the clients that use them:
     /// `settings.credentials` at first, replaced whole by
     /// [`Registry::set_credentials`]. The lock is held only to clone or
@@ -311,8 +317,10 @@ impl Registry {
             signatures: TtlCache::new(settings.ttl),
             attestations: TtlCache::new(settings.ttl),
             notary: TtlCache::new(settings.ttl),
+            referrers: TtlCache::new(settings.ttl),
             verified: TtlCache::new(settings.ttl),
             attested: TtlCache::new(settings.ttl),
+            referred: TtlCache::new(settings.ttl),
             access: std::sync::RwLock::new(Arc::new(Access::new(settings.credentials.clone()))),
             settings,
             fetches: AtomicU64::new(0),
@@ -543,6 +551,75 @@ impl Registry {
             .map(Arc::new)
         })
         .await
+    }
+
+    /// The OCI referrers of `image` of `artifact_type` when kept, without
+    /// waiting.
+    pub fn cached_referrers(
+        &self,
+        image: &str,
+        artifact_type: &str,
+    ) -> Option<Arc<notary::Referrers>> {
+        kept(&self.referrers, &referrers_key(image, artifact_type))
+    }
+
+    /// The OCI referrers of `image` of `artifact_type` (at most
+    /// [`notary::MAX_REFERRERS`]), each one's payload and Notary Project
+    /// signatures: kept and shared as [`Self::image_data`]'s answers are.
+    pub async fn referrers(
+        &self,
+        image: &str,
+        artifact_type: &str,
+    ) -> Result<Arc<notary::Referrers>, ImageError> {
+        once(
+            &self.referrers,
+            &referrers_key(image, artifact_type),
+            || async {
+                let reference = parse(image)?;
+                let registry = reference.resolve_registry().to_string();
+                let access = self.access();
+                let client = self.client_for(&access, &registry);
+                let auth = access.credentials.auth_for(&registry);
+                self.bounded(
+                    image,
+                    registry,
+                    referrers(client, &reference, artifact_type, &auth),
+                )
+                .await
+                .map(Arc::new)
+            },
+        )
+        .await
+    }
+
+    /// The payload of the first referrer among `refs` (`image`'s of one
+    /// type) whose Notary Project signature `trust` verifies, kept for the
+    /// TTL when one did ([`notary::verify_referrers`]).
+    pub fn verify_referrers(
+        &self,
+        image: &str,
+        trust: &cosign::Trust,
+        refs: &notary::Referrers,
+    ) -> Result<Value, String> {
+        let key = referrers_key(image, &refs.artifact_type);
+        self.checked(&self.referred, &key, trust, |trust| match trust {
+            cosign::Trust::Notary(certs) => notary::verify_referrers(refs, certs),
+            _ => Err("cosign verifier only supports intoto referrers as attestations".to_string()),
+        })
+    }
+
+    /// [`Self::verify_referrers`], fetching the referrers first.
+    pub async fn verify_image_referrers(
+        &self,
+        image: &str,
+        artifact_type: &str,
+        trust: &cosign::Trust,
+    ) -> Result<Value, String> {
+        let refs = self
+            .referrers(image, artifact_type)
+            .await
+            .map_err(|e| e.to_string())?;
+        self.verify_referrers(image, trust, &refs)
     }
 
     /// Whether a Notary Project signature of `image` among `sigs` (its
@@ -877,6 +954,69 @@ async fn notary_signatures(
     })
 }
 
+/// The key of `image`'s referrers of `artifact_type` in the caches (a
+/// space is in neither an image reference nor a media type).
+fn referrers_key(image: &str, artifact_type: &str) -> String {
+    format!("{image} {artifact_type}")
+}
+
+/// `reference`'s OCI referrers of `artifact_type` (its manifest resolved
+/// by digest first), each one's manifest, one layer and Notary Project
+/// signatures.
+async fn referrers(
+    client: &Client,
+    reference: &Reference,
+    artifact_type: &str,
+    auth: &RegistryAuth,
+) -> Result<notary::Referrers, String> {
+    let (_, digest) = client
+        .pull_manifest_raw(reference, auth, &MANIFEST_TYPES)
+        .await
+        .map_err(|e| e.to_string())?;
+    let digest = reference.digest().map(str::to_string).unwrap_or(digest);
+    let subject = reference.clone_with_digest(digest.clone());
+    let index = client
+        .pull_referrers(&subject, Some(artifact_type))
+        .await
+        .map_err(|e| format!("referrers of {digest}: {e}"))?;
+    if index.manifests.len() > notary::MAX_REFERRERS {
+        return Err(format!(
+            "failed to fetch referrers: too many referrers found, max limit is {}",
+            notary::MAX_REFERRERS
+        ));
+    }
+    let mut entries = Vec::new();
+    for entry in &index.manifests {
+        let by_digest = reference.clone_with_digest(entry.digest.clone());
+        let (bytes, _) = client
+            .pull_manifest_raw(&by_digest, auth, &[OCI_IMAGE_MEDIA_TYPE])
+            .await
+            .map_err(|e| format!("referrer {}: {e}", entry.digest))?;
+        let manifest: OciImageManifest = serde_json::from_slice(&bytes)
+            .map_err(|e| format!("referrer {}: not an image manifest: {e}", entry.digest))?;
+        let payload = match manifest.layers.as_slice() {
+            [layer] => {
+                let mut blob = Vec::new();
+                client
+                    .pull_blob(&by_digest, layer, &mut blob)
+                    .await
+                    .map_err(|e| format!("referrer {} layer: {e}", entry.digest))?;
+                Ok(blob)
+            }
+            _ => Err("invalid referrer descriptor, must have only one layer".to_string()),
+        };
+        entries.push(notary::Referrer {
+            digest: entry.digest.clone(),
+            payload,
+            signatures: notary_signatures(client, &by_digest, auth).await?,
+        });
+    }
+    Ok(notary::Referrers {
+        artifact_type: artifact_type.to_string(),
+        entries,
+    })
+}
+
 /// One evaluation's image data, signatures and attestations, for engines
 /// that read cluster data synchronously (`ClusterData::image_data`) and
 /// fetch what they missed between evaluations (admission, the background
@@ -899,6 +1039,8 @@ pub struct ImageLookup {
     signatures: Answers<Arc<cosign::Signatures>>,
     attestations: Answers<Arc<cosign::Attestations>>,
     notary: Answers<Arc<notary::Signatures>>,
+    /// By [`referrers_key`].
+    referrers: Answers<Arc<notary::Referrers>>,
     /// Why this evaluation's load of Sigstore's trust root failed, when
     /// it did.
     trust_root: std::sync::Mutex<Option<String>>,
@@ -914,6 +1056,8 @@ enum Want {
     Signatures,
     Attestations,
     NotarySignatures,
+    /// OCI referrers (the key is [`referrers_key`]'s).
+    Referrers,
     /// Sigstore's trust root (the image is empty).
     TrustRoot,
 }
@@ -950,6 +1094,7 @@ impl ImageLookup {
             signatures: Default::default(),
             attestations: Default::default(),
             notary: Default::default(),
+            referrers: Default::default(),
             trust_root: Default::default(),
             missed: Default::default(),
         }
@@ -1052,6 +1197,30 @@ impl ImageLookup {
         self.registry.verify_attestations(image, trust, &atts)
     }
 
+    /// The payload of the first OCI referrer of `image` of
+    /// `artifact_type` whose Notary Project signature `trust` verifies, or
+    /// why none (notation's words, Kyverno's `no attestations found`, or not
+    /// fetched yet, as [`Self::get`]).
+    pub fn referrer_payload(
+        &self,
+        image: &str,
+        artifact_type: &str,
+        trust: &cosign::Trust,
+    ) -> Result<Value, String> {
+        let key = referrers_key(image, artifact_type);
+        let refs = match lock(&self.referrers).get(&key) {
+            Some(answer) => answer.clone(),
+            None => match self.registry.cached_referrers(image, artifact_type) {
+                Some(refs) => Ok(refs),
+                None => {
+                    lock(&self.missed).push((Want::Referrers, key));
+                    return Err(format!("image data for {image} was not fetched yet"));
+                }
+            },
+        }?;
+        self.registry.verify_referrers(image, trust, &refs)
+    }
+
     /// Fetches what [`Self::get`], [`Self::verify`] and
     /// [`Self::attestations`] missed since the last call, all at once
     /// (Sigstore's trust root among them, when missed); false when nothing
@@ -1076,16 +1245,21 @@ impl ImageLookup {
         let notary = fetch_wanted(&missed, Want::NotarySignatures, |image| {
             registry.notary_signatures(image)
         });
+        let referred = fetch_wanted(&missed, Want::Referrers, |key| async move {
+            let (image, artifact_type) = key.split_once(' ').unwrap_or((key, ""));
+            registry.referrers(image, artifact_type).await
+        });
         let trust_root = async {
             match &registry.settings.trust_root {
                 Some(t) if missed.iter().any(|(w, _)| *w == Want::TrustRoot) => t.get().await.err(),
                 _ => None,
             }
         };
-        let (data, sigs, atts, notary, trust_root) =
-            futures::join!(data, sigs, atts, notary, trust_root);
+        let (data, sigs, atts, notary, referred, trust_root) =
+            futures::join!(data, sigs, atts, notary, referred, trust_root);
         lock(&self.data).extend(data);
         lock(&self.notary).extend(notary);
+        lock(&self.referrers).extend(referred);
         lock(&self.signatures).extend(sigs);
         lock(&self.attestations).extend(atts);
         if let Some(error) = trust_root {

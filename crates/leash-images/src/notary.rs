@@ -94,6 +94,63 @@ pub struct Signatures {
     pub envelopes: Vec<Envelope>,
 }
 
+/// An image's OCI referrers of one artifact type (an SBOM, a scan report
+/// attached with `oras attach`), each with its payload and its own Notary
+/// Project signatures.
+#[derive(Debug, Clone)]
+pub struct Referrers {
+    /// The artifact type asked for.
+    pub artifact_type: String,
+    /// The referrers found, in the registry's order (empty: none).
+    pub entries: Vec<Referrer>,
+}
+
+/// One referrer: its manifest's digest, its one layer (the payload), and
+/// the signatures of its manifest.
+#[derive(Debug, Clone)]
+pub struct Referrer {
+    /// The referrer manifest's digest.
+    pub digest: String,
+    /// Its layer's bytes, or why it has none to read (Kyverno's "invalid
+    /// referrer descriptor, must have only one layer").
+    pub payload: Result<Vec<u8>, String>,
+    /// Its Notary Project signatures.
+    pub signatures: Signatures,
+}
+
+/// The most referrers of one type read for an image (Kyverno's
+/// `maxReferrersCount`, against a compromised image flooding them).
+pub const MAX_REFERRERS: usize = 50;
+
+/// The payload (JSON) of the first referrer of `refs` whose signature
+/// verifies with `certs`, as Kyverno's notary attestation verifier takes
+/// it; else its words: `attestation verification failed, no attestations
+/// found for type: T`, or why each referrer failed.
+pub fn verify_referrers(refs: &Referrers, certs: &str) -> Result<Value, String> {
+    let mut errors = Vec::new();
+    for r in &refs.entries {
+        let verified = verify(&r.signatures, certs).and_then(|()| {
+            let bytes = r.payload.as_ref().map_err(Clone::clone)?;
+            serde_json::from_slice::<Value>(bytes)
+                .map_err(|e| format!("failed to get payload: the referrer is not JSON: {e}"))
+        });
+        match verified {
+            Ok(payload) => return Ok(payload),
+            Err(e) => errors.push(format!(
+                "failed to verify attestation {}, digest {}: {e}",
+                refs.artifact_type, r.digest
+            )),
+        }
+    }
+    if errors.is_empty() {
+        return Err(format!(
+            "attestation verification failed, no attestations found for type: {}",
+            refs.artifact_type
+        ));
+    }
+    Err(errors.join("; "))
+}
+
 /// Whether a signature of `sigs` verifies with `certs` (PEM certificates,
 /// the trust store) now: notation-go's verdict and words (module docs).
 pub fn verify(sigs: &Signatures, certs: &str) -> Result<(), String> {

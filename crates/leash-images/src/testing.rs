@@ -992,4 +992,46 @@ impl Notation {
         all.push(reference);
         self.run(&all);
     }
+
+    /// `oras attach --plain-http --artifact-type TYPE REFERENCE FILE`:
+    /// `json` attached to the manifest `reference` names as an OCI referrer
+    /// of `artifact_type` (one layer), the registry's referrers tag index
+    /// updated where it has no referrers API; the referrer's digest. ORAS
+    /// is `$LEASH_ORAS`, else the `oras` beside this `notation`.
+    pub fn attach(&self, reference: &str, artifact_type: &str, json: &str) -> String {
+        let oras = std::env::var_os("LEASH_ORAS")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| self.bin.with_file_name("oras"));
+        let file = self.home.path().join("payload.json");
+        std::fs::write(&file, json).unwrap();
+        let out = Command::new(&oras)
+            .current_dir(self.home.path())
+            .args([
+                "attach",
+                "--plain-http",
+                "--no-tty",
+                "--artifact-type",
+                artifact_type,
+                reference,
+                "payload.json:application/json",
+            ])
+            .output()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "{}: {e} (testenv/build.sh notation builds it)",
+                    oras.display()
+                )
+            });
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "oras attach: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text.lines()
+            .find_map(|l| l.strip_prefix("Digest: "))
+            .expect("oras prints the referrer's digest")
+            .trim()
+            .to_string()
+    }
 }

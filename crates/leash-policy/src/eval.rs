@@ -828,7 +828,15 @@ impl RuleCtx<'_> {
                     }
                     return failed;
                 }
-                // Kyverno names the image by the digest it resolved.
+                // Kyverno names the image by the digest it resolved: its
+                // signature's, else its manifest's (fetching attestations
+                // resolves it).
+                let resolved = resolved.or_else(|| {
+                    self.data
+                        .image_data(image)
+                        .ok()
+                        .and_then(|d| d["digest"].as_str().map(String::from))
+                });
                 attested.push(match (&resolved, crate::images::ImageRef::parse(image)) {
                     (Some(d), Some(r)) if r.digest.is_empty() => {
                         format!("{}/{}@{d}", r.registry, r.path)
@@ -904,9 +912,30 @@ impl RuleCtx<'_> {
                             continue;
                         }
                     };
-                    let statements = match resolve_trust(self.data, keys)
-                        .and_then(|trust| self.data.verify_attestations(image, &trust))
-                    {
+                    // Notary attestations are OCI referrers of the type,
+                    // signed; Kyverno's statement is the referrer with its
+                    // type and its payload as the predicate.
+                    let fetched = match keys {
+                        crate::request::ImageTrust::Notary { .. } => self
+                            .data
+                            .verify_referrers(image, ty, keys)
+                            .map(|payload| {
+                                vec![serde_json::json!({
+                                    "type": ty, "predicateType": want, "predicate": payload
+                                })]
+                            })
+                            .map_err(|e| {
+                                // Kyverno's ClusterPolicy words for none.
+                                if e.starts_with("attestation verification failed, no attestations found") {
+                                    format!("no matching attestations found for image {shown} with type {ty}")
+                                } else {
+                                    e
+                                }
+                            }),
+                        _ => resolve_trust(self.data, keys)
+                            .and_then(|trust| self.data.verify_attestations(image, &trust)),
+                    };
+                    let statements = match fetched {
                         Ok(s) => s,
                         Err(e) => {
                             errors.push(e);

@@ -520,6 +520,24 @@ impl<'a> Verifier<'a> {
             let Some(trust) = cosign_trust(a)? else {
                 continue;
             };
+            if let ImageTrust::Notary { .. } = trust {
+                // Notary signs OCI referrers (Kyverno: "notary verifier
+                // only supports oci 1.1 referrers as attestations").
+                let Some(ty) = def["referrer"]["type"].as_str() else {
+                    return Err(
+                        "notary verifier only supports oci 1.1 referrers as attestations"
+                            .to_string(),
+                    );
+                };
+                if let Ok(payload) = self.data.verify_referrers(image, ty, &trust) {
+                    count += 1;
+                    self.payloads
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert((image.to_string(), attestation.to_string()), payload);
+                }
+                continue;
+            }
             // cosign verifies in-toto attestations only (Kyverno: "cosign
             // verifier only supports intoto referrers as attestations").
             let Some(ty) = def["intoto"]["type"].as_str() else {
@@ -549,8 +567,11 @@ impl<'a> Verifier<'a> {
         Ok(count)
     }
 
-    /// `extractPayload(image, attestation)`: the in-toto statement a
-    /// `verifyAttestationSignatures` call verified.
+    /// `extractPayload(image, attestation)`: the in-toto statement, or the
+    /// OCI referrer's payload, a `verifyAttestationSignatures` call
+    /// verified. (Kyverno hands out an OCI referrer's payload that no call
+    /// verified, the first of its type; leash reads only verified ones, as
+    /// it does in-toto statements.)
     pub(crate) fn payload(
         &self,
         image: &str,
@@ -558,9 +579,17 @@ impl<'a> Verifier<'a> {
     ) -> std::result::Result<Json, String> {
         let def = self.checks.attestation(attestation)?;
         if def["intoto"].is_null() {
-            return Err(format!(
-                "failed to get payload: attestation {attestation}: OCI referrer attestations are not supported by leash yet"
-            ));
+            return self
+                .payloads
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&(image.to_string(), attestation.to_string()))
+                .cloned()
+                .ok_or_else(|| {
+                    format!(
+                        "failed to get payload: attestation {attestation}: leash reads an OCI referrer's payload once verifyAttestationSignatures verified it"
+                    )
+                });
         }
         self.payloads
             .lock()

@@ -968,12 +968,7 @@ fn secret_key(reference: &str) -> std::result::Result<ImageTrust, String> {
 
 /// A `type: Notary` attestor entry: its certificates (`cert`, then
 /// `certChain`, as Kyverno combines them) as the trust store; else why not.
-fn notary_trust(entry: &Value, field: &str) -> std::result::Result<ImageTrust, String> {
-    if field.contains(".attestations[") {
-        return Err(
-            "notary attestations (signed OCI referrers) are not verified by leash yet".to_string(),
-        );
-    }
+fn notary_trust(entry: &Value) -> std::result::Result<ImageTrust, String> {
     let c = &entry["certificates"];
     let text = |k: &str| c[k].as_str().unwrap_or_default().trim().to_string();
     let certs = [text("cert"), text("certChain")]
@@ -1010,7 +1005,7 @@ fn compile_attestor_sets(
         let mut entries = Vec::new();
         for (j, e) in set["entries"].as_array().into_iter().flatten().enumerate() {
             if notary {
-                entries.push(notary_trust(e, field));
+                entries.push(notary_trust(e));
                 continue;
             }
             let keys = &e["keys"];

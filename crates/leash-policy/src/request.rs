@@ -276,6 +276,23 @@ pub trait ClusterData: Send + Sync + std::fmt::Debug {
             "cannot verify the attestations of {image}: no image registry is read here"
         ))
     }
+
+    /// The payload (JSON) of the first OCI referrer of `image` of
+    /// `artifact_type` (an SBOM attached with `oras attach`) whose Notary
+    /// Project signature `trust` verifies, or why none (Kyverno's `no
+    /// attestations found for type`, notation's words, a registry's
+    /// error).
+    fn verify_referrers(
+        &self,
+        image: &str,
+        artifact_type: &str,
+        trust: &ImageTrust,
+    ) -> Result<Value, String> {
+        let _ = (artifact_type, trust);
+        Err(format!(
+            "cannot verify the referrers of {image}: no image registry is read here"
+        ))
+    }
 }
 
 /// Who must have signed an image, as a policy says it: a `verifyImages`

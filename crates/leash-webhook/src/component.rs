@@ -310,6 +310,15 @@ impl leash_policy::ClusterData for AdmissionLookup {
     ) -> Result<Vec<serde_json::Value>, String> {
         self.data.verify_attestations(image, trust)
     }
+
+    fn verify_referrers(
+        &self,
+        image: &str,
+        artifact_type: &str,
+        trust: &leash_policy::ImageTrust,
+    ) -> Result<serde_json::Value, String> {
+        self.data.verify_referrers(image, artifact_type, trust)
+    }
 }
 
 impl crate::Lookup for AdmissionLookup {

@@ -139,6 +139,50 @@ async fn notation_signatures_verify_as_kyverno_verifies_them() {
     let err = notary::verify(&altered, &test_cert).unwrap_err();
     assert!(err.contains(", signature is invalid."), "{err}");
 
+    // OCI referrers (`oras attach`), each signed or not: the payload of
+    // the first one of the type whose signature verifies.
+    let sbom = r#"{"bomFormat": "CycloneDX", "specVersion": "1.5", "components": []}"#;
+    let attached = notation.attach(&by_digest("signed"), "sbom/cyclone-dx", sbom);
+    notation.sign(&format!("{host}/notary/signed@{attached}"), "test", &[]);
+    let unsigned_report = notation.attach(&by_digest("signed"), "vuln/report", "{}");
+    let referrers = |ty: &str, certs: &str| {
+        let image = format!("{host}/notary/signed:1");
+        let (ty, trust) = (ty.to_string(), Trust::Notary(certs.to_string()));
+        let registry = &registry;
+        async move { registry.verify_image_referrers(&image, &ty, &trust).await }
+    };
+    let payload = referrers("sbom/cyclone-dx", &test_cert).await.unwrap();
+    assert_eq!(payload["bomFormat"], "CycloneDX");
+    let err = referrers("sbom/cyclone-dx", &other_cert).await.unwrap_err();
+    assert!(
+        err.starts_with(&format!(
+            "failed to verify attestation sbom/cyclone-dx, digest {attached}: signature verification failed\n"
+        )) && err.contains("does not contain any trusted certificate"),
+        "{err}"
+    );
+    let err = referrers("vuln/report", &test_cert).await.unwrap_err();
+    assert!(
+        err.starts_with(&format!(
+            "failed to verify attestation vuln/report, digest {unsigned_report}: no signature is associated with"
+        )),
+        "{err}"
+    );
+    assert_eq!(
+        referrers("none/such", &test_cert).await,
+        Err("attestation verification failed, no attestations found for type: none/such".into())
+    );
+    let cosign = Trust::Keys(String::new());
+    assert_eq!(
+        registry
+            .verify_image_referrers(
+                &format!("{host}/notary/signed:1"),
+                "sbom/cyclone-dx",
+                &cosign
+            )
+            .await,
+        Err("cosign verifier only supports intoto referrers as attestations".into())
+    );
+
     // Kept: the same verification again makes no registry call and no
     // check.
     let (fetches, checks) = (registry.fetches(), registry.checks());

@@ -252,6 +252,24 @@ impl ClusterData for MemoryCluster {
         )
     }
 
+    fn verify_referrers(
+        &self,
+        image: &str,
+        artifact_type: &str,
+        trust: &leash_policy::ImageTrust,
+    ) -> Result<Value, String> {
+        let Some((registry, handle)) = &self.registry else {
+            return Err(format!(
+                "cannot verify the referrers of {image}: no image registry is read here (--registry reads one)"
+            ));
+        };
+        handle.block_on(registry.verify_image_referrers(
+            image,
+            artifact_type,
+            &leash_controller::lookups::cosign_trust(trust),
+        ))
+    }
+
     fn api_get(&self, url_path: &str) -> Option<Value> {
         match self.api_answer("GET", url_path) {
             Some(answer) => answer,

@@ -836,7 +836,9 @@ async fn the_background_scan_runs_image_validating_policies() {
 /// `certificates` the trust store) admits a pod whose image is signed,
 /// its tag pinned to the verified digest, and denies an unsigned one with
 /// Kyverno's message; an ImageValidatingPolicy's `notary` attestor admits
-/// the signed image and denies one signed with another certificate.
+/// the signed image whose signed SBOM (an OCI referrer, `oras attach`) is
+/// CycloneDX, and denies one signed with another certificate and one
+/// without an SBOM.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_verifies_notary_signatures() {
     use leash_images::testing::Notation;
@@ -853,7 +855,13 @@ async fn serve_verifies_notary_signatures() {
     let cert = notation.generate_test_key("team");
     notation.generate_test_key("other");
     let mut digests = std::collections::HashMap::new();
-    for repo in ["team/signed", "team/unsigned", "apps/signed", "apps/other"] {
+    for repo in [
+        "team/signed",
+        "team/unsigned",
+        "apps/signed",
+        "apps/other",
+        "apps/nosbom",
+    ] {
         let (digest, _) = reg.push(&format!("{repo}:1"), &[]).await;
         digests.insert(repo, digest);
     }
@@ -861,9 +869,16 @@ async fn serve_verifies_notary_signatures() {
         ("team/signed", "team"),
         ("apps/signed", "team"),
         ("apps/other", "other"),
+        ("apps/nosbom", "team"),
     ] {
         notation.sign(&format!("{host}/{repo}@{}", digests[repo]), key, &[]);
     }
+    let sbom = notation.attach(
+        &format!("{host}/apps/signed@{}", digests["apps/signed"]),
+        "sbom/cyclone-dx",
+        r#"{"bomFormat": "CycloneDX", "specVersion": "1.5"}"#,
+    );
+    notation.sign(&format!("{host}/apps/signed@{sbom}"), "team", &[]);
     let cpol = serde_json::json!({
         "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
         "metadata": {"name": "notary-images"},
@@ -884,9 +899,14 @@ async fn serve_verifies_notary_signatures() {
                 "operations": ["CREATE"], "resources": ["pods"]}]},
             "matchImageReferences": [{"glob": format!("{host}/apps/*")}],
             "attestors": [{"name": "notary", "notary": {"certs": {"value": cert}}}],
+            "attestations": [{"name": "sbom", "referrer": {"type": "sbom/cyclone-dx"}}],
             "validations": [{
                 "expression": "images.containers.map(i, verifyImageSignatures(i, [attestors.notary])).all(n, n > 0)",
-                "message": "not signed by the team"}]}});
+                "message": "not signed by the team"}, {
+                "expression": "images.containers.map(i, verifyAttestationSignatures(i, attestations.sbom, [attestors.notary])).all(n, n > 0)",
+                "message": "no SBOM signed by the team"}, {
+                "expression": "images.containers.all(i, extractPayload(i, attestations.sbom).bomFormat == 'CycloneDX')",
+                "message": "the SBOM is not CycloneDX"}]}});
     let sb = crate::support::crd_sandbox(|_| true, vec![cpol, ivpol]).await;
     let dir = tempfile::tempdir().unwrap();
     let kc = dir.path().join("kubeconfig");
@@ -932,9 +952,97 @@ async fn serve_verifies_notary_signatures() {
             out.contains("denied the request") && out.contains("not signed by the team"),
             "{out}"
         );
+        let (ok, out) = kubectl(&kc, &["run", "nosbom", "--image", &digested("apps/nosbom")]);
+        assert!(!ok, "{out}");
+        assert!(
+            out.contains("denied the request") && out.contains("no SBOM signed by the team"),
+            "{out}"
+        );
         drop(reg);
         crate::support::send_signal(&server.0, "TERM");
         crate::support::wait_exit(&mut server.0, crate::support::BOUND, "exit after SIGTERM");
     });
     sb.shutdown().await.unwrap();
+}
+
+/// `leash apply --registry` with a ClusterPolicy's `type: Notary`
+/// attestations: an SBOM attached as an OCI referrer (`oras attach`) and
+/// signed with `notation` passes when its conditions hold on the payload,
+/// fails when they do not, and an image without one fails in Kyverno's
+/// words.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_verifies_notary_attestations() {
+    use leash_images::testing::Notation;
+    let Some(reg) = LocalRegistry::start() else {
+        return;
+    };
+    let Some(notation) = Notation::find() else {
+        return;
+    };
+    let host = reg.host.clone();
+    let cert = notation.generate_test_key("team");
+    let mut digests = std::collections::HashMap::new();
+    for repo in ["cyclonedx", "spdx", "none"] {
+        let (digest, _) = reg.push(&format!("team/{repo}:1"), &[]).await;
+        digests.insert(repo, digest);
+    }
+    for (repo, format) in [("cyclonedx", "CycloneDX"), ("spdx", "SPDX")] {
+        let referrer = notation.attach(
+            &format!("{host}/team/{repo}@{}", digests[repo]),
+            "sbom/example",
+            &format!(r#"{{"bomFormat": "{format}"}}"#),
+        );
+        notation.sign(&format!("{host}/team/{repo}@{referrer}"), "team", &[]);
+    }
+    let policy = serde_json::json!({
+        "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+        "metadata": {"name": "sboms"},
+        "spec": {"validationFailureAction": "Enforce", "background": false, "rules": [{
+            "name": "check-sbom",
+            "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+            "verifyImages": [{
+                "type": "Notary",
+                "imageReferences": [format!("{host}/team/*")],
+                "mutateDigest": false, "verifyDigest": false,
+                "attestations": [{
+                    "type": "sbom/example",
+                    "attestors": [{"entries": [{"certificates": {"cert": cert}}]}],
+                    "conditions": [{"all": [{"key": "{{ bomFormat }}", "operator": "Equals",
+                        "value": "CycloneDX"}]}]}]}]}]}});
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(
+        dir.path().join("policy.yaml"),
+        serde_json::to_string(&policy).unwrap(),
+    )
+    .unwrap();
+    let pods: String = ["cyclonedx", "spdx", "none"]
+        .iter()
+        .map(|n| pod(n, &format!("{host}/team/{n}:1")))
+        .collect();
+    fs::write(dir.path().join("pods.yaml"), pods).unwrap();
+    let out = leash()
+        .arg("apply")
+        .arg(dir.path().join("policy.yaml"))
+        .arg("-r")
+        .arg(dir.path().join("pods.yaml"))
+        .args(["--registry", "--detailed-results"])
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}{}", stderr(&out));
+    for want in [
+        format!(
+            "PASS: policy sboms -> resource Pod/default/cyclonedx rule check-sbom: verified image attestations for {host}/team/cyclonedx@{}",
+            digests["cyclonedx"]
+        ),
+        format!(
+            "FAIL: policy sboms -> resource Pod/default/spdx rule check-sbom: image attestations verification failed, verifiedCount: 0, requiredCount: 1, error: .attestations[0].attestors[0].entries[0]: attestation checks failed for {host}/team/spdx:1 and predicate sbom/example: "
+        ),
+        format!(
+            "FAIL: policy sboms -> resource Pod/default/none rule check-sbom: image attestations verification failed, verifiedCount: 0, requiredCount: 1, error: no matching attestations found for image {host}/team/none:1 with type sbom/example"
+        ),
+        "pass: 1, fail: 2, warn: 0, error: 0, skip: 0".to_string(),
+    ] {
+        assert!(text.contains(&want), "missing {want:?} in\n{text}");
+    }
 }
