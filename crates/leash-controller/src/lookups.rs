@@ -427,6 +427,12 @@ impl ClusterData for ScanData {
         }
     }
 
+    fn fresh_image(&self, image: &str) {
+        if let Some(images) = &self.images {
+            images.fresh(image);
+        }
+    }
+
     fn verify_image(&self, image: &str, trust: &ImageTrust) -> Result<String, String> {
         match &self.images {
             Some(images) => images.verify(image, &cosign_trust(trust)),

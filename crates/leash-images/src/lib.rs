@@ -523,6 +523,22 @@ impl Registry {
         .await
     }
 
+    /// Forgets what is kept about `image`'s signatures, attestations,
+    /// referrers and their verifications (a `verifyImages` entry with
+    /// `useCache: false`): the next verification fetches and checks them
+    /// again. Its data (`image_data`) is kept.
+    pub fn forget(&self, image: &str) {
+        self.signatures.remove(image);
+        self.attestations.remove(image);
+        self.notary.remove(image);
+        let referred = format!("{image} ");
+        self.referrers.retain(|k, _| !k.starts_with(&referred));
+        let about = |key: &(String, u64)| key.0 == image || key.0.starts_with(&referred);
+        self.verified.retain(|k, _| !about(k));
+        self.attested.retain(|k, _| !about(k));
+        self.referred.retain(|k, _| !about(k));
+    }
+
     /// The Notary Project signatures of `image` when kept, without waiting.
     pub fn cached_notary_signatures(&self, image: &str) -> Option<Arc<notary::Signatures>> {
         kept(&self.notary, image)
@@ -1041,6 +1057,9 @@ pub struct ImageLookup {
     notary: Answers<Arc<notary::Signatures>>,
     /// By [`referrers_key`].
     referrers: Answers<Arc<notary::Referrers>>,
+    /// Images whose verifications may not use kept answers
+    /// ([`Self::fresh`]).
+    fresh: std::sync::Mutex<std::collections::HashSet<String>>,
     /// Why this evaluation's load of Sigstore's trust root failed, when
     /// it did.
     trust_root: std::sync::Mutex<Option<String>>,
@@ -1095,6 +1114,7 @@ impl ImageLookup {
             attestations: Default::default(),
             notary: Default::default(),
             referrers: Default::default(),
+            fresh: Default::default(),
             trust_root: Default::default(),
             missed: Default::default(),
         }
@@ -1137,6 +1157,17 @@ impl ImageLookup {
             "Sigstore trust root from {} was not fetched yet",
             trust_root.mirror()
         ))
+    }
+
+    /// This evaluation verifies `image` with nothing kept from before it
+    /// (`useCache: false`): the first call forgets what the registry kept
+    /// about its signatures, attestations and their verifications, so they
+    /// are fetched and checked again; later calls of this evaluation (its
+    /// repetitions after [`Self::fetch_missed`]) use what it fetched.
+    pub fn fresh(&self, image: &str) {
+        if lock(&self.fresh).insert(image.to_string()) {
+            self.registry.forget(image);
+        }
     }
 
     /// `image`'s CEL object (`image.GetMetadata`'s), or an error: the

@@ -1292,6 +1292,54 @@ mod tests {
         );
     }
 
+    /// `useCache: false` asks the data to verify each image afresh
+    /// (`ClusterData::fresh_image`) before it verifies it; the default
+    /// (true) does not.
+    #[test]
+    fn use_cache_false_verifies_afresh() {
+        #[derive(Debug, Default)]
+        struct Counting(std::sync::Mutex<Vec<String>>);
+        impl crate::ClusterData for Counting {
+            fn get(&self, _: &str, _: &str, _: &str, _: &str) -> Option<Arc<serde_json::Value>> {
+                None
+            }
+            fn list(&self, _: &str, _: &str, _: &str) -> Vec<Arc<serde_json::Value>> {
+                Vec::new()
+            }
+            fn fresh_image(&self, image: &str) {
+                self.0.lock().unwrap().push(image.to_string());
+            }
+            fn verify_image(
+                &self,
+                _: &str,
+                _: &crate::ImageTrust,
+            ) -> std::result::Result<String, String> {
+                Ok(format!("sha256:{}", "a".repeat(64)))
+            }
+        }
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a", "namespace": "n"},
+            "spec": {"containers": [{"name": "c", "image": "r.io/app:1"}]}});
+        for (use_cache, fresh) in [(json!(false), vec!["r.io/app:1"]), (json!(true), vec![])] {
+            let policy = json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "p"},
+                "spec": {"rules": [{"name": "r",
+                    "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                    "verifyImages": [{"imageReferences": ["r.io/*"], "useCache": use_cache,
+                        "mutateDigest": false, "verifyDigest": false,
+                        "attestors": [{"entries": [{"keys": {"publicKeys": "-----BEGIN PUBLIC KEY-----\nx\n-----END PUBLIC KEY-----",
+                            "rekor": {"ignoreTlog": true}}}]}]}]}]}});
+            let mut engine = Engine::new();
+            engine.add_json(&policy).unwrap();
+            let data = Counting::default();
+            let results = engine.evaluate(
+                EvalRequest::create(Arc::new(pod.clone())),
+                &data,
+                &Bindings::default(),
+            );
+            assert_eq!(results[0].status, Status::Pass, "{results:?}");
+            assert_eq!(*data.0.lock().unwrap(), fresh, "useCache: {use_cache}");
+        }
+    }
+
     /// ValidatingPolicies that define the same variables share their
     /// values on a request (evaluated once), and only those: a variable of
     /// the same name with another expression, or after other variables,

@@ -449,6 +449,9 @@ impl Policy {
                             .first()
                             .and_then(|a| a.entries.first())
                             .and_then(|e| e.as_ref().ok());
+                        if !spec.use_cache && keys.is_some() {
+                            data.fresh_image(&image);
+                        }
                         let digest = match keys {
                             Some(keys) => resolve_trust(data, keys)
                                 .and_then(|keys| data.verify_image(&image, &keys))
@@ -758,6 +761,9 @@ impl RuleCtx<'_> {
                 }
                 if spec.attestors.is_empty() && spec.attestations.is_empty() {
                     continue;
+                }
+                if !spec.use_cache {
+                    self.data.fresh_image(image);
                 }
                 // The digest a verification resolved (for the message).
                 let mut resolved: Option<String> = None;

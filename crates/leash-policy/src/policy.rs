@@ -148,6 +148,10 @@ pub(crate) struct ImageVerification {
     /// `mutateDigest` (default true): Kyverno adds the digest at the
     /// mutating webhook, so the digest is not required of the request.
     pub mutate_digest: bool,
+    /// `useCache` (default true): false verifies each image's signatures
+    /// and attestations afresh at every evaluation, nothing kept from
+    /// another ([`crate::ClusterData::fresh_image`]).
+    pub use_cache: bool,
     /// `attestations`: in-toto attestations the image must carry.
     pub attestations: Vec<AttestationCheck>,
 }
@@ -910,6 +914,7 @@ fn compile_image_verification(
         attestors,
         verify_digest: flag("verifyDigest")?,
         mutate_digest: flag("mutateDigest")?,
+        use_cache: flag("useCache")?,
         attestations,
     })
 }

@@ -254,6 +254,14 @@ pub trait ClusterData: Send + Sync + std::fmt::Debug {
         ))
     }
 
+    /// The verifications of `image` that follow, in this evaluation, use
+    /// nothing kept from before it (a `verifyImages` entry's `useCache:
+    /// false`): its signatures and attestations are fetched and checked
+    /// again. Data without a cache has nothing to forget.
+    fn fresh_image(&self, image: &str) {
+        let _ = image;
+    }
+
     /// Whether `trust` (public keys, or keyless identities and roots)
     /// verifies a cosign signature of `image`: the image's digest, or why
     /// not (cosign's `no signatures found` / `no matching signatures`, a

@@ -158,6 +158,16 @@ impl<K: Hash + Eq, V: Clone> TtlCache<K, V> {
         }
     }
 
+    /// Keeps only the entries for which `keep` holds (and drops expired
+    /// ones).
+    pub fn retain(&self, mut keep: impl FnMut(&K, &V) -> bool) {
+        let now = Instant::now();
+        let mut inner = self.lock();
+        inner
+            .map
+            .retain(|k, (v, expires)| *expires > now && keep(k, v));
+    }
+
     /// Whether `key` is present and not expired.
     pub fn contains<Q>(&self, key: &Q) -> bool
     where

@@ -295,6 +295,10 @@ impl leash_policy::ClusterData for AdmissionLookup {
         self.data.image_data(image)
     }
 
+    fn fresh_image(&self, image: &str) {
+        self.data.fresh_image(image)
+    }
+
     fn verify_image(
         &self,
         image: &str,

@@ -199,3 +199,61 @@ async fn an_evaluations_lookup_fetches_missed_attestations_once() {
     assert!(!warm.fetch_missed().await);
     assert_eq!((registry.fetches(), registry.checks()), (fetches, checks));
 }
+
+/// `useCache: false` (`ImageLookup::fresh`): an evaluation that asks for
+/// it fetches the image's signatures and attestations again and checks
+/// them again, once for the whole evaluation, while one that does not is
+/// answered from what was kept; a signature added in the registry is seen
+/// by the fresh evaluation at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fresh_evaluations_fetch_and_check_again() {
+    let Some(reg) = LocalRegistry::start() else {
+        return;
+    };
+    reg.push("app:signed", &[]).await;
+    let key = signing_key(7);
+    let digest = reg.sign("app:signed", &key).await;
+    let registry = registry();
+    let image = format!("{}/app:signed", reg.host);
+    let pem = Trust::Keys(public_key_pem(&key));
+    let first = ImageLookup::new(registry.clone());
+    assert!(first.verify(&image, &pem).is_err());
+    assert!(first.fetch_missed().await);
+    assert_eq!(first.verify(&image, &pem), Ok(digest.clone()));
+
+    // Kept: a new evaluation fetches and checks nothing.
+    let (fetches, checks) = (registry.fetches(), registry.checks());
+    let warm = ImageLookup::new(registry.clone());
+    assert_eq!(warm.verify(&image, &pem), Ok(digest.clone()));
+    assert_eq!((registry.fetches(), registry.checks()), (fetches, checks));
+
+    // Fresh: fetched and checked again, once for the evaluation however
+    // often it asks.
+    let fresh = ImageLookup::new(registry.clone());
+    fresh.fresh(&image);
+    let err = fresh.verify(&image, &pem).unwrap_err();
+    assert!(err.contains("not fetched yet"), "{err}");
+    assert!(fresh.fetch_missed().await);
+    fresh.fresh(&image);
+    assert_eq!(fresh.verify(&image, &pem), Ok(digest.clone()));
+    assert_eq!(
+        registry.fetches(),
+        fetches + 1,
+        "the signatures, fetched again"
+    );
+    assert_eq!(registry.checks(), checks + 1, "checked again");
+
+    // A signature added in the registry since (by another key): the kept
+    // signatures do not hold it (for the TTL); a fresh evaluation sees it.
+    let later = signing_key(8);
+    let by_later = Trust::Keys(public_key_pem(&later));
+    reg.sign("app:signed", &later).await;
+    let warm = ImageLookup::new(registry.clone());
+    let err = warm.verify(&image, &by_later).unwrap_err();
+    assert!(err.starts_with("no matching signatures"), "{err}");
+    let fresh = ImageLookup::new(registry.clone());
+    fresh.fresh(&image);
+    assert!(fresh.verify(&image, &by_later).is_err());
+    assert!(fresh.fetch_missed().await);
+    assert_eq!(fresh.verify(&image, &by_later), Ok(digest));
+}

@@ -217,6 +217,13 @@ impl ClusterData for MemoryCluster {
         }
     }
 
+    fn fresh_image(&self, image: &str) {
+        // Each verification after this fetches and checks again.
+        if let Some((registry, _)) = &self.registry {
+            registry.forget(image);
+        }
+    }
+
     fn verify_image(
         &self,
         image: &str,
