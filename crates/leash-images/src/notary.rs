@@ -32,13 +32,17 @@
 //! "REF", make sure the artifact was signed successfully`, or `signature
 //! verification failed` and one line per signature tried.
 //!
-//! COSE envelopes (`application/cose`) and timestamp countersignatures are
-//! not verified: a signature in one is a failed signature, saying so.
+//! Both of notation's envelope formats are read: JWS (its default) and
+//! COSE_Sign1 (`--signature-format cose`, `application/cose`). Timestamp
+//! countersignatures are not verified (no policy here trusts a timestamp
+//! authority; see the ImageValidatingPolicy's `tsaCerts`).
 //!
 //! No crate verifies Notary Project signatures. The JWS part is a base64
 //! split and one ring verification (ring is rustls's provider, built
 //! already); a JWS crate (RustCrypto's jose-jws) would add the RustCrypto
-//! RSA stack for it. The chain is webpki's to check, as cosign.rs's.
+//! RSA stack for it. COSE is parsed by coset (Google's COSE crate), which
+//! also builds the `Sig_structure` ring verifies. The chain is webpki's to
+//! check, as cosign.rs's.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -55,6 +59,8 @@ use x509_cert::der::{Decode as _, Reader as _, SliceReader};
 pub const SIGNATURE_ARTIFACT_TYPE: &str = "application/vnd.cncf.notary.signature";
 /// The media type of a JWS signature envelope.
 pub const JWS_MEDIA_TYPE: &str = "application/jose+json";
+/// The media type of a COSE signature envelope.
+pub const COSE_MEDIA_TYPE: &str = "application/cose";
 /// The content type of a signature's payload.
 const PAYLOAD_CONTENT_TYPE: &str = "application/vnd.cncf.notary.payload.v1+json";
 /// How many signatures are tried before giving up (Kyverno's
@@ -190,14 +196,28 @@ pub fn verify_at(sigs: &Signatures, certs: &str, now: SystemTime) -> Result<(), 
     Err(errors.join("\n"))
 }
 
-/// The parts of a JWS envelope notation signs and reads.
-struct Jws {
-    protected: Value,
+/// The parts of a signature envelope (JWS or COSE) notation signs and
+/// reads, in one shape.
+struct Parsed {
+    /// The JWS name of the algorithm (`PS256`, `ES256`, ...).
+    alg: String,
+    critical: Vec<String>,
+    content_type: Option<String>,
+    scheme: String,
+    signing_time: Option<Duration>,
+    expiry: Option<Duration>,
     payload: Value,
+    /// DER certificates, the leaf first.
     chain: Vec<Vec<u8>>,
-    /// `protected.payload` as signed.
+    /// What the signature signs: JWS's `protected.payload`, COSE's
+    /// `Sig_structure`.
     signing_input: Vec<u8>,
+    /// The signature (ECDSA as `r || s`, in both formats).
     signature: Vec<u8>,
+}
+
+fn invalid(why: &str) -> String {
+    format!("unable to parse the digital signature, error : {why}")
 }
 
 fn b64url(field: &str, text: &str) -> Result<Vec<u8>, String> {
@@ -206,8 +226,8 @@ fn b64url(field: &str, text: &str) -> Result<Vec<u8>, String> {
         .map_err(|e| format!("signature envelope format is invalid: {field} is not base64url: {e}"))
 }
 
-fn parse_jws(blob: &[u8]) -> Result<Jws, String> {
-    let invalid = |why: &str| format!("unable to parse the digital signature, error : {why}");
+/// A JWS envelope (JSON serialization, flattened): notation's default.
+fn parse_jws(blob: &[u8]) -> Result<Parsed, String> {
     let env: Value = serde_json::from_slice(blob).map_err(|e| invalid(&e.to_string()))?;
     let text = |k: &str| {
         env[k]
@@ -229,12 +249,125 @@ fn parse_jws(blob: &[u8]) -> Result<Jws, String> {
                 .ok_or_else(|| invalid("x5c holds a certificate that is not base64"))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(Jws {
+    let str_of = |k: &str| protected[k].as_str().map(str::to_string);
+    Ok(Parsed {
+        alg: str_of("alg").unwrap_or_default(),
+        critical: protected["crit"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(str::to_string)
+            .collect(),
+        content_type: str_of("cty"),
+        scheme: str_of("io.cncf.notary.signingScheme").unwrap_or_default(),
+        signing_time: str_of("io.cncf.notary.signingTime")
+            .map(|t| rfc3339(&t))
+            .transpose()?,
+        expiry: str_of("io.cncf.notary.expiry")
+            .map(|t| rfc3339(&t))
+            .transpose()?,
         signing_input: format!("{protected_b64}.{payload_b64}").into_bytes(),
         signature: b64url("signature", text("signature")?)?,
-        protected,
         payload,
         chain,
+    })
+}
+
+/// A COSE_Sign1 envelope (`notation sign --signature-format cose`).
+fn parse_cose(blob: &[u8]) -> Result<Parsed, String> {
+    use coset::{
+        Algorithm, CborSerializable as _, Label, RegisteredLabelWithPrivate,
+        TaggedCborSerializable as _, iana,
+    };
+    let sign1 = coset::CoseSign1::from_tagged_slice(blob)
+        .or_else(|_| coset::CoseSign1::from_slice(blob))
+        .map_err(|e| invalid(&format!("not a COSE_Sign1 message: {e}")))?;
+    let header = &sign1.protected.header;
+    let alg = match &header.alg {
+        Some(Algorithm::Assigned(a)) => match a {
+            iana::Algorithm::PS256 => "PS256",
+            iana::Algorithm::PS384 => "PS384",
+            iana::Algorithm::PS512 => "PS512",
+            iana::Algorithm::ES256 => "ES256",
+            iana::Algorithm::ES384 => "ES384",
+            iana::Algorithm::ES512 => "ES512",
+            other => return Err(format!("signature algorithm {other:?} is not supported")),
+        },
+        _ => return Err(invalid("the protected header names no algorithm")),
+    }
+    .to_string();
+    let critical = header
+        .crit
+        .iter()
+        .map(|c| match c {
+            RegisteredLabelWithPrivate::Text(t) => t.clone(),
+            other => format!("{other:?}"),
+        })
+        .collect();
+    let content_type = match &header.content_type {
+        Some(coset::ContentType::Text(t)) => Some(t.clone()),
+        Some(other) => Some(format!("{other:?}")),
+        None => None,
+    };
+    let text_label = |name: &str| {
+        header
+            .rest
+            .iter()
+            .find(|(l, _)| matches!(l, Label::Text(t) if t == name))
+            .map(|(_, v)| v)
+    };
+    // Times are CBOR tag 1 (epoch seconds), as notation writes them.
+    let time = |name: &str| -> Result<Option<Duration>, String> {
+        let Some(v) = text_label(name) else {
+            return Ok(None);
+        };
+        let secs = match v {
+            coset::cbor::value::Value::Tag(1, inner) => inner.as_integer(),
+            other => other.as_integer(),
+        }
+        .and_then(|i| u64::try_from(i).ok())
+        .ok_or_else(|| invalid(&format!("{name} is not a time")))?;
+        Ok(Some(Duration::from_secs(secs)))
+    };
+    let x5chain = sign1
+        .unprotected
+        .rest
+        .iter()
+        .find(|(l, _)| *l == Label::Int(iana::HeaderParameter::X5Chain as i64))
+        .map(|(_, v)| v);
+    let chain = match x5chain {
+        Some(coset::cbor::value::Value::Bytes(one)) => vec![one.clone()],
+        Some(coset::cbor::value::Value::Array(all)) => all
+            .iter()
+            .map(|c| {
+                c.as_bytes()
+                    .cloned()
+                    .ok_or_else(|| invalid("x5chain holds a certificate that is not bytes"))
+            })
+            .collect::<Result<_, _>>()?,
+        _ => Vec::new(),
+    };
+    let payload_bytes = sign1
+        .payload
+        .as_deref()
+        .ok_or_else(|| invalid("the payload is detached"))?;
+    let payload: Value =
+        serde_json::from_slice(payload_bytes).map_err(|e| invalid(&format!("payload: {e}")))?;
+    Ok(Parsed {
+        alg,
+        critical,
+        content_type,
+        scheme: text_label("io.cncf.notary.signingScheme")
+            .and_then(|v| v.as_text())
+            .unwrap_or_default()
+            .to_string(),
+        signing_time: time("io.cncf.notary.signingTime")?,
+        expiry: time("io.cncf.notary.expiry")?,
+        payload,
+        chain,
+        signing_input: sign1.tbs_data(b""),
+        signature: sign1.signature.clone(),
     })
 }
 
@@ -252,57 +385,53 @@ fn verify_one(
     target: &Target,
     now: SystemTime,
 ) -> Result<(), String> {
-    if envelope.media_type != JWS_MEDIA_TYPE {
+    let parsed = match envelope.media_type.as_str() {
+        JWS_MEDIA_TYPE => parse_jws(&envelope.blob)?,
+        COSE_MEDIA_TYPE => parse_cose(&envelope.blob)?,
+        other => {
+            return Err(format!(
+                "signature envelope format with media type {other:?} is not supported"
+            ));
+        }
+    };
+    if !matches!(
+        parsed.scheme.as_str(),
+        "notary.x509" | "notary.x509.signingAuthority"
+    ) {
         return Err(format!(
-            "signature envelope format with media type {:?} is not supported by leash",
-            envelope.media_type
+            "signing scheme {:?} is not supported",
+            parsed.scheme
         ));
     }
-    let jws = parse_jws(&envelope.blob)?;
-    let header = &jws.protected;
-    let scheme = header["io.cncf.notary.signingScheme"]
-        .as_str()
-        .unwrap_or_default();
-    if !matches!(scheme, "notary.x509" | "notary.x509.signingAuthority") {
-        return Err(format!("signing scheme {scheme:?} is not supported"));
-    }
-    let critical: Vec<&str> = header["crit"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
-    if !critical.contains(&"io.cncf.notary.signingScheme") {
+    let critical = &parsed.critical;
+    if !critical.iter().any(|c| c == "io.cncf.notary.signingScheme") {
         return Err("signature envelope format is invalid: io.cncf.notary.signingScheme is not marked critical".to_string());
     }
-    if let Some(unknown) = critical.iter().find(|c| !KNOWN_CRITICAL.contains(c)) {
+    if let Some(unknown) = critical
+        .iter()
+        .find(|c| !KNOWN_CRITICAL.contains(&c.as_str()))
+    {
         return Err(format!(
             "signature envelope format is invalid: unsupported critical header {unknown:?} (a verification plugin's, which leash does not run)"
         ));
     }
-    let signing_time = header["io.cncf.notary.signingTime"]
-        .as_str()
-        .ok_or("signing-time not present")?;
-    let signing_time = rfc3339(signing_time)?;
-    let expiry = header["io.cncf.notary.expiry"]
-        .as_str()
-        .map(rfc3339)
-        .transpose()?;
+    let signing_time = parsed.signing_time.ok_or("signing-time not present")?;
+    let expiry = parsed.expiry;
     if expiry.is_some_and(|e| e <= signing_time) {
         return Err("expiry cannot be equal or before the signing time".to_string());
     }
 
     // 1. Integrity.
-    let leaf_der = jws
+    let leaf_der = parsed
         .chain
         .first()
         .ok_or("certificate chain is not present")?;
-    let chain: Vec<Certificate> = jws
+    let chain: Vec<Certificate> = parsed
         .chain
         .iter()
         .map(|c| Certificate::from_der(c).map_err(|_| "malformed leaf certificate".to_string()))
         .collect::<Result<_, _>>()?;
-    let alg = header["alg"].as_str().unwrap_or_default();
+    let alg = parsed.alg.as_str();
     let (algorithm, expected) = jws_algorithm(&chain[0])?;
     if alg != expected {
         return Err(format!(
@@ -315,21 +444,21 @@ fn verify_one(
         .subject_public_key
         .raw_bytes();
     UnparsedPublicKey::new(algorithm, key)
-        .verify(&jws.signing_input, &jws.signature)
+        .verify(&parsed.signing_input, &parsed.signature)
         .map_err(|_| {
             "signature is invalid. Error: token signature is invalid: verification error"
                 .to_string()
         })?;
-    if header["cty"].as_str() != Some(PAYLOAD_CONTENT_TYPE) {
+    if parsed.content_type.as_deref() != Some(PAYLOAD_CONTENT_TYPE) {
         return Err(format!(
             "payload content type {:?} not supported",
-            header["cty"].as_str().unwrap_or_default()
+            parsed.content_type.as_deref().unwrap_or_default()
         ));
     }
     code_signing_chain(&chain)?;
 
     // 2. Authenticity: the chain holds a trusted certificate.
-    if !jws
+    if !parsed
         .chain
         .iter()
         .any(|c| trusted.iter().any(|t| t.as_ref() == c.as_slice()))
@@ -368,12 +497,12 @@ fn verify_one(
     }
     // And webpki's check of the same chain, its own root the anchor: the
     // signatures, the CA and code signing constraints, the validity now.
-    let anchor_der = CertificateDer::from(jws.chain.last().unwrap_or(leaf_der).as_slice());
+    let anchor_der = CertificateDer::from(parsed.chain.last().unwrap_or(leaf_der).as_slice());
     let anchor = webpki::anchor_from_trusted_cert(&anchor_der)
         .map_err(|e| format!("certificate-chain is invalid, root certificate: {e:?}"))?;
-    let intermediates: Vec<CertificateDer<'_>> = jws
+    let intermediates: Vec<CertificateDer<'_>> = parsed
         .chain
-        .get(1..jws.chain.len().saturating_sub(1))
+        .get(1..parsed.chain.len().saturating_sub(1))
         .unwrap_or_default()
         .iter()
         .map(|c| CertificateDer::from(c.as_slice()))
@@ -395,7 +524,7 @@ fn verify_one(
         .map_err(|e| format!("certificate-chain is invalid, {e:?}"))?;
 
     // 5. The payload names the image.
-    let signed = &jws.payload["targetArtifact"];
+    let signed = &parsed.payload["targetArtifact"];
     if signed["mediaType"].as_str() != Some(target.media_type.as_str())
         || signed["digest"].as_str() != Some(target.digest.as_str())
         || signed["size"].as_u64() != Some(target.size)

@@ -36,6 +36,12 @@ async fn notation_signatures_verify_as_kyverno_verifies_them() {
     notation.sign(&by_digest("two"), "other", &[]);
     notation.sign(&by_digest("two"), "test", &[]);
     notation.sign(&by_digest("cose"), "test", &["--signature-format", "cose"]);
+    notation.sign(&by_digest("cose"), "chain", &["--signature-format", "cose"]);
+    notation.sign(
+        &by_digest("expiring"),
+        "chain",
+        &["--signature-format", "cose", "--expiry", "1m"],
+    );
     notation.sign(&by_digest("expiring"), "test", &["--expiry", "1m"]);
 
     let registry = Registry::new(RegistrySettings {
@@ -90,10 +96,13 @@ async fn notation_signatures_verify_as_kyverno_verifies_them() {
     // Several certificates in the trust store: any one of them.
     let both = format!("{}{}", stranger.root_pem, chain.root_pem);
     assert!(verify("chain", &both).await.is_ok());
-    // COSE envelopes are not verified, saying so.
-    let err = verify("cose", &test_cert).await.unwrap_err();
+    // COSE envelopes (`--signature-format cose`), RSA and ECDSA: verified
+    // as JWS ones are, and refused by another certificate.
+    assert!(verify("cose", &test_cert).await.is_ok());
+    assert!(verify("cose", &chain.root_pem).await.is_ok());
+    let err = verify("cose", &stranger.root_pem).await.unwrap_err();
     assert!(
-        err.contains("media type \"application/cose\" is not supported by leash"),
+        err.contains("does not contain any trusted certificate"),
         "{err}"
     );
     // A policy certificate that is not PEM.
