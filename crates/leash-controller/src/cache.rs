@@ -372,13 +372,16 @@ impl ClusterData for Cache {
 }
 
 /// Keeps a fixed set of kinds in a [`Cache`] (the admission webhook's
-/// lookups: namespaces for selectors, role bindings for the user's roles).
-/// Starts nothing until [`CacheWatcher::run`].
+/// lookups: namespaces for selectors, role bindings for the user's roles):
+/// watched on its own, or through a [`crate::WatchHub`]
+/// ([`CacheWatcher::on_hub`]: its cache, one watch per kind shared with
+/// the background scan). Starts nothing until [`CacheWatcher::run`].
 pub struct CacheWatcher {
     client: kube::Client,
     kinds: Vec<(ApiResource, bool)>,
     cache: Arc<Cache>,
     metrics: Arc<crate::Metrics>,
+    hub: Option<Arc<crate::WatchHub>>,
 }
 
 impl std::fmt::Debug for CacheWatcher {
@@ -418,7 +421,16 @@ impl CacheWatcher {
             ],
             cache: Arc::new(Cache::new()),
             metrics,
+            hub: None,
         }
+    }
+
+    /// The same kinds, kept watched through `hub` (subscribed while
+    /// [`CacheWatcher::run`] runs), in its cache.
+    pub fn on_hub(mut self, hub: Arc<crate::WatchHub>) -> CacheWatcher {
+        self.cache = hub.cache();
+        self.hub = Some(hub);
+        self
     }
 
     /// The cache it fills.
@@ -431,6 +443,16 @@ impl CacheWatcher {
         self,
         token: tokio_util::sync::CancellationToken,
     ) -> Result<(), leash_runtime::ScopeError> {
+        if let Some(hub) = &self.hub {
+            let held: Vec<crate::Subscription> = self
+                .kinds
+                .iter()
+                .map(|(ar, namespaced)| hub.subscribe(ar, *namespaced, false))
+                .collect();
+            token.cancelled().await;
+            drop(held);
+            return Ok(());
+        }
         let scope = leash_runtime::Scope::with_parent_token(&token);
         for (ar, namespaced) in self.kinds {
             let store = self.cache.store(&ar, namespaced);

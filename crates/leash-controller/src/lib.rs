@@ -16,9 +16,10 @@
 //!
 //! # Invariants
 //! 1. This module holds no lock or atomic of its own. [`Reports::new`]
-//!    starts nothing; it makes a fresh [`Cache`] and [`ReportIndex`] for the
-//!    term, shared by the scan and the aggregate controller, and takes the
-//!    [`Breaker`] from the caller (shared with admission, across terms).
+//!    starts nothing; it makes a fresh [`ReportIndex`] for the term, shared
+//!    by the scan and the aggregate controller, and takes the [`Breaker`]
+//!    and the [`WatchHub`] (whose cache both read) from the caller (shared
+//!    with admission, across terms).
 //! 2. [`Reports::run`] spawns the scan and the aggregate controller in a
 //!    child scope of its token, both on that scope's token; once the token
 //!    is cancelled it shuts the scope down (cancel, then join both, each of
@@ -28,6 +29,7 @@
 pub mod aggregate;
 pub mod cache;
 pub mod generate;
+pub mod hub;
 pub mod kinds;
 pub mod leader;
 pub mod lookups;
@@ -49,6 +51,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use aggregate::{AggregateSettings, Aggregator, ReportIndex};
 pub use cache::{Cache, CacheWatcher};
+pub use hub::{Subscription, WatchHub};
 pub use metrics::Metrics;
 pub use scan::{BackgroundScan, ScanSettings};
 pub use sources::{ConfigSource, PolicyError, PolicySet, PolicySource};
@@ -86,22 +89,26 @@ pub struct Reports {
 
 impl Reports {
     /// A component; starts nothing. The breaker is shared with whoever
-    /// else writes ephemeral reports (the admission component).
+    /// else writes ephemeral reports (the admission component); the kinds
+    /// are watched through `hub` (shared with admission), the scan and the
+    /// aggregate controller reading its cache.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         client: kube::Client,
         policies: channel::Receiver<Arc<PolicySet>>,
         config: channel::Receiver<Arc<KyvernoConfig>>,
         breaker: Arc<Breaker>,
         metrics: Arc<Metrics>,
+        hub: Arc<WatchHub>,
         settings: ReportsSettings,
     ) -> Reports {
-        let cache = Arc::new(Cache::new());
+        let cache = hub.cache();
         let index = Arc::new(ReportIndex::new());
         let scan = BackgroundScan::new(
             client.clone(),
             policies.clone(),
             config,
-            cache.clone(),
+            hub,
             index.clone(),
             breaker.clone(),
             metrics.clone(),

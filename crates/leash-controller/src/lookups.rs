@@ -13,8 +13,9 @@
 //! rule's error (or its `default`) without a GET per resource.
 //!
 //! # Invariants
-//! 1. A [`Lookups`] is shared (behind an `Arc`) by the scan's workers;
-//!    admission and generate each have their own instance. Its two maps,
+//! 1. A [`Lookups`] is shared (behind an `Arc`): in `serve`, one instance
+//!    (the [`crate::WatchHub`]'s) by the scan's workers, generate and
+//!    admission's reviews. Its two maps,
 //!    `answers` and `reading`, are each behind a `std::sync::Mutex` taken
 //!    for a few statements and never held across an await (house rule 5):
 //!    [`Lookups::fetch`] decides its turn under the locks, releases them,

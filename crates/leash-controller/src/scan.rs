@@ -60,13 +60,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::aggregate::ReportIndex;
 use crate::cache::{Cache, KindKey, kind_key};
+use crate::hub::WatchHub;
 use crate::kinds::select_kinds;
 use crate::lookups::{Lookups, ScanData};
 use crate::metrics::{Metrics, Running};
 use crate::object::api_resource;
 use crate::queue::WorkQueue;
 use crate::sources::PolicySet;
-use crate::watch::{Change, Seen, WatchScope, watch_into};
+use crate::watch::{Change, Seen};
 use crate::watchers::{Ended, WatcherSet};
 use crate::writer::{self, Breaker, WriteError};
 
@@ -175,6 +176,7 @@ pub struct BackgroundScan {
     client: kube::Client,
     policies: watch::Receiver<Arc<PolicySet>>,
     config: watch::Receiver<Arc<KyvernoConfig>>,
+    hub: Arc<WatchHub>,
     cache: Arc<Cache>,
     index: Arc<ReportIndex>,
     breaker: Arc<Breaker>,
@@ -184,13 +186,15 @@ pub struct BackgroundScan {
 }
 
 impl BackgroundScan {
-    /// A scan; starts nothing.
+    /// A scan; starts nothing. The kinds it scans are watched through
+    /// `hub` (shared with admission: one watch per kind), their objects
+    /// read from its cache.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         client: kube::Client,
         policies: watch::Receiver<Arc<PolicySet>>,
         config: watch::Receiver<Arc<KyvernoConfig>>,
-        cache: Arc<Cache>,
+        hub: Arc<WatchHub>,
         index: Arc<ReportIndex>,
         breaker: Arc<Breaker>,
         metrics: Arc<Metrics>,
@@ -200,7 +204,8 @@ impl BackgroundScan {
             client,
             policies,
             config,
-            cache,
+            cache: hub.cache(),
+            hub,
             index,
             breaker,
             metrics,
@@ -228,7 +233,7 @@ impl BackgroundScan {
             breaker: self.breaker.clone(),
             metrics: self.metrics.clone(),
             queue: queue.clone(),
-            lookups: Arc::new(Lookups::default()),
+            lookups: self.hub.lookups(),
             images: self.settings.images.clone(),
         });
         let worker_set = Arc::new(Running::start(&self.metrics.worker_sets));
@@ -273,6 +278,8 @@ impl BackgroundScan {
             });
         }
         let mut watchers: WatcherSet<KindKey> = WatcherSet::new();
+        // The kinds watched now, for replacing a watcher that ended.
+        let mut kinds_now: HashMap<KindKey, (ApiResource, bool)> = HashMap::new();
         let mut catalog: Option<Catalog> = None;
         let mut noted: std::collections::HashSet<String> = std::collections::HashSet::new();
         let mut last_versions: Option<Vec<(String, String)>> = None;
@@ -304,12 +311,14 @@ impl BackgroundScan {
                     let desired: HashMap<KindKey, (ApiResource, bool)> =
                         kinds.into_iter().map(|(ar, ns)| (kind_key(&ar), (ar, ns))).collect();
                     // Stop the watchers of kinds no policy matches any more
-                    // (cancelled and joined before their store is dropped).
-                    let cache = self.cache.clone();
-                    watchers.retain(|k| desired.contains_key(k), |k| cache.drop_store(k)).await;
-                    for (k, (ar, namespaced)) in desired {
-                        watchers.start(k, |ended| Some(self.start_watcher(&scope, &this, ar, namespaced, ended)));
+                    // (cancelled and joined; the hub drops a kind's store
+                    // when nobody else subscribes to it).
+                    watchers.retain(|k| desired.contains_key(k), |_| {}).await;
+                    for (k, (ar, namespaced)) in &desired {
+                        let (ar, namespaced) = (ar.clone(), *namespaced);
+                        watchers.start(k.clone(), |ended| Some(self.start_watcher(&scope, &this, ar, namespaced, ended)));
                     }
+                    kinds_now = desired;
                     if last_versions.as_ref() != Some(&set.background_versions) {
                         last_versions = Some(set.background_versions.clone());
                         this.enqueue_all();
@@ -332,9 +341,8 @@ impl BackgroundScan {
                     // set still holds that same watcher (house rule 8).
                     if !token.is_cancelled()
                         && watchers.stop_if_current(&k, id).await
-                        && let Some(store) = self.cache.get_store(&k)
+                        && let Some((ar, namespaced)) = kinds_now.get(&k).cloned()
                     {
-                        let (ar, namespaced) = (store.resource.clone(), store.namespaced);
                         watchers.start(k, |ended| Some(self.start_watcher(&scope, &this, ar, namespaced, ended)));
                     }
                 }
@@ -353,6 +361,8 @@ impl BackgroundScan {
         scope.shutdown().await
     }
 
+    /// A watcher of one kind: its subscription to the hub, turning the
+    /// kind's changes into scan work until cancelled.
     fn start_watcher(
         &mut self,
         scope: &Scope,
@@ -362,21 +372,20 @@ impl BackgroundScan {
         ended: Ended<KindKey>,
     ) -> Scope {
         let child = scope.child();
-        let store = self.cache.store(&ar, namespaced);
+        let mut subscription = self.hub.subscribe(&ar, namespaced, true);
         let key = kind_key(&ar);
         let this = this.clone();
         let token = child.token().clone();
-        child.spawn(format!("watch {}", ar.plural), async move {
-            let k = key.clone();
-            watch_into(
-                this.client.clone(),
-                ar.clone(),
-                WatchScope::default(),
-                store,
-                token,
-                |change| match change {
+        child.spawn(format!("scan {}", ar.plural), async move {
+            loop {
+                let change = tokio::select! {
+                    _ = token.cancelled() => break,
+                    c = subscription.next() => c,
+                };
+                let Some(change) = change else { break };
+                match change {
                     Change::Applied(v) => this.queue.add(Work::Object(
-                        k.clone(),
+                        key.clone(),
                         v.namespace().to_string(),
                         v.name().to_string(),
                     )),
@@ -392,12 +401,9 @@ impl BackgroundScan {
                             }
                         }
                     }
-                },
-                |_| {
-                    this.metrics.api_errors.inc();
-                },
-            )
-            .await;
+                }
+            }
+            drop(subscription);
             ended.send();
             Ok::<(), std::convert::Infallible>(())
         });

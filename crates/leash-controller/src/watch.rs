@@ -21,7 +21,7 @@ use crate::cache::{KindStore, Stored};
 use crate::object::{Object, RawObject};
 
 /// What changed in a kind's store.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum Change {
     /// An object was added or modified.
     Applied(Seen),
@@ -51,7 +51,7 @@ impl Seen {
     }
 
     /// A stored object, its metadata parsed from its JSON.
-    fn from_stored(stored: Stored) -> Seen {
+    pub(crate) fn from_stored(stored: Stored) -> Seen {
         #[derive(serde::Deserialize)]
         struct Metadata {
             #[serde(default)]

@@ -352,6 +352,7 @@ pub struct AdmissionBuilder {
     metrics: Option<Arc<Metrics>>,
     update_request_namespace: String,
     images: Option<Arc<leash_images::Registry>>,
+    hub: Option<Arc<leash_controller::WatchHub>>,
 }
 
 impl std::fmt::Debug for AdmissionBuilder {
@@ -393,6 +394,14 @@ impl AdmissionBuilder {
         self
     }
 
+    /// Watches what admission reads (namespaces, role bindings) through
+    /// `hub`, in its cache, shared with the background scan (one watch per
+    /// kind); default: watches of its own.
+    pub fn hub(mut self, hub: Arc<leash_controller::WatchHub>) -> Self {
+        self.hub = Some(hub);
+        self
+    }
+
     /// Binds the server, so its URL and CA are known, and builds the
     /// component; starts nothing.
     pub fn build(self, registry: &mut Registry) -> crate::Result<AdmissionComponent> {
@@ -410,7 +419,12 @@ impl AdmissionBuilder {
         // whole policy set is served (a stale configuration of an earlier
         // run may send them at once).
         let (ready_tx, ready_rx) = watch::channel(false);
-        let cache_watcher = CacheWatcher::for_admission(self.client.clone(), metrics.clone());
+        let mut cache_watcher = CacheWatcher::for_admission(self.client.clone(), metrics.clone());
+        let mut lookups = Arc::new(Lookups::default());
+        if let Some(hub) = self.hub {
+            lookups = hub.lookups();
+            cache_watcher = cache_watcher.on_hub(hub);
+        }
         let sink = Arc::new(EphemeralSink {
             client: self.client.clone(),
             policies: self.policies.clone(),
@@ -445,7 +459,7 @@ impl AdmissionBuilder {
         .with_lookups(Arc::new(AdmissionLookups {
             client: self.client.clone(),
             cache: cache_watcher.cache(),
-            lookups: Arc::new(Lookups::default()),
+            lookups,
             token: lookups_token.clone(),
             images,
         }));
@@ -518,6 +532,7 @@ impl AdmissionComponent {
             metrics: None,
             update_request_namespace: "kyverno".to_string(),
             images: None,
+            hub: None,
         }
     }
 

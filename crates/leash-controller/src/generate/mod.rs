@@ -315,6 +315,7 @@ pub struct Background {
     client: kube::Client,
     policies: watch::Receiver<Arc<PolicySet>>,
     metrics: Arc<Metrics>,
+    hub: Arc<crate::WatchHub>,
     settings: BackgroundSettings,
     registry: watch::Sender<Arc<Registry>>,
 }
@@ -330,6 +331,9 @@ impl std::fmt::Debug for Background {
 /// What the workers and watchers share.
 struct Shared {
     client: kube::Client,
+    /// Trigger and downstream kinds are watched through it (one watch per
+    /// kind, shared with the scan and admission).
+    hub: Arc<crate::WatchHub>,
     policies: watch::Receiver<Arc<PolicySet>>,
     registry: watch::Receiver<Arc<Registry>>,
     metrics: Arc<Metrics>,
@@ -359,12 +363,14 @@ impl Background {
         client: kube::Client,
         policies: watch::Receiver<Arc<PolicySet>>,
         metrics: Arc<Metrics>,
+        hub: Arc<crate::WatchHub>,
         settings: BackgroundSettings,
     ) -> Background {
         Background {
             client,
             policies,
             metrics,
+            hub,
             settings,
             registry: watch::Sender::new(Arc::new(Registry::default())),
         }
@@ -381,6 +387,7 @@ impl Background {
         let scope = Scope::with_parent_token(&token);
         let shared = Arc::new(Shared {
             client: self.client.clone(),
+            hub: self.hub.clone(),
             policies: self.policies.clone(),
             registry: self.registry.subscribe(),
             metrics: self.metrics.clone(),
@@ -391,7 +398,7 @@ impl Background {
             stores: Mutex::new(HashMap::new()),
             learned: Mutex::new(HashMap::new()),
             relearn: Notify::new(),
-            calls: Arc::new(crate::lookups::Lookups::default()),
+            calls: self.hub.lookups(),
         });
         for n in 0..self.settings.workers.max(1) {
             let shared = shared.clone();
@@ -554,11 +561,6 @@ impl Background {
         watchers.shutdown().await;
         scope.shutdown().await
     }
-}
-
-/// The metadata of an object: all a trigger or downstream store needs.
-fn metadata_only(v: &Value) -> Value {
-    json!({"apiVersion": v["apiVersion"], "kind": v["kind"], "metadata": v["metadata"]})
 }
 
 impl Shared {
@@ -737,14 +739,9 @@ impl Shared {
             .clone()?;
         let (ar, namespaced) = find_kind(&catalog, &gvk.0, &gvk.1)?;
         let child = scope.child();
-        let store = Arc::new(KindStore::new(ar.clone(), namespaced));
-        self.stores
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(gvk.clone(), store.clone());
         let this = self.clone();
         let token = child.token().clone();
-        child.spawn(format!("watch {}", ar.plural), async move {
+        child.spawn(format!("generate {}", ar.plural), async move {
             if !delay.is_zero()
                 && token
                     .run_until_cancelled(tokio::time::sleep(delay))
@@ -753,43 +750,43 @@ impl Shared {
             {
                 return Ok(());
             }
-            let st = store.clone();
-            let g = gvk.clone();
-            watch_into(
-                this.client.clone(),
-                ar.clone(),
-                WatchScope {
-                    keep: Some(metadata_only),
-                    end_on_not_found: true,
-                    ..WatchScope::default()
-                },
-                store,
-                token,
-                |change| match change {
+            // The kind's watch is the hub's (shared with the scan and
+            // admission); its store is read for generateExisting.
+            let mut subscription = this.hub.subscribe(&ar, namespaced, true);
+            if let Some(store) = subscription.store() {
+                this.stores
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(gvk.clone(), store);
+            }
+            loop {
+                let change = tokio::select! {
+                    _ = token.cancelled() => break,
+                    c = subscription.next() => c,
+                };
+                let Some(change) = change else { break };
+                match change {
                     Change::Applied(v) => {
                         if let Some(v) = v.value() {
-                            this.on_event(&g, &v, false);
+                            this.on_event(&gvk, &v, false);
                         }
                     }
                     Change::Deleted(v) => {
                         if let Some(v) = v.value() {
-                            this.on_event(&g, &v, true);
+                            this.on_event(&gvk, &v, true);
                         }
                     }
                     Change::Listed { removed } => {
                         for v in removed.iter().filter_map(|v| v.value()) {
-                            this.on_event(&g, &v, true);
+                            this.on_event(&gvk, &v, true);
                         }
-                        for v in st.list("") {
-                            this.on_event(&g, &v, false);
+                        for v in subscription.store().map(|s| s.list("")).unwrap_or_default() {
+                            this.on_event(&gvk, &v, false);
                         }
                     }
-                },
-                |_| {
-                    this.metrics.api_errors.inc();
-                },
-            )
-            .await;
+                }
+            }
+            drop(subscription);
             ended.send();
             Ok::<(), std::convert::Infallible>(())
         });

@@ -75,6 +75,7 @@ fn start(sb: &Sandbox) -> Running {
         parts.client.clone(),
         parts.policies.subscribe(),
         parts.metrics.clone(),
+        parts.hub.clone(),
         BackgroundSettings {
             namespace: "kyverno".into(),
             workers: 4,

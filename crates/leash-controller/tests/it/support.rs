@@ -101,6 +101,8 @@ pub(crate) struct Parts {
     pub(crate) policies: PolicySource,
     pub(crate) config: ConfigSource,
     pub(crate) breaker: Arc<Breaker>,
+    /// Watches the reports' kinds (until the last holder drops it).
+    pub(crate) hub: Arc<leash_controller::WatchHub>,
 }
 
 impl Parts {
@@ -108,6 +110,7 @@ impl Parts {
         let client = client(sb);
         let metrics = Arc::new(Metrics::unregistered());
         Parts {
+            hub: leash_controller::WatchHub::owned(client.clone(), metrics.clone()),
             policies: PolicySource::new(client.clone(), metrics.clone()),
             config: ConfigSource::new(client.clone(), "kyverno", "kyverno", metrics.clone()),
             breaker: Arc::new(Breaker::new(10_000, metrics.clone())),
@@ -123,6 +126,7 @@ impl Parts {
             self.config.subscribe(),
             self.breaker.clone(),
             self.metrics.clone(),
+            self.hub.clone(),
             settings,
         )
     }

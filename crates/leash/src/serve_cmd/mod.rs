@@ -171,6 +171,11 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         metrics.clone(),
     ));
 
+    // One watch per kind for admission, the scan and generate, into one
+    // cache: a kind more than one reads (Namespaces) is listed and watched
+    // once. Its watches run in the root scope, across leadership terms.
+    let hub = leash_controller::WatchHub::new(client.clone(), metrics.clone(), &root);
+
     // Image registries, one client and cache for the scan and admission:
     // an image read by one is not read again by the other within the TTL.
     let mut registry_settings = settings.registry.clone();
@@ -216,13 +221,14 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
 
     if settings.components.reports || settings.components.background {
         let make = {
-            let (client, policies, config, breaker, metrics, readiness) = (
+            let (client, policies, config, breaker, metrics, readiness, hub) = (
                 client.clone(),
                 policies.clone(),
                 config.clone(),
                 breaker.clone(),
                 metrics.clone(),
                 readiness.clone(),
+                hub.clone(),
             );
             let mut reports_settings = settings.reports.clone();
             reports_settings.scan.images = Some(images.clone());
@@ -242,6 +248,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
                         config.clone(),
                         breaker.clone(),
                         metrics.clone(),
+                        hub.clone(),
                         reports_settings.clone(),
                     )
                 });
@@ -250,6 +257,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
                         client.clone(),
                         policies.clone(),
                         metrics.clone(),
+                        hub.clone(),
                         background_settings.clone(),
                     )
                 });
@@ -343,6 +351,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         .metrics(metrics.clone())
         .update_request_namespace(settings.config_namespace.clone())
         .images(images.clone())
+        .hub(hub.clone())
         .build(&mut registry)
         .map_err(|e| admission::setup_error(e, tls_files))?;
         *readiness.webhook.lock().unwrap_or_else(|e| e.into_inner()) = Some(component.registered());

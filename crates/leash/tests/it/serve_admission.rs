@@ -669,3 +669,93 @@ impl Admitting {
         self.sb.shutdown().await.unwrap();
     }
 }
+
+/// Admission, the background scan and generate share one watch per kind
+/// (the watch hub): with all three running, Namespaces (the scan's and
+/// admission's selectors, a generate rule's trigger) and Pods (the scan's)
+/// are each watched once, while the scan still reports what it sees,
+/// generate still generates for each namespace, and admission still reads
+/// namespace labels (a namespaceSelector rule denies a pod only in the
+/// labelled namespace).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_and_the_scan_watch_each_kind_once() {
+    let policy = json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+        "metadata": {"name": "no-latest"},
+        "spec": {"validationFailureAction": "Enforce", "background": true, "rules": [{
+            "name": "no-latest",
+            "match": {"any": [{"resources": {"kinds": ["Pod"],
+                "namespaceSelector": {"matchLabels": {"strict": "yes"}}}}]},
+            "validate": {"message": "no latest", "pattern": {"spec": {"containers": [{"image": "!*:latest"}]}}}}]}});
+    let generate = json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+        "metadata": {"name": "team-config"},
+        "spec": {"rules": [{"name": "config",
+            "match": {"any": [{"resources": {"kinds": ["Namespace"]}}]},
+            "generate": {"apiVersion": "v1", "kind": "ConfigMap", "name": "team",
+                "namespace": "{{request.object.metadata.name}}",
+                "data": {"data": {"owner": "platform"}}}}]}});
+    let sb = crd_sandbox(|_| true, vec![policy, generate]).await;
+    for (ns, labels) in [("strict", json!({"strict": "yes"})), ("lax", json!({}))] {
+        sb.store()
+            .create(json!({"apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": ns, "labels": labels}}))
+            .unwrap();
+    }
+    sb.store()
+        .create(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "old", "namespace": "strict"},
+            "spec": {"containers": [{"name": "c", "image": "nginx:latest"}]}}))
+        .unwrap();
+    let health = format!("127.0.0.1:{}", free_port());
+    let mut server = ChildGuard(
+        leash()
+            .args(["serve", "--server", &sb.url()])
+            .args(["--components", "admission,reports,background"])
+            .args(["--admission-listen", "127.0.0.1:0", "--health", &health])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("run leash serve"),
+    );
+    wait_ready(&health).await;
+    // The scan's report of the pod that was there before.
+    let start = Instant::now();
+    while sb
+        .store()
+        .list("wgpolicyk8s.io/v1alpha2", "PolicyReport", Some("strict"))
+        .unwrap()
+        .iter()
+        .all(|r| r["summary"]["fail"] != 1)
+    {
+        assert!(start.elapsed() < BOUND, "no report of the pod");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Generate, triggered by the namespaces created after the policy.
+    let start = Instant::now();
+    while ["strict", "lax"]
+        .iter()
+        .any(|ns| sb.store().get("v1", "ConfigMap", Some(ns), "team").is_err())
+    {
+        assert!(start.elapsed() < BOUND, "no generated ConfigMaps");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let watches = sb.open_watches();
+    assert_eq!(watches.get("namespaces"), Some(&1), "{watches:?}");
+    assert_eq!(watches.get("pods"), Some(&1), "{watches:?}");
+    // Admission reads the namespace's labels from the shared cache.
+    if kubectl_installed() {
+        let dir = tempfile::tempdir().unwrap();
+        let kc = dir.path().join("kubeconfig");
+        std::fs::write(&kc, sb.kubeconfig_yaml()).unwrap();
+        tokio::task::block_in_place(|| {
+            let run = |ns: &str| kubectl(&kc, &["run", "new", "-n", ns, "--image", "nginx:latest"]);
+            let denied = run("strict");
+            assert!(!denied.status.success(), "{}", text(&denied));
+            assert!(text(&denied).contains("no latest"), "{}", text(&denied));
+            let admitted = run("lax");
+            assert!(admitted.status.success(), "{}", text(&admitted));
+        });
+    }
+    send_signal(&server.0, "TERM");
+    wait_exit(&mut server.0, BOUND, "exit after SIGTERM");
+    sb.shutdown().await.unwrap();
+}
