@@ -110,6 +110,13 @@ impl Subscription {
     }
 }
 
+impl Subscription {
+    /// [`Subscription::next`], or None once `token` is cancelled.
+    pub async fn next_until(&mut self, token: &CancellationToken) -> Option<Change> {
+        token.run_until_cancelled(self.next()).await.flatten()
+    }
+}
+
 impl Drop for Subscription {
     fn drop(&mut self) {
         self.hub.release(&self.key, self.id);

@@ -377,12 +377,7 @@ impl BackgroundScan {
         let this = this.clone();
         let token = child.token().clone();
         child.spawn(format!("scan {}", ar.plural), async move {
-            loop {
-                let change = tokio::select! {
-                    _ = token.cancelled() => break,
-                    c = subscription.next() => c,
-                };
-                let Some(change) = change else { break };
+            while let Some(change) = subscription.next_until(&token).await {
                 match change {
                     Change::Applied(v) => this.queue.add(Work::Object(
                         key.clone(),

@@ -552,19 +552,10 @@ impl Registry {
         &self,
         image: &str,
     ) -> Result<Arc<notary::Signatures>, ImageError> {
-        once(&self.notary, image, || async {
-            let reference = parse(image)?;
-            let registry = reference.resolve_registry().to_string();
-            let access = self.access();
-            let client = self.client_for(&access, &registry);
-            let auth = access.credentials.auth_for(&registry);
-            self.bounded(
-                image,
-                registry,
-                notary_signatures(client, &reference, &auth),
-            )
-            .await
-            .map(Arc::new)
+        once(&self.notary, image, || {
+            self.read(image, async |client, reference, auth| {
+                notary_signatures(client, reference, auth).await
+            })
         })
         .await
     }
@@ -590,19 +581,10 @@ impl Registry {
         once(
             &self.referrers,
             &referrers_key(image, artifact_type),
-            || async {
-                let reference = parse(image)?;
-                let registry = reference.resolve_registry().to_string();
-                let access = self.access();
-                let client = self.client_for(&access, &registry);
-                let auth = access.credentials.auth_for(&registry);
-                self.bounded(
-                    image,
-                    registry,
-                    referrers(client, &reference, artifact_type, &auth),
-                )
-                .await
-                .map(Arc::new)
+            || {
+                self.read(image, async |client, reference, auth| {
+                    referrers(client, reference, artifact_type, auth).await
+                })
             },
         )
         .await
@@ -715,6 +697,23 @@ impl Registry {
             )
             .await?;
         Ok((data.digest.clone(), layers))
+    }
+
+    /// `read` of `image` with the client and credentials for its registry,
+    /// one fetch (counted) within the timeout ([`Self::bounded`]).
+    async fn read<T>(
+        &self,
+        image: &str,
+        read: impl AsyncFnOnce(&Client, &Reference, &RegistryAuth) -> Result<T, String>,
+    ) -> Shared<T> {
+        let reference = parse(image)?;
+        let registry = reference.resolve_registry().to_string();
+        let access = self.access();
+        let client = self.client_for(&access, &registry);
+        let auth = access.credentials.auth_for(&registry);
+        self.bounded(image, registry, read(client, &reference, &auth))
+            .await
+            .map(Arc::new)
     }
 
     /// One fetch (counted) within the timeout, its failure in

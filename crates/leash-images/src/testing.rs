@@ -528,14 +528,7 @@ impl Fulcio {
     fn with_keys(root_key: rcgen::KeyPair, intermediate_key: rcgen::KeyPair) -> Fulcio {
         use rcgen::{BasicConstraints, IsCa, KeyUsagePurpose};
         let ca = |name: &str, constraints| {
-            let mut params = rcgen::CertificateParams::default();
-            params.distinguished_name = rcgen::DistinguishedName::new();
-            params
-                .distinguished_name
-                .push(rcgen::DnType::OrganizationName, "leash test");
-            params
-                .distinguished_name
-                .push(rcgen::DnType::CommonName, name);
+            let mut params = test_params(name);
             params.is_ca = IsCa::Ca(constraints);
             params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
             params.not_before = rcgen::date_time_ymd(2020, 1, 1);
@@ -616,6 +609,20 @@ impl Fulcio {
             cert_pem: cert.pem(),
         }
     }
+}
+
+/// Certificate parameters named `O=leash test, CN=cn`, rcgen's defaults
+/// otherwise.
+fn test_params(cn: &str) -> rcgen::CertificateParams {
+    let mut params = rcgen::CertificateParams::default();
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::OrganizationName, "leash test");
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, cn);
+    params
 }
 
 /// A signed TUF repository on disk holding a [`Fulcio`]'s trust root, as
@@ -869,14 +876,7 @@ impl NotaryChain {
     pub fn new(name: &str) -> NotaryChain {
         use rcgen::{BasicConstraints, IsCa, KeyUsagePurpose};
         let named = |cn: String| {
-            let mut params = rcgen::CertificateParams::default();
-            params.distinguished_name = rcgen::DistinguishedName::new();
-            params
-                .distinguished_name
-                .push(rcgen::DnType::OrganizationName, "leash test");
-            params
-                .distinguished_name
-                .push(rcgen::DnType::CommonName, cn);
+            let mut params = test_params(&cn);
             let from = std::time::SystemTime::now() - Duration::from_secs(60);
             params.not_before = from.into();
             params.not_after = (from + Duration::from_secs(86_400)).into();

@@ -759,12 +759,7 @@ impl Shared {
                     .unwrap_or_else(|e| e.into_inner())
                     .insert(gvk.clone(), store);
             }
-            loop {
-                let change = tokio::select! {
-                    _ = token.cancelled() => break,
-                    c = subscription.next() => c,
-                };
-                let Some(change) = change else { break };
+            while let Some(change) = subscription.next_until(&token).await {
                 match change {
                     Change::Applied(v) => {
                         if let Some(v) = v.value() {

@@ -407,6 +407,79 @@ fn verify_policy(key_pem: &str, host: &str, action: &str) -> serde_json::Value {
                     "rekor": {"ignoreTlog": true}}}]}]}]}]}})
 }
 
+/// `leash serve` (admission, `flags`) against a sandbox holding `policies`
+/// (and what `seed` adds to its store); `body` runs with the kubeconfig
+/// path (off the runtime's threads), then serve is stopped with SIGTERM
+/// and must exit.
+async fn serving(
+    policies: Vec<serde_json::Value>,
+    seed: impl FnOnce(&leash_sandbox::Sandbox),
+    flags: &[&str],
+    body: impl FnOnce(&std::path::Path),
+) {
+    let sb = crate::support::crd_sandbox(|_| true, policies).await;
+    seed(&sb);
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    fs::write(&kc, sb.kubeconfig_yaml()).unwrap();
+    let mut server = crate::support::serve_admission_ready_with(&sb.url(), flags).await;
+    tokio::task::block_in_place(|| {
+        body(&kc);
+        crate::support::send_signal(&server.0, "TERM");
+        crate::support::wait_exit(&mut server.0, crate::support::BOUND, "exit after SIGTERM");
+    });
+    sb.shutdown().await.unwrap();
+}
+
+/// With kubectl: a pod `name` of `image` is admitted, its image pinned to
+/// `digest` (`IMAGE@DIGEST`, mutateDigest).
+fn admitted_and_pinned(kc: &std::path::Path, name: &str, image: &str, digest: &str) {
+    let (ok, out) = kubectl(kc, &["run", name, "--image", image]);
+    assert!(ok, "{out}");
+    let (ok, pinned) = kubectl(
+        kc,
+        &[
+            "get",
+            "pod",
+            name,
+            "-o",
+            "jsonpath={.spec.containers[0].image}",
+        ],
+    );
+    assert!(ok, "{pinned}");
+    assert_eq!(pinned, format!("{image}@{digest}"));
+}
+
+/// With kubectl: a pod `name` of `image` is denied; what kubectl said.
+fn denied(kc: &std::path::Path, name: &str, image: &str) -> String {
+    let (ok, out) = kubectl(kc, &["run", name, "--image", image]);
+    assert!(!ok, "{out}");
+    assert!(out.contains("denied the request"), "{out}");
+    out
+}
+
+/// `leash apply POLICY -r PODS --registry --detailed-results` in a
+/// temporary directory: the exit code and what it printed (stdout, then
+/// stderr).
+fn apply_with_registry(policy: &serde_json::Value, pods: &str) -> (Option<i32>, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(
+        dir.path().join("policy.yaml"),
+        serde_json::to_string(policy).unwrap(),
+    )
+    .unwrap();
+    fs::write(dir.path().join("pods.yaml"), pods).unwrap();
+    let out = leash()
+        .arg("apply")
+        .arg(dir.path().join("policy.yaml"))
+        .arg("-r")
+        .arg(dir.path().join("pods.yaml"))
+        .args(["--registry", "--detailed-results"])
+        .output()
+        .unwrap();
+    (out.status.code(), stdout(&out), stderr(&out))
+}
+
 /// `verifyImages` with a public key, `leash apply --registry`: a signed
 /// image passes in Kyverno's words, an unsigned one and one signed with
 /// another key fail naming the attestor, an image the references do not
@@ -429,29 +502,14 @@ async fn apply_verifies_cosign_signatures_with_public_keys() {
     let key = signing_key(3);
     reg.sign("team/signed:1", &key).await;
     reg.sign("team/other-key:1", &signing_key(4)).await;
-    let dir = tempfile::tempdir().unwrap();
     let policy = verify_policy(&public_key_pem(&key), &reg.host, "Enforce");
-    fs::write(
-        dir.path().join("policy.yaml"),
-        serde_json::to_string(&policy).unwrap(),
-    )
-    .unwrap();
     let pods: String = ["signed", "unsigned", "other-key", "skipped"]
         .iter()
         .map(|n| pod(n, &format!("{}/team/{n}:1", reg.host)))
         .chain([pod("elsewhere", &format!("{}/elsewhere/app:1", reg.host))])
         .collect();
-    fs::write(dir.path().join("pods.yaml"), pods).unwrap();
-    let out = leash()
-        .arg("apply")
-        .arg(dir.path().join("policy.yaml"))
-        .arg("-r")
-        .arg(dir.path().join("pods.yaml"))
-        .args(["--registry", "--detailed-results"])
-        .output()
-        .unwrap();
-    let text = stdout(&out);
-    assert_eq!(out.status.code(), Some(1), "{text}{}", stderr(&out));
+    let (code, text, err) = apply_with_registry(&policy, &pods);
+    assert_eq!(code, Some(1), "{text}{err}");
     let host = &reg.host;
     for want in [
         format!(
@@ -493,50 +551,21 @@ async fn serve_admits_signed_images_and_denies_unsigned_ones() {
     let key = signing_key(5);
     let digest = reg.sign("team/signed:1", &key).await;
     let policy = verify_policy(&public_key_pem(&key), &reg.host, "Enforce");
-    let sb = crate::support::crd_sandbox(|_| true, vec![policy]).await;
-    let dir = tempfile::tempdir().unwrap();
-    let kc = dir.path().join("kubeconfig");
-    fs::write(&kc, sb.kubeconfig_yaml()).unwrap();
-    let mut server = crate::support::serve_admission_ready(&sb.url()).await;
     let host = reg.host.clone();
-    tokio::task::block_in_place(move || {
-        let run = |name: &str| {
-            kubectl(
-                &kc,
-                &["run", name, "--image", &format!("{host}/team/{name}:1")],
-            )
-        };
-        let (ok, out) = run("signed");
-        assert!(ok, "{out}");
+    serving(vec![policy], |_| {}, &[], |kc| {
         // mutateDigest (the default): the tag is pinned to the verified
         // digest by the mutating webhook.
-        let (ok, image) = kubectl(
-            &kc,
-            &[
-                "get",
-                "pod",
-                "signed",
-                "-o",
-                "jsonpath={.spec.containers[0].image}",
-            ],
-        );
-        assert!(ok, "{image}");
-        assert_eq!(image, format!("{host}/team/signed:1@{digest}"));
-        let (ok, out) = run("unsigned");
-        assert!(!ok, "{out}");
+        admitted_and_pinned(kc, "signed", &format!("{host}/team/signed:1"), &digest);
+        let out = denied(kc, "unsigned", &format!("{host}/team/unsigned:1"));
         assert!(
-            out.contains("denied the request")
-                && out.contains("signed-images:")
+            out.contains("signed-images:")
                 && out.contains(&format!(
                     "check-signature: 'failed to verify image {host}/team/unsigned:1: .attestors[0].entries[0].keys: no signatures found'"
                 )),
             "{out}"
         );
-        drop(reg);
-        crate::support::send_signal(&server.0, "TERM");
-        crate::support::wait_exit(&mut server.0, crate::support::BOUND, "exit after SIGTERM");
-    });
-    sb.shutdown().await.unwrap();
+    })
+    .await;
 }
 
 /// A key kept in a Secret (`publicKeys: k8s://NAMESPACE/NAME`, cosign's
@@ -563,44 +592,21 @@ async fn serve_verifies_with_a_key_kept_in_a_secret() {
     missing["metadata"]["name"] = serde_json::json!("missing-key");
     missing["spec"]["rules"][0]["verifyImages"][0]["imageReferences"] =
         serde_json::json!([format!("{}/team/unsigned*", reg.host)]);
-    let sb = crate::support::crd_sandbox(|_| true, vec![policy, missing]).await;
-    let store = sb.store();
-    store
-        .create(serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "keys"}}))
-        .unwrap();
-    store
-        .create(serde_json::json!({"apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": "cosign", "namespace": "keys"},
-            "data": {"cosign.pub": base64::engine::general_purpose::STANDARD.encode(public_key_pem(&key))}}))
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let kc = dir.path().join("kubeconfig");
-    fs::write(&kc, sb.kubeconfig_yaml()).unwrap();
-    let mut server = crate::support::serve_admission_ready(&sb.url()).await;
+    let seed = |sb: &leash_sandbox::Sandbox| {
+        let store = sb.store();
+        store
+            .create(serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "keys"}}))
+            .unwrap();
+        store
+            .create(serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "cosign", "namespace": "keys"},
+                "data": {"cosign.pub": base64::engine::general_purpose::STANDARD.encode(public_key_pem(&key))}}))
+            .unwrap();
+    };
     let host = reg.host.clone();
-    tokio::task::block_in_place(move || {
-        let run = |name: &str| {
-            kubectl(
-                &kc,
-                &["run", name, "--image", &format!("{host}/team/{name}:1")],
-            )
-        };
-        let (ok, out) = run("signed");
-        assert!(ok, "{out}");
-        let (ok, image) = kubectl(
-            &kc,
-            &[
-                "get",
-                "pod",
-                "signed",
-                "-o",
-                "jsonpath={.spec.containers[0].image}",
-            ],
-        );
-        assert!(ok, "{image}");
-        assert_eq!(image, format!("{host}/team/signed:1@{digest}"));
-        let (ok, out) = run("unsigned");
-        assert!(!ok, "{out}");
+    serving(vec![policy, missing], seed, &[], |kc| {
+        admitted_and_pinned(kc, "signed", &format!("{host}/team/signed:1"), &digest);
+        let out = denied(kc, "unsigned", &format!("{host}/team/unsigned:1"));
         assert!(
             out.contains(&format!(
                 "check-signature: 'failed to verify image {host}/team/unsigned:1: .attestors[0].entries[0].keys: no signatures found'"
@@ -611,11 +617,8 @@ async fn serve_verifies_with_a_key_kept_in_a_secret() {
             out.contains("checking if secret exists: secrets \"nothing\" not found"),
             "the policy whose Secret is missing denies, naming it: {out}"
         );
-        drop(reg);
-        crate::support::send_signal(&server.0, "TERM");
-        crate::support::wait_exit(&mut server.0, crate::support::BOUND, "exit after SIGTERM");
-    });
-    sb.shutdown().await.unwrap();
+    })
+    .await;
 }
 
 /// A rotated image pull Secret is used without a restart: serve starts
@@ -907,62 +910,27 @@ async fn serve_verifies_notary_signatures() {
                 "message": "no SBOM signed by the team"}, {
                 "expression": "images.containers.all(i, extractPayload(i, attestations.sbom).bomFormat == 'CycloneDX')",
                 "message": "the SBOM is not CycloneDX"}]}});
-    let sb = crate::support::crd_sandbox(|_| true, vec![cpol, ivpol]).await;
-    let dir = tempfile::tempdir().unwrap();
-    let kc = dir.path().join("kubeconfig");
-    fs::write(&kc, sb.kubeconfig_yaml()).unwrap();
-    let mut server = crate::support::serve_admission_ready(&sb.url()).await;
-    tokio::task::block_in_place(move || {
-        let run = |name: &str, repo: &str| {
-            kubectl(&kc, &["run", name, "--image", &format!("{host}/{repo}:1")])
-        };
-        let (ok, out) = run("signed", "team/signed");
-        assert!(ok, "{out}");
-        let (ok, image) = kubectl(
-            &kc,
-            &[
-                "get",
-                "pod",
-                "signed",
-                "-o",
-                "jsonpath={.spec.containers[0].image}",
-            ],
-        );
-        assert!(ok, "{image}");
-        assert_eq!(
-            image,
-            format!("{host}/team/signed:1@{}", digests["team/signed"])
-        );
-        let (ok, out) = run("unsigned", "team/unsigned");
-        assert!(!ok, "{out}");
+    serving(vec![cpol, ivpol], |_| {}, &[], |kc| {
+        let image = |repo: &str| format!("{host}/{repo}:1");
+        admitted_and_pinned(kc, "signed", &image("team/signed"), &digests["team/signed"]);
+        let out = denied(kc, "unsigned", &image("team/unsigned"));
         let by_digest = format!("{host}/team/unsigned@{}", digests["team/unsigned"]);
         assert!(
-            out.contains("denied the request")
-                && out.contains(&format!(
-                    "check-notary: 'failed to verify image {host}/team/unsigned:1: .attestors[0].entries[0]: failed to verify {by_digest}: no signature is associated with \"{by_digest}\", make sure the artifact was signed successfully'"
-                )),
+            out.contains(&format!(
+                "check-notary: 'failed to verify image {host}/team/unsigned:1: .attestors[0].entries[0]: failed to verify {by_digest}: no signature is associated with \"{by_digest}\", make sure the artifact was signed successfully'"
+            )),
             "{out}"
         );
         let digested = |repo: &str| format!("{host}/{repo}:1@{}", digests[repo]);
-        let (ok, out) = kubectl(&kc, &["run", "app", "--image", &digested("apps/signed")]);
+        let (ok, out) = kubectl(kc, &["run", "app", "--image", &digested("apps/signed")]);
         assert!(ok, "{out}");
-        let (ok, out) = kubectl(&kc, &["run", "other", "--image", &digested("apps/other")]);
-        assert!(!ok, "{out}");
-        assert!(
-            out.contains("denied the request") && out.contains("not signed by the team"),
-            "{out}"
-        );
-        let (ok, out) = kubectl(&kc, &["run", "nosbom", "--image", &digested("apps/nosbom")]);
-        assert!(!ok, "{out}");
-        assert!(
-            out.contains("denied the request") && out.contains("no SBOM signed by the team"),
-            "{out}"
-        );
-        drop(reg);
-        crate::support::send_signal(&server.0, "TERM");
-        crate::support::wait_exit(&mut server.0, crate::support::BOUND, "exit after SIGTERM");
-    });
-    sb.shutdown().await.unwrap();
+        let out = denied(kc, "other", &digested("apps/other"));
+        assert!(out.contains("not signed by the team"), "{out}");
+        let out = denied(kc, "nosbom", &digested("apps/nosbom"));
+        assert!(out.contains("no SBOM signed by the team"), "{out}");
+    })
+    .await;
+    drop(reg);
 }
 
 /// `leash apply --registry` with a ClusterPolicy's `type: Notary`
@@ -1009,27 +977,12 @@ async fn apply_verifies_notary_attestations() {
                     "attestors": [{"entries": [{"certificates": {"cert": cert}}]}],
                     "conditions": [{"all": [{"key": "{{ bomFormat }}", "operator": "Equals",
                         "value": "CycloneDX"}]}]}]}]}]}});
-    let dir = tempfile::tempdir().unwrap();
-    fs::write(
-        dir.path().join("policy.yaml"),
-        serde_json::to_string(&policy).unwrap(),
-    )
-    .unwrap();
     let pods: String = ["cyclonedx", "spdx", "none"]
         .iter()
         .map(|n| pod(n, &format!("{host}/team/{n}:1")))
         .collect();
-    fs::write(dir.path().join("pods.yaml"), pods).unwrap();
-    let out = leash()
-        .arg("apply")
-        .arg(dir.path().join("policy.yaml"))
-        .arg("-r")
-        .arg(dir.path().join("pods.yaml"))
-        .args(["--registry", "--detailed-results"])
-        .output()
-        .unwrap();
-    let text = stdout(&out);
-    assert_eq!(out.status.code(), Some(1), "{text}{}", stderr(&out));
+    let (code, text, err) = apply_with_registry(&policy, &pods);
+    assert_eq!(code, Some(1), "{text}{err}");
     for want in [
         format!(
             "PASS: policy sboms -> resource Pod/default/cyclonedx rule check-sbom: verified image attestations for {host}/team/cyclonedx@{}",
