@@ -2,32 +2,24 @@
 //! breaker that bounds how many ephemeral reports exist at once.
 //!
 //! # Invariants
-//! 1. Nothing is spawned and no lock is taken here. Every API call
+//! 1. Nothing is spawned here, and the only lock is the breaker's. Every API call
 //!    ([`put_json`], [`get`], [`list_page`], [`delete`]) is raced against
 //!    the caller's token and returns [`WriteError::Cancelled`] when it is
 //!    cancelled first (house rule 3); dropping the future drops the call.
-//! 2. [`Breaker`] is an `AtomicUsize` count and a `Notify`, shared (behind
-//!    an `Arc`) by the scan, the admission sink and the aggregate
-//!    controller, across leadership terms. `acquire` takes room only by a
-//!    compare-and-swap from a value below `max`, so concurrent acquirers
-//!    never push the count past `max`; `release` saturates at 0;
-//!    `set_used` overwrites the count with what exists (it may exceed `max`:
-//!    acquirers then wait until releases bring it below).
-//! 3. No lost wake-up: `acquire` registers its `Notify` waiter (`enable`)
-//!    before it reads the count, and `release` and `set_used` call
-//!    `notify_waiters` after changing it. A waiting `acquire` returns
+//! 2. [`Breaker`] is a `tokio::sync::Semaphore` of `max` permits, shared
+//!    (behind an `Arc`) by the scan, the admission sink and the aggregate
+//!    controller, across leadership terms: its own invariants say how the
+//!    count, the excess and the waits work. A waiting `acquire` returns
 //!    `false` as soon as its token is cancelled; it never drops a write,
-//!    it waits (counted once in `breaker_waits`, logged once per wait).
+//!    it waits (counted in `breaker_waits`, logged once per wait).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams, Preconditions};
 use kube::core::{ApiResource, Request};
 use serde_json::Value;
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
@@ -361,25 +353,48 @@ pub async fn delete(
     }
 }
 
-/// At most `max` ephemeral reports at once: writers take room
-/// ([`Breaker::acquire`], waiting while there is none: counted, logged,
-/// never dropped), the aggregate controller gives it back when it deletes
-/// one ([`Breaker::release`]). A count and a `Notify`, no lock.
+/// At most `max` ephemeral reports at once, as the permits of a
+/// `tokio::sync::Semaphore`: a writer takes one ([`Breaker::acquire`];
+/// while there is none it waits its turn, the wait counted and logged,
+/// nothing dropped) and keeps it (`forget`) while its report exists; the
+/// aggregate controller gives them back when it deletes reports
+/// ([`Breaker::release`]) or sets the count to what it listed
+/// ([`Breaker::set_used`]).
+///
+/// # Invariants
+/// 1. `used` is `max` less the semaphore's available permits, plus the
+///    `excess`: reports the aggregate controller listed beyond `max`
+///    ([`Breaker::set_used`] past the room), which releases pay off before
+///    any permit is given back, so acquirers wait until the reports that
+///    exist are below `max`. Permits are added back only for reports
+///    counted as used: the available ones never exceed `max`.
+/// 2. [`Breaker::release`] and [`Breaker::set_used`] read `used` and add or
+///    forget permits under the `std::sync::Mutex` holding the excess
+///    (never held across an await), so two adjustments do not both act on
+///    one reading; [`Breaker::acquire`] only takes permits, which can only
+///    make a reading smaller than `used` (a release then gives back no
+///    more than it read).
+/// 3. A waiting `acquire` is cancelled by its token or by dropping it
+///    (the semaphore's acquire is cancel-safe: no permit is taken), and
+///    waiters are served in turn (the semaphore is fair).
 #[derive(Debug)]
 pub struct Breaker {
     max: usize,
-    used: AtomicUsize,
-    room: Notify,
+    permits: tokio::sync::Semaphore,
+    /// Reports counted beyond `max` (invariant 1).
+    excess: std::sync::Mutex<usize>,
     metrics: Arc<Metrics>,
 }
 
 impl Breaker {
-    /// A breaker with room for `max` reports.
+    /// A breaker with room for `max` reports (at most the semaphore's
+    /// `MAX_PERMITS`).
     pub fn new(max: usize, metrics: Arc<Metrics>) -> Breaker {
+        let max = max.clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
         Breaker {
-            max: max.max(1),
-            used: AtomicUsize::new(0),
-            room: Notify::new(),
+            max,
+            permits: tokio::sync::Semaphore::new(max),
+            excess: std::sync::Mutex::new(0),
             metrics,
         }
     }
@@ -387,62 +402,68 @@ impl Breaker {
     /// Takes room for one report, waiting while there is none. `false` if
     /// cancelled while waiting.
     pub async fn acquire(&self, token: &CancellationToken) -> bool {
-        let mut waited = false;
-        loop {
-            let notified = self.room.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            let used = self.used.load(Ordering::Acquire);
-            if used < self.max {
-                if self
-                    .used
-                    .compare_exchange(used, used + 1, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-                {
-                    self.metrics.ephemeral_reports.set((used + 1) as i64);
-                    return true;
-                }
-                continue;
-            }
-            if !waited {
-                waited = true;
+        let permit = match self.permits.try_acquire() {
+            Ok(permit) => permit,
+            Err(_) => {
                 self.metrics.breaker_waits.inc();
                 tracing::info!(
                     "{} ephemeral reports exist (--max-ephemeral-reports): waiting for the aggregate controller",
                     self.max
                 );
+                tokio::select! {
+                    _ = token.cancelled() => return false,
+                    // Never closed: the breaker holds the semaphore.
+                    p = self.permits.acquire() => match p {
+                        Ok(p) => p,
+                        Err(_) => return false,
+                    },
+                }
             }
-            tokio::select! {
-                _ = token.cancelled() => return false,
-                _ = &mut notified => {}
-            }
-        }
+        };
+        permit.forget();
+        self.metrics.ephemeral_reports.set(self.used() as i64);
+        true
     }
 
-    /// Gives back room for `n` reports.
+    /// Gives back room for `n` reports (no more than are counted): the
+    /// excess first.
     pub fn release(&self, n: usize) {
-        let prev = self
-            .used
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
-                Some(u.saturating_sub(n))
-            })
-            .unwrap_or(0);
+        let mut excess = self.excess.lock().unwrap_or_else(|e| e.into_inner());
+        let paid = n.min(*excess);
+        *excess -= paid;
+        let held = self.max - self.permits.available_permits();
+        self.permits.add_permits((n - paid).min(held));
         self.metrics
             .ephemeral_reports
-            .set(prev.saturating_sub(n) as i64);
-        self.room.notify_waiters();
+            .set(self.counted(*excess) as i64);
     }
 
-    /// Sets the count to what exists (the aggregate controller's list).
+    /// Sets the count to what exists (the aggregate controller's list),
+    /// beyond the room if more exist.
     pub fn set_used(&self, n: usize) {
-        self.used.store(n, Ordering::Release);
-        self.metrics.ephemeral_reports.set(n as i64);
-        self.room.notify_waiters();
+        let mut excess = self.excess.lock().unwrap_or_else(|e| e.into_inner());
+        let used = self.counted(*excess);
+        if n > used {
+            let taken = self.permits.forget_permits(n - used);
+            *excess += n - used - taken;
+        } else {
+            let paid = (used - n).min(*excess);
+            *excess -= paid;
+            self.permits.add_permits(used - n - paid);
+        }
+        self.metrics
+            .ephemeral_reports
+            .set(self.counted(*excess) as i64);
     }
 
     /// Reports counted now.
     pub fn used(&self) -> usize {
-        self.used.load(Ordering::Acquire)
+        let excess = *self.excess.lock().unwrap_or_else(|e| e.into_inner());
+        self.counted(excess)
+    }
+
+    fn counted(&self, excess: usize) -> usize {
+        self.max - self.permits.available_permits() + excess
     }
 }
 
@@ -470,5 +491,39 @@ mod tests {
         assert_eq!(metrics.breaker_waits.get(), 1);
         t.cancel();
         assert!(!b.acquire(&t).await, "cancelled while full");
+    }
+
+    /// The count follows the aggregate controller's list either way, and a
+    /// release never gives back more room than is used.
+    #[tokio::test]
+    async fn breaker_follows_the_listed_count() {
+        let metrics = Arc::new(Metrics::unregistered());
+        let b = Breaker::new(3, metrics.clone());
+        let t = CancellationToken::new();
+        b.set_used(2);
+        assert_eq!(b.used(), 2);
+        assert!(b.acquire(&t).await);
+        assert_eq!((b.used(), metrics.ephemeral_reports.get()), (3, 3));
+        b.set_used(1);
+        assert_eq!(b.used(), 1);
+        b.release(5);
+        assert_eq!(b.used(), 0);
+        for _ in 0..3 {
+            assert!(b.acquire(&t).await);
+        }
+        t.cancel();
+        assert!(!b.acquire(&t).await, "full: room for 3, no more");
+        // More listed than the room: releases pay the excess off first.
+        b.set_used(5);
+        assert_eq!(b.used(), 5);
+        b.release(1);
+        assert_eq!(b.used(), 4);
+        let t = CancellationToken::new();
+        t.cancel();
+        assert!(!b.acquire(&t).await, "4 exist, room for 3");
+        b.release(2);
+        assert_eq!(b.used(), 2);
+        assert!(b.acquire(&CancellationToken::new()).await);
+        assert_eq!(b.used(), 3);
     }
 }
