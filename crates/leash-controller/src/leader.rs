@@ -23,6 +23,17 @@
 //!
 //! Every failure to take or renew the lease is logged at warn, naming the
 //! Lease and the API server's reason (a missing namespace, missing RBAC).
+//!
+//! # Invariants
+//! 1. [`lead`] runs in its caller's task and spawns nothing: a term's
+//!    component is a future it polls itself, on a child token of its own
+//!    token; the term ends by cancelling that child token and awaiting the
+//!    future, and only then is the lease released or taken again, so two
+//!    terms never overlap in one process.
+//! 2. No lock and no atomic: the lease's state is the loop's locals, and
+//!    the leader gauge is set from that loop alone.
+//! 3. Every API call is raced against the token, except the release after
+//!    cancellation, which is bounded by [`RELEASE_TIMEOUT`].
 
 use std::future::Future;
 use std::sync::Arc;

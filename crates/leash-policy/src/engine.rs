@@ -179,6 +179,20 @@ impl Engine {
         &self.admission_mutating
     }
 
+    /// The Secrets the policies name for registry credentials (a
+    /// ClusterPolicy rule's `imageRegistryCredentials.secrets`, an
+    /// ImageValidatingPolicy's `credentials.secrets`), each once, sorted.
+    pub fn registry_secrets(&self) -> Vec<String> {
+        let mut names: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+        for p in &self.policies {
+            names.extend(p.registry_secrets.iter().cloned());
+        }
+        for v in &self.validating {
+            names.extend(v.registry_secrets().iter().cloned());
+        }
+        names.into_iter().collect()
+    }
+
     /// The Kyverno policies.
     pub fn policies(&self) -> &[Arc<Policy>] {
         &self.policies
@@ -1269,6 +1283,13 @@ mod tests {
             let err = Engine::new().add_json(&policy(vi)).unwrap_err().to_string();
             assert!(err.contains(field), "{field}: {err}");
         }
+        let named = policy(json!({"imageReferences": ["*"],
+            "imageRegistryCredentials": {"secrets": [7]}}));
+        let err = Engine::new().add_json(&named).unwrap_err().to_string();
+        assert!(
+            err.contains("spec.rules[0].verifyImages[0].imageRegistryCredentials.secrets"),
+            "{err}"
+        );
         // A key leash cannot read (a KMS one) is valid to Kyverno: the
         // policy compiles and the rule errs when it runs.
         let secret_key = policy(json!({"imageReferences": ["*"],
@@ -1290,6 +1311,31 @@ mod tests {
                 .contains("KMS keys are not supported yet"),
             "{results:?}"
         );
+    }
+
+    /// The Secrets the policies name for registry credentials: a
+    /// ClusterPolicy rule's `imageRegistryCredentials.secrets` and an
+    /// ImageValidatingPolicy's `credentials.secrets`, each once.
+    #[test]
+    fn registry_secrets_are_the_policies_credentials() {
+        let cpol = json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "p"},
+            "spec": {"rules": [{"name": "r",
+                "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                "context": [{"name": "d", "imageRegistry": {"reference": "r.io/a:1",
+                    "imageRegistryCredentials": {"secrets": ["d"]}}}],
+                "verifyImages": [{"imageReferences": ["*"],
+                    "imageRegistryCredentials": {"secrets": ["b", "a"]}}]}]}});
+        let ivpol = json!({"apiVersion": "policies.kyverno.io/v1", "kind": "ImageValidatingPolicy",
+            "metadata": {"name": "i"},
+            "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                    "operations": ["CREATE"], "resources": ["pods"]}]},
+                "credentials": {"secrets": ["a", "c"]},
+                "attestors": [{"name": "k", "cosign": {"key": {"data": "x"}}}],
+                "validations": [{"expression": "true"}]}});
+        let mut engine = Engine::new();
+        engine.add_json(&cpol).unwrap();
+        engine.add_json(&ivpol).unwrap();
+        assert_eq!(engine.registry_secrets(), ["a", "b", "c", "d"]);
     }
 
     /// `useCache: false` asks the data to verify each image afresh

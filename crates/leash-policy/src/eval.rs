@@ -1,4 +1,13 @@
 //! Evaluating a compiled [`Policy`] against one resource.
+//!
+//! # Invariants
+//! 1. Evaluation is synchronous and spawns nothing; it reads cluster data
+//!    only through [`ClusterData`] (which never waits on the network).
+//! 2. A [`Prepared`] request is shared by every policy evaluated on it,
+//!    possibly from several threads: its `OnceLock`s (the variables'
+//!    context, the CEL objects, whether there are floats) are each built by
+//!    one caller and read-only afterwards; nothing in it is ever written
+//!    again.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};

@@ -61,6 +61,8 @@ pub(crate) struct ImageChecks {
     pub(crate) mutate_digest: bool,
     /// `validationConfigurations.required` (default true).
     pub(crate) required: bool,
+    /// `credentials.secrets`: Secrets whose credentials read registries.
+    pub(crate) registry_secrets: Vec<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -191,6 +193,11 @@ impl ImageChecks {
             verify_digest: flag("verifyDigest")?,
             mutate_digest: flag("mutateDigest")?,
             required: flag("required")?,
+            registry_secrets: crate::policy::credential_secrets(
+                &spec["credentials"],
+                "spec.credentials",
+                &invalid,
+            )?,
         })
     }
 

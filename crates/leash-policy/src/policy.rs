@@ -65,6 +65,8 @@ pub struct Policy {
     /// What its admission mutations depend on
     /// ([`crate::reads::key_of_mutate_rules`]).
     pub(crate) mutation_key: crate::MutationKey,
+    /// The Secrets its rules' `imageRegistryCredentials.secrets` name.
+    pub(crate) registry_secrets: Vec<String>,
 }
 
 /// Every operation a webhook can be sent.
@@ -617,6 +619,37 @@ impl Policy {
                 generated_rules.push(generated);
             }
         }
+        // Kyverno's two places: a verifyImages entry's and an
+        // imageRegistry context entry's `imageRegistryCredentials`.
+        let mut registry_secrets = Vec::new();
+        for (i, raw) in raw_rules.iter().enumerate() {
+            let places = raw["verifyImages"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .enumerate()
+                .map(|(j, v)| (format!("spec.rules[{i}].verifyImages[{j}]"), v))
+                .chain(
+                    raw["context"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .enumerate()
+                        .map(|(j, c)| {
+                            (
+                                format!("spec.rules[{i}].context[{j}].imageRegistry"),
+                                &c["imageRegistry"],
+                            )
+                        }),
+                );
+            for (field, v) in places {
+                registry_secrets.extend(credential_secrets(
+                    &v["imageRegistryCredentials"],
+                    &format!("{field}.imageRegistryCredentials"),
+                    &err,
+                )?);
+            }
+        }
         let memo_key = crate::ReadSet::key_of_rules(raw_rules.iter().chain(&generated_rules));
         let mutation_key =
             crate::reads::key_of_mutate_rules(raw_rules.iter().chain(&generated_rules));
@@ -642,7 +675,38 @@ impl Policy {
             reads,
             memo_key,
             mutation_key,
+            registry_secrets,
         })
+    }
+}
+
+/// The Secrets an `imageRegistryCredentials` (a ClusterPolicy's
+/// verifyImages or imageRegistry context entry) or `credentials` (an
+/// ImageValidatingPolicy) at `field` names in `secrets`:
+/// `kubernetes.io/dockerconfigjson` Secrets, `NAME` in Kyverno's namespace
+/// or `NAMESPACE/NAME`, whose credentials read the registries.
+pub(crate) fn credential_secrets(v: &Value, field: &str, err: &ErrFn<'_>) -> Result<Vec<String>> {
+    match &v["secrets"] {
+        Value::Null => Ok(Vec::new()),
+        Value::Array(names) => names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                n.as_str()
+                    .filter(|n| !n.is_empty())
+                    .map(String::from)
+                    .ok_or_else(|| {
+                        err(
+                            format!("{field}.secrets[{i}]"),
+                            "must be a Secret's name".into(),
+                        )
+                    })
+            })
+            .collect(),
+        _ => Err(err(
+            format!("{field}.secrets"),
+            "must be a list of Secret names".into(),
+        )),
     }
 }
 

@@ -14,6 +14,10 @@
 //! (and bindings), the OpenAPI v3 spec of k8s.io/kubernetes (only what
 //! validation needs: no descriptions, defaults or status). They are
 //! parsed once, on first use.
+//!
+//! # Invariants
+//! No lock, no task: the one `OnceLock` static holds the schemas, built
+//! once by its first reader and read-only afterwards.
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;

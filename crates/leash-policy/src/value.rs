@@ -2,6 +2,10 @@
 //! scalar, with Kyverno's operators (`|` OR, `&` AND, `>`, `>=`, `<`, `<=`,
 //! `!`, ranges `a-b` / `a!-b`), numbers, quantities, durations and
 //! wildcard strings.
+//!
+//! # Invariants
+//! No lock, no task: the one `OnceLock` static holds its regular expressions, built
+//! once by its first reader and read-only afterwards.
 
 use std::borrow::Cow;
 use std::cmp::Ordering;

@@ -426,6 +426,14 @@ const CONTROLLERS: &[(&str, &str, &str, &str, bool)] = &[
 ];
 
 impl ValidatingPolicy {
+    /// The Secrets an ImageValidatingPolicy's `credentials.secrets` names.
+    pub(crate) fn registry_secrets(&self) -> &[String] {
+        self.body
+            .images
+            .as_ref()
+            .map_or(&[], |i| i.registry_secrets.as_slice())
+    }
+
     /// Compiles a policy document; errors name the field and the CEL
     /// parse error.
     pub fn compile(doc: &Json) -> Result<ValidatingPolicy> {

@@ -2,6 +2,10 @@
 //! registry (`docker.io`) and tag (`latest`) filled in, as Kyverno's
 //! `GetImageInfo(...).String()` with the default configuration
 //! (`docker.io/nginx:latest` for `nginx`; the digest wins over the tag).
+//!
+//! # Invariants
+//! No lock, no task: the one `OnceLock` static holds its regular expression, built
+//! once by its first reader and read-only afterwards.
 
 use std::sync::OnceLock;
 

@@ -77,6 +77,10 @@
 //! image_normalize time_since time_now time_now_utc time_add time_parse
 //! time_to_cron time_utc time_diff time_before time_after time_between
 //! time_truncate`.
+//!
+//! # Invariants
+//! No lock, no task: the one `OnceLock` static holds the JMESPath runtime (every function registered), built
+//! once by its first reader and read-only afterwards.
 
 mod arithmetic;
 #[cfg(test)]

@@ -186,35 +186,57 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     )
     .await;
     let images = Arc::new(leash_images::Registry::new(registry_settings));
-    if !settings.image_pull_secrets.is_empty() {
-        // Rotated Secrets are read again (Kyverno reads them on each use).
-        let (client, namespace, names, images, token) = (
+    {
+        // The --image-pull-secrets and the Secrets the policies name
+        // (`imageRegistryCredentials.secrets`, `credentials.secrets`), read
+        // again every --image-pull-secrets-refresh (a rotated Secret is
+        // used; Kyverno reads them on each use) and whenever the policies
+        // name other Secrets.
+        let (client, namespace, flagged, images, token, mut policies) = (
             client.clone(),
             settings.config_namespace.clone(),
             settings.image_pull_secrets.clone(),
             images.clone(),
             root.token().clone(),
+            policies.clone(),
         );
         let every = settings.image_pull_secrets_refresh;
-        root.spawn("image pull secrets", async move {
-            leash_runtime::Every::new(every, || {
-                let (client, namespace, names, images) =
-                    (client.clone(), namespace.clone(), names.clone(), images.clone());
-                async move {
-                    let Some(read) = refreshed_pull_secrets(&client, &namespace, &names).await
-                    else {
-                        return;
-                    };
-                    if images.credentials() != read {
-                        tracing::info!(registries = ?read.registries().collect::<Vec<_>>(), "image pull secrets changed; their credentials are used from now on");
-                        images.set_credentials(read);
+        root.spawn("registry credentials", async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            // The start read the flagged ones already.
+            tick.reset();
+            let mut read_names = flagged.clone();
+            let mut policies_open = true;
+            loop {
+                let names = tokio::select! {
+                    _ = token.cancelled() => break,
+                    _ = tick.tick() => credential_secret_names(&flagged, &policies),
+                    r = policies.changed(), if policies_open => {
+                        if r.is_err() {
+                            policies_open = false;
+                        }
+                        let names = credential_secret_names(&flagged, &policies);
+                        if names == read_names {
+                            continue;
+                        }
+                        names
                     }
+                };
+                if names.is_empty() && images.credentials().is_empty() {
+                    read_names = names;
+                    continue;
                 }
-            })
-            .jitter(0.1)
-            .immediate(false)
-            .run(token)
-            .await;
+                let read = token
+                    .run_until_cancelled(refreshed_pull_secrets(&client, &namespace, &names))
+                    .await;
+                let Some(Some(read)) = read else { continue };
+                read_names = names;
+                if images.credentials() != read {
+                    tracing::info!(registries = ?read.registries().collect::<Vec<_>>(), "registry credentials changed; they are used from now on");
+                    images.set_credentials(read);
+                }
+            }
             Ok::<(), std::convert::Infallible>(())
         });
     }
@@ -466,11 +488,13 @@ async fn read_pull_secrets(
 ) -> Vec<PullSecret> {
     use k8s_openapi::api::core::v1::Secret;
     use leash_images::credentials::Credentials;
-    let api: kube::Api<Secret> = kube::Api::namespaced(client.clone(), namespace);
     let mut out = Vec::new();
     for name in names {
+        // `NAME` in `namespace`, or `NAMESPACE/NAME` (a policy's).
+        let (ns, short) = name.split_once('/').unwrap_or((namespace, name));
+        let api: kube::Api<Secret> = kube::Api::namespaced(client.clone(), ns);
         let read = async {
-            let secret = match api.get(name).await {
+            let secret = match api.get(short).await {
                 Ok(s) => s,
                 Err(kube::Error::Api(e)) if e.code == 404 => {
                     return Err((false, "it does not exist".to_string()));
@@ -519,6 +543,17 @@ async fn pull_secret_credentials(
         }
     }
     all
+}
+
+/// The Secrets whose credentials read registries: `flagged`
+/// (`--image-pull-secrets`) and those the current policies name, each once.
+fn credential_secret_names(
+    flagged: &[String],
+    policies: &tokio::sync::watch::Receiver<Arc<leash_controller::PolicySet>>,
+) -> Vec<String> {
+    let mut names: std::collections::BTreeSet<String> = flagged.iter().cloned().collect();
+    names.extend(policies.borrow().engine.registry_secrets());
+    names.into_iter().collect()
 }
 
 /// The credentials of the `--image-pull-secrets` read again: `None` when

@@ -703,12 +703,24 @@ async fn serve_reads_rotated_image_pull_secrets() {
     sb.shutdown().await.unwrap();
 }
 
-/// `leash serve --image-pull-secrets`: a registry that refuses anonymous
-/// reads is read with a `kubernetes.io/dockerconfigjson` Secret's
-/// credentials, so a signed image of it is admitted and an unsigned one
-/// denied as on any registry (kubectl).
+/// A registry that refuses anonymous reads is read with a
+/// `kubernetes.io/dockerconfigjson` Secret's credentials, named by `leash
+/// serve --image-pull-secrets` or by the policy itself (its verifyImages
+/// entry's `imageRegistryCredentials.secrets`), so a signed
+/// image of it is admitted and an unsigned one denied as on any registry
+/// (kubectl).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_reads_private_registries_with_image_pull_secrets() {
+    private_registry(true).await;
+}
+
+/// See [`serve_reads_private_registries_with_image_pull_secrets`].
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_reads_private_registries_with_the_policys_credentials() {
+    private_registry(false).await;
+}
+
+async fn private_registry(by_flag: bool) {
     use base64::Engine as _;
     use leash_images::testing::{TEST_PASSWORD, TEST_USER, public_key_pem, signing_key};
     if !crate::support::kubectl_installed() {
@@ -732,31 +744,46 @@ async fn serve_reads_private_registries_with_image_pull_secrets() {
     // Pinning digests reads the registry too; this test is about reading.
     policy["spec"]["rules"][0]["verifyImages"][0]["mutateDigest"] = serde_json::json!(false);
     policy["spec"]["rules"][0]["verifyImages"][0]["verifyDigest"] = serde_json::json!(false);
-    let sb = crate::support::crd_sandbox(|_| true, vec![policy, secret]).await;
-    let dir = tempfile::tempdir().unwrap();
-    let kc = dir.path().join("kubeconfig");
-    fs::write(&kc, sb.kubeconfig_yaml()).unwrap();
-    let mut server =
-        crate::support::serve_admission_ready_with(&sb.url(), &["--image-pull-secrets", "regcred"])
-            .await;
+    let flags: &[&str] = if by_flag {
+        &["--image-pull-secrets", "regcred"]
+    } else {
+        policy["spec"]["rules"][0]["verifyImages"][0]["imageRegistryCredentials"] =
+            serde_json::json!({"secrets": ["regcred"]});
+        &[]
+    };
     let host = reg.host.clone();
-    tokio::task::block_in_place(move || {
-        let run = |name: &str| {
-            kubectl(
-                &kc,
-                &["run", name, "--image", &format!("{host}/team/{name}:1")],
-            )
-        };
-        let (ok, out) = run("signed");
-        assert!(ok, "{out}");
-        let (ok, out) = run("unsigned");
-        assert!(!ok, "{out}");
-        assert!(out.contains("no signatures found"), "{out}");
-        drop(reg);
-        crate::support::send_signal(&server.0, "TERM");
-        crate::support::wait_exit(&mut server.0, crate::support::BOUND, "exit after SIGTERM");
-    });
-    sb.shutdown().await.unwrap();
+    serving(
+        vec![policy, secret],
+        |_| {},
+        flags,
+        |kc| {
+            let image = |name: &str| format!("{host}/team/{name}:1");
+            // The policy's Secret is read as the policy is served: allow its
+            // read a moment (a pod before it is denied, the registry's
+            // refusal named), bounded.
+            let start = std::time::Instant::now();
+            for attempt in 0.. {
+                let (ok, out) = kubectl(
+                    kc,
+                    &[
+                        "run",
+                        &format!("signed-{attempt}"),
+                        "--image",
+                        &image("signed"),
+                    ],
+                );
+                if ok {
+                    break;
+                }
+                assert!(!by_flag && start.elapsed() < crate::support::BOUND, "{out}");
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+            let out = denied(kc, "unsigned", &image("unsigned"));
+            assert!(out.contains("no signatures found"), "{out}");
+        },
+    )
+    .await;
+    drop(reg);
 }
 
 /// An ImageValidatingPolicy in the background scan: pods already in the
