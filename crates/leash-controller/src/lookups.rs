@@ -8,9 +8,14 @@
 //! distinct path per [`Lookups::ttl`], however many resources ask: workers
 //! that miss the same path at the same moment wait for the one that reads
 //! it), and records what neither holds; the worker fetches those (async, no
-//! lock held, cancellable) and evaluates again. A failed read is kept as "no
-//! data" for the same while, so a policy whose `apiCall` fails gives the
-//! rule's error (or its `default`) without a GET per resource.
+//! lock held, cancellable) and evaluates again ([`ScanData::settle`]: the
+//! one evaluate-fetch-evaluate loop of the scan, admission and `leash apply
+//! --cluster`). A failed read is kept as "no data" for the same while, so a
+//! policy whose `apiCall` fails gives the rule's error (or its `default`)
+//! without a GET per resource; [`Lookups::retrying_failures`] keeps only
+//! answers (a 404 is one), and a failed read is "no data" for the one
+//! evaluation that asked (`leash apply --cluster`: the next object tries
+//! again).
 //!
 //! # Invariants
 //! 1. A [`Lookups`] is shared (behind an `Arc`): in `serve`, one instance
@@ -33,18 +38,20 @@
 //! 4. Memory is bounded: at most `max` answers (past it, expired ones go,
 //!    then all), and `reading` holds only reads in progress. An answer,
 //!    a failure as "no data" included, is used for `ttl` only.
-//! 5. A [`ScanData`] lives for one work item (or one review): its `missed`
-//!    list is behind its own `std::sync::Mutex` (the engine takes `&self`),
-//!    appended to during the synchronous evaluations and taken out whole by
-//!    `take_missed`.
+//! 5. A [`ScanData`] lives for one work item (or one review, or one object
+//!    of `leash apply --cluster`): its `missed` list and its `failed` set
+//!    are each behind its own `std::sync::Mutex` (the engine takes
+//!    `&self`), appended to during the synchronous evaluations or between
+//!    them by [`ScanData::fetch_all`], never across an await.
 //!
 //! # Lock order
 //! No two locks are held together: `turn` releases `answers` before it
 //! takes `reading` and drops `reading` before it looks at `answers` again;
-//! `ScanData` takes `answers` (through `Lookups::answer`) and then, after
-//! it is released, its own `missed`; the cache's locks are taken alone.
+//! `ScanData` takes its `failed`, releases it, takes `answers` (through
+//! `Lookups::answer`) and then, after it is released, its own `missed`; the
+//! cache's locks are taken alone.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -69,9 +76,8 @@ pub enum Lookup {
 }
 
 impl Lookup {
-    /// The API path read for it; `None` when it names a kind rather than a
-    /// resource (`ConfigMap` instead of `configmaps`), which has no path
-    /// without discovery.
+    /// The API path read for it. A kind (`ConfigMap`) is read as its
+    /// conventional plural (`configmaps`); `None` without an apiVersion.
     fn path(&self) -> Option<String> {
         let prefix = |av: &str| {
             if av.contains('/') {
@@ -80,7 +86,13 @@ impl Lookup {
                 format!("/api/{av}")
             }
         };
-        let plural = |r: &str| !r.is_empty() && !r.contains(|c: char| c.is_ascii_uppercase());
+        let plural = |r: &str| {
+            if r.starts_with(|c: char| c.is_ascii_uppercase()) {
+                leash_policy::kinds::plural_of(r)
+            } else {
+                r.to_string()
+            }
+        };
         let scoped = |ns: &str| {
             if ns.is_empty() {
                 String::new()
@@ -89,11 +101,11 @@ impl Lookup {
             }
         };
         match self {
-            Lookup::Get(av, r, ns, name) if plural(r) && !av.is_empty() => {
-                Some(format!("{}{}/{r}/{name}", prefix(av), scoped(ns)))
+            Lookup::Get(av, r, ns, name) if !r.is_empty() && !av.is_empty() => {
+                Some(format!("{}{}/{}/{name}", prefix(av), scoped(ns), plural(r)))
             }
-            Lookup::List(av, r, ns) if plural(r) && !av.is_empty() => {
-                Some(format!("{}{}/{r}", prefix(av), scoped(ns)))
+            Lookup::List(av, r, ns) if !r.is_empty() && !av.is_empty() => {
+                Some(format!("{}{}/{}", prefix(av), scoped(ns), plural(r)))
             }
             Lookup::Api(path) => Some(path.clone()),
             Lookup::Service(call) => Some(call.url.clone()),
@@ -110,6 +122,8 @@ type Answer = (Instant, Option<Arc<Value>>);
 pub struct Lookups {
     ttl: Duration,
     max: usize,
+    /// Whether a failed read is kept as "no data" (see the module docs).
+    keep_failures: bool,
     answers: Mutex<HashMap<Lookup, Answer>>,
     /// The reads in progress: a waiter's receiver ends when the reader's
     /// [`Reading`] is dropped (read, failed or cancelled).
@@ -155,9 +169,18 @@ impl Lookups {
         Lookups {
             ttl,
             max: max.max(1),
+            keep_failures: true,
             answers: Mutex::new(HashMap::new()),
             reading: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Keeps answers only: a failed read (no connection, a 5xx, a 403) is
+    /// not kept, and the next evaluation that asks reads again. A 404 is an
+    /// answer.
+    pub fn retrying_failures(mut self) -> Lookups {
+        self.keep_failures = false;
+        self
     }
 
     /// How long an answer is used.
@@ -210,14 +233,17 @@ impl Lookups {
     }
 
     /// Reads each lookup from the API server and keeps the answer (a
-    /// failure as no data); a lookup another worker is reading is waited
-    /// for, not read twice. Returns false if `token` was cancelled first.
+    /// failure as no data, unless [`Self::retrying_failures`]); a lookup
+    /// another worker is reading is waited for, not read twice. Returns
+    /// `None` if `token` was cancelled first, else the lookups whose read
+    /// failed and was not kept.
     pub async fn fetch(
         &self,
         client: &kube::Client,
         missed: Vec<Lookup>,
         token: &CancellationToken,
-    ) -> bool {
+    ) -> Option<Vec<Lookup>> {
+        let mut failed = Vec::new();
         for key in missed {
             loop {
                 match self.turn(&key) {
@@ -225,36 +251,37 @@ impl Lookups {
                     Turn::Wait(mut rx) => {
                         // Ends (Err) when the reader's claim is dropped;
                         // then the answer is kept, or the read was given
-                        // up and this worker takes its turn.
+                        // up (or failed, not kept) and this worker takes
+                        // its turn.
                         tokio::select! {
-                            _ = token.cancelled() => return false,
+                            _ = token.cancelled() => return None,
                             _ = rx.changed() => {}
                         }
                     }
                     Turn::Read(claim) => {
-                        let Some(got) = self.read(client, &key, token).await else {
-                            return false;
-                        };
-                        self.keep(key.clone(), got);
+                        match self.read(client, &key, token).await? {
+                            Read::Answer(got) => self.keep(key.clone(), got),
+                            Read::Failed if self.keep_failures => self.keep(key.clone(), None),
+                            Read::Failed => failed.push(key.clone()),
+                        }
                         drop(claim);
                         break;
                     }
                 }
             }
         }
-        true
+        Some(failed)
     }
 
-    /// One read of `key`: `None` if `token` was cancelled first, else the
-    /// answer (`Some(None)`: no data).
+    /// One read of `key`: `None` if `token` was cancelled first.
     async fn read(
         &self,
         client: &kube::Client,
         key: &Lookup,
         token: &CancellationToken,
-    ) -> Option<Option<Arc<Value>>> {
+    ) -> Option<Read> {
         let Some(path) = key.path() else {
-            return Some(None);
+            return Some(Read::Answer(None));
         };
         if let Lookup::Service(call) = key {
             let body = call
@@ -271,29 +298,48 @@ impl Lookups {
                 r = leash_context::call_service(&call.url, call.ca_bundle.as_deref(), method, body.as_ref()) => r,
             };
             return Some(match answer {
-                Ok(v) => Some(Arc::new(v)),
+                Ok(v) => Read::Answer(Some(Arc::new(v))),
                 Err(e) => {
-                    tracing::debug!("background service call: {e}");
-                    None
+                    tracing::debug!("service call {}: {e}", call.url);
+                    Read::Failed
                 }
             });
         }
         let read = async {
-            let req = http::Request::get(&path).body(Vec::new()).ok()?;
-            let text = client.request_text(req).await.ok()?;
-            serde_json::from_str::<Value>(&text).ok()
+            let req = http::Request::get(&path)
+                .body(Vec::new())
+                .map_err(kube::Error::HttpError)?;
+            client.request_text(req).await
         };
         let got = tokio::select! {
             _ = token.cancelled() => return None,
             got = read => got,
         };
-        // A Status answer (404, 403) is no data.
-        let got = got.filter(|v| v["kind"] != "Status");
-        if got.is_none() {
-            tracing::debug!("background lookup {path}: no data");
-        }
-        Some(got.map(Arc::new))
+        Some(match got {
+            Ok(text) => match serde_json::from_str::<Value>(&text) {
+                // A Status answer is no data.
+                Ok(v) if v["kind"] != "Status" => Read::Answer(Some(Arc::new(v))),
+                Ok(_) => Read::Answer(None),
+                Err(e) => {
+                    tracing::debug!("lookup {path}: not JSON: {e}");
+                    Read::Failed
+                }
+            },
+            Err(kube::Error::Api(status)) if status.code == 404 => Read::Answer(None),
+            Err(e) => {
+                tracing::debug!("lookup {path}: {e}");
+                Read::Failed
+            }
+        })
     }
+}
+
+/// What one read gave.
+enum Read {
+    /// The server's answer (`None`: not found, no data).
+    Answer(Option<Arc<Value>>),
+    /// No answer (no connection, an error status, not JSON).
+    Failed,
 }
 
 /// One evaluation's cluster data. See the module docs.
@@ -301,8 +347,17 @@ pub struct ScanData {
     cache: Arc<Cache>,
     lookups: Arc<Lookups>,
     missed: Mutex<Vec<Lookup>>,
+    /// Lookups whose read failed and was not kept
+    /// ([`Lookups::retrying_failures`]): no data for this evaluation.
+    failed: Mutex<HashSet<Lookup>>,
+    /// Whether `apiCall` `service` calls are made (`leash apply` makes
+    /// none: they are no data).
+    services: bool,
     /// Image data, when registries are read.
     images: Option<leash_images::ImageLookup>,
+    /// Kyverno's global context entries (`globalReference`,
+    /// `globalContext.Get`), when they are read.
+    global: Option<leash_context::Store>,
 }
 
 impl std::fmt::Debug for ScanData {
@@ -311,6 +366,10 @@ impl std::fmt::Debug for ScanData {
     }
 }
 
+/// How many times [`ScanData::settle`] evaluates at most: a lookup found
+/// may lead to another.
+pub const ROUNDS: usize = 4;
+
 impl ScanData {
     /// Data from `cache`, then from `lookups`.
     pub fn new(cache: Arc<Cache>, lookups: Arc<Lookups>) -> ScanData {
@@ -318,7 +377,10 @@ impl ScanData {
             cache,
             lookups,
             missed: Mutex::new(Vec::new()),
+            failed: Mutex::new(HashSet::new()),
+            services: true,
             images: None,
+            global: None,
         }
     }
 
@@ -326,6 +388,18 @@ impl ScanData {
     /// what an evaluation missed is fetched by [`Self::fetch_missed_images`]).
     pub fn with_images(mut self, registry: Arc<leash_images::Registry>) -> ScanData {
         self.images = Some(leash_images::ImageLookup::new(registry));
+        self
+    }
+
+    /// Serves global context entries from `store`.
+    pub fn with_global(mut self, store: leash_context::Store) -> ScanData {
+        self.global = Some(store);
+        self
+    }
+
+    /// Makes no `apiCall` `service` call: each is no data.
+    pub fn without_service_calls(mut self) -> ScanData {
+        self.services = false;
         self
     }
 
@@ -342,25 +416,93 @@ impl ScanData {
     /// false if nothing was missed or `token` was cancelled.
     pub async fn fetch_missed(&self, client: &kube::Client, token: &CancellationToken) -> bool {
         let missed = self.take_missed();
-        !missed.is_empty() && self.lookups.fetch(client, missed, token).await
+        if missed.is_empty() {
+            return false;
+        }
+        match self.lookups.fetch(client, missed, token).await {
+            Some(failed) => {
+                self.lock_failed().extend(failed);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Fetches the objects and the images missed since the last call, both
+    /// at once: `None` if `token` was cancelled, else whether anything was
+    /// missed (and so is now answered).
+    pub async fn fetch_all(
+        &self,
+        client: &kube::Client,
+        token: &CancellationToken,
+    ) -> Option<bool> {
+        let missed = self.take_missed();
+        let objects_missed = !missed.is_empty();
+        let (objects, images) = futures::join!(
+            async {
+                if objects_missed {
+                    self.lookups.fetch(client, missed, token).await
+                } else {
+                    Some(Vec::new())
+                }
+            },
+            // Boxed: the registry's futures are large.
+            leash_runtime::cancellable(token, Box::pin(self.fetch_missed_images())),
+        );
+        self.lock_failed().extend(objects?);
+        Some(objects_missed || images?)
+    }
+
+    /// Evaluates with `evaluate` until it misses nothing ([`ROUNDS`] times at
+    /// most), fetching what each round missed between them: the engine
+    /// never waits on the network. `None` if `token` was cancelled.
+    pub async fn settle<T>(
+        &self,
+        client: &kube::Client,
+        token: &CancellationToken,
+        mut evaluate: impl FnMut(&ScanData) -> T,
+    ) -> Option<T> {
+        let mut out = evaluate(self);
+        for _ in 1..ROUNDS {
+            if !self.fetch_all(client, token).await? {
+                break;
+            }
+            out = evaluate(self);
+        }
+        Some(out)
+    }
+
+    /// Whether the evaluations since the last fetch missed anything (an
+    /// object or an image): then they must be evaluated again where
+    /// waiting is allowed.
+    pub fn missed_any(&self) -> bool {
+        !self.lock_missed().is_empty() || self.images.as_ref().is_some_and(|i| i.missed_any())
     }
 
     /// The lookups neither held since the last call (each once).
     pub fn take_missed(&self) -> Vec<Lookup> {
-        let mut m = std::mem::take(&mut *self.missed.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut m = std::mem::take(&mut *self.lock_missed());
         m.sort();
         m.dedup();
         m
     }
 
+    fn lock_missed(&self) -> std::sync::MutexGuard<'_, Vec<Lookup>> {
+        self.missed.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lock_failed(&self) -> std::sync::MutexGuard<'_, HashSet<Lookup>> {
+        self.failed.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn looked_up(&self, key: Lookup) -> Option<Arc<Value>> {
+        if self.lock_failed().contains(&key) {
+            return None;
+        }
         match self.lookups.answer(&key) {
             Some(v) => v,
             None => {
-                self.missed
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(key);
+                self.lock_missed().push(key);
                 None
             }
         }
@@ -415,8 +557,19 @@ impl ClusterData for ScanData {
     }
 
     fn api_service(&self, call: &ServiceCall) -> Option<Value> {
+        if !self.services {
+            return None;
+        }
         self.looked_up(Lookup::Service(call.clone()))
             .map(|v| (*v).clone())
+    }
+
+    fn global(&self, entry: &str, projection: Option<&str>) -> Option<Value> {
+        let store = self.global.as_ref()?;
+        match projection {
+            Some(p) => store.projection(entry, p).ok(),
+            None => store.get(entry).ok().map(|s| s.data.clone()),
+        }
     }
 
     fn image_data(&self, image: &str) -> Result<Value, String> {
@@ -605,7 +758,11 @@ mod tests {
                 .as_deref(),
             Some("/api/v1/namespaces/a/pods")
         );
-        assert_eq!(get("v1", "ConfigMap", "a", "b"), None);
+        assert_eq!(
+            get("v1", "ConfigMap", "a", "b").as_deref(),
+            Some("/api/v1/namespaces/a/configmaps/b")
+        );
+        assert_eq!(get("", "configmaps", "a", "b"), None);
     }
 
     #[test]

@@ -506,29 +506,21 @@ impl Shared {
         if let Some(images) = &self.images {
             data = data.with_images(images.clone());
         }
-        let mut results = Vec::new();
         // A configMap, apiCall or CEL lookup of data no watch holds, and an
         // image's data, is read between evaluations (the engine never
-        // waits on the network); a lookup found may lead to another (at
-        // most four rounds).
-        for _ in 0..4 {
-            let start = Instant::now();
-            results =
-                evaluate_object_with(&set, &config, &self.cache, &data, &object, now_seconds());
-            evaluating += start.elapsed();
-            let missed = data.take_missed();
-            let objects_missed = !missed.is_empty();
-            let (fetched, images) = futures::join!(
-                async { !objects_missed || self.lookups.fetch(&self.client, missed, token).await },
-                leash_runtime::cancellable(token, data.fetch_missed_images()),
-            );
-            let (true, Some(images_missed)) = (fetched, images) else {
-                return Err(WriteError::Cancelled);
-            };
-            if !objects_missed && !images_missed {
-                break;
-            }
-        }
+        // waits on the network).
+        let settled = data
+            .settle(&self.client, token, |data| {
+                let start = Instant::now();
+                let results =
+                    evaluate_object_with(&set, &config, &self.cache, data, &object, now_seconds());
+                evaluating += start.elapsed();
+                results
+            })
+            .await;
+        let Some(results) = settled else {
+            return Err(WriteError::Cancelled);
+        };
         self.metrics
             .evaluation_seconds
             .observe(evaluating.as_secs_f64());

@@ -1251,6 +1251,12 @@ impl ImageLookup {
         self.registry.verify_referrers(image, trust, &refs)
     }
 
+    /// Whether an evaluation since the last [`Self::fetch_missed`] missed
+    /// anything.
+    pub fn missed_any(&self) -> bool {
+        !lock(&self.missed).is_empty()
+    }
+
     /// Fetches what [`Self::get`], [`Self::verify`] and
     /// [`Self::attestations`] missed since the last call, all at once
     /// (Sigstore's trust root among them, when missed); false when nothing

@@ -331,11 +331,10 @@ impl crate::Lookup for AdmissionLookup {
     /// by the registry timeout), all within the review's deadline.
     fn fetch_missed(&self) -> BoxFuture<'_, bool> {
         async move {
-            let (objects, images) = futures::join!(
-                self.data.fetch_missed(&self.client, &self.token),
-                leash_runtime::cancellable(&self.token, self.data.fetch_missed_images()),
-            );
-            objects || images.unwrap_or(false)
+            self.data
+                .fetch_all(&self.client, &self.token)
+                .await
+                .unwrap_or(false)
         }
         .boxed()
     }

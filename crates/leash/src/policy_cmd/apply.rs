@@ -82,12 +82,14 @@ pub(crate) struct Args {
     /// (loaded concurrently, evaluated as pages arrive).
     #[arg(long, short = 'c')]
     cluster: bool,
-    /// Read image registries for `imageRegistry` context entries and CEL's
-    /// `image.GetMetadata` (anonymously; HTTPS, plain HTTP for localhost
-    /// and loopback registries), as `kyverno apply --registry`. Without it,
-    /// `imageRegistry` entries are left out of the context, as Kyverno's.
+    /// Read image registries for `imageRegistry` context entries, CEL's
+    /// `image.GetMetadata` and image verification (with the Docker
+    /// config's credentials, else anonymously; HTTPS, plain HTTP for
+    /// localhost and loopback registries), as `kyverno apply --registry`.
+    /// Without it, `imageRegistry` entries are left out of the context
+    /// (with --cluster: they are errors), as Kyverno's.
     #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
-          value_name = "BOOL", action = clap::ArgAction::Set, conflicts_with_all = ["cluster", "sandbox"])]
+          value_name = "BOOL", action = clap::ArgAction::Set)]
     registry: Option<bool>,
     /// With --registry: the bound on one image's registry round trips.
     #[arg(long, value_name = "DURATION", default_value = "20s", value_parser = humantime::parse_duration)]
@@ -483,16 +485,8 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode> {
     let mut cluster = MemoryCluster::new(targets)
         .with_shared(resources.iter().cloned())
         .offline_apply();
-    if args.registry == Some(true) {
-        let registry = leash_images::Registry::new(leash_images::RegistrySettings {
-            timeout: args.registry_timeout,
-            trust_root: args
-                .trust_root
-                .trust_root(args.registry_timeout.max(crate::trust_root::TIMEOUT))?,
-            credentials: crate::trust_root::docker_credentials()?,
-            ..Default::default()
-        });
-        cluster = cluster.with_registry(Arc::new(registry), tokio::runtime::Handle::current());
+    if let Some(registry) = registry(&args)? {
+        cluster = cluster.with_registry(registry, tokio::runtime::Handle::current());
     }
     // Pass results are only printed with --detailed-results or in a
     // report; else they are counted and dropped as they are made: on
@@ -592,6 +586,23 @@ fn connection(args: &Args) -> Result<Connection> {
     Ok(Connection::Remote(args.connection.target()?))
 }
 
+/// The image registries `--registry` reads.
+fn registry(args: &Args) -> Result<Option<Arc<leash_images::Registry>>> {
+    if args.registry != Some(true) {
+        return Ok(None);
+    }
+    Ok(Some(Arc::new(leash_images::Registry::new(
+        leash_images::RegistrySettings {
+            timeout: args.registry_timeout,
+            trust_root: args
+                .trust_root
+                .trust_root(args.registry_timeout.max(crate::trust_root::TIMEOUT))?,
+            credentials: crate::trust_root::docker_credentials()?,
+            ..Default::default()
+        },
+    ))))
+}
+
 async fn run_cluster(
     args: Args,
     engine: &Engine,
@@ -631,8 +642,17 @@ async fn run_cluster(
             detailed: args.detailed_results,
         }
     };
-    let outcome =
-        cluster_apply::run(engine, settings, &values.bindings, &user, threads, keep).await?;
+    let registry = registry(&args)?;
+    let outcome = cluster_apply::run(
+        engine,
+        settings,
+        &values.bindings,
+        &user,
+        threads,
+        keep,
+        registry,
+    )
+    .await?;
     if outcome.interrupted {
         eprintln!("leash: interrupted after {} objects", outcome.objects);
         return Ok(ExitCode::from(EXIT_INTERRUPTED));

@@ -1,37 +1,22 @@
-//! [`ClusterData`] for the CLI: [`MemoryCluster`], the objects of a test's
-//! `Context` file (or any set of objects), looked up by apiVersion,
-//! resource or kind, namespace and name, and `apiCall` URL paths served
-//! from them; and [`LiveCluster`], `leash apply --cluster`'s, which reads
-//! what it does not hold from the API server.
+//! [`ClusterData`] for the CLI without a cluster: [`MemoryCluster`], the
+//! objects of a test's `Context` file (or any set of objects), looked up by
+//! apiVersion, resource or kind, namespace and name, and `apiCall` URL
+//! paths served from them. (`leash apply --cluster` reads the cluster
+//! through leash-controller's `ScanData`, as the scan and admission do.)
 //!
 //! # Invariants
 //! 1. A [`MemoryCluster`] is never changed after it is built: evaluation
 //!    threads share it by reference without synchronisation.
-//! 2. [`LiveCluster`]'s only mutable state is its GET cache, a `Mutex`
-//!    taken for one `get` or one `insert` at a time: never held across a
-//!    request, across `block_on` or across the engine's code. A poisoned
-//!    lock is taken over (`into_inner`): the map is valid after any panic.
-//!    Two threads asking for the same new path at once may both fetch it;
-//!    the second insert replaces the first with an equal answer.
-//! 3. Nothing here awaits; [`LiveCluster::view`]'s lookups wait for the API
-//!    server with `Handle::block_on`, which only the evaluation threads
-//!    (plain threads, not the runtime's) call. A lookup from a task of the
-//!    runtime goes through [`LiveCluster::offline`], which never blocks: it
-//!    answers from memory and the cache and sets `missed` (an `AtomicBool`
-//!    the same task reads after the evaluation, so `Relaxed`).
-//! 4. Cancellation (Ctrl-C cancels the `token`) ends a waiting lookup at
-//!    once with nothing found; nothing is cached for it, and neither is a
-//!    failed request (only answers and 404s are), so a cancelled or failed
-//!    lookup never poisons later ones.
+//! 2. Nothing here awaits. With a registry (`--registry`), image lookups
+//!    wait for it with `Handle::block_on`, which only the evaluation
+//!    threads (plain threads, not the runtime's) call.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use leash_policy::kinds::{plural_of, split_api_version};
 use leash_policy::{ClusterData, EntryKind};
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 
 /// Objects held in memory.
 #[derive(Debug, Default)]
@@ -305,229 +290,6 @@ impl ClusterData for MemoryCluster {
 
     fn context_required(&self, kind: EntryKind) -> bool {
         !self.left_out.contains(&kind)
-    }
-}
-
-/// `leash apply --cluster`'s cluster data. The objects loaded before the
-/// evaluation (namespaces, and ConfigMaps when a policy reads them) are
-/// served from memory; anything else a rule asks for (an `apiCall`
-/// `urlPath`, CEL `resource.Get/List` of another kind) is read from the API
-/// server the first time, one GET per distinct path, and kept for the rest
-/// of the run, so a URL every object asks for costs one request.
-///
-/// The engine calls this synchronously from the evaluation threads (plain
-/// threads, not the runtime's), which wait on the runtime for the request.
-/// The cache's lock is never held across a request; two threads asking for
-/// the same new path at once may both fetch it. A cancelled `token`
-/// (Ctrl-C) ends every wait at once, and the lookup finds nothing.
-pub(crate) struct LiveCluster {
-    memory: MemoryCluster,
-    /// Resource plurals whose objects `memory` holds in full.
-    preloaded: Vec<String>,
-    client: kube::Client,
-    handle: tokio::runtime::Handle,
-    token: CancellationToken,
-    /// Path -> object (None: not found).
-    cache: Mutex<HashMap<String, Option<Arc<Value>>>>,
-    /// The global context entries, ready before the evaluation.
-    global: Option<leash_context::Store>,
-}
-
-impl std::fmt::Debug for LiveCluster {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LiveCluster")
-            .field("preloaded", &self.preloaded)
-            .finish_non_exhaustive()
-    }
-}
-
-impl LiveCluster {
-    pub(crate) fn new(
-        memory: MemoryCluster,
-        preloaded: Vec<String>,
-        client: kube::Client,
-        handle: tokio::runtime::Handle,
-        token: CancellationToken,
-    ) -> LiveCluster {
-        LiveCluster {
-            memory,
-            preloaded,
-            client,
-            handle,
-            token,
-            cache: Mutex::new(HashMap::new()),
-            global: None,
-        }
-    }
-
-    /// Serves `globalReference` from `store`.
-    pub(crate) fn with_global(mut self, store: Option<leash_context::Store>) -> LiveCluster {
-        self.global = store;
-        self
-    }
-
-    fn is_preloaded(&self, resource: &str) -> bool {
-        let plural = resource_plural(resource);
-        self.preloaded.contains(&plural)
-    }
-
-    /// This cluster for an evaluation that must not wait on the API server
-    /// (one in a task of the loader's runtime, which `fetch` would block):
-    /// it answers from what is loaded and cached, and notes in `missed`
-    /// what it would have had to fetch (the caller then evaluates again
-    /// where waiting is allowed).
-    pub(crate) fn offline<'a>(&'a self, missed: &'a AtomicBool) -> View<'a> {
-        View {
-            live: self,
-            missed: Some(missed),
-        }
-    }
-
-    /// This cluster as the evaluation reads it: what is not loaded is
-    /// fetched (and cached) on first use.
-    pub(crate) fn view(&self) -> View<'_> {
-        View {
-            live: self,
-            missed: None,
-        }
-    }
-
-    /// A GET of `path` from the cache: `None` when not cached.
-    fn cached(&self, path: &str) -> Option<Option<Arc<Value>>> {
-        self.cache
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(path)
-            .cloned()
-    }
-
-    /// A GET of `path`, from the cache or the API server.
-    fn fetch(&self, path: &str) -> Option<Arc<Value>> {
-        if let Some(hit) = self.cached(path) {
-            return hit;
-        }
-        let request = http::Request::get(path).body(Vec::new()).ok()?;
-        let (client, token) = (self.client.clone(), self.token.clone());
-        let answer = self.handle.block_on(async move {
-            tokio::select! {
-                _ = token.cancelled() => None,
-                r = client.request::<Value>(request) => Some(r),
-            }
-        })?;
-        let found = match answer {
-            Ok(v) => Some(Arc::new(v)),
-            Err(kube::Error::Api(s)) if s.code == 404 => None,
-            Err(e) => {
-                // Not kept: a later object may find the server answering.
-                tracing::debug!("GET {path}: {e}");
-                return None;
-            }
-        };
-        self.cache
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(path.to_string(), found.clone());
-        found
-    }
-}
-
-/// The plural of a resource named by plural or kind.
-fn resource_plural(resource: &str) -> String {
-    if resource.starts_with(|c: char| c.is_ascii_uppercase()) {
-        plural_of(resource)
-    } else {
-        resource.to_string()
-    }
-}
-
-/// The API path of a resource's collection or object.
-fn resource_path(api_version: &str, resource: &str, namespace: &str, name: &str) -> String {
-    let (group, version) = split_api_version(api_version);
-    let mut path = if group.is_empty() {
-        format!("/api/{}", if version.is_empty() { "v1" } else { version })
-    } else {
-        format!("/apis/{group}/{version}")
-    };
-    if !namespace.is_empty() {
-        path.push_str(&format!("/namespaces/{namespace}"));
-    }
-    path.push('/');
-    path.push_str(&resource_plural(resource));
-    if !name.is_empty() {
-        path.push('/');
-        path.push_str(name);
-    }
-    path
-}
-
-/// A [`LiveCluster`] that may fetch, or (offline) only notes that it
-/// would have to.
-#[derive(Debug)]
-pub(crate) struct View<'a> {
-    live: &'a LiveCluster,
-    missed: Option<&'a AtomicBool>,
-}
-
-impl View<'_> {
-    fn fetch(&self, path: &str) -> Option<Arc<Value>> {
-        match self.missed {
-            None => self.live.fetch(path),
-            Some(missed) => self.live.cached(path).unwrap_or_else(|| {
-                missed.store(true, Ordering::Relaxed);
-                None
-            }),
-        }
-    }
-}
-
-impl ClusterData for View<'_> {
-    fn get(
-        &self,
-        api_version: &str,
-        resource: &str,
-        namespace: &str,
-        name: &str,
-    ) -> Option<Arc<Value>> {
-        if self.live.is_preloaded(resource) {
-            return self.live.memory.get(api_version, resource, namespace, name);
-        }
-        self.fetch(&resource_path(api_version, resource, namespace, name))
-    }
-
-    fn list(&self, api_version: &str, resource: &str, namespace: &str) -> Vec<Arc<Value>> {
-        if self.live.is_preloaded(resource) {
-            return self.live.memory.list(api_version, resource, namespace);
-        }
-        self.fetch(&resource_path(api_version, resource, namespace, ""))
-            .and_then(|l| l["items"].as_array().cloned())
-            .unwrap_or_default()
-            .into_iter()
-            .map(Arc::new)
-            .collect()
-    }
-
-    fn api_get(&self, url_path: &str) -> Option<Value> {
-        let path = url_path.split('?').next().unwrap_or("");
-        let resource = path.trim_matches('/').split('/').collect::<Vec<_>>();
-        // `.../namespaces` and `.../namespaces/<name>` are namespaces;
-        // `.../namespaces/<ns>/<resource>[/<name>]` is the resource.
-        let named = match resource.as_slice() {
-            ["api", _, "namespaces", _, r, ..] | ["apis", _, _, "namespaces", _, r, ..] => *r,
-            ["api", _, r, ..] | ["apis", _, _, r, ..] => *r,
-            _ => "",
-        };
-        if !named.is_empty() && self.live.is_preloaded(named) {
-            return self.live.memory.api_get(url_path);
-        }
-        self.fetch(url_path).map(|v| (*v).clone())
-    }
-
-    fn global(&self, entry: &str, projection: Option<&str>) -> Option<Value> {
-        let store = self.live.global.as_ref()?;
-        match projection {
-            Some(p) => store.projection(entry, p).ok(),
-            None => store.get(entry).ok().map(|s| s.data.clone()),
-        }
     }
 }
 

@@ -3,30 +3,38 @@
 //!
 //! # Invariants
 //! 1. Memory is bounded by the loader's window plus one bounded channel per
-//!    evaluation thread (two pages each): pages are evaluated and dropped;
-//!    only results are kept (all of them with `--policy-report` or
-//!    `--detailed-results`, else only non-pass ones and the counts).
-//! 2. Every thread is scoped (`std::thread::scope`) and joined before `run`
+//!    evaluation task (two pages each) and the output channel (two chunks
+//!    per task): pages are evaluated and dropped; only results are kept
+//!    (all of them with `--policy-report` or `--detailed-results`, else only
+//!    non-pass ones and the counts), and at most `MAX_ANSWERS` of the
+//!    server's answers.
+//! 2. No thread of its own and no `block_on`: the evaluation tasks and the
+//!    stdout writer (a blocking task) are in `JoinSet`s joined before `run`
 //!    returns; the loader's tasks belong to its own scope and end with its
 //!    cancellation token.
-//! 3. Ctrl-C cancels the load and raises a flag the evaluation threads check
-//!    between objects, so it stops within one object's evaluation; the
-//!    loader's walk checks the cancellation between objects too. A thread
-//!    that cannot stop (blocked writing to a stdout nobody reads) is not
+//! 3. The engine never waits on the network. What a rule reads that is not
+//!    loaded (an `apiCall` `urlPath`, CEL `resource.Get`/`List`, an image
+//!    with `--registry`) is recorded as missed by leash-controller's
+//!    `ScanData`, read between evaluations (`ScanData::settle`, at most one
+//!    read in flight per lookup) and kept for the run; a failed read is
+//!    not kept.
+//! 4. Ctrl-C cancels the token: the load stops, the tasks stop between
+//!    objects and their channel sends and lookups are raced against it. A
+//!    writer that cannot stop (blocked on a stdout nobody reads) is not
 //!    waited for past `INTERRUPT_GRACE`: the process exits 130.
-//! 4. With a thread per core, each object is evaluated in the loader's walk
+//! 5. With a task per core, each object is evaluated in the loader's walk
 //!    of its page, right after it is built, on the core that built it
-//!    (`Evaluator::finish`; what the threads get is its results). The
-//!    walk runs in a task of the runtime, which must not wait on the API
-//!    server: there the cluster answers only from what is loaded or cached
-//!    (`LiveCluster::offline`), and an object whose evaluation would have
-//!    fetched goes to the evaluation threads as its value and is evaluated
-//!    again. Evaluating has no effects, so results of a page the loader
-//!    then rejects (and fetches again) are dropped with it.
+//!    (`Evaluator::finish`; what the tasks get is its results). An object
+//!    whose evaluation missed cluster data goes to the tasks as its value
+//!    and is evaluated again there. Evaluating has no effects, so results
+//!    of a page the loader then rejects (and fetches again) are dropped
+//!    with it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+
+use leash_controller::lookups::ScanData;
 
 use anyhow::Result;
 use leash_controller::kinds::select_kinds;
@@ -38,7 +46,6 @@ use leash_policy::{
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::cluster::{LiveCluster, MemoryCluster};
 use crate::cli_error::usage;
 use crate::connection::ctrl_c;
 use crate::load_cmd::args::Connection;
@@ -74,8 +81,15 @@ pub(crate) enum Keep {
     },
 }
 
-/// How long the evaluation threads have to stop after Ctrl-C.
+/// How long blocked output is waited for after Ctrl-C.
 const INTERRUPT_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How long the server's answers are used: the whole run.
+const RUN: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// How many of the server's answers are kept at most (past it, they are
+/// read again).
+const MAX_ANSWERS: usize = 100_000;
 
 /// Statuses in the order of [`Status`]'s discriminants: counts are kept
 /// by them.
@@ -126,7 +140,15 @@ struct Evaluator {
     /// What the policies read: each object is built with only that.
     reads: leash_policy::Builder,
     namespaces: HashMap<String, Arc<Value>>,
-    cluster: LiveCluster,
+    /// The kinds loaded before the evaluation (namespaces, ConfigMaps).
+    cache: Arc<leash_controller::Cache>,
+    /// The server's answers to what rules read beyond those.
+    lookups: Arc<leash_controller::lookups::Lookups>,
+    /// Image registries (`--registry`).
+    registry: Option<Arc<leash_images::Registry>>,
+    /// The global context entries, ready before the evaluation.
+    global: Option<leash_context::Store>,
+    client: kube::Client,
     bindings: Bindings,
     user: UserInfo,
     keep: Keep,
@@ -190,6 +212,20 @@ impl Evaluator {
         e
     }
 
+    /// The cluster for one object's evaluation.
+    fn data(&self) -> ScanData {
+        let mut data = ScanData::new(self.cache.clone(), self.lookups.clone())
+            // As Kyverno's CLI: no `apiCall` `service` call is made.
+            .without_service_calls();
+        if let Some(registry) = &self.registry {
+            data = data.with_images(registry.clone());
+        }
+        if let Some(global) = &self.global {
+            data = data.with_global(global.clone());
+        }
+        data
+    }
+
     fn memo(&self) -> std::sync::MutexGuard<'_, Vec<Memo>> {
         self.memos
             .lock()
@@ -206,30 +242,115 @@ impl leash_loader::ItemParser for Evaluator {
     }
 
     /// Evaluates the object in the walk, unless it needs data from the
-    /// server: a task of the loader's runtime must not wait on it, so such
-    /// an object goes to the evaluation threads as its value (evaluated
-    /// again there; evaluating has no effects).
+    /// server: the walk does not wait for it, so such an object goes to the
+    /// evaluation tasks as its value (evaluated again there, with what it
+    /// missed read in between; evaluating has no effects).
     fn finish(&self, value: Value) -> leash_loader::Parsed {
-        // Interrupted: the rest of the page goes to the threads, which stop.
+        // Interrupted: the rest of the page goes to the tasks, which stop.
         if !self.inline || self.token.is_cancelled() {
             return leash_loader::Parsed::Value(value);
         }
         let pooled = self.memo().pop();
         let mut memo = pooled.or_else(|| self.engine.memo(&self.bindings));
-        let missed = AtomicBool::new(false);
+        let data = self.data();
         let object = Arc::new(value);
-        let e = self.evaluate(
-            object.clone(),
-            &self.cluster.offline(&missed),
-            memo.as_mut(),
-        );
+        let e = self.evaluate(object.clone(), &data, memo.as_mut());
         if let Some(m) = memo {
             self.memo().push(m);
         }
-        if missed.load(Ordering::Relaxed) {
+        if data.missed_any() {
             return leash_loader::Parsed::Value(Arc::unwrap_or_clone(object));
         }
         leash_loader::Parsed::Made(Arc::new(e))
+    }
+}
+
+/// One evaluation task: takes pages from `pages` until they end or the
+/// run is cancelled; an object the loader's walk evaluated is gathered, any
+/// other is evaluated here, reading what it misses from the server between
+/// evaluations (`ScanData::settle`: the engine never waits on the network).
+async fn evaluate_pages(
+    ev: Arc<Evaluator>,
+    mut pages: tokio::sync::mpsc::Receiver<Vec<leash_loader::LoadedObject>>,
+    out: tokio::sync::mpsc::Sender<String>,
+) -> Gathered {
+    let mut g = Gathered::default();
+    // Results remembered by what each policy reads: this task's own (see
+    // leash_policy::memo).
+    let mut memo = None;
+    let mut lines = String::new();
+    while let Some(page) = ev.token.run_until_cancelled(pages.recv()).await.flatten() {
+        for mut object in page {
+            if ev.token.is_cancelled() {
+                break;
+            }
+            if let Some(made) = object.take_made::<Evaluated>() {
+                g.add(Arc::unwrap_or_clone(made), &mut lines);
+                continue;
+            }
+            let parsed = match object.take_parsed() {
+                Some(v) => Ok(v),
+                None => ev.reads.parse(object.json()),
+            };
+            let value = match parsed {
+                Ok(v) => Arc::new(v),
+                Err(e) => {
+                    // Not lost: named, and counted as an error (the exit
+                    // status says so).
+                    eprintln!(
+                        "leash: error: {} {}/{} is not valid JSON: {e}",
+                        object.kind().qualified_name(),
+                        object.namespace().unwrap_or(""),
+                        object.name()
+                    );
+                    g.counts[Status::Error as usize] += 1;
+                    continue;
+                }
+            };
+            if memo.is_none() {
+                memo = ev.engine.memo(&ev.bindings);
+            }
+            let data = ev.data();
+            let settled = data
+                .settle(&ev.client, &ev.token, |data| {
+                    ev.evaluate(value.clone(), data, memo.as_mut())
+                })
+                .await;
+            match settled {
+                Some(e) => g.add(e, &mut lines),
+                None => break, // cancelled
+            }
+        }
+        if !lines.is_empty() {
+            // One write per page; a closed stdout only stops the lines, not
+            // the evaluation.
+            let chunk = std::mem::take(&mut lines);
+            if ev
+                .token
+                .run_until_cancelled(out.send(chunk))
+                .await
+                .is_none()
+            {
+                break;
+            }
+        }
+        // Evaluating is CPU work on the runtime's threads: the loader's
+        // tasks get their turn between pages.
+        tokio::task::yield_now().await;
+    }
+    g.memos.extend(memo);
+    g
+}
+
+/// Writes the evaluation tasks' table lines to stdout, in the order they
+/// come; a write error (a closed stdout) stops the lines, not the run.
+fn write_lines(mut lines: tokio::sync::mpsc::Receiver<String>) {
+    use std::io::Write as _;
+    let mut open = true;
+    while let Some(chunk) = lines.blocking_recv() {
+        if open {
+            open = std::io::stdout().lock().write_all(chunk.as_bytes()).is_ok();
+        }
     }
 }
 
@@ -253,6 +374,7 @@ pub(crate) async fn run(
     user: &UserInfo,
     threads: usize,
     keep: Keep,
+    registry: Option<Arc<leash_images::Registry>>,
 ) -> Result<Outcome> {
     let interrupted = AtomicBool::new(false);
     let token = CancellationToken::new();
@@ -303,7 +425,6 @@ pub(crate) async fn run(
         };
         let (_report, ()) = tokio::join!(load.report, collect);
     }
-    let handle = tokio::runtime::Handle::current();
     let threads = threads.max(1);
     let mut senders = Vec::new();
     let mut receivers = Vec::new();
@@ -312,25 +433,44 @@ pub(crate) async fn run(
         senders.push(tx);
         receivers.push(rx);
     }
-    // ConfigMaps that `context.configMap` entries read: loaded up front
-    // (the engine does no I/O), only when a policy reads them.
-    let mut lookups: Vec<Value> = namespaces.values().map(|v| (**v).clone()).collect();
-    let mut preloaded = vec!["namespaces".to_string()];
+    // The cluster as the evaluation reads it (leash-controller's view, as
+    // the scan and admission read theirs): the namespaces, and the
+    // ConfigMaps when `context.configMap` entries read them, loaded up
+    // front into the cache; what else a rule reads (an apiCall urlPath,
+    // CEL resource.Get/List) recorded as missed, read from the server
+    // between evaluations and kept for the run.
+    let cache = Arc::new(leash_controller::Cache::new());
+    let ns_store = cache.store(
+        &leash_controller::object::api_resource("", "v1", "Namespace", "namespaces"),
+        false,
+    );
+    for (name, ns) in &namespaces {
+        ns_store.put("", name, ns);
+    }
+    ns_store.mark_synced();
     if engine.policies().iter().any(|p| p.reads_config_maps())
         && let Some(cm_kind) = catalog
             .kinds()
             .iter()
             .find(|k| k.group.is_empty() && k.plural == "configmaps")
     {
+        let store = cache.store(
+            &leash_controller::object::api_resource("", "v1", "ConfigMap", "configmaps"),
+            true,
+        );
         let load = loader.load(vec![cm_kind.clone()], token.clone());
         let mut objects = load.objects;
         let collect = async {
             while let Some(page) = objects.next_page().await {
-                lookups.extend(page.iter().filter_map(|o| o.to_value().ok()));
+                for o in page {
+                    if let Ok(v) = o.to_value() {
+                        store.put(o.namespace().unwrap_or(""), o.name(), &v);
+                    }
+                }
             }
         };
         let (_report, ()) = tokio::join!(load.report, collect);
-        preloaded.push("configmaps".to_string());
+        store.mark_synced();
     }
     // Kyverno's global context (`globalReference`, CEL
     // `globalContext.Get`): the cluster's GlobalContextEntry objects, each
@@ -354,27 +494,24 @@ pub(crate) async fn run(
     } else {
         None
     };
-    // What a rule reads beyond those (apiCall, CEL resource.Get/List) is
-    // read from the server on first use.
-    let cluster = LiveCluster::new(
-        MemoryCluster::new(lookups),
-        preloaded,
-        client,
-        handle.clone(),
-        token.clone(),
-    )
-    .with_global(global.clone());
-    let interrupted_ref = &interrupted;
     // Each object is built with only what the policies read of it, in the
     // loader's one pass over its bytes, and evaluated right there (on the
     // core that built it) when the evaluation may use every core; else, or
-    // when it needs data from the server, by the evaluation threads.
+    // when it needs data from the server, by the evaluation tasks.
     let inline = threads >= std::thread::available_parallelism().map_or(1, usize::from);
     let evaluator = Arc::new(Evaluator {
         engine: engine.clone(),
         reads: engine.reads().builder(),
         namespaces,
-        cluster,
+        cache,
+        // Kept for the run: one read per distinct lookup; a failed read
+        // is not kept (the next object that asks tries again).
+        lookups: Arc::new(
+            leash_controller::lookups::Lookups::new(RUN, MAX_ANSWERS).retrying_failures(),
+        ),
+        registry,
+        global: global.clone(),
+        client,
         bindings: bindings.clone(),
         user: user.clone(),
         keep,
@@ -382,128 +519,61 @@ pub(crate) async fn run(
         token: token.clone(),
         memos: Mutex::new(Vec::new()),
     });
-    let ev = &*evaluator;
-    // block_in_place: this runtime thread blocks in the scope below while
-    // the loader's tasks run on the others.
-    let (gathered, report) = tokio::task::block_in_place(|| {
-        std::thread::scope(|s| {
-            let workers: Vec<_> = receivers
-                .into_iter()
-                .map(|mut rx| {
-                    s.spawn(move || {
-                        let mut g = Gathered::default();
-                        // Results remembered by what each policy reads: this
-                        // thread's own (see leash_policy::memo).
-                        let mut memo = None;
-                        let mut lines = String::new();
-                        while let Some(page) = rx.blocking_recv() {
-                            for mut object in page {
-                                if interrupted_ref.load(Ordering::Relaxed) {
-                                    g.memos.extend(memo);
-                                    return g;
-                                }
-                                if let Some(made) = object.take_made::<Evaluated>() {
-                                    g.add(Arc::unwrap_or_clone(made), &mut lines);
-                                    continue;
-                                }
-                                let parsed = match object.take_parsed() {
-                                    Some(v) => Ok(v),
-                                    None => ev.reads.parse(object.json()),
-                                };
-                                let value = match parsed {
-                                    Ok(v) => v,
-                                    Err(e) => {
-                                        // Not lost: named, and counted as
-                                        // an error (the exit status says so).
-                                        eprintln!(
-                                            "leash: error: {} {}/{} is not valid JSON: {e}",
-                                            object.kind().qualified_name(),
-                                            object.namespace().unwrap_or(""),
-                                            object.name()
-                                        );
-                                        g.counts[Status::Error as usize] += 1;
-                                        continue;
-                                    }
-                                };
-                                if memo.is_none() {
-                                    memo = ev.engine.memo(&ev.bindings);
-                                }
-                                let e =
-                                    ev.evaluate(Arc::new(value), &ev.cluster.view(), memo.as_mut());
-                                g.add(e, &mut lines);
-                            }
-                            if !lines.is_empty() {
-                                // One write per page; a closed stdout only
-                                // stops the lines, not the evaluation.
-                                use std::io::Write as _;
-                                let _ = std::io::stdout().lock().write_all(lines.as_bytes());
-                                lines.clear();
-                            }
-                        }
-                        g.memos.extend(memo);
-                        g
-                    })
-                })
-                .collect();
-            // The load runs on the runtime from this scoped thread; pages go
-            // round-robin to the workers' bounded channels (backpressure).
-            let driver = s.spawn(|| {
-                handle.block_on(async {
-                    let load = loader.load_parsed(kinds, token.clone(), evaluator.clone());
-                    let mut objects = load.objects;
-                    let feed = async {
-                        let mut i = 0usize;
-                        while let Some(page) = objects.next_page().await {
-                            // Cancelled (Ctrl-C): a thread that is not
-                            // taking pages (its output blocked) is not waited
-                            // for.
-                            let sent = token
-                                .run_until_cancelled(senders[i % senders.len()].send(page))
-                                .await;
-                            if !matches!(sent, Some(Ok(()))) {
-                                break;
-                            }
-                            i += 1;
-                        }
-                        drop(senders);
-                    };
-                    let work = async { tokio::join!(load.report, feed) };
-                    tokio::pin!(work);
-                    tokio::select! {
-                        (report, ()) = &mut work => Some(report),
-                        _ = tokio::signal::ctrl_c() => {
-                            interrupted_ref.store(true, Ordering::Relaxed);
-                            token.cancel();
-                            let (report, ()) = work.await;
-                            let _ = report;
-                            None
-                        }
-                    }
-                })
-            });
-            let report = driver.join().unwrap_or(None);
-            if interrupted_ref.load(Ordering::Relaxed) {
-                // A thread blocked writing to a stdout nobody reads (a
-                // pager, a full pipe) cannot see the flag: Ctrl-C still
-                // ends the run within a second.
-                let deadline = std::time::Instant::now() + INTERRUPT_GRACE;
-                while !workers.iter().all(|w| w.is_finished()) {
-                    if std::time::Instant::now() > deadline {
-                        eprintln!(
-                            "leash: interrupted; output is blocked, exiting without waiting for it"
-                        );
-                        std::process::exit(130);
-                    }
-                    std::thread::sleep(std::time::Duration::from_millis(10));
-                }
+    // Table lines go to stdout from one blocking task, so a stdout nobody
+    // reads blocks that task only: Ctrl-C still ends the run.
+    let (out_tx, out_rx) = tokio::sync::mpsc::channel::<String>(threads * 2);
+    let mut writer = tokio::task::JoinSet::new();
+    writer.spawn_blocking(move || write_lines(out_rx));
+    let mut workers = tokio::task::JoinSet::new();
+    for rx in receivers {
+        workers.spawn(evaluate_pages(evaluator.clone(), rx, out_tx.clone()));
+    }
+    drop(out_tx);
+    // Pages go round-robin to the workers' bounded channels (backpressure).
+    let load = loader.load_parsed(kinds, token.clone(), evaluator.clone());
+    let mut objects = load.objects;
+    let feed = async {
+        let mut i = 0usize;
+        while let Some(page) = objects.next_page().await {
+            let sent = token
+                .run_until_cancelled(senders[i % senders.len()].send(page))
+                .await;
+            if !matches!(sent, Some(Ok(()))) {
+                break;
             }
-            let gathered: Vec<Gathered> = workers
-                .into_iter()
-                .map(|w| w.join().unwrap_or_default())
-                .collect();
-            (gathered, report)
-        })
-    });
+            i += 1;
+        }
+        drop(senders);
+    };
+    let gather = async {
+        let mut gathered = Vec::new();
+        while let Some(g) = workers.join_next().await {
+            gathered.push(g.unwrap_or_default());
+        }
+        gathered
+    };
+    let work = async { tokio::join!(load.report, feed, gather) };
+    tokio::pin!(work);
+    let (report, gathered) = tokio::select! {
+        (report, (), gathered) = &mut work => (Some(report), gathered),
+        _ = tokio::signal::ctrl_c() => {
+            interrupted.store(true, Ordering::Relaxed);
+            token.cancel();
+            let (_, (), gathered) = work.await;
+            (None, gathered)
+        }
+    };
+    if !interrupted.load(Ordering::Relaxed) {
+        // Every line written before the summary.
+        let _ = writer.join_next().await;
+    } else if tokio::time::timeout(INTERRUPT_GRACE, writer.join_next())
+        .await
+        .is_err()
+    {
+        // Blocked writing to a stdout nobody reads (a pager, a full pipe).
+        eprintln!("leash: interrupted; output is blocked, exiting without waiting for it");
+        std::process::exit(130);
+    }
     if let Some(store) = global
         && let Err(e) = store.shutdown().await
     {

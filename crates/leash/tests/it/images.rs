@@ -533,6 +533,66 @@ async fn apply_verifies_cosign_signatures_with_public_keys() {
     assert!(!text.contains("Pod/default/elsewhere"), "{text}");
 }
 
+/// `leash apply --cluster --registry`: the cluster's pods are verified as
+/// the files' are. Each image is read from the registry between
+/// evaluations (the engine never waits on it), and the results are
+/// Kyverno's: the signed image passes, the unsigned one fails naming the
+/// attestor.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_cluster_verifies_the_cluster_pods_images() {
+    use leash_images::testing::{public_key_pem, signing_key};
+    let Some(reg) = LocalRegistry::start() else {
+        return;
+    };
+    reg.push("team/signed:1", &[]).await;
+    reg.push("team/unsigned:1", &[]).await;
+    let key = signing_key(6);
+    reg.sign("team/signed:1", &key).await;
+    let policy = verify_policy(&public_key_pem(&key), &reg.host, "Enforce");
+    let host = reg.host.clone();
+    let pod = |name: &str| {
+        serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "team"},
+            "spec": {"containers": [{"name": "c", "image": format!("{host}/team/{name}:1")}]}})
+    };
+    let sandbox = leash_sandbox::Sandbox::start(leash_sandbox::SandboxConfig {
+        objects: vec![
+            serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}}),
+            pod("signed"),
+            pod("unsigned"),
+        ],
+        ..leash_sandbox::SandboxConfig::default()
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("policy.yaml");
+    fs::write(&file, serde_json::to_string(&policy).unwrap()).unwrap();
+    let url = sandbox.url();
+    let out = tokio::task::block_in_place(|| {
+        leash()
+            .arg("apply")
+            .arg(&file)
+            .args(["--cluster", "-A", "--server", &url])
+            .args(["--registry", "--detailed-results"])
+            .output()
+            .unwrap()
+    });
+    sandbox.shutdown().await.unwrap();
+    let (text, err) = (stdout(&out), stderr(&out));
+    assert_eq!(out.status.code(), Some(1), "{text}{err}");
+    for want in [
+        format!(
+            "PASS: policy signed-images -> resource Pod/team/signed rule check-signature: verified image signatures for {host}/team/signed@sha256:"
+        ),
+        format!(
+            "FAIL: policy signed-images -> resource Pod/team/unsigned rule check-signature: failed to verify image {host}/team/unsigned:1: .attestors[0].entries[0].keys: no signatures found"
+        ),
+    ] {
+        assert!(text.contains(&want), "missing {want:?} in\n{text}{err}");
+    }
+}
+
 /// End to end with kubectl: an Enforce `verifyImages` policy admits a pod
 /// whose image is signed with its key, its tag pinned to the verified
 /// digest (`mutateDigest`), and denies an unsigned one with Kyverno's
