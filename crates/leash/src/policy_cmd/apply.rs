@@ -486,22 +486,39 @@ pub(crate) async fn run(args: Args) -> Result<ExitCode> {
         .with_shared(resources.iter().cloned())
         .offline_apply();
     if let Some(registry) = registry(&args)? {
-        cluster = cluster.with_registry(registry, tokio::runtime::Handle::current());
+        cluster = cluster.with_registry(registry);
     }
     // Pass results are only printed with --detailed-results or in a
     // report; else they are counted and dropped as they are made: on
     // 10,000 resources they are most of the memory.
     let keep_passes = args.policy_report || args.detailed_results;
-    let (results, mutations, dropped_passes) = evaluate_all(
-        &loaded.engine,
-        resources,
-        cluster,
-        &values,
-        &user,
-        threads,
-        &interrupted,
-        keep_passes,
-    );
+    let evaluate = || {
+        evaluate_all(
+            &loaded.engine,
+            &resources,
+            &cluster,
+            &values,
+            &user,
+            threads,
+            &interrupted,
+            keep_passes,
+        )
+    };
+    let mut evaluated = evaluate();
+    // With --registry: the images the evaluation missed are fetched
+    // (concurrently, each bounded by --registry-timeout) and everything is
+    // evaluated again; the engine never waits on a registry.
+    for _ in 1..leash_controller::lookups::ROUNDS {
+        let fetched = tokio::select! {
+            fetched = cluster.fetch_missed_images() => fetched,
+            _ = tokio::signal::ctrl_c() => return Ok(ExitCode::from(EXIT_INTERRUPTED)),
+        };
+        if !fetched || interrupted.load(Ordering::Relaxed) {
+            break;
+        }
+        evaluated = evaluate();
+    }
+    let (results, mutations, dropped_passes) = evaluated;
     if interrupted.load(Ordering::Relaxed) {
         return Ok(ExitCode::from(EXIT_INTERRUPTED));
     }
@@ -712,8 +729,8 @@ type Evaluated = (Arc<Value>, Vec<RuleResult>);
 #[allow(clippy::too_many_arguments)]
 fn evaluate_all(
     engine: &Engine,
-    resources: Vec<Arc<Value>>,
-    cluster: MemoryCluster,
+    resources: &[Arc<Value>],
+    cluster: &MemoryCluster,
     values: &Values,
     user: &UserInfo,
     threads: usize,
@@ -768,18 +785,18 @@ fn evaluate_all(
                             request_resource: values.request_resource(object),
                         };
                         let trigger = Prepared::new(req.clone());
-                        let applied = engine.apply(req, &cluster, &values.bindings);
+                        let applied = engine.apply(req, cluster, &values.bindings);
                         let mut m = Mutated::of(object, &applied.mutation);
                         let mut results = applied.results;
                         // What generate rules would create (printed, not created).
-                        for (policy, g) in engine.generate(&trigger, &cluster, &values.bindings) {
+                        for (policy, g) in engine.generate(&trigger, cluster, &values.bindings) {
                             for d in g.downstreams {
                                 m.generated
                                     .push((policy.key().clone(), g.result.rule.clone(), d));
                             }
                             results.push(g.result);
                         }
-                        for (policy, g) in engine.generate_cel(&trigger, &cluster) {
+                        for (policy, g) in engine.generate_cel(&trigger, cluster) {
                             let name: Arc<str> = Arc::from(policy.name());
                             for d in g.downstreams {
                                 m.generated
@@ -813,7 +830,8 @@ fn evaluate_all(
         slots[i] = Some(r);
     }
     let (results, mutations) = resources
-        .into_iter()
+        .iter()
+        .cloned()
         .zip(slots)
         .map(|(o, r)| {
             let (results, m) = r.unwrap_or_else(|| (Vec::new(), Mutated::none(&o)));

@@ -7,13 +7,15 @@
 //! # Invariants
 //! 1. A [`MemoryCluster`] is never changed after it is built: evaluation
 //!    threads share it by reference without synchronisation.
-//! 2. Nothing here awaits. With a registry (`--registry`), image lookups
-//!    wait for it with `Handle::block_on`, which only the evaluation
-//!    threads (plain threads, not the runtime's) call.
+//! 2. Nothing here waits on the network. With a registry (`--registry`),
+//!    an image lookup answers from what was fetched or records a miss (its
+//!    `ImageLookup`'s locks, each held for one map operation); the caller
+//!    fetches the misses between evaluations and evaluates again.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use leash_controller::lookups::cosign_trust;
 use leash_policy::kinds::{plural_of, split_api_version};
 use leash_policy::{ClusterData, EntryKind};
 use serde_json::Value;
@@ -32,9 +34,10 @@ pub(crate) struct MemoryCluster {
     /// The kinds of context entries it leaves out of the context when it
     /// cannot answer them ([`ClusterData::context_required`]).
     left_out: Vec<EntryKind>,
-    /// Image registries (`leash apply --registry`), read from the
-    /// evaluation threads through the runtime's handle.
-    registry: Option<(Arc<leash_images::Registry>, tokio::runtime::Handle)>,
+    /// Image registries (`--registry`): what an evaluation misses is
+    /// recorded, fetched by [`MemoryCluster::fetch_missed_images`] between
+    /// evaluations, and kept for the run.
+    registry: Option<leash_images::ImageLookup>,
 }
 
 /// One canned HTTP answer, Kyverno's `apiCallResponses` entry: the URL (or
@@ -77,18 +80,23 @@ impl MemoryCluster {
     }
 
     /// Answers image data (`imageRegistry` entries, `image.GetMetadata`)
-    /// from `registry` for the images it does not hold. Its lookups wait
-    /// on `handle`, so they must come from threads outside the runtime
-    /// (`leash apply`'s evaluation threads); each is bounded by the
-    /// registry's timeout.
-    pub(crate) fn with_registry(
-        mut self,
-        registry: Arc<leash_images::Registry>,
-        handle: tokio::runtime::Handle,
-    ) -> MemoryCluster {
+    /// and verifications from `registry` for the images it does not hold:
+    /// an evaluation never waits on it; what it missed is fetched by
+    /// [`Self::fetch_missed_images`], and the evaluation repeated.
+    pub(crate) fn with_registry(mut self, registry: Arc<leash_images::Registry>) -> MemoryCluster {
         self.left_out.retain(|k| *k != EntryKind::ImageRegistry);
-        self.registry = Some((registry, handle));
+        self.registry = Some(leash_images::ImageLookup::new(registry));
         self
+    }
+
+    /// Fetches, all at once, the images evaluations missed since the last
+    /// call (each bounded by the registry's timeout); false when none was
+    /// missed (or no registry is read).
+    pub(crate) async fn fetch_missed_images(&self) -> bool {
+        match &self.registry {
+            Some(lookup) => lookup.fetch_missed().await,
+            None => false,
+        }
     }
 
     /// No registry is read: `imageRegistry` entries are left out of the
@@ -192,10 +200,7 @@ impl ClusterData for MemoryCluster {
             return Ok(data.clone());
         }
         match &self.registry {
-            Some((registry, handle)) => handle
-                .block_on(registry.image_data(image))
-                .map(|data| data.cel_value())
-                .map_err(|e| e.to_string()),
+            Some(lookup) => lookup.get(image),
             None => Err(format!(
                 "no image data for {image}: no image registry is read here"
             )),
@@ -203,9 +208,8 @@ impl ClusterData for MemoryCluster {
     }
 
     fn fresh_image(&self, image: &str) {
-        // Each verification after this fetches and checks again.
-        if let Some((registry, _)) = &self.registry {
-            registry.forget(image);
+        if let Some(lookup) = &self.registry {
+            lookup.fresh(image);
         }
     }
 
@@ -214,13 +218,12 @@ impl ClusterData for MemoryCluster {
         image: &str,
         trust: &leash_policy::ImageTrust,
     ) -> Result<String, String> {
-        let Some((registry, handle)) = &self.registry else {
-            return Err(format!(
+        match &self.registry {
+            Some(lookup) => lookup.verify(image, &cosign_trust(trust)),
+            None => Err(format!(
                 "cannot verify {image}: no image registry is read here (--registry reads one)"
-            ));
-        };
-        handle
-            .block_on(registry.verify_image(image, &leash_controller::lookups::cosign_trust(trust)))
+            )),
+        }
     }
 
     fn verify_attestations(
@@ -228,20 +231,12 @@ impl ClusterData for MemoryCluster {
         image: &str,
         trust: &leash_policy::ImageTrust,
     ) -> Result<Vec<Value>, String> {
-        let Some((registry, handle)) = &self.registry else {
-            return Err(format!(
+        match &self.registry {
+            Some(lookup) => lookup.attestations(image, &cosign_trust(trust)),
+            None => Err(format!(
                 "cannot verify the attestations of {image}: no image registry is read here (--registry reads one)"
-            ));
-        };
-        handle.block_on(registry.load_trust_root())?;
-        let atts = handle
-            .block_on(registry.attestations(image))
-            .map_err(|e| e.to_string())?;
-        registry.verify_attestations(
-            image,
-            &leash_controller::lookups::cosign_trust(trust),
-            &atts,
-        )
+            )),
+        }
     }
 
     fn verify_referrers(
@@ -250,16 +245,12 @@ impl ClusterData for MemoryCluster {
         artifact_type: &str,
         trust: &leash_policy::ImageTrust,
     ) -> Result<Value, String> {
-        let Some((registry, handle)) = &self.registry else {
-            return Err(format!(
+        match &self.registry {
+            Some(lookup) => lookup.referrer_payload(image, artifact_type, &cosign_trust(trust)),
+            None => Err(format!(
                 "cannot verify the referrers of {image}: no image registry is read here (--registry reads one)"
-            ));
-        };
-        handle.block_on(registry.verify_image_referrers(
-            image,
-            artifact_type,
-            &leash_controller::lookups::cosign_trust(trust),
-        ))
+            )),
+        }
     }
 
     fn api_get(&self, url_path: &str) -> Option<Value> {

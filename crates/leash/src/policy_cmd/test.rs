@@ -494,7 +494,7 @@ fn evaluate_test(
         .with_http_answers(test.http_answers.clone())
         .with_globals(test.global_entries.clone());
     let cluster = match registry {
-        Some((registry, handle)) => cluster.with_registry(registry.clone(), handle.clone()),
+        Some((registry, _)) => cluster.with_registry(registry.clone()),
         None => cluster.without_registry(),
     };
     let mut resources = load::load_resources(&test.resources)?;
@@ -511,73 +511,22 @@ fn evaluate_test(
     } else {
         leash_policy::ReadSet::all()
     };
-    let evaluated: Vec<Evaluated> = resources
+    let resources: Vec<Arc<Value>> = resources
         .into_iter()
         .map(|object| {
-            let object = Arc::new(if reads.is_all() {
+            Arc::new(if reads.is_all() {
                 object
             } else {
                 reads.prune(&object)
-            });
-            let ns = object["metadata"]["namespace"]
-                .as_str()
-                .unwrap_or("")
-                .to_string();
-            let req = EvalRequest {
-                object: object.clone(),
-                old_object: None,
-                operation: Operation::Create,
-                user_info: user.clone(),
-                namespace_labels: values.namespace_labels.get(&ns).cloned(),
-                namespace_object: values.namespaces.get(&ns).cloned().map(Arc::new),
-                request_resource: values.request_resource(&object),
-            };
-            let trigger = Prepared::new(req.clone());
-            let applied = loaded.engine.apply(req.clone(), &cluster, &values.bindings);
-            let mut results = applied.results;
-            // The ValidatingAdmissionPolicies, on the mutated resource, each
-            // through the bindings that name it.
-            let mutated = EvalRequest {
-                object: applied.mutation.object.clone(),
-                ..req
-            };
-            for policy in &loaded.admission {
-                let bindings: Vec<&AdmissionPolicyBinding> = loaded
-                    .admission_bindings
-                    .iter()
-                    .filter(|b| b.policy_name() == policy.name())
-                    .map(|b| &**b)
-                    .collect();
-                results.extend(policy.evaluate(&mutated, &bindings, &cluster));
-            }
-            let mut generated = Vec::new();
-            for (policy, g) in loaded.engine.generate(&trigger, &cluster, &values.bindings) {
-                generated.push((policy.key().clone(), g.result.rule.clone(), g.downstreams));
-                results.push(g.result);
-            }
-            for (policy, g) in loaded.engine.generate_cel(&trigger, &cluster) {
-                generated.push((Arc::from(policy.name()), String::new(), g.downstreams));
-                results.push(g.result);
-            }
-            // Whether each DeletingPolicy would delete the resource (one
-            // result per policy, matched or not, as Kyverno's CLI gives).
-            for dpol in &loaded.deleting {
-                results.push(dpol.evaluate(&trigger, &cluster, loaded.engine.exceptions()));
-            }
-            Evaluated {
-                object,
-                mutation: applied.mutation,
-                results,
-                generated,
-            }
+            })
         })
         .collect();
     // The JSON payloads, and HTTP and Envoy authorization requests: each
     // named by its path as the test writes it; a JSON payload evaluated by
     // the JSON-mode ValidatingPolicies and the DeletingPolicies, a request
     // by the ValidatingPolicies of its mode.
-    let mut evaluated = evaluated;
-    let payloads = (test.json_payloads.iter().map(|p| (p, None)))
+    let mut payloads = Vec::new();
+    for ((name, file), authz) in (test.json_payloads.iter().map(|p| (p, None)))
         .chain(
             test.http_payloads
                 .iter()
@@ -587,29 +536,104 @@ fn evaluate_test(
             test.envoy_payloads
                 .iter()
                 .map(|p| (p, Some(EvaluationMode::Envoy))),
-        );
-    for ((name, file), authz) in payloads {
-        let payload = Arc::new(spec::read_json_payload(name, file)?);
-        let prepared = Prepared::new(EvalRequest::create(payload.clone()));
-        let results = match authz {
-            Some(mode) => loaded.engine.evaluate_authz(mode, &prepared, &cluster),
-            None => {
-                let mut results = loaded.engine.evaluate_json(&prepared, &cluster);
-                for dpol in &loaded.deleting {
-                    results.push(dpol.evaluate(&prepared, &cluster, loaded.engine.exceptions()));
+        )
+    {
+        payloads.push((name, Arc::new(spec::read_json_payload(name, file)?), authz));
+    }
+    let evaluate = |cluster: &MemoryCluster| -> Vec<Evaluated> {
+        let mut evaluated: Vec<Evaluated> = resources
+            .iter()
+            .map(|object| {
+                let object = object.clone();
+                let ns = object["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string();
+                let req = EvalRequest {
+                    object: object.clone(),
+                    old_object: None,
+                    operation: Operation::Create,
+                    user_info: user.clone(),
+                    namespace_labels: values.namespace_labels.get(&ns).cloned(),
+                    namespace_object: values.namespaces.get(&ns).cloned().map(Arc::new),
+                    request_resource: values.request_resource(&object),
+                };
+                let trigger = Prepared::new(req.clone());
+                let applied = loaded.engine.apply(req.clone(), cluster, &values.bindings);
+                let mut results = applied.results;
+                // The ValidatingAdmissionPolicies, on the mutated resource, each
+                // through the bindings that name it.
+                let mutated = EvalRequest {
+                    object: applied.mutation.object.clone(),
+                    ..req
+                };
+                for policy in &loaded.admission {
+                    let bindings: Vec<&AdmissionPolicyBinding> = loaded
+                        .admission_bindings
+                        .iter()
+                        .filter(|b| b.policy_name() == policy.name())
+                        .map(|b| &**b)
+                        .collect();
+                    results.extend(policy.evaluate(&mutated, &bindings, cluster));
                 }
-                results
+                let mut generated = Vec::new();
+                for (policy, g) in loaded.engine.generate(&trigger, cluster, &values.bindings) {
+                    generated.push((policy.key().clone(), g.result.rule.clone(), g.downstreams));
+                    results.push(g.result);
+                }
+                for (policy, g) in loaded.engine.generate_cel(&trigger, cluster) {
+                    generated.push((Arc::from(policy.name()), String::new(), g.downstreams));
+                    results.push(g.result);
+                }
+                // Whether each DeletingPolicy would delete the resource (one
+                // result per policy, matched or not, as Kyverno's CLI gives).
+                for dpol in &loaded.deleting {
+                    results.push(dpol.evaluate(&trigger, cluster, loaded.engine.exceptions()));
+                }
+                Evaluated {
+                    object,
+                    mutation: applied.mutation,
+                    results,
+                    generated,
+                }
+            })
+            .collect();
+        for (name, payload, authz) in &payloads {
+            let payload = payload.clone();
+            let prepared = Prepared::new(EvalRequest::create(payload.clone()));
+            let results = match authz {
+                Some(mode) => loaded.engine.evaluate_authz(*mode, &prepared, cluster),
+                None => {
+                    let mut results = loaded.engine.evaluate_json(&prepared, cluster);
+                    for dpol in &loaded.deleting {
+                        results.push(dpol.evaluate(&prepared, cluster, loaded.engine.exceptions()));
+                    }
+                    results
+                }
+            };
+            evaluated.push(Evaluated {
+                object: Arc::new(json!({"metadata": {"name": name}})),
+                mutation: Mutation {
+                    object: payload,
+                    steps: Vec::new(),
+                },
+                results,
+                generated: Vec::new(),
+            });
+        }
+        evaluated
+    };
+    let mut evaluated = evaluate(&cluster);
+    // With --registry: the images the evaluation missed are fetched (all
+    // at once, on the runtime, from this test thread) and the test is
+    // evaluated again; the engine never waits on a registry.
+    if let Some((_, handle)) = registry {
+        for _ in 1..leash_controller::lookups::ROUNDS {
+            if !handle.block_on(cluster.fetch_missed_images()) {
+                break;
             }
-        };
-        evaluated.push(Evaluated {
-            object: Arc::new(json!({"metadata": {"name": name}})),
-            mutation: Mutation {
-                object: payload,
-                steps: Vec::new(),
-            },
-            results,
-            generated: Vec::new(),
-        });
+            evaluated = evaluate(&cluster);
+        }
     }
     if test.results.is_empty() {
         anyhow::bail!("the test has no results to check");
