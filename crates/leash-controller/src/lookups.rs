@@ -1,6 +1,8 @@
-//! Cluster data the watched kinds do not hold, for the background scan: a
-//! `configMap` context entry, an `apiCall` `urlPath` or `service`, a CEL
-//! `resource.Get`/`List` of a kind no policy matches.
+//! Cluster data the watched kinds do not hold: a `configMap` context entry,
+//! an `apiCall` `urlPath` or `service`, a CEL `resource.Get`/`List` of a
+//! kind no policy matches. [`ScanData`] is the one cluster view of the
+//! background scan, admission, generate ([`ScanData::reading_afresh`]) and
+//! `leash apply --cluster`.
 //!
 //! The engine is pure and synchronous, so it never waits on the network.
 //! [`ScanData`] answers an evaluation from the watched [`Cache`] and from
@@ -358,6 +360,16 @@ pub struct ScanData {
     /// Kyverno's global context entries (`globalReference`,
     /// `globalContext.Get`), when they are read.
     global: Option<leash_context::Store>,
+    /// With [`Self::reading_afresh`]: the objects and lists read for this
+    /// evaluation alone (generate's), by the lookup as the engine made it.
+    own: Option<Mutex<HashMap<Lookup, Held>>>,
+}
+
+/// An object or a list read for one evaluation.
+#[derive(Debug, Clone)]
+enum Held {
+    Object(Option<Arc<Value>>),
+    List(Vec<Arc<Value>>),
 }
 
 impl std::fmt::Debug for ScanData {
@@ -381,6 +393,70 @@ impl ScanData {
             services: true,
             images: None,
             global: None,
+            own: None,
+        }
+    }
+
+    /// Objects and lists (`Get`, `List`) are neither taken from the cache
+    /// nor from the kept answers: every one this evaluation asks for is
+    /// missed until the caller reads it and gives it with
+    /// [`Self::put_object`] or [`Self::put_list`] (generate: a clone's
+    /// source as it is now). `apiCall`s are answered as usual.
+    pub fn reading_afresh(mut self) -> ScanData {
+        self.own = Some(Mutex::new(HashMap::new()));
+        self
+    }
+
+    /// Gives the object a `Get` lookup asked for (`None`: not found), with
+    /// [`Self::reading_afresh`].
+    pub fn put_object(&self, key: Lookup, object: Option<Arc<Value>>) {
+        self.hold(key, Held::Object(object));
+    }
+
+    /// Gives the objects a `List` lookup asked for, with
+    /// [`Self::reading_afresh`].
+    pub fn put_list(&self, key: Lookup, objects: Vec<Arc<Value>>) {
+        self.hold(key, Held::List(objects));
+    }
+
+    fn hold(&self, key: Lookup, held: Held) {
+        if let Some(own) = &self.own {
+            own.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(key, held);
+        }
+    }
+
+    /// What this evaluation holds of `key` (with
+    /// [`Self::reading_afresh`]): `None` when nothing, and the miss is
+    /// recorded.
+    fn held(&self, key: Lookup) -> Option<Held> {
+        let own = self.own.as_ref()?;
+        let held = own
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            .cloned();
+        if held.is_none() {
+            self.lock_missed().push(key);
+        }
+        held
+    }
+
+    /// Reads `lookups` (`apiCall`s) into the kept answers as
+    /// [`Self::fetch_missed`] does; false if `token` was cancelled.
+    pub async fn fetch(
+        &self,
+        client: &kube::Client,
+        lookups: Vec<Lookup>,
+        token: &CancellationToken,
+    ) -> bool {
+        match self.lookups.fetch(client, lookups, token).await {
+            Some(failed) => {
+                self.lock_failed().extend(failed);
+                true
+            }
+            None => false,
         }
     }
 
@@ -517,18 +593,34 @@ impl ClusterData for ScanData {
         namespace: &str,
         name: &str,
     ) -> Option<Arc<Value>> {
+        let key = || {
+            Lookup::Get(
+                api_version.into(),
+                resource.into(),
+                namespace.into(),
+                name.into(),
+            )
+        };
+        if self.own.is_some() {
+            return match self.held(key()) {
+                Some(Held::Object(o)) => o,
+                _ => None,
+            };
+        }
         if self.cache.serves(api_version, resource) {
             return self.cache.get(api_version, resource, namespace, name);
         }
-        self.looked_up(Lookup::Get(
-            api_version.into(),
-            resource.into(),
-            namespace.into(),
-            name.into(),
-        ))
+        self.looked_up(key())
     }
 
     fn list(&self, api_version: &str, resource: &str, namespace: &str) -> Vec<Arc<Value>> {
+        if self.own.is_some() {
+            let key = Lookup::List(api_version.into(), resource.into(), namespace.into());
+            return match self.held(key) {
+                Some(Held::List(l)) => l,
+                _ => Vec::new(),
+            };
+        }
         if self.cache.serves(api_version, resource) {
             return self.cache.list(api_version, resource, namespace);
         }
@@ -763,6 +855,51 @@ mod tests {
             Some("/api/v1/namespaces/a/configmaps/b")
         );
         assert_eq!(get("", "configmaps", "a", "b"), None);
+    }
+
+    /// Generate's view: objects and lists are never taken from the cache
+    /// (a clone's source as it is now), each is missed until given, and
+    /// a list stays a list; `apiCall`s still go through the kept answers.
+    #[test]
+    fn read_afresh_objects_are_missed_until_given() {
+        let cache = Cache::new();
+        let cms = cache.store(&api_resource("", "v1", "ConfigMap", "configmaps"), true);
+        cms.put(
+            "a",
+            "cm",
+            &json!({"metadata": {"name": "cm"}, "data": {"k": "cached"}}),
+        );
+        cms.mark_synced();
+        let lookups = Arc::new(Lookups::new(Duration::from_secs(60), 10));
+        let data = ScanData::new(Arc::new(cache), lookups.clone()).reading_afresh();
+        assert!(
+            data.get("v1", "ConfigMap", "a", "cm").is_none(),
+            "not the cache's"
+        );
+        assert!(data.list("v1", "ConfigMap", "a").is_empty());
+        assert!(data.api_get("/api/v1/namespaces/a/secrets").is_none());
+        let get = Lookup::Get("v1".into(), "ConfigMap".into(), "a".into(), "cm".into());
+        let list = Lookup::List("v1".into(), "ConfigMap".into(), "a".into());
+        let api = Lookup::Api("/api/v1/namespaces/a/secrets".into());
+        assert_eq!(data.take_missed(), [get.clone(), list.clone(), api.clone()]);
+        data.put_object(get, Some(Arc::new(json!({"data": {"k": "now"}}))));
+        data.put_list(list, vec![Arc::new(json!({"metadata": {"name": "x"}}))]);
+        lookups.keep(api, Some(Arc::new(json!({"items": []}))));
+        assert_eq!(
+            data.get("v1", "ConfigMap", "a", "cm").unwrap()["data"]["k"],
+            "now"
+        );
+        assert_eq!(data.list("v1", "ConfigMap", "a").len(), 1);
+        assert_eq!(
+            data.api_get("/api/v1/namespaces/a/secrets"),
+            Some(json!({"items": []}))
+        );
+        assert!(
+            data.take_missed().is_empty(),
+            "everything given is answered"
+        );
+        assert!(data.get("v1", "ConfigMap", "a", "other").is_none());
+        assert_eq!(data.take_missed().len(), 1, "a new lookup is missed");
     }
 
     #[test]

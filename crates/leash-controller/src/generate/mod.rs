@@ -62,7 +62,6 @@
 //! with the queue's lock or a store's lock: each guard is dropped at the
 //! end of its statement or block, before the next lock is taken.
 
-pub mod lookup;
 pub mod mutate;
 pub mod registry;
 
@@ -84,6 +83,7 @@ use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::cache::KindStore;
+use crate::lookups::{Lookup, ScanData};
 use crate::metrics::Metrics;
 use crate::object::{Object, api_resource};
 use crate::queue::WorkQueue;
@@ -91,7 +91,6 @@ use crate::sources::PolicySet;
 use crate::watch::{Change, WatchScope, watch_into};
 use crate::watchers::{Ended, WatcherSet};
 
-pub use lookup::Fetched;
 pub use registry::{Gvk, Registry, RuleKey};
 
 /// `kyverno.io/v2` `UpdateRequest`.
@@ -915,6 +914,14 @@ impl Shared {
             .remove(policy);
     }
 
+    /// Cluster data for one reconcile: the objects and lists a rule reads
+    /// (a clone's source, a `configMap` context) read as they are now, by
+    /// [`Self::fetch_missed`]; `apiCall`s answered from the hub's kept
+    /// answers.
+    fn fresh_data(&self) -> ScanData {
+        ScanData::new(Arc::new(crate::Cache::new()), self.calls.clone()).reading_afresh()
+    }
+
     fn api(&self, ar: &ApiResource, namespace: &str) -> Api<Object> {
         if namespace.is_empty() {
             Api::all_with(self.client.clone(), ar)
@@ -1006,25 +1013,39 @@ impl Shared {
         }
     }
 
-    /// Fetches what an evaluation asked `data` for and did not find (objects,
-    /// lists, `apiCall`s); false when nothing was missing.
+    /// Fetches what an evaluation asked `data` for and did not find: the
+    /// objects and lists as they are now (resolved through discovery),
+    /// `apiCall`s through the kept answers; false when nothing was missing.
     async fn fetch_missed(
         &self,
-        data: &mut Fetched,
+        data: &ScanData,
         token: &CancellationToken,
     ) -> Result<bool, String> {
         let missed = data.take_missed();
-        let called = data.fetch_missed_calls(&self.client, token).await;
-        if missed.is_empty() && !called {
+        if missed.is_empty() {
             return Ok(false);
         }
-        for (av, kind, ns, name) in missed {
-            let key = (av.clone(), kind.clone(), ns.clone(), name.clone());
-            let Some((ar, _)) = self.resolve(&av, &kind, token).await else {
-                data.put_object(key, None);
+        let (objects, calls): (Vec<Lookup>, Vec<Lookup>) = missed
+            .into_iter()
+            .partition(|l| matches!(l, Lookup::Get(..) | Lookup::List(..)));
+        if !calls.is_empty() && !data.fetch(&self.client, calls, token).await {
+            return Err("cancelled".into());
+        }
+        for key in objects {
+            let (av, kind, ns, name) = match &key {
+                Lookup::Get(av, kind, ns, name) => (av, kind, ns, name.as_str()),
+                Lookup::List(av, kind, ns) => (av, kind, ns, ""),
+                _ => continue,
+            };
+            let Some((ar, _)) = self.resolve(av, kind, token).await else {
+                if name.is_empty() {
+                    data.put_list(key, Vec::new());
+                } else {
+                    data.put_object(key, None);
+                }
                 continue;
             };
-            let api = self.api(&ar, &ns);
+            let api = self.api(&ar, ns);
             if name.is_empty() {
                 let lp = ListParams::default();
                 let list = cancellable(token, || api.list(&lp)).await?;
@@ -1042,7 +1063,7 @@ impl Shared {
                 });
                 data.put_list(key, items.collect());
             } else {
-                let got = cancellable(token, || api.get_opt(&name)).await?;
+                let got = cancellable(token, || api.get_opt(name)).await?;
                 data.put_object(key, got.map(|o| o.raw));
             }
         }
@@ -1106,11 +1127,11 @@ impl Shared {
             req.namespace_object = Some(ns.raw.clone());
         }
         let prepared = Prepared::new(req);
-        let mut data = Fetched::new(self.calls.clone());
+        let data = self.fresh_data();
         let mut generated = None;
-        for _ in 0..4 {
+        for _ in 0..crate::lookups::ROUNDS {
             generated = generator.generate(&set, &prepared, &data, policy_key, rule);
-            if !self.fetch_missed(&mut data, token).await? {
+            if !self.fetch_missed(&data, token).await? {
                 break;
             }
         }
@@ -1293,7 +1314,7 @@ impl Generator {
         &self,
         set: &PolicySet,
         prepared: &Prepared,
-        data: &Fetched,
+        data: &ScanData,
         key: &str,
         rule: &str,
     ) -> Option<Generated> {

@@ -30,7 +30,8 @@ use leash_policy::{EvalRequest, Operation, PatchedTarget, RuleResult, Status, Us
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::{Fetched, Shared, TriggerRef, Work, cancellable, rule_contexts};
+use super::{Shared, TriggerRef, Work, cancellable, rule_contexts};
+use crate::lookups::ScanData;
 use crate::object::Object;
 
 /// `spec.requestType` of an UpdateRequest for `mutate.targets` rules.
@@ -322,15 +323,15 @@ impl Shared {
     /// the policy is gone (or no longer has the rules), nothing to do.
     async fn run_and_write(
         &self,
-        run: impl Fn(&leash_policy::Engine, &Fetched) -> Option<(Vec<RuleResult>, Vec<PatchedTarget>)>,
+        run: impl Fn(&leash_policy::Engine, &ScanData) -> Option<(Vec<RuleResult>, Vec<PatchedTarget>)>,
         token: &CancellationToken,
     ) -> Result<Outcome, String> {
         let set = self.policies.borrow().clone();
-        let mut data = Fetched::new(self.calls.clone());
+        let data = self.fresh_data();
         let mut ran = None;
-        for _ in 0..4 {
+        for _ in 0..crate::lookups::ROUNDS {
             ran = run(&set.engine, &data);
-            if !self.fetch_missed(&mut data, token).await? {
+            if !self.fetch_missed(&data, token).await? {
                 break;
             }
         }
