@@ -51,7 +51,7 @@ use std::time::{Duration, Instant};
 
 use kube::core::ApiResource;
 use leash_loader::{Catalog, LoadOptions, Loader};
-use leash_policy::{Bindings, ClusterData, EvalRequest, KyvernoConfig, Operation, UserInfo};
+use leash_policy::{ClusterData, EvalRequest, KyvernoConfig, Operation, Prepared, UserInfo};
 use leash_report::{self as report, Owner, PolicyMeta, ReportSource};
 use leash_runtime::{Every, Scope, ScopeError};
 use serde_json::Value;
@@ -147,7 +147,8 @@ pub fn evaluate_object_with(
         request_resource: None,
     };
     set.background
-        .evaluate(req, data, &Bindings::default())
+        .evaluation(data)
+        .validate(&Prepared::new(req))
         .iter()
         .map(|r| report::result_entry(r, &PolicyMeta::of(&set.engine, &r.policy), now))
         .collect()

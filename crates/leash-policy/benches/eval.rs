@@ -10,7 +10,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use leash_policy::{Bindings, Engine, EvalRequest, NoClusterData};
+use leash_policy::{Engine, EvalRequest, NoClusterData, Prepared};
 use serde_json::{Value, json};
 
 fn engine(doc: Value) -> Engine {
@@ -80,11 +80,12 @@ fn evaluations(
 ) {
     group.bench_function(name, |b| {
         b.iter(|| {
-            black_box(engine.evaluate(
-                EvalRequest::create(black_box(pod.clone())),
-                &NoClusterData,
-                &Bindings::default(),
-            ))
+            black_box(
+                engine
+                    .evaluation(&NoClusterData)
+                    .validate(&Prepared::new(EvalRequest::create(black_box(pod.clone()))))
+                    .into_vec(),
+            )
         })
     });
 }
@@ -100,11 +101,10 @@ fn bench(c: &mut Criterion) {
         ("cel", cel_policy()),
     ] {
         let engine = engine(policy);
-        let results = engine.evaluate(
-            EvalRequest::create(pod.clone()),
-            &NoClusterData,
-            &Bindings::default(),
-        );
+        let results = engine
+            .evaluation(&NoClusterData)
+            .validate(&Prepared::new(EvalRequest::create(pod.clone())))
+            .into_vec();
         assert_eq!(results.len(), 1, "{name}: the rule applies to the pod");
         evaluations(&mut group, name, &engine, &pod);
     }

@@ -703,13 +703,16 @@ impl Engine {
         (!keys.is_empty()).then(|| keys.join(", "))
     }
 
-    /// Mutates the request's object ([`Engine::mutate`]), then evaluates
-    /// the validate rules on the mutated object, as Kyverno's CLI does.
-    pub fn apply(&self, req: EvalRequest, data: &dyn ClusterData, bindings: &Bindings) -> Applied {
-        let (mutation, results) = self.apply_memo(req, data, bindings, None);
-        Applied {
-            mutation,
-            results: results.into_vec(),
+    /// One evaluation reading cluster data from `data`, with no bindings
+    /// and no memo until set: the entry point of validation
+    /// ([`Evaluation::validate`]) and of mutation then validation
+    /// ([`Evaluation::apply`]).
+    pub fn evaluation<'a>(&'a self, data: &'a dyn ClusterData) -> Evaluation<'a> {
+        Evaluation {
+            engine: self,
+            data,
+            bindings: None,
+            memo: None,
         }
     }
 
@@ -742,57 +745,6 @@ impl Engine {
                 .get(i - self.policies.len())
                 .map(|p| p.name().to_string()),
         }
-    }
-
-    /// As [`Engine::apply`], answering from `memo` (made by [`Engine::memo`]
-    /// with the same bindings) where it can, and remembering what it
-    /// evaluates: the validate results it answers are shared with it.
-    pub fn apply_memo(
-        &self,
-        req: EvalRequest,
-        data: &dyn ClusterData,
-        bindings: &Bindings,
-        memo: Option<&mut crate::Memo>,
-    ) -> (Mutation, Results) {
-        let mutation = self.mutate(&req, data, bindings);
-        // Kyverno's CLI validates with the classic policies after the
-        // classic mutate rules, then runs the MutatingPolicies, then the
-        // ValidatingPolicies: so when a MutatingPolicy changed the object,
-        // the classic validate rules see it as the classic rules left it.
-        let after_classic = mutation
-            .steps
-            .iter()
-            .rev()
-            .find(|s| s.source == Source::Kyverno)
-            .map_or_else(|| req.object.clone(), |s| s.object.clone());
-        if Arc::ptr_eq(&after_classic, &mutation.object) {
-            let validated = EvalRequest {
-                object: mutation.object.clone(),
-                ..req
-            };
-            let prepared = Prepared::new(validated);
-            let results = self.evaluate_shared(&prepared, data, bindings, memo);
-            return (mutation, results);
-        }
-        let classic = EvalRequest {
-            object: after_classic,
-            ..req.clone()
-        };
-        let mut results: Vec<RuleResult> = self
-            .evaluate(classic, data, bindings)
-            .into_iter()
-            .filter(|r| r.source == Source::Kyverno)
-            .collect();
-        let last = EvalRequest {
-            object: mutation.object.clone(),
-            ..req
-        };
-        results.extend(
-            self.evaluate(last, data, bindings)
-                .into_iter()
-                .filter(|r| r.source != Source::Kyverno),
-        );
-        (mutation, Results::from(results))
     }
 
     /// Applies the PolicyExceptions that cover a rule's result: the rule is
@@ -840,50 +792,80 @@ impl Engine {
             }
         }
     }
+}
 
-    /// Evaluates every policy against one request: one result per matching
-    /// rule (and per matching ValidatingPolicy).
-    pub fn evaluate(
-        &self,
-        req: EvalRequest,
-        data: &dyn ClusterData,
-        bindings: &Bindings,
-    ) -> Vec<RuleResult> {
-        let prepared = Prepared::new(req);
-        self.evaluate_prepared(&prepared, data, bindings)
-    }
-
-    /// As [`Engine::evaluate`], for a request prepared once.
-    pub fn evaluate_prepared(
+impl Engine {
+    /// Evaluates every generate rule against one trigger: what each matching
+    /// rule wants to exist. A rule a policy exception covers is skipped.
+    pub fn generate(
         &self,
         prepared: &Prepared,
         data: &dyn ClusterData,
         bindings: &Bindings,
-    ) -> Vec<RuleResult> {
-        self.evaluate_memo(prepared, data, bindings, None)
+    ) -> Vec<(Arc<Policy>, crate::Generated)> {
+        let mut out = Vec::new();
+        for policy in self.policies.iter().filter(|p| p.has_generate()) {
+            for mut generated in policy.generate(prepared, data, bindings) {
+                let rule = &generated.result.rule;
+                if let Some(e) = self
+                    .exceptions
+                    .iter()
+                    .find(|e| e.applies(policy.key(), rule, rule, prepared, None))
+                {
+                    generated.result.status = Status::Skip;
+                    generated.result.message =
+                        format!("rule skipped due to policy exception {}", e.key());
+                    generated.downstreams.clear();
+                }
+                out.push((policy.clone(), generated));
+            }
+        }
+        out
+    }
+}
+
+/// One evaluation of a request against an [`Engine`]'s policies
+/// ([`Engine::evaluation`]): its cluster data, and what varies, set by the
+/// builder methods; then [`Self::validate`] or [`Self::apply`].
+pub struct Evaluation<'a> {
+    engine: &'a Engine,
+    data: &'a dyn ClusterData,
+    bindings: Option<&'a Bindings>,
+    memo: Option<&'a mut crate::Memo>,
+}
+
+impl std::fmt::Debug for Evaluation<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Evaluation")
+            .field("memo", &self.memo.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> Evaluation<'a> {
+    /// The bindings of the run (`leash test`'s values, serve's
+    /// ValidatingPolicy bindings); none by default.
+    pub fn bindings(mut self, bindings: &'a Bindings) -> Self {
+        self.bindings = Some(bindings);
+        self
     }
 
-    /// As [`Engine::evaluate_prepared`], with a memo ([`Engine::apply_memo`]).
-    pub fn evaluate_memo(
-        &self,
-        prepared: &Prepared,
-        data: &dyn ClusterData,
-        bindings: &Bindings,
-        memo: Option<&mut crate::Memo>,
-    ) -> Vec<RuleResult> {
-        self.evaluate_shared(prepared, data, bindings, memo)
-            .into_vec()
+    /// Answers from `memo` (made by [`Engine::memo`] with the same
+    /// bindings) where it can, and remembers what it evaluates: the
+    /// validate results it answers are shared with it.
+    pub fn memo(mut self, memo: Option<&'a mut crate::Memo>) -> Self {
+        self.memo = memo;
+        self
     }
 
-    /// As [`Engine::evaluate_memo`], the results the memo answers (and
-    /// those it keeps) shared with it.
-    pub fn evaluate_shared(
-        &self,
-        prepared: &Prepared,
-        data: &dyn ClusterData,
-        bindings: &Bindings,
-        mut memo: Option<&mut crate::Memo>,
-    ) -> Results {
+    /// Evaluates every validating policy against one request: one result
+    /// per matching rule (and per matching ValidatingPolicy), in the
+    /// order of the engine's policies.
+    pub fn validate(self, prepared: &Prepared) -> Results {
+        let (engine, data) = (self.engine, self.data);
+        let empty = Bindings::default();
+        let bindings = self.bindings.unwrap_or(&empty);
+        let mut memo = self.memo;
         let mut out = Results::default();
         let req = prepared.request();
         let mut visit = memo.as_deref_mut().map(|m| m.begin(req));
@@ -895,7 +877,7 @@ impl Engine {
         };
         // The resource's identity, read once for every policy and rule.
         let target = req.target();
-        for (i, policy) in self.policies.iter().enumerate() {
+        for (i, policy) in engine.policies.iter().enumerate() {
             if let Some(results) = answer(&mut memo, &mut visit, i) {
                 out.parts.push(Part::Shared(results));
                 continue;
@@ -903,13 +885,13 @@ impl Engine {
             let mut now = Vec::new();
             for mut result in policy.evaluate_for(prepared, &target, data, bindings) {
                 let base = base_rule(&result.rule);
-                let matched: Vec<&Arc<Exception>> = self
+                let matched: Vec<&Arc<Exception>> = engine
                     .exceptions
                     .iter()
                     .filter(|e| e.applies(policy.key(), &result.rule, base, prepared, None))
                     .collect();
                 if !matched.is_empty() {
-                    self.except(policy, &mut result, &matched, prepared);
+                    engine.except(policy, &mut result, &matched, prepared);
                 }
                 now.push(result);
             }
@@ -921,8 +903,8 @@ impl Engine {
         // their results, held until every one has verified what it does.
         let verified = crate::ivpol::Verifications::default();
         let mut held = Vec::new();
-        for (j, vpol) in self.validating.iter().enumerate() {
-            let i = self.policies.len() + j;
+        for (j, vpol) in engine.validating.iter().enumerate() {
+            let i = engine.policies.len() + j;
             if let Some(results) = answer(&mut memo, &mut visit, i) {
                 out.parts.push(Part::Shared(results));
                 continue;
@@ -931,7 +913,7 @@ impl Engine {
                 let mut evaluated = vpol.evaluate_images(req, data, &verified);
                 if let Some((result, pending)) = &mut evaluated
                     && let Some(keys) =
-                        self.cel_exemption(vpol.kind(), vpol.name(), prepared.cel_objects(), data)
+                        engine.cel_exemption(vpol.kind(), vpol.name(), prepared.cel_objects(), data)
                 {
                     result.status = Status::Skip;
                     result.rule = "exception".to_string();
@@ -957,7 +939,7 @@ impl Engine {
                 // otherwise a CEL PolicyException naming it may exempt it.
                 if result.status != Status::Skip
                     && let Some(keys) =
-                        self.cel_exemption(vpol.kind(), vpol.name(), prepared.cel_objects(), data)
+                        engine.cel_exemption(vpol.kind(), vpol.name(), prepared.cel_objects(), data)
                 {
                     result.status = Status::Skip;
                     result.rule = "exception".to_string();
@@ -995,46 +977,55 @@ impl Engine {
         }
         out
     }
-}
 
-impl Engine {
-    /// Evaluates every generate rule against one trigger: what each matching
-    /// rule wants to exist. A rule a policy exception covers is skipped.
-    pub fn generate(
-        &self,
-        prepared: &Prepared,
-        data: &dyn ClusterData,
-        bindings: &Bindings,
-    ) -> Vec<(Arc<Policy>, crate::Generated)> {
-        let mut out = Vec::new();
-        for policy in self.policies.iter().filter(|p| p.has_generate()) {
-            for mut generated in policy.generate(prepared, data, bindings) {
-                let rule = &generated.result.rule;
-                if let Some(e) = self
-                    .exceptions
-                    .iter()
-                    .find(|e| e.applies(policy.key(), rule, rule, prepared, None))
-                {
-                    generated.result.status = Status::Skip;
-                    generated.result.message =
-                        format!("rule skipped due to policy exception {}", e.key());
-                    generated.downstreams.clear();
-                }
-                out.push((policy.clone(), generated));
-            }
+    /// Mutates the request's object ([`Engine::mutate`]), then evaluates
+    /// the validate rules on the mutated object, as Kyverno's CLI does.
+    pub fn apply(self, req: EvalRequest) -> (Mutation, Results) {
+        let (engine, data) = (self.engine, self.data);
+        let empty = Bindings::default();
+        let mutation = engine.mutate(&req, data, self.bindings.unwrap_or(&empty));
+        // Kyverno's CLI validates with the classic policies after the
+        // classic mutate rules, then runs the MutatingPolicies, then the
+        // ValidatingPolicies: so when a MutatingPolicy changed the object,
+        // the classic validate rules see it as the classic rules left it.
+        let after_classic = mutation
+            .steps
+            .iter()
+            .rev()
+            .find(|s| s.source == Source::Kyverno)
+            .map_or_else(|| req.object.clone(), |s| s.object.clone());
+        if Arc::ptr_eq(&after_classic, &mutation.object) {
+            let validated = EvalRequest {
+                object: mutation.object.clone(),
+                ..req
+            };
+            return (mutation, self.validate(&Prepared::new(validated)));
         }
-        out
+        let classic = EvalRequest {
+            object: after_classic,
+            ..req.clone()
+        };
+        let bindings = self.bindings;
+        let validate = |req: EvalRequest| {
+            let mut e = engine.evaluation(data);
+            e.bindings = bindings;
+            e.validate(&Prepared::new(req)).into_vec()
+        };
+        let mut results: Vec<RuleResult> = validate(classic)
+            .into_iter()
+            .filter(|r| r.source == Source::Kyverno)
+            .collect();
+        let last = EvalRequest {
+            object: mutation.object.clone(),
+            ..req
+        };
+        results.extend(
+            validate(last)
+                .into_iter()
+                .filter(|r| r.source != Source::Kyverno),
+        );
+        (mutation, Results::from(results))
     }
-}
-
-/// The outcome of [`Engine::apply`]: the mutation, and the validate
-/// results on the mutated resource.
-#[derive(Debug, Clone)]
-pub struct Applied {
-    /// What the mutate rules did.
-    pub mutation: Mutation,
-    /// The validate results, evaluated on `mutation.object`.
-    pub results: Vec<RuleResult>,
 }
 
 /// One evaluation's validate results, policy by policy, in the order of
@@ -1153,11 +1144,10 @@ mod tests {
                     s.spawn(move || {
                         let mut last = Vec::new();
                         for _ in 0..50 {
-                            last = engine.evaluate(
-                                EvalRequest::create(pod.clone()),
-                                &NoClusterData,
-                                &Bindings::default(),
-                            );
+                            last = engine
+                                .evaluation(&NoClusterData)
+                                .validate(&crate::Prepared::new(EvalRequest::create(pod.clone())))
+                                .into_vec();
                         }
                         last
                     })
@@ -1224,11 +1214,10 @@ mod tests {
             "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "a"},
             "spec": {"containers": [{"name": "c", "image": "x:1"}], "volumes": [{"name": "v", "emptyDir": {}}]}
         }));
-        let results = engine.evaluate(
-            EvalRequest::create(pod),
-            &NoClusterData,
-            &Bindings::default(),
-        );
+        let results = engine
+            .evaluation(&NoClusterData)
+            .validate(&crate::Prepared::new(EvalRequest::create(pod)))
+            .into_vec();
         // (The JMESPath error's own words are the jmespath crate's.)
         let got: Vec<(&str, Status, &str)> = results
             .iter()
@@ -1299,11 +1288,10 @@ mod tests {
         engine.add_json(&secret_key).unwrap();
         let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a", "namespace": "n"},
             "spec": {"containers": [{"name": "c", "image": "r.io/app:1"}]}});
-        let results = engine.evaluate(
-            EvalRequest::create(Arc::new(pod)),
-            &NoClusterData,
-            &Bindings::default(),
-        );
+        let results = engine
+            .evaluation(&NoClusterData)
+            .validate(&crate::Prepared::new(EvalRequest::create(Arc::new(pod))))
+            .into_vec();
         assert_eq!(results[0].status, Status::Error, "{results:?}");
         assert!(
             results[0]
@@ -1376,11 +1364,12 @@ mod tests {
             let mut engine = Engine::new();
             engine.add_json(&policy).unwrap();
             let data = Counting::default();
-            let results = engine.evaluate(
-                EvalRequest::create(Arc::new(pod.clone())),
-                &data,
-                &Bindings::default(),
-            );
+            let results = engine
+                .evaluation(&data)
+                .validate(&crate::Prepared::new(EvalRequest::create(Arc::new(
+                    pod.clone(),
+                ))))
+                .into_vec();
             assert_eq!(results[0].status, Status::Pass, "{results:?}");
             assert_eq!(*data.0.lock().unwrap(), fresh, "useCache: {use_cache}");
         }
@@ -1439,11 +1428,10 @@ mod tests {
             for p in policies {
                 assert!(engine.add_json(p).unwrap());
             }
-            engine.evaluate(
-                EvalRequest::create(pod.clone()),
-                &NoClusterData,
-                &Bindings::default(),
-            )
+            engine
+                .evaluation(&NoClusterData)
+                .validate(&crate::Prepared::new(EvalRequest::create(pod.clone())))
+                .into_vec()
         };
         let together = evaluate(&policies);
         let alone: Vec<RuleResult> = policies

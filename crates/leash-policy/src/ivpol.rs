@@ -706,7 +706,6 @@ mod tests {
 
     use super::*;
     use crate::engine::Engine;
-    use crate::eval::Bindings;
     use crate::result::RuleResult;
 
     const KEY: &str = "-----BEGIN PUBLIC KEY-----\nSIGNER\n-----END PUBLIC KEY-----";
@@ -832,7 +831,10 @@ mod tests {
             engine.add_json(d).unwrap_or_else(|e| panic!("{e}"));
         }
         let req = EvalRequest::create(Arc::new(object));
-        engine.evaluate(req, &Registry, &Bindings::default())
+        engine
+            .evaluation(&Registry)
+            .validate(&crate::Prepared::new(req))
+            .into_vec()
     }
 
     fn one(docs: &[Json], object: Json) -> (Status, String) {
@@ -1270,7 +1272,10 @@ mod tests {
             let mut engine = Engine::new();
             engine.add_json(&policy).unwrap();
             let req = EvalRequest::create(Arc::new(pod(&refs)));
-            let results = engine.evaluate(req, &cold, &Bindings::default());
+            let results = engine
+                .evaluation(&cold)
+                .validate(&crate::Prepared::new(req))
+                .into_vec();
             assert_eq!(results[0].status, Status::Error, "{results:?}");
             let asked = cold.asked.lock().unwrap().clone();
             for image in &images {

@@ -9,11 +9,13 @@
 //! resources are `Arc<serde_json::Value>`s.
 //!
 //! - [`Engine`]: compiled [`Policy`]s, [`vpol::ValidatingPolicy`]s and
-//!   [`Exception`]s; [`Engine::evaluate`] gives one [`RuleResult`] per
-//!   matching rule.
+//!   [`Exception`]s; [`Engine::evaluation`] is the one entry point of an
+//!   evaluation (a builder for its bindings and memo):
+//!   [`Evaluation::validate`] gives one [`RuleResult`] per matching rule,
+//!   [`Evaluation::apply`] mutates, then validates the mutated resource
+//!   (as Kyverno's CLI does).
 //! - [`Engine::mutate`]: the mutate rules, in order, each on the output of
-//!   the previous one; [`Engine::apply`] mutates, then validates the
-//!   mutated resource (as Kyverno's CLI does).
+//!   the previous one.
 //! - [`mpol::MutatingPolicy`]: a compiled MutatingPolicy;
 //!   [`mpol::MutatingPolicy::mutate`] gives its result and the mutated object.
 //! - [`Document::compile`]: one YAML/JSON document into a policy, with
@@ -55,7 +57,7 @@ pub mod vpol;
 pub mod wildcard;
 
 pub use config::{ConfigError, KyvernoConfig};
-pub use engine::{Applied, Document, Engine, Results, Shared, base_rule};
+pub use engine::{Document, Engine, Evaluation, Results, Shared, base_rule};
 pub use error::{Error, Result};
 pub use eval::{Bindings, PolicyBindings, Prepared};
 pub use exception::Exception;

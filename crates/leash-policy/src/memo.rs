@@ -560,12 +560,13 @@ mod tests {
                 let eval = |o: &Value, memo: Option<&mut crate::Memo>| {
                     let prepared =
                         crate::Prepared::new(EvalRequest::create(std::sync::Arc::new(o.clone())));
-                    outcome(engine.evaluate_memo(
-                        &prepared,
-                        &NoClusterData,
-                        &Bindings::default(),
-                        memo,
-                    ))
+                    outcome(
+                        engine
+                            .evaluation(&NoClusterData)
+                            .memo(memo)
+                            .validate(&prepared)
+                            .into_vec(),
+                    )
                 };
                 for v in std::iter::once(r.clone()).chain(variants(r, 40)) {
                     // The memo has seen `r`.
@@ -613,12 +614,11 @@ mod tests {
         for i in 0..(super::PROBATION as usize + 10) {
             let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": format!("p{i}")}, "spec": {"x": 1}});
             let prepared = crate::Prepared::new(EvalRequest::create(std::sync::Arc::new(pod)));
-            let results = engine.evaluate_memo(
-                &prepared,
-                &NoClusterData,
-                &Bindings::default(),
-                Some(&mut memo),
-            );
+            let results = engine
+                .evaluation(&NoClusterData)
+                .memo(Some(&mut memo))
+                .validate(&prepared)
+                .into_vec();
             assert_eq!(results.len(), 1);
             assert_eq!(results[0].status, Status::Pass);
         }

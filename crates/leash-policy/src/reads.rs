@@ -1431,7 +1431,10 @@ mod tests {
                     namespace_object: None,
                     request_resource: None,
                 };
-                engine.evaluate(req, &crate::NoClusterData, &Default::default())
+                engine
+                    .evaluation(&crate::NoClusterData)
+                    .validate(&crate::Prepared::new(req))
+                    .into_vec()
             };
             let whole = results(&pod);
             failures += whole
@@ -1534,11 +1537,12 @@ mod tests {
         );
         for object in [pod, deployment] {
             let run = |o: Value| {
-                engine.evaluate(
-                    crate::EvalRequest::create(std::sync::Arc::new(o)),
-                    &crate::NoClusterData,
-                    &crate::Bindings::default(),
-                )
+                engine
+                    .evaluation(&crate::NoClusterData)
+                    .validate(&crate::Prepared::new(crate::EvalRequest::create(
+                        std::sync::Arc::new(o),
+                    )))
+                    .into_vec()
             };
             let whole = run(object.clone());
             assert_eq!(whole.len(), 1, "{object}");
@@ -1623,16 +1627,18 @@ mod tests {
         skipped["metadata"]["labels"]["skip"] = json!("yes");
         for object in [pod, quiet, skipped, deployment] {
             let narrowed = reads.prune(&object);
-            let whole = engine.evaluate(
-                crate::EvalRequest::create(std::sync::Arc::new(object.clone())),
-                &crate::NoClusterData,
-                &crate::Bindings::default(),
-            );
-            let got = engine.evaluate(
-                crate::EvalRequest::create(std::sync::Arc::new(narrowed)),
-                &crate::NoClusterData,
-                &crate::Bindings::default(),
-            );
+            let whole = engine
+                .evaluation(&crate::NoClusterData)
+                .validate(&crate::Prepared::new(crate::EvalRequest::create(
+                    std::sync::Arc::new(object.clone()),
+                )))
+                .into_vec();
+            let got = engine
+                .evaluation(&crate::NoClusterData)
+                .validate(&crate::Prepared::new(crate::EvalRequest::create(
+                    std::sync::Arc::new(narrowed),
+                )))
+                .into_vec();
             assert!(!whole.is_empty(), "{object}");
             assert_eq!(format!("{got:?}"), format!("{whole:?}"), "{object}");
         }
@@ -1738,11 +1744,12 @@ mod tests {
                 assert_eq!(narrowed, reads.prune(&pod), "{expr}");
                 assert!(narrowed.get("status").is_none(), "{expr}");
                 let run = |o: Value| {
-                    engine.evaluate(
-                        crate::EvalRequest::create(std::sync::Arc::new(o)),
-                        &crate::NoClusterData,
-                        &crate::Bindings::default(),
-                    )
+                    engine
+                        .evaluation(&crate::NoClusterData)
+                        .validate(&crate::Prepared::new(crate::EvalRequest::create(
+                            std::sync::Arc::new(o),
+                        )))
+                        .into_vec()
                 };
                 // An error's message may print a CEL map, in no set order.
                 let outcome = |o: Value| -> Vec<(crate::result::Status, String)> {
@@ -1829,11 +1836,12 @@ mod tests {
             pod(json!({"name": "not a list"})),
         ] {
             let run = |o: Value| {
-                engine.evaluate(
-                    crate::EvalRequest::create(std::sync::Arc::new(o)),
-                    &crate::NoClusterData,
-                    &crate::Bindings::default(),
-                )
+                engine
+                    .evaluation(&crate::NoClusterData)
+                    .validate(&crate::Prepared::new(crate::EvalRequest::create(
+                        std::sync::Arc::new(o),
+                    )))
+                    .into_vec()
             };
             let whole = run(p.clone());
             assert_eq!(run(reads.prune(&p)), whole, "{p}");

@@ -954,8 +954,7 @@ impl Admission {
                     eval,
                     &resource_name,
                     move |prepared, data| {
-                        let results =
-                            engine.evaluate_prepared(prepared, data, &Bindings::default());
+                        let results = engine.evaluation(data).validate(prepared).into_vec();
                         let (generated, generated_cel) = if generates {
                             (
                                 engine.generate(prepared, data, &Bindings::default()),

@@ -815,7 +815,7 @@ fn engine_mutate_cel_exception_skips_the_mutating_policy() {
 fn engine_apply_validates_as_kyverno_cli_orders_it() {
     // Classic validate rules see the object before the MutatingPolicies,
     // ValidatingPolicies see it after them (Kyverno CLI's order).
-    use crate::{Bindings, Engine};
+    use crate::Engine;
     let mut engine = Engine::new();
     let classic = json!({
         "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "classic"},
@@ -835,20 +835,17 @@ fn engine_apply_validates_as_kyverno_cli_orders_it() {
         assert!(engine.add_json(&doc).unwrap());
     }
     let req = EvalRequest::create(Arc::new(pod(json!({"containers": [{"name": "a"}]}))));
-    let applied = engine.apply(req, &NoClusterData, &Bindings::default());
-    assert_eq!(applied.mutation.object["metadata"]["labels"]["team"], "a");
-    let got: Vec<(&str, Status)> = applied
-        .results
-        .iter()
-        .map(|r| (&*r.policy, r.status))
-        .collect();
+    let (mutation, results) = engine.evaluation(&NoClusterData).apply(req);
+    assert_eq!(mutation.object["metadata"]["labels"]["team"], "a");
+    let got: Vec<(&str, Status)> = results.iter().map(|r| (&*r.policy, r.status)).collect();
     assert_eq!(got, [("classic", Status::Pass), ("has-team", Status::Pass)]);
     // The classic rule would fail on the object the MutatingPolicy produced.
-    let on_mutated = engine.evaluate(
-        EvalRequest::create(applied.mutation.object.clone()),
-        &NoClusterData,
-        &Bindings::default(),
-    );
+    let on_mutated = engine
+        .evaluation(&NoClusterData)
+        .validate(&crate::Prepared::new(EvalRequest::create(
+            mutation.object.clone(),
+        )))
+        .into_vec();
     assert_eq!(on_mutated[0].status, Status::Fail, "{:?}", on_mutated[0]);
 }
 

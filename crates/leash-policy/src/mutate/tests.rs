@@ -473,26 +473,19 @@ fn apply_validates_the_mutated_resource() {
         ]),
     );
     engine.add_json(&p).unwrap();
-    let applied = engine.apply(
-        EvalRequest::create(Arc::new(pod())),
-        &NoClusterData,
-        &Bindings::default(),
-    );
-    assert!(applied.mutation.changed());
-    assert_eq!(applied.results.len(), 1);
-    assert_eq!(applied.results[0].rule, "check");
-    assert_eq!(
-        applied.results[0].status,
-        Status::Pass,
-        "{:?}",
-        applied.results
-    );
+    let (mutation, results) = engine
+        .evaluation(&NoClusterData)
+        .apply(EvalRequest::create(Arc::new(pod())));
+    let results = results.into_vec();
+    assert!(mutation.changed());
+    assert_eq!(results.len(), 1);
+    assert_eq!(results[0].rule, "check");
+    assert_eq!(results[0].status, Status::Pass, "{results:?}");
     // Without the mutation, the same validation fails.
-    let results = engine.evaluate(
-        EvalRequest::create(Arc::new(pod())),
-        &NoClusterData,
-        &Bindings::default(),
-    );
+    let results = engine
+        .evaluation(&NoClusterData)
+        .validate(&crate::Prepared::new(EvalRequest::create(Arc::new(pod()))))
+        .into_vec();
     assert_eq!(results[0].status, Status::Fail);
 }
 

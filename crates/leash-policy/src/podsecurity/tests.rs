@@ -883,11 +883,9 @@ fn engine_results(exceptions: &[Value], object: Value) -> Vec<(String, Status, S
         engine.add_json(e).unwrap();
     }
     engine
-        .evaluate(
-            EvalRequest::create(Arc::new(object)),
-            &NoClusterData,
-            &Bindings::default(),
-        )
+        .evaluation(&NoClusterData)
+        .validate(&crate::Prepared::new(EvalRequest::create(Arc::new(object))))
+        .into_vec()
         .into_iter()
         .map(|r| (r.rule, r.status, r.message))
         .collect()

@@ -608,11 +608,9 @@ fn cel_policy_exceptions_exempt_the_policies_they_name() {
     }
     let results = |obj: Json| {
         let mut r: Vec<(String, String, Status, String)> = engine
-            .evaluate(
-                EvalRequest::create(Arc::new(obj)),
-                &NoClusterData,
-                &Default::default(),
-            )
+            .evaluation(&NoClusterData)
+            .validate(&crate::Prepared::new(EvalRequest::create(Arc::new(obj))))
+            .into_vec()
             .into_iter()
             .map(|r| (r.policy.to_string(), r.rule, r.status, r.message))
             .collect();
@@ -907,7 +905,9 @@ fn json_mode_policies_evaluate_payloads() {
     let pod = EvalRequest::create(Arc::new(pod("p", json!({}), json!({}))));
     assert!(
         engine
-            .evaluate(pod, &NoClusterData, &Default::default())
+            .evaluation(&NoClusterData)
+            .validate(&crate::Prepared::new(pod))
+            .into_vec()
             .is_empty()
     );
 }

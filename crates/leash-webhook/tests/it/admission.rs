@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use leash_policy::{Bindings, EvalRequest, NoClusterData, Operation, RuleResult, UserInfo};
+use leash_policy::{EvalRequest, NoClusterData, Operation, RuleResult, UserInfo};
 use serde_json::{Value, json};
 
 use crate::common::*;
@@ -273,18 +273,17 @@ async fn seed_shared_policy_mutation() {
     let expected: Vec<(bool, Vec<RuleResult>)> = pods
         .iter()
         .map(|p| {
-            let mut results = shared.evaluate(
-                EvalRequest {
+            let mut results = shared
+                .evaluation(&NoClusterData)
+                .validate(&leash_policy::Prepared::new(EvalRequest {
                     user_info: UserInfo {
                         username: "alice".into(),
                         groups: vec!["devs".into(), "system:authenticated".into()],
                         ..UserInfo::default()
                     },
                     ..EvalRequest::create(Arc::new(p.clone()))
-                },
-                &NoClusterData,
-                &Bindings::default(),
-            );
+                }))
+                .into_vec();
             results.retain(|r| r.policy.as_ref() != "background-only");
             let denied = results.iter().any(|r| {
                 r.status == leash_policy::Status::Fail

@@ -785,9 +785,12 @@ fn evaluate_all(
                             request_resource: values.request_resource(object),
                         };
                         let trigger = Prepared::new(req.clone());
-                        let applied = engine.apply(req, cluster, &values.bindings);
-                        let mut m = Mutated::of(object, &applied.mutation);
-                        let mut results = applied.results;
+                        let (mutation, results) = engine
+                            .evaluation(cluster)
+                            .bindings(&values.bindings)
+                            .apply(req);
+                        let mut m = Mutated::of(object, &mutation);
+                        let mut results = results.into_vec();
                         // What generate rules would create (printed, not created).
                         for (policy, g) in engine.generate(&trigger, cluster, &values.bindings) {
                             for d in g.downstreams {

@@ -183,7 +183,12 @@ impl Evaluator {
         };
         // Mutate rules first, then validate rules on the mutated object, as
         // Kyverno's CLI; the mutated object is not written back.
-        let (mutation, results) = self.engine.apply_memo(req, cluster, &self.bindings, memo);
+        let (mutation, results) = self
+            .engine
+            .evaluation(cluster)
+            .bindings(&self.bindings)
+            .memo(memo)
+            .apply(req);
         let mut e = Evaluated::default();
         let all = || mutation.results().chain(results.iter());
         for r in all() {

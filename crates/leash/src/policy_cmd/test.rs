@@ -559,12 +559,14 @@ fn evaluate_test(
                     request_resource: values.request_resource(&object),
                 };
                 let trigger = Prepared::new(req.clone());
-                let applied = loaded.engine.apply(req.clone(), cluster, &values.bindings);
-                let mut results = applied.results;
+                let (mutation, results) = (loaded.engine.evaluation(cluster))
+                    .bindings(&values.bindings)
+                    .apply(req.clone());
+                let mut results = results.into_vec();
                 // The ValidatingAdmissionPolicies, on the mutated resource, each
                 // through the bindings that name it.
                 let mutated = EvalRequest {
-                    object: applied.mutation.object.clone(),
+                    object: mutation.object.clone(),
                     ..req
                 };
                 for policy in &loaded.admission {
@@ -592,7 +594,7 @@ fn evaluate_test(
                 }
                 Evaluated {
                     object,
-                    mutation: applied.mutation,
+                    mutation,
                     results,
                     generated,
                 }
