@@ -354,12 +354,13 @@ impl ContextEntry {
                     format!("duplicate projection name {:?}", projection.name),
                 ));
             }
-            let expression = jmespath::compile(&projection.jmes_path).map_err(|e| {
-                invalid(
-                    &format!("{field}.jmesPath"),
-                    format!("{:?} does not compile: {e}", projection.jmes_path),
-                )
-            })?;
+            let expression =
+                leash_policy::jmespath::compile(&projection.jmes_path).map_err(|e| {
+                    invalid(
+                        &format!("{field}.jmesPath"),
+                        format!("{:?} does not compile: {e}", projection.jmes_path),
+                    )
+                })?;
             projections.push(CompiledProjection {
                 name: projection.name.clone(),
                 expression,

@@ -3,7 +3,6 @@
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
-use jmespath::ToJmespath;
 use serde_json::Value;
 
 use crate::entry::CompiledProjection;
@@ -31,24 +30,19 @@ impl Snapshot {
     pub fn compute(data: Value, projections: &[CompiledProjection]) -> Result<Snapshot> {
         let mut values = BTreeMap::new();
         if !projections.is_empty() {
-            // Convert once; every projection reads the same variable.
-            let variable = (&data).to_jmespath().map_err(|e| Error::ProjectionFailed {
-                projection: projections[0].name.clone(),
-                reason: e.to_string(),
-            })?;
+            // Convert once; every projection reads the same variable, with
+            // Kyverno's functions and number forms (leash-policy's JMESPath).
+            let variable = leash_policy::jmespath::from_json(&data);
             for projection in projections {
-                let result = projection.expression.search(&variable).map_err(|e| {
-                    Error::ProjectionFailed {
+                let result = leash_policy::jmespath::search_var(&projection.expression, &variable)
+                    .map_err(|reason| Error::ProjectionFailed {
                         projection: projection.name.clone(),
-                        reason: e.to_string(),
-                    }
-                })?;
-                let value =
-                    serde_json::to_value(&*result).map_err(|e| Error::ProjectionFailed {
-                        projection: projection.name.clone(),
-                        reason: e.to_string(),
+                        reason,
                     })?;
-                values.insert(projection.name.clone(), value);
+                values.insert(
+                    projection.name.clone(),
+                    leash_policy::jmespath::to_json(&result),
+                );
             }
         }
         Ok(Snapshot {
@@ -72,7 +66,7 @@ mod tests {
     fn compiled(name: &str, expr: &str) -> CompiledProjection {
         CompiledProjection {
             name: name.to_owned(),
-            expression: jmespath::compile(expr).unwrap(),
+            expression: leash_policy::jmespath::compile(expr).unwrap(),
         }
     }
 
@@ -82,6 +76,20 @@ mod tests {
         let s = Snapshot::compute(json!([{"a": 1}, {"a": 2}]), &p).unwrap();
         assert_eq!(s.projection("n"), Some(&json!(2)));
         assert_eq!(s.projection("first"), Some(&json!(1)));
+    }
+
+    /// Kyverno's JMESPath functions work in projections, as Kyverno
+    /// evaluates them with its engine's JMESPath.
+    #[test]
+    fn projections_have_kyvernos_functions() {
+        let p = [
+            compiled("upper", "to_upper([0].name)"),
+            compiled("total", "sum([*].n)"),
+        ];
+        let s =
+            Snapshot::compute(json!([{"name": "a", "n": 2}, {"name": "b", "n": 3}]), &p).unwrap();
+        assert_eq!(s.projection("upper"), Some(&json!("A")));
+        assert_eq!(s.projection("total"), Some(&json!(5)));
     }
 
     #[test]

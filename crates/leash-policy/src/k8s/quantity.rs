@@ -104,9 +104,16 @@ impl Quantity {
 /// ignored) into seconds, with Go's `time.ParseDuration` (one parser:
 /// JMESPath's durations use it too).
 pub fn parse_duration(s: &str) -> Option<f64> {
-    crate::jmespath::duration::parse(s.trim())
+    parse_duration_nanos(s)
         .ok()
         .map(crate::jmespath::duration::seconds)
+}
+
+/// Parses a Go duration into signed nanoseconds, with Go's
+/// `time.ParseDuration` and its error message (`time: invalid duration
+/// "10"`): the Kubernetes `metav1.Duration` fields' parser.
+pub fn parse_duration_nanos(s: &str) -> Result<i64, String> {
+    crate::jmespath::duration::parse(s.trim())
 }
 
 #[cfg(test)]
