@@ -27,6 +27,8 @@ enum Ty {
     /// A list, with its elements' type when a literal's are all one.
     List(&'static str),
     Map,
+    Timestamp,
+    Duration,
     /// Anything (a resource's field, a variable, an unknown function).
     Dyn,
 }
@@ -47,6 +49,8 @@ impl Ty {
                 _ => "list(dyn)",
             },
             Ty::Map => "map(dyn, dyn)",
+            Ty::Timestamp => "timestamp",
+            Ty::Duration => "duration",
             Ty::Dyn => "dyn",
         }
     }
@@ -60,6 +64,8 @@ impl Ty {
             Ty::Bytes => Some(3),
             Ty::List(_) => Some(4),
             Ty::Map => Some(5),
+            Ty::Timestamp => Some(6),
+            Ty::Duration => Some(7),
             Ty::Dyn => None,
         }
     }
@@ -163,16 +169,17 @@ fn ty(e: &IdedExpr, vars: &Vars) -> Result<Ty, String> {
             if s.test { Ty::Bool } else { Ty::Dyn }
         }
         E::Comprehension(c) => {
-            for part in [
-                &c.iter_range,
-                &c.accu_init,
-                &c.loop_cond,
-                &c.loop_step,
-                &c.result,
-            ] {
+            for part in [&c.iter_range, &c.loop_cond, &c.loop_step] {
                 ty(part, vars)?;
             }
-            Ty::Dyn
+            let accu = ty(&c.accu_init, vars)?;
+            // The macros' results: `all`, `exists` (and `map`, `filter`)
+            // give the accumulator (a bool, or a list), `exists_one`
+            // compares it.
+            match &c.result.expr {
+                E::Ident(name) if *name == c.accu_var => accu,
+                _ => ty(&c.result, vars)?,
+            }
         }
         E::Call(c) => {
             let target = c.target.as_deref().map(|t| ty(t, vars)).transpose()?;
@@ -181,7 +188,14 @@ fn ty(e: &IdedExpr, vars: &Vars) -> Result<Ty, String> {
                 .iter()
                 .map(|a| ty(a, vars))
                 .collect::<Result<Vec<_>, _>>()?;
-            call(&c.func_name, target, &args)?
+            // `sets.contains(a, b)`, `math.greatest(..)`: a name qualified
+            // by a bare identifier may be a library's function, not a
+            // member call.
+            if matches!(c.target.as_deref().map(|t| &t.expr), Some(E::Ident(_))) {
+                Ty::Dyn
+            } else {
+                call(&c.func_name, target, &args)?
+            }
         }
         _ => Ty::Dyn,
     })
@@ -196,6 +210,11 @@ fn call(name: &str, target: Option<Ty>, args: &[Ty]) -> Result<Ty, String> {
                 return Err(mismatch(name, &[*a, *b]));
             }
             Ty::Bool
+        }
+        (op::ADD | op::SUBSTRACT, None, [a, b]) if time_arith(name, *a, *b).is_some() => {
+            time_arith(name, *a, *b)
+                .flatten()
+                .ok_or_else(|| mismatch(name, &[*a, *b]))?
         }
         (op::LESS | op::LESS_EQUALS | op::GREATER | op::GREATER_EQUALS, None, [a, b]) => {
             // Lists, maps and booleans have no ordering but bool's; mixed
@@ -216,8 +235,18 @@ fn call(name: &str, target: Option<Ty>, args: &[Ty]) -> Result<Ty, String> {
             if a == b { *a } else { Ty::Dyn }
         }
         (op::SUBSTRACT | op::MULTIPLY | op::DIVIDE | op::MODULO, None, [a, b]) => {
-            let not_number =
-                |t: Ty| matches!(t, Ty::String | Ty::Bool | Ty::Bytes | Ty::List(_) | Ty::Map);
+            let not_number = |t: Ty| {
+                matches!(
+                    t,
+                    Ty::String
+                        | Ty::Bool
+                        | Ty::Bytes
+                        | Ty::List(_)
+                        | Ty::Map
+                        | Ty::Timestamp
+                        | Ty::Duration
+                )
+            };
             if not_number(*a) || not_number(*b) {
                 return Err(mismatch(name, &[*a, *b]));
             }
@@ -248,10 +277,73 @@ fn call(name: &str, target: Option<Ty>, args: &[Ty]) -> Result<Ty, String> {
         ("uint", None, [_]) => Ty::Number("uint"),
         ("double", None, [_]) => Ty::Number("double"),
         ("string", None, [_]) => Ty::String,
-        ("startsWith" | "endsWith" | "contains" | "matches", Some(Ty::String), [_]) => Ty::Bool,
-        ("lowerAscii" | "upperAscii" | "trim", Some(Ty::String), []) => Ty::String,
+        ("timestamp", None, [_]) => Ty::Timestamp,
+        ("duration", None, [_]) => Ty::Duration,
+        (name, Some(receiver), args) => return member(name, receiver, args),
         _ => Ty::Dyn,
     })
+}
+
+/// `+` and `-` where a timestamp or a duration takes part: `None` when
+/// neither does (the other rules apply), `Some(None)` when no overload
+/// takes the two, else the result.
+fn time_arith(op: &str, a: Ty, b: Ty) -> Option<Option<Ty>> {
+    use Ty::{Duration as D, Dyn, Timestamp as T};
+    if !matches!(a, T | D) && !matches!(b, T | D) {
+        return None;
+    }
+    Some(match (op == operators::ADD, a, b) {
+        (_, Dyn, _) | (_, _, Dyn) => Some(Dyn),
+        (true, T, D) | (true, D, T) => Some(T),
+        (true, D, D) => Some(D),
+        (false, T, T) | (false, D, D) => Some(D),
+        (false, T, D) => Some(T),
+        _ => None,
+    })
+}
+
+/// A member function's result, or cel-go's refusal when the receiver is a
+/// string or `dyn` and no overload of these functions (strings' only)
+/// takes the arguments: `found no matching overload for 'startsWith'
+/// applied to 'string.(int)'`. Only functions whose every overload gives
+/// one type are typed.
+fn member(name: &str, receiver: Ty, args: &[Ty]) -> Result<Ty, String> {
+    // Functions of strings only, with the arguments they take.
+    let (takes, gives): (&[Overload], Ty) = match name {
+        "startsWith" | "endsWith" | "matches" | "contains" => (&[&[string_arg]], Ty::Bool),
+        "lowerAscii" | "upperAscii" | "trim" => (&[&[]], Ty::String),
+        "split" => (
+            &[&[string_arg], &[string_arg, number_arg]],
+            Ty::List("string"),
+        ),
+        _ => return Ok(Ty::Dyn),
+    };
+    if !matches!(receiver, Ty::String | Ty::Dyn) {
+        return Ok(Ty::Dyn);
+    }
+    let fits = |overload: &Overload| {
+        overload.len() == args.len() && overload.iter().zip(args).all(|(ok, a)| ok(a))
+    };
+    if takes.iter().any(fits) {
+        return Ok(gives);
+    }
+    let names: Vec<&str> = args.iter().map(|t| t.name()).collect();
+    Err(format!(
+        "found no matching overload for '{name}' applied to '{}.({})'",
+        receiver.name(),
+        names.join(", ")
+    ))
+}
+
+/// The arguments one overload takes, each a test of a known type.
+type Overload = &'static [fn(&Ty) -> bool];
+
+fn string_arg(t: &Ty) -> bool {
+    matches!(t, Ty::String | Ty::Dyn)
+}
+
+fn number_arg(t: &Ty) -> bool {
+    matches!(t, Ty::Number(_) | Ty::Dyn)
 }
 
 #[cfg(test)]
@@ -308,6 +400,56 @@ mod tests {
             (
                 "string(object.x) == 3",
                 "found no matching overload for '_==_' applied to '(string, int)'",
+            ),
+            // Kyverno v1.19.1's CLI refuses each of these with this
+            // message (a ValidatingPolicy's validation, `kyverno apply`).
+            (
+                "object.metadata.name.startsWith(1)",
+                "found no matching overload for 'startsWith' applied to 'dyn.(int)'",
+            ),
+            (
+                "'abc'.startsWith(1)",
+                "found no matching overload for 'startsWith' applied to 'string.(int)'",
+            ),
+            (
+                "object.spec.containers.all(c, c.name == 'c') == 1",
+                "found no matching overload for '_==_' applied to '(bool, int)'",
+            ),
+            (
+                "object.spec.containers.exists(c, c.name == 'c') + 1 > 0",
+                "found no matching overload for '_+_' applied to '(bool, int)'",
+            ),
+            (
+                "object.metadata.name.matches(1)",
+                "found no matching overload for 'matches' applied to 'dyn.(int)'",
+            ),
+            (
+                "object.metadata.name.lowerAscii() == 1",
+                "found no matching overload for '_==_' applied to '(string, int)'",
+            ),
+            (
+                "object.spec.containers.map(c, c.name) == 1",
+                "found no matching overload for '_==_' applied to '(list(dyn), int)'",
+            ),
+            (
+                "object.spec.containers.contains(1)",
+                "found no matching overload for 'contains' applied to 'dyn.(int)'",
+            ),
+            (
+                "'abc'.contains('b', 'c')",
+                "found no matching overload for 'contains' applied to 'string.(string, string)'",
+            ),
+            (
+                "object.metadata.name.split('-') == 'a'",
+                "found no matching overload for '_==_' applied to '(list(string), string)'",
+            ),
+            (
+                "timestamp('2020-01-01T00:00:00Z') == 1",
+                "found no matching overload for '_==_' applied to '(timestamp, int)'",
+            ),
+            (
+                "timestamp(object.a) + timestamp(object.b) > timestamp(object.c)",
+                "found no matching overload for '_+_' applied to '(timestamp, timestamp)'",
             ),
         ] {
             assert_eq!(checked(source), Err(message.to_string()), "{source}");
@@ -376,6 +518,13 @@ mod tests {
             "object.list.map(x, x * 2).filter(y, y > 1).size() == 2",
             "duration('1h') + object.d < duration('2h')",
             "!(object.flag)",
+            "timestamp(object.a) + duration('1h') > timestamp(object.b)",
+            "timestamp(object.a) - timestamp(object.b) < duration('5m')",
+            "object.items.exists(i, i.x) && object.items.all(i, i.y)",
+            "object.items.exists_one(i, i.x) || object.items.filter(i, i.y).size() > 0",
+            "'a-b'.split('-').size() == 2 && object.x.split('-')[0] == 'a'",
+            "object.name.startsWith(object.prefix) && object.name.contains(object.part)",
+            "object.name.split('-', 2)[1] == 'b'",
         ] {
             assert_eq!(checked(source), Ok(()), "{source}");
         }
