@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use serde_json::Value as Json;
 
-use crate::cel::rule::{as_list, compile_named_conditions};
+use crate::cel::rule::{Header, compile_named_conditions, compile_variables};
 use crate::cel::{Activation, Expr, Variable};
 use crate::error::{Error, Result};
 use crate::eval::Prepared;
@@ -29,13 +29,7 @@ pub const KINDS: &[&str] = &["DeletingPolicy", "NamespacedDeletingPolicy"];
 
 /// Whether `doc` is a DeletingPolicy or NamespacedDeletingPolicy.
 pub fn is_deleting_policy(doc: &Json) -> bool {
-    let group = doc["apiVersion"]
-        .as_str()
-        .unwrap_or("")
-        .split('/')
-        .next()
-        .unwrap_or("");
-    group == "policies.kyverno.io" && KINDS.contains(&doc["kind"].as_str().unwrap_or(""))
+    crate::cel::rule::is_policy_kind(doc, KINDS)
 }
 
 /// A compiled DeletingPolicy. Immutable; evaluate from any thread.
@@ -61,38 +55,16 @@ enum Conditions {
 impl DeletingPolicy {
     /// Compiles a policy document; errors name the field.
     pub fn compile(doc: &Json) -> Result<DeletingPolicy> {
-        let kind = doc["kind"].as_str().unwrap_or("").to_string();
-        let name = doc["metadata"]["name"].as_str().unwrap_or("").to_string();
-        if !is_deleting_policy(doc) {
-            return Err(Error::Unsupported(format!("{kind} {name}")));
-        }
+        let Header {
+            kind,
+            name,
+            namespace,
+        } = Header::of(doc, KINDS)?;
         Error::check_schema(doc)?;
-        if name.is_empty() {
-            return Err(Error::invalid(&kind, &name, "metadata.name", "is required"));
-        }
         let spec = &doc["spec"];
-        let compile = |v: &Json, field: &str| -> Result<Expr> {
-            let src = v
-                .as_str()
-                .ok_or_else(|| Error::invalid(&kind, &name, field, "expression is required"))?;
-            Expr::compile(src).map_err(|e| Error::invalid(&kind, &name, field, e))
-        };
         let conditions =
             compile_named_conditions(spec.get("conditions"), &kind, &name, "spec.conditions")?;
-        let mut variables = Vec::new();
-        for (i, v) in as_list(spec.get("variables"), &kind, &name, "spec.variables")?
-            .iter()
-            .enumerate()
-        {
-            let f = format!("spec.variables[{i}]");
-            let var = v["name"].as_str().ok_or_else(|| {
-                Error::invalid(&kind, &name, format!("{f}.name"), "name is required")
-            })?;
-            variables.push(Variable::new(
-                var.to_string(),
-                compile(&v["expression"], &format!("{f}.expression"))?,
-            ));
-        }
+        let variables = compile_variables(spec.get("variables"), &kind, &name, "spec.variables")?;
         let schedule = match &spec["schedule"] {
             Json::String(s) if !s.trim().is_empty() => s.clone(),
             _ => {
@@ -116,13 +88,6 @@ impl DeletingPolicy {
                 ));
             }
         };
-        let namespace = (kind == "NamespacedDeletingPolicy").then(|| {
-            doc["metadata"]["namespace"]
-                .as_str()
-                .filter(|n| !n.is_empty())
-                .unwrap_or("default")
-                .to_string()
-        });
         Ok(DeletingPolicy {
             name: Arc::from(name.as_str()),
             kind,

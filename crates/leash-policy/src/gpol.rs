@@ -14,7 +14,9 @@ use std::sync::Arc;
 use serde_json::Value as Json;
 
 use crate::cel::libs::GeneratedSink;
-use crate::cel::rule::{as_list, compile_named_conditions};
+use crate::cel::rule::{
+    Header, as_list, compile_expr, compile_named_conditions, compile_variables,
+};
 use crate::cel::{Activation, Expr, Variable};
 use crate::error::{Error, Result};
 use crate::generate::{Generated, labels_for, with_labels};
@@ -27,13 +29,7 @@ pub const KINDS: &[&str] = &["GeneratingPolicy", "NamespacedGeneratingPolicy"];
 
 /// Whether `doc` is a GeneratingPolicy or NamespacedGeneratingPolicy.
 pub fn is_generating_policy(doc: &Json) -> bool {
-    let group = doc["apiVersion"]
-        .as_str()
-        .unwrap_or("")
-        .split('/')
-        .next()
-        .unwrap_or("");
-    group == "policies.kyverno.io" && KINDS.contains(&doc["kind"].as_str().unwrap_or(""))
+    crate::cel::rule::is_policy_kind(doc, KINDS)
 }
 
 /// A compiled GeneratingPolicy. Immutable; evaluate from any thread.
@@ -54,41 +50,20 @@ pub struct GeneratingPolicy {
 impl GeneratingPolicy {
     /// Compiles a policy document; errors name the field.
     pub fn compile(doc: &Json) -> Result<GeneratingPolicy> {
-        let kind = doc["kind"].as_str().unwrap_or("").to_string();
-        let name = doc["metadata"]["name"].as_str().unwrap_or("").to_string();
-        if !is_generating_policy(doc) {
-            return Err(Error::Unsupported(format!("{kind} {name}")));
-        }
-        if name.is_empty() {
-            return Err(Error::invalid(&kind, &name, "metadata.name", "is required"));
-        }
+        let Header {
+            kind,
+            name,
+            namespace,
+        } = Header::of(doc, KINDS)?;
         let spec = &doc["spec"];
-        let compile = |v: &Json, field: &str| -> Result<Expr> {
-            let src = v
-                .as_str()
-                .ok_or_else(|| Error::invalid(&kind, &name, field, "expression is required"))?;
-            Expr::compile(src).map_err(|e| Error::invalid(&kind, &name, field, e))
-        };
+        let compile = |v: &Json, field: &str| compile_expr(v, &kind, &name, field);
         let conditions = compile_named_conditions(
             spec.get("matchConditions"),
             &kind,
             &name,
             "spec.matchConditions",
         )?;
-        let mut variables = Vec::new();
-        for (i, v) in as_list(spec.get("variables"), &kind, &name, "spec.variables")?
-            .iter()
-            .enumerate()
-        {
-            let f = format!("spec.variables[{i}]");
-            let var = v["name"].as_str().ok_or_else(|| {
-                Error::invalid(&kind, &name, format!("{f}.name"), "name is required")
-            })?;
-            variables.push(Variable::new(
-                var.to_string(),
-                compile(&v["expression"], &format!("{f}.expression"))?,
-            ));
-        }
+        let variables = compile_variables(spec.get("variables"), &kind, &name, "spec.variables")?;
         let generates: Vec<Expr> = as_list(spec.get("generate"), &kind, &name, "spec.generate")?
             .iter()
             .enumerate()
@@ -107,13 +82,6 @@ impl GeneratingPolicy {
                 .as_bool()
                 .unwrap_or(default)
         };
-        let namespace = (kind == "NamespacedGeneratingPolicy").then(|| {
-            doc["metadata"]["namespace"]
-                .as_str()
-                .filter(|n| !n.is_empty())
-                .unwrap_or("default")
-                .to_string()
-        });
         Ok(GeneratingPolicy {
             name: Arc::from(name.as_str()),
             namespace,

@@ -406,12 +406,7 @@ pub const KINDS: &[&str] = &[
 
 /// Whether `doc` is a ValidatingPolicy or NamespacedValidatingPolicy.
 pub fn is_validating_policy(doc: &Json) -> bool {
-    let api = doc["apiVersion"].as_str().unwrap_or("");
-    let kind = doc["kind"].as_str().unwrap_or("");
-    matches!(
-        api,
-        "policies.kyverno.io/v1alpha1" | "policies.kyverno.io/v1beta1" | "policies.kyverno.io/v1"
-    ) && KINDS.contains(&kind)
+    crate::cel::rule::is_policy_kind(doc, KINDS)
 }
 
 /// Pod controllers of Kyverno's ValidatingPolicy autogen: resource,
@@ -437,30 +432,12 @@ impl ValidatingPolicy {
     /// Compiles a policy document; errors name the field and the CEL
     /// parse error.
     pub fn compile(doc: &Json) -> Result<ValidatingPolicy> {
-        let kind = doc["kind"].as_str().unwrap_or("").to_string();
-        let name = doc["metadata"]["name"].as_str().unwrap_or("").to_string();
-        if !is_validating_policy(doc) {
-            return Err(Error::Unsupported(format!(
-                "{} {kind} {name}",
-                doc["apiVersion"].as_str().unwrap_or("")
-            )));
-        }
-        if name.is_empty() {
-            return Err(Error::invalid(
-                &kind,
-                &name,
-                "metadata.name",
-                "name is required",
-            ));
-        }
+        let crate::cel::rule::Header {
+            kind,
+            name,
+            namespace,
+        } = crate::cel::rule::Header::of(doc, KINDS)?;
         let spec = &doc["spec"];
-        let namespace = kind.starts_with("Namespaced").then(|| {
-            doc["metadata"]["namespace"]
-                .as_str()
-                .filter(|n| !n.is_empty())
-                .unwrap_or("default")
-                .to_string()
-        });
         let enabled = |k: &str| spec["evaluation"][k]["enabled"].as_bool().unwrap_or(true);
         let actions = strings(&spec["validationActions"])
             .iter()

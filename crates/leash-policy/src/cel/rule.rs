@@ -98,6 +98,58 @@ pub(crate) fn check_types(
     .map_err(|(at, message)| Error::invalid(kind, policy, at, message))
 }
 
+/// What every CEL policy kind's `compile` starts from: the document's
+/// kind, its name (required) and, for a `Namespaced` kind, its namespace
+/// (`default` when it names none).
+#[derive(Debug)]
+pub(crate) struct Header {
+    pub(crate) kind: String,
+    pub(crate) name: String,
+    pub(crate) namespace: Option<String>,
+}
+
+impl Header {
+    /// The header of `doc` when it is one of `kinds` of
+    /// `policies.kyverno.io` (else [`Error::Unsupported`]).
+    pub(crate) fn of(doc: &Json, kinds: &[&str]) -> Result<Header> {
+        let kind = doc["kind"].as_str().unwrap_or("").to_string();
+        let name = doc["metadata"]["name"].as_str().unwrap_or("").to_string();
+        if !is_policy_kind(doc, kinds) {
+            return Err(Error::Unsupported(format!(
+                "{} {kind} {name}",
+                doc["apiVersion"].as_str().unwrap_or("")
+            )));
+        }
+        if name.is_empty() {
+            return Err(Error::invalid(
+                &kind,
+                &name,
+                "metadata.name",
+                "name is required",
+            ));
+        }
+        let namespace = kind.starts_with("Namespaced").then(|| {
+            doc["metadata"]["namespace"]
+                .as_str()
+                .filter(|n| !n.is_empty())
+                .unwrap_or("default")
+                .to_string()
+        });
+        Ok(Header {
+            kind,
+            name,
+            namespace,
+        })
+    }
+}
+
+/// Whether `doc` is one of `kinds` of the `policies.kyverno.io` group (its
+/// versions are the schema check's to refuse).
+pub(crate) fn is_policy_kind(doc: &Json, kinds: &[&str]) -> bool {
+    let group = doc["apiVersion"].as_str().unwrap_or("").split('/').next();
+    group == Some("policies.kyverno.io") && kinds.contains(&doc["kind"].as_str().unwrap_or(""))
+}
+
 pub(crate) fn compile_variables(
     list: Option<&Json>,
     kind: &str,

@@ -57,12 +57,7 @@ pub const KINDS: &[&str] = &["MutatingPolicy", "NamespacedMutatingPolicy"];
 
 /// Whether `doc` is a MutatingPolicy or NamespacedMutatingPolicy.
 pub fn is_mutating_policy(doc: &Json) -> bool {
-    let api = doc["apiVersion"].as_str().unwrap_or("");
-    let kind = doc["kind"].as_str().unwrap_or("");
-    matches!(
-        api,
-        "policies.kyverno.io/v1alpha1" | "policies.kyverno.io/v1beta1" | "policies.kyverno.io/v1"
-    ) && KINDS.contains(&kind)
+    crate::cel::rule::is_policy_kind(doc, KINDS)
 }
 
 /// `spec.reinvocationPolicy`.
@@ -136,30 +131,12 @@ impl MutatingPolicy {
     /// Compiles a policy document; errors name the field and the problem
     /// (a CEL parse error, an unknown patch type, a missing expression).
     pub fn compile(doc: &Json) -> Result<MutatingPolicy> {
-        let kind = doc["kind"].as_str().unwrap_or("").to_string();
-        let name = doc["metadata"]["name"].as_str().unwrap_or("").to_string();
-        if !is_mutating_policy(doc) {
-            return Err(Error::Unsupported(format!(
-                "{} {kind} {name}",
-                doc["apiVersion"].as_str().unwrap_or("")
-            )));
-        }
-        if name.is_empty() {
-            return Err(Error::invalid(
-                &kind,
-                &name,
-                "metadata.name",
-                "name is required",
-            ));
-        }
+        let crate::cel::rule::Header {
+            kind,
+            name,
+            namespace,
+        } = crate::cel::rule::Header::of(doc, KINDS)?;
         let spec = &doc["spec"];
-        let namespace = (kind == "NamespacedMutatingPolicy").then(|| {
-            doc["metadata"]["namespace"]
-                .as_str()
-                .filter(|n| !n.is_empty())
-                .unwrap_or("default")
-                .to_string()
-        });
         let enabled = |k: &str, default: bool| {
             spec["evaluation"][k]["enabled"]
                 .as_bool()
