@@ -1225,48 +1225,24 @@ fn compile_check(
         return Ok(Check::Deny(compiled.unwrap_or_default()));
     }
     if let Some(f) = v.get("foreach").filter(|f| !f.is_null()) {
-        let Some(list) = f.as_array() else {
-            return Err(err(format!("{field}.foreach"), "must be a list".into()));
-        };
         let mut out = Vec::new();
-        for (i, decl) in list.iter().enumerate() {
-            let df = format!("{field}.foreach[{i}]");
-            let Some(l) = decl["list"].as_str() else {
-                return Err(err(
-                    format!("{df}.list"),
-                    "is required (a JMESPath expression)".into(),
-                ));
-            };
-            let list_expr = l
-                .trim()
-                .trim_start_matches("{{")
-                .trim_end_matches("}}")
-                .trim()
-                .to_string();
-            cache
-                .add(&list_expr)
-                .map_err(|e| err(format!("{df}.list"), e))?;
-            let element_scope = match &decl["elementScope"] {
+        for d in foreach_decls(f, &format!("{field}.foreach"), err, cache)? {
+            let element_scope = match &d.decl["elementScope"] {
                 Value::Null => None,
                 Value::Bool(b) => Some(*b),
                 _ => {
                     return Err(err(
-                        format!("{df}.elementScope"),
+                        format!("{}.elementScope", d.field),
                         "must be a boolean".into(),
                     ));
                 }
             };
             out.push(Foreach {
-                list: list_expr,
+                check: compile_check(d.decl, &d.field, err, cache, false)?,
+                list: d.list,
                 element_scope,
-                context: compile_context(&decl["context"], &format!("{df}.context"), err, cache)?,
-                preconditions: compile_conditions(
-                    &decl["preconditions"],
-                    &format!("{df}.preconditions"),
-                    err,
-                    cache,
-                )?,
-                check: compile_check(decl, &df, err, cache, false)?,
+                context: d.context,
+                preconditions: d.preconditions,
             });
         }
         return Ok(Check::Foreach(out));
@@ -1296,6 +1272,62 @@ fn compile_check(
         field.to_string(),
         "needs one of pattern, anyPattern, deny or foreach".into(),
     ))
+}
+
+/// What every `foreach` declaration has, validate's and mutate's: its
+/// list (a JMESPath expression, `{{ }}` optional, compiled into `cache`),
+/// its context and its preconditions; with the declaration itself and its
+/// field path, for what the caller reads besides.
+pub(crate) struct ForeachDecl<'a> {
+    pub field: String,
+    pub decl: &'a Value,
+    pub list: String,
+    pub context: Vec<ContextEntry>,
+    pub preconditions: Option<Conditions>,
+}
+
+/// The declarations of the `foreach` list `f` at `field`.
+pub(crate) fn foreach_decls<'a>(
+    f: &'a Value,
+    field: &str,
+    err: &ErrFn<'_>,
+    cache: &mut ExprCache,
+) -> Result<Vec<ForeachDecl<'a>>> {
+    let Some(list) = f.as_array() else {
+        return Err(err(field.to_string(), "must be a list".into()));
+    };
+    let mut out = Vec::new();
+    for (i, decl) in list.iter().enumerate() {
+        let df = format!("{field}[{i}]");
+        let Some(l) = decl["list"].as_str() else {
+            return Err(err(
+                format!("{df}.list"),
+                "is required (a JMESPath expression)".into(),
+            ));
+        };
+        let list_expr = l
+            .trim()
+            .trim_start_matches("{{")
+            .trim_end_matches("}}")
+            .trim()
+            .to_string();
+        cache
+            .add(&list_expr)
+            .map_err(|e| err(format!("{df}.list"), e))?;
+        out.push(ForeachDecl {
+            context: compile_context(&decl["context"], &format!("{df}.context"), err, cache)?,
+            preconditions: compile_conditions(
+                &decl["preconditions"],
+                &format!("{df}.preconditions"),
+                err,
+                cache,
+            )?,
+            list: list_expr,
+            field: df,
+            decl,
+        });
+    }
+    Ok(out)
 }
 
 /// Checks a conditions block (operators known, expressions compile) and

@@ -192,27 +192,9 @@ fn compile_foreach(
     err: &ErrFn<'_>,
     cache: &mut ExprCache,
 ) -> Result<Vec<MutateForeach>> {
-    let Some(list) = f.as_array() else {
-        return Err(err(field.to_string(), "must be a list".into()));
-    };
     let mut out = Vec::new();
-    for (i, decl) in list.iter().enumerate() {
-        let df = format!("{field}[{i}]");
-        let Some(l) = decl["list"].as_str() else {
-            return Err(err(
-                format!("{df}.list"),
-                "is required (a JMESPath expression)".into(),
-            ));
-        };
-        let list_expr = l
-            .trim()
-            .trim_start_matches("{{")
-            .trim_end_matches("}}")
-            .trim()
-            .to_string();
-        cache
-            .add(&list_expr)
-            .map_err(|e| err(format!("{df}.list"), e))?;
+    for d in crate::policy::foreach_decls(f, field, err, cache)? {
+        let (decl, df) = (d.decl, d.field.clone());
         let order = match decl["order"].as_str() {
             None => None,
             Some("Ascending") => Some(Order::Ascending),
@@ -250,15 +232,10 @@ fn compile_foreach(
             ));
         };
         out.push(MutateForeach {
-            list: list_expr,
+            list: d.list,
             order,
-            context: compile_context(&decl["context"], &format!("{df}.context"), err, cache)?,
-            preconditions: compile_conditions(
-                &decl["preconditions"],
-                &format!("{df}.preconditions"),
-                err,
-                cache,
-            )?,
+            context: d.context,
+            preconditions: d.preconditions,
             patch,
         });
     }
