@@ -89,7 +89,7 @@ pub(crate) mod duration;
 pub(crate) mod hash;
 mod image;
 pub(crate) mod native;
-mod quantity;
+pub(crate) mod quantity;
 mod random;
 mod semver;
 mod strict;

@@ -17,66 +17,14 @@ impl Quantity {
     }
 
     /// As [`Quantity::parse`], without spaces (`resource.ParseQuantity`,
-    /// CEL's `quantity()`). Finer than a nano rounds up, as Kubernetes does.
+    /// CEL's `quantity()`), with the one parser of Go's syntax (the one
+    /// JMESPath's quantity arithmetic prints from). Finer than a nano
+    /// rounds up, as Kubernetes does.
     pub fn parse_exact(text: &str) -> Option<Quantity> {
-        let (neg, rest) = match text.as_bytes().first()? {
-            b'-' => (true, &text[1..]),
-            b'+' => (false, &text[1..]),
-            _ => (false, text),
-        };
-        let num_end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let (num, suffix) = rest.split_at(num_end);
-        if num.is_empty() || num == "." || num.matches('.').count() > 1 {
-            return None;
-        }
-        let (int_part, frac_part) = num.split_once('.').unwrap_or((num, ""));
-        let mut mantissa: i128 = 0;
-        for c in int_part.chars().chain(frac_part.chars()) {
-            mantissa = mantissa
-                .checked_mul(10)?
-                .checked_add(i128::from(c.to_digit(10)?))?;
-        }
-        let (mut exp10, exp2): (i32, u32) = match suffix {
-            "" => (0, 0),
-            "n" => (-9, 0),
-            "u" => (-6, 0),
-            "m" => (-3, 0),
-            "k" => (3, 0),
-            "M" => (6, 0),
-            "G" => (9, 0),
-            "T" => (12, 0),
-            "P" => (15, 0),
-            "E" => (18, 0),
-            "Ki" => (0, 10),
-            "Mi" => (0, 20),
-            "Gi" => (0, 30),
-            "Ti" => (0, 40),
-            "Pi" => (0, 50),
-            "Ei" => (0, 60),
-            other => {
-                let e = other.strip_prefix(['e', 'E'])?;
-                let e = e.strip_prefix('+').unwrap_or(e);
-                if e.is_empty() || e.starts_with('+') {
-                    return None;
-                }
-                (e.parse::<i32>().ok()?, 0)
-            }
-        };
-        exp10 = exp10 - frac_part.len() as i32 + 9;
-        let mut value = mantissa.checked_mul(1i128.checked_shl(exp2)?)?;
-        if exp10 >= 0 {
-            if mantissa != 0 {
-                value = value.checked_mul(10i128.checked_pow(exp10 as u32)?)?;
-            }
-        } else {
-            value = match 10i128.checked_pow((-exp10) as u32) {
-                Some(div) => (value + div - 1) / div,
-                None => i128::from(value != 0),
-            };
-        }
-        Some(Quantity(if neg { -value } else { value }))
+        let q = crate::jmespath::quantity::Quantity::parse(text).ok()?;
+        // The parser leaves no scale below 10^-9.
+        let up = u32::try_from(q.scale + 9).ok()?;
+        Some(Quantity(q.mant.checked_mul(10i128.checked_pow(up)?)?))
     }
 
     /// The value as a float (approximate).
