@@ -61,6 +61,9 @@ pub struct WatchHub {
     /// What evaluations read beyond the watched kinds (`configMap`,
     /// `apiCall`), kept for its TTL: one answer cache for every subscriber.
     lookups: Arc<crate::lookups::Lookups>,
+    /// Kyverno's global context entries, when `serve` feeds them: set once,
+    /// before the components read it.
+    global: std::sync::OnceLock<leash_context::Store>,
     kinds: Mutex<HashMap<KindKey, Watched>>,
     next_id: AtomicU64,
     scope: ScopeHandle,
@@ -155,6 +158,7 @@ impl WatchHub {
             metrics,
             cache: Arc::new(Cache::new()),
             lookups: Arc::new(crate::lookups::Lookups::default()),
+            global: std::sync::OnceLock::new(),
             kinds: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             scope,
@@ -172,6 +176,28 @@ impl WatchHub {
     /// a waiter whose reader was cancelled reads itself).
     pub fn lookups(&self) -> Arc<crate::lookups::Lookups> {
         self.lookups.clone()
+    }
+
+    /// Serves `store`'s global context entries (`globalReference`, CEL
+    /// `globalContext.Get`) to the hub's users; false when a store was set
+    /// already (it is kept).
+    pub fn serve_global(&self, store: leash_context::Store) -> bool {
+        self.global.set(store).is_ok()
+    }
+
+    /// The global context entries, when served.
+    pub fn global(&self) -> Option<leash_context::Store> {
+        self.global.get().cloned()
+    }
+
+    /// The cluster view of one evaluation: the hub's cache, its answer
+    /// cache and, when served, the global context entries.
+    pub fn data(&self) -> crate::lookups::ScanData {
+        let data = crate::lookups::ScanData::new(self.cache.clone(), self.lookups.clone());
+        match self.global.get() {
+            Some(store) => data.with_global(store.clone()),
+            None => data,
+        }
     }
 
     /// The kinds watched now.

@@ -62,7 +62,6 @@ use crate::aggregate::ReportIndex;
 use crate::cache::{Cache, KindKey, kind_key};
 use crate::hub::WatchHub;
 use crate::kinds::select_kinds;
-use crate::lookups::{Lookups, ScanData};
 use crate::metrics::{Metrics, Running};
 use crate::object::api_resource;
 use crate::queue::WorkQueue;
@@ -234,7 +233,7 @@ impl BackgroundScan {
             breaker: self.breaker.clone(),
             metrics: self.metrics.clone(),
             queue: queue.clone(),
-            lookups: self.hub.lookups(),
+            hub: self.hub.clone(),
             images: self.settings.images.clone(),
         });
         let worker_set = Arc::new(Running::start(&self.metrics.worker_sets));
@@ -470,8 +469,9 @@ struct Shared {
     breaker: Arc<Breaker>,
     metrics: Arc<Metrics>,
     queue: Arc<WorkQueue<Work>>,
-    /// What evaluations read beyond the watched kinds.
-    lookups: Arc<Lookups>,
+    /// The cluster view: the watched kinds, what evaluations read beyond
+    /// them, the global context.
+    hub: Arc<WatchHub>,
     /// Image registries (see [`ScanSettings::images`]).
     images: Option<Arc<leash_images::Registry>>,
 }
@@ -503,7 +503,7 @@ impl Shared {
         let set = self.policies.borrow().clone();
         let config = self.config.borrow().clone();
         let mut evaluating = Duration::ZERO;
-        let mut data = ScanData::new(self.cache.clone(), self.lookups.clone());
+        let mut data = self.hub.data();
         if let Some(images) = &self.images {
             data = data.with_images(images.clone());
         }

@@ -228,6 +228,9 @@ struct AdmissionLookups {
     client: kube::Client,
     cache: Arc<leash_controller::Cache>,
     lookups: Arc<Lookups>,
+    /// The shared cluster view, when `serve` gives one: its data (cache,
+    /// answers, global context) is what a review reads.
+    hub: Option<Arc<leash_controller::WatchHub>>,
     token: CancellationToken,
     /// Image registries (`imageRegistry` entries, `image.GetMetadata`).
     images: Arc<leash_images::Registry>,
@@ -241,9 +244,12 @@ impl std::fmt::Debug for AdmissionLookups {
 
 impl crate::LookupSource for AdmissionLookups {
     fn begin(&self) -> Box<dyn crate::Lookup> {
+        let data = match &self.hub {
+            Some(hub) => hub.data(),
+            None => ScanData::new(self.cache.clone(), self.lookups.clone()),
+        };
         Box::new(AdmissionLookup {
-            data: ScanData::new(self.cache.clone(), self.lookups.clone())
-                .with_images(self.images.clone()),
+            data: data.with_images(self.images.clone()),
             client: self.client.clone(),
             token: self.token.clone(),
         })
@@ -263,69 +269,11 @@ impl std::fmt::Debug for AdmissionLookup {
     }
 }
 
-impl leash_policy::ClusterData for AdmissionLookup {
-    fn get(
-        &self,
-        api_version: &str,
-        resource: &str,
-        namespace: &str,
-        name: &str,
-    ) -> Option<Arc<serde_json::Value>> {
-        self.data.get(api_version, resource, namespace, name)
-    }
-
-    fn list(
-        &self,
-        api_version: &str,
-        resource: &str,
-        namespace: &str,
-    ) -> Vec<Arc<serde_json::Value>> {
-        self.data.list(api_version, resource, namespace)
-    }
-
-    fn api_get(&self, url_path: &str) -> Option<serde_json::Value> {
-        self.data.api_get(url_path)
-    }
-
-    fn api_service(&self, call: &leash_policy::ServiceCall) -> Option<serde_json::Value> {
-        self.data.api_service(call)
-    }
-
-    fn image_data(&self, image: &str) -> Result<serde_json::Value, String> {
-        self.data.image_data(image)
-    }
-
-    fn fresh_image(&self, image: &str) {
-        self.data.fresh_image(image)
-    }
-
-    fn verify_image(
-        &self,
-        image: &str,
-        trust: &leash_policy::ImageTrust,
-    ) -> Result<String, String> {
-        self.data.verify_image(image, trust)
-    }
-
-    fn verify_attestations(
-        &self,
-        image: &str,
-        trust: &leash_policy::ImageTrust,
-    ) -> Result<Vec<serde_json::Value>, String> {
-        self.data.verify_attestations(image, trust)
-    }
-
-    fn verify_referrers(
-        &self,
-        image: &str,
-        artifact_type: &str,
-        trust: &leash_policy::ImageTrust,
-    ) -> Result<serde_json::Value, String> {
-        self.data.verify_referrers(image, artifact_type, trust)
-    }
-}
-
 impl crate::Lookup for AdmissionLookup {
+    fn data(&self) -> &dyn leash_policy::ClusterData {
+        &self.data
+    }
+
     /// Cluster objects and images together: each bounded (the API
     /// server's requests by the token and their own timeouts, a registry
     /// by the registry timeout), all within the review's deadline.
@@ -420,9 +368,9 @@ impl AdmissionBuilder {
         let (ready_tx, ready_rx) = watch::channel(false);
         let mut cache_watcher = CacheWatcher::for_admission(self.client.clone(), metrics.clone());
         let mut lookups = Arc::new(Lookups::default());
-        if let Some(hub) = self.hub {
+        if let Some(hub) = &self.hub {
             lookups = hub.lookups();
-            cache_watcher = cache_watcher.on_hub(hub);
+            cache_watcher = cache_watcher.on_hub(hub.clone());
         }
         let sink = Arc::new(EphemeralSink {
             client: self.client.clone(),
@@ -459,6 +407,7 @@ impl AdmissionBuilder {
             client: self.client.clone(),
             cache: cache_watcher.cache(),
             lookups,
+            hub: self.hub.clone(),
             token: lookups_token.clone(),
             images,
         }));

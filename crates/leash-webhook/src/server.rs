@@ -200,7 +200,10 @@ pub trait LookupSource: Send + Sync + std::fmt::Debug {
 }
 
 /// One evaluation's cluster data. See [`LookupSource`].
-pub trait Lookup: ClusterData {
+pub trait Lookup: Send + Sync {
+    /// The data the evaluations read.
+    fn data(&self) -> &dyn ClusterData;
+
     /// Fetches what evaluations asked for and did not find since the last
     /// call; false when nothing was missing.
     fn fetch_missed(&self) -> futures::future::BoxFuture<'_, bool>;
@@ -741,7 +744,7 @@ impl Admission {
             let prepared = Prepared::new(eval);
             let lookup = lookups.map(|l| l.begin());
             let data: &dyn ClusterData = match &lookup {
-                Some(l) => l.as_ref(),
+                Some(l) => l.data(),
                 None => cluster.as_ref(),
             };
             let mut out = evaluate(&prepared, data);

@@ -919,7 +919,12 @@ impl Shared {
     /// [`Self::fetch_missed`]; `apiCall`s answered from the hub's kept
     /// answers.
     fn fresh_data(&self) -> ScanData {
-        ScanData::new(Arc::new(crate::Cache::new()), self.calls.clone()).reading_afresh()
+        let data =
+            ScanData::new(Arc::new(crate::Cache::new()), self.calls.clone()).reading_afresh();
+        match self.hub.global() {
+            Some(store) => data.with_global(store),
+            None => data,
+        }
     }
 
     fn api(&self, ar: &ApiResource, namespace: &str) -> Api<Object> {

@@ -176,6 +176,34 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     // once. Its watches run in the root scope, across leadership terms.
     let hub = leash_controller::WatchHub::new(client.clone(), metrics.clone(), &root);
 
+    // Kyverno's global context (`globalReference`, CEL `globalContext.Get`):
+    // the cluster's GlobalContextEntry objects fed into one store that the
+    // scan, admission and generate read through the hub. When the API
+    // server does not serve the kind, rules that read an entry give an
+    // error naming it.
+    let global =
+        leash_context::Store::new(leash_context::StoreConfig::default(), Some(client.clone()));
+    hub.serve_global(global.clone());
+    {
+        let (client, token) = (client.clone(), root.token().clone());
+        root.spawn("global context", async move {
+            let fed = if serves_global_context(&client).await {
+                // Boxed: the feeder's future is large.
+                Box::pin(leash_context::CrdFeeder::new(global.clone(), client).run(token))
+                    .await
+                    .map_err(|e| e.to_string())
+            } else {
+                tracing::info!(
+                    "GlobalContextEntry (kyverno.io/v2beta1) is not served: no global context"
+                );
+                token.cancelled().await;
+                Ok(())
+            };
+            let down = global.shutdown().await.map_err(|e| e.to_string());
+            fed.and(down)
+        });
+    }
+
     // Image registries, one client and cache for the scan and admission:
     // an image read by one is not read again by the other within the TTL.
     let mut registry_settings = settings.registry.clone();
@@ -432,6 +460,23 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(EXIT_FAILURE));
     }
     Ok(code)
+}
+
+/// Whether the API server serves Kyverno's GlobalContextEntry kind.
+async fn serves_global_context(client: &kube::Client) -> bool {
+    let version = format!(
+        "{}/{}",
+        leash_context::spec::GROUP,
+        leash_context::spec::STORAGE_VERSION
+    );
+    client
+        .list_api_group_resources(&version)
+        .await
+        .is_ok_and(|list| {
+            list.resources
+                .iter()
+                .any(|r| r.name == leash_context::spec::PLURAL)
+        })
 }
 
 /// Cancels `root` and waits at most `timeout` for every task: exit 0, or

@@ -759,3 +759,74 @@ async fn admission_and_the_scan_watch_each_kind_once() {
     wait_exit(&mut server.0, BOUND, "exit after SIGTERM");
     sb.shutdown().await.unwrap();
 }
+
+/// Kyverno's global context at admission: `leash serve` feeds the
+/// cluster's GlobalContextEntry objects into one store that admission (and
+/// the scan and generate) read. A ClusterPolicy's `globalReference` (the
+/// entry's data and a projection) and a ValidatingPolicy's CEL
+/// `globalContext.Get` deny a ConfigMap with messages built from the
+/// entry's data (three deployments, two in `x`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_admission_reads_the_global_context() {
+    let mut objects = vec![json!({
+        "apiVersion": "kyverno.io/v2beta1", "kind": "GlobalContextEntry",
+        "metadata": {"name": "deployments"},
+        "spec": {"kubernetesResource": {"group": "apps", "version": "v1", "resource": "deployments"},
+                 "projections": [{"name": "in-x", "jmesPath": "[?metadata.namespace=='x'] | length(@)"}]}
+    })];
+    for ns in ["x", "y"] {
+        objects.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}));
+    }
+    for (i, ns) in ["x", "x", "y"].iter().enumerate() {
+        objects.push(json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": format!("d{i}"), "namespace": ns},
+            "spec": {"selector": {}, "template": {"spec": {"containers": [{"name": "app", "image": "nginx:1.27"}]}}}
+        }));
+    }
+    objects.push(json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+        "metadata": {"name": "global"},
+        "spec": {"validationFailureAction": "Enforce", "background": false, "rules": [{
+            "name": "counts",
+            "match": {"any": [{"resources": {"kinds": ["ConfigMap"]}}]},
+            "context": [
+                {"name": "all", "globalReference": {"name": "deployments", "jmesPath": "length(@)"}},
+                {"name": "inx", "globalReference": {"name": "deployments.in-x"}}],
+            "validate": {"message": "{{ all }} deployments, {{ inx }} in x",
+                "deny": {"conditions": {"all": [{"key": "{{ all }}", "operator": "Equals", "value": 3}]}}}}]}}));
+    objects.push(json!({"apiVersion": "policies.kyverno.io/v1", "kind": "ValidatingPolicy",
+        "metadata": {"name": "global-cel"},
+        "spec": {"validationActions": ["Deny"],
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                "operations": ["CREATE"], "resources": ["configmaps"]}]},
+            "variables": [{"name": "inx", "expression": "globalContext.Get(\"deployments\", \"in-x\")"}],
+            "validations": [{"expression": "int(variables.inx) != 2",
+                "messageExpression": "'CEL reads ' + string(int(variables.inx)) + ' in x'"}]}}));
+    let sb = crd_sandbox(|_| true, objects).await;
+    let server = serve_admission_ready(&sb.url()).await;
+    let api = sb.url().trim_start_matches("http://").to_string();
+    let start = Instant::now();
+    let mut attempt = 0;
+    // Until the entry has its first data, the rules give errors (and the
+    // Enforce policy denies with them): try again with new names.
+    let body = loop {
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("c{attempt}"), "namespace": "x"}});
+        let (status, body) = tokio::task::block_in_place(|| {
+            http_post_json(&api, "/api/v1/namespaces/x/configmaps", &cm)
+        });
+        assert_ne!(status, 201, "admitted: {body}");
+        if body.contains("3 deployments, 2 in x") && body.contains("CEL reads 2 in x") {
+            break body;
+        }
+        assert!(
+            start.elapsed() < BOUND,
+            "never denied with the entry's data: {body}"
+        );
+        attempt += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(body.contains("global"), "{body}");
+    drop(server);
+    sb.shutdown().await.unwrap();
+}
