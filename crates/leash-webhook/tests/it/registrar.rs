@@ -94,9 +94,19 @@ async fn registers_updates_and_cleans_up() {
         })
     })
     .await;
-    assert!(
-        *registered.borrow(),
-        "the configuration is written: registered"
+    // The flag is raised once both configurations are written (the
+    // validating one is seen first): wait for it, bounded.
+    // (The `Ref` wait_for returns holds the watch's read lock: dropped
+    // at once, or the registrar's next send would wait for it.)
+    let mut flag = registered.clone();
+    let raised = tokio::time::timeout(Duration::from_secs(10), async {
+        flag.wait_for(|r| *r).await.is_ok()
+    })
+    .await;
+    assert_eq!(
+        raised,
+        Ok(true),
+        "the configurations are written: registered"
     );
     // No mutating policy yet: the mutating configuration has no webhooks.
     wait_for_kind(
