@@ -246,7 +246,7 @@ impl Cluster {
     /// outcome, in order (the error is the server's message).
     pub(crate) fn create_each(
         &self,
-        objects: Vec<(String, Value)>,
+        objects: impl IntoIterator<Item = (String, Value)>,
         concurrency: usize,
     ) -> Vec<Result<(), String>> {
         let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -6,6 +6,8 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -451,23 +453,19 @@ spec:
     ]);
 }
 
-/// Pods for admission traffic in `namespace`: every third uses
+/// Pod `i` of admission traffic in `namespace`: every third uses
 /// `nginx:latest` (Enforce: denied), the others fail require-labels
 /// (Audit: admitted, reported).
-fn pods(namespace: &str, prefix: &str, count: usize) -> Vec<(String, Value)> {
-    (0..count)
-        .map(|i| {
-            let image = if i % 3 == 0 {
-                "nginx:latest"
-            } else {
-                "nginx:1.27"
-            };
-            let body = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": format!("{prefix}-{i:04}"), "namespace": namespace},
-                "spec": {"containers": [{"name": "app", "image": image}]}});
-            (format!("/api/v1/namespaces/{namespace}/pods"), body)
-        })
-        .collect()
+fn pod(namespace: &str, prefix: &str, i: usize) -> (String, Value) {
+    let image = if i.is_multiple_of(3) {
+        "nginx:latest"
+    } else {
+        "nginx:1.27"
+    };
+    let body = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": format!("{prefix}-{i:04}"), "namespace": namespace},
+        "spec": {"containers": [{"name": "app", "image": image}]}});
+    (format!("/api/v1/namespaces/{namespace}/pods"), body)
 }
 
 /// The names of the resources the admission EphemeralReports of
@@ -508,16 +506,42 @@ fn sigterm_during_traffic_loses_no_admission_result_and_a_restart_takes_over() {
     // Admission only: no aggregation, so what it wrote stays ephemeral.
     let serve = Serve::start(&kubeconfig, "sigterm", &["--components", "admission"]);
     wait_enforced(cluster, namespace, &serve);
+    // The traffic runs until leash has exited and AFTER_EXIT more pods
+    // were sent (those are refused), whatever the machine's speed; SIGTERM
+    // comes once BEFORE_SIGTERM were sent. CAP bounds a hang.
+    const BEFORE_SIGTERM: usize = 90;
+    const AFTER_EXIT: usize = 24;
+    const CAP: usize = 6000;
+    let sent = Arc::new(AtomicUsize::new(0));
+    let exited = Arc::new(AtomicBool::new(false));
     let traffic = {
         let cluster: &'static Cluster = cluster;
+        let (sent, exited) = (Arc::clone(&sent), Arc::clone(&exited));
+        let mut after_exit = 0;
+        let objects = (0..CAP).map_while(move |i| {
+            if exited.load(Ordering::SeqCst) {
+                after_exit += 1;
+                if after_exit > AFTER_EXIT {
+                    return None;
+                }
+            }
+            sent.store(i + 1, Ordering::SeqCst);
+            Some(pod(namespace, "t", i))
+        });
         #[allow(
             clippy::disallowed_methods,
             reason = "a test thread drives the traffic; joined below"
         )]
-        std::thread::spawn(move || cluster.create_each(pods(namespace, "t", 600), 8))
+        std::thread::spawn(move || cluster.create_each(objects, 8))
     };
-    std::thread::sleep(Duration::from_millis(1500));
+    eventually(
+        BOUND,
+        "the traffic's first pods are sent",
+        || (sent.load(Ordering::SeqCst) >= BEFORE_SIGTERM).then_some(()),
+        || format!("{} sent", sent.load(Ordering::SeqCst)),
+    );
     let log = serve.terminate();
+    exited.store(true, Ordering::SeqCst);
     let outcomes = traffic.join().expect("traffic thread");
     assert_granted(&log);
 
