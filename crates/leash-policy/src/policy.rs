@@ -601,22 +601,15 @@ impl Policy {
         let controllers = autogen::controllers(annotations_json, raw_rules);
         let mut cache = ExprCache::default();
         let mut rules = Vec::new();
-        let mut reads = crate::ReadSet::naming();
-        let mut generated_rules = Vec::new();
         for (i, raw) in raw_rules.iter().enumerate() {
             let field = format!("spec.rules[{i}]");
             let base = compile_rule(raw, &field, &err, &mut cache)?;
             let base_name = base.name.clone();
             rules.push(base);
-            reads.add_rule(raw);
-            reads.add_selected(raw);
             for generated in autogen::rules_for(raw, &controllers) {
-                reads.add_rule(&generated);
-                reads.add_selected(&generated);
                 let mut rule = compile_rule(&generated, &field, &err, &mut cache)?;
                 rule.base_name = base_name.clone();
                 rules.push(rule);
-                generated_rules.push(generated);
             }
         }
         // Kyverno's two places: a verifyImages entry's and an
@@ -650,9 +643,12 @@ impl Policy {
                 )?);
             }
         }
-        let memo_key = crate::ReadSet::key_of_rules(raw_rules.iter().chain(&generated_rules));
-        let mutation_key =
-            crate::reads::key_of_mutate_rules(raw_rules.iter().chain(&generated_rules));
+        let mut reads = crate::ReadSet::naming();
+        for rule in &rules {
+            reads.add_rule(rule);
+        }
+        let memo_key = crate::ReadSet::key_of_rules(&rules);
+        let mutation_key = crate::reads::key_of_mutate_rules(&rules);
         let key: Arc<str> = match &namespace {
             Some(ns) => format!("{ns}/{name}").into(),
             None => name.clone().into(),

@@ -45,7 +45,10 @@ use std::fmt;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
+use crate::conditions::{Conditions, Operand};
+use crate::matching::ResourceDesc;
 use crate::pattern::parse_anchor;
+use crate::policy::{Check, ContextEntry, ContextSource, Rule};
 use crate::vars::scan_vars;
 
 mod mutation;
@@ -247,28 +250,28 @@ impl ReadSet {
         ReadSet { root }
     }
 
-    /// Adds what matching a classic `rule` reads of the resource's identity
-    /// beyond its naming: the labels for a `selector`, the annotations for
-    /// `annotations`, all of it when the rule's text reaches the request's
-    /// identity fields (`request.name`, `request` whole).
-    pub(crate) fn add_selected(&mut self, rule: &Value) {
-        let text = rule.to_string();
-        self.add_selected_text(rule, &text);
-    }
-
-    fn add_selected_text(&mut self, rule: &Value, text: &str) {
-        let selects = |what: &str| {
-            [&rule["match"], &rule["exclude"]]
-                .iter()
-                .any(|block| has_key(block, what))
+    /// Adds what matching a compiled classic `rule` reads of the
+    /// resource's identity beyond its naming: the labels for a `selector`
+    /// or `namespaceSelector`, the annotations for `annotations`, all of it
+    /// when its expressions reach the request's identity fields
+    /// (`request.name`, `request.kind`, ...).
+    fn add_selected(&mut self, rule: &Rule, uses: &Uses) {
+        let selects = |what: fn(&ResourceDesc) -> bool| {
+            [&rule.match_, &rule.exclude].iter().any(|block| {
+                block
+                    .any
+                    .iter()
+                    .chain(&block.all)
+                    .any(|f| what(&f.resources))
+            })
         };
-        if selects("selector") || selects("namespaceSelector") {
+        if selects(|r| r.selector.is_some() || r.namespace_selector.is_some()) {
             self.add_path(&["metadata", "labels"]);
         }
-        if selects("annotations") {
+        if selects(|r| !r.annotations.is_empty()) {
             self.add_path(&["metadata", "annotations"]);
         }
-        if uses_request_identity(text) {
+        if uses.identity {
             self.merge(&ReadSet::identity());
         }
     }
@@ -318,13 +321,18 @@ impl ReadSet {
         self.root.add(path);
     }
 
-    /// Adds what one compiled policy's raw rule (after autogen) reads.
-    pub(crate) fn add_rule(&mut self, rule: &Value) {
+    /// Adds what one compiled rule (its own or autogen's) reads: of the
+    /// resource, and of its identity what its matching selects by.
+    pub(crate) fn add_rule(&mut self, rule: &Rule) {
         if self.is_all() {
             return;
         }
-        if !rule_reads(rule, &mut self.root) {
+        let mut uses = Uses::default();
+        rule_reads(rule, &mut self.root, &mut uses);
+        if uses.unbounded || rule.mutate.is_some() {
             self.root = Node::All;
+        } else {
+            self.add_selected(rule, &uses);
         }
     }
 }
@@ -337,40 +345,30 @@ impl ReadSet {
         }
     }
 
-    /// What the results of a classic policy's `rules` (after autogen)
-    /// depend on, for remembering them ([`crate::memo`]): what the rules
-    /// read, the kind, and of the identity only what they use (`names` the
-    /// name, `selector` the labels, `annotations` the annotations; a
-    /// variable on the request's other fields all of it). `None` when
-    /// the results depend on more than the resource: a context entry that
-    /// fetches data, `time_now` or `random`, or reads that cannot be
-    /// bounded. The namespace and operation are the memo's to key on.
-    pub(crate) fn key_of_rules<'r>(rules: impl IntoIterator<Item = &'r Value>) -> Option<ReadSet> {
+    /// What the results of a classic policy's compiled `rules` (autogen's
+    /// among them) depend on, for remembering them ([`crate::memo`]): what
+    /// the rules read, the kind, and of the identity only what they use
+    /// (`names` the name, `selector` the labels, `annotations` the
+    /// annotations; a variable on the request's other fields all of it).
+    /// `None` when the results depend on more than the resource: a context
+    /// entry that fetches data, `time_now` or `random`, or reads that
+    /// cannot be bounded. The namespace and operation are the memo's to key
+    /// on.
+    pub(crate) fn key_of_rules<'r>(rules: impl IntoIterator<Item = &'r Rule>) -> Option<ReadSet> {
         let mut key = ReadSet::empty();
         key.add_path(&["apiVersion"]);
         key.add_path(&["kind"]);
         for rule in rules {
-            let text = rule.to_string();
-            if ["time_now", "random("].iter().any(|f| text.contains(f)) {
+            let mut uses = Uses::default();
+            rule_reads(rule, &mut key.root, &mut uses);
+            if uses.unbounded || uses.fetches || uses.impure || rule.mutate.is_some() {
                 return None;
             }
-            let fetches = rule["context"].as_array().is_some_and(|entries| {
-                entries.iter().any(|e| {
-                    e.as_object()
-                        .is_none_or(|e| e.keys().any(|k| k != "name" && k != "variable"))
-                })
-            });
-            if fetches || !rule_reads(rule, &mut key.root) {
-                return None;
-            }
-            if [&rule["match"], &rule["exclude"]]
-                .iter()
-                .any(|block| has_key(block, "names"))
-            {
+            if selects_by_name(rule) {
                 key.add_path(&["metadata", "name"]);
                 key.add_path(&["metadata", "generateName"]);
             }
-            key.add_selected_text(rule, &text);
+            key.add_selected(rule, &uses);
         }
         Some(key)
     }
@@ -386,46 +384,6 @@ impl ReadSet {
     pub(crate) fn same_read(&self, v: &Value, kept: &Value) -> bool {
         same_node(&self.root, v, kept)
     }
-}
-
-/// Whether a map under `v` has the key `key`.
-fn has_key(v: &Value, key: &str) -> bool {
-    match v {
-        Value::Object(m) => m.iter().any(|(k, v)| k == key || has_key(v, key)),
-        Value::Array(a) => a.iter().any(|v| has_key(v, key)),
-        _ => false,
-    }
-}
-
-/// Whether a rule's text reaches the request's fields that come from the
-/// resource's identity (`request.name`, `request.kind`, `request` whole):
-/// any `request` other than `request.object`, `.oldObject`, `.operation`,
-/// `.namespace`, `.userInfo`, `.roles`, `.clusterRoles`.
-fn uses_request_identity(text: &str) -> bool {
-    const OTHERS: [&str; 7] = [
-        "object",
-        "oldObject",
-        "operation",
-        "namespace",
-        "userInfo",
-        "roles",
-        "clusterRoles",
-    ];
-    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
-    text.match_indices("request").any(|(i, _)| {
-        let rest = &text[i + "request".len()..];
-        // `requests`, `x_request`: another name.
-        if rest.starts_with(ident) || text[..i].ends_with(ident) {
-            return false;
-        }
-        let Some(field) = rest.strip_prefix('.') else {
-            return true;
-        };
-        let end = field
-            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-            .unwrap_or(field.len());
-        !OTHERS.contains(&&field[..end])
-    })
 }
 
 fn hash_node<H: std::hash::Hasher>(node: &Node, v: &Value, h: &mut H) {
@@ -572,167 +530,300 @@ fn same_node(node: &Node, v: &Value, kept: &Value) -> bool {
     }
 }
 
+/// What an analysis found a rule to use besides what it reads of the
+/// resource. Every part of a rule is looked at even once its reads are
+/// unbounded, so that what it fetches and calls is always known.
+#[derive(Debug, Default)]
+struct Uses {
+    /// Its reads cannot be bounded (the whole resource).
+    unbounded: bool,
+    /// The request's fields that come from the resource's identity
+    /// (`request.name`, `request.kind`, ...): any field of `request` but
+    /// [`REQUEST_OTHERS`].
+    identity: bool,
+    /// A context entry that fetches data (anything but a `variable`).
+    fetches: bool,
+    /// `time_now*` or `random`.
+    impure: bool,
+}
+
+/// The fields of `request` that do not come from the resource's identity.
+const REQUEST_OTHERS: [&str; 7] = [
+    "object",
+    "oldObject",
+    "operation",
+    "namespace",
+    "userInfo",
+    "roles",
+    "clusterRoles",
+];
+
 /// Where reads go: the resource, and inside a `foreach` the element (read
-/// under each path its list yields).
+/// under each path its list yields); what else is used, in `uses`.
 struct Scope<'a> {
     resource: &'a mut Node,
     element: Node,
+    uses: &'a mut Uses,
 }
 
-/// Adds what `rule` reads to `root`; false when it cannot be bounded.
-fn rule_reads(rule: &Value, root: &mut Node) -> bool {
-    let Some(rule) = rule.as_object() else {
-        return false;
-    };
-    let s = &mut Scope {
-        resource: root,
-        element: Node::Fields(BTreeMap::new()),
-    };
-    for (key, v) in rule {
-        let ok = match key.as_str() {
-            // Matching reads only the identity and metadata (always read).
-            "name" | "match" | "exclude" | "skipBackgroundRequests" | "reportProperties" => true,
-            "preconditions" => vars_read(v, s),
-            "context" => context_reads(v, s),
-            "validate" => validate_reads(v, s),
-            // celPreconditions, mutate, generate, verifyImages, and what
-            // leash does not know.
-            _ => false,
-        };
-        if !ok {
-            return false;
+impl<'a> Scope<'a> {
+    fn new(resource: &'a mut Node, uses: &'a mut Uses) -> Scope<'a> {
+        Scope {
+            resource,
+            element: Node::Fields(BTreeMap::new()),
+            uses,
         }
     }
-    true
+
+    /// Records a part whose reads cannot be bounded.
+    fn unbounded(&mut self) {
+        self.uses.unbounded = true;
+    }
 }
 
-fn context_reads(entries: &Value, s: &mut Scope<'_>) -> bool {
-    let Some(entries) = entries.as_array() else {
-        return vars_read(entries, s);
-    };
-    entries.iter().all(|entry| {
-        // An entry that shadows the request's roots.
-        let name = entry["name"].as_str().unwrap_or("");
-        if ["request", "images", "element"]
+/// Whether a rule's `match` or `exclude` names the resources it selects.
+fn selects_by_name(rule: &Rule) -> bool {
+    [&rule.match_, &rule.exclude].iter().any(|b| {
+        b.any
             .iter()
-            .any(|root| name == *root || name.starts_with(&format!("{root}.")))
-        {
-            return false;
-        }
-        // A variable's jmesPath (without a value) queries the whole
-        // context; other entries' jmesPath query what they fetched.
-        let query = &entry["variable"];
-        let jmes_ok = match (&query["jmesPath"], &query["value"]) {
-            (Value::String(q), Value::Null) => expr_reads(q, s),
-            _ => true,
-        };
-        jmes_ok && vars_read(entry, s)
+            .chain(&b.all)
+            .any(|f| !f.resources.names.is_empty())
     })
 }
 
-fn validate_reads(validate: &Value, s: &mut Scope<'_>) -> bool {
-    let Some(validate) = validate.as_object() else {
-        return false;
+/// Adds what the compiled `rule`'s parts read of the resource to `root`,
+/// and what else they use to `uses`. Matching reads only the identity and
+/// the metadata it selects by ([`ReadSet::add_selected`]).
+fn rule_reads(rule: &Rule, root: &mut Node, uses: &mut Uses) {
+    let s = &mut Scope::new(root, uses);
+    conditions_reads(rule.preconditions.as_ref(), s);
+    context_reads(&rule.context, s);
+    if let Some(v) = &rule.validate {
+        v.message.iter().for_each(|m| str_reads(m, s));
+        check_reads(&v.check, s, true);
+    }
+    // What a patch's variables read; the patched resource is the whole
+    // resource ([`ReadSet::add_rule`]).
+    if let Some(m) = &rule.mutate {
+        mutation::mutate_reads(m, s);
+    }
+    // celPreconditions and generate rules are not bounded.
+    if rule.cel_preconditions.is_some() || rule.generate.is_some() {
+        s.unbounded();
+    }
+}
+
+/// What a validate check reads: a pattern's keys of the resource at the
+/// `top`, of the element inside a foreach.
+fn check_reads(check: &Check, s: &mut Scope<'_>, top: bool) {
+    let pattern = |p: &crate::policy::Pattern, s: &mut Scope<'_>| {
+        let into = if top {
+            &mut *s.resource
+        } else {
+            &mut s.element
+        };
+        if !pattern_reads(&p.doc, &mut Vec::new(), into) {
+            s.unbounded();
+        }
+        vars_read(&p.doc, s);
     };
-    validate.iter().all(|(key, v)| match key.as_str() {
-        "message" | "deny" | "failureAction" | "allowExistingViolations" => vars_read(v, s),
-        "pattern" => pattern_reads(v, &mut Vec::new(), s.resource) && vars_read(v, s),
-        "anyPattern" => v.as_array().is_some_and(|ps| {
-            ps.iter()
-                .all(|p| pattern_reads(p, &mut Vec::new(), s.resource) && vars_read(p, s))
-        }),
-        "foreach" => foreach_reads(v, s),
+    match check {
+        Check::Pattern(p) => pattern(p, s),
+        Check::AnyPattern(ps) => ps.iter().for_each(|p| pattern(p, s)),
+        Check::Deny(c) => conditions_reads(Some(c), s),
+        Check::Foreach(decls) => {
+            for d in decls {
+                // `elementScope: false`: its patterns are matched against
+                // the resource, not the element.
+                if d.element_scope == Some(false) {
+                    s.unbounded();
+                }
+                foreach_reads(&d.list, &d.context, d.preconditions.as_ref(), s, |inner| {
+                    check_reads(&d.check, inner, false)
+                });
+            }
+        }
         // The paths its CEL reads of `object` (the rule as autogen wrote
         // it: the pod template's paths for a controller's rule).
-        "cel" => match crate::cel::CelRule::compile(v, "ClusterPolicy", "", "validate.cel") {
-            Ok(rule) => {
-                rule.reads(&mut |path, whole| s.resource.add_segs(path, whole));
-                true
-            }
-            Err(_) => false,
-        },
-        // podSecurity, manifests, and what leash does not know.
-        _ => false,
-    })
+        Check::Cel(rule) => {
+            let resource = &mut *s.resource;
+            let uses = rule.reads(&mut |path, whole| resource.add_segs(path, whole));
+            s.uses.identity |= uses.request;
+        }
+        Check::PodSecurity(_) | Check::VerifyImages(_) | Check::Unsupported(_) => s.unbounded(),
+    }
 }
 
-/// A foreach declaration reads, under each path its list yields, what its
-/// body reads of the element (its patterns, `element` in its variables,
-/// nested declarations); its variables read what they read of the
-/// resource.
-fn foreach_reads(decls: &Value, s: &mut Scope<'_>) -> bool {
-    let Some(decls) = decls.as_array() else {
-        return false;
+/// What the conditions read (their keys' and values' variables).
+fn conditions_reads(c: Option<&Conditions>, s: &mut Scope<'_>) {
+    for c in c
+        .into_iter()
+        .flat_map(|c| c.any.iter().chain(&c.all).flatten())
+    {
+        for o in [&c.key, &c.value] {
+            match o {
+                Operand::Literal(_) => {}
+                Operand::Variable(expr) => expr_reads(expr.trim(), s),
+                Operand::Template(doc) => vars_read(doc, s),
+            }
+        }
+    }
+}
+
+/// What context entries read: the variables in their fields, and a
+/// `variable.jmesPath` without a `value` (it queries the whole context).
+/// Other entries' `jmesPath` query what they fetched: only the variables
+/// in it read the context.
+fn context_reads(entries: &[ContextEntry], s: &mut Scope<'_>) {
+    let query = |q: &Option<String>, s: &mut Scope<'_>| {
+        if let Some(q) = q {
+            s.uses.impure |= impure(q);
+            str_reads(q, s);
+        }
     };
-    decls.iter().all(|d| {
-        // `elementScope: false`: its patterns are matched against the
-        // resource, not the element.
-        if d["elementScope"] == Value::Bool(false) {
-            return false;
+    for entry in entries {
+        // An entry that shadows the request's roots.
+        if ["request", "images", "element"].iter().any(|root| {
+            entry
+                .name
+                .strip_prefix(root)
+                .is_some_and(|r| r.is_empty() || r.starts_with('.'))
+        }) {
+            s.unbounded();
         }
-        let Some(list) = d["list"].as_str() else {
-            return false;
-        };
-        let Some((roots, paths)) = context_of(list, false) else {
-            return false;
-        };
-        if !apply_roots(&roots, s) {
-            return false;
+        if !matches!(entry.source, ContextSource::Variable { .. }) {
+            s.uses.fetches = true;
         }
-        let mut body = Scope {
-            resource: &mut *s.resource,
-            element: Node::Fields(BTreeMap::new()),
-        };
-        let body_ok = d.as_object().is_some_and(|d| {
-            d.iter().all(|(key, v)| match key.as_str() {
-                "list" | "elementScope" => true,
-                "pattern" => {
-                    pattern_reads(v, &mut Vec::new(), &mut body.element) && vars_read(v, &mut body)
+        match &entry.source {
+            ContextSource::Variable {
+                value,
+                jmes_path,
+                default,
+            } => {
+                match (jmes_path, value) {
+                    (Some(q), None) => {
+                        str_reads(q, s);
+                        expr_reads(q, s);
+                    }
+                    _ => query(jmes_path, s),
                 }
-                "anyPattern" => v.as_array().is_some_and(|ps| {
-                    ps.iter().all(|p| {
-                        pattern_reads(p, &mut Vec::new(), &mut body.element)
-                            && vars_read(p, &mut body)
-                    })
-                }),
-                "foreach" => foreach_reads(v, &mut body),
-                "context" => context_reads(v, &mut body),
-                _ => vars_read(v, &mut body),
-            })
-        });
-        if !body_ok {
-            return false;
+                value.iter().chain(default).for_each(|v| vars_read(v, s));
+            }
+            ContextSource::ConfigMap { name, namespace } => {
+                str_reads(name, s);
+                str_reads(namespace, s);
+            }
+            ContextSource::ApiCall {
+                url_path,
+                jmes_path,
+                default,
+            } => {
+                str_reads(url_path, s);
+                query(jmes_path, s);
+                default.iter().for_each(|v| vars_read(v, s));
+            }
+            ContextSource::ApiService {
+                url,
+                ca_bundle,
+                method: _,
+                data,
+                jmes_path,
+                default,
+            } => {
+                std::iter::once(url)
+                    .chain(ca_bundle)
+                    .for_each(|t| str_reads(t, s));
+                for (k, v) in data {
+                    str_reads(k, s);
+                    vars_read(v, s);
+                }
+                query(jmes_path, s);
+                default.iter().for_each(|v| vars_read(v, s));
+            }
+            ContextSource::GlobalReference {
+                name,
+                projection,
+                jmes_path,
+            } => {
+                std::iter::once(name)
+                    .chain(projection)
+                    .for_each(|t| str_reads(t, s));
+                query(jmes_path, s);
+            }
+            ContextSource::ImageRegistry {
+                reference,
+                jmes_path,
+            } => {
+                str_reads(reference, s);
+                query(jmes_path, s);
+            }
         }
-        let element = body.element;
-        // The elements are where the list took them from.
-        for path in &paths {
-            let target = match path.split_first() {
-                Some((root, rest)) if root == "element" => {
-                    graft(&mut s.element, rest, &element);
+    }
+}
+
+/// A foreach declaration (validate's or mutate's) reads, under each path
+/// its `list` yields, what its `body` reads of the element (into the
+/// scope's `element`); its context, preconditions and the rest of its body
+/// read what they read of the resource.
+fn foreach_reads(
+    list: &str,
+    context: &[ContextEntry],
+    preconditions: Option<&Conditions>,
+    s: &mut Scope<'_>,
+    body: impl FnOnce(&mut Scope<'_>),
+) {
+    s.uses.impure |= impure(list);
+    let (roots, paths) = context_of(list, false).unwrap_or_else(|| {
+        s.unbounded();
+        Default::default()
+    });
+    apply_roots(&roots, s);
+    let mut inner = Scope {
+        resource: &mut *s.resource,
+        element: Node::Fields(BTreeMap::new()),
+        uses: &mut *s.uses,
+    };
+    context_reads(context, &mut inner);
+    conditions_reads(preconditions, &mut inner);
+    body(&mut inner);
+    let element = inner.element;
+    // The elements are where the list took them from.
+    for path in &paths {
+        let target = match path.split_first() {
+            Some((root, rest)) if root == "element" => {
+                graft(&mut s.element, rest, &element);
+                continue;
+            }
+            Some((request, rest)) if request == "request" => match rest.split_first() {
+                Some((object, rest))
+                    if (object == "object" || object == "oldObject") && !rest.is_empty() =>
+                {
+                    rest
+                }
+                // The request's other fields.
+                Some((other, _)) if !["object", "oldObject"].contains(&other.as_str()) => {
                     continue;
                 }
-                Some((request, rest)) if request == "request" => match rest.split_first() {
-                    Some((object, rest))
-                        if (object == "object" || object == "oldObject") && !rest.is_empty() =>
-                    {
-                        rest
-                    }
-                    Some((object, _)) if object == "object" || object == "oldObject" => {
-                        return false;
-                    }
-                    None => return false,
-                    // The request's other fields.
-                    Some(_) => continue,
-                },
-                // The whole context.
-                None => return false,
-                // A context entry: bounded where it is defined.
-                Some(_) => continue,
-            };
-            graft(s.resource, target, &element);
-        }
-        true
-    })
+                _ => {
+                    s.unbounded();
+                    continue;
+                }
+            },
+            // The whole context.
+            None => {
+                s.unbounded();
+                continue;
+            }
+            // A context entry: bounded where it is defined.
+            Some(_) => continue,
+        };
+        graft(s.resource, target, &element);
+    }
+}
+
+/// Whether a JMESPath expression calls the clock or randomness.
+fn impure(expr: &str) -> bool {
+    expr.contains("time_now") || expr.contains("random(")
 }
 
 /// Merges `node` in at `path` below `into`.
@@ -791,26 +882,31 @@ fn add(root: &mut Node, path: &[String]) {
 }
 
 /// Adds what the variables in the keys and strings of `doc` read.
-fn vars_read(doc: &Value, s: &mut Scope<'_>) -> bool {
+fn vars_read(doc: &Value, s: &mut Scope<'_>) {
     match doc {
         Value::String(text) => str_reads(text, s),
-        Value::Array(a) => a.iter().all(|v| vars_read(v, s)),
-        Value::Object(m) => m.iter().all(|(k, v)| str_reads(k, s) && vars_read(v, s)),
-        _ => true,
+        Value::Array(a) => a.iter().for_each(|v| vars_read(v, s)),
+        Value::Object(m) => m.iter().for_each(|(k, v)| {
+            str_reads(k, s);
+            vars_read(v, s);
+        }),
+        _ => {}
     }
 }
 
-fn str_reads(text: &str, s: &mut Scope<'_>) -> bool {
+fn str_reads(text: &str, s: &mut Scope<'_>) {
     if !text.contains("{{") {
-        return true;
+        return;
     }
     if nested(text) {
         // The inner variable's value becomes part of the outer's text.
-        return false;
+        s.uses.impure |= impure(text);
+        s.unbounded();
+        return;
     }
-    scan_vars(text)
-        .iter()
-        .all(|(expr, _)| expr_reads(expr.trim(), s))
+    for (expr, _) in scan_vars(text) {
+        expr_reads(expr.trim(), s);
+    }
 }
 
 /// Whether a `{{` opens inside another variable.
@@ -836,8 +932,12 @@ fn nested(s: &str) -> bool {
 }
 
 /// Adds what one JMESPath expression reads (its result whole).
-fn expr_reads(expr: &str, s: &mut Scope<'_>) -> bool {
-    context_of(expr, true).is_some_and(|(roots, _)| apply_roots(&roots, s))
+fn expr_reads(expr: &str, s: &mut Scope<'_>) {
+    s.uses.impure |= impure(expr);
+    match context_of(expr, true) {
+        Some((roots, _)) => apply_roots(&roots, s),
+        None => s.unbounded(),
+    }
 }
 
 /// What `expr` reads of its context, by root, and the paths of the values
@@ -860,26 +960,31 @@ fn context_of(expr: &str, whole_result: bool) -> Option<(BTreeMap<String, Node>,
 /// and `request.oldObject` to the resource, `element` to the element.
 /// Other roots are the request's other fields, user info and context
 /// entries (bounded where they are defined).
-fn apply_roots(roots: &BTreeMap<String, Node>, s: &mut Scope<'_>) -> bool {
+fn apply_roots(roots: &BTreeMap<String, Node>, s: &mut Scope<'_>) {
     if roots.contains_key("images") {
         // Computed from the resource's containers.
-        return false;
+        s.unbounded();
     }
     if let Some(element) = roots.get("element") {
         s.element.merge(element);
     }
     match roots.get("request") {
-        None => true,
-        Some(Node::All | Node::Items(_) | Node::Keys(_)) => false,
+        None => {}
         Some(Node::Fields(request)) => {
+            s.uses.identity |= request
+                .keys()
+                .any(|k| !REQUEST_OTHERS.contains(&k.as_str()));
             for object in ["object", "oldObject"] {
                 match request.get(object) {
-                    Some(Node::All | Node::Items(_) | Node::Keys(_)) => return false,
+                    Some(Node::All | Node::Items(_) | Node::Keys(_)) => s.unbounded(),
                     Some(read) => s.resource.merge(read),
                     None => {}
                 }
             }
-            true
+        }
+        Some(Node::All | Node::Items(_) | Node::Keys(_)) => {
+            s.uses.identity = true;
+            s.unbounded();
         }
     }
 }
@@ -1233,6 +1338,49 @@ mod tests {
                 .expect("a policy"),
         );
         engine.reads()
+    }
+
+    /// The memo key of a one-rule policy ([`ReadSet::key_of_rules`]).
+    fn memo_key(rule: Value) -> Option<ReadSet> {
+        let doc = json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+            "metadata": {"name": "p"}, "spec": {"rules": [rule]}});
+        match crate::Document::compile(&doc) {
+            Ok(Some(crate::Document::Policy(p))) => p.memo_key,
+            other => panic!("{doc}: {other:?}"),
+        }
+    }
+
+    /// Results that depend on fetched data or the clock, wherever in the
+    /// rule the entry or call is (a foreach's context, a variable's
+    /// jmesPath over its value), are never remembered; a pattern's are,
+    /// keyed on what it reads.
+    #[test]
+    fn fetched_data_anywhere_in_a_rule_is_never_remembered() {
+        let pods = json!({"any": [{"resources": {"kinds": ["Pod"]}}]});
+        let foreach = |context: Value| {
+            json!({"name": "r", "match": pods, "validate": {"foreach": [{
+                "list": "request.object.spec.containers", "context": context,
+                "deny": {"conditions": {"any": [{"key": "{{ element.name }}", "operator": "Equals", "value": "x"}]}}}]}})
+        };
+        for rule in [
+            foreach(json!([{"name": "ns", "apiCall": {"urlPath": "/api/v1/namespaces"}}])),
+            foreach(json!([{"name": "cm", "configMap": {"name": "c", "namespace": "d"}}])),
+            foreach(
+                json!([{"name": "t", "variable": {"value": "x", "jmesPath": "time_now_utc()"}}]),
+            ),
+            json!({"name": "r", "match": pods, "validate": {"message": "{{ random('[a-z]{4}') }}",
+                "pattern": {"spec": {"hostNetwork": false}}}}),
+        ] {
+            assert_eq!(memo_key(rule.clone()), None, "{rule}");
+        }
+        let pattern = json!({"name": "r", "match": pods, "validate": {"message": "m",
+            "pattern": {"spec": {"hostNetwork": false}}}});
+        let key = memo_key(pattern).expect("a key");
+        assert!(key.may_read(&["spec", "hostNetwork"]) && !key.may_read(&["spec", "containers"]));
+        // A variable on the element only reads the containers' names.
+        let key = memo_key(foreach(json!([]))).expect("a key");
+        assert!(key.may_read(&["spec", "containers", "name"]));
+        assert!(!key.may_read(&["spec", "containers", "image"]));
     }
 
     #[test]

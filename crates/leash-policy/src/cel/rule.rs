@@ -301,9 +301,12 @@ impl CelRule {
 
     /// What its variables and expressions read of `object` and
     /// `oldObject` (see [`super::reads`]).
-    pub(crate) fn reads<'a>(&'a self, out: &mut dyn FnMut(&[crate::reads::Seg<'a>], bool)) {
+    pub(crate) fn reads<'a>(
+        &'a self,
+        out: &mut dyn FnMut(&[crate::reads::Seg<'a>], bool),
+    ) -> super::reads::Uses {
         let exprs = self.validations.iter().flat_map(Validation::exprs);
-        super::reads::object_reads(&self.variables, exprs, out);
+        super::reads::object_reads(&self.variables, exprs, out)
     }
 
     /// Whether the rule uses `params` (`paramKind`/`paramRef`), which this

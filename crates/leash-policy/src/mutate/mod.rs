@@ -30,7 +30,7 @@ use serde_json::Value;
 
 use crate::result::{RuleResult, Source};
 
-pub(crate) use spec::MutateSpec;
+pub(crate) use spec::{ForeachPatch, MutateForeach, MutateSpec};
 
 /// What one mutating policy did to the resource.
 #[derive(Debug, Clone, PartialEq)]

@@ -15,8 +15,10 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::{Node, Scope, context_reads, foreach_reads, has_key, uses_request_identity, vars_read};
+use super::{Node, Scope, Uses, foreach_reads, rule_reads, selects_by_name, str_reads, vars_read};
+use crate::mutate::{ForeachPatch, MutateForeach, MutateSpec};
 use crate::pattern::parse_anchor;
+use crate::policy::Rule;
 
 /// What a chain of mutating policies' answer at admission depends on
 /// ([`crate::Engine::mutation_key`]). Ordered from the least to the most
@@ -35,130 +37,101 @@ pub enum MutationKey {
     RequestButName,
 }
 
-/// The key of a classic policy's mutate rules (after autogen) that run at
-/// admission: rules with `targets` mutate other resources later and do not
-/// take part in the chain.
-pub(crate) fn key_of_mutate_rules<'r>(rules: impl IntoIterator<Item = &'r Value>) -> MutationKey {
+/// The key of a classic policy's compiled mutate rules (autogen's among
+/// them) that run at admission: rules with `targets` mutate other
+/// resources later and do not take part in the chain. A patch may depend
+/// on the object's name when its rule's match names objects, a variable
+/// reaches the name (or the request's identity, or the object whole), a
+/// reference `$(...)` is used, or the patch writes the name.
+pub(crate) fn key_of_mutate_rules<'r>(rules: impl IntoIterator<Item = &'r Rule>) -> MutationKey {
     let mut key = MutationKey::RequestButName;
     for rule in rules {
-        let Some(mutate) = rule.get("mutate") else {
+        let Some(mutate) = &rule.mutate else {
             continue;
         };
-        if mutate.get("targets").is_some() {
+        if matches!(mutate, MutateSpec::Existing { .. }) {
             continue;
         }
-        let text = rule.to_string();
-        if ["time_now", "random("].iter().any(|f| text.contains(f)) || fetches(rule) {
+        let mut root = Node::Fields(BTreeMap::new());
+        let mut uses = Uses::default();
+        rule_reads(rule, &mut root, &mut uses);
+        if uses.fetches || uses.impure {
             return MutationKey::Unkeyed;
         }
-        if reads_name(rule, &text) {
+        if uses.unbounded
+            || uses.identity
+            || selects_by_name(rule)
+            || root.may_read(&["metadata", "name"])
+            || patches(mutate).any(Patch::names)
+        {
             key = MutationKey::Request;
         }
     }
     key
 }
 
-/// Whether a `context` anywhere in `v` (the rule's, a foreach's) has an
-/// entry that fetches data (anything but a `variable`).
-fn fetches(v: &Value) -> bool {
-    match v {
-        Value::Object(m) => m.iter().any(|(k, v)| {
-            let entry_fetches = k == "context"
-                && v.as_array().is_some_and(|entries| {
-                    entries.iter().any(|e| {
-                        e.as_object()
-                            .is_none_or(|e| e.keys().any(|k| k != "name" && k != "variable"))
-                    })
-                });
-            entry_fetches || fetches(v)
-        }),
-        Value::Array(a) => a.iter().any(fetches),
-        _ => false,
-    }
-}
-
-/// Whether a mutate rule's patch may depend on the object's name: its
-/// match names objects, a variable reaches the name (or the request's
-/// identity, or the object whole), a reference `$(...)` is used, or a patch
-/// writes the name.
-fn reads_name(rule: &Value, text: &str) -> bool {
-    let names = [&rule["match"], &rule["exclude"]]
-        .iter()
-        .any(|block| has_key(block, "names"));
-    if names || uses_request_identity(&expressions(rule)) || text.contains("$(") {
-        return true;
-    }
-    let mut root = Node::Fields(BTreeMap::new());
-    let s = &mut Scope {
-        resource: &mut root,
-        element: Node::Fields(BTreeMap::new()),
-    };
-    let bounded = rule.as_object().is_some_and(|r| {
-        r.iter().all(|(k, v)| match k.as_str() {
-            "name" | "match" | "exclude" | "skipBackgroundRequests" | "reportProperties" => true,
-            "preconditions" => vars_read(v, s),
-            "context" => context_reads(v, s),
-            // A patch's own paths are checked by `writes_name`; here what
-            // its variables read.
-            "mutate" => v.as_object().is_some_and(|m| {
-                m.iter().all(|(k, v)| match k.as_str() {
-                    "foreach" => foreach_reads(v, s),
-                    _ => vars_read(v, s),
-                })
-            }),
-            _ => false,
-        })
-    });
-    !bounded || root.may_read(&["metadata", "name"]) || writes_name(&rule["mutate"])
-}
-
-/// The JMESPath expressions of a rule, one per line: every variable
-/// (`{{ ... }}` in any key or value), and every foreach `list` and context
-/// `jmesPath`. (An annotation key `request.example.com/x` is no variable.)
-fn expressions(rule: &Value) -> String {
-    fn walk(v: &Value, out: &mut String) {
-        let vars = |s: &str, out: &mut String| {
-            for (expr, _) in crate::vars::scan_vars(s) {
-                out.push_str(&expr);
-                out.push('\n');
-            }
-        };
-        match v {
-            Value::String(s) => vars(s, out),
-            Value::Array(a) => a.iter().for_each(|v| walk(v, out)),
-            Value::Object(m) => {
-                for (k, v) in m {
-                    vars(k, out);
-                    if let ("list" | "jmesPath", Value::String(e)) = (k.as_str(), v) {
-                        out.push_str(e);
-                        out.push('\n');
-                    }
-                    walk(v, out);
-                }
-            }
-            _ => {}
+/// What a `mutate`'s variables read (a foreach's element under its list);
+/// the patch's own paths are [`Patch::names`]'.
+pub(super) fn mutate_reads(m: &MutateSpec, s: &mut Scope<'_>) {
+    fn each(decls: &[MutateForeach], s: &mut Scope<'_>) {
+        for d in decls {
+            foreach_reads(
+                &d.list,
+                &d.context,
+                d.preconditions.as_ref(),
+                s,
+                |inner| match &d.patch {
+                    ForeachPatch::StrategicMerge(p) => vars_read(p, inner),
+                    ForeachPatch::Json6902(text) => str_reads(text, inner),
+                    ForeachPatch::Nested(nested) => each(nested, inner),
+                },
+            );
         }
     }
-    let mut out = String::new();
-    walk(rule, &mut out);
-    out
+    match m {
+        MutateSpec::StrategicMerge(p) => vars_read(p, s),
+        MutateSpec::Json6902(text) => str_reads(text, s),
+        MutateSpec::Foreach(decls) => each(decls, s),
+        MutateSpec::Existing { .. } => s.unbounded(),
+    }
 }
 
-/// Whether a patch anywhere in a `mutate` block (its own, a foreach's) may
-/// write `metadata.name`.
-fn writes_name(v: &Value) -> bool {
-    match v {
-        Value::Object(m) => m.iter().any(|(k, v)| match k.as_str() {
-            "patchStrategicMerge" => merge_writes_name(v),
-            "patchesJson6902" => match v {
-                Value::String(ops) => json6902_writes_name(ops),
-                _ => true,
-            },
-            _ => writes_name(v),
-        }),
-        Value::Array(a) => a.iter().any(writes_name),
-        _ => false,
+/// One patch of a `mutate` (its own, or a foreach level's).
+enum Patch<'a> {
+    StrategicMerge(&'a Value),
+    Json6902(&'a str),
+}
+
+impl Patch<'_> {
+    /// Whether the patch may write `metadata.name` or holds a reference
+    /// `$(...)` (to any part of the object).
+    fn names(self) -> bool {
+        match self {
+            Patch::StrategicMerge(p) => merge_writes_name(p) || p.to_string().contains("$("),
+            Patch::Json6902(text) => json6902_writes_name(text) || text.contains("$("),
+        }
     }
+}
+
+/// Every patch of a `mutate`, at every foreach level.
+fn patches(m: &MutateSpec) -> impl Iterator<Item = Patch<'_>> {
+    fn each<'a>(decls: &'a [MutateForeach], out: &mut Vec<Patch<'a>>) {
+        for d in decls {
+            match &d.patch {
+                ForeachPatch::StrategicMerge(p) => out.push(Patch::StrategicMerge(p)),
+                ForeachPatch::Json6902(text) => out.push(Patch::Json6902(text)),
+                ForeachPatch::Nested(nested) => each(nested, out),
+            }
+        }
+    }
+    let mut out = Vec::new();
+    match m {
+        MutateSpec::StrategicMerge(p) => out.push(Patch::StrategicMerge(p)),
+        MutateSpec::Json6902(text) => out.push(Patch::Json6902(text)),
+        MutateSpec::Foreach(decls) => each(decls, &mut out),
+        MutateSpec::Existing { patch, .. } => out.extend(patches(patch)),
+    }
+    out.into_iter()
 }
 
 /// A strategic merge patch writes the name when its `metadata` (anchors
@@ -345,7 +318,13 @@ mod tests {
     use serde_json::json;
 
     fn key(rule: Value) -> MutationKey {
-        key_of_mutate_rules([&rule])
+        let doc = json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+            "metadata": {"name": "p", "annotations": {"pod-policies.kyverno.io/autogen-controllers": "none"}},
+            "spec": {"rules": [rule]}});
+        match crate::Document::compile(&doc) {
+            Ok(Some(crate::Document::Policy(p))) => p.mutation_key,
+            other => panic!("{doc}: {other:?}"),
+        }
     }
 
     #[test]
