@@ -178,26 +178,39 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
 
     // Kyverno's global context (`globalReference`, CEL `globalContext.Get`):
     // the cluster's GlobalContextEntry objects fed into one store that the
-    // scan, admission and generate read through the hub. When the API
-    // server does not serve the kind, rules that read an entry give an
-    // error naming it.
+    // scan, admission and generate read through the hub. While the API
+    // server does not serve the kind (Kyverno's CRDs installed after
+    // leash), rules that read an entry give an error naming it; discovery
+    // is asked again every GLOBAL_CONTEXT_RECHECK until it does.
     let global =
         leash_context::Store::new(leash_context::StoreConfig::default(), Some(client.clone()));
     hub.serve_global(global.clone());
     {
         let (client, token) = (client.clone(), root.token().clone());
         root.spawn("global context", async move {
-            let fed = if serves_global_context(&client).await {
-                // Boxed: the feeder's future is large.
-                Box::pin(leash_context::CrdFeeder::new(global.clone(), client).run(token))
+            let mut logged = false;
+            let fed = loop {
+                let served = tokio::select! {
+                    () = token.cancelled() => break Ok(()),
+                    served = serves_global_context(&client) => served,
+                };
+                if served {
+                    // Boxed: the feeder's future is large.
+                    break Box::pin(
+                        leash_context::CrdFeeder::new(global.clone(), client).run(token),
+                    )
                     .await
-                    .map_err(|e| e.to_string())
-            } else {
-                tracing::info!(
-                    "GlobalContextEntry (kyverno.io/v2beta1) is not served: no global context"
-                );
-                token.cancelled().await;
-                Ok(())
+                    .map_err(|e| e.to_string());
+                }
+                if !std::mem::replace(&mut logged, true) {
+                    tracing::info!(
+                        "GlobalContextEntry (kyverno.io/v2beta1) is not served: no global context until it is"
+                    );
+                }
+                tokio::select! {
+                    () = token.cancelled() => break Ok(()),
+                    () = tokio::time::sleep(GLOBAL_CONTEXT_RECHECK) => {}
+                }
             };
             let down = global.shutdown().await.map_err(|e| e.to_string());
             fed.and(down)
@@ -463,6 +476,10 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// Whether the API server serves Kyverno's GlobalContextEntry kind.
+/// How often discovery is asked whether GlobalContextEntry is served, while
+/// it is not.
+const GLOBAL_CONTEXT_RECHECK: std::time::Duration = std::time::Duration::from_secs(5);
+
 async fn serves_global_context(client: &kube::Client) -> bool {
     let version = format!(
         "{}/{}",

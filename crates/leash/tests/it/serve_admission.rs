@@ -765,15 +765,18 @@ async fn admission_and_the_scan_watch_each_kind_once() {
 /// the scan and generate) read. A ClusterPolicy's `globalReference` (the
 /// entry's data and a projection) and a ValidatingPolicy's CEL
 /// `globalContext.Get` deny a ConfigMap with messages built from the
-/// entry's data (three deployments, two in `x`).
+/// entry's data (three deployments, two in `x`). The GlobalContextEntry CRD
+/// is installed after leash has started (Kyverno's CRDs applied after
+/// leash's): it is found on a later discovery, not missed for good.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_admission_reads_the_global_context() {
-    let mut objects = vec![json!({
+    let entry = json!({
         "apiVersion": "kyverno.io/v2beta1", "kind": "GlobalContextEntry",
         "metadata": {"name": "deployments"},
         "spec": {"kubernetesResource": {"group": "apps", "version": "v1", "resource": "deployments"},
                  "projections": [{"name": "in-x", "jmesPath": "[?metadata.namespace=='x'] | length(@)"}]}
-    })];
+    });
+    let mut objects = Vec::new();
     for ns in ["x", "y"] {
         objects.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}));
     }
@@ -802,9 +805,27 @@ async fn serve_admission_reads_the_global_context() {
             "variables": [{"name": "inx", "expression": "globalContext.Get(\"deployments\", \"in-x\")"}],
             "validations": [{"expression": "int(variables.inx) != 2",
                 "messageExpression": "'CEL reads ' + string(int(variables.inx)) + ' in x'"}]}}));
-    let sb = crd_sandbox(|_| true, objects).await;
+    // Kyverno's CRDs but GlobalContextEntry's, which is installed once
+    // leash is serving.
+    let is_entry_crd = |crd: &Value| crd["spec"]["names"]["kind"] == "GlobalContextEntry";
+    let sb = crd_sandbox(|crd| !is_entry_crd(crd), objects).await;
     let server = serve_admission_ready(&sb.url()).await;
     let api = sb.url().trim_start_matches("http://").to_string();
+    let crd = leash_sandbox::manifests::load_manifests(&[repo().join("deploy/crds")])
+        .unwrap()
+        .into_iter()
+        .find(|crd| is_entry_crd(crd))
+        .expect("the GlobalContextEntry CRD in deploy/crds");
+    for (path, object) in [
+        (
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            crd,
+        ),
+        ("/apis/kyverno.io/v2beta1/globalcontextentries", entry),
+    ] {
+        let (status, body) = tokio::task::block_in_place(|| http_post_json(&api, path, &object));
+        assert_eq!(status, 201, "POST {path}: {body}");
+    }
     let start = Instant::now();
     let mut attempt = 0;
     // Until the entry has its first data, the rules give errors (and the
