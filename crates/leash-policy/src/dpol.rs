@@ -78,7 +78,12 @@ impl DeletingPolicy {
         };
         let matching = match &spec["matchConstraints"] {
             Json::Null => None,
-            m @ Json::Object(_) => Some(MatchResources::parse(m)),
+            m @ Json::Object(_) => Some(MatchResources::parse(
+                m,
+                &kind,
+                &name,
+                "spec.matchConstraints",
+            )?),
             _ => {
                 return Err(Error::invalid(
                     &kind,

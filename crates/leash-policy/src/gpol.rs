@@ -85,7 +85,12 @@ impl GeneratingPolicy {
         Ok(GeneratingPolicy {
             name: Arc::from(name.as_str()),
             namespace,
-            matching: MatchResources::parse(&spec["matchConstraints"]),
+            matching: MatchResources::parse(
+                &spec["matchConstraints"],
+                &kind,
+                &name,
+                "spec.matchConstraints",
+            )?,
             conditions,
             variables,
             generates,

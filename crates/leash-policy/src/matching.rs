@@ -170,6 +170,16 @@ impl LabelSelector {
         Ok(sel)
     }
 
+    /// Whether it selects nothing in particular (every object).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.match_labels.is_empty() && self.expressions.is_empty()
+    }
+
+    /// Whether `labels` are selected.
+    pub(crate) fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.matches_map(Some(labels))
+    }
+
     pub(crate) fn matches_json(&self, labels: Option<&serde_json::Map<String, Value>>) -> bool {
         let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
         let iter = || {

@@ -110,7 +110,12 @@ impl AdmissionPolicyBinding {
         };
         let matching = match &spec["matchResources"] {
             Json::Null => None,
-            m @ Json::Object(_) => Some(MatchResources::parse(m)),
+            m @ Json::Object(_) => Some(MatchResources::parse(
+                m,
+                BINDING_KIND,
+                &name,
+                "spec.matchResources",
+            )?),
             _ => {
                 return Err(Error::invalid(
                     BINDING_KIND,
@@ -167,7 +172,12 @@ impl AdmissionPolicy {
             }
         };
         Ok(AdmissionPolicy {
-            matching: MatchResources::parse(&spec["matchConstraints"]),
+            matching: MatchResources::parse(
+                &spec["matchConstraints"],
+                POLICY_KIND,
+                &name,
+                "spec.matchConstraints",
+            )?,
             conditions,
             variables: compile_variables(
                 spec.get("variables"),

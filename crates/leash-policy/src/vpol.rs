@@ -18,6 +18,7 @@ use crate::cel::rule::{
 use crate::cel::{Activation, Expr, VarMemo, Variable, fast};
 use crate::error::{Error, Result};
 use crate::eval::Prepared;
+use crate::matching::LabelSelector;
 use crate::request::labels_of;
 use crate::request::{ClusterData, EvalRequest, Operation};
 use crate::result::{RuleResult, Source, Status};
@@ -42,70 +43,6 @@ impl ValidationAction {
             "audit" => ValidationAction::Audit,
             _ => return None,
         })
-    }
-}
-
-/// A label selector (`matchLabels`, `matchExpressions`).
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Selector {
-    labels: Vec<(String, String)>,
-    exprs: Vec<(String, String, Vec<String>)>,
-}
-
-impl Selector {
-    pub(crate) fn parse(v: Option<&Json>) -> Selector {
-        let Some(v) = v else {
-            return Selector::default();
-        };
-        let labels = v["matchLabels"]
-            .as_object()
-            .map(|m| m.iter().map(|(k, v)| (k.clone(), json_text(v))).collect())
-            .unwrap_or_default();
-        let exprs = v["matchExpressions"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|e| {
-                        (
-                            e["key"].as_str().unwrap_or("").to_string(),
-                            e["operator"].as_str().unwrap_or("").to_string(),
-                            e["values"]
-                                .as_array()
-                                .map(|vs| vs.iter().map(json_text).collect())
-                                .unwrap_or_default(),
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        Selector { labels, exprs }
-    }
-
-    fn is_empty(&self) -> bool {
-        self.labels.is_empty() && self.exprs.is_empty()
-    }
-
-    pub(crate) fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        self.labels
-            .iter()
-            .all(|(k, v)| labels.get(k).is_some_and(|l| l == v))
-            && self.exprs.iter().all(|(k, op, vals)| {
-                let l = labels.get(k);
-                match op.as_str() {
-                    "In" => l.is_some_and(|l| vals.contains(l)),
-                    "NotIn" => l.is_none_or(|l| !vals.contains(l)),
-                    "Exists" => l.is_some(),
-                    "DoesNotExist" => l.is_none(),
-                    _ => false,
-                }
-            })
-    }
-}
-
-fn json_text(v: &Json) -> String {
-    match v {
-        Json::String(s) => s.clone(),
-        other => other.to_string(),
     }
 }
 
@@ -220,8 +157,8 @@ pub type ResourceOperations = ((String, String, String), Vec<&'static str>);
 /// `matchConstraints`.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct MatchResources {
-    namespace_selector: Selector,
-    object_selector: Selector,
+    namespace_selector: LabelSelector,
+    object_selector: LabelSelector,
     rules: Vec<ResourceRule>,
     excludes: Vec<ResourceRule>,
 }
@@ -274,18 +211,27 @@ impl MatchResources {
         }
     }
 
-    pub(crate) fn parse(v: &Json) -> MatchResources {
+    /// `matchConstraints` (or a binding's `matchResources`) `v` of the
+    /// policy `kind` `name`, at `field`: a selector with an unknown
+    /// operator (or of the wrong shape) is an error naming its field, as
+    /// Kubernetes refuses it, not a selector that never matches.
+    pub(crate) fn parse(v: &Json, kind: &str, name: &str, field: &str) -> Result<MatchResources> {
         let rules = |k: &str| {
             v[k].as_array()
                 .map(|a| a.iter().map(ResourceRule::parse).collect())
                 .unwrap_or_default()
         };
-        MatchResources {
-            namespace_selector: Selector::parse(v.get("namespaceSelector")),
-            object_selector: Selector::parse(v.get("objectSelector")),
+        let err = |f: String, m: String| Error::invalid(kind, name, f, m);
+        let selector = |k: &str| match v.get(k) {
+            None | Some(Json::Null) => Ok(LabelSelector::default()),
+            Some(s) => LabelSelector::parse(s, &format!("{field}.{k}"), &err),
+        };
+        Ok(MatchResources {
+            namespace_selector: selector("namespaceSelector")?,
+            object_selector: selector("objectSelector")?,
             rules: rules("resourceRules"),
             excludes: rules("excludeResourceRules"),
-        }
+        })
     }
 
     /// Whether these constraints are a single resource rule naming no
@@ -1048,7 +994,12 @@ fn default_message(i: usize) -> String {
 }
 
 fn compile_body(spec: &Json, kind: &str, name: &str) -> Result<Body> {
-    let matching = MatchResources::parse(&spec["matchConstraints"]);
+    let matching = MatchResources::parse(
+        &spec["matchConstraints"],
+        kind,
+        name,
+        "spec.matchConstraints",
+    )?;
     let conditions = compile_named_conditions(
         spec.get("matchConditions"),
         kind,

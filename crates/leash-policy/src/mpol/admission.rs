@@ -36,9 +36,10 @@ use serde_json::{Value as Json, json};
 use super::{Body, Reinvocation, RunError, compile_body, run};
 use crate::error::{Error, Result};
 use crate::eval::Prepared;
+use crate::matching::LabelSelector;
 use crate::request::{ClusterData, EvalRequest, labels_of};
 use crate::result::{RuleResult, Source, Status};
-use crate::vpol::{MatchResources, Selector, Target};
+use crate::vpol::{MatchResources, Target};
 
 const GROUP: &str = "admissionregistration.k8s.io";
 
@@ -94,7 +95,7 @@ pub struct MutatingAdmissionPolicy {
 struct ParamRef {
     name: Option<String>,
     namespace: Option<String>,
-    selector: Option<Selector>,
+    selector: Option<LabelSelector>,
 }
 
 /// A compiled MutatingAdmissionPolicyBinding.
@@ -124,14 +125,26 @@ impl MutatingAdmissionPolicyBinding {
             .ok_or_else(|| Error::invalid(BINDING_KIND, &name, "spec.policyName", "is required"))?;
         let matching = match &spec["matchResources"] {
             Json::Null => None,
-            m => Some(MatchResources::parse(m)),
+            m => Some(MatchResources::parse(
+                m,
+                BINDING_KIND,
+                &name,
+                "spec.matchResources",
+            )?),
         };
         let param_ref = match &spec["paramRef"] {
             Json::Null => None,
             r => Some(ParamRef {
                 name: non_empty(&r["name"]),
                 namespace: non_empty(&r["namespace"]),
-                selector: r.get("selector").map(|s| Selector::parse(Some(s))),
+                selector: match r.get("selector") {
+                    None | Some(Json::Null) => None,
+                    Some(s) => Some(LabelSelector::parse(
+                        s,
+                        "spec.paramRef.selector",
+                        &|f, m| Error::invalid(BINDING_KIND, &name, f, m),
+                    )?),
+                },
             }),
         };
         Ok(MutatingAdmissionPolicyBinding {

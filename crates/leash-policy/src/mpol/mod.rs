@@ -169,10 +169,15 @@ impl MutatingPolicy {
         let body = compile_body(spec, &kind, &name)?;
         let tmc = &spec["targetMatchConstraints"];
         let targets = Targets {
-            matching: tmc["resourceRules"]
-                .as_array()
-                .is_some_and(|r| !r.is_empty())
-                .then(|| MatchResources::parse(tmc)),
+            matching: match tmc["resourceRules"].as_array() {
+                Some(r) if !r.is_empty() => Some(MatchResources::parse(
+                    tmc,
+                    &kind,
+                    &name,
+                    "spec.targetMatchConstraints",
+                )?),
+                _ => None,
+            },
             conditions: compile_conditions(spec, "targetMatchConditions", &kind, &name)?,
             expression: tmc["expression"].as_str().is_some_and(|e| !e.is_empty()),
         };
@@ -180,7 +185,13 @@ impl MutatingPolicy {
             .iter()
             .map(|s| {
                 compile_body(s, &kind, &name).unwrap_or_else(|e| Body {
-                    matching: MatchResources::parse(&s["matchConstraints"]),
+                    matching: MatchResources::parse(
+                        &s["matchConstraints"],
+                        &kind,
+                        &name,
+                        "spec.matchConstraints",
+                    )
+                    .unwrap_or_default(),
                     conditions: Vec::new(),
                     stages: Vec::new(),
                     mutations: Vec::new(),
@@ -608,7 +619,12 @@ fn compile_conditions(
 }
 
 fn compile_body(spec: &Json, kind: &str, name: &str) -> Result<Body> {
-    let matching = MatchResources::parse(&spec["matchConstraints"]);
+    let matching = MatchResources::parse(
+        &spec["matchConstraints"],
+        kind,
+        name,
+        "spec.matchConstraints",
+    )?;
     let conditions = compile_conditions(spec, "matchConditions", kind, name)?;
     let mut mutations = Vec::new();
     for (i, m) in as_list(spec.get("mutations"), kind, name, "spec.mutations")?

@@ -1,6 +1,5 @@
 //! ValidatingPolicy tests: semantics table and a corpus harness.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -456,12 +455,7 @@ fn run_folder(folder: &str) -> Vec<String> {
                 .find(|n| n["metadata"]["name"].as_str() == Some(&ns))
             {
                 req.namespace_object = Some(Arc::new(nsobj.clone()));
-                req.namespace_labels = Some(
-                    nsobj["metadata"]["labels"]
-                        .as_object()
-                        .map(|m| m.iter().map(|(k, v)| (k.clone(), json_text(v))).collect())
-                        .unwrap_or_else(BTreeMap::new),
-                );
+                req.namespace_labels = Some(labels_of(nsobj));
             }
             for p in values["policies"].as_array().cloned().unwrap_or_default() {
                 if p["name"].as_str() != Some(pol_name) {

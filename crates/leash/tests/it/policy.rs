@@ -619,7 +619,8 @@ fn apply_names_a_policy_that_does_not_compile_and_exits_2() {
 /// the field's path, instead of being ignored: an unknown field (a typo,
 /// a field indented under the wrong parent, `kind` for `kinds`), a value
 /// outside an enum, a CEL expression naming an undeclared variable or
-/// function, a value of the wrong type, a missing required field.
+/// function, a label selector's unknown operator (it would never match), a
+/// value of the wrong type, a missing required field.
 #[test]
 fn typos_in_policies_are_refused_naming_the_field() {
     let vpol = |actions: &str| {
@@ -663,6 +664,14 @@ fn typos_in_policies_are_refused_naming_the_field() {
             "a CEL comparison of an int with a string",
             vpol("Deny").replace("expression: 'true'", "expression: 'size(object.spec.containers) > \"1\"'"),
             "spec.validations[0].expression: found no matching overload for '_>_' applied to '(int, string)'",
+        ),
+        (
+            "a selector operator Kubernetes does not know",
+            vpol("Deny").replace(
+                "  validations:",
+                "    objectSelector: {matchExpressions: [{key: app, operator: in, values: [web]}]}\n  validations:",
+            ),
+            r#"spec.matchConstraints.objectSelector.matchExpressions[0].operator: unknown operator "in""#,
         ),
         (
             "a value of the wrong type",
