@@ -24,7 +24,8 @@ use std::sync::Arc;
 use serde_json::Value as Json;
 
 use crate::cel::rule::{
-    Validation, compile_named_conditions, compile_validations, compile_variables, run_validations,
+    Header, Validation, compile_named_conditions, compile_validations, compile_variables,
+    is_kind_in, run_validations,
 };
 use crate::cel::{Activation, Expr, Variable};
 use crate::error::{Error, Result};
@@ -40,31 +41,14 @@ pub const POLICY_KIND: &str = "ValidatingAdmissionPolicy";
 /// The kind [`AdmissionPolicyBinding::compile`] accepts.
 pub const BINDING_KIND: &str = "ValidatingAdmissionPolicyBinding";
 
-fn is_kind(doc: &Json, kind: &str) -> bool {
-    let group = doc["apiVersion"]
-        .as_str()
-        .unwrap_or("")
-        .split('/')
-        .next()
-        .unwrap_or("");
-    group == GROUP && doc["kind"].as_str() == Some(kind)
-}
-
 /// Whether `doc` is a ValidatingAdmissionPolicy.
 pub fn is_admission_policy(doc: &Json) -> bool {
-    is_kind(doc, POLICY_KIND)
+    is_kind_in(doc, GROUP, &[POLICY_KIND])
 }
 
 /// Whether `doc` is a ValidatingAdmissionPolicyBinding.
 pub fn is_admission_policy_binding(doc: &Json) -> bool {
-    is_kind(doc, BINDING_KIND)
-}
-
-fn name_of(doc: &Json, kind: &str) -> Result<String> {
-    match doc["metadata"]["name"].as_str() {
-        Some(n) if !n.is_empty() => Ok(n.to_string()),
-        _ => Err(Error::invalid(kind, "", "metadata.name", "is required")),
-    }
+    is_kind_in(doc, GROUP, &[BINDING_KIND])
 }
 
 /// A compiled ValidatingAdmissionPolicy. Immutable; evaluate from any
@@ -91,10 +75,7 @@ pub struct AdmissionPolicyBinding {
 impl AdmissionPolicyBinding {
     /// Compiles a binding document; errors name the field.
     pub fn compile(doc: &Json) -> Result<AdmissionPolicyBinding> {
-        let name = name_of(doc, BINDING_KIND)?;
-        if !is_admission_policy_binding(doc) {
-            return Err(Error::Unsupported(format!("{BINDING_KIND} {name}")));
-        }
+        let Header { name, .. } = Header::in_group(doc, GROUP, &[BINDING_KIND])?;
         Error::check_schema(doc)?;
         let spec = &doc["spec"];
         let policy_name = match spec["policyName"].as_str() {
@@ -146,10 +127,7 @@ impl AdmissionPolicyBinding {
 impl AdmissionPolicy {
     /// Compiles a policy document; errors name the field.
     pub fn compile(doc: &Json) -> Result<AdmissionPolicy> {
-        let name = name_of(doc, POLICY_KIND)?;
-        if !is_admission_policy(doc) {
-            return Err(Error::Unsupported(format!("{POLICY_KIND} {name}")));
-        }
+        let Header { name, .. } = Header::in_group(doc, GROUP, &[POLICY_KIND])?;
         Error::check_schema(doc)?;
         let spec = &doc["spec"];
         let conditions = compile_named_conditions(

@@ -112,9 +112,14 @@ impl Header {
     /// The header of `doc` when it is one of `kinds` of
     /// `policies.kyverno.io` (else [`Error::Unsupported`]).
     pub(crate) fn of(doc: &Json, kinds: &[&str]) -> Result<Header> {
+        Header::in_group(doc, "policies.kyverno.io", kinds)
+    }
+
+    /// The header of `doc` when it is one of `kinds` of API `group`.
+    pub(crate) fn in_group(doc: &Json, group: &str, kinds: &[&str]) -> Result<Header> {
         let kind = doc["kind"].as_str().unwrap_or("").to_string();
         let name = doc["metadata"]["name"].as_str().unwrap_or("").to_string();
-        if !is_policy_kind(doc, kinds) {
+        if !is_kind_in(doc, group, kinds) {
             return Err(Error::Unsupported(format!(
                 "{} {kind} {name}",
                 doc["apiVersion"].as_str().unwrap_or("")
@@ -146,8 +151,13 @@ impl Header {
 /// Whether `doc` is one of `kinds` of the `policies.kyverno.io` group (its
 /// versions are the schema check's to refuse).
 pub(crate) fn is_policy_kind(doc: &Json, kinds: &[&str]) -> bool {
-    let group = doc["apiVersion"].as_str().unwrap_or("").split('/').next();
-    group == Some("policies.kyverno.io") && kinds.contains(&doc["kind"].as_str().unwrap_or(""))
+    is_kind_in(doc, "policies.kyverno.io", kinds)
+}
+
+/// Whether `doc` is one of `kinds` of API `group`.
+pub(crate) fn is_kind_in(doc: &Json, group: &str, kinds: &[&str]) -> bool {
+    doc["apiVersion"].as_str().unwrap_or("").split('/').next() == Some(group)
+        && kinds.contains(&doc["kind"].as_str().unwrap_or(""))
 }
 
 pub(crate) fn compile_variables(

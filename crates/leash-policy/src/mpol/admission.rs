@@ -34,6 +34,7 @@ use std::sync::Arc;
 use serde_json::{Value as Json, json};
 
 use super::{Body, Reinvocation, RunError, compile_body, run};
+use crate::cel::rule::{Header, is_kind_in};
 use crate::error::{Error, Result};
 use crate::eval::Prepared;
 use crate::matching::LabelSelector;
@@ -55,11 +56,13 @@ const APPLIED: &str = "mutation is successfully applied";
 /// Kyverno's message for a result whose match conditions are not met.
 const NOT_MET: &str = "match conditions aren't met";
 
+/// Whether `doc` is `kind` of one of the group's versions that serve it.
 fn is_kind(doc: &Json, kind: &str) -> bool {
-    let mut api = doc["apiVersion"].as_str().unwrap_or("").split('/');
-    api.next() == Some(GROUP)
-        && matches!(api.next(), Some("v1alpha1" | "v1beta1" | "v1"))
-        && doc["kind"].as_str() == Some(kind)
+    is_kind_in(doc, GROUP, &[kind])
+        && matches!(
+            doc["apiVersion"].as_str().unwrap_or("").split_once('/'),
+            Some((_, "v1alpha1" | "v1beta1" | "v1"))
+        )
 }
 
 /// Whether `doc` is a MutatingAdmissionPolicy.
@@ -70,13 +73,6 @@ pub fn is_mutating_admission_policy(doc: &Json) -> bool {
 /// Whether `doc` is a MutatingAdmissionPolicyBinding.
 pub fn is_mutating_admission_policy_binding(doc: &Json) -> bool {
     is_kind(doc, BINDING_KIND)
-}
-
-fn name_of(doc: &Json, kind: &str) -> Result<String> {
-    match doc["metadata"]["name"].as_str() {
-        Some(n) if !n.is_empty() => Ok(n.to_string()),
-        _ => Err(Error::invalid(kind, "", "metadata.name", "is required")),
-    }
 }
 
 /// A compiled MutatingAdmissionPolicy. Immutable; evaluate from any thread.
@@ -115,7 +111,7 @@ fn non_empty(v: &Json) -> Option<String> {
 impl MutatingAdmissionPolicyBinding {
     /// Compiles a binding document; errors name the field.
     pub fn compile(doc: &Json) -> Result<MutatingAdmissionPolicyBinding> {
-        let name = name_of(doc, BINDING_KIND)?;
+        let Header { name, .. } = Header::in_group(doc, GROUP, &[BINDING_KIND])?;
         if !is_mutating_admission_policy_binding(doc) {
             return Err(Error::Unsupported(format!("{BINDING_KIND} {name}")));
         }
@@ -202,7 +198,7 @@ impl MutatingAdmissionPolicyBinding {
 impl MutatingAdmissionPolicy {
     /// Compiles a policy document; errors name the field.
     pub fn compile(doc: &Json) -> Result<MutatingAdmissionPolicy> {
-        let name = name_of(doc, POLICY_KIND)?;
+        let Header { name, .. } = Header::in_group(doc, GROUP, &[POLICY_KIND])?;
         if !is_mutating_admission_policy(doc) {
             return Err(Error::Unsupported(format!("{POLICY_KIND} {name}")));
         }
