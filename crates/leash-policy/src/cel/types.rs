@@ -71,8 +71,25 @@ impl Ty {
     }
 }
 
-/// The types of a policy's variables known so far, by name.
+/// The types of a policy's variables known so far, by name, and of the
+/// comprehension variables in scope (by [`iter_key`]).
 type Vars = std::collections::HashMap<String, Ty>;
+
+/// The key of a comprehension variable in [`Vars`] (no policy variable's
+/// name starts with `@`).
+fn iter_key(name: &str) -> String {
+    format!("@{name}")
+}
+
+/// The type of a list's elements, by [`Ty::List`]'s name of it.
+fn element_ty(element: &'static str) -> Ty {
+    match element {
+        "int" | "uint" | "double" => Ty::Number(element),
+        "string" => Ty::String,
+        "bool" => Ty::Bool,
+        _ => Ty::Dyn,
+    }
+}
 
 /// The first operator `ast` applies to operands no overload takes.
 pub(super) fn check(ast: &IdedExpr) -> Result<(), String> {
@@ -168,9 +185,29 @@ fn ty(e: &IdedExpr, vars: &Vars) -> Result<Ty, String> {
             ty(&s.operand, vars)?;
             if s.test { Ty::Bool } else { Ty::Dyn }
         }
+        E::Ident(name) => vars.get(&iter_key(name)).copied().unwrap_or(Ty::Dyn),
         E::Comprehension(c) => {
-            for part in [&c.iter_range, &c.loop_cond, &c.loop_step] {
-                ty(part, vars)?;
+            // The iteration variable is the range's element: a list
+            // literal's known element type (`[1, 2].exists(x, x == 'a')`
+            // compares an int with a string).
+            let element = match ty(&c.iter_range, vars)? {
+                Ty::List(element) => element_ty(element),
+                _ => Ty::Dyn,
+            };
+            let mut inner = vars.clone();
+            match &c.iter_var2 {
+                // Two variables: the index (or key), then the element.
+                Some(second) => {
+                    inner.remove(&iter_key(&c.iter_var));
+                    inner.insert(iter_key(second), element);
+                }
+                None => {
+                    inner.insert(iter_key(&c.iter_var), element);
+                }
+            }
+            inner.remove(&iter_key(&c.accu_var));
+            for part in [&c.loop_cond, &c.loop_step] {
+                ty(part, &inner)?;
             }
             let accu = ty(&c.accu_init, vars)?;
             // The macros' results: `all`, `exists` (and `map`, `filter`)
@@ -178,7 +215,7 @@ fn ty(e: &IdedExpr, vars: &Vars) -> Result<Ty, String> {
             // compares it.
             match &c.result.expr {
                 E::Ident(name) if *name == c.accu_var => accu,
-                _ => ty(&c.result, vars)?,
+                _ => ty(&c.result, &inner)?,
             }
         }
         E::Call(c) => {
@@ -271,8 +308,35 @@ fn call(name: &str, target: Option<Ty>, args: &[Ty]) -> Result<Ty, String> {
             }
             if a == b { *a } else { Ty::Dyn }
         }
-        (op::IN | op::NOT_STRICTLY_FALSE, None, _) => Ty::Bool,
-        ("size", None, [_]) | ("size", Some(_), []) => Ty::Number("int"),
+        (op::IN, None, [a, b]) => {
+            // `x in list` and `x in map` only; the element a list literal
+            // is known to hold must be x's class.
+            let apart = match b {
+                Ty::List(element) => known_apart(*a, element_ty(element)),
+                Ty::Map | Ty::Dyn => false,
+                _ => true,
+            };
+            if apart {
+                return Err(mismatch(name, &[*a, *b]));
+            }
+            Ty::Bool
+        }
+        (op::NOT_STRICTLY_FALSE, None, _) => Ty::Bool,
+        ("size", None, [a]) => {
+            if !sized(*a) {
+                return Err(mismatch(name, &[*a]));
+            }
+            Ty::Number("int")
+        }
+        ("size", Some(receiver), []) => {
+            if !sized(receiver) {
+                return Err(format!(
+                    "found no matching overload for 'size' applied to '{}.()'",
+                    receiver.name()
+                ));
+            }
+            Ty::Number("int")
+        }
         ("int", None, [_]) => Ty::Number("int"),
         ("uint", None, [_]) => Ty::Number("uint"),
         ("double", None, [_]) => Ty::Number("double"),
@@ -282,6 +346,11 @@ fn call(name: &str, target: Option<Ty>, args: &[Ty]) -> Result<Ty, String> {
         (name, Some(receiver), args) => return member(name, receiver, args),
         _ => Ty::Dyn,
     })
+}
+
+/// Whether `size` takes a value of type `t`.
+fn sized(t: Ty) -> bool {
+    matches!(t, Ty::String | Ty::Bytes | Ty::List(_) | Ty::Map | Ty::Dyn)
 }
 
 /// `+` and `-` where a timestamp or a duration takes part: `None` when
@@ -316,11 +385,43 @@ fn member(name: &str, receiver: Ty, args: &[Ty]) -> Result<Ty, String> {
             &[&[string_arg], &[string_arg, number_arg]],
             Ty::List("string"),
         ),
+        // The strings extension's (version 2, as Kubernetes').
+        "charAt" => (&[&[number_arg]], Ty::String),
+        "substring" => (&[&[number_arg], &[number_arg, number_arg]], Ty::String),
+        "replace" => (
+            &[
+                &[string_arg, string_arg],
+                &[string_arg, string_arg, number_arg],
+            ],
+            Ty::String,
+        ),
+        // Of strings and (Kubernetes' lists library) of lists: an int
+        // either way, refused only on a string.
+        "indexOf" | "lastIndexOf" => {
+            let on_string: &[Overload] = &[&[string_arg], &[string_arg, number_arg]];
+            return match receiver {
+                Ty::String => typed(name, receiver, args, on_string, Ty::Number("int")),
+                Ty::Dyn | Ty::List(_) => Ok(Ty::Number("int")),
+                _ => Ok(Ty::Dyn),
+            };
+        }
         _ => return Ok(Ty::Dyn),
     };
     if !matches!(receiver, Ty::String | Ty::Dyn) {
         return Ok(Ty::Dyn);
     }
+    typed(name, receiver, args, takes, gives)
+}
+
+/// `gives` when one of the overloads `takes` fits `args`, else cel-go's
+/// refusal of the member call `name` on `receiver`.
+fn typed(
+    name: &str,
+    receiver: Ty,
+    args: &[Ty],
+    takes: &[Overload],
+    gives: Ty,
+) -> Result<Ty, String> {
     let fits = |overload: &Overload| {
         overload.len() == args.len() && overload.iter().zip(args).all(|(ok, a)| ok(a))
     };
@@ -451,6 +552,34 @@ mod tests {
                 "timestamp(object.a) + timestamp(object.b) > timestamp(object.c)",
                 "found no matching overload for '_+_' applied to '(timestamp, timestamp)'",
             ),
+            (
+                "size(1) > 0",
+                "found no matching overload for 'size' applied to '(int)'",
+            ),
+            (
+                "'a' in 1",
+                "found no matching overload for '@in' applied to '(string, int)'",
+            ),
+            (
+                "'a' in [1, 2]",
+                "found no matching overload for '@in' applied to '(string, list(int))'",
+            ),
+            (
+                "[1, 2].exists(x, x == 'a')",
+                "found no matching overload for '_==_' applied to '(int, string)'",
+            ),
+            (
+                "'abc'.substring(1) == 2",
+                "found no matching overload for '_==_' applied to '(string, int)'",
+            ),
+            (
+                "object.metadata.name.substring('a')",
+                "found no matching overload for 'substring' applied to 'dyn.(string)'",
+            ),
+            (
+                "'abc'.indexOf(1)",
+                "found no matching overload for 'indexOf' applied to 'string.(int)'",
+            ),
         ] {
             assert_eq!(checked(source), Err(message.to_string()), "{source}");
         }
@@ -525,6 +654,12 @@ mod tests {
             "'a-b'.split('-').size() == 2 && object.x.split('-')[0] == 'a'",
             "object.name.startsWith(object.prefix) && object.name.contains(object.part)",
             "object.name.split('-', 2)[1] == 'b'",
+            "object.items.indexOf(object.x) >= 0 && object.name.indexOf('-') > 0",
+            "[1, 2].exists(x, x > 1) && ['a'].all(s, s.startsWith('a'))",
+            "[1, 2].exists(x, [x].exists(x, x == 1))",
+            "object.x in [1, 2] && object.y in {'a': 1} && 'a' in object.z",
+            "size(object.x) + size('ab') + object.list.size() > 0",
+            "'a-b'.replace('-', '_').charAt(0) == 'a'",
         ] {
             assert_eq!(checked(source), Ok(()), "{source}");
         }
