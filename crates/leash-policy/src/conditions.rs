@@ -1,11 +1,13 @@
 //! `preconditions` and `deny.conditions`: `any` / `all` blocks (or a legacy
 //! list) of `{key, operator, value, message}` with Kyverno's operators.
 
+use std::borrow::Cow;
+
 use serde_json::Value;
 
 use crate::quantity::{Quantity, parse_duration};
 use crate::value;
-use crate::vars::{go_format, has_vars};
+use crate::vars::{ExprCache, Source, go_format, has_vars, substitute};
 use crate::wildcard;
 
 /// A condition operator.
@@ -143,6 +145,62 @@ impl Conditions {
             }),
             _ => None,
         }
+    }
+}
+
+impl Operand {
+    /// The operand with its variables resolved; a literal is borrowed
+    /// (most values: lists of allowed names), not copied.
+    fn resolve<'v>(
+        &'v self,
+        vars: &dyn Source,
+        cache: &ExprCache,
+        delete: bool,
+    ) -> Result<Cow<'v, Value>, String> {
+        match self {
+            Operand::Literal(v) => Ok(Cow::Borrowed(v)),
+            Operand::Variable(expr) => {
+                crate::vars::resolve(expr, vars, cache, delete).map(Cow::Owned)
+            }
+            Operand::Template(v) => substitute(v, vars, cache, delete).map(Cow::Owned),
+        }
+    }
+}
+
+impl Conditions {
+    /// Whether they hold: one of `any` (when given) and every one of `all`
+    /// (or of a legacy list). The first condition whose variables cannot
+    /// be resolved is the error. `cache` holds the policy's compiled
+    /// expressions; `delete` reads `request.object` as `oldObject`.
+    pub(crate) fn hold(
+        &self,
+        vars: &dyn Source,
+        cache: &ExprCache,
+        delete: bool,
+    ) -> Result<bool, String> {
+        let one = |c: &Condition| -> Result<bool, String> {
+            let key = c.key.resolve(vars, cache, delete)?;
+            let value = c.value.resolve(vars, cache, delete)?;
+            Ok(evaluate(c.op, &key, &value))
+        };
+        if let Some(any) = &self.any {
+            let mut held = false;
+            for c in any {
+                if one(c)? {
+                    held = true;
+                    break;
+                }
+            }
+            if !held {
+                return Ok(false);
+            }
+        }
+        for c in self.all.iter().flatten() {
+            if !one(c)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 }
 

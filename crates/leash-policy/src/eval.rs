@@ -16,7 +16,7 @@ use std::sync::Arc;
 use jmespath::Rcvar;
 use serde_json::{Value, json};
 
-use crate::conditions::{self, Condition, Conditions, Operand};
+use crate::conditions::Conditions;
 use crate::images;
 use crate::matching::Target;
 use crate::pattern::{Compiled, Mismatch};
@@ -1327,46 +1327,7 @@ impl RuleCtx<'_> {
         conds: &Conditions,
         vars: &dyn vars::Source,
     ) -> Result<bool, String> {
-        let one = |c: &Condition| -> Result<bool, String> {
-            let key = self.operand(&c.key, vars)?;
-            let value = self.operand(&c.value, vars)?;
-            Ok(conditions::evaluate(c.op, &key, &value))
-        };
-        if let Some(any) = &conds.any {
-            let mut held = false;
-            for c in any {
-                if one(c)? {
-                    held = true;
-                    break;
-                }
-            }
-            if !held {
-                return Ok(false);
-            }
-        }
-        for c in conds.all.iter().flatten() {
-            if !one(c)? {
-                return Ok(false);
-            }
-        }
-        Ok(true)
-    }
-
-    /// A condition's operand with its variables resolved; a literal is
-    /// borrowed (most values: lists of allowed names), not copied.
-    fn operand<'v>(
-        &self,
-        o: &'v Operand,
-        vars: &dyn vars::Source,
-    ) -> Result<Cow<'v, Value>, String> {
-        let cache = &self.policy.cache;
-        match o {
-            Operand::Literal(v) => Ok(Cow::Borrowed(v)),
-            Operand::Variable(expr) => {
-                vars::resolve(expr, vars, cache, self.delete).map(Cow::Owned)
-            }
-            Operand::Template(v) => vars::substitute(v, vars, cache, self.delete).map(Cow::Owned),
-        }
+        conds.hold(vars, &self.policy.cache, self.delete)
     }
 
     fn is_mocked(&self, name: &str) -> bool {

@@ -7,11 +7,11 @@
 
 use serde_json::Value;
 
-use crate::conditions::{self, CondOp};
+use crate::conditions::Conditions;
 use crate::error::{Error, Result};
 use crate::eval::Prepared;
 use crate::matching::{MatchBlock, Target};
-use crate::vars::{ExprCache, substitute};
+use crate::vars::ExprCache;
 use crate::wildcard;
 
 /// A compiled PolicyException.
@@ -22,7 +22,7 @@ pub struct Exception {
     /// (policy name or `ns/name`, rule names; wildcards allowed).
     exceptions: Vec<(String, Vec<String>)>,
     match_: MatchBlock,
-    conditions: Option<Value>,
+    conditions: Option<Conditions>,
     cache: ExprCache,
     /// `spec.podSecurity`: the Pod Security Standards controls exempted
     /// for a podSecurity rule (when set, the rule is evaluated and only
@@ -80,15 +80,12 @@ impl Exception {
         }
         let match_ = MatchBlock::parse(&spec["match"], "spec.match", &err)?;
         let mut cache = ExprCache::default();
-        let conditions = match &spec["conditions"] {
-            Value::Null => None,
-            c => {
-                cache
-                    .collect(c)
-                    .map_err(|e| err("spec.conditions".into(), e))?;
-                Some(c.clone())
-            }
-        };
+        let conditions = crate::policy::compile_conditions(
+            &spec["conditions"],
+            "spec.conditions",
+            &err,
+            &mut cache,
+        )?;
         let pod_security =
             crate::podsecurity::parse_excludes(&spec["podSecurity"], "spec.podSecurity", &err)?;
         Ok(Exception {
@@ -214,30 +211,62 @@ impl Exception {
         if !self.match_.matches(&target) {
             return false;
         }
+        // A condition that cannot be evaluated does not hold. Without the
+        // rule's context, the conditions see the request
+        // (`request.object`, `request.operation`, ...), as Kyverno's do.
+        let hold = |c: &Conditions, vars: &dyn crate::vars::Source| {
+            c.hold(vars, &self.cache, false).unwrap_or(false)
+        };
         match (&self.conditions, vars) {
             (None, _) => true,
-            (Some(c), Some(vars)) => self.conditions_hold(c, vars),
-            // Without the rule's context, the conditions see the request
-            // (`request.object`, `request.operation`, ...), as Kyverno's
-            // do.
-            (Some(c), None) => self.conditions_hold(c, &crate::eval::base_vars(req, req.operation)),
+            (Some(c), Some(vars)) => hold(c, vars),
+            (Some(c), None) => hold(c, &crate::eval::base_vars(req, req.operation)),
         }
     }
+}
 
-    fn conditions_hold(&self, conds: &Value, vars: &crate::vars::Vars) -> bool {
-        let one = |c: &Value| -> bool {
-            let Some(op) = CondOp::parse(c["operator"].as_str().unwrap_or("")) else {
-                return false;
-            };
-            let key = substitute(&c["key"], vars, &self.cache, false);
-            let value = substitute(&c["value"], vars, &self.cache, false);
-            match (key, value) {
-                (Ok(k), Ok(v)) => conditions::evaluate(op, &k, &v),
-                _ => false,
-            }
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn exception(conditions: serde_json::Value) -> Result<Exception> {
+        Exception::compile(
+            &json!({"apiVersion": "kyverno.io/v2", "kind": "PolicyException",
+            "metadata": {"name": "e", "namespace": "default"},
+            "spec": {"exceptions": [{"policyName": "p", "ruleNames": ["r"]}],
+                "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                "conditions": conditions}}),
+        )
+    }
+
+    /// An exception's conditions are compiled as a rule's are: an unknown
+    /// operator is refused naming its field (it would never hold), and
+    /// they are evaluated on the request, a condition that cannot be
+    /// evaluated not holding.
+    #[test]
+    fn conditions_compile_as_a_rules_do() {
+        let err = exception(json!({"any": [{"key": "a", "operator": "Matches", "value": "a"}]}))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("spec.conditions.any[0].operator"), "{err}");
+        let blue = exception(json!({"any": [
+            {"key": "{{ request.object.metadata.labels.color || '' }}", "operator": "Equals", "value": "blue"}]}))
+        .unwrap();
+        let applies = |labels: serde_json::Value| {
+            let pod = json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "x", "namespace": "default", "labels": labels}});
+            let prepared = Prepared::new(crate::EvalRequest::create(std::sync::Arc::new(pod)));
+            blue.applies("p", "r", "r", &prepared, None)
         };
-        let any = conds["any"].as_array();
-        let all = conds["all"].as_array();
-        any.is_none_or(|a| a.iter().any(one)) && all.is_none_or(|a| a.iter().all(one))
+        assert!(applies(json!({"color": "blue"})));
+        assert!(!applies(json!({"color": "red"})));
+        let broken = exception(json!({"all": [
+            {"key": "{{ nosuchfunction(request.object.metadata.name) }}", "operator": "Equals", "value": "x"}]}))
+        .unwrap();
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x", "namespace": "default"}});
+        let prepared = Prepared::new(crate::EvalRequest::create(std::sync::Arc::new(pod)));
+        assert!(!broken.applies("p", "r", "r", &prepared, None));
     }
 }
