@@ -288,7 +288,13 @@ pub(crate) struct MatchBlock {
     pub all: Vec<Filter>,
 }
 
-fn strings(v: &Value, field: &str, err: &dyn Fn(String, String) -> Error) -> Result<Vec<String>> {
+/// The list of strings at `field` (none when absent); anything else is an
+/// error naming the field (or the element).
+pub(crate) fn strings(
+    v: &Value,
+    field: &str,
+    err: &dyn Fn(String, String) -> Error,
+) -> Result<Vec<String>> {
     match v {
         Value::Null => Ok(Vec::new()),
         Value::Array(a) => a

@@ -858,23 +858,7 @@ fn compile_image_verification(
     field: &str,
     err: &ErrFn<'_>,
 ) -> Result<ImageVerification> {
-    let strings = |key: &str| -> Result<Vec<String>> {
-        match &v[key] {
-            Value::Null => Ok(Vec::new()),
-            Value::Array(a) => a
-                .iter()
-                .map(|x| {
-                    x.as_str().map(String::from).ok_or_else(|| {
-                        err(format!("{field}.{key}"), "must be a list of strings".into())
-                    })
-                })
-                .collect(),
-            _ => Err(err(
-                format!("{field}.{key}"),
-                "must be a list of strings".into(),
-            )),
-        }
-    };
+    let strings = |key: &str| crate::matching::strings(&v[key], &format!("{field}.{key}"), err);
     // `image` is the older single form of `imageReferences`.
     let mut image_references = strings("imageReferences")?;
     if let Some(one) = v["image"].as_str() {

@@ -137,21 +137,6 @@ struct Failure {
     verdict: Verdict,
 }
 
-fn string_list(v: &Value, field: &str, err: &ErrFn<'_>) -> Result<Vec<String>> {
-    match v {
-        Value::Null => Ok(Vec::new()),
-        Value::Array(items) => items
-            .iter()
-            .map(|i| {
-                i.as_str()
-                    .map(String::from)
-                    .ok_or_else(|| err(field.to_string(), "must be a list of strings".into()))
-            })
-            .collect(),
-        _ => Err(err(field.to_string(), "must be a list of strings".into())),
-    }
-}
-
 fn parse_version(s: &str) -> Option<Version> {
     if s.is_empty() || s == "latest" {
         return Some(Version::Latest);
@@ -193,7 +178,7 @@ pub(crate) fn parse_excludes(v: &Value, field: &str, err: &ErrFn<'_>) -> Result<
                 format!("{control:?} is not a Pod Security Standards control"),
             ));
         }
-        let images = string_list(&e["images"], &format!("{ef}.images"), err)?;
+        let images = crate::matching::strings(&e["images"], &format!("{ef}.images"), err)?;
         if CONTAINER_LEVEL_CONTROLS.contains(&control) && images.is_empty() {
             return Err(err(
                 format!("{ef}.controlName"),
@@ -220,7 +205,7 @@ pub(crate) fn parse_excludes(v: &Value, field: &str, err: &ErrFn<'_>) -> Result<
                 ));
             }
         };
-        let values = string_list(&e["values"], &format!("{ef}.values"), err)?;
+        let values = crate::matching::strings(&e["values"], &format!("{ef}.values"), err)?;
         if !restricted_field.is_empty() && values.is_empty() {
             return Err(err(format!("{ef}.values"), "values is required".into()));
         }
