@@ -552,6 +552,7 @@ mod tests {
                 "timestamp(object.a) + timestamp(object.b) > timestamp(object.c)",
                 "found no matching overload for '_+_' applied to '(timestamp, timestamp)'",
             ),
+            // Kyverno v1.19.1's CLI refuses these too, with these messages.
             (
                 "size(1) > 0",
                 "found no matching overload for 'size' applied to '(int)'",
