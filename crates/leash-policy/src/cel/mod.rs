@@ -55,6 +55,7 @@
 mod bind;
 mod check;
 mod compat;
+mod comprehensions;
 pub(crate) mod fast;
 mod json;
 mod jsonpatch;
@@ -93,6 +94,7 @@ static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| {
     jsonpatch::register(&mut env);
     sets::register(&mut env);
     bind::register(&mut env);
+    comprehensions::register(&mut env);
     libs::register_ivpol_macros(&mut env);
     compat::register(&mut env);
     Arc::new(env)
