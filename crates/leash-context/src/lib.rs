@@ -66,6 +66,7 @@ mod parse;
 mod snapshot;
 pub mod spec;
 mod status;
+mod status_writer;
 mod store;
 
 pub use cell::EntryId;
@@ -84,6 +85,7 @@ pub use parse::{decode_entry, load_entry_files, parse_entries};
 pub use snapshot::Snapshot;
 pub use spec::GlobalContextEntry;
 pub use status::{EntryState, EntryStatus};
+pub use status_writer::StatusWriter;
 pub use store::{
     DEFAULT_READY_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, DEFAULT_WATCH_TIMEOUT, FIRST_RESTART_DELAY,
     MAX_RESTART_DELAY, Store, StoreConfig,

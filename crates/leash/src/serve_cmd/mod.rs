@@ -195,12 +195,16 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
                     served = serves_global_context(&client) => served,
                 };
                 if served {
+                    // The entries' state is written back to their objects'
+                    // status while the feeder runs.
+                    let writer = leash_context::StatusWriter::new(global.clone(), client.clone())
+                        .run(token.clone());
                     // Boxed: the feeder's future is large.
-                    break Box::pin(
+                    let feeder = Box::pin(
                         leash_context::CrdFeeder::new(global.clone(), client).run(token),
-                    )
-                    .await
-                    .map_err(|e| e.to_string());
+                    );
+                    let (fed, ()) = tokio::join!(feeder, writer);
+                    break fed.map_err(|e| e.to_string());
                 }
                 if !std::mem::replace(&mut logged, true) {
                     tracing::info!(

@@ -8,8 +8,8 @@ use leash_sandbox::{Sandbox, SandboxConfig};
 use serde_json::{Value, json};
 
 use crate::support::{
-    BOUND, ChildGuard, crd_sandbox, free_port, http_post_json, kubectl_installed, leash, repo,
-    send_signal, serve_admission_ready, wait_exit, wait_ready,
+    BOUND, ChildGuard, crd_sandbox, free_port, http_get, http_post_json, kubectl_installed, leash,
+    repo, send_signal, serve_admission_ready, wait_exit, wait_ready,
 };
 
 /// A sandbox with leash's CRDs, the example policies and the `kyverno`
@@ -767,7 +767,9 @@ async fn admission_and_the_scan_watch_each_kind_once() {
 /// `globalContext.Get` deny a ConfigMap with messages built from the
 /// entry's data (three deployments, two in `x`). The GlobalContextEntry CRD
 /// is installed after leash has started (Kyverno's CRDs applied after
-/// leash's): it is found on a later discovery, not missed for good.
+/// leash's): it is found on a later discovery, not missed for good. The
+/// entry's state is written to its status (a `Ready` condition,
+/// `lastRefreshTime`), as Kyverno writes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_admission_reads_the_global_context() {
     let entry = json!({
@@ -848,6 +850,33 @@ async fn serve_admission_reads_the_global_context() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert!(body.contains("global"), "{body}");
+    // The entry's state is written back to its status, as Kyverno does.
+    let start = Instant::now();
+    let status = loop {
+        let (_, text) = tokio::task::block_in_place(|| {
+            http_get(
+                &api,
+                "/apis/kyverno.io/v2beta1/globalcontextentries/deployments",
+            )
+        });
+        let object: Value = serde_json::from_str(&text).unwrap();
+        if object["status"]["conditions"][0]["status"] == "True" {
+            break object["status"].clone();
+        }
+        assert!(start.elapsed() < BOUND, "status never ready: {text}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let condition = &status["conditions"][0];
+    assert_eq!(
+        (
+            &condition["type"],
+            &condition["status"],
+            &condition["reason"]
+        ),
+        (&json!("Ready"), &json!("True"), &json!("Succeeded")),
+        "{status}"
+    );
+    assert!(status["lastRefreshTime"].is_string(), "{status}");
     drop(server);
     sb.shutdown().await.unwrap();
 }
