@@ -196,14 +196,20 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
                 };
                 if served {
                     // The entries' state is written back to their objects'
-                    // status while the feeder runs.
+                    // status while the feeder runs (and no longer).
+                    let writing = token.child_token();
                     let writer = leash_context::StatusWriter::new(global.clone(), client.clone())
-                        .run(token.clone());
+                        .run(writing.clone());
                     // Boxed: the feeder's future is large.
                     let feeder = Box::pin(
                         leash_context::CrdFeeder::new(global.clone(), client).run(token),
                     );
-                    let (fed, ()) = tokio::join!(feeder, writer);
+                    let feeding = async {
+                        let fed = feeder.await;
+                        writing.cancel();
+                        fed
+                    };
+                    let (fed, ()) = tokio::join!(feeding, writer);
                     break fed.map_err(|e| e.to_string());
                 }
                 if !std::mem::replace(&mut logged, true) {
