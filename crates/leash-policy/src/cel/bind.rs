@@ -32,15 +32,28 @@ fn expand(
             "cel.bind() variable name must be a simple identifier",
         ));
     };
+    let var = var.clone();
+    Ok(Some(bind(helper, &var, init, body)))
+}
+
+/// `body` with `var` bound to `init`: a comprehension over an empty list
+/// whose accumulator is the variable (also the two-variable
+/// comprehensions' binding of their variables).
+pub(super) fn bind(
+    helper: &mut MacroExprHelper<'_>,
+    var: &str,
+    init: IdedExpr,
+    body: IdedExpr,
+) -> IdedExpr {
     let bind = ComprehensionExpr {
         iter_range: helper.next_expr(Expr::List(ListExpr::new(Vec::new()))),
         iter_var: "#unused".to_owned(),
         iter_var2: None,
-        accu_var: var.clone(),
+        accu_var: var.to_owned(),
         accu_init: init,
         loop_cond: helper.next_expr(Expr::Literal(LiteralValue::Boolean(false.into()))),
-        loop_step: helper.next_expr(Expr::Ident(var.clone())),
+        loop_step: helper.next_expr(Expr::Ident(var.to_owned())),
         result: body,
     };
-    Ok(Some(helper.next_expr(Expr::Comprehension(Box::new(bind)))))
+    helper.next_expr(Expr::Comprehension(Box::new(bind)))
 }

@@ -26,6 +26,8 @@ use cel::objects::{Key, Map};
 use cel::parser::{Macro, MacroExprHelper, ParseError};
 use cel::{Env, ExecutionError, Value};
 
+use super::bind::bind;
+
 /// The function a range's pairs come from; `@` keeps it out of reach of
 /// expressions.
 const PAIRS: &str = "@twoVarPairs";
@@ -236,21 +238,6 @@ fn call(helper: &mut MacroExprHelper<'_>, func: &str, args: Vec<IdedExpr>) -> Id
 fn index(helper: &mut MacroExprHelper<'_>, n: i64) -> IdedExpr {
     let (pair, n) = (ident(helper, PAIR), int(helper, n));
     call(helper, operators::INDEX, vec![pair, n])
-}
-
-/// `cel.bind(var, init, body)`, as [`super::bind`] expands it.
-fn bind(helper: &mut MacroExprHelper<'_>, var: &str, init: IdedExpr, body: IdedExpr) -> IdedExpr {
-    let bind = ComprehensionExpr {
-        iter_range: helper.next_expr(Expr::List(ListExpr::new(Vec::new()))),
-        iter_var: "#unused".to_owned(),
-        iter_var2: None,
-        accu_var: var.to_owned(),
-        accu_init: init,
-        loop_cond: helper.next_expr(Expr::Literal(LiteralValue::Boolean(false.into()))),
-        loop_step: ident(helper, var),
-        result: body,
-    };
-    helper.next_expr(Expr::Comprehension(Box::new(bind)))
 }
 
 fn key_value(k: &Key) -> Value {
