@@ -8,10 +8,12 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::eval::{Bindings, Lazy, Outcome, Prepared, RuleCtx};
 use crate::kinds::split_api_version;
 use crate::matching::LabelSelector;
+use crate::model;
+use crate::policy::ErrFn;
 use crate::policy::Policy;
 use crate::request::ClusterData;
 use crate::result::{RuleResult, Status};
@@ -45,109 +47,68 @@ enum GenSource {
     },
 }
 
-type ErrFn<'a> = dyn Fn(String, String) -> Error + 'a;
-
 impl GenerateSpec {
     pub(crate) fn compile(
-        raw: &Value,
+        g: &model::Generate,
         field: &str,
         err: &ErrFn<'_>,
         cache: &mut ExprCache,
     ) -> Result<GenerateSpec> {
-        let Some(obj) = raw.as_object() else {
-            return Err(err(field.to_string(), "must be an object".into()));
-        };
-        let string = |key: &str| -> Result<String> {
-            match obj.get(key) {
-                None | Some(Value::Null) => Ok(String::new()),
-                Some(Value::String(s)) => Ok(s.clone()),
-                Some(_) => Err(err(format!("{field}.{key}"), "must be a string".into())),
-            }
-        };
-        let boolean = |key: &str| -> Result<Option<bool>> {
-            match obj.get(key) {
-                None | Some(Value::Null) => Ok(None),
-                Some(Value::Bool(b)) => Ok(Some(*b)),
-                Some(_) => Err(err(format!("{field}.{key}"), "must be a boolean".into())),
-            }
-        };
         let collect = |cache: &mut ExprCache, doc: &Value, f: &str| {
             cache
                 .collect(doc)
                 .map_err(|e| err(format!("{field}.{f}"), e))
         };
-        let has = |key: &str| obj.get(key).is_some_and(|v| !v.is_null());
-        let sources = ["data", "clone", "cloneList"]
-            .iter()
-            .filter(|k| has(k))
-            .count();
-        if sources > 1 {
+        let sources = [g.data.is_some(), g.clone.is_some(), g.clone_list.is_some()];
+        if sources.iter().filter(|s| **s).count() > 1 {
             return Err(err(
                 field.to_string(),
                 "only one of data, clone and cloneList may be set".into(),
             ));
         }
-        let source = if has("cloneList") {
-            let cl = &obj["cloneList"];
-            let kinds = match &cl["kinds"] {
-                Value::Array(a) if !a.is_empty() => a
-                    .iter()
-                    .map(|k| {
-                        k.as_str().map(String::from).ok_or_else(|| {
-                            err(
-                                format!("{field}.cloneList.kinds"),
-                                "must be a list of strings".into(),
-                            )
-                        })
-                    })
-                    .collect::<Result<Vec<_>>>()?,
-                _ => {
-                    return Err(err(
-                        format!("{field}.cloneList.kinds"),
-                        "is required (a non-empty list)".into(),
-                    ));
-                }
-            };
-            let selector = match &cl["selector"] {
-                Value::Null => None,
-                s => Some(LabelSelector::parse(
+        let source = if let Some(cl) = &g.clone_list {
+            if cl.kinds.is_empty() {
+                return Err(err(
+                    format!("{field}.cloneList.kinds"),
+                    "is required (a non-empty list)".into(),
+                ));
+            }
+            let selector = match &cl.selector {
+                None => None,
+                Some(s) => Some(LabelSelector::parse(
                     s,
                     &format!("{field}.cloneList.selector"),
                     err,
                 )?),
             };
-            let namespace = cl["namespace"].as_str().unwrap_or("").to_string();
-            collect(cache, &json!(namespace), "cloneList.namespace")?;
+            collect(cache, &json!(cl.namespace), "cloneList.namespace")?;
             GenSource::CloneList {
-                namespace,
-                kinds,
+                namespace: cl.namespace.clone(),
+                kinds: cl.kinds.clone(),
                 selector,
             }
-        } else if has("clone") {
-            let c = &obj["clone"];
-            let name = c["name"].as_str().unwrap_or("").to_string();
-            if name.is_empty() {
+        } else if let Some(c) = &g.clone {
+            if c.name.is_empty() {
                 return Err(err(format!("{field}.clone.name"), "is required".into()));
             }
-            let namespace = c["namespace"].as_str().unwrap_or("").to_string();
-            collect(cache, c, "clone")?;
-            GenSource::Clone { namespace, name }
-        } else {
-            let data = obj.get("data").cloned().unwrap_or(Value::Null);
-            if !(data.is_object() || data.is_null()) {
-                return Err(err(format!("{field}.data"), "must be an object".into()));
+            collect(cache, &json!([c.name, c.namespace]), "clone")?;
+            GenSource::Clone {
+                namespace: c.namespace.clone(),
+                name: c.name.clone(),
             }
+        } else {
+            let data = g.data.clone().map_or(Value::Null, Value::Object);
             collect(cache, &data, "data")?;
             GenSource::Data(data)
         };
         let spec = GenerateSpec {
-            api_version: string("apiVersion")?,
-            kind: string("kind")?,
-            name: string("name")?,
-            namespace: string("namespace")?,
-            synchronize: boolean("synchronize")?.unwrap_or(false),
-            orphan_on_policy_delete: boolean("orphanDownstreamOnPolicyDelete")?.unwrap_or(false),
-            generate_existing: boolean("generateExisting")?,
+            api_version: g.api_version.clone(),
+            kind: g.kind.clone(),
+            name: g.name.clone(),
+            namespace: g.namespace.clone(),
+            synchronize: g.synchronize.unwrap_or(false),
+            orphan_on_policy_delete: g.orphan_downstream_on_policy_delete.unwrap_or(false),
+            generate_existing: g.generate_existing,
             source,
         };
         if !matches!(spec.source, GenSource::CloneList { .. }) {

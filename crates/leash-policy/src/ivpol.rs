@@ -193,11 +193,14 @@ impl ImageChecks {
             verify_digest: flag("verifyDigest")?,
             mutate_digest: flag("mutateDigest")?,
             required: flag("required")?,
-            registry_secrets: crate::policy::credential_secrets(
+            registry_secrets: match crate::model::parse(
                 &spec["credentials"],
                 "spec.credentials",
                 &invalid,
-            )?,
+            )? {
+                Some(c) => crate::policy::credential_secrets(&c, "spec.credentials", &invalid)?,
+                None => Vec::new(),
+            },
         })
     }
 

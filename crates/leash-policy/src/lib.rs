@@ -41,6 +41,7 @@ pub mod k8s;
 pub mod kinds;
 mod matching;
 pub mod memo;
+mod model;
 pub mod mpol;
 pub mod mutate;
 pub mod pattern;

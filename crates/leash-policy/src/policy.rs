@@ -4,33 +4,27 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::autogen;
 use crate::cel::CelRule;
 use crate::conditions::{CondOp, Conditions};
 use crate::error::{Error, Result};
 use crate::matching::MatchBlock;
+use crate::model;
 use crate::request::{ImageTrust, KeylessIdentity};
 use crate::vars::ExprCache;
 
-/// What a failed validate rule does at admission.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a failed validate rule does at admission (Kyverno's CRDs also
+/// allow the older lower-case spellings).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
 pub enum FailureAction {
     /// Report only.
+    #[serde(alias = "audit")]
     Audit,
     /// Deny the request.
+    #[serde(alias = "enforce")]
     Enforce,
-}
-
-impl FailureAction {
-    fn parse(s: &str) -> Option<FailureAction> {
-        match s.to_ascii_lowercase().as_str() {
-            "audit" => Some(FailureAction::Audit),
-            "enforce" => Some(FailureAction::Enforce),
-            _ => None,
-        }
-    }
 }
 
 /// A compiled Kyverno policy. Immutable; share it as `Arc<Policy>`.
@@ -497,150 +491,96 @@ impl Policy {
     /// Parses and compiles a `ClusterPolicy` or `Policy` document.
     pub fn compile(doc: &Value) -> Result<Policy> {
         let kind = doc["kind"].as_str().unwrap_or("").to_string();
-        let name = doc["metadata"]["name"].as_str().unwrap_or("").to_string();
+        let raw_name = doc["metadata"]["name"].as_str().unwrap_or("");
         let err = |field: String, message: String| {
-            Error::invalid(kind.clone(), name.clone(), field, message)
+            Error::invalid(kind.clone(), raw_name.to_string(), field, message)
         };
         if !matches!(kind.as_str(), "ClusterPolicy" | "Policy") {
             return Err(Error::Unsupported(format!(
                 "kind {kind:?} is not ClusterPolicy or Policy"
             )));
         }
+        let model::Document { metadata, spec } = model::parse(doc, "", &err)?;
+        let name = metadata.name.unwrap_or_default();
         if name.is_empty() {
             return Err(err("metadata.name".into(), "is required".into()));
         }
-        let namespace = if kind == "Policy" {
-            Some(
-                doc["metadata"]["namespace"]
-                    .as_str()
-                    .unwrap_or("default")
-                    .to_string(),
-            )
-        } else {
-            None
-        };
-        let spec = &doc["spec"];
-        if !spec.is_object() {
+        let namespace = (kind == "Policy").then(|| metadata.namespace.unwrap_or("default".into()));
+        let Some(spec) = spec else {
             return Err(err(
                 "spec".into(),
                 "is required and must be an object".into(),
             ));
-        }
-        let empty = Map::new();
-        let annotations_json = doc["metadata"]["annotations"].as_object().unwrap_or(&empty);
-        let annotations = annotations_json
+        };
+        let annotations = metadata
+            .annotations
             .iter()
             .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
             .collect();
-        let failure_action = match spec["validationFailureAction"].as_str() {
-            None => FailureAction::Audit,
-            Some(s) => FailureAction::parse(s).ok_or_else(|| {
-                err(
-                    "spec.validationFailureAction".into(),
-                    format!("{s:?} is not Audit or Enforce"),
-                )
-            })?,
-        };
-        let bool_field = |f: &str| -> Result<bool> {
-            match &spec[f] {
-                Value::Null => Ok(true),
-                Value::Bool(b) => Ok(*b),
-                _ => Err(err(format!("spec.{f}"), "must be a boolean".into())),
-            }
-        };
-        let background = bool_field("background")?;
+        let background = spec.background.unwrap_or(true);
         let background_refused = if background {
             crate::background::user_info_error(doc)
         } else {
             None
         };
-        let generate_existing = match (
-            &spec["generateExisting"],
-            &spec["generateExistingOnPolicyUpdate"],
-        ) {
-            (Value::Bool(b), _) | (Value::Null, Value::Bool(b)) => *b,
-            (Value::Null, Value::Null) => false,
-            _ => {
-                return Err(err(
-                    "spec.generateExisting".into(),
-                    "must be a boolean".into(),
-                ));
-            }
-        };
-        let policy_wide = spec["mutateExistingOnPolicyUpdate"].as_bool() == Some(true);
-        let mutate_existing_on_update: Vec<String> = spec["rules"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|r| r["mutate"]["targets"].is_array())
-            .filter(|r| {
-                r["mutate"]["mutateExistingOnPolicyUpdate"]
-                    .as_bool()
-                    .unwrap_or(policy_wide)
-            })
-            .filter_map(|r| r["name"].as_str().map(str::to_string))
-            .collect();
-        let admission = bool_field("admission")?;
-        let ignore_webhook_failures = match &spec["failurePolicy"] {
-            Value::Null => false,
-            Value::String(s) if s == "Fail" => false,
-            Value::String(s) if s == "Ignore" => true,
-            other => {
-                return Err(err(
-                    "spec.failurePolicy".into(),
-                    format!("must be Fail or Ignore, got {other}"),
-                ));
-            }
-        };
-        let Some(raw_rules) = spec["rules"].as_array() else {
+        let Some(raw_rules) = &spec.rules else {
             return Err(err(
                 "spec.rules".into(),
                 "is required and must be a list".into(),
             ));
         };
-        let controllers = autogen::controllers(annotations_json, raw_rules);
+        let docs = raw_rules
+            .iter()
+            .enumerate()
+            .map(|(i, r)| model::parse::<model::Rule>(r, &format!("spec.rules[{i}]"), &err))
+            .collect::<Result<Vec<_>>>()?;
+        let policy_wide = spec.mutate_existing_on_policy_update == Some(true);
+        let mutate_existing_on_update: Vec<String> = docs
+            .iter()
+            .filter(|r| {
+                r.mutate.as_ref().is_some_and(|m| {
+                    m.targets.is_some() && m.mutate_existing_on_policy_update.unwrap_or(policy_wide)
+                })
+            })
+            .filter_map(|r| r.name.clone())
+            .collect();
+        let controllers = autogen::controllers(&metadata.annotations, raw_rules);
         let mut cache = ExprCache::default();
         let mut rules = Vec::new();
-        for (i, raw) in raw_rules.iter().enumerate() {
+        // Kyverno's two places of Secrets: a verifyImages entry's and an
+        // imageRegistry context entry's `imageRegistryCredentials`.
+        let mut registry_secrets = Vec::new();
+        for (i, (raw, rule)) in raw_rules.iter().zip(&docs).enumerate() {
             let field = format!("spec.rules[{i}]");
-            let base = compile_rule(raw, &field, &err, &mut cache)?;
+            let places = rule
+                .verify_images
+                .iter()
+                .enumerate()
+                .map(|(j, v)| {
+                    (
+                        format!("{field}.verifyImages[{j}]"),
+                        &v.image_registry_credentials,
+                    )
+                })
+                .chain(rule.context.iter().enumerate().filter_map(|(j, c)| {
+                    let r = c.image_registry.as_ref()?;
+                    let at = format!("{field}.context[{j}].imageRegistry");
+                    Some((at, &r.image_registry_credentials))
+                }));
+            for (at, credentials) in places {
+                if let Some(c) = credentials {
+                    let at = format!("{at}.imageRegistryCredentials");
+                    registry_secrets.extend(credential_secrets(c, &at, &err)?);
+                }
+            }
+            let base = compile_rule(rule, &field, &err, &mut cache)?;
             let base_name = base.name.clone();
             rules.push(base);
             for generated in autogen::rules_for(raw, &controllers) {
-                let mut rule = compile_rule(&generated, &field, &err, &mut cache)?;
+                let doc = model::parse(&generated, &field, &err)?;
+                let mut rule = compile_rule(&doc, &field, &err, &mut cache)?;
                 rule.base_name = base_name.clone();
                 rules.push(rule);
-            }
-        }
-        // Kyverno's two places: a verifyImages entry's and an
-        // imageRegistry context entry's `imageRegistryCredentials`.
-        let mut registry_secrets = Vec::new();
-        for (i, raw) in raw_rules.iter().enumerate() {
-            let places = raw["verifyImages"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .enumerate()
-                .map(|(j, v)| (format!("spec.rules[{i}].verifyImages[{j}]"), v))
-                .chain(
-                    raw["context"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .enumerate()
-                        .map(|(j, c)| {
-                            (
-                                format!("spec.rules[{i}].context[{j}].imageRegistry"),
-                                &c["imageRegistry"],
-                            )
-                        }),
-                );
-            for (field, v) in places {
-                registry_secrets.extend(credential_secrets(
-                    &v["imageRegistryCredentials"],
-                    &format!("{field}.imageRegistryCredentials"),
-                    &err,
-                )?);
             }
         }
         let mut reads = crate::ReadSet::naming();
@@ -661,10 +601,15 @@ impl Policy {
             annotations,
             background,
             background_refused,
-            admission,
-            ignore_webhook_failures,
-            failure_action,
-            generate_existing,
+            admission: spec.admission.unwrap_or(true),
+            ignore_webhook_failures: spec.failure_policy == Some(model::FailurePolicy::Ignore),
+            failure_action: spec
+                .validation_failure_action
+                .unwrap_or(FailureAction::Audit),
+            generate_existing: spec
+                .generate_existing
+                .or(spec.generate_existing_on_policy_update)
+                .unwrap_or(false),
             mutate_existing_on_update,
             rules,
             cache,
@@ -681,56 +626,50 @@ impl Policy {
 /// ImageValidatingPolicy) at `field` names in `secrets`:
 /// `kubernetes.io/dockerconfigjson` Secrets, `NAME` in Kyverno's namespace
 /// or `NAMESPACE/NAME`, whose credentials read the registries.
-pub(crate) fn credential_secrets(v: &Value, field: &str, err: &ErrFn<'_>) -> Result<Vec<String>> {
-    match &v["secrets"] {
-        Value::Null => Ok(Vec::new()),
-        Value::Array(names) => names
-            .iter()
-            .enumerate()
-            .map(|(i, n)| {
-                n.as_str()
-                    .filter(|n| !n.is_empty())
-                    .map(String::from)
-                    .ok_or_else(|| {
-                        err(
-                            format!("{field}.secrets[{i}]"),
-                            "must be a Secret's name".into(),
-                        )
-                    })
-            })
-            .collect(),
-        _ => Err(err(
-            format!("{field}.secrets"),
-            "must be a list of Secret names".into(),
-        )),
+pub(crate) fn credential_secrets(
+    c: &model::Credentials,
+    field: &str,
+    err: &ErrFn<'_>,
+) -> Result<Vec<String>> {
+    if let Some(i) = c.secrets.iter().position(String::is_empty) {
+        return Err(err(
+            format!("{field}.secrets[{i}]"),
+            "must be a Secret's name".into(),
+        ));
     }
+    Ok(c.secrets.clone())
 }
 
 pub(crate) type ErrFn<'a> = dyn Fn(String, String) -> Error + 'a;
 
-fn compile_rule(raw: &Value, field: &str, err: &ErrFn<'_>, cache: &mut ExprCache) -> Result<Rule> {
-    let name = raw["name"]
-        .as_str()
-        .ok_or_else(|| err(format!("{field}.name"), "is required".into()))?
-        .to_string();
-    let match_ = MatchBlock::parse(&raw["match"], &format!("{field}.match"), err)?;
+fn compile_rule(
+    raw: &model::Rule,
+    field: &str,
+    err: &ErrFn<'_>,
+    cache: &mut ExprCache,
+) -> Result<Rule> {
+    let name = raw
+        .name
+        .clone()
+        .ok_or_else(|| err(format!("{field}.name"), "is required".into()))?;
+    let match_ = MatchBlock::parse(&raw.match_, &format!("{field}.match"), err)?;
     if match_.is_empty() {
         return Err(err(
             format!("{field}.match"),
             "is required (any, all or resources)".into(),
         ));
     }
-    let exclude = MatchBlock::parse(&raw["exclude"], &format!("{field}.exclude"), err)?;
-    let context = compile_context(&raw["context"], &format!("{field}.context"), err, cache)?;
+    let exclude = MatchBlock::parse(&raw.exclude, &format!("{field}.exclude"), err)?;
+    let context = compile_context(&raw.context, &format!("{field}.context"), err, cache)?;
     let preconditions = compile_conditions(
-        &raw["preconditions"],
+        &raw.preconditions,
         &format!("{field}.preconditions"),
         err,
         cache,
     )?;
-    let cel_preconditions = match &raw["celPreconditions"] {
-        Value::Null => None,
-        Value::Array(list) => {
+    let cel_preconditions = match &raw.cel_preconditions {
+        None => None,
+        Some(list) => {
             let spec = serde_json::json!({ "expressions": list });
             let field = format!("{field}.celPreconditions");
             Some(Box::new(CelRule::compile(
@@ -740,96 +679,57 @@ fn compile_rule(raw: &Value, field: &str, err: &ErrFn<'_>, cache: &mut ExprCache
                 &field,
             )?))
         }
-        _ => {
-            return Err(err(
-                format!("{field}.celPreconditions"),
-                "must be a list".into(),
-            ));
-        }
     };
-    let (validate, failure_action) = match &raw["validate"] {
-        Value::Null => (None, None),
-        v => {
+    let (validate, failure_action) = match &raw.validate {
+        None => (None, None),
+        Some(v) => {
             let vf = format!("{field}.validate");
-            let message = match &v["message"] {
-                Value::Null => None,
-                Value::String(s) => {
-                    cache
-                        .collect(&Value::String(s.clone()))
-                        .map_err(|e| err(format!("{vf}.message"), e))?;
-                    Some(s.clone())
-                }
-                _ => return Err(err(format!("{vf}.message"), "must be a string".into())),
-            };
-            let fa = match v["failureAction"].as_str() {
-                None => None,
-                Some(s) => Some(FailureAction::parse(s).ok_or_else(|| {
-                    err(
-                        format!("{vf}.failureAction"),
-                        format!("{s:?} is not Audit or Enforce"),
-                    )
-                })?),
-            };
-            let allow_existing_violations = match &v["allowExistingViolations"] {
-                Value::Null => true,
-                Value::Bool(b) => *b,
-                _ => {
-                    return Err(err(
-                        format!("{vf}.allowExistingViolations"),
-                        "must be true or false".into(),
-                    ));
-                }
-            };
+            if let Some(m) = &v.message {
+                cache
+                    .collect(&Value::String(m.clone()))
+                    .map_err(|e| err(format!("{vf}.message"), e))?;
+            }
             let check = compile_check(v, &vf, err, cache, true)?;
             (
                 Some(Validate {
-                    message,
+                    message: v.message.clone(),
                     check,
-                    allow_existing_violations,
+                    allow_existing_violations: v.allow_existing_violations.unwrap_or(true),
                 }),
-                fa,
+                v.failure_action,
             )
         }
     };
-    let (validate, failure_action) = match (&raw["verifyImages"], validate) {
-        (Value::Array(list), None) if !list.is_empty() => {
+    let (validate, failure_action) = match (&raw.verify_images[..], validate) {
+        ([first, ..], None) => {
             let vf = format!("{field}.verifyImages");
             let mut specs = Vec::new();
-            for (i, v) in list.iter().enumerate() {
+            for (i, v) in raw.verify_images.iter().enumerate() {
                 specs.push(compile_image_verification(v, &format!("{vf}[{i}]"), err)?);
             }
-            let fa = match list[0]["failureAction"].as_str() {
-                None => failure_action,
-                Some(s) => Some(FailureAction::parse(s).ok_or_else(|| {
-                    err(
-                        format!("{vf}[0].failureAction"),
-                        format!("{s:?} is not Audit or Enforce"),
-                    )
-                })?),
-            };
             (
                 Some(Validate {
                     message: None,
                     check: Check::VerifyImages(specs),
                     allow_existing_violations: true,
                 }),
-                fa,
+                first.failure_action.or(failure_action),
             )
         }
         (_, v) => (v, failure_action),
     };
-    let generate = match &raw["generate"] {
-        Value::Null => None,
-        g => Some(crate::generate::GenerateSpec::compile(
+    let generate = match &raw.generate {
+        None => None,
+        Some(g) => Some(crate::generate::GenerateSpec::compile(
             g,
             &format!("{field}.generate"),
             err,
             cache,
         )?),
     };
-    let mutate = match &raw["mutate"] {
-        Value::Null => None,
-        m => Some(crate::mutate::MutateSpec::compile(
+    let mutate = match &raw.mutate {
+        None => None,
+        Some(m) => Some(crate::mutate::MutateSpec::compile(
             m,
             &format!("{field}.mutate"),
             err,
@@ -854,58 +754,41 @@ fn compile_rule(raw: &Value, field: &str, err: &ErrFn<'_>, cache: &mut ExprCache
 
 /// One `verifyImages` entry at `field`.
 fn compile_image_verification(
-    v: &Value,
+    v: &model::ImageVerification,
     field: &str,
     err: &ErrFn<'_>,
 ) -> Result<ImageVerification> {
-    let strings = |key: &str| crate::matching::strings(&v[key], &format!("{field}.{key}"), err);
-    // `image` is the older single form of `imageReferences`.
-    let mut image_references = strings("imageReferences")?;
-    if let Some(one) = v["image"].as_str() {
-        image_references.push(one.to_string());
-    }
+    let mut image_references = v.image_references.clone();
+    image_references.extend(v.image.clone());
     if image_references.is_empty() {
         return Err(err(
             format!("{field}.imageReferences"),
             "at least one image reference is required".into(),
         ));
     }
-    // Kyverno's ImageVerificationType: Cosign (the default), Notary,
-    // SigstoreBundle.
-    let notary = match &v["type"] {
-        Value::Null => false,
-        Value::String(t) if t == "Cosign" => false,
-        Value::String(t) if t == "Notary" => true,
-        Value::String(t) if t == "SigstoreBundle" => {
+    let notary = match v.type_ {
+        None | Some(model::VerificationType::Cosign) => false,
+        Some(model::VerificationType::Notary) => true,
+        Some(model::VerificationType::SigstoreBundle) => {
             return Err(err(
                 format!("{field}.type"),
                 "SigstoreBundle verification is not supported by leash (Cosign and Notary are)"
                     .into(),
             ));
         }
-        t => {
-            return Err(err(
-                format!("{field}.type"),
-                format!("{t} is not Cosign, Notary or SigstoreBundle"),
-            ));
-        }
     };
-    let attestors = compile_attestor_sets(&v["attestors"], field, err, notary)?;
+    let mut attestors = compile_attestor_sets(&v.attestors, field, err, notary)?;
     let mut attestations = Vec::new();
-    for (i, a) in v["attestations"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
+    for (i, a) in v.attestations.iter().enumerate() {
         let af = format!("{field}.attestations[{i}]");
-        let predicate_type = a["type"]
-            .as_str()
-            .or(a["predicateType"].as_str())
+        let predicate_type = a
+            .type_
+            .as_ref()
+            .or(a.predicate_type.as_ref())
             .filter(|t| !t.is_empty())
-            .map(str::to_string);
+            .cloned();
         let mut conditions = Vec::new();
-        for (j, c) in a["conditions"].as_array().into_iter().flatten().enumerate() {
+        for (j, c) in a.conditions.iter().enumerate() {
             conditions.push(Conditions::new(c).ok_or_else(|| {
                 err(
                     format!("{af}.conditions[{j}]"),
@@ -915,14 +798,13 @@ fn compile_image_verification(
         }
         attestations.push(AttestationCheck {
             predicate_type,
-            attestors: compile_attestor_sets(&a["attestors"], &af, err, notary)?,
+            attestors: compile_attestor_sets(&a.attestors, &af, err, notary)?,
             conditions,
         });
     }
-    let mut attestors = attestors;
     // The older single `key` (a PEM): an attestor of the attestations, or
     // of the image when there are none (Kyverno's Convert).
-    if let Some(key) = v["key"].as_str().filter(|k| !k.is_empty()) {
+    if let Some(key) = v.key.as_deref().filter(|k| !k.is_empty()) {
         if !key.contains("-----BEGIN PUBLIC KEY-----") {
             return Err(err(
                 format!("{field}.key"),
@@ -942,23 +824,13 @@ fn compile_image_verification(
             }
         }
     }
-    let flag = |key: &str| -> Result<bool> {
-        match &v[key] {
-            Value::Null => Ok(true),
-            Value::Bool(b) => Ok(*b),
-            _ => Err(err(
-                format!("{field}.{key}"),
-                "must be true or false".into(),
-            )),
-        }
-    };
     Ok(ImageVerification {
         image_references,
-        skip_image_references: strings("skipImageReferences")?,
+        skip_image_references: v.skip_image_references.clone(),
         attestors,
-        verify_digest: flag("verifyDigest")?,
-        mutate_digest: flag("mutateDigest")?,
-        use_cache: flag("useCache")?,
+        verify_digest: v.verify_digest.unwrap_or(true),
+        mutate_digest: v.mutate_digest.unwrap_or(true),
+        use_cache: v.use_cache.unwrap_or(true),
         attestations,
     })
 }
@@ -972,29 +844,27 @@ const TLOG_REQUIRED: &str = "keys: the signatures must be verified against a tra
 /// A `keyless` attestor entry: its roots and identity, when leash can
 /// verify it as Kyverno would; else why not (the rule then errs, never
 /// passes).
-fn keyless_trust(k: &Value) -> std::result::Result<ImageTrust, String> {
-    if k["rekor"]["ignoreTlog"].as_bool() != Some(true) {
+fn keyless_trust(k: &model::Keyless) -> std::result::Result<ImageTrust, String> {
+    if !model::Rekor::ignored(&k.rekor) {
         return Err("keyless: the signatures must be verified against a transparency log (Rekor), which leash does not read; set keyless.rekor.ignoreTlog: true to verify the certificate alone".to_string());
     }
-    if k["ctlog"]["ignoreSCT"].as_bool() != Some(true) {
+    if k.ctlog.as_ref().and_then(|c| c.ignore_sct) != Some(true) {
         return Err("keyless: the certificate's SCT must be verified against a certificate transparency log, which leash does not read; set keyless.ctlog.ignoreSCT: true".to_string());
     }
-    // No roots: Sigstore's trust root (TUF), if leash was given one.
-    let roots = k["roots"].as_str().unwrap_or_default();
-    if k["additionalExtensions"]
-        .as_object()
+    if k.additional_extensions
+        .as_ref()
         .is_some_and(|m| !m.is_empty())
     {
         return Err(unsupported("keyless additionalExtensions"));
     }
-    let text = |key: &str| k[key].as_str().unwrap_or_default().to_string();
     Ok(ImageTrust::Keyless {
-        roots: roots.to_string(),
+        // No roots: Sigstore's trust root (TUF), if leash was given one.
+        roots: k.roots.clone().unwrap_or_default(),
         identities: vec![KeylessIdentity {
-            issuer: text("issuer"),
-            subject: text("subject"),
-            issuer_regexp: text("issuerRegExp"),
-            subject_regexp: text("subjectRegExp"),
+            issuer: k.issuer.clone(),
+            subject: k.subject.clone(),
+            issuer_regexp: k.issuer_regexp.clone(),
+            subject_regexp: k.subject_regexp.clone(),
             wildcards: true,
         }],
     })
@@ -1017,11 +887,11 @@ fn secret_key(reference: &str) -> std::result::Result<ImageTrust, String> {
 
 /// A `type: Notary` attestor entry: its certificates (`cert`, then
 /// `certChain`, as Kyverno combines them) as the trust store; else why not.
-fn notary_trust(entry: &Value) -> std::result::Result<ImageTrust, String> {
-    let c = &entry["certificates"];
-    let text = |k: &str| c[k].as_str().unwrap_or_default().trim().to_string();
-    let certs = [text("cert"), text("certChain")]
-        .into_iter()
+fn notary_trust(entry: &model::Attestor) -> std::result::Result<ImageTrust, String> {
+    let certs = entry
+        .certificates
+        .iter()
+        .flat_map(|c| [c.cert.trim(), c.cert_chain.trim()])
         .filter(|t| !t.is_empty())
         .collect::<Vec<_>>()
         .join("\n");
@@ -1038,90 +908,89 @@ fn unsupported(kind: &str) -> String {
     format!("{kind} attestors are not supported by leash")
 }
 
-/// The attestor sets at `v` (`field.attestors`).
+/// The attestor sets `sets` (at `field.attestors`).
 /// `notary`: the entries of a `type: Notary` verification, whose
 /// certificates (`cert` and `certChain`) are the trust store of Notary
 /// Project signatures.
 fn compile_attestor_sets(
-    v: &Value,
+    sets: &[model::AttestorSet],
     field: &str,
     err: &ErrFn<'_>,
     notary: bool,
 ) -> Result<Vec<AttestorSet>> {
     let mut attestors = Vec::new();
-    for (i, set) in v.as_array().into_iter().flatten().enumerate() {
+    for (i, set) in sets.iter().enumerate() {
         let af = format!("{field}.attestors[{i}]");
         let mut entries = Vec::new();
-        for (j, e) in set["entries"].as_array().into_iter().flatten().enumerate() {
+        for (j, e) in set.entries.iter().enumerate() {
             if notary {
                 entries.push(notary_trust(e));
                 continue;
             }
-            let keys = &e["keys"];
-            let public_keys = keys["publicKeys"].as_str().filter(|k| !k.is_empty());
-            let secret = &keys["secret"];
-            let entry = if public_keys.is_some() || secret.is_object() {
+            let keys = e.keys.as_ref();
+            let public_keys = keys
+                .and_then(|k| k.public_keys.as_deref())
+                .filter(|k| !k.is_empty());
+            let secret = keys.and_then(|k| k.secret.as_ref());
+            let entry = if public_keys.is_some() || secret.is_some() {
                 // Kyverno's order: publicKeys, then secret (then kms).
-                let trust = match public_keys {
-                    Some(k) if k.contains("-----BEGIN PUBLIC KEY-----") => {
+                let trust = match (public_keys, secret) {
+                    (Some(k), _) if k.contains("-----BEGIN PUBLIC KEY-----") => {
                         Ok(ImageTrust::Keys(k.to_string()))
                     }
-                    Some(k) if k.starts_with("k8s://") => secret_key(k),
+                    (Some(k), _) if k.starts_with("k8s://") => secret_key(k),
                     // Kyverno takes any text here (a KMS URI); what leash
                     // cannot read errs when the rule runs, it does not
                     // unserve the policy.
-                    Some(k) => Err(format!(
+                    (Some(k), _) => Err(format!(
                         "keys: leash verifies PEM public keys (-----BEGIN PUBLIC KEY-----) and keys in Secrets (k8s://NAMESPACE/NAME); KMS keys are not supported yet, got {:?}",
                         k.chars().take(40).collect::<String>()
                     )),
-                    None => secret_key(&format!(
-                        "k8s://{}/{}",
-                        secret["namespace"].as_str().unwrap_or(""),
-                        secret["name"].as_str().unwrap_or("")
-                    )),
+                    (None, s) => {
+                        let (ns, name) = s.map_or(("", ""), |s| (&s.namespace, &s.name));
+                        secret_key(&format!("k8s://{ns}/{name}"))
+                    }
                 };
                 // Kyverno checks a key's signatures against Rekor unless
                 // told not to; leash reads no transparency log, so it
                 // verifies by key only when the policy says that is enough.
                 match trust {
-                    Err(e) => Err(e),
-                    Ok(_) if keys["rekor"]["ignoreTlog"].as_bool() != Some(true) => {
+                    Ok(_) if !keys.is_some_and(|k| model::Rekor::ignored(&k.rekor)) => {
                         Err(TLOG_REQUIRED.to_string())
                     }
-                    ok => ok,
+                    other => other,
                 }
-            } else if let Some(k) = e.get("keyless").filter(|x| !x.is_null()) {
+            } else if let Some(k) = &e.keyless {
                 // Kyverno's KeylessAttestor validation.
                 let kf = format!("{af}.entries[{j}].keyless");
-                if k["rekor"].is_null() && k["roots"].as_str().unwrap_or_default().is_empty() {
-                    return Err(err(kf, "Either Rekor URL or roots are required".into()));
+                match &k.rekor {
+                    None if k.roots.as_deref().unwrap_or_default().is_empty() => {
+                        return Err(err(kf, "Either Rekor URL or roots are required".into()));
+                    }
+                    Some(r) if r.url.as_deref().unwrap_or_default().is_empty() => {
+                        return Err(err(kf, "An URL is required".into()));
+                    }
+                    _ => keyless_trust(k),
                 }
-                if !k["rekor"].is_null()
-                    && k["rekor"]["url"].as_str().unwrap_or_default().is_empty()
-                {
-                    return Err(err(kf, "An URL is required".into()));
-                }
-                keyless_trust(k)
-            } else if let Some(c) = e.get("certificates").filter(|x| !x.is_null()) {
+            } else if let Some(c) = &e.certificates {
                 // Kyverno's CertificateAttestor validation.
-                let text = |k: &str| c[k].as_str().unwrap_or_default().to_string();
-                if text("cert").is_empty() && text("certChain").is_empty() {
+                if c.cert.is_empty() && c.cert_chain.is_empty() {
                     return Err(err(
                         format!("{af}.entries[{j}].certificates"),
                         "cert or certChain required".into(),
                     ));
                 }
-                if c["rekor"]["ignoreTlog"].as_bool() != Some(true) {
+                if !model::Rekor::ignored(&c.rekor) {
                     Err("certificates: the signatures must be verified against a transparency log (Rekor), which leash does not read; set certificates.rekor.ignoreTlog: true to verify them by the certificate's key alone".to_string())
-                } else if text("cert").is_empty() {
+                } else if c.cert.is_empty() {
                     Err("certificates: leash verifies with a certificate (cert); a chain alone is not supported".to_string())
                 } else {
                     Ok(ImageTrust::Certificate {
-                        cert: text("cert"),
-                        chain: text("certChain"),
+                        cert: c.cert.clone(),
+                        chain: c.cert_chain.clone(),
                     })
                 }
-            } else if e.get("attestor").is_some_and(|x| !x.is_null()) {
+            } else if e.attestor.is_some() {
                 Err(unsupported("nested attestor"))
             } else {
                 Err(
@@ -1131,20 +1000,23 @@ fn compile_attestor_sets(
             };
             entries.push(entry);
         }
-        let count =
-            match &set["count"] {
-                Value::Null => None,
-                c => Some(c.as_u64().filter(|n| *n >= 1).ok_or_else(|| {
-                    err(format!("{af}.count"), "must be a positive integer".into())
-                })? as usize),
-            };
+        let count = match set.count {
+            None => None,
+            Some(0) => {
+                return Err(err(
+                    format!("{af}.count"),
+                    "must be a positive integer".into(),
+                ));
+            }
+            Some(n) => Some(n as usize),
+        };
         attestors.push(AttestorSet { count, entries });
     }
     Ok(attestors)
 }
 
 fn compile_check(
-    v: &Value,
+    v: &model::Block,
     field: &str,
     err: &ErrFn<'_>,
     cache: &mut ExprCache,
@@ -1156,20 +1028,29 @@ fn compile_check(
     // Kyverno refuses a rule with more than one check (its policy
     // validation: "only one of pattern, anyPattern, deny, foreach, cel can
     // be specified"); taking the first would silently drop the others.
-    let present = |key: &str| v.get(key).is_some_and(|x| !x.is_null());
-    let mut kinds: Vec<&str> = ["pattern", "anyPattern", "deny", "foreach"]
+    let kinds: Vec<&str> = [
+        ("pattern", v.pattern.is_some()),
+        ("anyPattern", v.any_pattern.is_some()),
+        ("deny", v.deny.is_some()),
+        ("foreach", v.foreach.is_some()),
+    ]
+    .into_iter()
+    .chain(
+        top.then_some([
+            ("cel", v.cel.is_some()),
+            ("podSecurity", v.pod_security.is_some()),
+            (
+                "manifests",
+                v.manifests
+                    .as_ref()
+                    .is_some_and(|m| !m.attestors.is_empty()),
+            ),
+        ])
         .into_iter()
-        .filter(|k| present(k))
-        .collect();
-    if top {
-        kinds.extend(["cel", "podSecurity"].into_iter().filter(|k| present(k)));
-        if v["manifests"]["attestors"]
-            .as_array()
-            .is_some_and(|a| !a.is_empty())
-        {
-            kinds.push("manifests");
-        }
-    }
+        .flatten(),
+    )
+    .filter_map(|(k, present)| present.then_some(k))
+    .collect();
     if kinds.len() > 1 {
         let what = if top {
             "pattern, anyPattern, deny, foreach, cel or podSecurity"
@@ -1184,43 +1065,32 @@ fn compile_check(
             ),
         ));
     }
-    if let Some(p) = v.get("pattern").filter(|p| !p.is_null()) {
+    if let Some(p) = &v.pattern {
         collect(cache, p, &format!("{field}.pattern"))?;
         return Ok(Check::Pattern(Pattern::new(p)));
     }
-    if let Some(p) = v.get("anyPattern").filter(|p| !p.is_null()) {
-        let Some(list) = p.as_array() else {
-            return Err(err(
-                format!("{field}.anyPattern"),
-                "must be a list of patterns".into(),
-            ));
-        };
-        collect(cache, p, &format!("{field}.anyPattern"))?;
+    if let Some(list) = &v.any_pattern {
+        for p in list {
+            collect(cache, p, &format!("{field}.anyPattern"))?;
+        }
         return Ok(Check::AnyPattern(list.iter().map(Pattern::new).collect()));
     }
-    if let Some(d) = v.get("deny").filter(|d| !d.is_null()) {
-        let conditions = d.get("conditions").cloned().unwrap_or(Value::Null);
-        let compiled =
-            compile_conditions(&conditions, &format!("{field}.deny.conditions"), err, cache)?;
+    if let Some(d) = &v.deny {
+        let compiled = compile_conditions(
+            &d.conditions,
+            &format!("{field}.deny.conditions"),
+            err,
+            cache,
+        )?;
         return Ok(Check::Deny(compiled.unwrap_or_default()));
     }
-    if let Some(f) = v.get("foreach").filter(|f| !f.is_null()) {
+    if let Some(f) = &v.foreach {
         let mut out = Vec::new();
         for d in foreach_decls(f, &format!("{field}.foreach"), err, cache)? {
-            let element_scope = match &d.decl["elementScope"] {
-                Value::Null => None,
-                Value::Bool(b) => Some(*b),
-                _ => {
-                    return Err(err(
-                        format!("{}.elementScope", d.field),
-                        "must be a boolean".into(),
-                    ));
-                }
-            };
             out.push(Foreach {
                 check: compile_check(d.decl, &d.field, err, cache, false)?,
                 list: d.list,
-                element_scope,
+                element_scope: d.decl.element_scope,
                 context: d.context,
                 preconditions: d.preconditions,
             });
@@ -1228,19 +1098,19 @@ fn compile_check(
         return Ok(Check::Foreach(out));
     }
     if top {
-        if let Some(c) = v.get("cel").filter(|c| !c.is_null()) {
+        if let Some(c) = &v.cel {
             let mut rule = CelRule::compile(c, "ClusterPolicy", "", &format!("{field}.cel"))?;
-            if let Some(m) = v["message"].as_str() {
+            if let Some(m) = &v.message {
                 rule = rule.with_default_message(m);
             }
             return Ok(Check::Cel(Box::new(rule)));
         }
-        if let Some(p) = v.get("podSecurity").filter(|p| !p.is_null()) {
+        if let Some(p) = &v.pod_security {
             let ps =
                 crate::podsecurity::PodSecurity::compile(p, &format!("{field}.podSecurity"), err)?;
             return Ok(Check::PodSecurity(Box::new(ps)));
         }
-        if v.get("manifests").is_some_and(|p| !p.is_null()) {
+        if v.manifests.is_some() {
             return Ok(Check::Unsupported("validate.manifests"));
         }
         return Err(err(
@@ -1260,7 +1130,7 @@ fn compile_check(
 /// field path, for what the caller reads besides.
 pub(crate) struct ForeachDecl<'a> {
     pub field: String,
-    pub decl: &'a Value,
+    pub decl: &'a model::Block,
     pub list: String,
     pub context: Vec<ContextEntry>,
     pub preconditions: Option<Conditions>,
@@ -1268,18 +1138,15 @@ pub(crate) struct ForeachDecl<'a> {
 
 /// The declarations of the `foreach` list `f` at `field`.
 pub(crate) fn foreach_decls<'a>(
-    f: &'a Value,
+    f: &'a [model::Block],
     field: &str,
     err: &ErrFn<'_>,
     cache: &mut ExprCache,
 ) -> Result<Vec<ForeachDecl<'a>>> {
-    let Some(list) = f.as_array() else {
-        return Err(err(field.to_string(), "must be a list".into()));
-    };
     let mut out = Vec::new();
-    for (i, decl) in list.iter().enumerate() {
+    for (i, decl) in f.iter().enumerate() {
         let df = format!("{field}[{i}]");
-        let Some(l) = decl["list"].as_str() else {
+        let Some(l) = &decl.list else {
             return Err(err(
                 format!("{df}.list"),
                 "is required (a JMESPath expression)".into(),
@@ -1295,9 +1162,9 @@ pub(crate) fn foreach_decls<'a>(
             .add(&list_expr)
             .map_err(|e| err(format!("{df}.list"), e))?;
         out.push(ForeachDecl {
-            context: compile_context(&decl["context"], &format!("{df}.context"), err, cache)?,
+            context: compile_context(&decl.context, &format!("{df}.context"), err, cache)?,
             preconditions: compile_conditions(
-                &decl["preconditions"],
+                &decl.preconditions,
                 &format!("{df}.preconditions"),
                 err,
                 cache,
@@ -1360,61 +1227,66 @@ pub(crate) fn compile_conditions(
 }
 
 pub(crate) fn compile_context(
-    v: &Value,
+    list: &[model::ContextEntry],
     field: &str,
     err: &ErrFn<'_>,
     cache: &mut ExprCache,
 ) -> Result<Vec<ContextEntry>> {
-    let Some(list) = v.as_array() else {
-        if v.is_null() {
-            return Ok(Vec::new());
-        }
-        return Err(err(field.to_string(), "must be a list".into()));
-    };
     let mut out = Vec::new();
     for (i, e) in list.iter().enumerate() {
         let ef = format!("{field}[{i}]");
-        let name = e["name"]
-            .as_str()
-            .ok_or_else(|| err(format!("{ef}.name"), "is required".into()))?
-            .to_string();
-        cache.collect(e).map_err(|m| err(ef.clone(), m))?;
-        let mut jp = |obj: &Value| -> Result<Option<String>> {
-            match obj["jmesPath"].as_str() {
-                None => Ok(None),
-                Some(p) => {
-                    cache_add_plain(cache, p).map_err(|m| err(format!("{ef}.jmesPath"), m))?;
-                    Ok(Some(p.to_string()))
-                }
+        let name = e
+            .name
+            .clone()
+            .ok_or_else(|| err(format!("{ef}.name"), "is required".into()))?;
+        let collect = |v: Option<&Value>, cache: &mut ExprCache| -> Result<()> {
+            match v {
+                Some(v) => cache.collect(v).map_err(|m| err(ef.clone(), m)),
+                None => Ok(()),
             }
         };
-        let source = if let Some(var) = e.get("variable").filter(|x| !x.is_null()) {
+        let text = |s: &str| Value::String(s.to_string());
+        let jp = |p: &Option<String>, cache: &mut ExprCache| -> Result<Option<String>> {
+            if let Some(p) = p {
+                cache_add_plain(cache, p).map_err(|m| err(format!("{ef}.jmesPath"), m))?;
+            }
+            Ok(p.clone())
+        };
+        let source = if let Some(var) = &e.variable {
+            collect(var.value.as_ref(), cache)?;
+            collect(var.default.as_ref(), cache)?;
             ContextSource::Variable {
-                value: var.get("value").cloned(),
-                jmes_path: jp(var)?,
-                default: var.get("default").cloned(),
+                value: var.value.clone(),
+                jmes_path: jp(&var.jmes_path, cache)?,
+                default: var.default.clone(),
             }
-        } else if let Some(cm) = e.get("configMap").filter(|x| !x.is_null()) {
+        } else if let Some(cm) = &e.config_map {
+            collect(Some(&text(&cm.name)), cache)?;
+            collect(Some(&text(&cm.namespace)), cache)?;
             ContextSource::ConfigMap {
-                name: cm["name"].as_str().unwrap_or("").to_string(),
-                namespace: cm["namespace"].as_str().unwrap_or("").to_string(),
+                name: cm.name.clone(),
+                namespace: cm.namespace.clone(),
             }
-        } else if let Some(call) = e.get("apiCall").filter(|x| !x.is_null()) {
-            match call["urlPath"].as_str() {
-                Some(url) => ContextSource::ApiCall {
-                    url_path: url.to_string(),
-                    jmes_path: jp(call)?,
-                    default: call.get("default").cloned(),
-                },
-                None => {
-                    let service = &call["service"];
-                    let Some(url) = service["url"].as_str() else {
-                        return Err(err(
-                            format!("{ef}.apiCall"),
-                            "needs urlPath or service.url".into(),
-                        ));
-                    };
-                    let method = match call["method"].as_str().unwrap_or("GET") {
+        } else if let Some(call) = &e.api_call {
+            collect(call.default.as_ref(), cache)?;
+            match (&call.url_path, &call.service) {
+                (Some(url), _) => {
+                    collect(Some(&text(url)), cache)?;
+                    ContextSource::ApiCall {
+                        url_path: url.clone(),
+                        jmes_path: jp(&call.jmes_path, cache)?,
+                        default: call.default.clone(),
+                    }
+                }
+                (
+                    None,
+                    Some(model::Service {
+                        url: Some(url),
+                        ca_bundle,
+                    }),
+                ) => {
+                    collect(Some(&text(url)), cache)?;
+                    let method = match call.method.as_deref().unwrap_or("GET") {
                         m @ ("GET" | "POST") => m.to_string(),
                         other => {
                             return Err(err(
@@ -1423,41 +1295,50 @@ pub(crate) fn compile_context(
                             ));
                         }
                     };
-                    let data = call["data"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .filter_map(|d| Some((d["key"].as_str()?.to_string(), d["value"].clone())))
-                        .collect();
+                    let mut data = Vec::new();
+                    for d in &call.data {
+                        collect(Some(&d.value), cache)?;
+                        if let Some(key) = &d.key {
+                            data.push((key.clone(), d.value.clone()));
+                        }
+                    }
                     ContextSource::ApiService {
-                        url: url.to_string(),
-                        ca_bundle: service["caBundle"].as_str().map(String::from),
+                        url: url.clone(),
+                        ca_bundle: ca_bundle.clone(),
                         method,
                         data,
-                        jmes_path: jp(call)?,
-                        default: call.get("default").cloned(),
+                        jmes_path: jp(&call.jmes_path, cache)?,
+                        default: call.default.clone(),
                     }
                 }
+                (None, _) => {
+                    return Err(err(
+                        format!("{ef}.apiCall"),
+                        "needs urlPath or service.url".into(),
+                    ));
+                }
             }
-        } else if let Some(g) = e.get("globalReference").filter(|x| !x.is_null()) {
+        } else if let Some(g) = &e.global_reference {
             // `ENTRY.PROJECTION` names a projection of the entry, as Kyverno
             // splits the name on its dots.
-            let mut parts = g["name"].as_str().unwrap_or("").split('.');
+            collect(Some(&text(&g.name)), cache)?;
+            let mut parts = g.name.split('.');
             ContextSource::GlobalReference {
                 name: parts.next().unwrap_or("").to_string(),
                 projection: parts.next().map(String::from),
-                jmes_path: jp(g)?,
+                jmes_path: jp(&g.jmes_path, cache)?,
             }
-        } else if let Some(r) = e.get("imageRegistry").filter(|x| !x.is_null()) {
-            let Some(reference) = r["reference"].as_str().filter(|s| !s.is_empty()) else {
+        } else if let Some(r) = &e.image_registry {
+            if r.reference.is_empty() {
                 return Err(err(
                     format!("{ef}.imageRegistry.reference"),
                     "an image reference is required".into(),
                 ));
-            };
+            }
+            collect(Some(&text(&r.reference)), cache)?;
             ContextSource::ImageRegistry {
-                reference: reference.to_string(),
-                jmes_path: jp(r)?,
+                reference: r.reference.clone(),
+                jmes_path: jp(&r.jmes_path, cache)?,
             }
         } else {
             return Err(err(
@@ -1582,6 +1463,51 @@ mod tests {
         // One check, with a message beside it, compiles.
         with_validate(json!({"message": "m", "pattern": pattern})).unwrap();
         with_validate(json!({"message": "m", "deny": deny})).unwrap();
+    }
+
+    /// The typed model refuses a wrong type or a value outside its enum
+    /// naming the field's whole path, even where no schema check ran.
+    #[test]
+    fn the_model_names_the_path_of_a_mistyped_field() {
+        let pattern = json!({"metadata": {"name": "?*"}});
+        for (validate, at, says) in [
+            (
+                json!({"failureAction": "Deni", "pattern": pattern}),
+                "spec.rules[0].validate.failureAction",
+                "unknown variant `Deni`",
+            ),
+            (
+                json!({"allowExistingViolations": "yes", "pattern": pattern}),
+                "spec.rules[0].validate.allowExistingViolations",
+                "expected a boolean",
+            ),
+            (
+                json!({"foreach": [{"list": "a", "elementScope": 1, "pattern": pattern}]}),
+                "spec.rules[0].validate.foreach[0].elementScope",
+                "expected a boolean",
+            ),
+            (
+                json!({"anyPattern": {"a": 1}}),
+                "spec.rules[0].validate.anyPattern",
+                "expected a sequence",
+            ),
+        ] {
+            let err = with_validate(validate).unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("{at}: ")) && err.contains(says),
+                "{err}"
+            );
+        }
+        let err = with_api_call(json!({"urlPath": "/api/v1/pods", "data": [{"key": 5}]}))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("spec.rules[0].context[0].apiCall.data[0].key: invalid type"),
+            "{err}"
+        );
+        // Kyverno's older lower-case spelling is still an action.
+        let p = with_validate(json!({"failureAction": "enforce", "pattern": pattern})).unwrap();
+        assert_eq!(p.rule_failure_action("r"), FailureAction::Enforce);
     }
 
     #[test]

@@ -5,6 +5,7 @@ use serde_json::Value;
 
 use crate::conditions::Conditions;
 use crate::error::Result;
+use crate::model;
 use crate::policy::{ContextEntry, ErrFn, compile_conditions, compile_context};
 use crate::vars::ExprCache;
 
@@ -41,12 +42,7 @@ pub(crate) struct TargetSpec {
     pub preconditions: Option<Conditions>,
 }
 
-/// Element order of a `foreach`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Order {
-    Ascending,
-    Descending,
-}
+pub(crate) use crate::model::Order;
 
 /// One `mutate.foreach` declaration.
 #[derive(Debug)]
@@ -73,88 +69,121 @@ pub(crate) enum ForeachPatch {
 impl MutateSpec {
     /// Compiles a rule's `mutate` (`field` is its path, for errors).
     pub(crate) fn compile(
-        m: &Value,
+        m: &model::Mutate,
         field: &str,
         err: &ErrFn<'_>,
         cache: &mut ExprCache,
     ) -> Result<MutateSpec> {
-        if !m.is_object() {
-            return Err(err(field.to_string(), "must be an object".into()));
-        }
-        if let Some(targets) = m["targets"].as_array().filter(|t| !t.is_empty()) {
-            let mut specs = Vec::new();
-            for (i, t) in targets.iter().enumerate() {
-                specs.push(compile_target(
-                    t,
-                    &format!("{field}.targets[{i}]"),
-                    err,
-                    cache,
-                )?);
+        match m.targets.as_deref() {
+            Some(targets @ [_, ..]) => {
+                let mut specs = Vec::new();
+                for (i, t) in targets.iter().enumerate() {
+                    let tf = format!("{field}.targets[{i}]");
+                    specs.push(compile_target(t, &tf, err, cache)?);
+                }
+                let patch = compile_patch(m.foreach.as_deref(), m, field, err, cache)?;
+                Ok(MutateSpec::Existing {
+                    targets: specs,
+                    patch: Box::new(patch),
+                })
             }
-            let mut rest = m.clone();
-            if let Some(obj) = rest.as_object_mut() {
-                obj.remove("targets");
-            }
-            let patch = MutateSpec::compile(&rest, field, err, cache)?;
-            return Ok(MutateSpec::Existing {
-                targets: specs,
-                patch: Box::new(patch),
-            });
+            _ => compile_patch(m.foreach.as_deref(), m, field, err, cache),
         }
-        // Kyverno's precedence: a foreach, else the strategic merge patch,
-        // else the JSON patch.
-        if let Some(f) = present(m, "foreach") {
-            return compile_foreach(f, &format!("{field}.foreach"), err, cache)
-                .map(MutateSpec::Foreach);
-        }
-        if let Some(p) = present(m, "patchStrategicMerge") {
-            collect(cache, p, &format!("{field}.patchStrategicMerge"), err)?;
-            return Ok(MutateSpec::StrategicMerge(p.clone()));
-        }
-        if let Some(p) = present(m, "patchesJson6902") {
-            let text = json6902_text(p, &format!("{field}.patchesJson6902"), err, cache)?;
-            return Ok(MutateSpec::Json6902(text));
-        }
-        Err(err(
-            field.to_string(),
-            "needs one of patchStrategicMerge, patchesJson6902 or foreach".into(),
-        ))
     }
 }
 
+/// What mutates: a foreach, else the strategic merge patch, else the JSON
+/// patch (Kyverno's precedence).
+fn compile_patch(
+    foreach: Option<&[model::Block]>,
+    m: &model::Mutate,
+    field: &str,
+    err: &ErrFn<'_>,
+    cache: &mut ExprCache,
+) -> Result<MutateSpec> {
+    if let Some(f) = foreach {
+        return compile_foreach(f, &format!("{field}.foreach"), err, cache)
+            .map(MutateSpec::Foreach);
+    }
+    match patch(
+        &m.patch_strategic_merge,
+        &m.patches_json6902,
+        field,
+        err,
+        cache,
+    )? {
+        Some(ForeachPatch::StrategicMerge(p)) => Ok(MutateSpec::StrategicMerge(p)),
+        Some(ForeachPatch::Json6902(text)) => Ok(MutateSpec::Json6902(text)),
+        _ => Err(err(
+            field.to_string(),
+            "needs one of patchStrategicMerge, patchesJson6902 or foreach".into(),
+        )),
+    }
+}
+
+/// The strategic merge patch, else the JSON patch, of a mutate or a
+/// foreach declaration at `field` (None: neither).
+fn patch(
+    strategic: &Option<Value>,
+    json6902: &Option<Value>,
+    field: &str,
+    err: &ErrFn<'_>,
+    cache: &mut ExprCache,
+) -> Result<Option<ForeachPatch>> {
+    if let Some(p) = strategic {
+        collect(cache, p, &format!("{field}.patchStrategicMerge"), err)?;
+        return Ok(Some(ForeachPatch::StrategicMerge(p.clone())));
+    }
+    let Some(p) = json6902 else {
+        return Ok(None);
+    };
+    let field = format!("{field}.patchesJson6902");
+    let text = match p {
+        Value::String(s) => s.clone(),
+        // A list of operations written inline is accepted as its JSON text.
+        Value::Array(_) => p.to_string(),
+        _ => {
+            return Err(err(field, "must be a string of RFC 6902 operations".into()));
+        }
+    };
+    collect(cache, &Value::String(text.clone()), &field, err)?;
+    Ok(Some(ForeachPatch::Json6902(text)))
+}
+
 fn compile_target(
-    t: &Value,
+    t: &model::Target,
     field: &str,
     err: &ErrFn<'_>,
     cache: &mut ExprCache,
 ) -> Result<TargetSpec> {
-    let text = |key: &str, cache: &mut ExprCache| -> Result<String> {
-        match &t[key] {
-            Value::Null => Ok(String::new()),
-            Value::String(s) => {
-                collect(cache, &t[key], &format!("{field}.{key}"), err)?;
-                Ok(s.clone())
-            }
-            _ => Err(err(format!("{field}.{key}"), "must be a string".into())),
-        }
-    };
-    let kind = text("kind", cache)?;
-    if kind.is_empty() {
+    if t.kind.is_empty() {
         return Err(err(format!("{field}.kind"), "is required".into()));
     }
-    let selector = present(t, "selector").cloned();
-    if let Some(s) = &selector {
+    for (key, text) in [
+        ("apiVersion", &t.api_version),
+        ("kind", &t.kind),
+        ("name", &t.name),
+        ("namespace", &t.namespace),
+    ] {
+        collect(
+            cache,
+            &Value::String(text.clone()),
+            &format!("{field}.{key}"),
+            err,
+        )?;
+    }
+    if let Some(s) = &t.selector {
         collect(cache, s, &format!("{field}.selector"), err)?;
     }
     Ok(TargetSpec {
-        api_version: text("apiVersion", cache)?,
-        kind,
-        name: text("name", cache)?,
-        namespace: text("namespace", cache)?,
-        selector,
-        context: compile_context(&t["context"], &format!("{field}.context"), err, cache)?,
+        api_version: t.api_version.clone(),
+        kind: t.kind.clone(),
+        name: t.name.clone(),
+        namespace: t.namespace.clone(),
+        selector: t.selector.clone(),
+        context: compile_context(&t.context, &format!("{field}.context"), err, cache)?,
         preconditions: compile_conditions(
-            &t["preconditions"],
+            &t.preconditions,
             &format!("{field}.preconditions"),
             err,
             cache,
@@ -162,32 +191,12 @@ fn compile_target(
     })
 }
 
-fn present<'v>(v: &'v Value, key: &str) -> Option<&'v Value> {
-    v.get(key).filter(|x| !x.is_null())
-}
-
 fn collect(cache: &mut ExprCache, doc: &Value, field: &str, err: &ErrFn<'_>) -> Result<()> {
     cache.collect(doc).map_err(|e| err(field.to_string(), e))
 }
 
-fn json6902_text(p: &Value, field: &str, err: &ErrFn<'_>, cache: &mut ExprCache) -> Result<String> {
-    let text = match p {
-        Value::String(s) => s.clone(),
-        // A list of operations written inline is accepted as its JSON text.
-        Value::Array(_) => p.to_string(),
-        _ => {
-            return Err(err(
-                field.to_string(),
-                "must be a string of RFC 6902 operations".into(),
-            ));
-        }
-    };
-    collect(cache, &Value::String(text.clone()), field, err)?;
-    Ok(text)
-}
-
 fn compile_foreach(
-    f: &Value,
+    f: &[model::Block],
     field: &str,
     err: &ErrFn<'_>,
     cache: &mut ExprCache,
@@ -195,37 +204,24 @@ fn compile_foreach(
     let mut out = Vec::new();
     for d in crate::policy::foreach_decls(f, field, err, cache)? {
         let (decl, df) = (d.decl, d.field.clone());
-        let order = match decl["order"].as_str() {
-            None => None,
-            Some("Ascending") => Some(Order::Ascending),
-            Some("Descending") => Some(Order::Descending),
-            Some(other) => {
-                return Err(err(
-                    format!("{df}.order"),
-                    format!("{other:?} is not Ascending or Descending"),
-                ));
-            }
-        };
         // As Kyverno: a nested foreach first, then the strategic merge
         // patch, then the JSON patch.
-        let patch = if let Some(nested) = present(decl, "foreach") {
-            ForeachPatch::Nested(compile_foreach(
+        let patch = match &decl.foreach {
+            Some(nested) => Some(ForeachPatch::Nested(compile_foreach(
                 nested,
                 &format!("{df}.foreach"),
                 err,
                 cache,
-            )?)
-        } else if let Some(p) = present(decl, "patchStrategicMerge") {
-            collect(cache, p, &format!("{df}.patchStrategicMerge"), err)?;
-            ForeachPatch::StrategicMerge(p.clone())
-        } else if let Some(p) = present(decl, "patchesJson6902") {
-            ForeachPatch::Json6902(json6902_text(
-                p,
-                &format!("{df}.patchesJson6902"),
+            )?)),
+            None => patch(
+                &decl.patch_strategic_merge,
+                &decl.patches_json6902,
+                &df,
                 err,
                 cache,
-            )?)
-        } else {
+            )?,
+        };
+        let Some(patch) = patch else {
             return Err(err(
                 df,
                 "needs one of patchStrategicMerge, patchesJson6902 or foreach".into(),
@@ -233,7 +229,7 @@ fn compile_foreach(
         };
         out.push(MutateForeach {
             list: d.list,
-            order,
+            order: decl.order,
             context: d.context,
             preconditions: d.preconditions,
             patch,
