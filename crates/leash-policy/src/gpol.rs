@@ -15,7 +15,8 @@ use serde_json::Value as Json;
 
 use crate::cel::libs::GeneratedSink;
 use crate::cel::rule::{
-    Header, as_list, compile_expr, compile_named_conditions, compile_variables,
+    Enabled, Evaluation, Header, NamedExpression, compile_expr, compile_named_conditions,
+    compile_variables, typed_list,
 };
 use crate::cel::{Activation, Expr, Variable};
 use crate::error::{Error, Result};
@@ -56,7 +57,14 @@ impl GeneratingPolicy {
             namespace,
         } = Header::of(doc, KINDS)?;
         let spec = &doc["spec"];
-        let compile = |v: &Json, field: &str| compile_expr(v, &kind, &name, field);
+        let err = |f: String, m: String| Error::invalid(&kind, &name, f, m);
+        #[derive(Default, serde::Deserialize)]
+        #[serde(default)]
+        struct SpecHeader {
+            #[serde(deserialize_with = "crate::model::nullable")]
+            evaluation: Evaluation,
+        }
+        let header: SpecHeader = crate::model::parse(spec, "spec", &err)?;
         let conditions = compile_named_conditions(
             spec.get("matchConditions"),
             &kind,
@@ -64,11 +72,15 @@ impl GeneratingPolicy {
             "spec.matchConditions",
         )?;
         let variables = compile_variables(spec.get("variables"), &kind, &name, "spec.variables")?;
-        let generates: Vec<Expr> = as_list(spec.get("generate"), &kind, &name, "spec.generate")?
-            .iter()
-            .enumerate()
-            .map(|(i, g)| compile(&g["expression"], &format!("spec.generate[{i}].expression")))
-            .collect::<Result<_>>()?;
+        let generates: Vec<Expr> =
+            typed_list::<NamedExpression>(spec.get("generate"), &kind, &name, "spec.generate")?
+                .iter()
+                .enumerate()
+                .map(|(i, g)| {
+                    let field = format!("spec.generate[{i}].expression");
+                    compile_expr(g.expression.as_deref(), &kind, &name, &field)
+                })
+                .collect::<Result<_>>()?;
         if generates.is_empty() {
             return Err(Error::invalid(
                 &kind,
@@ -77,11 +89,7 @@ impl GeneratingPolicy {
                 "at least one generate expression is required",
             ));
         }
-        let enabled = |k: &str, default: bool| {
-            spec["evaluation"][k]["enabled"]
-                .as_bool()
-                .unwrap_or(default)
-        };
+        let e = &header.evaluation;
         Ok(GeneratingPolicy {
             name: Arc::from(name.as_str()),
             namespace,
@@ -94,9 +102,9 @@ impl GeneratingPolicy {
             conditions,
             variables,
             generates,
-            synchronize: enabled("synchronize", false),
-            generate_existing: enabled("generateExisting", false),
-            orphan_on_policy_delete: enabled("orphanDownstreamOnPolicyDelete", false),
+            synchronize: Enabled::or(&e.synchronize, false),
+            generate_existing: Enabled::or(&e.generate_existing, false),
+            orphan_on_policy_delete: Enabled::or(&e.orphan_downstream_on_policy_delete, false),
             kind,
         })
     }

@@ -2,10 +2,12 @@
 
 use std::collections::BTreeMap;
 
+use serde::Deserialize;
 use serde_json::Value;
 
 use crate::error::{Error, Result};
 use crate::kinds::split_api_version;
+use crate::model::nullable;
 use crate::request::{Operation, UserInfo};
 use crate::wildcard;
 
@@ -108,66 +110,90 @@ impl KindSel {
 }
 
 /// A label selector with Kyverno's wildcard support in `matchLabels`.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(from = "SelectorDoc")]
 pub(crate) struct LabelSelector {
     match_labels: Vec<(String, String)>,
-    expressions: Vec<(String, String, Vec<String>)>,
+    expressions: Vec<Requirement>,
+}
+
+/// A label selector as written.
+#[derive(Default, Deserialize)]
+#[serde(
+    default,
+    rename_all = "camelCase",
+    expecting = "a label selector object"
+)]
+struct SelectorDoc {
+    #[serde(deserialize_with = "nullable")]
+    match_labels: serde_json::Map<String, Value>,
+    #[serde(deserialize_with = "nullable")]
+    match_expressions: Vec<Requirement>,
+}
+
+impl From<SelectorDoc> for LabelSelector {
+    fn from(doc: SelectorDoc) -> LabelSelector {
+        let text = |v: Value| match v {
+            Value::String(s) => s,
+            Value::Null => String::new(),
+            other => other.to_string(),
+        };
+        LabelSelector {
+            match_labels: doc
+                .match_labels
+                .into_iter()
+                .map(|(k, v)| (k, text(v)))
+                .collect(),
+            expressions: doc.match_expressions,
+        }
+    }
+}
+
+/// One `matchExpressions` entry.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+struct Requirement {
+    #[serde(default, deserialize_with = "nullable")]
+    key: String,
+    operator: SelectorOp,
+    #[serde(default, deserialize_with = "nullable")]
+    values: Vec<String>,
+}
+
+/// A label selector requirement's operator; any other would never match.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+enum SelectorOp {
+    In,
+    NotIn,
+    Exists,
+    DoesNotExist,
+}
+
+impl TryFrom<String> for SelectorOp {
+    type Error = String;
+    fn try_from(op: String) -> std::result::Result<SelectorOp, String> {
+        Ok(match op.as_str() {
+            "In" => SelectorOp::In,
+            "NotIn" => SelectorOp::NotIn,
+            "Exists" => SelectorOp::Exists,
+            "DoesNotExist" => SelectorOp::DoesNotExist,
+            _ => {
+                return Err(format!(
+                    "unknown operator {op:?} (In, NotIn, Exists, DoesNotExist)"
+                ));
+            }
+        })
+    }
 }
 
 impl LabelSelector {
+    /// The selector at `field`.
     pub(crate) fn parse(
         v: &Value,
         field: &str,
         err: &dyn Fn(String, String) -> Error,
     ) -> Result<LabelSelector> {
-        let Some(obj) = v.as_object() else {
-            return Err(err(
-                field.to_string(),
-                "must be a label selector object".into(),
-            ));
-        };
-        let mut sel = LabelSelector::default();
-        if let Some(ml) = obj.get("matchLabels") {
-            let Some(ml) = ml.as_object() else {
-                return Err(err(format!("{field}.matchLabels"), "must be a map".into()));
-            };
-            for (k, v) in ml {
-                let v = match v {
-                    Value::String(s) => s.clone(),
-                    Value::Null => String::new(),
-                    other => other.to_string(),
-                };
-                sel.match_labels.push((k.clone(), v));
-            }
-        }
-        if let Some(exprs) = obj.get("matchExpressions") {
-            let Some(exprs) = exprs.as_array() else {
-                return Err(err(
-                    format!("{field}.matchExpressions"),
-                    "must be a list".into(),
-                ));
-            };
-            for (i, e) in exprs.iter().enumerate() {
-                let key = e["key"].as_str().unwrap_or("").to_string();
-                let op = e["operator"].as_str().unwrap_or("").to_string();
-                if !matches!(op.as_str(), "In" | "NotIn" | "Exists" | "DoesNotExist") {
-                    return Err(err(
-                        format!("{field}.matchExpressions[{i}].operator"),
-                        format!("unknown operator {op:?} (In, NotIn, Exists, DoesNotExist)"),
-                    ));
-                }
-                let values = e["values"]
-                    .as_array()
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|v| v.as_str().map(String::from))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                sel.expressions.push((key, op, values));
-            }
-        }
-        Ok(sel)
+        crate::model::parse(v, field, err)
     }
 
     /// Whether it selects nothing in particular (every object).
@@ -218,14 +244,18 @@ impl LabelSelector {
                 return false;
             }
         }
-        for (k, op, values) in &self.expressions {
-            let present = get(k);
-            let ok = match op.as_str() {
-                "In" => present.is_some_and(|p| values.iter().any(|v| v == p)),
-                "NotIn" => present.is_none_or(|p| !values.iter().any(|v| v == p)),
-                "Exists" => present.is_some(),
-                "DoesNotExist" => present.is_none(),
-                _ => false,
+        for Requirement {
+            key,
+            operator,
+            values,
+        } in &self.expressions
+        {
+            let present = get(key);
+            let ok = match operator {
+                SelectorOp::In => present.is_some_and(|p| values.iter().any(|v| v == p)),
+                SelectorOp::NotIn => present.is_none_or(|p| !values.iter().any(|v| v == p)),
+                SelectorOp::Exists => present.is_some(),
+                SelectorOp::DoesNotExist => present.is_none(),
             };
             if !ok {
                 return false;
@@ -236,7 +266,8 @@ impl LabelSelector {
 }
 
 /// One `resources` description.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(from = "ResourceDoc")]
 pub(crate) struct ResourceDesc {
     pub kinds: Vec<KindSel>,
     pub names: Vec<String>,
@@ -247,20 +278,74 @@ pub(crate) struct ResourceDesc {
     pub operations: Vec<Operation>,
 }
 
+/// `resources` as written.
+#[derive(Default, Deserialize)]
+#[serde(
+    default,
+    rename_all = "camelCase",
+    expecting = "a resource description object"
+)]
+struct ResourceDoc {
+    #[serde(deserialize_with = "nullable")]
+    kinds: Vec<String>,
+    #[serde(deserialize_with = "nullable")]
+    names: Vec<String>,
+    /// The older single form of `names`.
+    name: Option<String>,
+    #[serde(deserialize_with = "nullable")]
+    namespaces: Vec<String>,
+    #[serde(deserialize_with = "nullable")]
+    annotations: serde_json::Map<String, Value>,
+    selector: Option<LabelSelector>,
+    namespace_selector: Option<LabelSelector>,
+    #[serde(deserialize_with = "nullable")]
+    operations: Vec<Operation>,
+}
+
+impl From<ResourceDoc> for ResourceDesc {
+    fn from(doc: ResourceDoc) -> ResourceDesc {
+        ResourceDesc {
+            kinds: doc.kinds.iter().map(|k| KindSel::parse(k)).collect(),
+            names: doc.names.into_iter().chain(doc.name).collect(),
+            namespaces: doc.namespaces,
+            annotations: doc
+                .annotations
+                .into_iter()
+                .map(|(k, v)| (k, v.as_str().unwrap_or("").to_string()))
+                .collect(),
+            selector: doc.selector,
+            namespace_selector: doc.namespace_selector,
+            operations: doc.operations,
+        }
+    }
+}
+
 /// A subject of a rule's user-info match.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 pub(crate) struct Subject {
+    #[serde(default, deserialize_with = "nullable")]
     kind: String,
+    #[serde(default, deserialize_with = "nullable")]
     name: String,
+    #[serde(default, deserialize_with = "nullable")]
     namespace: String,
 }
 
 /// A `ResourceFilter`: resources plus user info.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(
+    default,
+    rename_all = "camelCase",
+    expecting = "a resource filter object"
+)]
 pub(crate) struct Filter {
+    #[serde(deserialize_with = "nullable")]
     pub resources: ResourceDesc,
+    #[serde(deserialize_with = "nullable")]
     pub subjects: Vec<Subject>,
+    #[serde(deserialize_with = "nullable")]
     pub roles: Vec<String>,
+    #[serde(deserialize_with = "nullable")]
     pub cluster_roles: Vec<String>,
 }
 
@@ -282,10 +367,46 @@ impl Filter {
 }
 
 /// A `match` or `exclude` block.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(from = "MatchDoc")]
 pub(crate) struct MatchBlock {
     pub any: Vec<Filter>,
     pub all: Vec<Filter>,
+}
+
+/// `match`/`exclude` as written: `any`, `all`, and the older filter at
+/// the top level (one more of `all`).
+#[derive(Default, Deserialize)]
+#[serde(default, rename_all = "camelCase", expecting = "a match block object")]
+struct MatchDoc {
+    #[serde(deserialize_with = "nullable")]
+    any: Vec<Filter>,
+    #[serde(deserialize_with = "nullable")]
+    all: Vec<Filter>,
+    #[serde(deserialize_with = "nullable")]
+    resources: ResourceDesc,
+    #[serde(deserialize_with = "nullable")]
+    subjects: Vec<Subject>,
+    #[serde(deserialize_with = "nullable")]
+    roles: Vec<String>,
+    #[serde(deserialize_with = "nullable")]
+    cluster_roles: Vec<String>,
+}
+
+impl From<MatchDoc> for MatchBlock {
+    fn from(doc: MatchDoc) -> MatchBlock {
+        let legacy = Filter {
+            resources: doc.resources,
+            subjects: doc.subjects,
+            roles: doc.roles,
+            cluster_roles: doc.cluster_roles,
+        };
+        let mut all = doc.all;
+        if !legacy.is_empty() {
+            all.push(legacy);
+        }
+        MatchBlock { any: doc.any, all }
+    }
 }
 
 /// The list of strings at `field` (none when absent); anything else is an
@@ -311,66 +432,6 @@ pub(crate) fn strings(
 }
 
 impl ResourceDesc {
-    fn parse(
-        v: &Value,
-        field: &str,
-        err: &dyn Fn(String, String) -> Error,
-    ) -> Result<ResourceDesc> {
-        if v.is_null() {
-            return Ok(ResourceDesc::default());
-        }
-        if !v.is_object() {
-            return Err(err(field.to_string(), "must be an object".into()));
-        }
-        let mut names = strings(&v["names"], &format!("{field}.names"), err)?;
-        if let Some(n) = v["name"].as_str() {
-            names.push(n.to_string());
-        }
-        let operations = strings(&v["operations"], &format!("{field}.operations"), err)?
-            .iter()
-            .enumerate()
-            .map(|(i, o)| {
-                Operation::parse(o).ok_or_else(|| {
-                    err(
-                        format!("{field}.operations[{i}]"),
-                        format!("unknown operation {o:?} (CREATE, UPDATE, DELETE, CONNECT)"),
-                    )
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let annotations = match &v["annotations"] {
-            Value::Object(m) => m
-                .iter()
-                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
-                .collect(),
-            _ => Vec::new(),
-        };
-        let selector = match &v["selector"] {
-            Value::Null => None,
-            s => Some(LabelSelector::parse(s, &format!("{field}.selector"), err)?),
-        };
-        let namespace_selector = match &v["namespaceSelector"] {
-            Value::Null => None,
-            s => Some(LabelSelector::parse(
-                s,
-                &format!("{field}.namespaceSelector"),
-                err,
-            )?),
-        };
-        Ok(ResourceDesc {
-            kinds: strings(&v["kinds"], &format!("{field}.kinds"), err)?
-                .iter()
-                .map(|k| KindSel::parse(k))
-                .collect(),
-            names,
-            namespaces: strings(&v["namespaces"], &format!("{field}.namespaces"), err)?,
-            annotations,
-            selector,
-            namespace_selector,
-            operations,
-        })
-    }
-
     fn is_empty(&self) -> bool {
         *self == ResourceDesc::default()
     }
@@ -427,26 +488,6 @@ impl ResourceDesc {
 }
 
 impl Filter {
-    fn parse(v: &Value, field: &str, err: &dyn Fn(String, String) -> Error) -> Result<Filter> {
-        let subjects = match &v["subjects"] {
-            Value::Array(a) => a
-                .iter()
-                .map(|s| Subject {
-                    kind: s["kind"].as_str().unwrap_or("").to_string(),
-                    name: s["name"].as_str().unwrap_or("").to_string(),
-                    namespace: s["namespace"].as_str().unwrap_or("").to_string(),
-                })
-                .collect(),
-            _ => Vec::new(),
-        };
-        Ok(Filter {
-            resources: ResourceDesc::parse(&v["resources"], &format!("{field}.resources"), err)?,
-            subjects,
-            roles: strings(&v["roles"], &format!("{field}.roles"), err)?,
-            cluster_roles: strings(&v["clusterRoles"], &format!("{field}.clusterRoles"), err)?,
-        })
-    }
-
     fn is_empty(&self) -> bool {
         self.resources.is_empty()
             && self.subjects.is_empty()
@@ -502,35 +543,13 @@ fn subject_matches(s: &Subject, user: &UserInfo) -> bool {
 }
 
 impl MatchBlock {
-    /// Parses `match` / `exclude` (`any`, `all`, or the legacy top level).
+    /// The `match` / `exclude` block at `field`.
     pub(crate) fn parse(
         v: &Value,
         field: &str,
         err: &dyn Fn(String, String) -> Error,
     ) -> Result<MatchBlock> {
-        let mut block = MatchBlock::default();
-        if v.is_null() {
-            return Ok(block);
-        }
-        if !v.is_object() {
-            return Err(err(field.to_string(), "must be an object".into()));
-        }
-        for (key, list) in [("any", &mut block.any), ("all", &mut block.all)] {
-            match &v[key] {
-                Value::Null => {}
-                Value::Array(a) => {
-                    for (i, f) in a.iter().enumerate() {
-                        list.push(Filter::parse(f, &format!("{field}.{key}[{i}]"), err)?);
-                    }
-                }
-                _ => return Err(err(format!("{field}.{key}"), "must be a list".into())),
-            }
-        }
-        let legacy = Filter::parse(v, field, err)?;
-        if !legacy.is_empty() {
-            block.all.push(legacy);
-        }
-        Ok(block)
+        crate::model::parse(v, field, err)
     }
 
     pub(crate) fn is_empty(&self) -> bool {

@@ -7,8 +7,9 @@
 //! Unknown fields are refused before this, by the CRD schema check
 //! ([`crate::schema`], from Kyverno's CRDs), which knows every field Kyverno
 //! allows; the model holds only those leash reads. Free-form parts
-//! (patterns, overlays, generate's `data`, conditions) stay JSON, and the
-//! `match`/`exclude` blocks and `cel` are compiled by their own modules.
+//! (patterns, overlays, generate's `data`, conditions) stay JSON; `cel` is
+//! compiled by its own module, and the `match`/`exclude` blocks are
+//! [`MatchBlock`]s, deserialized in [`crate::matching`].
 //!
 //! A `null` field is the same as an absent one, as in Kyverno's Go structs.
 
@@ -17,6 +18,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 
 use crate::error::Result;
+use crate::matching::MatchBlock;
 use crate::policy::{ErrFn, FailureAction};
 
 /// `v` as a `T`; a mistake is reported at `field` plus its path inside `v`.
@@ -34,7 +36,7 @@ pub(crate) fn parse<T: DeserializeOwned>(v: &Value, field: &str, err: &ErrFn<'_>
 }
 
 /// A list or map that may be `null` (empty then).
-fn nullable<'de, D: Deserializer<'de>, T: Deserialize<'de> + Default>(
+pub(crate) fn nullable<'de, D: Deserializer<'de>, T: Deserialize<'de> + Default>(
     d: D,
 ) -> std::result::Result<T, D::Error> {
     Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
@@ -91,10 +93,10 @@ pub(crate) enum FailurePolicy {
 #[serde(rename_all = "camelCase")]
 pub(crate) struct Rule {
     pub name: Option<String>,
-    #[serde(rename = "match", default)]
-    pub match_: Value,
-    #[serde(default)]
-    pub exclude: Value,
+    #[serde(rename = "match", default, deserialize_with = "nullable")]
+    pub match_: MatchBlock,
+    #[serde(default, deserialize_with = "nullable")]
+    pub exclude: MatchBlock,
     #[serde(default, deserialize_with = "nullable")]
     pub context: Vec<ContextEntry>,
     #[serde(default)]

@@ -550,7 +550,7 @@ impl Policy {
         // Kyverno's two places of Secrets: a verifyImages entry's and an
         // imageRegistry context entry's `imageRegistryCredentials`.
         let mut registry_secrets = Vec::new();
-        for (i, (raw, rule)) in raw_rules.iter().zip(&docs).enumerate() {
+        for (i, (raw, rule)) in raw_rules.iter().zip(docs).enumerate() {
             let field = format!("spec.rules[{i}]");
             let places = rule
                 .verify_images
@@ -578,7 +578,7 @@ impl Policy {
             rules.push(base);
             for generated in autogen::rules_for(raw, &controllers) {
                 let doc = model::parse(&generated, &field, &err)?;
-                let mut rule = compile_rule(&doc, &field, &err, &mut cache)?;
+                let mut rule = compile_rule(doc, &field, &err, &mut cache)?;
                 rule.base_name = base_name.clone();
                 rules.push(rule);
             }
@@ -643,23 +643,22 @@ pub(crate) fn credential_secrets(
 pub(crate) type ErrFn<'a> = dyn Fn(String, String) -> Error + 'a;
 
 fn compile_rule(
-    raw: &model::Rule,
+    raw: model::Rule,
     field: &str,
     err: &ErrFn<'_>,
     cache: &mut ExprCache,
 ) -> Result<Rule> {
     let name = raw
         .name
-        .clone()
         .ok_or_else(|| err(format!("{field}.name"), "is required".into()))?;
-    let match_ = MatchBlock::parse(&raw.match_, &format!("{field}.match"), err)?;
+    let match_ = raw.match_;
     if match_.is_empty() {
         return Err(err(
             format!("{field}.match"),
             "is required (any, all or resources)".into(),
         ));
     }
-    let exclude = MatchBlock::parse(&raw.exclude, &format!("{field}.exclude"), err)?;
+    let exclude = raw.exclude;
     let context = compile_context(&raw.context, &format!("{field}.context"), err, cache)?;
     let preconditions = compile_conditions(
         &raw.preconditions,

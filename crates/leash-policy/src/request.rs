@@ -7,7 +7,8 @@ use std::sync::Arc;
 use serde_json::Value;
 
 /// An admission operation (`request.operation`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
 pub enum Operation {
     /// CREATE (the CLI's default, as Kyverno's CLI).
     Create,
@@ -18,6 +19,7 @@ pub enum Operation {
     /// CONNECT
     Connect,
     /// A background scan: no admission request (`request.operation` is empty).
+    #[serde(skip)]
     Background,
 }
 

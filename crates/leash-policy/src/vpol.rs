@@ -10,21 +10,24 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use serde::Deserialize;
 use serde_json::Value as Json;
 
 use crate::cel::rule::{
-    Validation, compile_named_conditions, compile_validations, compile_variables,
+    Enabled, Evaluation, Validation, compile_named_conditions, compile_validations,
+    compile_variables,
 };
 use crate::cel::{Activation, Expr, VarMemo, Variable, fast};
 use crate::error::{Error, Result};
 use crate::eval::Prepared;
 use crate::matching::LabelSelector;
+use crate::model::nullable;
 use crate::request::labels_of;
 use crate::request::{ClusterData, EvalRequest, Operation};
 use crate::result::{RuleResult, Source, Status};
 
 /// A `validationActions` entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
 pub enum ValidationAction {
     /// Deny the admission request.
     Deny,
@@ -34,51 +37,38 @@ pub enum ValidationAction {
     Audit,
 }
 
-impl ValidationAction {
-    /// Parses `Deny`, `Warn`, `Audit` (any case).
-    pub fn parse(s: &str) -> Option<ValidationAction> {
-        Some(match s.to_ascii_lowercase().as_str() {
-            "deny" => ValidationAction::Deny,
-            "warn" => ValidationAction::Warn,
-            "audit" => ValidationAction::Audit,
-            _ => return None,
-        })
-    }
-}
-
-fn strings(v: &Json) -> Vec<String> {
-    v.as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|s| s.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
+/// What a ValidatingPolicy's `compile` reads of its `spec` besides the
+/// body ([`compile_body`]).
+#[derive(Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct SpecHeader {
+    #[serde(deserialize_with = "nullable")]
+    validation_actions: Vec<ValidationAction>,
+    failure_policy: Option<crate::model::FailurePolicy>,
+    #[serde(deserialize_with = "nullable")]
+    evaluation: Evaluation<EvaluationMode>,
 }
 
 /// One `resourceRules`/`excludeResourceRules` entry.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
 struct ResourceRule {
+    #[serde(rename = "apiGroups", deserialize_with = "nullable")]
     groups: Vec<String>,
+    #[serde(rename = "apiVersions", deserialize_with = "nullable")]
     versions: Vec<String>,
+    #[serde(deserialize_with = "nullable")]
     resources: Vec<String>,
+    #[serde(deserialize_with = "nullable")]
     operations: Vec<String>,
+    #[serde(rename = "resourceNames", deserialize_with = "nullable")]
     names: Vec<String>,
+    /// `Cluster`, `Namespaced`, or any (`*`, empty).
+    #[serde(deserialize_with = "nullable")]
     scope: String,
 }
 
 impl ResourceRule {
-    fn parse(v: &Json) -> ResourceRule {
-        ResourceRule {
-            groups: strings(&v["apiGroups"]),
-            versions: strings(&v["apiVersions"]),
-            resources: strings(&v["resources"]),
-            operations: strings(&v["operations"]),
-            names: strings(&v["resourceNames"]),
-            scope: v["scope"].as_str().unwrap_or("*").to_string(),
-        }
-    }
-
     fn matches(&self, t: &Target<'_>) -> bool {
         let any = |list: &[String], x: &str| list.iter().any(|e| e == "*" || e == x);
         let op_ok = match t.operation {
@@ -155,11 +145,16 @@ impl<'a> Target<'a> {
 pub type ResourceOperations = ((String, String, String), Vec<&'static str>);
 
 /// `matchConstraints`.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
 pub(crate) struct MatchResources {
+    #[serde(deserialize_with = "nullable")]
     namespace_selector: LabelSelector,
+    #[serde(deserialize_with = "nullable")]
     object_selector: LabelSelector,
+    #[serde(rename = "resourceRules", deserialize_with = "nullable")]
     rules: Vec<ResourceRule>,
+    #[serde(rename = "excludeResourceRules", deserialize_with = "nullable")]
     excludes: Vec<ResourceRule>,
 }
 
@@ -216,22 +211,8 @@ impl MatchResources {
     /// operator (or of the wrong shape) is an error naming its field, as
     /// Kubernetes refuses it, not a selector that never matches.
     pub(crate) fn parse(v: &Json, kind: &str, name: &str, field: &str) -> Result<MatchResources> {
-        let rules = |k: &str| {
-            v[k].as_array()
-                .map(|a| a.iter().map(ResourceRule::parse).collect())
-                .unwrap_or_default()
-        };
         let err = |f: String, m: String| Error::invalid(kind, name, f, m);
-        let selector = |k: &str| match v.get(k) {
-            None | Some(Json::Null) => Ok(LabelSelector::default()),
-            Some(s) => LabelSelector::parse(s, &format!("{field}.{k}"), &err),
-        };
-        Ok(MatchResources {
-            namespace_selector: selector("namespaceSelector")?,
-            object_selector: selector("objectSelector")?,
-            rules: rules("resourceRules"),
-            excludes: rules("excludeResourceRules"),
-        })
+        crate::model::parse::<Option<MatchResources>>(v, field, &err).map(Option::unwrap_or_default)
     }
 
     /// Whether these constraints are a single resource rule naming no
@@ -326,14 +307,17 @@ pub struct ValidatingPolicy {
 }
 
 /// `spec.evaluation.mode`: what a ValidatingPolicy evaluates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 pub enum EvaluationMode {
     /// `Kubernetes` (the default): Kubernetes resources.
+    #[default]
     Kubernetes,
     /// `JSON`: JSON payloads ([`ValidatingPolicy::evaluate_json`]).
+    #[serde(rename = "JSON")]
     Json,
     /// `HTTP`: HTTP authorization requests
     /// ([`ValidatingPolicy::evaluate_authz`]).
+    #[serde(rename = "HTTP")]
     Http,
     /// `Envoy`: Envoy authorization (`CheckRequest`) requests
     /// ([`ValidatingPolicy::evaluate_authz`]).
@@ -384,25 +368,8 @@ impl ValidatingPolicy {
             namespace,
         } = crate::cel::rule::Header::of(doc, KINDS)?;
         let spec = &doc["spec"];
-        let enabled = |k: &str| spec["evaluation"][k]["enabled"].as_bool().unwrap_or(true);
-        let actions = strings(&spec["validationActions"])
-            .iter()
-            .filter_map(|a| ValidationAction::parse(a))
-            .collect();
-        let mode = match spec["evaluation"]["mode"].as_str() {
-            None | Some("Kubernetes") => EvaluationMode::Kubernetes,
-            Some("JSON") => EvaluationMode::Json,
-            Some("HTTP") => EvaluationMode::Http,
-            Some("Envoy") => EvaluationMode::Envoy,
-            Some(other) => {
-                return Err(Error::invalid(
-                    &kind,
-                    &name,
-                    "spec.evaluation.mode",
-                    format!("{other:?} is not Kubernetes, JSON, HTTP or Envoy"),
-                ));
-            }
-        };
+        let err = |f: String, m: String| Error::invalid(&kind, &name, f, m);
+        let header: SpecHeader = crate::model::parse(spec, "spec", &err)?;
         let body = compile_body(spec, &kind, &name)?;
         let autogen = autogen_specs(spec)
             .iter()
@@ -412,11 +379,11 @@ impl ValidatingPolicy {
             name: Arc::from(name.as_str()),
             kind,
             namespace,
-            background: enabled("background"),
-            admission: enabled("admission"),
-            actions,
-            ignore_failures: spec["failurePolicy"].as_str() == Some("Ignore"),
-            mode,
+            background: Enabled::on(&header.evaluation.background),
+            admission: Enabled::on(&header.evaluation.admission),
+            actions: header.validation_actions.into_iter().collect(),
+            ignore_failures: header.failure_policy == Some(crate::model::FailurePolicy::Ignore),
+            mode: header.evaluation.mode.unwrap_or_default(),
             body,
             autogen,
         })
@@ -1033,29 +1000,13 @@ fn compile_body(spec: &Json, kind: &str, name: &str) -> Result<Body> {
 /// Whether Kyverno generates pod controller variants: the match selects
 /// exactly `pods` of core v1, with no selectors, exclusions or names.
 fn can_autogen(m: &Json) -> bool {
-    let empty_sel = |k: &str| {
-        let s = &m[k];
-        s["matchLabels"].as_object().is_none_or(|o| o.is_empty())
-            && s["matchExpressions"]
-                .as_array()
-                .is_none_or(|a| a.is_empty())
+    let Ok(Some(m)) = Option::<MatchResources>::deserialize(m) else {
+        return false;
     };
-    let rules = m["resourceRules"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or(&[]);
-    let excludes = m["excludeResourceRules"]
-        .as_array()
-        .is_some_and(|a| !a.is_empty());
-    let only = |v: &Json, x: &str| strings(v) == [x];
-    empty_sel("namespaceSelector")
-        && empty_sel("objectSelector")
-        && !excludes
-        && rules.len() == 1
-        && strings(&rules[0]["resourceNames"]).is_empty()
-        && only(&rules[0]["apiGroups"], "")
-        && only(&rules[0]["apiVersions"], "v1")
-        && only(&rules[0]["resources"], "pods")
+    m.is_single_plain_rule() && {
+        let r = &m.rules[0];
+        r.groups == [""] && r.versions == ["v1"] && r.resources == ["pods"]
+    }
 }
 
 /// One autogen variant's targets: whether it is the CronJob variant, its
@@ -1076,13 +1027,11 @@ pub(crate) fn autogen_targets(spec: &Json) -> Vec<AutogenTargets> {
     if !can_autogen(m) {
         return Vec::new();
     }
-    let wanted: Vec<String> = match spec["autogen"]["podControllers"].get("controllers") {
-        Some(Json::Array(_)) => strings(&spec["autogen"]["podControllers"]["controllers"])
-            .iter()
-            .map(|c| c.to_ascii_lowercase())
-            .collect(),
-        _ => CONTROLLERS.iter().map(|c| c.0.to_string()).collect(),
-    };
+    let wanted: Vec<String> =
+        match Vec::<String>::deserialize(&spec["autogen"]["podControllers"]["controllers"]) {
+            Ok(list) => list.iter().map(|c| c.to_ascii_lowercase()).collect(),
+            Err(_) => CONTROLLERS.iter().map(|c| c.0.to_string()).collect(),
+        };
     let operations = m["resourceRules"][0]["operations"].clone();
     let mut out = Vec::new();
     for cronjob in [false, true] {

@@ -160,6 +160,65 @@ pub(crate) fn is_kind_in(doc: &Json, group: &str, kinds: &[&str]) -> bool {
         && kinds.contains(&doc["kind"].as_str().unwrap_or(""))
 }
 
+/// `spec.evaluation` of the CEL policy kinds (each reads its own; the
+/// schema check has refused the others'). `M`: a ValidatingPolicy's mode.
+#[derive(Default, serde::Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub(crate) struct Evaluation<M = ()> {
+    pub admission: Option<Enabled>,
+    pub background: Option<Enabled>,
+    pub mode: Option<M>,
+    pub synchronize: Option<Enabled>,
+    pub generate_existing: Option<Enabled>,
+    pub orphan_downstream_on_policy_delete: Option<Enabled>,
+}
+
+/// One `{enabled}` setting of `spec.evaluation`.
+#[derive(serde::Deserialize)]
+pub(crate) struct Enabled {
+    enabled: Option<bool>,
+}
+
+impl Enabled {
+    /// Whether `e` (maybe absent) is enabled, `default` when it says not.
+    pub(crate) fn or(e: &Option<Enabled>, default: bool) -> bool {
+        e.as_ref().and_then(|e| e.enabled).unwrap_or(default)
+    }
+
+    /// Whether `e` (maybe absent) leaves it enabled (the default).
+    pub(crate) fn on(e: &Option<Enabled>) -> bool {
+        Enabled::or(e, true)
+    }
+}
+
+/// A `{name, expression}` entry: a variable or a match condition.
+#[derive(serde::Deserialize)]
+pub(crate) struct NamedExpression {
+    pub name: Option<String>,
+    pub expression: Option<String>,
+}
+
+/// A `{expression, message, messageExpression}` entry.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ValidationDoc {
+    expression: Option<String>,
+    message: Option<String>,
+    message_expression: Option<String>,
+}
+
+/// The list at `field` (`None` or `null`: empty) as `T`s.
+pub(crate) fn typed_list<T: serde::de::DeserializeOwned>(
+    list: Option<&Json>,
+    kind: &str,
+    policy: &str,
+    field: &str,
+) -> Result<Vec<T>> {
+    let err = |f: String, m: String| Error::invalid(kind, policy, f, m);
+    let list = list.unwrap_or(&Json::Null);
+    crate::model::parse::<Option<Vec<T>>>(list, field, &err).map(Option::unwrap_or_default)
+}
+
 pub(crate) fn compile_variables(
     list: Option<&Json>,
     kind: &str,
@@ -167,13 +226,21 @@ pub(crate) fn compile_variables(
     field: &str,
 ) -> Result<Vec<Variable>> {
     let mut out = Vec::new();
-    for (i, v) in as_list(list, kind, policy, field)?.iter().enumerate() {
+    for (i, v) in typed_list::<NamedExpression>(list, kind, policy, field)?
+        .into_iter()
+        .enumerate()
+    {
         let f = format!("{field}[{i}]");
-        let name = v["name"]
-            .as_str()
+        let name = v
+            .name
             .ok_or_else(|| Error::invalid(kind, policy, format!("{f}.name"), "name is required"))?;
-        let expr = compile_expr(&v["expression"], kind, policy, &format!("{f}.expression"))?;
-        let var = Variable::shareable(name.to_string(), expr, out.last());
+        let expr = compile_expr(
+            v.expression.as_deref(),
+            kind,
+            policy,
+            &format!("{f}.expression"),
+        )?;
+        let var = Variable::shareable(name, expr, out.last());
         out.push(var);
     }
     Ok(out)
@@ -189,14 +256,13 @@ pub(crate) fn compile_named_conditions(
     field: &str,
 ) -> Result<Vec<(String, Expr)>> {
     let mut out = Vec::new();
-    for (i, c) in as_list(list, kind, policy, field)?.iter().enumerate() {
-        let expr = compile_expr(
-            &c["expression"],
-            kind,
-            policy,
-            &format!("{field}[{i}].expression"),
-        )?;
-        out.push((c["name"].as_str().unwrap_or("").to_string(), expr));
+    for (i, c) in typed_list::<NamedExpression>(list, kind, policy, field)?
+        .into_iter()
+        .enumerate()
+    {
+        let f = format!("{field}[{i}].expression");
+        let expr = compile_expr(c.expression.as_deref(), kind, policy, &f)?;
+        out.push((c.name.unwrap_or_default(), expr));
     }
     Ok(out)
 }
@@ -209,13 +275,21 @@ pub(crate) fn compile_validations(
     field: &str,
 ) -> Result<Vec<Validation>> {
     let mut out = Vec::new();
-    for (i, v) in as_list(list, kind, policy, field)?.iter().enumerate() {
+    for (i, v) in typed_list::<ValidationDoc>(list, kind, policy, field)?
+        .into_iter()
+        .enumerate()
+    {
         let f = format!("{field}[{i}]");
-        let expr = compile_expr(&v["expression"], kind, policy, &format!("{f}.expression"))?;
-        let message_expr = match v.get("messageExpression") {
-            None | Some(Json::Null) => None,
+        let expr = compile_expr(
+            v.expression.as_deref(),
+            kind,
+            policy,
+            &format!("{f}.expression"),
+        )?;
+        let message_expr = match &v.message_expression {
+            None => None,
             Some(m) => Some(compile_expr(
-                m,
+                Some(m),
                 kind,
                 policy,
                 &format!("{f}.messageExpression"),
@@ -223,7 +297,7 @@ pub(crate) fn compile_validations(
         };
         out.push(Validation {
             expr,
-            message: v["message"].as_str().unwrap_or("").to_string(),
+            message: v.message.unwrap_or_default(),
             message_expr,
         });
     }
@@ -243,10 +317,14 @@ pub(crate) fn as_list<'a>(
     }
 }
 
-pub(crate) fn compile_expr(v: &Json, kind: &str, policy: &str, field: &str) -> Result<Expr> {
-    let src = v
-        .as_str()
-        .ok_or_else(|| Error::invalid(kind, policy, field, "expression is required"))?;
+/// The expression `src` at `field` (required), compiled.
+pub(crate) fn compile_expr(
+    src: Option<&str>,
+    kind: &str,
+    policy: &str,
+    field: &str,
+) -> Result<Expr> {
+    let src = src.ok_or_else(|| Error::invalid(kind, policy, field, "expression is required"))?;
     Expr::compile(src).map_err(|e| Error::invalid(kind, policy, field, e))
 }
 

@@ -9,6 +9,11 @@ use super::*;
 use crate::cel::CelRule;
 use crate::request::NoClusterData;
 
+/// The strings of the list `v` (none when it is not one).
+fn strings(v: &Json) -> Vec<String> {
+    Vec::<String>::deserialize(v).unwrap_or_default()
+}
+
 fn policy(spec: Json) -> ValidatingPolicy {
     let doc = json!({
         "apiVersion": "policies.kyverno.io/v1alpha1",
