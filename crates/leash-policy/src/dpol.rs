@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use serde_json::Value as Json;
 
+use crate::cel::rule::SpecFields;
 use crate::cel::rule::{Header, compile_named_conditions, compile_variables};
 use crate::cel::{Activation, Expr, Variable};
 use crate::error::{Error, Result};
@@ -65,34 +66,16 @@ impl DeletingPolicy {
         let conditions =
             compile_named_conditions(spec.get("conditions"), &kind, &name, "spec.conditions")?;
         let variables = compile_variables(spec.get("variables"), &kind, &name, "spec.variables")?;
-        let schedule = match &spec["schedule"] {
-            Json::String(s) if !s.trim().is_empty() => s.clone(),
-            _ => {
-                return Err(Error::invalid(
-                    &kind,
-                    &name,
-                    "spec.schedule",
-                    "a cron schedule is required",
-                ));
-            }
-        };
-        let matching = match &spec["matchConstraints"] {
-            Json::Null => None,
-            m @ Json::Object(_) => Some(MatchResources::parse(
-                m,
+        let header = SpecFields::of(spec, &kind, &name)?;
+        let Some(schedule) = header.schedule.filter(|s| !s.trim().is_empty()) else {
+            return Err(Error::invalid(
                 &kind,
                 &name,
-                "spec.matchConstraints",
-            )?),
-            _ => {
-                return Err(Error::invalid(
-                    &kind,
-                    &name,
-                    "spec.matchConstraints",
-                    "must be a mapping",
-                ));
-            }
+                "spec.schedule",
+                "a cron schedule is required",
+            ));
         };
+        let matching = header.match_constraints;
         Ok(DeletingPolicy {
             name: Arc::from(name.as_str()),
             kind,

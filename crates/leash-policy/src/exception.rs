@@ -32,6 +32,28 @@ pub struct Exception {
     cel: Option<CelForm>,
 }
 
+/// A classic PolicyException's `spec`, as written.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Spec {
+    exceptions: Option<Vec<PolicyRules>>,
+    #[serde(rename = "match", default, deserialize_with = "crate::model::nullable")]
+    match_: MatchBlock,
+    #[serde(default)]
+    conditions: Value,
+    #[serde(default)]
+    pod_security: Value,
+}
+
+/// One `spec.exceptions` entry.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PolicyRules {
+    policy_name: Option<String>,
+    #[serde(default, deserialize_with = "crate::model::nullable")]
+    rule_names: Vec<String>,
+}
+
 #[derive(Debug)]
 struct CelForm {
     refs: Vec<(String, String)>,
@@ -53,41 +75,33 @@ impl Exception {
         if spec.get("policyRefs").is_some() {
             return Exception::compile_cel(doc, name, namespace);
         }
-        let Some(list) = spec["exceptions"].as_array() else {
+        let spec: Spec = crate::model::parse(spec, "spec", &err)?;
+        let Some(list) = spec.exceptions else {
             return Err(err(
                 "spec.exceptions".into(),
                 "is required and must be a list".into(),
             ));
         };
         let mut exceptions = Vec::new();
-        for (i, e) in list.iter().enumerate() {
-            let Some(policy) = e["policyName"].as_str() else {
+        for (i, e) in list.into_iter().enumerate() {
+            let Some(policy) = e.policy_name else {
                 return Err(err(
                     format!("spec.exceptions[{i}].policyName"),
                     "is required".into(),
                 ));
             };
-            let rules = e["ruleNames"]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter_map(Value::as_str)
-                        .map(String::from)
-                        .collect()
-                })
-                .unwrap_or_default();
-            exceptions.push((policy.to_string(), rules));
+            exceptions.push((policy, e.rule_names));
         }
-        let match_ = MatchBlock::parse(&spec["match"], "spec.match", &err)?;
+        let match_ = spec.match_;
         let mut cache = ExprCache::default();
         let conditions = crate::policy::compile_conditions(
-            &spec["conditions"],
+            &spec.conditions,
             "spec.conditions",
             &err,
             &mut cache,
         )?;
         let pod_security =
-            crate::podsecurity::parse_excludes(&spec["podSecurity"], "spec.podSecurity", &err)?;
+            crate::podsecurity::parse_excludes(&spec.pod_security, "spec.podSecurity", &err)?;
         Ok(Exception {
             name,
             namespace,
@@ -102,11 +116,17 @@ impl Exception {
 
     /// The CEL form (`policyRefs`, `matchConditions`).
     fn compile_cel(doc: &Value, name: String, namespace: String) -> Result<Exception> {
-        use crate::cel::rule::{as_list, compile_named_conditions};
+        use crate::cel::rule::{compile_named_conditions, typed_list};
         const KIND: &str = "PolicyException";
         let spec = &doc["spec"];
-        let mut refs = Vec::new();
-        let listed = as_list(spec.get("policyRefs"), KIND, &name, "spec.policyRefs")?;
+        /// One `spec.policyRefs` entry.
+        #[derive(serde::Deserialize)]
+        struct PolicyRef {
+            name: Option<String>,
+            kind: Option<String>,
+        }
+        let listed =
+            typed_list::<PolicyRef>(spec.get("policyRefs"), KIND, &name, "spec.policyRefs")?;
         if listed.is_empty() {
             return Err(Error::invalid(
                 KIND,
@@ -115,8 +135,9 @@ impl Exception {
                 "must name at least one policy",
             ));
         }
-        for (i, r) in listed.iter().enumerate() {
-            let Some(policy) = r["name"].as_str().filter(|n| !n.is_empty()) else {
+        let mut refs = Vec::new();
+        for (i, r) in listed.into_iter().enumerate() {
+            let Some(policy) = r.name.filter(|n| !n.is_empty()) else {
                 return Err(Error::invalid(
                     KIND,
                     &name,
@@ -124,8 +145,7 @@ impl Exception {
                     "is required",
                 ));
             };
-            let kind = r["kind"].as_str().unwrap_or("ValidatingPolicy");
-            refs.push((kind.to_string(), policy.to_string()));
+            refs.push((r.kind.unwrap_or("ValidatingPolicy".into()), policy));
         }
         let conditions = compile_named_conditions(
             spec.get("matchConditions"),

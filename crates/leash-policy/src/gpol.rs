@@ -15,7 +15,7 @@ use serde_json::Value as Json;
 
 use crate::cel::libs::GeneratedSink;
 use crate::cel::rule::{
-    Enabled, Evaluation, Header, NamedExpression, compile_expr, compile_named_conditions,
+    Enabled, Header, NamedExpression, SpecFields, compile_expr, compile_named_conditions,
     compile_variables, typed_list,
 };
 use crate::cel::{Activation, Expr, Variable};
@@ -57,14 +57,7 @@ impl GeneratingPolicy {
             namespace,
         } = Header::of(doc, KINDS)?;
         let spec = &doc["spec"];
-        let err = |f: String, m: String| Error::invalid(&kind, &name, f, m);
-        #[derive(Default, serde::Deserialize)]
-        #[serde(default)]
-        struct SpecHeader {
-            #[serde(deserialize_with = "crate::model::nullable")]
-            evaluation: Evaluation,
-        }
-        let header: SpecHeader = crate::model::parse(spec, "spec", &err)?;
+        let header = SpecFields::of(spec, &kind, &name)?;
         let conditions = compile_named_conditions(
             spec.get("matchConditions"),
             &kind,
@@ -93,12 +86,7 @@ impl GeneratingPolicy {
         Ok(GeneratingPolicy {
             name: Arc::from(name.as_str()),
             namespace,
-            matching: MatchResources::parse(
-                &spec["matchConstraints"],
-                &kind,
-                &name,
-                "spec.matchConstraints",
-            )?,
+            matching: header.match_constraints.unwrap_or_default(),
             conditions,
             variables,
             generates,

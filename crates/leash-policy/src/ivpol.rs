@@ -39,6 +39,7 @@ use serde_json::{Map, Value as Json};
 
 use crate::cel::{Activation, Expr};
 use crate::error::{Error, Result};
+use crate::model::nullable;
 use crate::request::{ClusterData, EvalRequest, ImageTrust, KeylessIdentity};
 use crate::result::Status;
 
@@ -63,6 +64,40 @@ pub(crate) struct ImageChecks {
     pub(crate) required: bool,
     /// `credentials.secrets`: Secrets whose credentials read registries.
     pub(crate) registry_secrets: Vec<String>,
+}
+
+/// What [`ImageChecks::compile`] reads of a `spec`. Attestors and
+/// attestations stay JSON: the policy's CEL reads them as data.
+#[derive(Default, serde::Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+struct ImageSpec {
+    #[serde(deserialize_with = "nullable")]
+    images: Vec<crate::cel::rule::NamedExpression>,
+    #[serde(deserialize_with = "nullable")]
+    match_image_references: Vec<ImageReference>,
+    #[serde(deserialize_with = "nullable")]
+    attestors: Vec<Json>,
+    #[serde(deserialize_with = "nullable")]
+    attestations: Vec<Json>,
+    #[serde(deserialize_with = "nullable")]
+    validation_configurations: ValidationConfigurations,
+    credentials: Option<crate::model::Credentials>,
+}
+
+/// A `matchImageReferences` entry.
+#[derive(serde::Deserialize)]
+struct ImageReference {
+    glob: Option<String>,
+    expression: Option<String>,
+}
+
+/// `spec.validationConfigurations` (each default true).
+#[derive(Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ValidationConfigurations {
+    verify_digest: Option<bool>,
+    mutate_digest: Option<bool>,
+    required: Option<bool>,
 }
 
 #[derive(Debug, Clone)]
@@ -100,17 +135,10 @@ impl ImageChecks {
     /// Compiles the image part of `spec`; errors name the field.
     pub(crate) fn compile(spec: &Json, kind: &str, name: &str) -> Result<ImageChecks> {
         let invalid = |field: String, msg: String| Error::invalid(kind, name, field, msg);
-        let list = |key: &str| -> Result<&[Json]> {
-            match &spec[key] {
-                Json::Null => Ok(&[]),
-                Json::Array(a) => Ok(a),
-                _ => Err(invalid(format!("spec.{key}"), "must be a list".into())),
-            }
-        };
-        let expr = |source: &Json, field: String| -> Result<Expr> {
-            let text = source
-                .as_str()
-                .ok_or_else(|| invalid(field.clone(), "an expression is required".into()))?;
+        let spec: ImageSpec = crate::model::parse(spec, "spec", &invalid)?;
+        let expr = |source: Option<&str>, field: String| -> Result<Expr> {
+            let text =
+                source.ok_or_else(|| invalid(field.clone(), "an expression is required".into()))?;
             Expr::compile(text).map_err(|e| invalid(field, e))
         };
         let named = |v: &Json, field: &str| -> Result<String> {
@@ -121,20 +149,21 @@ impl ImageChecks {
                 .ok_or_else(|| invalid(format!("{field}.name"), "name is required".into()))
         };
         let mut extractors = Vec::new();
-        for (i, e) in list("images")?.iter().enumerate() {
+        for (i, e) in spec.images.iter().enumerate() {
             let f = format!("spec.images[{i}]");
-            extractors.push((
-                named(e, &f)?,
-                expr(&e["expression"], format!("{f}.expression"))?,
-            ));
+            let Some(name) = e.name.clone().filter(|n| !n.is_empty()) else {
+                return Err(invalid(format!("{f}.name"), "name is required".into()));
+            };
+            let expr = expr(e.expression.as_deref(), format!("{f}.expression"))?;
+            extractors.push((name, expr));
         }
         let mut match_refs = Vec::new();
-        for (i, m) in list("matchImageReferences")?.iter().enumerate() {
+        for (i, m) in spec.match_image_references.iter().enumerate() {
             let f = format!("spec.matchImageReferences[{i}]");
-            match (m["glob"].as_str(), m.get("expression")) {
+            match (&m.glob, &m.expression) {
                 (Some(g), _) if !g.is_empty() => match_refs.push(ImageMatch::Glob(g.to_string())),
-                (_, Some(e)) if !e.is_null() => {
-                    match_refs.push(ImageMatch::Expr(expr(e, format!("{f}.expression"))?))
+                (_, Some(e)) => {
+                    match_refs.push(ImageMatch::Expr(expr(Some(e), format!("{f}.expression"))?))
                 }
                 _ => {
                     return Err(invalid(f, "either glob or expression must be set".into()));
@@ -142,16 +171,16 @@ impl ImageChecks {
             }
         }
         let mut attestors = Vec::new();
-        for (i, a) in list("attestors")?.iter().enumerate() {
+        for (i, a) in spec.attestors.iter().enumerate() {
             let f = format!("spec.attestors[{i}]");
             let name = named(a, &f)?;
-            let key_expr = match a["cosign"]["key"].get("expression") {
-                Some(e) if !e.is_null() => Some(expr(e, format!("{f}.cosign.key.expression"))?),
-                _ => None,
+            let key_expr = match &a["cosign"]["key"]["expression"] {
+                Json::Null => None,
+                e => Some(expr(e.as_str(), format!("{f}.cosign.key.expression"))?),
             };
-            let certs_expr = match a["notary"]["certs"].get("expression") {
-                Some(e) if !e.is_null() => Some(expr(e, format!("{f}.notary.certs.expression"))?),
-                _ => None,
+            let certs_expr = match &a["notary"]["certs"]["expression"] {
+                Json::Null => None,
+                e => Some(expr(e.as_str(), format!("{f}.notary.certs.expression"))?),
             };
             if a["cosign"].is_null() && a["notary"].is_null() {
                 return Err(invalid(f, "either cosign or notary must be set".into()));
@@ -164,7 +193,7 @@ impl ImageChecks {
             });
         }
         let mut attestations = Vec::new();
-        for (i, a) in list("attestations")?.iter().enumerate() {
+        for (i, a) in spec.attestations.iter().enumerate() {
             let f = format!("spec.attestations[{i}]");
             let name = named(a, &f)?;
             if a["intoto"]["type"].as_str().is_none() && a["referrer"]["type"].as_str().is_none() {
@@ -175,30 +204,17 @@ impl ImageChecks {
             }
             attestations.push((name, a.clone()));
         }
-        let flag = |key: &str| -> Result<bool> {
-            match &spec["validationConfigurations"][key] {
-                Json::Null => Ok(true),
-                Json::Bool(b) => Ok(*b),
-                _ => Err(invalid(
-                    format!("spec.validationConfigurations.{key}"),
-                    "must be true or false".into(),
-                )),
-            }
-        };
+        let c = &spec.validation_configurations;
         Ok(ImageChecks {
             extractors,
             match_refs,
             attestors,
             attestations,
-            verify_digest: flag("verifyDigest")?,
-            mutate_digest: flag("mutateDigest")?,
-            required: flag("required")?,
-            registry_secrets: match crate::model::parse(
-                &spec["credentials"],
-                "spec.credentials",
-                &invalid,
-            )? {
-                Some(c) => crate::policy::credential_secrets(&c, "spec.credentials", &invalid)?,
+            verify_digest: c.verify_digest.unwrap_or(true),
+            mutate_digest: c.mutate_digest.unwrap_or(true),
+            required: c.required.unwrap_or(true),
+            registry_secrets: match &spec.credentials {
+                Some(c) => crate::policy::credential_secrets(c, "spec.credentials", &invalid)?,
                 None => Vec::new(),
             },
         })

@@ -543,15 +543,6 @@ fn subject_matches(s: &Subject, user: &UserInfo) -> bool {
 }
 
 impl MatchBlock {
-    /// The `match` / `exclude` block at `field`.
-    pub(crate) fn parse(
-        v: &Value,
-        field: &str,
-        err: &dyn Fn(String, String) -> Error,
-    ) -> Result<MatchBlock> {
-        crate::model::parse(v, field, err)
-    }
-
     pub(crate) fn is_empty(&self) -> bool {
         self.any.is_empty() && self.all.is_empty()
     }
@@ -597,7 +588,7 @@ mod tests {
     }
 
     fn matches(block: Value, object: Value, ns_labels: Option<BTreeMap<String, String>>) -> bool {
-        let b = MatchBlock::parse(&block, "match", &err).unwrap();
+        let b = crate::model::parse::<MatchBlock>(&block, "match", &err).unwrap();
         let user = UserInfo {
             username: "alice".into(),
             groups: vec!["devs".into()],
@@ -797,7 +788,7 @@ mod tests {
         };
         let check = |block: Value, user: &UserInfo| {
             let t = Target::of(&pod, None, Operation::Create, user);
-            let b = MatchBlock::parse(&block, "match", &err).unwrap();
+            let b = crate::model::parse::<MatchBlock>(&block, "match", &err).unwrap();
             (b.matches(&t), b.excludes(&t))
         };
         let sa = json!({"any": [{"resources": {"kinds": ["Pod"]}, "subjects": [{"kind": "ServiceAccount", "name": "dev", "namespace": "x"}]}]});
@@ -816,7 +807,11 @@ mod tests {
         let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "kube-system"}});
         let user = UserInfo::default();
         let t = Target::of(&pod, None, Operation::Create, &user);
-        let ex = |v: Value| MatchBlock::parse(&v, "exclude", &err).unwrap().excludes(&t);
+        let ex = |v: Value| {
+            crate::model::parse::<MatchBlock>(&v, "exclude", &err)
+                .unwrap()
+                .excludes(&t)
+        };
         assert!(ex(
             json!({"any": [{"resources": {"namespaces": ["kube-system"]}}]})
         ));

@@ -23,6 +23,7 @@ use std::sync::Arc;
 
 use serde_json::Value as Json;
 
+use crate::cel::rule::SpecFields;
 use crate::cel::rule::{
     Header, Validation, compile_named_conditions, compile_validations, compile_variables,
     is_kind_in, run_validations,
@@ -78,34 +79,16 @@ impl AdmissionPolicyBinding {
         let Header { name, .. } = Header::in_group(doc, GROUP, &[BINDING_KIND])?;
         Error::check_schema(doc)?;
         let spec = &doc["spec"];
-        let policy_name = match spec["policyName"].as_str() {
-            Some(p) if !p.is_empty() => p.to_string(),
-            _ => {
-                return Err(Error::invalid(
-                    BINDING_KIND,
-                    &name,
-                    "spec.policyName",
-                    "is required",
-                ));
-            }
-        };
-        let matching = match &spec["matchResources"] {
-            Json::Null => None,
-            m @ Json::Object(_) => Some(MatchResources::parse(
-                m,
+        let header = SpecFields::of(spec, BINDING_KIND, &name)?;
+        let Some(policy_name) = header.policy_name.filter(|p| !p.is_empty()) else {
+            return Err(Error::invalid(
                 BINDING_KIND,
                 &name,
-                "spec.matchResources",
-            )?),
-            _ => {
-                return Err(Error::invalid(
-                    BINDING_KIND,
-                    &name,
-                    "spec.matchResources",
-                    "must be a mapping",
-                ));
-            }
+                "spec.policyName",
+                "is required",
+            ));
         };
+        let matching = header.match_resources;
         Ok(AdmissionPolicyBinding {
             name,
             policy_name,
@@ -136,26 +119,10 @@ impl AdmissionPolicy {
             &name,
             "spec.matchConditions",
         )?;
-        let ignore_failures = match &spec["failurePolicy"] {
-            Json::Null => false,
-            Json::String(s) if s == "Fail" => false,
-            Json::String(s) if s == "Ignore" => true,
-            other => {
-                return Err(Error::invalid(
-                    POLICY_KIND,
-                    &name,
-                    "spec.failurePolicy",
-                    format!("must be Fail or Ignore, got {other}"),
-                ));
-            }
-        };
+        let header = SpecFields::of(spec, POLICY_KIND, &name)?;
         Ok(AdmissionPolicy {
-            matching: MatchResources::parse(
-                &spec["matchConstraints"],
-                POLICY_KIND,
-                &name,
-                "spec.matchConstraints",
-            )?,
+            ignore_failures: header.ignores_failures(),
+            matching: header.match_constraints.unwrap_or_default(),
             conditions,
             variables: compile_variables(
                 spec.get("variables"),
@@ -169,7 +136,6 @@ impl AdmissionPolicy {
                 &name,
                 "spec.validations",
             )?,
-            ignore_failures,
             name: Arc::from(name.as_str()),
         })
     }

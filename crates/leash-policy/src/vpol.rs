@@ -14,7 +14,7 @@ use serde::Deserialize;
 use serde_json::Value as Json;
 
 use crate::cel::rule::{
-    Enabled, Evaluation, Validation, compile_named_conditions, compile_validations,
+    Enabled, SpecFields, Validation, compile_named_conditions, compile_validations,
     compile_variables,
 };
 use crate::cel::{Activation, Expr, VarMemo, Variable, fast};
@@ -35,18 +35,6 @@ pub enum ValidationAction {
     Warn,
     /// Report only.
     Audit,
-}
-
-/// What a ValidatingPolicy's `compile` reads of its `spec` besides the
-/// body ([`compile_body`]).
-#[derive(Default, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
-struct SpecHeader {
-    #[serde(deserialize_with = "nullable")]
-    validation_actions: Vec<ValidationAction>,
-    failure_policy: Option<crate::model::FailurePolicy>,
-    #[serde(deserialize_with = "nullable")]
-    evaluation: Evaluation<EvaluationMode>,
 }
 
 /// One `resourceRules`/`excludeResourceRules` entry.
@@ -368,8 +356,7 @@ impl ValidatingPolicy {
             namespace,
         } = crate::cel::rule::Header::of(doc, KINDS)?;
         let spec = &doc["spec"];
-        let err = |f: String, m: String| Error::invalid(&kind, &name, f, m);
-        let header: SpecHeader = crate::model::parse(spec, "spec", &err)?;
+        let header = SpecFields::of(spec, &kind, &name)?;
         let body = compile_body(spec, &kind, &name)?;
         let autogen = autogen_specs(spec)
             .iter()
@@ -381,8 +368,8 @@ impl ValidatingPolicy {
             namespace,
             background: Enabled::on(&header.evaluation.background),
             admission: Enabled::on(&header.evaluation.admission),
-            actions: header.validation_actions.into_iter().collect(),
-            ignore_failures: header.failure_policy == Some(crate::model::FailurePolicy::Ignore),
+            ignore_failures: header.ignores_failures(),
+            actions: header.validation_actions,
             mode: header.evaluation.mode.unwrap_or_default(),
             body,
             autogen,

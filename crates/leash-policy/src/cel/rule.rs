@@ -6,6 +6,7 @@ use super::{Activation, Expr, Variable};
 use crate::error::{Error, Result};
 use crate::request::{ClusterData, EvalRequest};
 use crate::result::Status;
+use crate::vpol::MatchResources;
 
 /// One `validate.cel.expressions[]` entry.
 #[derive(Debug, Clone)]
@@ -160,17 +161,73 @@ pub(crate) fn is_kind_in(doc: &Json, group: &str, kinds: &[&str]) -> bool {
         && kinds.contains(&doc["kind"].as_str().unwrap_or(""))
 }
 
-/// `spec.evaluation` of the CEL policy kinds (each reads its own; the
-/// schema check has refused the others'). `M`: a ValidatingPolicy's mode.
+/// What the CEL policy kinds' `compile`s read of a `spec` besides their
+/// expression lists, typed: each kind reads its own fields (the schema
+/// check has refused the others').
 #[derive(Default, serde::Deserialize)]
 #[serde(default, rename_all = "camelCase")]
-pub(crate) struct Evaluation<M = ()> {
+pub(crate) struct SpecFields {
+    pub match_constraints: Option<MatchResources>,
+    /// A ValidatingAdmissionPolicyBinding's.
+    pub match_resources: Option<MatchResources>,
+    /// A ValidatingAdmissionPolicyBinding's.
+    pub policy_name: Option<String>,
+    pub failure_policy: Option<crate::model::FailurePolicy>,
+    #[serde(deserialize_with = "crate::model::nullable")]
+    pub validation_actions: Vec<crate::vpol::ValidationAction>,
+    #[serde(deserialize_with = "crate::model::nullable")]
+    pub evaluation: Evaluation,
+    /// A DeletingPolicy's.
+    pub schedule: Option<String>,
+    /// A MutatingPolicy's or MutatingAdmissionPolicy's.
+    pub reinvocation_policy: Option<crate::mpol::Reinvocation>,
+    /// A MutatingAdmissionPolicy's.
+    pub param_kind: Option<ParamKind>,
+    /// A MutatingAdmissionPolicyBinding's.
+    pub param_ref: Option<ParamRef>,
+}
+
+/// An admission policy's `paramKind`.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ParamKind {
+    pub api_version: Option<String>,
+    pub kind: Option<String>,
+}
+
+/// An admission policy binding's `paramRef`.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub(crate) struct ParamRef {
+    pub name: Option<String>,
+    pub namespace: Option<String>,
+    pub selector: Option<crate::matching::LabelSelector>,
+}
+
+impl SpecFields {
+    /// The fields of `spec` of policy `policy` of kind `kind`.
+    pub(crate) fn of(spec: &Json, kind: &str, policy: &str) -> Result<SpecFields> {
+        let err = |f: String, m: String| Error::invalid(kind, policy, f, m);
+        crate::model::parse(spec, "spec", &err)
+    }
+
+    /// `failurePolicy: Ignore` (default `Fail`).
+    pub(crate) fn ignores_failures(&self) -> bool {
+        self.failure_policy == Some(crate::model::FailurePolicy::Ignore)
+    }
+}
+
+/// `spec.evaluation` of the CEL policy kinds (each reads its own; the
+/// schema check has refused the others').
+#[derive(Default, serde::Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub(crate) struct Evaluation {
     pub admission: Option<Enabled>,
     pub background: Option<Enabled>,
-    pub mode: Option<M>,
+    pub mode: Option<crate::vpol::EvaluationMode>,
     pub synchronize: Option<Enabled>,
     pub generate_existing: Option<Enabled>,
     pub orphan_downstream_on_policy_delete: Option<Enabled>,
+    pub mutate_existing: Option<Enabled>,
 }
 
 /// One `{enabled}` setting of `spec.evaluation`.
@@ -302,19 +359,6 @@ pub(crate) fn compile_validations(
         });
     }
     Ok(out)
-}
-
-pub(crate) fn as_list<'a>(
-    list: Option<&'a Json>,
-    kind: &str,
-    policy: &str,
-    field: &str,
-) -> Result<&'a [Json]> {
-    match list {
-        None | Some(Json::Null) => Ok(&[]),
-        Some(Json::Array(a)) => Ok(a),
-        Some(_) => Err(Error::invalid(kind, policy, field, "must be a list")),
-    }
 }
 
 /// The expression `src` at `field` (required), compiled.

@@ -34,10 +34,9 @@ use std::sync::Arc;
 use serde_json::{Value as Json, json};
 
 use super::{Body, Reinvocation, RunError, compile_body, run};
-use crate::cel::rule::{Header, is_kind_in};
+use crate::cel::rule::{Header, ParamRef, SpecFields, is_kind_in};
 use crate::error::{Error, Result};
 use crate::eval::Prepared;
-use crate::matching::LabelSelector;
 use crate::request::{ClusterData, EvalRequest, labels_of};
 use crate::result::{RuleResult, Source, Status};
 use crate::vpol::{MatchResources, Target};
@@ -86,14 +85,6 @@ pub struct MutatingAdmissionPolicy {
     body: Body,
 }
 
-/// A binding's `paramRef`.
-#[derive(Debug, Clone)]
-struct ParamRef {
-    name: Option<String>,
-    namespace: Option<String>,
-    selector: Option<LabelSelector>,
-}
-
 /// A compiled MutatingAdmissionPolicyBinding.
 #[derive(Debug, Clone)]
 pub struct MutatingAdmissionPolicyBinding {
@@ -104,8 +95,8 @@ pub struct MutatingAdmissionPolicyBinding {
     param_ref: Option<ParamRef>,
 }
 
-fn non_empty(v: &Json) -> Option<String> {
-    v.as_str().filter(|s| !s.is_empty()).map(str::to_string)
+fn non_empty(v: Option<String>) -> Option<String> {
+    v.filter(|s| !s.is_empty())
 }
 
 impl MutatingAdmissionPolicyBinding {
@@ -117,32 +108,15 @@ impl MutatingAdmissionPolicyBinding {
         }
         Error::check_schema(doc)?;
         let spec = &doc["spec"];
-        let policy_name = non_empty(&spec["policyName"])
+        let header = SpecFields::of(spec, BINDING_KIND, &name)?;
+        let policy_name = non_empty(header.policy_name)
             .ok_or_else(|| Error::invalid(BINDING_KIND, &name, "spec.policyName", "is required"))?;
-        let matching = match &spec["matchResources"] {
-            Json::Null => None,
-            m => Some(MatchResources::parse(
-                m,
-                BINDING_KIND,
-                &name,
-                "spec.matchResources",
-            )?),
-        };
-        let param_ref = match &spec["paramRef"] {
-            Json::Null => None,
-            r => Some(ParamRef {
-                name: non_empty(&r["name"]),
-                namespace: non_empty(&r["namespace"]),
-                selector: match r.get("selector") {
-                    None | Some(Json::Null) => None,
-                    Some(s) => Some(LabelSelector::parse(
-                        s,
-                        "spec.paramRef.selector",
-                        &|f, m| Error::invalid(BINDING_KIND, &name, f, m),
-                    )?),
-                },
-            }),
-        };
+        let matching = header.match_resources;
+        let param_ref = header.param_ref.map(|r| ParamRef {
+            name: non_empty(r.name),
+            namespace: non_empty(r.namespace),
+            selector: r.selector,
+        });
         Ok(MutatingAdmissionPolicyBinding {
             name,
             policy_name,
@@ -204,35 +178,13 @@ impl MutatingAdmissionPolicy {
         }
         Error::check_schema(doc)?;
         let spec = &doc["spec"];
-        let ignore_failures = match spec["failurePolicy"].as_str() {
-            None | Some("Fail") => false,
-            Some("Ignore") => true,
-            Some(other) => {
-                return Err(Error::invalid(
-                    POLICY_KIND,
-                    &name,
-                    "spec.failurePolicy",
-                    format!("{other:?} is not Fail or Ignore"),
-                ));
-            }
-        };
-        let reinvocation = match spec["reinvocationPolicy"].as_str() {
-            None | Some("Never") => Reinvocation::Never,
-            Some("IfNeeded") => Reinvocation::IfNeeded,
-            Some(other) => {
-                return Err(Error::invalid(
-                    POLICY_KIND,
-                    &name,
-                    "spec.reinvocationPolicy",
-                    format!("{other:?} is not Never or IfNeeded"),
-                ));
-            }
-        };
-        let param_kind = match &spec["paramKind"] {
-            Json::Null => None,
-            p => {
-                let field = |f: &str| {
-                    non_empty(&p[f]).ok_or_else(|| {
+        let header = SpecFields::of(spec, POLICY_KIND, &name)?;
+        let ignore_failures = header.ignores_failures();
+        let param_kind = match header.param_kind {
+            None => None,
+            Some(p) => {
+                let field = |v: Option<String>, f: &str| {
+                    non_empty(v).ok_or_else(|| {
                         Error::invalid(
                             POLICY_KIND,
                             &name,
@@ -241,14 +193,14 @@ impl MutatingAdmissionPolicy {
                         )
                     })
                 };
-                Some((field("apiVersion")?, field("kind")?))
+                Some((field(p.api_version, "apiVersion")?, field(p.kind, "kind")?))
             }
         };
         Ok(MutatingAdmissionPolicy {
             body: compile_body(spec, POLICY_KIND, &name)?,
             param_kind,
             ignore_failures,
-            reinvocation,
+            reinvocation: header.reinvocation_policy.unwrap_or_default(),
             name: Arc::from(name.as_str()),
         })
     }

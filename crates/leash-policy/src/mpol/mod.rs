@@ -43,7 +43,7 @@ use std::sync::Arc;
 
 use serde_json::Value as Json;
 
-use crate::cel::rule::as_list;
+use crate::cel::rule::{Enabled, NamedExpression, SpecFields, typed_list};
 use crate::cel::{Activation, Expr, Variable};
 use crate::error::{Error, Result};
 use crate::request::{ClusterData, EvalRequest};
@@ -61,9 +61,10 @@ pub fn is_mutating_policy(doc: &Json) -> bool {
 }
 
 /// `spec.reinvocationPolicy`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
 pub enum Reinvocation {
     /// `Never` (the default).
+    #[default]
     Never,
     /// `IfNeeded`: run again when a later mutation changed the object.
     IfNeeded,
@@ -137,35 +138,8 @@ impl MutatingPolicy {
             namespace,
         } = crate::cel::rule::Header::of(doc, KINDS)?;
         let spec = &doc["spec"];
-        let enabled = |k: &str, default: bool| {
-            spec["evaluation"][k]["enabled"]
-                .as_bool()
-                .unwrap_or(default)
-        };
-        let reinvocation = match spec["reinvocationPolicy"].as_str() {
-            None | Some("Never") => Reinvocation::Never,
-            Some("IfNeeded") => Reinvocation::IfNeeded,
-            Some(other) => {
-                return Err(Error::invalid(
-                    &kind,
-                    &name,
-                    "spec.reinvocationPolicy",
-                    format!("{other:?} is not Never or IfNeeded"),
-                ));
-            }
-        };
-        let ignore_failures = match spec["failurePolicy"].as_str() {
-            None | Some("Fail") => false,
-            Some("Ignore") => true,
-            Some(other) => {
-                return Err(Error::invalid(
-                    &kind,
-                    &name,
-                    "spec.failurePolicy",
-                    format!("{other:?} is not Fail or Ignore"),
-                ));
-            }
-        };
+        let header = SpecFields::of(spec, &kind, &name)?;
+        let e = &header.evaluation;
         let body = compile_body(spec, &kind, &name)?;
         let tmc = &spec["targetMatchConstraints"];
         let targets = Targets {
@@ -203,11 +177,11 @@ impl MutatingPolicy {
             name: Arc::from(name.as_str()),
             kind,
             namespace,
-            admission: enabled("admission", true),
-            background: enabled("background", true),
-            mutate_existing: enabled("mutateExisting", false),
-            ignore_failures,
-            reinvocation,
+            admission: Enabled::on(&e.admission),
+            background: Enabled::on(&e.background),
+            mutate_existing: Enabled::or(&e.mutate_existing, false),
+            ignore_failures: header.ignores_failures(),
+            reinvocation: header.reinvocation_policy.unwrap_or_default(),
             body,
             autogen,
             targets,
@@ -582,18 +556,16 @@ fn to_json(v: &::cel::Value) -> Result<Json, String> {
         .map_err(|e| format!("the result cannot be converted to JSON: {e}"))
 }
 
-/// Compiles the expression at `field`, its typed literals rewritten
+/// Compiles the expression `src` at `field`, its typed literals rewritten
 /// ([`literal`]).
 fn compile_typed(
-    v: &Json,
+    src: Option<&str>,
     literals: Literals,
     kind: &str,
     name: &str,
     field: &str,
 ) -> Result<Expr> {
-    let src = v
-        .as_str()
-        .ok_or_else(|| Error::invalid(kind, name, field, "expression is required"))?;
+    let src = src.ok_or_else(|| Error::invalid(kind, name, field, "expression is required"))?;
     Expr::compile_rewritten(src, |ast| literal::rewrite(ast, literals))
         .map_err(|e| Error::invalid(kind, name, field, e))
 }
@@ -606,16 +578,33 @@ fn compile_conditions(
     kind: &str,
     name: &str,
 ) -> Result<Vec<(String, Expr)>> {
+    let field = format!("spec.{key}");
     let mut conditions = Vec::new();
-    for (i, c) in as_list(spec.get(key), kind, name, &format!("spec.{key}"))?
-        .iter()
+    for (i, c) in typed_list::<NamedExpression>(spec.get(key), kind, name, &field)?
+        .into_iter()
         .enumerate()
     {
-        let field = format!("spec.{key}[{i}].expression");
-        let expr = compile_typed(&c["expression"], Literals::Any, kind, name, &field)?;
-        conditions.push((c["name"].as_str().unwrap_or("").to_string(), expr));
+        let field = format!("{field}[{i}].expression");
+        let expr = compile_typed(c.expression.as_deref(), Literals::Any, kind, name, &field)?;
+        conditions.push((c.name.unwrap_or_default(), expr));
     }
     Ok(conditions)
+}
+
+/// A `spec.mutations[]` entry as written.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct MutationDoc {
+    patch_type: Option<PatchType>,
+    apply_configuration: Option<NamedExpression>,
+    json_patch: Option<NamedExpression>,
+}
+
+#[derive(serde::Deserialize)]
+enum PatchType {
+    ApplyConfiguration,
+    #[serde(rename = "JSONPatch")]
+    JsonPatch,
 }
 
 fn compile_body(spec: &Json, kind: &str, name: &str) -> Result<Body> {
@@ -627,47 +616,54 @@ fn compile_body(spec: &Json, kind: &str, name: &str) -> Result<Body> {
     )?;
     let conditions = compile_conditions(spec, "matchConditions", kind, name)?;
     let mut mutations = Vec::new();
-    for (i, m) in as_list(spec.get("mutations"), kind, name, "spec.mutations")?
-        .iter()
+    for (i, m) in typed_list::<MutationDoc>(spec.get("mutations"), kind, name, "spec.mutations")?
+        .into_iter()
         .enumerate()
     {
         let field = format!("spec.mutations[{i}]");
-        let (key, literals, make): (_, _, fn(Expr) -> Mutation) = match m["patchType"].as_str() {
-            Some("ApplyConfiguration") => ("applyConfiguration", Literals::Object, Mutation::Apply),
+        let (key, doc, literals, make): (_, _, _, fn(Expr) -> Mutation) = match m.patch_type {
+            Some(PatchType::ApplyConfiguration) => (
+                "applyConfiguration",
+                m.apply_configuration,
+                Literals::Object,
+                Mutation::Apply,
+            ),
             // A patch's value may be a typed object too:
             // `JSONPatch{op: "add", path: "/spec/initContainers/-",
             // value: Object.spec.initContainers{...}}`.
-            Some("JSONPatch") => ("jsonPatch", Literals::Any, Mutation::JsonPatch),
-            other => {
+            Some(PatchType::JsonPatch) => (
+                "jsonPatch",
+                m.json_patch,
+                Literals::Any,
+                Mutation::JsonPatch,
+            ),
+            None => {
                 return Err(Error::invalid(
                     kind,
                     name,
                     format!("{field}.patchType"),
-                    format!("{other:?} is not ApplyConfiguration or JSONPatch"),
+                    "is required (ApplyConfiguration or JSONPatch)",
                 ));
             }
         };
         let efield = format!("{field}.{key}.expression");
-        let expr = compile_typed(&m[key]["expression"], literals, kind, name, &efield)?;
+        let src = doc.and_then(|d| d.expression);
+        let expr = compile_typed(src.as_deref(), literals, kind, name, &efield)?;
         mutations.push(make(expr));
     }
     let mut variables = Vec::new();
-    for (i, v) in as_list(spec.get("variables"), kind, name, "spec.variables")?
-        .iter()
-        .enumerate()
+    for (i, v) in
+        typed_list::<NamedExpression>(spec.get("variables"), kind, name, "spec.variables")?
+            .into_iter()
+            .enumerate()
     {
         let f = format!("spec.variables[{i}]");
-        let var = v["name"]
-            .as_str()
+        let var = v
+            .name
             .ok_or_else(|| Error::invalid(kind, name, format!("{f}.name"), "name is required"))?;
-        let expr = compile_typed(
-            &v["expression"],
-            Literals::Any,
-            kind,
-            name,
-            &format!("{f}.expression"),
-        )?;
-        variables.push(Variable::new(var.to_string(), expr));
+        let f = format!("{f}.expression");
+        let expr = compile_typed(v.expression.as_deref(), Literals::Any, kind, name, &f)?;
+        variables.push(Variable::new(var, expr));
     }
     let reads: Vec<(String, BTreeSet<String>)> = variables
         .iter()
