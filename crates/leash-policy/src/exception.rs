@@ -41,8 +41,8 @@ struct Spec {
     match_: MatchBlock,
     #[serde(default)]
     conditions: Value,
-    #[serde(default)]
-    pod_security: Value,
+    #[serde(default, deserialize_with = "crate::model::nullable")]
+    pod_security: Vec<crate::podsecurity::ExcludeDoc>,
 }
 
 /// One `spec.exceptions` entry.

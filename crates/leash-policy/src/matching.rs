@@ -409,28 +409,6 @@ impl From<MatchDoc> for MatchBlock {
     }
 }
 
-/// The list of strings at `field` (none when absent); anything else is an
-/// error naming the field (or the element).
-pub(crate) fn strings(
-    v: &Value,
-    field: &str,
-    err: &dyn Fn(String, String) -> Error,
-) -> Result<Vec<String>> {
-    match v {
-        Value::Null => Ok(Vec::new()),
-        Value::Array(a) => a
-            .iter()
-            .enumerate()
-            .map(|(i, x)| {
-                x.as_str()
-                    .map(String::from)
-                    .ok_or_else(|| err(format!("{field}[{i}]"), "must be a string".into()))
-            })
-            .collect(),
-        _ => Err(err(field.to_string(), "must be a list of strings".into())),
-    }
-}
-
 impl ResourceDesc {
     fn is_empty(&self) -> bool {
         *self == ResourceDesc::default()

@@ -124,7 +124,7 @@ pub(crate) struct Block {
     pub deny: Option<Deny>,
     pub foreach: Option<Vec<Block>>,
     pub cel: Option<Value>,
-    pub pod_security: Option<Value>,
+    pub pod_security: Option<crate::podsecurity::PodSecurityDoc>,
     pub manifests: Option<Manifests>,
     // A foreach declaration's own fields.
     pub list: Option<String>,

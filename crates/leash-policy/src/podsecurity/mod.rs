@@ -27,6 +27,7 @@ mod tests;
 use serde_json::{Map, Value, json};
 
 use crate::error::Result;
+use crate::model::nullable;
 use crate::policy::ErrFn;
 use crate::result::Status;
 use crate::wildcard;
@@ -158,18 +159,43 @@ fn parse_version(s: &str) -> Option<Version> {
     })
 }
 
-/// Parses a list of Pod Security Standards exclusions (`exclude` of a rule,
-/// `podSecurity` of a PolicyException); `field` is its path.
-pub(crate) fn parse_excludes(v: &Value, field: &str, err: &ErrFn<'_>) -> Result<Vec<Exclude>> {
-    let list = match v {
-        Value::Null => return Ok(Vec::new()),
-        Value::Array(list) => list,
-        _ => return Err(err(field.to_string(), "must be a list".into())),
-    };
+/// A `validate.podSecurity` block as written.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default)]
+pub(crate) struct PodSecurityDoc {
+    #[serde(deserialize_with = "nullable")]
+    level: String,
+    #[serde(deserialize_with = "nullable")]
+    version: String,
+    #[serde(deserialize_with = "nullable")]
+    exclude: Vec<ExcludeDoc>,
+}
+
+/// One exclusion as written (a rule's `exclude`, a PolicyException's
+/// `podSecurity`).
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub(crate) struct ExcludeDoc {
+    control_name: Option<String>,
+    #[serde(deserialize_with = "nullable")]
+    images: Vec<String>,
+    #[serde(deserialize_with = "nullable")]
+    restricted_field: String,
+    #[serde(deserialize_with = "nullable")]
+    values: Vec<String>,
+}
+
+/// Checks a list of Pod Security Standards exclusions (`exclude` of a
+/// rule, `podSecurity` of a PolicyException); `field` is its path.
+pub(crate) fn parse_excludes(
+    list: &[ExcludeDoc],
+    field: &str,
+    err: &ErrFn<'_>,
+) -> Result<Vec<Exclude>> {
     let mut excludes = Vec::new();
     for (i, e) in list.iter().enumerate() {
         let ef = format!("{field}[{i}]");
-        let Some(control) = e["controlName"].as_str() else {
+        let Some(control) = e.control_name.as_deref() else {
             return Err(err(format!("{ef}.controlName"), "is required".into()));
         };
         if !CONTROLS.iter().any(|(name, _)| *name == control) {
@@ -178,7 +204,7 @@ pub(crate) fn parse_excludes(v: &Value, field: &str, err: &ErrFn<'_>) -> Result<
                 format!("{control:?} is not a Pod Security Standards control"),
             ));
         }
-        let images = crate::matching::strings(&e["images"], &format!("{ef}.images"), err)?;
+        let images = e.images.clone();
         if CONTAINER_LEVEL_CONTROLS.contains(&control) && images.is_empty() {
             return Err(err(
                 format!("{ef}.controlName"),
@@ -195,17 +221,7 @@ pub(crate) fn parse_excludes(v: &Value, field: &str, err: &ErrFn<'_>) -> Result<
                 ),
             ));
         }
-        let restricted_field = match &e["restrictedField"] {
-            Value::Null => String::new(),
-            Value::String(s) => s.clone(),
-            _ => {
-                return Err(err(
-                    format!("{ef}.restrictedField"),
-                    "must be a string".into(),
-                ));
-            }
-        };
-        let values = crate::matching::strings(&e["values"], &format!("{ef}.values"), err)?;
+        let (restricted_field, values) = (e.restricted_field.clone(), e.values.clone());
         if !restricted_field.is_empty() && values.is_empty() {
             return Err(err(format!("{ef}.values"), "values is required".into()));
         }
@@ -227,16 +243,8 @@ pub(crate) fn parse_excludes(v: &Value, field: &str, err: &ErrFn<'_>) -> Result<
 
 impl PodSecurity {
     /// Compiles a `validate.podSecurity` block; `field` is its path.
-    pub(crate) fn compile(v: &Value, field: &str, err: &ErrFn<'_>) -> Result<PodSecurity> {
-        if !v.is_object() {
-            return Err(err(field.to_string(), "must be an object".into()));
-        }
-        let level_text = match &v["level"] {
-            Value::String(s) => s.clone(),
-            Value::Null => String::new(),
-            _ => return Err(err(format!("{field}.level"), "must be a string".into())),
-        };
-        let level = match level_text.as_str() {
+    pub(crate) fn compile(v: &PodSecurityDoc, field: &str, err: &ErrFn<'_>) -> Result<PodSecurity> {
+        let level = match v.level.as_str() {
             "privileged" => Level::Privileged,
             "baseline" => Level::Baseline,
             "restricted" => Level::Restricted,
@@ -247,21 +255,16 @@ impl PodSecurity {
                 ));
             }
         };
-        let version_text = match &v["version"] {
-            Value::String(s) => s.clone(),
-            Value::Null => String::new(),
-            _ => return Err(err(format!("{field}.version"), "must be a string".into())),
-        };
-        let version = parse_version(&version_text).ok_or_else(|| {
+        let version = parse_version(&v.version).ok_or_else(|| {
             err(
                 format!("{field}.version"),
-                format!("{version_text:?} is not latest or v1.<minor>"),
+                format!("{:?} is not latest or v1.<minor>", v.version),
             )
         })?;
-        let excludes = parse_excludes(&v["exclude"], &format!("{field}.exclude"), err)?;
+        let excludes = parse_excludes(&v.exclude, &format!("{field}.exclude"), err)?;
         Ok(PodSecurity {
-            level_text,
-            version_text,
+            level_text: v.level.clone(),
+            version_text: v.version.clone(),
             level,
             version,
             excludes,

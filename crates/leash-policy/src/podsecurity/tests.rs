@@ -10,7 +10,8 @@ use crate::request::{EvalRequest, NoClusterData, Operation};
 
 fn compile(spec: Value) -> Result<PodSecurity> {
     let err = |field: String, message: String| Error::invalid("ClusterPolicy", "t", field, message);
-    PodSecurity::compile(&spec, "validate.podSecurity", &err)
+    let doc = crate::model::parse(&spec, "validate.podSecurity", &err)?;
+    PodSecurity::compile(&doc, "validate.podSecurity", &err)
 }
 
 fn profile(level: &str, version: &str) -> PodSecurity {
