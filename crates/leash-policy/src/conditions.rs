@@ -3,6 +3,9 @@
 
 use std::borrow::Cow;
 
+use serde::Deserialize;
+use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
+use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
 use crate::quantity::{Quantity, parse_duration};
@@ -10,8 +13,9 @@ use crate::value;
 use crate::vars::{ExprCache, Source, go_format, has_vars, substitute};
 use crate::wildcard;
 
-/// A condition operator.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A condition operator (any case, as Kyverno reads it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
 pub(crate) enum CondOp {
     Equals,
     NotEquals,
@@ -25,6 +29,13 @@ pub(crate) enum CondOp {
     GreaterThanOrEquals,
     LessThan,
     LessThanOrEquals,
+}
+
+impl TryFrom<String> for CondOp {
+    type Error = String;
+    fn try_from(op: String) -> Result<CondOp, String> {
+        CondOp::parse(&op).ok_or_else(|| format!("unknown operator {op:?}"))
+    }
 }
 
 impl CondOp {
@@ -112,38 +123,76 @@ fn whole_variable(s: &str) -> Option<&str> {
     None
 }
 
-impl Condition {
-    /// `None` for an unknown operator (refused when the policy compiles).
-    fn new(c: &Value) -> Option<Condition> {
-        Some(Condition {
-            op: CondOp::parse(c["operator"].as_str().unwrap_or(""))?,
-            key: Operand::new(&c["key"]),
-            value: Operand::new(&c["value"]),
-        })
+/// `any` / `all` conditions, or a legacy list (`all`), as written.
+#[derive(Debug, Default)]
+pub(crate) struct ConditionsDoc {
+    pub(crate) any: Option<Vec<ConditionDoc>>,
+    pub(crate) all: Option<Vec<ConditionDoc>>,
+    /// Written as a list.
+    pub(crate) legacy: bool,
+}
+
+/// One `{key, operator, value}` as written (`message` is not read).
+#[derive(Debug, Deserialize)]
+pub(crate) struct ConditionDoc {
+    #[serde(default)]
+    pub(crate) key: Value,
+    pub(crate) operator: CondOp,
+    #[serde(default)]
+    pub(crate) value: Value,
+}
+
+impl<'de> Deserialize<'de> for ConditionsDoc {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<ConditionsDoc, D::Error> {
+        struct Shape;
+        impl<'de> Visitor<'de> for Shape {
+            type Value = ConditionsDoc;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("any/all conditions or a list of conditions")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<ConditionsDoc, A::Error> {
+                let all = Vec::deserialize(SeqAccessDeserializer::new(seq))?;
+                Ok(ConditionsDoc {
+                    any: None,
+                    all: Some(all),
+                    legacy: true,
+                })
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<ConditionsDoc, A::Error> {
+                #[derive(Deserialize)]
+                struct Block {
+                    any: Option<Vec<ConditionDoc>>,
+                    all: Option<Vec<ConditionDoc>>,
+                }
+                let Block { any, all } = Block::deserialize(MapAccessDeserializer::new(map))?;
+                Ok(ConditionsDoc {
+                    any,
+                    all,
+                    legacy: false,
+                })
+            }
+        }
+        d.deserialize_any(Shape)
     }
 }
 
-impl Conditions {
-    /// The conditions of a validated `any`/`all` object or legacy list.
-    pub(crate) fn new(v: &Value) -> Option<Conditions> {
-        let list = |l: &Value| -> Option<Option<Vec<Condition>>> {
-            match l {
-                Value::Array(items) => Some(Some(
-                    items.iter().map(Condition::new).collect::<Option<_>>()?,
-                )),
-                _ => Some(None),
-            }
+impl ConditionsDoc {
+    /// Compiled: each operand sorted into a literal or a variable.
+    pub(crate) fn compile(&self) -> Conditions {
+        let list = |l: &Option<Vec<ConditionDoc>>| {
+            l.as_ref().map(|l| {
+                l.iter()
+                    .map(|c| Condition {
+                        op: c.operator,
+                        key: Operand::new(&c.key),
+                        value: Operand::new(&c.value),
+                    })
+                    .collect()
+            })
         };
-        match v {
-            Value::Array(_) => Some(Conditions {
-                any: None,
-                all: list(v)?,
-            }),
-            Value::Object(m) => Some(Conditions {
-                any: list(m.get("any").unwrap_or(&Value::Null))?,
-                all: list(m.get("all").unwrap_or(&Value::Null))?,
-            }),
-            _ => None,
+        Conditions {
+            any: list(&self.any),
+            all: list(&self.all),
         }
     }
 }

@@ -39,8 +39,7 @@ struct Spec {
     exceptions: Option<Vec<PolicyRules>>,
     #[serde(rename = "match", default, deserialize_with = "crate::model::nullable")]
     match_: MatchBlock,
-    #[serde(default)]
-    conditions: Value,
+    conditions: Option<crate::conditions::ConditionsDoc>,
     #[serde(default, deserialize_with = "crate::model::nullable")]
     pod_security: Vec<crate::podsecurity::ExcludeDoc>,
 }

@@ -17,6 +17,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 
+use crate::conditions::ConditionsDoc;
 use crate::error::Result;
 use crate::matching::MatchBlock;
 use crate::policy::{ErrFn, FailureAction};
@@ -99,8 +100,7 @@ pub(crate) struct Rule {
     pub exclude: MatchBlock,
     #[serde(default, deserialize_with = "nullable")]
     pub context: Vec<ContextEntry>,
-    #[serde(default)]
-    pub preconditions: Value,
+    pub preconditions: Option<ConditionsDoc>,
     pub cel_preconditions: Option<Vec<Value>>,
     pub validate: Option<Block>,
     #[serde(default, deserialize_with = "nullable")]
@@ -132,8 +132,7 @@ pub(crate) struct Block {
     pub order: Option<Order>,
     #[serde(default, deserialize_with = "nullable")]
     pub context: Vec<ContextEntry>,
-    #[serde(default)]
-    pub preconditions: Value,
+    pub preconditions: Option<ConditionsDoc>,
     // A mutate foreach's patches.
     pub patch_strategic_merge: Option<Value>,
     pub patches_json6902: Option<Value>,
@@ -142,8 +141,7 @@ pub(crate) struct Block {
 /// `validate.deny`.
 #[derive(Debug, Deserialize)]
 pub(crate) struct Deny {
-    #[serde(default)]
-    pub conditions: Value,
+    pub conditions: Option<ConditionsDoc>,
 }
 
 /// `validate.manifests`: only whether it has attestors is read.
@@ -269,8 +267,7 @@ pub(crate) struct Target {
     pub selector: Option<Value>,
     #[serde(default, deserialize_with = "nullable")]
     pub context: Vec<ContextEntry>,
-    #[serde(default)]
-    pub preconditions: Value,
+    pub preconditions: Option<ConditionsDoc>,
 }
 
 /// A rule's `generate`.
@@ -356,7 +353,7 @@ pub(crate) struct Attestation {
     #[serde(default, deserialize_with = "nullable")]
     pub attestors: Vec<AttestorSet>,
     #[serde(default, deserialize_with = "nullable")]
-    pub conditions: Vec<Value>,
+    pub conditions: Vec<ConditionsDoc>,
 }
 
 /// One attestor set.

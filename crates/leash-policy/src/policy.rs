@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::autogen;
 use crate::cel::CelRule;
-use crate::conditions::{CondOp, Conditions};
+use crate::conditions::{Conditions, ConditionsDoc};
 use crate::error::{Error, Result};
 use crate::matching::MatchBlock;
 use crate::model;
@@ -786,19 +786,10 @@ fn compile_image_verification(
             .or(a.predicate_type.as_ref())
             .filter(|t| !t.is_empty())
             .cloned();
-        let mut conditions = Vec::new();
-        for (j, c) in a.conditions.iter().enumerate() {
-            conditions.push(Conditions::new(c).ok_or_else(|| {
-                err(
-                    format!("{af}.conditions[{j}]"),
-                    "must be `any`/`all` lists of conditions with known operators".into(),
-                )
-            })?);
-        }
         attestations.push(AttestationCheck {
             predicate_type,
             attestors: compile_attestor_sets(&a.attestors, &af, err, notary)?,
-            conditions,
+            conditions: a.conditions.iter().map(ConditionsDoc::compile).collect(),
         });
     }
     // The older single `key` (a PEM): an attestor of the attestations, or
@@ -1176,53 +1167,31 @@ pub(crate) fn foreach_decls<'a>(
     Ok(out)
 }
 
-/// Checks a conditions block (operators known, expressions compile) and
-/// returns it unchanged for evaluation.
+/// Compiles a conditions block at `field`, its expressions into `cache`.
 pub(crate) fn compile_conditions(
-    v: &Value,
+    doc: &Option<ConditionsDoc>,
     field: &str,
     err: &ErrFn<'_>,
     cache: &mut ExprCache,
 ) -> Result<Option<Conditions>> {
-    let check_list = |list: &[Value], f: &str, cache: &mut ExprCache| -> Result<()> {
-        for (i, c) in list.iter().enumerate() {
-            let cf = format!("{f}[{i}]");
-            let op = c["operator"].as_str().unwrap_or("");
-            if CondOp::parse(op).is_none() {
-                return Err(err(
-                    format!("{cf}.operator"),
-                    format!("unknown operator {op:?}"),
-                ));
-            }
-            for part in ["key", "value"] {
-                cache
-                    .collect(&c[part])
-                    .map_err(|e| err(format!("{cf}.{part}"), e))?;
-            }
-        }
-        Ok(())
+    let Some(doc) = doc else {
+        return Ok(None);
     };
-    match v {
-        Value::Null => Ok(None),
-        Value::Array(list) => {
-            check_list(list, field, cache)?;
-            Ok(Conditions::new(v))
-        }
-        Value::Object(m) => {
-            for key in ["any", "all"] {
-                match m.get(key) {
-                    None | Some(Value::Null) => {}
-                    Some(Value::Array(list)) => check_list(list, &format!("{field}.{key}"), cache)?,
-                    Some(_) => return Err(err(format!("{field}.{key}"), "must be a list".into())),
-                }
+    for (list, key) in [(&doc.any, "any"), (&doc.all, "all")] {
+        let at = if doc.legacy {
+            field.to_string()
+        } else {
+            format!("{field}.{key}")
+        };
+        for (i, c) in list.iter().flatten().enumerate() {
+            for (part, v) in [("key", &c.key), ("value", &c.value)] {
+                cache
+                    .collect(v)
+                    .map_err(|e| err(format!("{at}[{i}].{part}"), e))?;
             }
-            Ok(Conditions::new(v))
         }
-        _ => Err(err(
-            field.to_string(),
-            "must be any/all conditions or a list".into(),
-        )),
     }
+    Ok(Some(doc.compile()))
 }
 
 pub(crate) fn compile_context(
@@ -1489,6 +1458,21 @@ mod tests {
                 json!({"anyPattern": {"a": 1}}),
                 "spec.rules[0].validate.anyPattern",
                 "expected a sequence",
+            ),
+            (
+                json!({"deny": {"conditions": {"any": [{"key": "a", "operator": "Equalz", "value": "a"}]}}}),
+                "spec.rules[0].validate.deny.conditions.any[0].operator",
+                r#"unknown operator "Equalz""#,
+            ),
+            (
+                json!({"deny": {"conditions": [{"key": "{{ a.( }}", "operator": "Equals", "value": 1}]}}),
+                "spec.rules[0].validate.deny.conditions[0].key",
+                "invalid JMESPath",
+            ),
+            (
+                json!({"deny": {"conditions": "a == b"}}),
+                "spec.rules[0].validate.deny.conditions",
+                "expected any/all conditions or a list of conditions",
             ),
         ] {
             let err = with_validate(validate).unwrap_err().to_string();
