@@ -8,10 +8,12 @@
 //!
 //! A [`Subscription`] keeps its kind watched while it lives; the watch
 //! stops, and the kind's store leaves the cache, when the last one is
-//! dropped. A subscriber that asked for changes gets every change of the
-//! kind after it subscribed, and first the objects already stored (as
+//! dropped. A subscriber that asked for changes gets the kind's changes
+//! after it subscribed, and first the objects already stored (as
 //! `Applied`, then `Listed` when the store is synced), so a late
-//! subscriber misses nothing an early one saw.
+//! subscriber misses nothing an early one saw; one that lags gets each
+//! changed object's latest state ([`crate::feed`]), its backlog bounded by
+//! the kind's objects.
 //!
 //! # Invariants
 //! 1. One watch per kind: the map of watched kinds is a `std::sync::Mutex`
@@ -20,12 +22,14 @@
 //!    the watch and drops the store. It is never held across an await: the
 //!    watch task calls [`WatchHub::fan_out`] synchronously from its change
 //!    callback.
-//! 2. No change is dropped: changes go to each subscriber through an
-//!    unbounded channel (sending never blocks the watch), and the replay
-//!    of the stored objects is sent under the same lock a subscriber is
-//!    added under, after it is added: a change stored before the replay is
-//!    in it, one after it is sent to the subscriber (either may come
-//!    twice, which the consumers' queues absorb).
+//! 2. No change is dropped and none waits unboundedly: changes go to each
+//!    subscriber through its [`crate::feed`] (pushing never blocks the
+//!    watch; at most one change waits per object, its latest), and the
+//!    replay of the stored objects is pushed under the same lock a
+//!    subscriber is added under, after it is added: a change stored before
+//!    the replay is in it, one after it is pushed to the subscriber
+//!    (either may replace the other, or come twice, which the consumers'
+//!    queues absorb).
 //! 3. Watch tasks run in the scope the hub was made with (its owner joins
 //!    them), or in the hub's own ([`WatchHub::owned`], cancelled when the
 //!    hub is dropped); each has its own child token, cancelled when its kind's last
@@ -33,9 +37,10 @@
 //!    CRD) is tried again after [`RESTART_DELAY`], until cancelled.
 //!
 //! # Lock order
-//! Only the hub's map lock; a store's lock is taken under it (the replay
-//! reads the store), never the other way round (the watch stores a change
-//! before it calls `fan_out`, with no store lock held).
+//! The hub's map lock, then a store's lock (the replay reads the store) or
+//! a feed's (a push), never the other way round (the watch stores a change
+//! before it calls `fan_out`, with no store lock held; a subscriber takes
+//! from its feed holding no other lock).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -44,10 +49,10 @@ use std::time::Duration;
 
 use kube::core::ApiResource;
 use leash_runtime::{Scope, ScopeHandle};
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::cache::{Cache, KindKey, KindStore, kind_key};
+use crate::feed::{Feed, Taker};
 use crate::watch::{Change, Seen, WatchScope, watch_into};
 
 /// How long a watch whose kind is not served waits before trying again.
@@ -84,7 +89,7 @@ struct Watched {
     /// This watch's number: a cancelled watch of the kind still finishing
     /// does not reach a later watch's subscribers.
     watch: u64,
-    subscribers: HashMap<u64, Option<mpsc::UnboundedSender<Change>>>,
+    subscribers: HashMap<u64, Option<Feed>>,
     token: CancellationToken,
 }
 
@@ -94,7 +99,7 @@ pub struct Subscription {
     hub: Arc<WatchHub>,
     key: KindKey,
     id: u64,
-    changes: Option<mpsc::UnboundedReceiver<Change>>,
+    changes: Option<Taker>,
 }
 
 impl Subscription {
@@ -107,7 +112,7 @@ impl Subscription {
     /// subscription was made without changes.
     pub async fn next(&mut self) -> Option<Change> {
         match &mut self.changes {
-            Some(rx) => rx.recv().await,
+            Some(taker) => taker.next().await,
             None => None,
         }
     }
@@ -217,24 +222,25 @@ impl WatchHub {
         let key = kind_key(resource);
         // Relaxed: a unique number, ordering nothing.
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = if changes {
-            let (tx, rx) = mpsc::unbounded_channel();
-            (Some(tx), Some(rx))
+        let (feed, taker) = if changes {
+            let (feed, taker) = crate::feed::feed();
+            (Some(feed), Some(taker))
         } else {
             (None, None)
         };
         let mut kinds = lock(&self.kinds);
         match kinds.get_mut(&key) {
             Some(watched) => {
-                watched.subscribers.insert(id, tx.clone());
-                if let (Some(tx), Some(store)) = (&tx, self.cache.get_store(&key)) {
+                watched.subscribers.insert(id, feed);
+                let feed = &watched.subscribers[&id];
+                if let (Some(feed), Some(store)) = (feed, self.cache.get_store(&key)) {
                     for (namespace, name) in store.keys() {
                         if let Some(stored) = store.get_stored(&namespace, &name) {
-                            let _ = tx.send(Change::Applied(Seen::from_stored(stored)));
+                            feed.push(Change::Applied(Seen::from_stored(stored)));
                         }
                     }
                     if store.is_synced() {
-                        let _ = tx.send(Change::Listed {
+                        feed.push(Change::Listed {
                             removed: Vec::new(),
                         });
                     }
@@ -247,7 +253,7 @@ impl WatchHub {
                     key.clone(),
                     Watched {
                         watch: id,
-                        subscribers: HashMap::from([(id, tx)]),
+                        subscribers: HashMap::from([(id, feed)]),
                         token: token.clone(),
                     },
                 );
@@ -258,7 +264,7 @@ impl WatchHub {
             hub: self.clone(),
             key,
             id,
-            changes: rx,
+            changes: taker,
         }
     }
 
@@ -315,9 +321,8 @@ impl WatchHub {
     fn fan_out(&self, key: &KindKey, watch: u64, change: Change) {
         let kinds = lock(&self.kinds);
         if let Some(watched) = kinds.get(key).filter(|w| w.watch == watch) {
-            for tx in watched.subscribers.values().flatten() {
-                // A subscriber whose receiver is gone is being dropped.
-                let _ = tx.send(change.clone());
+            for feed in watched.subscribers.values().flatten() {
+                feed.push(change.clone());
             }
         }
     }

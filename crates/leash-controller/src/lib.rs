@@ -28,6 +28,7 @@
 
 pub mod aggregate;
 pub mod cache;
+mod feed;
 pub mod generate;
 pub mod hub;
 pub mod kinds;
