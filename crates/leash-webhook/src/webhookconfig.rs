@@ -134,6 +134,21 @@ fn rules_of_kind(spec: &str, ops: &[&'static str], out: &mut Rules) {
 }
 
 /// Adds `resource` (and, for pods, `pods/ephemeralcontainers`) with `ops`.
+/// A CEL policy's resources and operations, in the rules of the webhook
+/// of its failure policy.
+fn add_cel(
+    fail: &mut Rules,
+    ignore: &mut Rules,
+    ignores: bool,
+    resources: Vec<leash_policy::vpol::ResourceOperations>,
+) {
+    let rules = if ignores { ignore } else { fail };
+    for ((group, version, plural), ops) in resources {
+        let scope = scope_of(&group, &plural);
+        insert(rules, (group, version, scope), plural, &ops);
+    }
+}
+
 fn insert(out: &mut Rules, key: RuleKey, resource: String, ops: &[&'static str]) {
     let resources = out.entry(key).or_default();
     if resource == "pods" {
@@ -248,40 +263,38 @@ pub fn build_configuration(
     engine: &Engine,
 ) -> ValidatingWebhookConfiguration {
     let (mut fail, mut ignore) = classic_rules(engine, leash_policy::Policy::webhook_operations);
-    let validating = engine
+    for v in engine
         .validating_policies()
         .iter()
         .filter(|v| v.admission())
-        .flat_map(|v| {
-            let ignores = v.ignores_webhook_failures();
-            v.matched_resource_operations()
-                .into_iter()
-                .map(move |r| (ignores, r))
-        });
+    {
+        add_cel(
+            &mut fail,
+            &mut ignore,
+            v.ignores_webhook_failures(),
+            v.matched_resource_operations(),
+        );
+    }
     // A GeneratingPolicy's triggers come through the `Fail` webhook too.
-    let generating = engine.generating_policies().iter().flat_map(|g| {
-        g.matched_resource_operations()
-            .into_iter()
-            .map(|r| (false, r))
-    });
+    for g in engine.generating_policies() {
+        add_cel(
+            &mut fail,
+            &mut ignore,
+            false,
+            g.matched_resource_operations(),
+        );
+    }
     // A MutatingPolicy with `evaluation.mutateExisting`: its triggers'
     // UpdateRequests are created here, as classic mutate-existing ones.
-    let mutating_existing = engine
-        .mutating_policies()
-        .iter()
-        .filter(|m| m.admission() && m.mutates_existing())
-        .flat_map(|m| {
-            let ignores = m.ignores_failures();
-            m.matched_resource_operations()
-                .into_iter()
-                .map(move |r| (ignores, r))
-        });
-    for (ignores, ((group, version, plural), ops)) in
-        validating.chain(generating).chain(mutating_existing)
-    {
-        let rules = if ignores { &mut ignore } else { &mut fail };
-        let scope = scope_of(&group, &plural);
-        insert(rules, (group, version, scope), plural, &ops);
+    for m in engine.mutating_policies() {
+        if m.admission() && m.mutates_existing() {
+            add_cel(
+                &mut fail,
+                &mut ignore,
+                m.ignores_failures(),
+                m.matched_resource_operations(),
+            );
+        }
     }
     let common = Common::new(target, ca_pem, timeout_seconds, exclusions);
     let webhook = |name_suffix: &str,
@@ -526,35 +539,20 @@ pub fn build_mutating_configuration(
 ) -> MutatingWebhookConfiguration {
     let (mut fail, mut ignore) =
         classic_rules(engine, leash_policy::Policy::mutate_webhook_operations);
-    let mutating = engine
-        .mutating_policies()
-        .iter()
-        .filter(|m| m.admission())
-        .flat_map(|m| {
-            let ignores = m.ignores_failures();
-            m.matched_resource_operations()
-                .into_iter()
-                .map(move |r| (ignores, r))
-        });
-    // An ImageValidatingPolicy's `mutateDigest` pins digests here.
-    let pinning = engine
-        .validating_policies()
-        .iter()
-        .filter(|v| v.admission() && v.mutates_digests())
-        .flat_map(|v| {
-            let ignores = v.ignores_webhook_failures();
-            v.matched_resource_operations()
-                .into_iter()
-                .map(move |r| (ignores, r))
-        });
-    for (ignores, ((group, version, plural), ops)) in mutating.chain(pinning) {
-        let rules = if ignores { &mut ignore } else { &mut fail };
-        insert(
-            rules,
-            (group.clone(), version, scope_of(&group, &plural)),
-            plural,
-            &ops,
+    for m in engine.mutating_policies().iter().filter(|m| m.admission()) {
+        add_cel(
+            &mut fail,
+            &mut ignore,
+            m.ignores_failures(),
+            m.matched_resource_operations(),
         );
+    }
+    // An ImageValidatingPolicy's `mutateDigest` pins digests here.
+    for v in engine.validating_policies() {
+        if v.admission() && v.mutates_digests() {
+            let ops = v.matched_resource_operations();
+            add_cel(&mut fail, &mut ignore, v.ignores_webhook_failures(), ops);
+        }
     }
     let common = Common::new(target, ca_pem, timeout_seconds, exclusions);
     let webhooks = by_failure_policy(

@@ -84,33 +84,32 @@ pub(super) fn data_call<'b, 'v>(
     op: &str,
     args: Vec<CowVal<'b, 'v>>,
 ) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    indexer_call(&DATA_TYPE, op, usize::MAX, args)
+}
+
+/// A call on a borrowed value of type `ty`: its indexer asked for the key
+/// `[op, up to take arguments...]`.
+fn indexer_call<'b, 'v>(
+    ty: &Type,
+    op: &str,
+    take: usize,
+    args: Vec<CowVal<'b, 'v>>,
+) -> Result<CowVal<'b, 'v>, ExecutionError> {
     let mut it = args.into_iter();
     let target = it
         .next()
         .ok_or_else(ExecutionError::missing_argument_or_target)?;
     let mut key = vec![s(op)];
-    for a in it {
+    for a in it.take(take) {
         key.push(Value::try_from(a.as_ref())?);
     }
     let key = Box::<dyn Val>::try_from(Value::List(Arc::new(key)))?;
     let indexer = target
         .as_indexer()
-        .filter(|_| target.get_type() == &DATA_TYPE)
+        .filter(|_| target.get_type() == ty)
         .ok_or_else(|| ferr(op, "no such function on this value"))?;
     let out = indexer.get(key.as_ref())?.into_owned();
     Ok(CowVal::Owned(out))
-}
-
-pub(super) fn data_get<'b, 'v>(
-    args: Vec<CowVal<'b, 'v>>,
-) -> Result<CowVal<'b, 'v>, ExecutionError> {
-    data_call("get", args)
-}
-
-pub(super) fn data_list<'b, 'v>(
-    args: Vec<CowVal<'b, 'v>>,
-) -> Result<CowVal<'b, 'v>, ExecutionError> {
-    data_call("list", args)
 }
 
 /// `globalContext.Get(entry, projection)`, and `http.Get(url, headers)`
@@ -178,40 +177,16 @@ impl Indexer for HttpVal<'_> {
 }
 
 /// One `http` call: the target, the URL, a POST's data; headers ignored.
-fn http_call<'b, 'v>(
+pub(super) fn http_call<'b, 'v>(
     method: &str,
     args: Vec<CowVal<'b, 'v>>,
 ) -> Result<CowVal<'b, 'v>, ExecutionError> {
-    let mut it = args.into_iter();
-    let target = it
-        .next()
-        .ok_or_else(ExecutionError::missing_argument_or_target)?;
-    let mut key = vec![s(method)];
-    let wanted = if method == "POST" { 2 } else { 1 };
-    for a in it.take(wanted) {
-        key.push(Value::try_from(a.as_ref())?);
-    }
-    let key = Box::<dyn Val>::try_from(Value::List(Arc::new(key)))?;
-    let indexer = target
-        .as_indexer()
-        .filter(|_| target.get_type() == &HTTP_TYPE)
-        .ok_or_else(|| ferr(method, "no such function on this value"))?;
-    let out = indexer.get(key.as_ref())?.into_owned();
-    Ok(CowVal::Owned(out))
-}
-
-/// `http.Get(url)`.
-pub(super) fn http_get<'b, 'v>(
-    args: Vec<CowVal<'b, 'v>>,
-) -> Result<CowVal<'b, 'v>, ExecutionError> {
-    http_call("GET", args)
-}
-
-/// `http.Post(url, data)` and `http.Post(url, data, headers)`.
-pub(super) fn http_post<'b, 'v>(
-    args: Vec<CowVal<'b, 'v>>,
-) -> Result<CowVal<'b, 'v>, ExecutionError> {
-    http_call("POST", args)
+    indexer_call(
+        &HTTP_TYPE,
+        method,
+        if method == "POST" { 2 } else { 1 },
+        args,
+    )
 }
 
 /// `http.Client(caBundle)`: the same client.

@@ -132,27 +132,3 @@ impl IvpolVal<'_> {
         }
     }
 }
-
-pub(super) fn iv_signatures<'b, 'v>(
-    args: Vec<CowVal<'b, 'v>>,
-) -> Result<CowVal<'b, 'v>, ExecutionError> {
-    data_call("sigs", args)
-}
-
-pub(super) fn iv_attestations<'b, 'v>(
-    args: Vec<CowVal<'b, 'v>>,
-) -> Result<CowVal<'b, 'v>, ExecutionError> {
-    data_call("atts", args)
-}
-
-pub(super) fn iv_payload<'b, 'v>(
-    args: Vec<CowVal<'b, 'v>>,
-) -> Result<CowVal<'b, 'v>, ExecutionError> {
-    data_call("payload", args)
-}
-
-pub(super) fn iv_image_data<'b, 'v>(
-    args: Vec<CowVal<'b, 'v>>,
-) -> Result<CowVal<'b, 'v>, ExecutionError> {
-    data_call("data", args)
-}

@@ -242,20 +242,20 @@ pub(super) fn register(env: &mut Env) {
         ("containsDigest", 0, img_contains_digest),
         // Kyverno data: resource.Get/List, globalContext.Get,
         // image.GetMetadata.
-        ("Get", 4, data_get),
-        ("List", 3, data_list),
+        ("Get", 4, |a| data_call("get", a)),
+        ("List", 3, |a| data_call("list", a)),
         ("Get", 2, data_global),
         ("GetMetadata", 1, data_image),
         // An ImageValidatingPolicy's image verification functions, on the
         // receiver their macros expand into (`libs::ivpol`).
-        ("verifyImageSignatures", 2, ivpol::iv_signatures),
-        ("verifyAttestationSignatures", 3, ivpol::iv_attestations),
-        ("extractPayload", 2, ivpol::iv_payload),
-        ("getImageData", 1, ivpol::iv_image_data),
+        ("verifyImageSignatures", 2, |a| data_call("sigs", a)),
+        ("verifyAttestationSignatures", 3, |a| data_call("atts", a)),
+        ("extractPayload", 2, |a| data_call("payload", a)),
+        ("getImageData", 1, |a| data_call("data", a)),
         // Kyverno's http library (`Get` with headers is `data_global`'s).
-        ("Get", 1, http_get),
-        ("Post", 2, http_post),
-        ("Post", 3, http_post),
+        ("Get", 1, |a| http_call("GET", a)),
+        ("Post", 2, |a| http_call("POST", a)),
+        ("Post", 3, |a| http_call("POST", a)),
         ("Client", 1, http_client),
         // kyverno-authz's response builders (HTTP and Envoy payloads).
         ("Allowed", 0, authz_allowed),
@@ -267,8 +267,8 @@ pub(super) fn register(env: &mut Env) {
         ("Apply", 2, generator_apply),
         // The lower-case spellings Kyverno (v1.19) accepts beside them:
         // `resource.get/list`, `generator.apply`.
-        ("get", 4, data_get),
-        ("list", 3, data_list),
+        ("get", 4, |a| data_call("get", a)),
+        ("list", 3, |a| data_call("list", a)),
         ("apply", 2, generator_apply),
     ] {
         member(name, n, f, d());
