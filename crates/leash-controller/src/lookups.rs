@@ -22,9 +22,10 @@
 //! # Invariants
 //! 1. A [`Lookups`] is shared (behind an `Arc`): in `serve`, one instance
 //!    (the [`crate::WatchHub`]'s) by the scan's workers, generate and
-//!    admission's reviews. Its two maps,
-//!    `answers` and `reading`, are each behind a `std::sync::Mutex` taken
-//!    for a few statements and never held across an await (house rule 5):
+//!    admission's reviews. Its `answers` are the runtime's
+//!    [`leash_runtime::TtlCache`] (its lock held inside its methods) and
+//!    its `reading` map is behind a `std::sync::Mutex` taken for a few
+//!    statements; neither is held across an await (house rule 5):
 //!    [`Lookups::fetch`] decides its turn under the locks, releases them,
 //!    then reads from the network.
 //! 2. At most one read per lookup is in flight: the first worker that
@@ -55,9 +56,10 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use leash_policy::{ClusterData, ImageTrust, ServiceCall};
+use leash_runtime::TtlCache;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -117,16 +119,13 @@ impl Lookup {
 }
 
 /// When an answer was read, and what (`None`: no data, a failed read).
-type Answer = (Instant, Option<Arc<Value>>);
-
 /// The API server's answers, shared by the scan's workers. See the module docs.
 #[derive(Debug)]
 pub struct Lookups {
-    ttl: Duration,
     max: usize,
     /// Whether a failed read is kept as "no data" (see the module docs).
     keep_failures: bool,
-    answers: Mutex<HashMap<Lookup, Answer>>,
+    answers: TtlCache<Lookup, Option<Arc<Value>>>,
     /// The reads in progress: a waiter's receiver ends when the reader's
     /// [`Reading`] is dropped (read, failed or cancelled).
     reading: Mutex<HashMap<Lookup, watch::Receiver<()>>>,
@@ -169,10 +168,9 @@ impl Lookups {
     /// Answers kept `ttl`, at most `max` of them.
     pub fn new(ttl: Duration, max: usize) -> Lookups {
         Lookups {
-            ttl,
             max: max.max(1),
             keep_failures: true,
-            answers: Mutex::new(HashMap::new()),
+            answers: TtlCache::new(ttl),
             reading: Mutex::new(HashMap::new()),
         }
     }
@@ -187,26 +185,20 @@ impl Lookups {
 
     /// How long an answer is used.
     pub fn ttl(&self) -> Duration {
-        self.ttl
+        self.answers.ttl()
     }
 
     /// A fresh answer: `Some(None)` is a kept failure.
     fn answer(&self, key: &Lookup) -> Option<Option<Arc<Value>>> {
-        let answers = self.answers.lock().unwrap_or_else(|e| e.into_inner());
-        let (at, v) = answers.get(key)?;
-        (at.elapsed() < self.ttl).then(|| v.clone())
+        self.answers.get(key)
     }
 
     fn keep(&self, key: Lookup, v: Option<Arc<Value>>) {
-        let mut answers = self.answers.lock().unwrap_or_else(|e| e.into_inner());
-        if answers.len() >= self.max {
-            let ttl = self.ttl;
-            answers.retain(|_, (at, _)| at.elapsed() < ttl);
-            if answers.len() >= self.max {
-                answers.clear();
-            }
+        // `len` counts the live answers: past `max`, expired ones go, then all.
+        if self.answers.len() >= self.max {
+            self.answers.retain(|_, _| false);
         }
-        answers.insert(key, (Instant::now(), v));
+        self.answers.insert(key, v);
     }
 
     /// Whether `key` is answered, being read by another worker, or this
