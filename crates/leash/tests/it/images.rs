@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use leash_images::testing::LocalRegistry;
 
-use crate::support::{leash, stderr, stdout};
+use crate::support::{apply, assert_test_fails, leash, said, stderr, stdout};
 
 const POLICIES: &str = r#"
 apiVersion: kyverno.io/v1
@@ -76,14 +76,11 @@ async fn apply_registry_reads_image_data_from_the_registry() {
     );
     fs::write(dir.path().join("pods.yaml"), pods).unwrap();
     let run = |extra: &[&str]| {
-        leash()
-            .arg("apply")
-            .arg(dir.path().join("policies.yaml"))
-            .arg("-r")
-            .arg(dir.path().join("pods.yaml"))
-            .args(extra)
-            .output()
-            .unwrap()
+        apply(
+            &dir.path().join("policies.yaml"),
+            &dir.path().join("pods.yaml"),
+            extra,
+        )
     };
 
     let out = run(&["--registry"]);
@@ -367,29 +364,14 @@ results:
 "#,
     )
     .unwrap();
-    let run = |extra: &[&str]| {
-        leash()
-            .arg("test")
-            .arg(dir.path())
-            .args(extra)
-            .output()
-            .unwrap()
-    };
-    let out = run(&["--registry"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}{}",
-        stdout(&out),
-        stderr(&out)
-    );
-    let out = run(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
-    assert!(
-        stdout(&out).contains("1 passed, 1 failed"),
-        "{}",
-        stdout(&out)
-    );
+    let out = leash()
+        .arg("test")
+        .arg(dir.path())
+        .arg("--registry")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    assert_test_fails(dir.path(), "1 passed, 1 failed");
 }
 
 /// A `verifyImages` ClusterPolicy verifying with a cosign public key.
@@ -469,14 +451,11 @@ fn apply_with_registry(policy: &serde_json::Value, pods: &str) -> (Option<i32>, 
     )
     .unwrap();
     fs::write(dir.path().join("pods.yaml"), pods).unwrap();
-    let out = leash()
-        .arg("apply")
-        .arg(dir.path().join("policy.yaml"))
-        .arg("-r")
-        .arg(dir.path().join("pods.yaml"))
-        .args(["--registry", "--detailed-results"])
-        .output()
-        .unwrap();
+    let out = apply(
+        &dir.path().join("policy.yaml"),
+        &dir.path().join("pods.yaml"),
+        &["--registry", "--detailed-results"],
+    );
     (out.status.code(), stdout(&out), stderr(&out))
 }
 

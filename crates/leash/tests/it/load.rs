@@ -12,8 +12,9 @@ use leash_sandbox::{ApiRequest, Faults, Sandbox, SandboxConfig};
 use serde_json::Value;
 
 use crate::support::{
-    BOUND, SandboxProcess, core_resources, kubectl_installed, leash, output_within, send_signal,
-    stderr, stdout, unavailable, wait_exit, with_server, with_unavailable_server,
+    BOUND, SandboxProcess, assert_stderr_has, assert_stdout_has, core_resources, kubectl_installed,
+    leash, output_within, send_signal, stderr, stdout, unavailable, wait_exit, with_server,
+    with_unavailable_server,
 };
 
 /// `leash load ARGS --progress never`.
@@ -86,7 +87,7 @@ fn seed_zero_resources_on_mapping_error() {
     for format in ["ndjson", "json"] {
         let out = small(&["pods", "nosuchkind", "-A", "-o", format]);
         assert_exit(&out, 2);
-        assert!(stderr(&out).contains("\"nosuchkind\""), "{}", stderr(&out));
+        assert_stderr_has(&out, "\"nosuchkind\"");
         assert!(
             stdout(&out).is_empty(),
             "{format}: output written: {}",
@@ -245,7 +246,7 @@ fn unauthorized_exits_2() {
     let sandbox = SandboxProcess::start(&["--token", "right"]);
     let out = load(&["--server", &sandbox.url, "--token", "wrong", "pods"]);
     assert_exit(&out, 2);
-    assert!(stderr(&out).contains("401"), "{}", stderr(&out));
+    assert_stderr_has(&out, "401");
     let out = load(&["--server", &sandbox.url, "--token", "right", "pods"]);
     assert_exit(&out, 0);
 }
@@ -261,7 +262,7 @@ fn unreachable_server_exits_2() {
     let url = format!("http://127.0.0.1:{port}");
     let out = load(&["--server", &url, "pods", "--retries", "1"]);
     assert_exit(&out, 2);
-    assert!(stderr(&out).contains("cannot reach"), "{}", stderr(&out));
+    assert_stderr_has(&out, "cannot reach");
 }
 
 /// A kubeconfig that cannot be read, or is not a kubeconfig, is exit 2
@@ -276,7 +277,7 @@ fn unreadable_kubeconfig_exits_2_naming_it() {
         let out = load(&["pods", "--kubeconfig", path.to_str().unwrap()]);
         assert_exit(&out, 2);
         let name = path.file_name().unwrap().to_str().unwrap();
-        assert!(stderr(&out).contains(name), "{}", stderr(&out));
+        assert_stderr_has(&out, name);
     }
 }
 
@@ -322,15 +323,11 @@ fn kubeconfig_comes_from_kubeconfig_then_home_and_context_picks_in_it() {
     };
     let reached = |out: &Output| {
         assert_exit(out, 0);
-        assert!(stdout(out).contains("namespace/"), "{}", stdout(out));
+        assert_stdout_has(out, "namespace/");
     };
     let refused = |out: &Output| {
         assert_exit(out, 2);
-        assert!(
-            stderr(out).contains(&format!("127.0.0.1:{dead}")),
-            "{}",
-            stderr(out)
-        );
+        assert_stderr_has(out, &format!("127.0.0.1:{dead}"));
     };
     // ~/.kube/config: its current context, or the one --context names.
     refused(&run(None, &[]));
@@ -341,7 +338,7 @@ fn kubeconfig_comes_from_kubeconfig_then_home_and_context_picks_in_it() {
     // A context neither file has is named.
     let out = run(Some(&env_config), &["--context", "nowhere"]);
     assert_exit(&out, 2);
-    assert!(stderr(&out).contains("nowhere"), "{}", stderr(&out));
+    assert_stderr_has(&out, "nowhere");
 }
 
 /// Bad flag values and a bad selector (the server's 400) are exit 2.
@@ -359,7 +356,7 @@ fn usage_errors_exit_2() {
     }
     let out = small(&["cm", "-A", "-l", "tier in ("]);
     assert_exit(&out, 2);
-    assert!(stderr(&out).contains("400"), "{}", stderr(&out));
+    assert_stderr_has(&out, "400");
 }
 
 /// Every format parses and carries the same objects: ndjson lines, one v1
@@ -569,7 +566,7 @@ fn timeout_is_one_deadline() {
     let out = load(&["--server", &sandbox.url, "pods", "-A", "--timeout", "1s"]);
     let took = started.elapsed();
     assert_exit(&out, 1);
-    assert!(stderr(&out).contains("deadline"), "{}", stderr(&out));
+    assert_stderr_has(&out, "deadline");
     assert!(
         took >= Duration::from_millis(900) && took < Duration::from_secs(3),
         "took {took:?}"
@@ -888,10 +885,10 @@ fn forbidden_and_bad_server_urls_exit_2() {
         output_within(load_command(&["--server", url, "pods", "-A"]))
     });
     assert_exit(&out, 2);
-    assert!(stderr(&out).contains("403"), "{}", stderr(&out));
+    assert_stderr_has(&out, "403");
     let (out, _) = with_server(forbidden, |url| output_within(apply(url)));
     assert_exit(&out, 2);
-    assert!(stderr(&out).contains("403"), "{}", stderr(&out));
+    assert_stderr_has(&out, "403");
 
     let entries = dir.path().join("entries.yaml");
     std::fs::write(&entries, "").unwrap();
@@ -1237,5 +1234,5 @@ fn without_a_kubeconfig_the_in_cluster_service_account_is_used() {
             "the account's token: {head:?}"
         );
     }
-    assert!(stderr(&out).contains("403"), "{}", stderr(&out));
+    assert_stderr_has(&out, "403");
 }
