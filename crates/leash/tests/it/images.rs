@@ -191,18 +191,8 @@ async fn serve_reads_image_data_at_admission() {
     let dir = tempfile::tempdir().unwrap();
     let kc = dir.path().join("kubeconfig");
     fs::write(&kc, sb.kubeconfig_yaml()).unwrap();
-    let health = format!("127.0.0.1:{}", crate::support::free_port());
-    let mut server = crate::support::ChildGuard(
-        leash()
-            .args(["serve", "--server", &sb.url(), "--components", "admission"])
-            .args(["--admission-listen", "127.0.0.1:0", "--health", &health])
-            .args(["--registry-timeout", "3s"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("run leash serve"),
-    );
-    crate::support::wait_ready(&health).await;
+    let mut server =
+        crate::support::serve_admission_ready_with(&sb.url(), &["--registry-timeout", "3s"]).await;
     let host = reg.host.clone();
     tokio::task::block_in_place(move || {
         let run = |name: &str, image: &str| {
@@ -389,6 +379,36 @@ fn verify_policy(key_pem: &str, host: &str, action: &str) -> serde_json::Value {
                     "rekor": {"ignoreTlog": true}}}]}]}]}]}})
 }
 
+/// `reg` (`None` where no registry could start) with `team/signed:1`,
+/// signed with `signing_key(seed)`, and `team/unsigned:1` pushed: the
+/// registry, the key's public PEM and the signature's digest.
+async fn signed_and_unsigned(
+    reg: Option<LocalRegistry>,
+    seed: u8,
+) -> Option<(LocalRegistry, String, String)> {
+    use leash_images::testing::{public_key_pem, signing_key};
+    let reg = reg?;
+    reg.push("team/signed:1", &[]).await;
+    reg.push("team/unsigned:1", &[]).await;
+    let key = signing_key(seed);
+    let digest = reg.sign("team/signed:1", &key).await;
+    Some((reg, public_key_pem(&key), digest))
+}
+
+/// A `kubernetes.io/dockerconfigjson` Secret `kyverno/regcred` with the
+/// credentials of the test user, `password`, for the registry at `host`.
+fn regcred(host: &str, password: &str) -> serde_json::Value {
+    use base64::Engine as _;
+    use leash_images::testing::TEST_USER;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let config = serde_json::json!({"auths": {host: {
+        "auth": b64(&format!("{TEST_USER}:{password}"))}}});
+    serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "regcred", "namespace": "kyverno"},
+        "type": "kubernetes.io/dockerconfigjson",
+        "data": {".dockerconfigjson": b64(&config.to_string())}})
+}
+
 /// `leash serve` (admission, `flags`) against a sandbox holding `policies`
 /// (and what `seed` adds to its store); `body` runs with the kubeconfig
 /// path (off the runtime's threads), then serve is stopped with SIGTERM
@@ -519,15 +539,10 @@ async fn apply_verifies_cosign_signatures_with_public_keys() {
 /// attestor.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn apply_cluster_verifies_the_cluster_pods_images() {
-    use leash_images::testing::{public_key_pem, signing_key};
-    let Some(reg) = LocalRegistry::start() else {
+    let Some((reg, key, _)) = signed_and_unsigned(LocalRegistry::start(), 6).await else {
         return;
     };
-    reg.push("team/signed:1", &[]).await;
-    reg.push("team/unsigned:1", &[]).await;
-    let key = signing_key(6);
-    reg.sign("team/signed:1", &key).await;
-    let policy = verify_policy(&public_key_pem(&key), &reg.host, "Enforce");
+    let policy = verify_policy(&key, &reg.host, "Enforce");
     let host = reg.host.clone();
     let pod = |name: &str| {
         serde_json::json!({"apiVersion": "v1", "kind": "Pod",
@@ -578,18 +593,13 @@ async fn apply_cluster_verifies_the_cluster_pods_images() {
 /// message.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_admits_signed_images_and_denies_unsigned_ones() {
-    use leash_images::testing::{public_key_pem, signing_key};
     if !crate::support::kubectl_installed() {
         return;
     }
-    let Some(reg) = LocalRegistry::start() else {
+    let Some((reg, key, digest)) = signed_and_unsigned(LocalRegistry::start(), 5).await else {
         return;
     };
-    reg.push("team/signed:1", &[]).await;
-    reg.push("team/unsigned:1", &[]).await;
-    let key = signing_key(5);
-    let digest = reg.sign("team/signed:1", &key).await;
-    let policy = verify_policy(&public_key_pem(&key), &reg.host, "Enforce");
+    let policy = verify_policy(&key, &reg.host, "Enforce");
     let host = reg.host.clone();
     serving(vec![policy], |_| {}, &[], |kc| {
         // mutateDigest (the default): the tag is pinned to the verified
@@ -615,17 +625,12 @@ async fn serve_admits_signed_images_and_denies_unsigned_ones() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_verifies_with_a_key_kept_in_a_secret() {
     use base64::Engine as _;
-    use leash_images::testing::{public_key_pem, signing_key};
     if !crate::support::kubectl_installed() {
         return;
     }
-    let Some(reg) = LocalRegistry::start() else {
+    let Some((reg, key, digest)) = signed_and_unsigned(LocalRegistry::start(), 8).await else {
         return;
     };
-    reg.push("team/signed:1", &[]).await;
-    reg.push("team/unsigned:1", &[]).await;
-    let key = signing_key(8);
-    let digest = reg.sign("team/signed:1", &key).await;
     let policy = verify_policy("k8s://keys/cosign", &reg.host, "Enforce");
     let mut missing = verify_policy("k8s://keys/nothing", &reg.host, "Enforce");
     missing["metadata"]["name"] = serde_json::json!("missing-key");
@@ -639,7 +644,7 @@ async fn serve_verifies_with_a_key_kept_in_a_secret() {
         store
             .create(serde_json::json!({"apiVersion": "v1", "kind": "Secret",
                 "metadata": {"name": "cosign", "namespace": "keys"},
-                "data": {"cosign.pub": base64::engine::general_purpose::STANDARD.encode(public_key_pem(&key))}}))
+                "data": {"cosign.pub": base64::engine::general_purpose::STANDARD.encode(&key)}}))
             .unwrap();
     };
     let host = reg.host.clone();
@@ -667,8 +672,7 @@ async fn serve_verifies_with_a_key_kept_in_a_secret() {
 /// same pod is admitted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_reads_rotated_image_pull_secrets() {
-    use base64::Engine as _;
-    use leash_images::testing::{TEST_PASSWORD, TEST_USER, public_key_pem, signing_key};
+    use leash_images::testing::{TEST_PASSWORD, public_key_pem, signing_key};
     if !crate::support::kubectl_installed() {
         return;
     }
@@ -678,20 +682,14 @@ async fn serve_reads_rotated_image_pull_secrets() {
     reg.push("team/signed:1", &[]).await;
     let key = signing_key(9);
     reg.sign("team/signed:1", &key).await;
-    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-    let registry_host = reg.host.clone();
-    let secret = move |password: &str| {
-        let config = serde_json::json!({"auths": {registry_host.clone(): {
-            "auth": b64(&format!("{TEST_USER}:{password}"))}}});
-        serde_json::json!({"apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": "regcred", "namespace": "kyverno"},
-            "type": "kubernetes.io/dockerconfigjson",
-            "data": {".dockerconfigjson": b64(&config.to_string())}})
-    };
     let mut policy = verify_policy(&public_key_pem(&key), &reg.host, "Enforce");
     policy["spec"]["rules"][0]["verifyImages"][0]["mutateDigest"] = serde_json::json!(false);
     policy["spec"]["rules"][0]["verifyImages"][0]["verifyDigest"] = serde_json::json!(false);
-    let sb = crate::support::crd_sandbox(|_| true, vec![policy, secret("not-the-password")]).await;
+    let sb = crate::support::crd_sandbox(
+        |_| true,
+        vec![policy, regcred(&reg.host, "not-the-password")],
+    )
+    .await;
     let dir = tempfile::tempdir().unwrap();
     let kc = dir.path().join("kubeconfig");
     fs::write(&kc, sb.kubeconfig_yaml()).unwrap();
@@ -715,7 +713,7 @@ async fn serve_reads_rotated_image_pull_secrets() {
             out.contains(&format!("failed to verify image {image}")),
             "{out}"
         );
-        let mut rotated = secret(TEST_PASSWORD);
+        let mut rotated = regcred(&host, TEST_PASSWORD);
         let current = store
             .get("v1", "Secret", Some("kyverno"), "regcred")
             .unwrap();
@@ -760,26 +758,14 @@ async fn serve_reads_private_registries_with_the_policys_credentials() {
 }
 
 async fn private_registry(by_flag: bool) {
-    use base64::Engine as _;
-    use leash_images::testing::{TEST_PASSWORD, TEST_USER, public_key_pem, signing_key};
     if !crate::support::kubectl_installed() {
         return;
     }
-    let Some(reg) = LocalRegistry::start_with_auth() else {
+    let Some((reg, key, _)) = signed_and_unsigned(LocalRegistry::start_with_auth(), 6).await else {
         return;
     };
-    reg.push("team/signed:1", &[]).await;
-    reg.push("team/unsigned:1", &[]).await;
-    let key = signing_key(6);
-    reg.sign("team/signed:1", &key).await;
-    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-    let config = serde_json::json!({"auths": {reg.host.clone(): {
-        "auth": b64(&format!("{TEST_USER}:{TEST_PASSWORD}"))}}});
-    let secret = serde_json::json!({"apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": "regcred", "namespace": "kyverno"},
-        "type": "kubernetes.io/dockerconfigjson",
-        "data": {".dockerconfigjson": b64(&config.to_string())}});
-    let mut policy = verify_policy(&public_key_pem(&key), &reg.host, "Enforce");
+    let secret = regcred(&reg.host, leash_images::testing::TEST_PASSWORD);
+    let mut policy = verify_policy(&key, &reg.host, "Enforce");
     // Pinning digests reads the registry too; this test is about reading.
     policy["spec"]["rules"][0]["verifyImages"][0]["mutateDigest"] = serde_json::json!(false);
     policy["spec"]["rules"][0]["verifyImages"][0]["verifyDigest"] = serde_json::json!(false);

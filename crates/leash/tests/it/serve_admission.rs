@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::support::{
     BOUND, ChildGuard, crd_sandbox, free_port, http_get, http_post_json, kubectl_installed, leash,
-    repo, send_signal, serve_admission_ready, wait_exit, wait_ready,
+    repo, send_signal, serve_admission_ready, wait_exit, wait_ready, webhook_cfg,
 };
 
 /// A sandbox with leash's CRDs, the example policies and the `kyverno`
@@ -155,15 +155,7 @@ async fn serve_admission_end_to_end_with_kubectl() {
             "{t}"
         );
         // failurePolicy Ignore: admitted.
-        let mut vwc = sb
-            .store()
-            .get(
-                "admissionregistration.k8s.io/v1",
-                "ValidatingWebhookConfiguration",
-                None,
-                "leash-validating-webhook-cfg",
-            )
-            .unwrap();
+        let mut vwc = webhook_cfg(&sb, "Validating").unwrap();
         for w in vwc["webhooks"].as_array_mut().unwrap() {
             w["failurePolicy"] = json!("Ignore");
         }
@@ -186,15 +178,8 @@ async fn serve_admission_end_to_end_with_kubectl() {
 async fn readyz_waits_for_the_webhook_registration() {
     let sb = demo_sandbox().await;
     let mut server = serve_admission_ready(&sb.url()).await;
-    let vwc = sb
-        .store()
-        .get(
-            "admissionregistration.k8s.io/v1",
-            "ValidatingWebhookConfiguration",
-            None,
-            "leash-validating-webhook-cfg",
-        )
-        .expect("ready only with the webhook configuration written");
+    let vwc =
+        webhook_cfg(&sb, "Validating").expect("ready only with the webhook configuration written");
     // Written from the policies, not from the empty set served before them.
     let resources: Vec<&Value> = vwc["webhooks"]
         .as_array()
@@ -206,15 +191,8 @@ async fn readyz_waits_for_the_webhook_registration() {
     assert!(resources.iter().any(|r| *r == "pods"), "{vwc}");
     // The mutating configuration is written before ready too; the
     // example policies mutate nothing, so it has no webhooks.
-    let mwc = sb
-        .store()
-        .get(
-            "admissionregistration.k8s.io/v1",
-            "MutatingWebhookConfiguration",
-            None,
-            "leash-mutating-webhook-cfg",
-        )
-        .expect("ready only with the mutating configuration written");
+    let mwc =
+        webhook_cfg(&sb, "Mutating").expect("ready only with the mutating configuration written");
     assert!(
         mwc["webhooks"].as_array().is_none_or(Vec::is_empty),
         "{mwc}"

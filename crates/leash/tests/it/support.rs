@@ -504,6 +504,20 @@ pub(crate) async fn crd_sandbox(
     .unwrap()
 }
 
+/// leash's `Validating` or `Mutating` webhook configuration, as `sb`'s
+/// store holds it.
+pub(crate) fn webhook_cfg(
+    sb: &leash_sandbox::Sandbox,
+    kind: &str,
+) -> leash_sandbox::Result<serde_json::Value> {
+    sb.store().get(
+        "admissionregistration.k8s.io/v1",
+        &format!("{kind}WebhookConfiguration"),
+        None,
+        &format!("leash-{}-webhook-cfg", kind.to_lowercase()),
+    )
+}
+
 /// Waits until `/readyz` on `health` answers 200 (a hang guard: [`BOUND`]).
 pub(crate) async fn wait_ready(health: &str) {
     let start = Instant::now();
