@@ -187,47 +187,44 @@ async fn serve_reads_image_data_at_admission() {
         false,
         "image {{ imageData.resolvedImage }} is not built by acme",
     );
-    let sb = crate::support::crd_sandbox(|_| true, vec![policy]).await;
-    let dir = tempfile::tempdir().unwrap();
-    let kc = dir.path().join("kubeconfig");
-    fs::write(&kc, sb.kubeconfig_yaml()).unwrap();
-    let mut server =
-        crate::support::serve_admission_ready_with(&sb.url(), &["--registry-timeout", "3s"]).await;
     let host = reg.host.clone();
-    tokio::task::block_in_place(move || {
-        let run = |name: &str, image: &str| {
-            kubectl(&kc, &["run", name, "--image", &format!("{host}/{image}")])
-        };
-        let (ok, out) = run("acme", "team/app:1.0");
-        assert!(ok, "{out}");
-        let (ok, out) = run("other", "team/other:2.0");
-        assert!(!ok, "{out}");
-        assert!(
-            out.contains("denied the request")
-                && out.contains(&format!("vendor: image {host}/team/other@sha256:"))
-                && out.contains("is not built by acme"),
-            "{out}"
-        );
-        drop(reg);
-        let started = Instant::now();
-        let (ok, out) = run("late", "team/late:3.0");
-        assert!(!ok, "{out}");
-        assert!(
-            out.contains("denied the request")
-                && out.contains(&format!(
-                    "failed to fetch image descriptor: {host}/team/late:3.0"
-                ))
-                && out.contains(&format!("registry {host}")),
-            "{out}"
-        );
-        assert!(started.elapsed() < Duration::from_secs(30), "bounded");
-        // The image read before is served from the cache, registry gone.
-        let (ok, out) = run("acme-again", "team/app:1.0");
-        assert!(ok, "{out}");
-        crate::support::send_signal(&server.0, "TERM");
-        crate::support::wait_exit(&mut server.0, crate::support::BOUND, "exit after SIGTERM");
-    });
-    sb.shutdown().await.unwrap();
+    serving(
+        vec![policy],
+        |_| {},
+        &["--registry-timeout", "3s"],
+        move |kc| {
+            let run = |name: &str, image: &str| {
+                kubectl(kc, &["run", name, "--image", &format!("{host}/{image}")])
+            };
+            let (ok, out) = run("acme", "team/app:1.0");
+            assert!(ok, "{out}");
+            let (ok, out) = run("other", "team/other:2.0");
+            assert!(!ok, "{out}");
+            assert!(
+                out.contains("denied the request")
+                    && out.contains(&format!("vendor: image {host}/team/other@sha256:"))
+                    && out.contains("is not built by acme"),
+                "{out}"
+            );
+            drop(reg);
+            let started = Instant::now();
+            let (ok, out) = run("late", "team/late:3.0");
+            assert!(!ok, "{out}");
+            assert!(
+                out.contains("denied the request")
+                    && out.contains(&format!(
+                        "failed to fetch image descriptor: {host}/team/late:3.0"
+                    ))
+                    && out.contains(&format!("registry {host}")),
+                "{out}"
+            );
+            assert!(started.elapsed() < Duration::from_secs(30), "bounded");
+            // The image read before is served from the cache, registry gone.
+            let (ok, out) = run("acme-again", "team/app:1.0");
+            assert!(ok, "{out}");
+        },
+    )
+    .await;
 }
 
 /// The background scan reads the registry too: pods already in the
@@ -251,40 +248,53 @@ async fn the_background_scan_reads_image_data() {
             "spec": {"containers": [{"name": "c", "image": format!("{host}/{image}")}]}})
     };
     let policy = vendor_policy("Audit", true, "not built by acme");
-    let sb = crate::support::crd_sandbox(
-        |_| true,
-        vec![
-            policy,
-            pod("acme", "team/app:1.0"),
-            pod("other", "team/other:2.0"),
-        ],
-    )
-    .await;
-    let dir = tempfile::tempdir().unwrap();
-    let kc = dir.path().join("kubeconfig");
-    fs::write(&kc, sb.kubeconfig_yaml()).unwrap();
-    let mut server = crate::support::ChildGuard(
-        leash()
-            .args(["serve", "--server", &sb.url(), "--components", "reports"])
-            .args([
-                "--registry-timeout",
-                "3s",
-                "--report-cleanup-interval",
-                "1s",
-            ])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("run leash serve"),
-    );
-    tokio::task::block_in_place(move || {
-        let results = report_results(&kc, 2);
+    let objects = vec![
+        policy,
+        pod("acme", "team/app:1.0"),
+        pod("other", "team/other:2.0"),
+    ];
+    let flags = [
+        "--registry-timeout",
+        "3s",
+        "--report-cleanup-interval",
+        "1s",
+    ];
+    background_scan(objects, &flags, reg, |results| {
         assert_eq!(results["acme"]["result"], "pass", "{results:?}");
         assert_eq!(results["other"]["result"], "fail", "{results:?}");
         assert_eq!(
             results["other"]["message"], "not built by acme",
             "{results:?}"
         );
+    })
+    .await;
+}
+
+/// `leash serve --components reports` (with `flags`) against a sandbox
+/// holding `objects`: `check` runs on the PolicyReport results once two
+/// resources have one ([`report_results`]), then `reg` is dropped and serve
+/// is stopped with SIGTERM.
+async fn background_scan(
+    objects: Vec<serde_json::Value>,
+    flags: &[&str],
+    reg: LocalRegistry,
+    check: impl FnOnce(&std::collections::BTreeMap<String, serde_json::Value>),
+) {
+    let sb = crate::support::crd_sandbox(|_| true, objects).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    fs::write(&kc, sb.kubeconfig_yaml()).unwrap();
+    let mut server = crate::support::ChildGuard(
+        leash()
+            .args(["serve", "--server", &sb.url(), "--components", "reports"])
+            .args(flags)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("run leash serve"),
+    );
+    tokio::task::block_in_place(move || {
+        check(&report_results(&kc, 2));
         drop(reg);
         crate::support::send_signal(&server.0, "TERM");
         crate::support::wait_exit(&mut server.0, crate::support::BOUND, "exit after SIGTERM");
@@ -846,29 +856,12 @@ async fn the_background_scan_runs_image_validating_policies() {
             "validations": [{"expression":
                 "images.containers.map(i, verifyImageSignatures(i, [attestors.team])).all(n, n > 0)",
                 "message": "unsigned image"}]}});
-    let sb = crate::support::crd_sandbox(
-        |_| true,
-        vec![
-            ivpol,
-            pod("signed", format!("{host}/team/signed:1@{signed}")),
-            pod("unsigned", format!("{host}/team/unsigned:1@{unsigned}")),
-        ],
-    )
-    .await;
-    let dir = tempfile::tempdir().unwrap();
-    let kc = dir.path().join("kubeconfig");
-    fs::write(&kc, sb.kubeconfig_yaml()).unwrap();
-    let mut server = crate::support::ChildGuard(
-        leash()
-            .args(["serve", "--server", &sb.url(), "--components", "reports"])
-            .args(["--registry-timeout", "3s"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("run leash serve"),
-    );
-    tokio::task::block_in_place(move || {
-        let results = report_results(&kc, 2);
+    let objects = vec![
+        ivpol,
+        pod("signed", format!("{host}/team/signed:1@{signed}")),
+        pod("unsigned", format!("{host}/team/unsigned:1@{unsigned}")),
+    ];
+    background_scan(objects, &["--registry-timeout", "3s"], reg, |results| {
         assert_eq!(results["signed"]["result"], "pass", "{results:?}");
         assert_eq!(results["unsigned"]["result"], "fail", "{results:?}");
         assert_eq!(
@@ -879,11 +872,8 @@ async fn the_background_scan_runs_image_validating_policies() {
             results["unsigned"]["source"], "KyvernoImageValidatingPolicy",
             "{results:?}"
         );
-        drop(reg);
-        crate::support::send_signal(&server.0, "TERM");
-        crate::support::wait_exit(&mut server.0, crate::support::BOUND, "exit after SIGTERM");
-    });
-    sb.shutdown().await.unwrap();
+    })
+    .await;
 }
 
 /// Notary Project signatures made by the real `notation` CLI, end to end
