@@ -4,7 +4,7 @@
 use std::fs;
 use std::path::Path;
 
-use crate::support::{assert_test_fails, assert_test_passes, leash, stderr, stdout};
+use crate::support::{apply_given, assert_test_fails, assert_test_passes, stderr, stdout};
 
 const POLICY: &str = r#"
 apiVersion: kyverno.io/v1
@@ -102,14 +102,12 @@ fn a_generated_resource_that_differs_fails_and_names_the_field() {
 
 /// `leash apply DIR/policy.yaml --resource DIR/.kyverno-test/ns.yaml ARGS`.
 fn apply_to_the_namespace(dir: &Path, args: &[&str]) -> std::process::Output {
-    leash()
-        .arg("apply")
-        .arg(dir.join("policy.yaml"))
-        .arg("--resource")
-        .arg(dir.join(".kyverno-test/ns.yaml"))
-        .args(args)
-        .output()
-        .unwrap()
+    apply_given(
+        &dir.join("policy.yaml"),
+        "--resource",
+        &dir.join(".kyverno-test/ns.yaml"),
+        args,
+    )
 }
 
 #[test]

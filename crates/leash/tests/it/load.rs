@@ -254,11 +254,7 @@ fn unauthorized_exits_2() {
 /// A server nobody listens on is exit 2 naming it.
 #[test]
 fn unreachable_server_exits_2() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = crate::support::free_port();
     let url = format!("http://127.0.0.1:{port}");
     let out = load(&["--server", &url, "pods", "--retries", "1"]);
     assert_exit(&out, 2);
@@ -289,11 +285,7 @@ fn unreadable_kubeconfig_exits_2_naming_it() {
 #[test]
 fn kubeconfig_comes_from_kubeconfig_then_home_and_context_picks_in_it() {
     let sandbox = SandboxProcess::start(&["--seed", "1"]);
-    let dead = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let dead = crate::support::free_port();
     let config = |current: &str| {
         format!(
             "apiVersion: v1\nkind: Config\ncurrent-context: {current}\n\
@@ -714,6 +706,14 @@ fn seed_partial_pages_discarded() {
 /// whose point is the requests they make.
 const NAMED_PODS_POLICY: &str = "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata: {name: p}\nspec:\n  rules:\n  - name: r\n    match: {any: [{resources: {kinds: [Pod]}}]}\n    validate: {message: m, pattern: {metadata: {name: \"?*\"}}}\n";
 
+/// `leash apply POLICY --cluster -A --server URL`.
+fn apply_cluster(policy: &std::path::Path, url: &str) -> Command {
+    let mut cmd = leash();
+    cmd.args(["apply", policy.to_str().unwrap(), "--cluster", "-A"])
+        .args(["--server", url]);
+    cmd
+}
+
 /// README, "Connection flags": the client never retries on its own (only
 /// leash's retries do: 1 + `--retries 2` requests for the list with
 /// `load`, 1 + 5 with `apply --cluster`, where kube's retry layer would add
@@ -721,6 +721,17 @@ const NAMED_PODS_POLICY: &str = "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\
 /// discovery be the first request (no `/version` probe before it).
 #[test]
 fn discovery_comes_first_and_only_leash_retries() {
+    // Asserts that discovery came first: the pod list requests.
+    let lists_after_discovery = |paths: &[String]| {
+        assert!(
+            matches!(paths.first().map(String::as_str), Some("/api" | "/apis")),
+            "discovery first: {paths:?}"
+        );
+        paths
+            .iter()
+            .filter(|p| p.starts_with("/api/v1/pods"))
+            .count()
+    };
     let (out, paths) = with_unavailable_server(|url| {
         output_within(load_command(&[
             "--server",
@@ -737,45 +748,20 @@ fn discovery_comes_first_and_only_leash_retries() {
         err.contains("503") && err.contains("pods"),
         "the failed kind named: {err}"
     );
-    assert!(
-        matches!(paths.first().map(String::as_str), Some("/api" | "/apis")),
-        "discovery first: {paths:?}"
-    );
-    let lists = paths
-        .iter()
-        .filter(|p| p.starts_with("/api/v1/pods"))
-        .count();
     assert_eq!(
-        lists, 3,
+        lists_after_discovery(&paths),
+        3,
         "one request and two retries of leash's: {paths:?}"
     );
 
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("policy.yaml");
     std::fs::write(&policy, NAMED_PODS_POLICY).unwrap();
-    let (out, paths) = with_unavailable_server(|url| {
-        let mut apply = leash();
-        apply.args([
-            "apply",
-            policy.to_str().unwrap(),
-            "--cluster",
-            "-A",
-            "--server",
-            url,
-        ]);
-        output_within(apply)
-    });
+    let (out, paths) = with_unavailable_server(|url| output_within(apply_cluster(&policy, url)));
     assert!(!out.status.success(), "{}", stderr(&out));
-    assert!(
-        matches!(paths.first().map(String::as_str), Some("/api" | "/apis")),
-        "discovery first: {paths:?}"
-    );
-    let lists = paths
-        .iter()
-        .filter(|p| p.starts_with("/api/v1/pods"))
-        .count();
     assert_eq!(
-        lists, 6,
+        lists_after_discovery(&paths),
+        6,
         "one request and leash's 5 retries (apply's default): {paths:?}"
     );
 }
@@ -869,18 +855,7 @@ fn forbidden_and_bad_server_urls_exit_2() {
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("policy.yaml");
     std::fs::write(&policy, NAMED_PODS_POLICY).unwrap();
-    let apply = |url: &str| {
-        let mut cmd = leash();
-        cmd.args([
-            "apply",
-            policy.to_str().unwrap(),
-            "--cluster",
-            "-A",
-            "--server",
-            url,
-        ]);
-        cmd
-    };
+    let apply = |url: &str| apply_cluster(&policy, url);
     let (out, _) = with_server(forbidden, |url| {
         output_within(load_command(&["--server", url, "pods", "-A"]))
     });

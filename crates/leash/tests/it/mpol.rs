@@ -4,7 +4,7 @@
 use std::fs;
 use std::path::Path;
 
-use crate::support::{assert_test_fails, assert_test_passes, leash, stderr, stdout};
+use crate::support::{apply_given, assert_test_fails, assert_test_passes, stderr, stdout};
 
 const POLICY: &str = r#"
 apiVersion: policies.kyverno.io/v1alpha1
@@ -106,13 +106,12 @@ fn test_fails_when_the_mutated_resource_differs() {
 fn apply_reports_mutating_policy_results() {
     let dir = tempfile::tempdir().unwrap();
     folder(dir.path(), PATCHED);
-    let out = leash()
-        .args(["apply"])
-        .arg(dir.path().join("policy.yaml"))
-        .arg("--resource")
-        .arg(dir.path().join(".kyverno-test/resources.yaml"))
-        .output()
-        .unwrap();
+    let out = apply_given(
+        &dir.path().join("policy.yaml"),
+        "--resource",
+        &dir.path().join(".kyverno-test/resources.yaml"),
+        &[],
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
     assert!(

@@ -5,9 +5,10 @@ use std::fs;
 use std::path::Path;
 
 use crate::support::{
-    BOUND, ChildGuard, accept_within, apply, assert_has, assert_stderr_has, assert_stdout_has,
-    assert_test_fails, assert_test_passes, core_resources, json_of_exit, leash, leash_on,
-    leash_piped, output_within, send_signal, stderr, stdout, unavailable, wait_exit, with_server,
+    BOUND, ChildGuard, accept_within, apply, apply_given, assert_has, assert_stderr_has,
+    assert_stdout_has, assert_test_fails, assert_test_passes, core_resources, json_of_exit, leash,
+    leash_on, leash_piped, output_within, send_signal, stderr, stdout, unavailable, wait_exit,
+    with_server,
 };
 
 const POLICY: &str = r#"
@@ -482,13 +483,12 @@ fn the_readmes_example_test_passes() {
 fn apply_prints_failures_and_summary_and_exits_1() {
     let dir = tempfile::tempdir().unwrap();
     folder(dir.path(), GOOD_RESULTS);
-    let out = leash()
-        .args(["apply"])
-        .arg(dir.path().join("policy.yaml"))
-        .arg("--resource")
-        .arg(dir.path().join(".kyverno-test/resources.yaml"))
-        .output()
-        .unwrap();
+    let out = apply_given(
+        &dir.path().join("policy.yaml"),
+        "--resource",
+        &dir.path().join(".kyverno-test/resources.yaml"),
+        &[],
+    );
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let text = stdout(&out);
     // 3 pods x 2 rules, the deployment x 2 autogen rules.
@@ -1633,16 +1633,9 @@ fn apply_reads_cel_policy_exceptions() {
         "pods.yaml",
         "apiVersion: v1\nkind: Pod\nmetadata: {name: web, namespace: default}\nspec: {containers: [{name: c, image: 'nginx:latest'}]}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: api, namespace: default}\nspec: {containers: [{name: c, image: 'nginx:latest'}]}\n",
     );
-    let out = leash()
-        .arg("apply")
-        .arg(&policy)
-        .arg("--resource")
-        .arg(&pods)
-        .arg("--exception")
-        .arg(&exception)
-        .arg("--detailed-results")
-        .output()
-        .unwrap();
+    let exception = exception.to_str().unwrap();
+    let args = ["--exception", exception, "--detailed-results"];
+    let out = apply_given(&policy, "--resource", &pods, &args);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let text = stdout(&out);
     assert_has(
@@ -2602,13 +2595,12 @@ spec: {podSelector: {}}
 "#;
     fs::write(dir.path().join("policy.yaml"), policy).unwrap();
     fs::write(dir.path().join("resources.yaml"), resources).unwrap();
-    let out = leash()
-        .args(["apply"])
-        .arg(dir.path().join("policy.yaml"))
-        .arg("--resource")
-        .arg(dir.path().join("resources.yaml"))
-        .output()
-        .unwrap();
+    let out = apply_given(
+        &dir.path().join("policy.yaml"),
+        "--resource",
+        &dir.path().join("resources.yaml"),
+        &[],
+    );
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let text = stdout(&out);
     // require-netpol: covered passes, uncovered fails; priority: both pass.

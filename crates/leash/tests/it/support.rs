@@ -97,10 +97,16 @@ pub(crate) fn leash_on(args: &[&str], path: &Path) -> Output {
 
 /// `leash apply POLICY -r RESOURCES ARGS` to completion.
 pub(crate) fn apply(policy: &Path, resources: &Path, args: &[&str]) -> Output {
+    apply_given(policy, "-r", resources, args)
+}
+
+/// `leash apply POLICY FLAG RESOURCES ARGS` to completion (FLAG one of the
+/// spellings of `--resource`).
+pub(crate) fn apply_given(policy: &Path, flag: &str, resources: &Path, args: &[&str]) -> Output {
     leash()
         .arg("apply")
         .arg(policy)
-        .arg("-r")
+        .arg(flag)
         .arg(resources)
         .args(args)
         .output()
