@@ -296,8 +296,7 @@ async fn background_scan(
     tokio::task::block_in_place(move || {
         check(&report_results(&kc, 2));
         drop(reg);
-        crate::support::send_signal(&server.0, "TERM");
-        crate::support::wait_exit(&mut server.0, crate::support::BOUND, "exit after SIGTERM");
+        crate::support::sigterm_and_wait(&mut server);
     });
     sb.shutdown().await.unwrap();
 }
@@ -437,8 +436,7 @@ async fn serving(
     let mut server = crate::support::serve_admission_ready_with(&sb.url(), flags).await;
     tokio::task::block_in_place(|| {
         body(&kc);
-        crate::support::send_signal(&server.0, "TERM");
-        crate::support::wait_exit(&mut server.0, crate::support::BOUND, "exit after SIGTERM");
+        crate::support::sigterm_and_wait(&mut server);
     });
     sb.shutdown().await.unwrap();
 }
@@ -744,8 +742,7 @@ async fn serve_reads_rotated_image_pull_secrets() {
             std::thread::sleep(std::time::Duration::from_millis(300));
         }
         drop(reg);
-        crate::support::send_signal(&server.0, "TERM");
-        crate::support::wait_exit(&mut server.0, crate::support::BOUND, "exit after SIGTERM");
+        crate::support::sigterm_and_wait(&mut server);
     });
     sb.shutdown().await.unwrap();
 }

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::support::{
     BOUND, ChildGuard, crd_sandbox, free_port, http_get, http_post_json, kubectl_installed, leash,
-    repo, send_signal, serve_admission_ready, wait_exit, wait_ready, webhook_cfg,
+    repo, send_signal, serve_admission_ready, sigterm_and_wait, wait_exit, wait_ready, webhook_cfg,
 };
 
 /// A sandbox with leash's CRDs, the example policies and the `kyverno`
@@ -146,8 +146,7 @@ async fn serve_admission_end_to_end_with_kubectl() {
         assert_eq!(cpol["status"]["ready"], true, "{cpol}");
 
         // Webhook down, failurePolicy Fail: creation is denied.
-        send_signal(&server.0, "TERM");
-        assert!(wait_exit(&mut server.0, BOUND, "exit after SIGTERM").success());
+        assert!(sigterm_and_wait(&mut server).success());
         let out = kubectl(&kc, &["run", "while-down", "--image", "nginx:1.27"]);
         let t = text(&out);
         assert!(
@@ -166,8 +165,7 @@ async fn serve_admission_end_to_end_with_kubectl() {
         // Up again: the registrar restores its configuration; denials resume.
         server = serve(&sb.url(), port);
         run_until(&kc, "bad-again", "nginx:latest", "denied the request");
-        send_signal(&server.0, "TERM");
-        assert!(wait_exit(&mut server.0, BOUND, "exit after SIGTERM").success());
+        assert!(sigterm_and_wait(&mut server).success());
     });
     sb.shutdown().await.unwrap();
 }
@@ -340,8 +338,7 @@ async fn serve_admission_reads_configmap_context_from_the_api_server() {
         );
         let out = run("from-ghcr", "ghcr.io");
         assert!(out.status.success(), "{}", text(&out));
-        send_signal(&server.0, "TERM");
-        assert!(wait_exit(&mut server.0, BOUND, "exit after SIGTERM").success());
+        assert!(sigterm_and_wait(&mut server).success());
     });
     sb.shutdown().await.unwrap();
 }
@@ -733,8 +730,7 @@ async fn admission_and_the_scan_watch_each_kind_once() {
             assert!(admitted.status.success(), "{}", text(&admitted));
         });
     }
-    send_signal(&server.0, "TERM");
-    wait_exit(&mut server.0, BOUND, "exit after SIGTERM");
+    sigterm_and_wait(&mut server);
     sb.shutdown().await.unwrap();
 }
 

@@ -123,6 +123,12 @@ pub(crate) fn send_signal(child: &Child, signal: &str) {
     assert!(status.success(), "kill -{signal} failed");
 }
 
+/// SIGTERM to `child`, then its exit (within [`BOUND`]).
+pub(crate) fn sigterm_and_wait(child: &mut ChildGuard) -> ExitStatus {
+    send_signal(&child.0, "TERM");
+    wait_exit(&mut child.0, BOUND, "exit after SIGTERM")
+}
+
 /// Poll every 10 ms until `child` exits; after `bound`, kill it and panic
 /// saying `what` did not happen.
 pub(crate) fn wait_exit(child: &mut Child, bound: Duration, what: &str) -> ExitStatus {
