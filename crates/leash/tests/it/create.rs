@@ -1,7 +1,7 @@
 //! `leash create`: a test file written by `leash create test` runs with
 //! `leash test` as written.
 
-use crate::support::{leash, stderr, stdout};
+use crate::support::{assert_stderr_has, assert_test_passes, leash, stderr};
 
 #[test]
 fn a_created_test_file_runs() {
@@ -44,18 +44,12 @@ spec: {containers: [{name: c, image: 'nginx:1.27'}]}
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let out = leash().arg("test").arg(dir.path()).output().unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
-    assert!(stdout(&out).contains("2 passed"), "{}", stdout(&out));
+    assert_test_passes(dir.path(), &[], "2 passed");
     // A result without its five fields is a usage error naming the flag.
     let out = leash()
         .args(["create", "test", "--pass", "p,r,x"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr(&out).contains("--pass \"p,r,x\""),
-        "{}",
-        stderr(&out)
-    );
+    assert_stderr_has(&out, "--pass \"p,r,x\"");
 }

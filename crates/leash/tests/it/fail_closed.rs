@@ -12,7 +12,7 @@ use leash_sandbox::{Sandbox, SandboxConfig};
 use serde_json::{Value, json};
 
 use crate::support::{
-    BOUND, ChildGuard, free_port, http_get, http_post_json, leash, repo, wait_ready,
+    BOUND, ChildGuard, free_port, http_get, http_post_json, leash, repo, wait_ready, webhook_cfg,
 };
 
 /// A sandbox with leash's CRDs, the example policies (disallow-latest-tag
@@ -69,6 +69,23 @@ fn serve(url: &str, args: &[&str], log: &Path) -> ChildGuard {
             .spawn()
             .expect("run leash serve"),
     )
+}
+
+/// [`serve`] of the admission component (a free port, its log `log`),
+/// once ready.
+async fn serve_admission_ready_logged(url: &str, log: &Path) -> ChildGuard {
+    let health = format!("127.0.0.1:{}", free_port());
+    let args = [
+        "--components",
+        "admission",
+        "--admission-listen",
+        "127.0.0.1:0",
+        "--health",
+        &health,
+    ];
+    let server = serve(url, &args, log);
+    wait_ready(&health).await;
+    server
 }
 
 fn kill(child: &mut ChildGuard) {
@@ -260,15 +277,7 @@ async fn two_replicas_behind_a_service_answer_every_request() {
     for (_, health) in &replicas {
         wait_ready(health).await;
     }
-    let vwc = sb
-        .store()
-        .get(
-            "admissionregistration.k8s.io/v1",
-            "ValidatingWebhookConfiguration",
-            None,
-            "leash-validating-webhook-cfg",
-        )
-        .unwrap();
+    let vwc = webhook_cfg(&sb, "Validating").unwrap();
     let secret = sb
         .store()
         .get("v1", "Secret", Some("kyverno"), "leash-webhook-ca")
@@ -315,20 +324,7 @@ async fn two_replicas_behind_a_service_answer_every_request() {
 async fn a_configuration_left_behind_cannot_lock_the_cluster() {
     let sb = sandbox(Duration::ZERO, &[]).await;
     let dir = tempfile::tempdir().unwrap();
-    let health = format!("127.0.0.1:{}", free_port());
-    let mut first = serve(
-        &sb.url(),
-        &[
-            "--components",
-            "admission",
-            "--admission-listen",
-            "127.0.0.1:0",
-            "--health",
-            &health,
-        ],
-        &dir.path().join("first.log"),
-    );
-    wait_ready(&health).await;
+    let mut first = serve_admission_ready_logged(&sb.url(), &dir.path().join("first.log")).await;
     kill(&mut first);
     let a = addr(&sb);
     let good = |name: &str, ns: &str| {
@@ -363,16 +359,7 @@ async fn a_configuration_left_behind_cannot_lock_the_cluster() {
         &dir.path().join("reports.log"),
     );
     let start = Instant::now();
-    while sb
-        .store()
-        .get(
-            "admissionregistration.k8s.io/v1",
-            "ValidatingWebhookConfiguration",
-            None,
-            "leash-validating-webhook-cfg",
-        )
-        .is_ok()
-    {
+    while webhook_cfg(&sb, "Validating").is_ok() {
         assert!(
             start.elapsed() < BOUND,
             "the stale configuration was not removed; leash said:\n{}",
@@ -460,21 +447,8 @@ async fn existing_violations_can_be_changed_and_deleted() {
         .create(pod("legacy", "default", "nginx:latest"))
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let health = format!("127.0.0.1:{}", free_port());
     let log = dir.path().join("serve.log");
-    let mut server = serve(
-        &sb.url(),
-        &[
-            "--components",
-            "admission",
-            "--admission-listen",
-            "127.0.0.1:0",
-            "--health",
-            &health,
-        ],
-        &log,
-    );
-    wait_ready(&health).await;
+    let mut server = serve_admission_ready_logged(&sb.url(), &log).await;
     let client = kube::Client::try_from(kube::Config::new(sb.url().parse().unwrap())).unwrap();
     let ar = kube::core::ApiResource {
         group: String::new(),

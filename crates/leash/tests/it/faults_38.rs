@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 
 use crate::support::{
     BOUND, ChildGuard, crd_sandbox, free_port, http_get, http_post_json, leash, repo, send_signal,
-    wait_exit, wait_ready,
+    sigterm_and_wait, wait_exit, wait_ready,
 };
 
 /// How long the servers may take to let a stalled client go (their bounds
@@ -130,9 +130,7 @@ async fn missing_namespaces_are_named_until_they_exist() {
         holder(&sb, "leash-leases").as_deref() == Some("one")
     })
     .await;
-    send_signal(&serve.0, "TERM");
-    let status =
-        tokio::task::block_in_place(|| wait_exit(&mut serve.0, BOUND, "exit after SIGTERM"));
+    let status = tokio::task::block_in_place(|| sigterm_and_wait(&mut serve));
     assert!(status.success(), "leash serve: {status}\n{}", log());
     sb.shutdown().await.unwrap();
 }
@@ -375,9 +373,7 @@ async fn the_webhook_lets_go_of_clients_that_stop_mid_body() {
         assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
         assert_all_let_go("the webhook", &mut conns[1..], deadline);
     });
-    send_signal(&serve.0, "TERM");
-    let status =
-        tokio::task::block_in_place(|| wait_exit(&mut serve.0, BOUND, "exit after SIGTERM"));
+    let status = tokio::task::block_in_place(|| sigterm_and_wait(&mut serve));
     assert!(status.success(), "{status}");
     sb.shutdown().await.unwrap();
 }
@@ -425,9 +421,7 @@ async fn health_and_metrics_let_go_of_slow_and_idle_clients() {
         assert!(body.contains("# EOF"), "{body}");
         assert_all_let_go("the health and metrics endpoints", &mut conns, deadline);
     });
-    send_signal(&serve.0, "TERM");
-    let status =
-        tokio::task::block_in_place(|| wait_exit(&mut serve.0, BOUND, "exit after SIGTERM"));
+    let status = tokio::task::block_in_place(|| sigterm_and_wait(&mut serve));
     assert!(status.success(), "{status}");
     sb.shutdown().await.unwrap();
 }

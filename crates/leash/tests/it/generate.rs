@@ -4,7 +4,7 @@
 use std::fs;
 use std::path::Path;
 
-use crate::support::{leash, stderr, stdout};
+use crate::support::{apply_given, assert_test_fails, assert_test_passes, stderr, stdout};
 
 const POLICY: &str = r#"
 apiVersion: kyverno.io/v1
@@ -83,18 +83,7 @@ const SECRET: &str = "apiVersion: v1\nkind: Secret\nmetadata: {name: regcred, na
 fn generated_and_cloned_resources_are_compared_with_the_expected_files() {
     let dir = tempfile::tempdir().unwrap();
     folder(dir.path(), QUOTA, SECRET);
-    let out = leash().arg("test").arg(dir.path()).output().unwrap();
-    assert!(
-        out.status.success(),
-        "stdout:\n{}\nstderr:\n{}",
-        stdout(&out),
-        stderr(&out)
-    );
-    assert!(
-        stdout(&out).contains("2 passed, 0 failed"),
-        "{}",
-        stdout(&out)
-    );
+    assert_test_passes(dir.path(), &[], "2 passed, 0 failed");
 }
 
 #[test]
@@ -103,10 +92,7 @@ fn a_generated_resource_that_differs_fails_and_names_the_field() {
     let wrong_quota = QUOTA.replace("'20'", "'30'");
     let wrong_secret = SECRET.replace("team-a", "team-b");
     folder(dir.path(), &wrong_quota, &wrong_secret);
-    let out = leash().arg("test").arg(dir.path()).output().unwrap();
-    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
-    let text = stdout(&out);
-    assert!(text.contains("0 passed, 2 failed"), "{text}");
+    let text = stdout(&assert_test_fails(dir.path(), "0 passed, 2 failed"));
     assert!(
         text.contains("/spec/hard/pods: expected \"30\", got \"20\""),
         "{text}"
@@ -114,17 +100,21 @@ fn a_generated_resource_that_differs_fails_and_names_the_field() {
     assert!(text.contains("has no Secret team-a/regcred"), "{text}");
 }
 
+/// `leash apply DIR/policy.yaml --resource DIR/.kyverno-test/ns.yaml ARGS`.
+fn apply_to_the_namespace(dir: &Path, args: &[&str]) -> std::process::Output {
+    apply_given(
+        &dir.join("policy.yaml"),
+        "--resource",
+        &dir.join(".kyverno-test/ns.yaml"),
+        args,
+    )
+}
+
 #[test]
 fn apply_prints_what_generate_rules_would_create() {
     let dir = tempfile::tempdir().unwrap();
     folder(dir.path(), QUOTA, SECRET);
-    let out = leash()
-        .arg("apply")
-        .arg(dir.path().join("policy.yaml"))
-        .arg("--resource")
-        .arg(dir.path().join(".kyverno-test/ns.yaml"))
-        .output()
-        .unwrap();
+    let out = apply_to_the_namespace(dir.path(), &[]);
     let text = stdout(&out);
     assert!(
         text.contains("generate policy ns-defaults rule quota for Namespace/team-a would create:"),
@@ -137,14 +127,7 @@ fn apply_prints_what_generate_rules_would_create() {
         "{text}"
     );
     assert_eq!(out.status.code(), Some(1), "{text}");
-    let out = leash()
-        .arg("apply")
-        .arg(dir.path().join("policy.yaml"))
-        .arg("--resource")
-        .arg(dir.path().join(".kyverno-test/ns.yaml"))
-        .args(["-o", "json"])
-        .output()
-        .unwrap();
+    let out = apply_to_the_namespace(dir.path(), &["-o", "json"]);
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["generatedResources"][0]["kind"], "ResourceQuota");
     assert_eq!(
@@ -203,10 +186,9 @@ spec:
 fn generate_rules_with_context_and_generating_policies_in_the_cli() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let t = d.join(".kyverno-test");
     let limits = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: limits, namespace: team-a}\ndata: {pods: '20'}\n";
     let owner = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: owner, namespace: team-a}\ndata: {namespace: team-a}\n";
-    let run_test = |owner: &str| {
+    let write_test = |owner: &str| {
         test_folder(
             d,
             CONTEXT_AND_GPOL,
@@ -214,31 +196,13 @@ fn generate_rules_with_context_and_generating_policies_in_the_cli() {
             "- {policy: ns-context, rule: limits, resources: [team-a], kind: Namespace, result: pass, generatedResource: limits.yaml}\n\
              - {policy: ns-owner, resources: [team-a], kind: Namespace, result: pass, generatedResource: owner.yaml, isGeneratingPolicy: true}\n",
         );
-        leash().arg("test").arg(d).output().unwrap()
     };
-    let out = run_test(owner);
-    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
-    assert!(
-        stdout(&out).contains("2 passed, 0 failed"),
-        "{}",
-        stdout(&out)
-    );
-    let out = run_test(&owner.replace("data: {namespace: team-a}", "data: {namespace: team-b}"));
-    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
-    assert!(
-        stdout(&out).contains("/data/namespace: expected \"team-b\", got \"team-a\""),
-        "{}",
-        stdout(&out)
-    );
+    write_test(owner);
+    assert_test_passes(d, &[], "2 passed, 0 failed");
+    write_test(&owner.replace("data: {namespace: team-a}", "data: {namespace: team-b}"));
+    assert_test_fails(d, "/data/namespace: expected \"team-b\", got \"team-a\"");
 
-    let out = leash()
-        .arg("apply")
-        .arg(d.join("policy.yaml"))
-        .arg("--resource")
-        .arg(t.join("ns.yaml"))
-        .args(["-o", "json"])
-        .output()
-        .unwrap();
+    let out = apply_to_the_namespace(d, &["-o", "json"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let created: Vec<(&str, &str)> = doc["generatedResources"]

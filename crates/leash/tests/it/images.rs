@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use leash_images::testing::LocalRegistry;
 
-use crate::support::{leash, stderr, stdout};
+use crate::support::{apply, assert_test_fails, leash, said, stderr, stdout};
 
 const POLICIES: &str = r#"
 apiVersion: kyverno.io/v1
@@ -76,14 +76,11 @@ async fn apply_registry_reads_image_data_from_the_registry() {
     );
     fs::write(dir.path().join("pods.yaml"), pods).unwrap();
     let run = |extra: &[&str]| {
-        leash()
-            .arg("apply")
-            .arg(dir.path().join("policies.yaml"))
-            .arg("-r")
-            .arg(dir.path().join("pods.yaml"))
-            .args(extra)
-            .output()
-            .unwrap()
+        apply(
+            &dir.path().join("policies.yaml"),
+            &dir.path().join("pods.yaml"),
+            extra,
+        )
     };
 
     let out = run(&["--registry"]);
@@ -190,57 +187,44 @@ async fn serve_reads_image_data_at_admission() {
         false,
         "image {{ imageData.resolvedImage }} is not built by acme",
     );
-    let sb = crate::support::crd_sandbox(|_| true, vec![policy]).await;
-    let dir = tempfile::tempdir().unwrap();
-    let kc = dir.path().join("kubeconfig");
-    fs::write(&kc, sb.kubeconfig_yaml()).unwrap();
-    let health = format!("127.0.0.1:{}", crate::support::free_port());
-    let mut server = crate::support::ChildGuard(
-        leash()
-            .args(["serve", "--server", &sb.url(), "--components", "admission"])
-            .args(["--admission-listen", "127.0.0.1:0", "--health", &health])
-            .args(["--registry-timeout", "3s"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("run leash serve"),
-    );
-    crate::support::wait_ready(&health).await;
     let host = reg.host.clone();
-    tokio::task::block_in_place(move || {
-        let run = |name: &str, image: &str| {
-            kubectl(&kc, &["run", name, "--image", &format!("{host}/{image}")])
-        };
-        let (ok, out) = run("acme", "team/app:1.0");
-        assert!(ok, "{out}");
-        let (ok, out) = run("other", "team/other:2.0");
-        assert!(!ok, "{out}");
-        assert!(
-            out.contains("denied the request")
-                && out.contains(&format!("vendor: image {host}/team/other@sha256:"))
-                && out.contains("is not built by acme"),
-            "{out}"
-        );
-        drop(reg);
-        let started = Instant::now();
-        let (ok, out) = run("late", "team/late:3.0");
-        assert!(!ok, "{out}");
-        assert!(
-            out.contains("denied the request")
-                && out.contains(&format!(
-                    "failed to fetch image descriptor: {host}/team/late:3.0"
-                ))
-                && out.contains(&format!("registry {host}")),
-            "{out}"
-        );
-        assert!(started.elapsed() < Duration::from_secs(30), "bounded");
-        // The image read before is served from the cache, registry gone.
-        let (ok, out) = run("acme-again", "team/app:1.0");
-        assert!(ok, "{out}");
-        crate::support::send_signal(&server.0, "TERM");
-        crate::support::wait_exit(&mut server.0, crate::support::BOUND, "exit after SIGTERM");
-    });
-    sb.shutdown().await.unwrap();
+    serving(
+        vec![policy],
+        |_| {},
+        &["--registry-timeout", "3s"],
+        move |kc| {
+            let run = |name: &str, image: &str| {
+                kubectl(kc, &["run", name, "--image", &format!("{host}/{image}")])
+            };
+            let (ok, out) = run("acme", "team/app:1.0");
+            assert!(ok, "{out}");
+            let (ok, out) = run("other", "team/other:2.0");
+            assert!(!ok, "{out}");
+            assert!(
+                out.contains("denied the request")
+                    && out.contains(&format!("vendor: image {host}/team/other@sha256:"))
+                    && out.contains("is not built by acme"),
+                "{out}"
+            );
+            drop(reg);
+            let started = Instant::now();
+            let (ok, out) = run("late", "team/late:3.0");
+            assert!(!ok, "{out}");
+            assert!(
+                out.contains("denied the request")
+                    && out.contains(&format!(
+                        "failed to fetch image descriptor: {host}/team/late:3.0"
+                    ))
+                    && out.contains(&format!("registry {host}")),
+                "{out}"
+            );
+            assert!(started.elapsed() < Duration::from_secs(30), "bounded");
+            // The image read before is served from the cache, registry gone.
+            let (ok, out) = run("acme-again", "team/app:1.0");
+            assert!(ok, "{out}");
+        },
+    )
+    .await;
 }
 
 /// The background scan reads the registry too: pods already in the
@@ -264,43 +248,55 @@ async fn the_background_scan_reads_image_data() {
             "spec": {"containers": [{"name": "c", "image": format!("{host}/{image}")}]}})
     };
     let policy = vendor_policy("Audit", true, "not built by acme");
-    let sb = crate::support::crd_sandbox(
-        |_| true,
-        vec![
-            policy,
-            pod("acme", "team/app:1.0"),
-            pod("other", "team/other:2.0"),
-        ],
-    )
-    .await;
-    let dir = tempfile::tempdir().unwrap();
-    let kc = dir.path().join("kubeconfig");
-    fs::write(&kc, sb.kubeconfig_yaml()).unwrap();
-    let mut server = crate::support::ChildGuard(
-        leash()
-            .args(["serve", "--server", &sb.url(), "--components", "reports"])
-            .args([
-                "--registry-timeout",
-                "3s",
-                "--report-cleanup-interval",
-                "1s",
-            ])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("run leash serve"),
-    );
-    tokio::task::block_in_place(move || {
-        let results = report_results(&kc, 2);
+    let objects = vec![
+        policy,
+        pod("acme", "team/app:1.0"),
+        pod("other", "team/other:2.0"),
+    ];
+    let flags = [
+        "--registry-timeout",
+        "3s",
+        "--report-cleanup-interval",
+        "1s",
+    ];
+    background_scan(objects, &flags, reg, |results| {
         assert_eq!(results["acme"]["result"], "pass", "{results:?}");
         assert_eq!(results["other"]["result"], "fail", "{results:?}");
         assert_eq!(
             results["other"]["message"], "not built by acme",
             "{results:?}"
         );
+    })
+    .await;
+}
+
+/// `leash serve --components reports` (with `flags`) against a sandbox
+/// holding `objects`: `check` runs on the PolicyReport results once two
+/// resources have one ([`report_results`]), then `reg` is dropped and serve
+/// is stopped with SIGTERM.
+async fn background_scan(
+    objects: Vec<serde_json::Value>,
+    flags: &[&str],
+    reg: LocalRegistry,
+    check: impl FnOnce(&std::collections::BTreeMap<String, serde_json::Value>),
+) {
+    let sb = crate::support::crd_sandbox(|_| true, objects).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    fs::write(&kc, sb.kubeconfig_yaml()).unwrap();
+    let mut server = crate::support::ChildGuard(
+        leash()
+            .args(["serve", "--server", &sb.url(), "--components", "reports"])
+            .args(flags)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("run leash serve"),
+    );
+    tokio::task::block_in_place(move || {
+        check(&report_results(&kc, 2));
         drop(reg);
-        crate::support::send_signal(&server.0, "TERM");
-        crate::support::wait_exit(&mut server.0, crate::support::BOUND, "exit after SIGTERM");
+        crate::support::sigterm_and_wait(&mut server);
     });
     sb.shutdown().await.unwrap();
 }
@@ -367,29 +363,14 @@ results:
 "#,
     )
     .unwrap();
-    let run = |extra: &[&str]| {
-        leash()
-            .arg("test")
-            .arg(dir.path())
-            .args(extra)
-            .output()
-            .unwrap()
-    };
-    let out = run(&["--registry"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}{}",
-        stdout(&out),
-        stderr(&out)
-    );
-    let out = run(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
-    assert!(
-        stdout(&out).contains("1 passed, 1 failed"),
-        "{}",
-        stdout(&out)
-    );
+    let out = leash()
+        .arg("test")
+        .arg(dir.path())
+        .arg("--registry")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    assert_test_fails(dir.path(), "1 passed, 1 failed");
 }
 
 /// A `verifyImages` ClusterPolicy verifying with a cosign public key.
@@ -405,6 +386,36 @@ fn verify_policy(key_pem: &str, host: &str, action: &str) -> serde_json::Value {
                 "skipImageReferences": [format!("{host}/team/skipped*")],
                 "attestors": [{"entries": [{"keys": {"publicKeys": key_pem,
                     "rekor": {"ignoreTlog": true}}}]}]}]}]}})
+}
+
+/// `reg` (`None` where no registry could start) with `team/signed:1`,
+/// signed with `signing_key(seed)`, and `team/unsigned:1` pushed: the
+/// registry, the key's public PEM and the signature's digest.
+async fn signed_and_unsigned(
+    reg: Option<LocalRegistry>,
+    seed: u8,
+) -> Option<(LocalRegistry, String, String)> {
+    use leash_images::testing::{public_key_pem, signing_key};
+    let reg = reg?;
+    reg.push("team/signed:1", &[]).await;
+    reg.push("team/unsigned:1", &[]).await;
+    let key = signing_key(seed);
+    let digest = reg.sign("team/signed:1", &key).await;
+    Some((reg, public_key_pem(&key), digest))
+}
+
+/// A `kubernetes.io/dockerconfigjson` Secret `kyverno/regcred` with the
+/// credentials of the test user, `password`, for the registry at `host`.
+fn regcred(host: &str, password: &str) -> serde_json::Value {
+    use base64::Engine as _;
+    use leash_images::testing::TEST_USER;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let config = serde_json::json!({"auths": {host: {
+        "auth": b64(&format!("{TEST_USER}:{password}"))}}});
+    serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "regcred", "namespace": "kyverno"},
+        "type": "kubernetes.io/dockerconfigjson",
+        "data": {".dockerconfigjson": b64(&config.to_string())}})
 }
 
 /// `leash serve` (admission, `flags`) against a sandbox holding `policies`
@@ -425,8 +436,7 @@ async fn serving(
     let mut server = crate::support::serve_admission_ready_with(&sb.url(), flags).await;
     tokio::task::block_in_place(|| {
         body(&kc);
-        crate::support::send_signal(&server.0, "TERM");
-        crate::support::wait_exit(&mut server.0, crate::support::BOUND, "exit after SIGTERM");
+        crate::support::sigterm_and_wait(&mut server);
     });
     sb.shutdown().await.unwrap();
 }
@@ -469,14 +479,11 @@ fn apply_with_registry(policy: &serde_json::Value, pods: &str) -> (Option<i32>, 
     )
     .unwrap();
     fs::write(dir.path().join("pods.yaml"), pods).unwrap();
-    let out = leash()
-        .arg("apply")
-        .arg(dir.path().join("policy.yaml"))
-        .arg("-r")
-        .arg(dir.path().join("pods.yaml"))
-        .args(["--registry", "--detailed-results"])
-        .output()
-        .unwrap();
+    let out = apply(
+        &dir.path().join("policy.yaml"),
+        &dir.path().join("pods.yaml"),
+        &["--registry", "--detailed-results"],
+    );
     (out.status.code(), stdout(&out), stderr(&out))
 }
 
@@ -540,15 +547,10 @@ async fn apply_verifies_cosign_signatures_with_public_keys() {
 /// attestor.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn apply_cluster_verifies_the_cluster_pods_images() {
-    use leash_images::testing::{public_key_pem, signing_key};
-    let Some(reg) = LocalRegistry::start() else {
+    let Some((reg, key, _)) = signed_and_unsigned(LocalRegistry::start(), 6).await else {
         return;
     };
-    reg.push("team/signed:1", &[]).await;
-    reg.push("team/unsigned:1", &[]).await;
-    let key = signing_key(6);
-    reg.sign("team/signed:1", &key).await;
-    let policy = verify_policy(&public_key_pem(&key), &reg.host, "Enforce");
+    let policy = verify_policy(&key, &reg.host, "Enforce");
     let host = reg.host.clone();
     let pod = |name: &str| {
         serde_json::json!({"apiVersion": "v1", "kind": "Pod",
@@ -599,18 +601,13 @@ async fn apply_cluster_verifies_the_cluster_pods_images() {
 /// message.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_admits_signed_images_and_denies_unsigned_ones() {
-    use leash_images::testing::{public_key_pem, signing_key};
     if !crate::support::kubectl_installed() {
         return;
     }
-    let Some(reg) = LocalRegistry::start() else {
+    let Some((reg, key, digest)) = signed_and_unsigned(LocalRegistry::start(), 5).await else {
         return;
     };
-    reg.push("team/signed:1", &[]).await;
-    reg.push("team/unsigned:1", &[]).await;
-    let key = signing_key(5);
-    let digest = reg.sign("team/signed:1", &key).await;
-    let policy = verify_policy(&public_key_pem(&key), &reg.host, "Enforce");
+    let policy = verify_policy(&key, &reg.host, "Enforce");
     let host = reg.host.clone();
     serving(vec![policy], |_| {}, &[], |kc| {
         // mutateDigest (the default): the tag is pinned to the verified
@@ -636,17 +633,12 @@ async fn serve_admits_signed_images_and_denies_unsigned_ones() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_verifies_with_a_key_kept_in_a_secret() {
     use base64::Engine as _;
-    use leash_images::testing::{public_key_pem, signing_key};
     if !crate::support::kubectl_installed() {
         return;
     }
-    let Some(reg) = LocalRegistry::start() else {
+    let Some((reg, key, digest)) = signed_and_unsigned(LocalRegistry::start(), 8).await else {
         return;
     };
-    reg.push("team/signed:1", &[]).await;
-    reg.push("team/unsigned:1", &[]).await;
-    let key = signing_key(8);
-    let digest = reg.sign("team/signed:1", &key).await;
     let policy = verify_policy("k8s://keys/cosign", &reg.host, "Enforce");
     let mut missing = verify_policy("k8s://keys/nothing", &reg.host, "Enforce");
     missing["metadata"]["name"] = serde_json::json!("missing-key");
@@ -660,7 +652,7 @@ async fn serve_verifies_with_a_key_kept_in_a_secret() {
         store
             .create(serde_json::json!({"apiVersion": "v1", "kind": "Secret",
                 "metadata": {"name": "cosign", "namespace": "keys"},
-                "data": {"cosign.pub": base64::engine::general_purpose::STANDARD.encode(public_key_pem(&key))}}))
+                "data": {"cosign.pub": base64::engine::general_purpose::STANDARD.encode(&key)}}))
             .unwrap();
     };
     let host = reg.host.clone();
@@ -688,8 +680,7 @@ async fn serve_verifies_with_a_key_kept_in_a_secret() {
 /// same pod is admitted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_reads_rotated_image_pull_secrets() {
-    use base64::Engine as _;
-    use leash_images::testing::{TEST_PASSWORD, TEST_USER, public_key_pem, signing_key};
+    use leash_images::testing::{TEST_PASSWORD, public_key_pem, signing_key};
     if !crate::support::kubectl_installed() {
         return;
     }
@@ -699,20 +690,14 @@ async fn serve_reads_rotated_image_pull_secrets() {
     reg.push("team/signed:1", &[]).await;
     let key = signing_key(9);
     reg.sign("team/signed:1", &key).await;
-    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-    let registry_host = reg.host.clone();
-    let secret = move |password: &str| {
-        let config = serde_json::json!({"auths": {registry_host.clone(): {
-            "auth": b64(&format!("{TEST_USER}:{password}"))}}});
-        serde_json::json!({"apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": "regcred", "namespace": "kyverno"},
-            "type": "kubernetes.io/dockerconfigjson",
-            "data": {".dockerconfigjson": b64(&config.to_string())}})
-    };
     let mut policy = verify_policy(&public_key_pem(&key), &reg.host, "Enforce");
     policy["spec"]["rules"][0]["verifyImages"][0]["mutateDigest"] = serde_json::json!(false);
     policy["spec"]["rules"][0]["verifyImages"][0]["verifyDigest"] = serde_json::json!(false);
-    let sb = crate::support::crd_sandbox(|_| true, vec![policy, secret("not-the-password")]).await;
+    let sb = crate::support::crd_sandbox(
+        |_| true,
+        vec![policy, regcred(&reg.host, "not-the-password")],
+    )
+    .await;
     let dir = tempfile::tempdir().unwrap();
     let kc = dir.path().join("kubeconfig");
     fs::write(&kc, sb.kubeconfig_yaml()).unwrap();
@@ -736,7 +721,7 @@ async fn serve_reads_rotated_image_pull_secrets() {
             out.contains(&format!("failed to verify image {image}")),
             "{out}"
         );
-        let mut rotated = secret(TEST_PASSWORD);
+        let mut rotated = regcred(&host, TEST_PASSWORD);
         let current = store
             .get("v1", "Secret", Some("kyverno"), "regcred")
             .unwrap();
@@ -757,8 +742,7 @@ async fn serve_reads_rotated_image_pull_secrets() {
             std::thread::sleep(std::time::Duration::from_millis(300));
         }
         drop(reg);
-        crate::support::send_signal(&server.0, "TERM");
-        crate::support::wait_exit(&mut server.0, crate::support::BOUND, "exit after SIGTERM");
+        crate::support::sigterm_and_wait(&mut server);
     });
     sb.shutdown().await.unwrap();
 }
@@ -781,26 +765,14 @@ async fn serve_reads_private_registries_with_the_policys_credentials() {
 }
 
 async fn private_registry(by_flag: bool) {
-    use base64::Engine as _;
-    use leash_images::testing::{TEST_PASSWORD, TEST_USER, public_key_pem, signing_key};
     if !crate::support::kubectl_installed() {
         return;
     }
-    let Some(reg) = LocalRegistry::start_with_auth() else {
+    let Some((reg, key, _)) = signed_and_unsigned(LocalRegistry::start_with_auth(), 6).await else {
         return;
     };
-    reg.push("team/signed:1", &[]).await;
-    reg.push("team/unsigned:1", &[]).await;
-    let key = signing_key(6);
-    reg.sign("team/signed:1", &key).await;
-    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-    let config = serde_json::json!({"auths": {reg.host.clone(): {
-        "auth": b64(&format!("{TEST_USER}:{TEST_PASSWORD}"))}}});
-    let secret = serde_json::json!({"apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": "regcred", "namespace": "kyverno"},
-        "type": "kubernetes.io/dockerconfigjson",
-        "data": {".dockerconfigjson": b64(&config.to_string())}});
-    let mut policy = verify_policy(&public_key_pem(&key), &reg.host, "Enforce");
+    let secret = regcred(&reg.host, leash_images::testing::TEST_PASSWORD);
+    let mut policy = verify_policy(&key, &reg.host, "Enforce");
     // Pinning digests reads the registry too; this test is about reading.
     policy["spec"]["rules"][0]["verifyImages"][0]["mutateDigest"] = serde_json::json!(false);
     policy["spec"]["rules"][0]["verifyImages"][0]["verifyDigest"] = serde_json::json!(false);
@@ -881,29 +853,12 @@ async fn the_background_scan_runs_image_validating_policies() {
             "validations": [{"expression":
                 "images.containers.map(i, verifyImageSignatures(i, [attestors.team])).all(n, n > 0)",
                 "message": "unsigned image"}]}});
-    let sb = crate::support::crd_sandbox(
-        |_| true,
-        vec![
-            ivpol,
-            pod("signed", format!("{host}/team/signed:1@{signed}")),
-            pod("unsigned", format!("{host}/team/unsigned:1@{unsigned}")),
-        ],
-    )
-    .await;
-    let dir = tempfile::tempdir().unwrap();
-    let kc = dir.path().join("kubeconfig");
-    fs::write(&kc, sb.kubeconfig_yaml()).unwrap();
-    let mut server = crate::support::ChildGuard(
-        leash()
-            .args(["serve", "--server", &sb.url(), "--components", "reports"])
-            .args(["--registry-timeout", "3s"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("run leash serve"),
-    );
-    tokio::task::block_in_place(move || {
-        let results = report_results(&kc, 2);
+    let objects = vec![
+        ivpol,
+        pod("signed", format!("{host}/team/signed:1@{signed}")),
+        pod("unsigned", format!("{host}/team/unsigned:1@{unsigned}")),
+    ];
+    background_scan(objects, &["--registry-timeout", "3s"], reg, |results| {
         assert_eq!(results["signed"]["result"], "pass", "{results:?}");
         assert_eq!(results["unsigned"]["result"], "fail", "{results:?}");
         assert_eq!(
@@ -914,11 +869,8 @@ async fn the_background_scan_runs_image_validating_policies() {
             results["unsigned"]["source"], "KyvernoImageValidatingPolicy",
             "{results:?}"
         );
-        drop(reg);
-        crate::support::send_signal(&server.0, "TERM");
-        crate::support::wait_exit(&mut server.0, crate::support::BOUND, "exit after SIGTERM");
-    });
-    sb.shutdown().await.unwrap();
+    })
+    .await;
 }
 
 /// Notary Project signatures made by the real `notation` CLI, end to end

@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::process::Stdio;
 
-use crate::support::{leash, stderr, stdout};
+use crate::support::{assert_stderr_has, leash, stderr, stdout};
 
 #[test]
 fn query_prints_each_expression_and_its_result_as_kyverno_jp_does() {
@@ -53,11 +53,7 @@ fn query_prints_each_expression_and_its_result_as_kyverno_jp_does() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr(&out).contains("\"spec.[\" does not parse"),
-        "{}",
-        stderr(&out)
-    );
+    assert_stderr_has(&out, "\"spec.[\" does not parse");
 }
 
 #[test]

@@ -12,8 +12,9 @@ use leash_sandbox::{ApiRequest, Faults, Sandbox, SandboxConfig};
 use serde_json::Value;
 
 use crate::support::{
-    BOUND, SandboxProcess, core_resources, kubectl_installed, leash, output_within, send_signal,
-    stderr, stdout, unavailable, wait_exit, with_server, with_unavailable_server,
+    BOUND, SandboxProcess, assert_stderr_has, assert_stdout_has, core_resources, kubectl_installed,
+    leash, output_within, send_signal, stderr, stdout, unavailable, wait_exit, with_server,
+    with_unavailable_server,
 };
 
 /// `leash load ARGS --progress never`.
@@ -86,7 +87,7 @@ fn seed_zero_resources_on_mapping_error() {
     for format in ["ndjson", "json"] {
         let out = small(&["pods", "nosuchkind", "-A", "-o", format]);
         assert_exit(&out, 2);
-        assert!(stderr(&out).contains("\"nosuchkind\""), "{}", stderr(&out));
+        assert_stderr_has(&out, "\"nosuchkind\"");
         assert!(
             stdout(&out).is_empty(),
             "{format}: output written: {}",
@@ -245,7 +246,7 @@ fn unauthorized_exits_2() {
     let sandbox = SandboxProcess::start(&["--token", "right"]);
     let out = load(&["--server", &sandbox.url, "--token", "wrong", "pods"]);
     assert_exit(&out, 2);
-    assert!(stderr(&out).contains("401"), "{}", stderr(&out));
+    assert_stderr_has(&out, "401");
     let out = load(&["--server", &sandbox.url, "--token", "right", "pods"]);
     assert_exit(&out, 0);
 }
@@ -253,15 +254,11 @@ fn unauthorized_exits_2() {
 /// A server nobody listens on is exit 2 naming it.
 #[test]
 fn unreachable_server_exits_2() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = crate::support::free_port();
     let url = format!("http://127.0.0.1:{port}");
     let out = load(&["--server", &url, "pods", "--retries", "1"]);
     assert_exit(&out, 2);
-    assert!(stderr(&out).contains("cannot reach"), "{}", stderr(&out));
+    assert_stderr_has(&out, "cannot reach");
 }
 
 /// A kubeconfig that cannot be read, or is not a kubeconfig, is exit 2
@@ -276,7 +273,7 @@ fn unreadable_kubeconfig_exits_2_naming_it() {
         let out = load(&["pods", "--kubeconfig", path.to_str().unwrap()]);
         assert_exit(&out, 2);
         let name = path.file_name().unwrap().to_str().unwrap();
-        assert!(stderr(&out).contains(name), "{}", stderr(&out));
+        assert_stderr_has(&out, name);
     }
 }
 
@@ -288,11 +285,7 @@ fn unreadable_kubeconfig_exits_2_naming_it() {
 #[test]
 fn kubeconfig_comes_from_kubeconfig_then_home_and_context_picks_in_it() {
     let sandbox = SandboxProcess::start(&["--seed", "1"]);
-    let dead = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let dead = crate::support::free_port();
     let config = |current: &str| {
         format!(
             "apiVersion: v1\nkind: Config\ncurrent-context: {current}\n\
@@ -322,15 +315,11 @@ fn kubeconfig_comes_from_kubeconfig_then_home_and_context_picks_in_it() {
     };
     let reached = |out: &Output| {
         assert_exit(out, 0);
-        assert!(stdout(out).contains("namespace/"), "{}", stdout(out));
+        assert_stdout_has(out, "namespace/");
     };
     let refused = |out: &Output| {
         assert_exit(out, 2);
-        assert!(
-            stderr(out).contains(&format!("127.0.0.1:{dead}")),
-            "{}",
-            stderr(out)
-        );
+        assert_stderr_has(out, &format!("127.0.0.1:{dead}"));
     };
     // ~/.kube/config: its current context, or the one --context names.
     refused(&run(None, &[]));
@@ -341,7 +330,7 @@ fn kubeconfig_comes_from_kubeconfig_then_home_and_context_picks_in_it() {
     // A context neither file has is named.
     let out = run(Some(&env_config), &["--context", "nowhere"]);
     assert_exit(&out, 2);
-    assert!(stderr(&out).contains("nowhere"), "{}", stderr(&out));
+    assert_stderr_has(&out, "nowhere");
 }
 
 /// Bad flag values and a bad selector (the server's 400) are exit 2.
@@ -359,7 +348,7 @@ fn usage_errors_exit_2() {
     }
     let out = small(&["cm", "-A", "-l", "tier in ("]);
     assert_exit(&out, 2);
-    assert!(stderr(&out).contains("400"), "{}", stderr(&out));
+    assert_stderr_has(&out, "400");
 }
 
 /// Every format parses and carries the same objects: ndjson lines, one v1
@@ -569,7 +558,7 @@ fn timeout_is_one_deadline() {
     let out = load(&["--server", &sandbox.url, "pods", "-A", "--timeout", "1s"]);
     let took = started.elapsed();
     assert_exit(&out, 1);
-    assert!(stderr(&out).contains("deadline"), "{}", stderr(&out));
+    assert_stderr_has(&out, "deadline");
     assert!(
         took >= Duration::from_millis(900) && took < Duration::from_secs(3),
         "took {took:?}"
@@ -717,6 +706,14 @@ fn seed_partial_pages_discarded() {
 /// whose point is the requests they make.
 const NAMED_PODS_POLICY: &str = "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata: {name: p}\nspec:\n  rules:\n  - name: r\n    match: {any: [{resources: {kinds: [Pod]}}]}\n    validate: {message: m, pattern: {metadata: {name: \"?*\"}}}\n";
 
+/// `leash apply POLICY --cluster -A --server URL`.
+fn apply_cluster(policy: &std::path::Path, url: &str) -> Command {
+    let mut cmd = leash();
+    cmd.args(["apply", policy.to_str().unwrap(), "--cluster", "-A"])
+        .args(["--server", url]);
+    cmd
+}
+
 /// README, "Connection flags": the client never retries on its own (only
 /// leash's retries do: 1 + `--retries 2` requests for the list with
 /// `load`, 1 + 5 with `apply --cluster`, where kube's retry layer would add
@@ -724,6 +721,17 @@ const NAMED_PODS_POLICY: &str = "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\
 /// discovery be the first request (no `/version` probe before it).
 #[test]
 fn discovery_comes_first_and_only_leash_retries() {
+    // Asserts that discovery came first: the pod list requests.
+    let lists_after_discovery = |paths: &[String]| {
+        assert!(
+            matches!(paths.first().map(String::as_str), Some("/api" | "/apis")),
+            "discovery first: {paths:?}"
+        );
+        paths
+            .iter()
+            .filter(|p| p.starts_with("/api/v1/pods"))
+            .count()
+    };
     let (out, paths) = with_unavailable_server(|url| {
         output_within(load_command(&[
             "--server",
@@ -740,45 +748,20 @@ fn discovery_comes_first_and_only_leash_retries() {
         err.contains("503") && err.contains("pods"),
         "the failed kind named: {err}"
     );
-    assert!(
-        matches!(paths.first().map(String::as_str), Some("/api" | "/apis")),
-        "discovery first: {paths:?}"
-    );
-    let lists = paths
-        .iter()
-        .filter(|p| p.starts_with("/api/v1/pods"))
-        .count();
     assert_eq!(
-        lists, 3,
+        lists_after_discovery(&paths),
+        3,
         "one request and two retries of leash's: {paths:?}"
     );
 
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("policy.yaml");
     std::fs::write(&policy, NAMED_PODS_POLICY).unwrap();
-    let (out, paths) = with_unavailable_server(|url| {
-        let mut apply = leash();
-        apply.args([
-            "apply",
-            policy.to_str().unwrap(),
-            "--cluster",
-            "-A",
-            "--server",
-            url,
-        ]);
-        output_within(apply)
-    });
+    let (out, paths) = with_unavailable_server(|url| output_within(apply_cluster(&policy, url)));
     assert!(!out.status.success(), "{}", stderr(&out));
-    assert!(
-        matches!(paths.first().map(String::as_str), Some("/api" | "/apis")),
-        "discovery first: {paths:?}"
-    );
-    let lists = paths
-        .iter()
-        .filter(|p| p.starts_with("/api/v1/pods"))
-        .count();
     assert_eq!(
-        lists, 6,
+        lists_after_discovery(&paths),
+        6,
         "one request and leash's 5 retries (apply's default): {paths:?}"
     );
 }
@@ -872,26 +855,15 @@ fn forbidden_and_bad_server_urls_exit_2() {
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("policy.yaml");
     std::fs::write(&policy, NAMED_PODS_POLICY).unwrap();
-    let apply = |url: &str| {
-        let mut cmd = leash();
-        cmd.args([
-            "apply",
-            policy.to_str().unwrap(),
-            "--cluster",
-            "-A",
-            "--server",
-            url,
-        ]);
-        cmd
-    };
+    let apply = |url: &str| apply_cluster(&policy, url);
     let (out, _) = with_server(forbidden, |url| {
         output_within(load_command(&["--server", url, "pods", "-A"]))
     });
     assert_exit(&out, 2);
-    assert!(stderr(&out).contains("403"), "{}", stderr(&out));
+    assert_stderr_has(&out, "403");
     let (out, _) = with_server(forbidden, |url| output_within(apply(url)));
     assert_exit(&out, 2);
-    assert!(stderr(&out).contains("403"), "{}", stderr(&out));
+    assert_stderr_has(&out, "403");
 
     let entries = dir.path().join("entries.yaml");
     std::fs::write(&entries, "").unwrap();
@@ -1237,5 +1209,5 @@ fn without_a_kubeconfig_the_in_cluster_service_account_is_used() {
             "the account's token: {head:?}"
         );
     }
-    assert!(stderr(&out).contains("403"), "{}", stderr(&out));
+    assert_stderr_has(&out, "403");
 }

@@ -5,7 +5,7 @@
 use std::fs;
 use std::path::Path;
 
-use crate::support::{leash, stderr, stdout};
+use crate::support::{assert_test_fails, assert_test_passes};
 
 const POLICY: &str = r#"
 apiVersion: admissionregistration.k8s.io/v1beta1
@@ -80,17 +80,10 @@ fn folder(dir: &Path, replicas: u32) {
 fn test_applies_the_policy_with_its_params() {
     let dir = tempfile::tempdir().unwrap();
     folder(dir.path(), 5);
-    let out = leash().args(["test"]).arg(dir.path()).output().unwrap();
-    assert!(
-        out.status.success(),
-        "stdout:\n{}\nstderr:\n{}",
-        stdout(&out),
-        stderr(&out)
-    );
-    assert!(
-        stdout(&out).contains("1 of 1 test files passed; 1 passed, 0 failed"),
-        "{}",
-        stdout(&out)
+    assert_test_passes(
+        dir.path(),
+        &[],
+        "1 of 1 test files passed; 1 passed, 0 failed",
     );
 }
 
@@ -98,11 +91,5 @@ fn test_applies_the_policy_with_its_params() {
 fn test_fails_when_the_mutated_resource_differs() {
     let dir = tempfile::tempdir().unwrap();
     folder(dir.path(), 1);
-    let out = leash().args(["test"]).arg(dir.path()).output().unwrap();
-    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
-    assert!(
-        stdout(&out).contains("patched resource differs"),
-        "{}",
-        stdout(&out)
-    );
+    assert_test_fails(dir.path(), "patched resource differs");
 }

@@ -4,7 +4,7 @@
 use std::fs;
 use std::path::Path;
 
-use crate::support::{leash, stderr, stdout};
+use crate::support::{apply_given, assert_test_fails, assert_test_passes, stderr, stdout};
 
 const POLICY: &str = r#"
 apiVersion: policies.kyverno.io/v1alpha1
@@ -85,17 +85,10 @@ fn folder(dir: &Path, patched: &str) {
 fn test_compares_the_mutated_resource() {
     let dir = tempfile::tempdir().unwrap();
     folder(dir.path(), PATCHED);
-    let out = leash().args(["test"]).arg(dir.path()).output().unwrap();
-    assert!(
-        out.status.success(),
-        "stdout:\n{}\nstderr:\n{}",
-        stdout(&out),
-        stderr(&out)
-    );
-    assert!(
-        stdout(&out).contains("1 of 1 test files passed; 2 passed, 0 failed"),
-        "{}",
-        stdout(&out)
+    assert_test_passes(
+        dir.path(),
+        &[],
+        "1 of 1 test files passed; 2 passed, 0 failed",
     );
 }
 
@@ -106,26 +99,19 @@ fn test_fails_when_the_mutated_resource_differs() {
         dir.path(),
         &PATCHED.replace("image: redis, imagePullPolicy: Always", "image: redis"),
     );
-    let out = leash().args(["test"]).arg(dir.path()).output().unwrap();
-    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
-    assert!(
-        stdout(&out).contains("patched resource differs"),
-        "{}",
-        stdout(&out)
-    );
+    assert_test_fails(dir.path(), "patched resource differs");
 }
 
 #[test]
 fn apply_reports_mutating_policy_results() {
     let dir = tempfile::tempdir().unwrap();
     folder(dir.path(), PATCHED);
-    let out = leash()
-        .args(["apply"])
-        .arg(dir.path().join("policy.yaml"))
-        .arg("--resource")
-        .arg(dir.path().join(".kyverno-test/resources.yaml"))
-        .output()
-        .unwrap();
+    let out = apply_given(
+        &dir.path().join("policy.yaml"),
+        "--resource",
+        &dir.path().join(".kyverno-test/resources.yaml"),
+        &[],
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
     assert!(

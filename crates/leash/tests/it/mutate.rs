@@ -4,7 +4,9 @@
 use std::fs;
 use std::path::Path;
 
-use crate::support::{leash, stderr, stdout};
+use crate::support::{
+    apply, assert_test_fails, assert_test_passes, leash, leash_on, stderr, stdout,
+};
 
 const POLICY: &str = r#"
 apiVersion: kyverno.io/v1
@@ -65,15 +67,12 @@ spec:
 "#;
 
 /// The same pod, with the sidecar's policy wrongly expected to change too.
-const PATCHED_WRONG: &str = r#"
-apiVersion: v1
-kind: Pod
-metadata: {name: latest, namespace: apps}
-spec:
-  containers:
-  - {name: c, image: "nginx:latest", imagePullPolicy: Always}
-  - {name: d, image: "redis:7", imagePullPolicy: Always}
-"#;
+fn patched_wrong() -> String {
+    PATCHED_LATEST.replace(
+        "{name: d, image: \"redis:7\"}",
+        "{name: d, image: \"redis:7\", imagePullPolicy: Always}",
+    )
+}
 
 fn folder(dir: &Path, patched: &str, results: &str) {
     let tests = dir.join(".kyverno-test");
@@ -101,38 +100,23 @@ const ROWS: &str = r#"
 fn test_passes_when_the_patched_resource_matches_and_validates_the_mutated_resource() {
     let dir = tempfile::tempdir().unwrap();
     folder(dir.path(), PATCHED_LATEST, ROWS);
-    let out = leash().args(["test"]).arg(dir.path()).output().unwrap();
-    assert!(
-        out.status.success(),
-        "stdout:\n{}\nstderr:\n{}",
-        stdout(&out),
-        stderr(&out)
-    );
-    assert!(
-        stdout(&out).contains("4 passed, 0 failed"),
-        "{}",
-        stdout(&out)
-    );
+    assert_test_passes(dir.path(), &[], "4 passed, 0 failed");
 }
 
 #[test]
 fn test_fails_when_the_patched_resource_differs_and_names_the_field() {
     let dir = tempfile::tempdir().unwrap();
-    folder(dir.path(), PATCHED_WRONG, ROWS);
-    let out = leash().args(["test"]).arg(dir.path()).output().unwrap();
-    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
-    let text = stdout(&out);
-    assert!(text.contains("pass (patched resource differs)"), "{text}");
+    folder(dir.path(), &patched_wrong(), ROWS);
+    let text = stdout(&assert_test_fails(
+        dir.path(),
+        "pass (patched resource differs)",
+    ));
     assert!(
         text.contains("/spec/containers/1/imagePullPolicy: only in expected: \"Always\""),
         "{text}"
     );
     // The JSON output carries the differences too.
-    let out = leash()
-        .args(["test", "-o", "json"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
+    let out = leash_on(&["test", "-o", "json"], dir.path());
     let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
     let row = &doc["tests"][0]["results"][0];
     assert_eq!(row["passed"], false);
@@ -147,7 +131,7 @@ fn test_fails_when_the_patched_resource_differs_and_names_the_field() {
 fn a_fail_row_of_a_mutate_rule_passes_as_in_kyverno_test() {
     for (patched, passes, says) in [
         (
-            PATCHED_WRONG,
+            patched_wrong().as_str(),
             true,
             "the mutated resource differs from the patched resource, as a fail row expects",
         ),
@@ -214,13 +198,7 @@ fn apply_prints_and_writes_mutated_resources_and_counts_mutate_results() {
     folder(dir.path(), PATCHED_LATEST, ROWS);
     let policy = dir.path().join("policy.yaml");
     let resources = dir.path().join(".kyverno-test/resources.yaml");
-    let out = leash()
-        .arg("apply")
-        .arg(&policy)
-        .arg("-r")
-        .arg(&resources)
-        .output()
-        .unwrap();
+    let out = apply(&policy, &resources, &[]);
     let text = stdout(&out);
     assert!(out.status.success(), "{text}\n{}", stderr(&out));
     assert!(
@@ -237,15 +215,11 @@ fn apply_prints_and_writes_mutated_resources_and_counts_mutate_results() {
     );
     let target = dir.path().join("out");
     fs::create_dir_all(&target).unwrap();
-    let out = leash()
-        .arg("apply")
-        .arg(&policy)
-        .arg("-r")
-        .arg(&resources)
-        .arg("--mutated-output")
-        .arg(&target)
-        .output()
-        .unwrap();
+    let out = apply(
+        &policy,
+        &resources,
+        &["--mutated-output", target.to_str().unwrap()],
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(!stdout(&out).contains("mutate policy"), "{}", stdout(&out));
     let written = fs::read_to_string(target.join("latest-mutated.yaml")).unwrap();
@@ -295,15 +269,12 @@ spec:
     )
     .unwrap();
     // leash apply --target-resource prints the patched target.
-    let out = leash()
-        .arg("apply")
-        .arg(dir.path().join("policy.yaml"))
-        .arg("-r")
-        .arg(tests.join("trigger.yaml"))
-        .arg("--target-resource")
-        .arg(tests.join("targets.yaml"))
-        .output()
-        .unwrap();
+    let targets = tests.join("targets.yaml");
+    let out = apply(
+        &dir.path().join("policy.yaml"),
+        &tests.join("trigger.yaml"),
+        &["--target-resource", targets.to_str().unwrap()],
+    );
     let text = stdout(&out);
     assert!(out.status.success(), "{text}");
     assert!(

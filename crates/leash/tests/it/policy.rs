@@ -5,8 +5,10 @@ use std::fs;
 use std::path::Path;
 
 use crate::support::{
-    BOUND, ChildGuard, accept_within, core_resources, leash, leash_piped, output_within,
-    send_signal, stderr, stdout, unavailable, wait_exit, with_server,
+    BOUND, ChildGuard, accept_within, apply, apply_given, assert_has, assert_stderr_has,
+    assert_stdout_has, assert_test_fails, assert_test_passes, core_resources, json_of_exit, leash,
+    leash_on, leash_piped, output_within, send_signal, stderr, stdout, unavailable, wait_exit,
+    with_server,
 };
 
 const POLICY: &str = r#"
@@ -79,18 +81,6 @@ spec:
       containers: [{name: c, image: "nginx:latest"}]
 "#;
 
-/// Asserts that the command's stdout holds `want`, printing it otherwise.
-#[track_caller]
-fn assert_stdout_has(out: &std::process::Output, want: &str) {
-    assert_has(&stdout(out), want);
-}
-
-/// Asserts that `text` holds `want`, printing it otherwise.
-#[track_caller]
-fn assert_has(text: &str, want: &str) {
-    assert!(text.contains(want), "{text}");
-}
-
 fn test_file(results: &str) -> String {
     format!(
         "apiVersion: cli.kyverno.io/v1alpha1\nkind: Test\nmetadata: {{name: t}}\npolicies: [../policy.yaml]\nresources: [resources.yaml]\nresults:\n{results}"
@@ -113,21 +103,37 @@ fn folder(dir: &Path, results: &str) {
     fs::write(tests.join("kyverno-test.yaml"), test_file(results)).unwrap();
 }
 
+/// `leash test -o json DIR`.
+fn test_json(dir: &Path) -> std::process::Output {
+    leash()
+        .args(["test", "-o", "json"])
+        .arg(dir)
+        .output()
+        .unwrap()
+}
+
+/// Writes `DIR/kyverno-test.yaml` (of `policy.yaml` on `resources.yaml`)
+/// with the `results` rows, then [`test_json`].
+fn test_json_of_rows(dir: &Path, results: &str) -> std::process::Output {
+    fs::write(
+        dir.join("kyverno-test.yaml"),
+        format!(
+            "apiVersion: cli.kyverno.io/v1alpha1\nkind: Test\nmetadata: {{name: t}}\n\
+             policies: [policy.yaml]\nresources: [resources.yaml]\nresults:\n{results}"
+        ),
+    )
+    .unwrap();
+    test_json(dir)
+}
+
 #[test]
 fn test_passes_when_every_row_matches_including_autogen_rows() {
     let dir = tempfile::tempdir().unwrap();
     folder(dir.path(), GOOD_RESULTS);
-    let out = leash().args(["test"]).arg(dir.path()).output().unwrap();
-    assert!(
-        out.status.success(),
-        "stdout:\n{}\nstderr:\n{}",
-        stdout(&out),
-        stderr(&out)
-    );
-    assert!(
-        stdout(&out).contains("1 of 1 test files passed; 7 passed, 0 failed"),
-        "{}",
-        stdout(&out)
+    assert_test_passes(
+        dir.path(),
+        &[],
+        "1 of 1 test files passed; 7 passed, 0 failed",
     );
 }
 
@@ -147,13 +153,8 @@ fn test_fails_on_a_wrong_expectation_and_checks_every_resource_for_unknown_names
          - {policy: disallow-latest, rule: no-latest, resources: [nosuch, good], kind: Pod, result: pass}\n\
          - {policy: disallow-latest, rule: no-such-rule, resources: [good], kind: Pod, result: fail}\n",
     );
-    let out = leash()
-        .args(["test", "-o", "json"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
-    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let out = test_json(dir.path());
+    let doc = json_of_exit(&out, 1);
     let rows = doc["tests"][0]["results"].as_array().unwrap();
     let seen: Vec<(&str, &str, bool)> = rows
         .iter()
@@ -215,27 +216,12 @@ spec:
          apiVersion: v1\nkind: ConfigMap\nmetadata: {name: b, namespace: x, labels: {team: u}}\n",
     )
     .unwrap();
-    let run = |results: &str| {
-        fs::write(
-            dir.path().join("kyverno-test.yaml"),
-            format!(
-                "apiVersion: cli.kyverno.io/v1alpha1\nkind: Test\nmetadata: {{name: t}}\n\
-                 policies: [policy.yaml]\nresources: [resources.yaml]\nresults:\n{results}"
-            ),
-        )
-        .unwrap();
-        leash()
-            .args(["test", "-o", "json"])
-            .arg(dir.path())
-            .output()
-            .unwrap()
-    };
+    let run = |results: &str| test_json_of_rows(dir.path(), results);
     let out = run(
         "- {policy: need-team, rule: some-rule-name, resources: [a, b], result: pass}\n\
                    - {policy: need-team, result: pass}\n",
     );
-    assert!(out.status.success(), "{}", stdout(&out));
-    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let doc = json_of_exit(&out, 0);
     let rows = doc["tests"][0]["results"].as_array().unwrap();
     let resources: Vec<&str> = rows
         .iter()
@@ -251,8 +237,7 @@ spec:
     )
     .unwrap();
     let out = run("- {policy: need-team, result: pass}\n");
-    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
-    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let doc = json_of_exit(&out, 1);
     let rows = doc["tests"][0]["results"].as_array().unwrap();
     let passed: Vec<(&str, bool)> = rows
         .iter()
@@ -287,9 +272,7 @@ fn test_exception_conditions_see_the_request() {
          - {policy: disallow-latest, rule: no-latest, resources: [red], kind: Pod, result: fail}\n",
     )
     .unwrap();
-    let out = leash().arg("test").arg(d).output().unwrap();
-    assert!(out.status.success(), "{}", stdout(&out));
-    assert_stdout_has(&out, "1 of 1 test files passed; 2 passed, 0 failed");
+    assert_test_passes(d, &[], "1 of 1 test files passed; 2 passed, 0 failed");
 }
 
 /// A row's `namespace` picks among resources of the same name, as in
@@ -334,21 +317,7 @@ spec: {containers: [{name: c, image: "nginx:1.27"}]}
 "#,
     )
     .unwrap();
-    let run = |results: &str| {
-        fs::write(
-            dir.path().join("kyverno-test.yaml"),
-            format!(
-                "apiVersion: cli.kyverno.io/v1alpha1\nkind: Test\nmetadata: {{name: t}}\n\
-                 policies: [policy.yaml]\nresources: [resources.yaml]\nresults:\n{results}"
-            ),
-        )
-        .unwrap();
-        leash()
-            .args(["test", "-o", "json"])
-            .arg(dir.path())
-            .output()
-            .unwrap()
-    };
+    let run = |results: &str| test_json_of_rows(dir.path(), results);
     let out = run(
         "- {policy: prod-images, rule: pinned, kind: Pod, namespace: staging, resources: [web], result: skip}\n\
          - {policy: prod-images, rule: pinned, kind: Pod, namespace: production, resources: [web], result: pass}\n",
@@ -358,8 +327,7 @@ spec: {containers: [{name: c, image: "nginx:1.27"}]}
         "- {policy: prod-images, rule: pinned, kind: Pod, namespace: staging, resources: [web], result: pass}\n\
          - {policy: prod-images, rule: pinned, kind: Pod, namespace: other, resources: [web], result: pass}\n",
     );
-    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
-    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let doc = json_of_exit(&out, 1);
     let rows = doc["tests"][0]["results"].as_array().unwrap();
     assert_eq!(rows[0]["got"], "skip", "{}", rows[0]);
     assert!(
@@ -445,7 +413,7 @@ fn test_selector_fail_only_detailed_results_and_usage_errors() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-    assert!(stderr(&out).contains("--output"), "{}", stderr(&out));
+    assert_stderr_has(&out, "--output");
 }
 
 #[test]
@@ -457,11 +425,8 @@ fn test_reports_an_invalid_policy_naming_file_and_field() {
         "operator: Sometimes\n        value: [CREATE",
     );
     fs::write(dir.path().join("policy.yaml"), bad).unwrap();
-    let out = leash().args(["test"]).arg(dir.path()).output().unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let text = stdout(&out);
-    assert_has(&text, "policy.yaml (document 1)");
-    assert_has(&text, "spec.rules[1].preconditions.all[0].operator");
+    let out = assert_test_fails(dir.path(), "policy.yaml (document 1)");
+    assert_stdout_has(&out, "spec.rules[1].preconditions.all[0].operator");
 }
 
 /// Issue 38: a test file whose result row lacks `result` (or `policy`) was
@@ -485,19 +450,10 @@ fn test_names_the_file_row_and_missing_field_of_an_invalid_test() {
         );
         folder(dir.path(), &results);
         let want = format!("kyverno-test.yaml: results[1]: missing field `{field}`");
-        let out = leash().args(["test"]).arg(dir.path()).output().unwrap();
-        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-        let text = stdout(&out);
-        assert_has(&text, &want);
+        let text = stdout(&assert_test_fails(dir.path(), &want));
         assert_has(&text, "error: invalid test file: ");
         assert!(!text.contains("Test ("), "a test without a name: {text}");
-        let out = leash()
-            .args(["test", "-o", "json"])
-            .arg(dir.path())
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(1));
-        let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+        let doc = json_of_exit(&test_json(dir.path()), 1);
         let error = doc["tests"][0]["error"].as_str().unwrap_or_default();
         assert!(error.contains(&want), "{doc}");
     }
@@ -509,20 +465,16 @@ fn test_names_the_file_row_and_missing_field_of_an_invalid_test() {
 #[test]
 fn the_readmes_example_test_passes() {
     let examples = crate::support::repo().join("deploy/examples");
-    let out = leash()
-        .arg("test")
-        .arg(examples.join("tests"))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}\n{}", stdout(&out), stderr(&out));
-    assert_stdout_has(&out, "1 of 1 test files passed; 12 passed, 0 failed");
-    let out = leash()
-        .arg("apply")
-        .arg(examples.join("policies"))
-        .arg("-r")
-        .arg(examples.join("tests/resources.yaml"))
-        .output()
-        .unwrap();
+    assert_test_passes(
+        &examples.join("tests"),
+        &[],
+        "1 of 1 test files passed; 12 passed, 0 failed",
+    );
+    let out = apply(
+        &examples.join("policies"),
+        &examples.join("tests/resources.yaml"),
+        &[],
+    );
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert_stdout_has(&out, "pass: 10, fail: 3, warn: 0, error: 0, skip: 0");
 }
@@ -531,13 +483,12 @@ fn the_readmes_example_test_passes() {
 fn apply_prints_failures_and_summary_and_exits_1() {
     let dir = tempfile::tempdir().unwrap();
     folder(dir.path(), GOOD_RESULTS);
-    let out = leash()
-        .args(["apply"])
-        .arg(dir.path().join("policy.yaml"))
-        .arg("--resource")
-        .arg(dir.path().join(".kyverno-test/resources.yaml"))
-        .output()
-        .unwrap();
+    let out = apply_given(
+        &dir.path().join("policy.yaml"),
+        "--resource",
+        &dir.path().join(".kyverno-test/resources.yaml"),
+        &[],
+    );
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let text = stdout(&out);
     // 3 pods x 2 rules, the deployment x 2 autogen rules.
@@ -561,8 +512,7 @@ fn apply_audit_warn_and_policy_report() {
         .arg(dir.path().join(".kyverno-test/resources.yaml"))
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let doc = json_of_exit(&out, 0);
     let items = doc["items"].as_array().unwrap();
     assert_eq!(
         items.len(),
@@ -598,13 +548,11 @@ fn apply_names_a_policy_that_does_not_compile_and_exits_2() {
         format!("{POLICY}---\n{bad}"),
     )
     .unwrap();
-    let out = leash()
-        .arg("apply")
-        .arg(dir.path().join("policy.yaml"))
-        .arg("-r")
-        .arg(dir.path().join(".kyverno-test/resources.yaml"))
-        .output()
-        .unwrap();
+    let out = apply(
+        &dir.path().join("policy.yaml"),
+        &dir.path().join(".kyverno-test/resources.yaml"),
+        &[],
+    );
     assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
     let said = format!("{}{}", stdout(&out), stderr(&out));
     assert!(said.contains("policy.yaml (document 2)"), "{said}");
@@ -688,13 +636,11 @@ fn typos_in_policies_are_refused_naming_the_field() {
         let dir = tempfile::tempdir().unwrap();
         folder(dir.path(), GOOD_RESULTS);
         fs::write(dir.path().join("policy.yaml"), &policy).unwrap();
-        let out = leash()
-            .arg("apply")
-            .arg(dir.path().join("policy.yaml"))
-            .arg("-r")
-            .arg(dir.path().join(".kyverno-test/resources.yaml"))
-            .output()
-            .unwrap();
+        let out = apply(
+            &dir.path().join("policy.yaml"),
+            &dir.path().join(".kyverno-test/resources.yaml"),
+            &[],
+        );
         let said = format!("{}{}", stdout(&out), stderr(&out));
         assert_eq!(out.status.code(), Some(2), "apply, {what}: {said}");
         assert!(said.contains(want), "apply, {what}: {said}");
@@ -755,8 +701,7 @@ metadata: {name: c, namespace: apps}
         .arg(dir.path().join("r.yaml"))
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let doc = json_of_exit(&out, 1);
     let items = doc["items"].as_array().unwrap();
     let cluster: Vec<_> = items
         .iter()
@@ -900,14 +845,11 @@ fn apply_values_set_userinfo_and_exceptions_reach_the_evaluation() {
     )
     .unwrap();
     let summary = |policy: &str, extra: &[&str]| {
-        let out = leash()
-            .arg("apply")
-            .arg(d.join(policy))
-            .arg("-r")
-            .arg(d.join(".kyverno-test/resources.yaml"))
-            .args(extra)
-            .output()
-            .unwrap();
+        let out = apply(
+            &d.join(policy),
+            &d.join(".kyverno-test/resources.yaml"),
+            extra,
+        );
         stdout(&out).lines().last().unwrap_or_default().to_string()
     };
     assert_eq!(
@@ -981,29 +923,22 @@ fn apply_mutated_resources_are_printed_listed_and_written() {
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: apps}\ndata: {a: b}\n",
     )
     .unwrap();
-    let apply = |extra: &[&str]| {
-        let out = leash()
-            .arg("apply")
-            .arg(d.join("p.yaml"))
-            .arg("-r")
-            .arg(d.join("r.yaml"))
-            .args(extra)
-            .output()
-            .unwrap();
+    let run = |extra: &[&str]| {
+        let out = apply(&d.join("p.yaml"), &d.join("r.yaml"), extra);
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
         stdout(&out)
     };
-    let text = apply(&[]);
+    let text = run(&[]);
     assert_has(&text, "mutate policy add-team applied to ConfigMap/apps/c:");
     assert_has(&text, "team: platform");
 
-    let doc: serde_json::Value = serde_json::from_str(&apply(&["-o", "json"])).unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&run(&["-o", "json"])).unwrap();
     assert_eq!(
         doc["mutatedResources"][0]["metadata"]["labels"]["team"], "platform",
         "{doc}"
     );
     assert_eq!(doc["mutatedResources"][0]["data"]["a"], "b");
-    let doc: serde_json::Value = serde_saphyr::from_str(&apply(&["-o", "yaml"])).unwrap();
+    let doc: serde_json::Value = serde_saphyr::from_str(&run(&["-o", "yaml"])).unwrap();
     assert_eq!(
         doc["mutatedResources"][0]["metadata"]["labels"]["team"], "platform",
         "{doc}"
@@ -1011,7 +946,7 @@ fn apply_mutated_resources_are_printed_listed_and_written() {
     assert_eq!(doc["mutatedResources"][0]["metadata"]["name"], "c");
 
     let file = d.join("out.yaml");
-    apply(&["--mutated-output", file.to_str().unwrap()]);
+    run(&["--mutated-output", file.to_str().unwrap()]);
     let written = fs::read_to_string(&file).unwrap();
     assert!(
         written.contains("team: platform") && written.contains("name: c"),
@@ -1020,7 +955,7 @@ fn apply_mutated_resources_are_printed_listed_and_written() {
 
     let out_dir = d.join("out");
     fs::create_dir(&out_dir).unwrap();
-    apply(&["--mutated-output", &format!("{}/", out_dir.display())]);
+    run(&["--mutated-output", &format!("{}/", out_dir.display())]);
     let one = fs::read_to_string(out_dir.join("c-mutated.yaml")).unwrap();
     assert!(one.contains("team: platform"), "{one}");
 }
@@ -1037,11 +972,7 @@ fn apply_usage_errors_exit_2() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr(&out).contains("/nonexistent/policy.yaml"),
-        "{}",
-        stderr(&out)
-    );
+    assert_stderr_has(&out, "/nonexistent/policy.yaml");
 }
 
 const CLUSTER_POLICY: &str = r#"
@@ -1068,23 +999,20 @@ fn apply_cluster_loads_only_matched_kinds_and_evaluates_every_object() {
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("policy.yaml");
     fs::write(&policy, CLUSTER_POLICY).unwrap();
-    let out = leash()
-        .args(["apply", "--sandbox=pods=60,configmaps=30", "-o", "json"])
-        .arg(&policy)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let out = leash_on(
+        &["apply", "--sandbox=pods=60,configmaps=30", "-o", "json"],
+        &policy,
+    );
+    let doc = json_of_exit(&out, 1);
     assert_eq!(doc["summary"]["fail"], 60, "{doc}");
     assert_eq!(
         doc["summary"]["pass"], 0,
         "configmaps are not loaded or evaluated: {doc}"
     );
     assert_eq!(doc["results"].as_array().unwrap().len(), 60);
-    assert!(
-        stderr(&out).contains("example.io/v1/Widget (policy every-pod) is not served"),
-        "{}",
-        stderr(&out)
+    assert_stderr_has(
+        &out,
+        "example.io/v1/Widget (policy every-pod) is not served",
     );
 }
 
@@ -1136,13 +1064,11 @@ fn apply_cluster_reads_api_calls_and_cel_lookups_from_the_server() {
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("policy.yaml");
     fs::write(&policy, LIVE_POLICIES).unwrap();
-    let out = leash()
-        .args(["apply", "--sandbox=pods=5,configmaps=30", "-o", "json"])
-        .arg(&policy)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let out = leash_on(
+        &["apply", "--sandbox=pods=5,configmaps=30", "-o", "json"],
+        &policy,
+    );
+    let doc = json_of_exit(&out, 1);
     assert_eq!(doc["summary"]["fail"], 10, "{doc}");
     assert_eq!(doc["summary"]["error"], 0, "{doc}");
     let messages: Vec<&str> = doc["results"]
@@ -1164,11 +1090,7 @@ fn apply_cluster_table_streams_failures_and_exits_1() {
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("policy.yaml");
     fs::write(&policy, CLUSTER_POLICY).unwrap();
-    let out = leash()
-        .args(["apply", "--sandbox=pods=25"])
-        .arg(&policy)
-        .output()
-        .unwrap();
+    let out = leash_on(&["apply", "--sandbox=pods=25"], &policy);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let text = stdout(&out);
     assert_eq!(
@@ -1179,17 +1101,9 @@ fn apply_cluster_table_streams_failures_and_exits_1() {
         "{text}"
     );
     assert_has(&text, "pass: 0, fail: 25, warn: 0, error: 0, skip: 0");
-    let warned = leash()
-        .args(["apply", "--sandbox=pods=25", "--audit-warn"])
-        .arg(&policy)
-        .output()
-        .unwrap();
+    let warned = leash_on(&["apply", "--sandbox=pods=25", "--audit-warn"], &policy);
     assert_eq!(warned.status.code(), Some(0), "{}", stderr(&warned));
-    assert!(
-        stdout(&warned).contains("pass: 0, fail: 0, warn: 25, error: 0, skip: 0"),
-        "{}",
-        stdout(&warned)
-    );
+    assert_stdout_has(&warned, "pass: 0, fail: 0, warn: 25, error: 0, skip: 0");
 }
 
 /// `globalReference` against a cluster: the cluster's GlobalContextEntry
@@ -1280,14 +1194,12 @@ spec:
     let url = sb.url();
     // The sandbox serves from this runtime's other thread meanwhile.
     let out = tokio::task::block_in_place(|| {
-        leash()
-            .args(["apply", "--cluster", "-A", "-o", "json", "--server", &url])
-            .arg(&policy)
-            .output()
-            .unwrap()
+        leash_on(
+            &["apply", "--cluster", "-A", "-o", "json", "--server", &url],
+            &policy,
+        )
     });
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let doc = json_of_exit(&out, 1);
     assert_eq!(doc["summary"]["fail"], 2, "{doc}");
     let message = |policy: &str| {
         doc["results"]
@@ -1379,8 +1291,7 @@ fn apply_cluster_narrowed_objects_get_the_results_of_whole_ones() {
             .args(["-o", "json", "--detailed-results"])
             .output()
             .unwrap();
-        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-        let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+        let doc = json_of_exit(&out, 1);
         let mut rows: Vec<String> = doc["results"]
             .as_array()
             .unwrap()
@@ -1475,14 +1386,9 @@ fn apply_detailed_on_sandbox_pods(pods: usize, policy: &str) -> serde_json::Valu
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("policy.yaml");
     fs::write(&path, policy).unwrap();
-    let out = leash()
-        .args(["apply", &format!("--sandbox=pods={pods}")])
-        .args(["-o", "json", "--detailed-results"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    serde_json::from_str(&stdout(&out)).unwrap()
+    let sandbox = format!("--sandbox=pods={pods}");
+    let args = ["apply", &sandbox, "-o", "json", "--detailed-results"];
+    json_of_exit(&leash_on(&args, &path), 1)
 }
 
 /// `imageRegistry` context entries where no registry is read (`apply
@@ -1576,13 +1482,8 @@ spec:
     assert!(names.status.success(), "{}", stderr(&names));
     let in_ns = stdout(&names).lines().count();
     assert!(in_ns > 0 && in_ns < 40, "{in_ns} pods in ns-0000");
-    let out = leash()
-        .args(["apply", "--sandbox=pods=40", "-o", "json"])
-        .arg(&policy)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let out = leash_on(&["apply", "--sandbox=pods=40", "-o", "json"], &policy);
+    let doc = json_of_exit(&out, 1);
     assert_eq!(doc["summary"]["fail"], in_ns as u64, "{doc}");
     for r in doc["results"].as_array().unwrap() {
         assert!(r["resource"].to_string().contains("ns-0000"), "{r}");
@@ -1706,13 +1607,9 @@ spec:
         )
     };
     write("kyverno-test.yaml", &rows("fail"));
-    let out = leash().args(["test"]).arg(dir.path()).output().unwrap();
-    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
-    assert_stdout_has(&out, "3 passed, 0 failed");
+    assert_test_passes(dir.path(), &[], "3 passed, 0 failed");
     write("kyverno-test.yaml", &rows("pass"));
-    let out = leash().args(["test"]).arg(dir.path()).output().unwrap();
-    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
-    assert_stdout_has(&out, "0 passed, 3 failed");
+    assert_test_fails(dir.path(), "0 passed, 3 failed");
 }
 
 /// `apply --exception` reads the CEL form of PolicyException too.
@@ -1736,16 +1633,9 @@ fn apply_reads_cel_policy_exceptions() {
         "pods.yaml",
         "apiVersion: v1\nkind: Pod\nmetadata: {name: web, namespace: default}\nspec: {containers: [{name: c, image: 'nginx:latest'}]}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: api, namespace: default}\nspec: {containers: [{name: c, image: 'nginx:latest'}]}\n",
     );
-    let out = leash()
-        .arg("apply")
-        .arg(&policy)
-        .arg("--resource")
-        .arg(&pods)
-        .arg("--exception")
-        .arg(&exception)
-        .arg("--detailed-results")
-        .output()
-        .unwrap();
+    let exception = exception.to_str().unwrap();
+    let args = ["--exception", exception, "--detailed-results"];
+    let out = apply_given(&policy, "--resource", &pods, &args);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let text = stdout(&out);
     assert_has(
@@ -1826,8 +1716,7 @@ spec:
         .arg(&policy)
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let doc = json_of_exit(&out, 1);
     let result = |rule: &str| -> (String, String) {
         let r = doc["results"]
             .as_array()
@@ -1993,8 +1882,7 @@ spec:
     };
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let (out, paths) = with_server(pods_and_a_lookup(false), run);
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let doc = json_of_exit(&out, 1);
     assert_eq!(doc["summary"]["fail"], 20, "{doc}");
     let n = lookups(&paths);
     assert!(
@@ -2003,8 +1891,7 @@ spec:
     );
 
     let (out, paths) = with_server(pods_and_a_lookup(true), run);
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let doc = json_of_exit(&out, 1);
     assert_eq!(doc["summary"]["error"], 20, "{doc}");
     assert_eq!(lookups(&paths), 20, "a failed read is not kept: {paths:?}");
 }
@@ -2105,8 +1992,7 @@ spec:
             .args(["--server", url]);
         output_within(cmd)
     });
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let doc: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let doc = json_of_exit(&out, 0);
     assert_eq!(doc["summary"]["pass"], PAGES * PER_PAGE, "{doc}");
     let lists = paths
         .iter()
@@ -2218,19 +2104,11 @@ spec:
         "kyverno-test.yaml",
         &test("clusterResources: [cluster.yaml]\n"),
     );
-    let out = leash()
-        .args(["test", "--detailed-results"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
-    assert_stdout_has(&out, "6 passed, 0 failed");
+    assert_test_passes(dir.path(), &["--detailed-results"], "6 passed, 0 failed");
     // Without the cluster, the configMap and CEL lookups are errors (an
     // apiCall that finds nothing leaves the variable empty).
     write("kyverno-test.yaml", &test(""));
-    let out = leash().args(["test"]).arg(dir.path()).output().unwrap();
-    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
-    assert_stdout_has(&out, "error");
+    assert_test_fails(dir.path(), "error");
 }
 
 /// `leash test` evaluates DeletingPolicies on each resource, as Kyverno's
@@ -2277,18 +2155,10 @@ spec:
         )
     };
     write("kyverno-test.yaml", &test("pass"));
-    let out = leash()
-        .args(["test", "--detailed-results"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
-    assert_stdout_has(&out, "3 passed, 0 failed");
+    let out = assert_test_passes(dir.path(), &["--detailed-results"], "3 passed, 0 failed");
     assert_stdout_has(&out, "resource matched");
     write("kyverno-test.yaml", &test("fail"));
-    let out = leash().args(["test"]).arg(dir.path()).output().unwrap();
-    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
-    assert_stdout_has(&out, "2 passed, 1 failed");
+    assert_test_fails(dir.path(), "2 passed, 1 failed");
 }
 
 /// `leash test` evaluates Kubernetes ValidatingAdmissionPolicies through
@@ -2353,18 +2223,10 @@ spec:
         )
     };
     write("kyverno-test.yaml", &test("fail"));
-    let out = leash()
-        .args(["test", "--detailed-results"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
-    assert_stdout_has(&out, "4 passed, 0 failed");
+    let out = assert_test_passes(dir.path(), &["--detailed-results"], "4 passed, 0 failed");
     assert_stdout_has(&out, "failed expression: object.spec.replicas <= 2");
     write("kyverno-test.yaml", &test("pass"));
-    let out = leash().args(["test"]).arg(dir.path()).output().unwrap();
-    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
-    assert_stdout_has(&out, "3 passed, 1 failed");
+    assert_test_fails(dir.path(), "3 passed, 1 failed");
 }
 
 const NS_POLICIES: &str = r#"
@@ -2498,7 +2360,7 @@ fn every_kyverno_apply_and_test_flag_parses() {
     let r = dir.path().join("r.yaml");
     let d = |f: &str| dir.path().join(f).display().to_string();
     // (flags, the exit code: 1 as the pods fail, 2 refused).
-    let apply: Vec<(Vec<String>, i32)> = vec![
+    let cases: Vec<(Vec<String>, i32)> = vec![
         (vec!["--audit-warn".into()], 1),
         (vec!["-r".into(), d("r.yaml")], 1),
         (vec!["--resources".into(), d("r.yaml")], 1),
@@ -2566,15 +2428,12 @@ fn every_kyverno_apply_and_test_flag_parses() {
         (vec!["--stdin".into()], 2),
         (vec!["--warnings-as-errors".into()], 2),
     ];
-    for (flags, code) in apply {
-        let out = leash()
-            .arg("apply")
-            .arg(&p)
-            .arg("-r")
-            .arg(&r)
-            .args(&flags)
-            .output()
-            .unwrap();
+    for (flags, code) in cases {
+        let out = apply(
+            &p,
+            &r,
+            &flags.iter().map(String::as_str).collect::<Vec<_>>(),
+        );
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(code), "apply {flags:?}: {err}");
         if code == 2 {
@@ -2635,16 +2494,13 @@ fn apply_warn_exit_code_and_warn_no_pass() {
     fs::write(dir.path().join("p.yaml"), audit).unwrap();
     fs::write(dir.path().join("r.yaml"), NS_PODS).unwrap();
     let run = |flags: &[&str]| {
-        leash()
-            .arg("apply")
-            .arg(dir.path().join("p.yaml"))
-            .arg("-r")
-            .arg(dir.path().join("r.yaml"))
-            .args(flags)
-            .output()
-            .unwrap()
-            .status
-            .code()
+        apply(
+            &dir.path().join("p.yaml"),
+            &dir.path().join("r.yaml"),
+            flags,
+        )
+        .status
+        .code()
     };
     assert_eq!(run(&["--audit-warn"]), Some(0));
     assert_eq!(run(&["--audit-warn", "--warn-exit-code", "3"]), Some(3));
@@ -2739,13 +2595,12 @@ spec: {podSelector: {}}
 "#;
     fs::write(dir.path().join("policy.yaml"), policy).unwrap();
     fs::write(dir.path().join("resources.yaml"), resources).unwrap();
-    let out = leash()
-        .args(["apply"])
-        .arg(dir.path().join("policy.yaml"))
-        .arg("--resource")
-        .arg(dir.path().join("resources.yaml"))
-        .output()
-        .unwrap();
+    let out = apply_given(
+        &dir.path().join("policy.yaml"),
+        "--resource",
+        &dir.path().join("resources.yaml"),
+        &[],
+    );
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let text = stdout(&out);
     // require-netpol: covered passes, uncovered fails; priority: both pass.

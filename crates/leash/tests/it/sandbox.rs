@@ -315,8 +315,7 @@ fn logs_to_a_pipe_have_no_colour_codes() {
     let mut url = String::new();
     stdout.read_line(&mut url).unwrap();
     assert!(url.starts_with("http://"), "the URL line: {url:?}");
-    crate::support::send_signal(&child.0, "TERM");
-    let status = crate::support::wait_exit(&mut child.0, BOUND, "exit after SIGTERM");
+    let status = crate::support::sigterm_and_wait(&mut child);
     let mut stderr = String::new();
     child
         .0

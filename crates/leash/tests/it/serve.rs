@@ -11,7 +11,7 @@ use leash_sandbox::generate::{GenerateSpec, parse_generate};
 use leash_sandbox::{Faults, Sandbox, SandboxConfig};
 use serde_json::{Value, json};
 
-use crate::support::{BOUND, ChildGuard, http_get, leash, repo, send_signal, wait_exit};
+use crate::support::{BOUND, ChildGuard, http_get, leash, repo, sigterm_and_wait};
 
 /// `(resource uid, policy, rule, result)`.
 type Row = (String, String, String, String);
@@ -283,8 +283,7 @@ async fn serve_reports_converge_to_apply_and_follow_changes() {
     // rest of the suite.
     converge(&sb, &want2, Duration::from_secs(120), "after the changes").await;
 
-    send_signal(&server.0, "TERM");
-    let status = wait_exit(&mut server.0, BOUND, "exit after SIGTERM");
+    let status = sigterm_and_wait(&mut server);
     assert!(status.success(), "leash serve exited with {status}");
     sb.shutdown().await.unwrap();
 }
@@ -346,8 +345,7 @@ async fn serve_reports_converge_under_faults_and_after_kill_9() {
         .filter_map(|r| r["scope"]["uid"].as_str())
         .collect();
     assert_eq!(uids.len(), reports.len(), "one report per resource");
-    send_signal(&second.0, "TERM");
-    let status = wait_exit(&mut second.0, BOUND, "exit after SIGTERM");
+    let status = sigterm_and_wait(&mut second);
     assert!(status.success(), "leash serve exited with {status}");
     sb.shutdown().await.unwrap();
 }
@@ -467,8 +465,7 @@ fn serve_sandbox_demo_health_metrics_and_sigterm() {
             assert!(url.starts_with("https://127.0.0.1:"), "{hook}");
             assert!(hook["clientConfig"]["caBundle"].is_string(), "{hook}");
         }
-        send_signal(&guard.0, "TERM");
-        let status = wait_exit(&mut guard.0, BOUND, "exit after SIGTERM");
+        let status = sigterm_and_wait(guard);
         assert!(status.success(), "{status}");
     });
 }
@@ -601,8 +598,7 @@ fn the_background_scan_runs_again_every_interval() {
     };
     let first = wait_for("no first scan", &|n| n > 0.0);
     wait_for("no rescan without changes", &|n| n >= 2.0 * first);
-    send_signal(&guard.0, "TERM");
-    let status = wait_exit(&mut guard.0, BOUND, "exit after SIGTERM");
+    let status = sigterm_and_wait(&mut guard);
     assert!(status.success(), "{status:?}");
 }
 
@@ -661,8 +657,7 @@ async fn stale_reports_are_cleaned_up_across_pages() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    send_signal(&guard.0, "TERM");
-    let status = wait_exit(&mut guard.0, BOUND, "exit after SIGTERM");
+    let status = sigterm_and_wait(&mut guard);
     assert!(status.success(), "{status:?}");
     sb.shutdown().await.unwrap();
 }
@@ -734,8 +729,7 @@ async fn serve_logs_what_it_cannot_use() {
                 .filter(|l| l.contains("ConfigMap kyverno/kyverno: the update is not used"))
                 .count();
             assert_eq!(rejected, 1, "{}", seen.join("\n"));
-            send_signal(&guard.0, "TERM");
-            assert!(wait_exit(&mut guard.0, BOUND, "exit after SIGTERM").success());
+            assert!(sigterm_and_wait(guard).success());
         });
     });
     sb.shutdown().await.unwrap();

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::support::{
     BOUND, ChildGuard, crd_sandbox, free_port, http_get, http_post_json, kubectl_installed, leash,
-    repo, send_signal, serve_admission_ready, wait_exit, wait_ready,
+    repo, send_signal, serve_admission_ready, sigterm_and_wait, wait_exit, wait_ready, webhook_cfg,
 };
 
 /// A sandbox with leash's CRDs, the example policies and the `kyverno`
@@ -146,8 +146,7 @@ async fn serve_admission_end_to_end_with_kubectl() {
         assert_eq!(cpol["status"]["ready"], true, "{cpol}");
 
         // Webhook down, failurePolicy Fail: creation is denied.
-        send_signal(&server.0, "TERM");
-        assert!(wait_exit(&mut server.0, BOUND, "exit after SIGTERM").success());
+        assert!(sigterm_and_wait(&mut server).success());
         let out = kubectl(&kc, &["run", "while-down", "--image", "nginx:1.27"]);
         let t = text(&out);
         assert!(
@@ -155,15 +154,7 @@ async fn serve_admission_end_to_end_with_kubectl() {
             "{t}"
         );
         // failurePolicy Ignore: admitted.
-        let mut vwc = sb
-            .store()
-            .get(
-                "admissionregistration.k8s.io/v1",
-                "ValidatingWebhookConfiguration",
-                None,
-                "leash-validating-webhook-cfg",
-            )
-            .unwrap();
+        let mut vwc = webhook_cfg(&sb, "Validating").unwrap();
         for w in vwc["webhooks"].as_array_mut().unwrap() {
             w["failurePolicy"] = json!("Ignore");
         }
@@ -174,8 +165,7 @@ async fn serve_admission_end_to_end_with_kubectl() {
         // Up again: the registrar restores its configuration; denials resume.
         server = serve(&sb.url(), port);
         run_until(&kc, "bad-again", "nginx:latest", "denied the request");
-        send_signal(&server.0, "TERM");
-        assert!(wait_exit(&mut server.0, BOUND, "exit after SIGTERM").success());
+        assert!(sigterm_and_wait(&mut server).success());
     });
     sb.shutdown().await.unwrap();
 }
@@ -186,15 +176,8 @@ async fn serve_admission_end_to_end_with_kubectl() {
 async fn readyz_waits_for_the_webhook_registration() {
     let sb = demo_sandbox().await;
     let mut server = serve_admission_ready(&sb.url()).await;
-    let vwc = sb
-        .store()
-        .get(
-            "admissionregistration.k8s.io/v1",
-            "ValidatingWebhookConfiguration",
-            None,
-            "leash-validating-webhook-cfg",
-        )
-        .expect("ready only with the webhook configuration written");
+    let vwc =
+        webhook_cfg(&sb, "Validating").expect("ready only with the webhook configuration written");
     // Written from the policies, not from the empty set served before them.
     let resources: Vec<&Value> = vwc["webhooks"]
         .as_array()
@@ -206,15 +189,8 @@ async fn readyz_waits_for_the_webhook_registration() {
     assert!(resources.iter().any(|r| *r == "pods"), "{vwc}");
     // The mutating configuration is written before ready too; the
     // example policies mutate nothing, so it has no webhooks.
-    let mwc = sb
-        .store()
-        .get(
-            "admissionregistration.k8s.io/v1",
-            "MutatingWebhookConfiguration",
-            None,
-            "leash-mutating-webhook-cfg",
-        )
-        .expect("ready only with the mutating configuration written");
+    let mwc =
+        webhook_cfg(&sb, "Mutating").expect("ready only with the mutating configuration written");
     assert!(
         mwc["webhooks"].as_array().is_none_or(Vec::is_empty),
         "{mwc}"
@@ -362,8 +338,7 @@ async fn serve_admission_reads_configmap_context_from_the_api_server() {
         );
         let out = run("from-ghcr", "ghcr.io");
         assert!(out.status.success(), "{}", text(&out));
-        send_signal(&server.0, "TERM");
-        assert!(wait_exit(&mut server.0, BOUND, "exit after SIGTERM").success());
+        assert!(sigterm_and_wait(&mut server).success());
     });
     sb.shutdown().await.unwrap();
 }
@@ -755,8 +730,7 @@ async fn admission_and_the_scan_watch_each_kind_once() {
             assert!(admitted.status.success(), "{}", text(&admitted));
         });
     }
-    send_signal(&server.0, "TERM");
-    wait_exit(&mut server.0, BOUND, "exit after SIGTERM");
+    sigterm_and_wait(&mut server);
     sb.shutdown().await.unwrap();
 }
 

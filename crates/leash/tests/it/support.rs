@@ -2,6 +2,7 @@
 //! signals and bounded waits, and a `leash sandbox` process.
 
 use std::io::{BufRead as _, BufReader, Read as _};
+use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -38,6 +39,80 @@ pub(crate) fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Both of the command's outputs, labelled, for an assertion's message.
+pub(crate) fn said(out: &Output) -> String {
+    format!("stdout:\n{}\nstderr:\n{}", stdout(out), stderr(out))
+}
+
+/// Asserts that `text` holds `want`, printing it otherwise.
+#[track_caller]
+pub(crate) fn assert_has(text: &str, want: &str) {
+    assert!(text.contains(want), "{text}");
+}
+
+/// Asserts that the command's stdout holds `want`, printing it otherwise.
+#[track_caller]
+pub(crate) fn assert_stdout_has(out: &Output, want: &str) {
+    assert_has(&stdout(out), want);
+}
+
+/// Asserts that the command's stderr holds `want`, printing it otherwise.
+#[track_caller]
+pub(crate) fn assert_stderr_has(out: &Output, want: &str) {
+    assert_has(&stderr(out), want);
+}
+
+/// Asserts that the command exited `code` (printing its stdout and stderr
+/// otherwise) and reads its stdout as one JSON document.
+#[track_caller]
+pub(crate) fn json_of_exit(out: &Output, code: i32) -> serde_json::Value {
+    assert_eq!(out.status.code(), Some(code), "{}", said(out));
+    serde_json::from_str(&stdout(out)).unwrap()
+}
+
+/// `leash test ARGS DIR`, asserted to pass (exit 0, printing stdout and
+/// stderr otherwise) with `want` in its stdout.
+#[track_caller]
+pub(crate) fn assert_test_passes(dir: &Path, args: &[&str], want: &str) -> Output {
+    let out = leash().arg("test").args(args).arg(dir).output().unwrap();
+    assert!(out.status.success(), "{}", said(&out));
+    assert_stdout_has(&out, want);
+    out
+}
+
+/// `leash test DIR`, asserted to fail (exit 1, printing stdout and stderr
+/// otherwise) with `want` in its stdout.
+#[track_caller]
+pub(crate) fn assert_test_fails(dir: &Path, want: &str) -> Output {
+    let out = leash().arg("test").arg(dir).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", said(&out));
+    assert_stdout_has(&out, want);
+    out
+}
+
+/// `leash ARGS PATH` to completion.
+pub(crate) fn leash_on(args: &[&str], path: &Path) -> Output {
+    leash().args(args).arg(path).output().unwrap()
+}
+
+/// `leash apply POLICY -r RESOURCES ARGS` to completion.
+pub(crate) fn apply(policy: &Path, resources: &Path, args: &[&str]) -> Output {
+    apply_given(policy, "-r", resources, args)
+}
+
+/// `leash apply POLICY FLAG RESOURCES ARGS` to completion (FLAG one of the
+/// spellings of `--resource`).
+pub(crate) fn apply_given(policy: &Path, flag: &str, resources: &Path, args: &[&str]) -> Output {
+    leash()
+        .arg("apply")
+        .arg(policy)
+        .arg(flag)
+        .arg(resources)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
 /// Send `-SIGNAL` (`INT`, `TERM`) to `child` with kill(1).
 pub(crate) fn send_signal(child: &Child, signal: &str) {
     let status = Command::new("kill")
@@ -46,6 +121,12 @@ pub(crate) fn send_signal(child: &Child, signal: &str) {
         .status()
         .expect("run kill");
     assert!(status.success(), "kill -{signal} failed");
+}
+
+/// SIGTERM to `child`, then its exit (within [`BOUND`]).
+pub(crate) fn sigterm_and_wait(child: &mut ChildGuard) -> ExitStatus {
+    send_signal(&child.0, "TERM");
+    wait_exit(&mut child.0, BOUND, "exit after SIGTERM")
 }
 
 /// Poll every 10 ms until `child` exits; after `bound`, kill it and panic
@@ -433,6 +514,20 @@ pub(crate) async fn crd_sandbox(
     })
     .await
     .unwrap()
+}
+
+/// leash's `Validating` or `Mutating` webhook configuration, as `sb`'s
+/// store holds it.
+pub(crate) fn webhook_cfg(
+    sb: &leash_sandbox::Sandbox,
+    kind: &str,
+) -> leash_sandbox::Result<serde_json::Value> {
+    sb.store().get(
+        "admissionregistration.k8s.io/v1",
+        &format!("{kind}WebhookConfiguration"),
+        None,
+        &format!("leash-{}-webhook-cfg", kind.to_lowercase()),
+    )
 }
 
 /// Waits until `/readyz` on `health` answers 200 (a hang guard: [`BOUND`]).
