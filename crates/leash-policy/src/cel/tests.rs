@@ -235,11 +235,12 @@ fn quantities() {
     }
 }
 
-/// Cluster data holding the metadata of one image.
+/// Cluster data holding the metadata of one image, and answering every
+/// `http` call with what it was asked.
 #[derive(Debug)]
-struct OneImage;
+struct OneImageAndEcho;
 
-impl crate::request::ClusterData for OneImage {
+impl crate::request::ClusterData for OneImageAndEcho {
     fn get(&self, _: &str, _: &str, _: &str, _: &str) -> Option<Arc<serde_json::Value>> {
         None
     }
@@ -255,12 +256,22 @@ impl crate::request::ClusterData for OneImage {
             })
             .ok_or_else(|| format!("image data for {image} not found"))
     }
+    fn http_call(
+        &self,
+        method: &str,
+        url: &str,
+        body: Option<&serde_json::Value>,
+    ) -> Option<serde_json::Value> {
+        (url != "https://nowhere").then(
+            || json!({"statusCode": 200, "body": {"method": method, "url": url, "sent": body}}),
+        )
+    }
 }
 
 #[test]
 fn image_metadata() {
     let req = pod_request();
-    let act = Activation::new(&req, &OneImage);
+    let act = Activation::new(&req, &OneImageAndEcho);
     let cases: [(&str, Result<Value, &str>); 5] = [
         (
             "image.GetMetadata('ghcr.io/x/app:1').config.architecture",
@@ -355,35 +366,12 @@ fn lower_case_library_functions() {
     assert_fails_in(&plain, "generator.Apply('ns', [])", "GeneratingPolicy");
 }
 
-/// Answers every `http` call with what it was asked.
-#[derive(Debug)]
-struct Echo;
-
-impl ClusterData for Echo {
-    fn get(&self, _: &str, _: &str, _: &str, _: &str) -> Option<Arc<serde_json::Value>> {
-        None
-    }
-    fn list(&self, _: &str, _: &str, _: &str) -> Vec<Arc<serde_json::Value>> {
-        Vec::new()
-    }
-    fn http_call(
-        &self,
-        method: &str,
-        url: &str,
-        body: Option<&serde_json::Value>,
-    ) -> Option<serde_json::Value> {
-        (url != "https://nowhere").then(
-            || json!({"statusCode": 200, "body": {"method": method, "url": url, "sent": body}}),
-        )
-    }
-}
-
 /// Kyverno's `http` library: `Get` (with or without headers), `Post`
 /// (with or without headers) and `Client`, answered by the cluster data.
 #[test]
 fn http_library_calls_the_cluster_data() {
     let req = pod_request();
-    let act = Activation::new(&req, &Echo);
+    let act = Activation::new(&req, &OneImageAndEcho);
     let cases = [
         "http.Get('https://a').body == {'method': 'GET', 'url': 'https://a', 'sent': null}",
         "http.Get('https://a', {'X': 'y'}).body.method == 'GET'",
