@@ -643,8 +643,8 @@ fn cel_policy_exceptions_exempt_the_policies_they_name() {
     assert!(err.contains("spec.policyRefs[0].name"), "{err}");
 }
 
-/// Every YAML document of the files under `dir`.
-pub(crate) fn yaml_docs(dir: &Path) -> Vec<Json> {
+/// The files under `dir`, at any depth, that `keep` accepts.
+pub(crate) fn files_under(dir: &Path, keep: impl Fn(&Path) -> bool) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut walk = vec![dir.to_path_buf()];
     while let Some(dir) = walk.pop() {
@@ -652,12 +652,24 @@ pub(crate) fn yaml_docs(dir: &Path) -> Vec<Json> {
             let path = entry.path();
             if path.is_dir() {
                 walk.push(path);
-            } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
-                out.extend(docs(&path));
+            } else if keep(&path) {
+                out.push(path);
             }
         }
     }
     out
+}
+
+pub(crate) fn is_yaml(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "yaml" || e == "yml")
+}
+
+/// Every YAML document of the files under `dir`.
+pub(crate) fn yaml_docs(dir: &Path) -> Vec<Json> {
+    files_under(dir, is_yaml)
+        .iter()
+        .flat_map(|p| docs(p))
+        .collect()
 }
 
 /// A document of a corpus folder that is a resource, not a Kyverno one.
