@@ -1108,6 +1108,23 @@ mod tests {
 
     fn assert_send_sync<T: Send + Sync>() {}
 
+    /// An engine with the policies `docs`, each of which it must take.
+    fn engine_with(docs: &[serde_json::Value]) -> Engine {
+        let mut engine = Engine::new();
+        for doc in docs {
+            assert!(engine.add_json(doc).unwrap());
+        }
+        engine
+    }
+
+    /// What `engine` gives when it validates a CREATE of `object`.
+    fn validate(engine: &Engine, data: &dyn ClusterData, object: Arc<Value>) -> Vec<RuleResult> {
+        engine
+            .evaluation(data)
+            .validate(&crate::Prepared::new(EvalRequest::create(object)))
+            .into_vec()
+    }
+
     /// Seed 000 (background scan goroutines wrote one shared map; tests
     /// mutated shared policy objects): one compiled engine and one resource
     /// are shared by several threads at once; every thread gets the same
@@ -1128,9 +1145,7 @@ mod tests {
                 }]}
             }]}
         });
-        let mut engine = Engine::new();
-        assert!(engine.add_json(&policy).unwrap());
-        let engine = Arc::new(engine);
+        let engine = Arc::new(engine_with(&[policy]));
         let pod = Arc::new(json!({
             "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "a"},
             "spec": {"containers": [{"name": "a", "image": "x:1"}, {"name": "b", "image": "y:latest"}]}
@@ -1144,10 +1159,7 @@ mod tests {
                     s.spawn(move || {
                         let mut last = Vec::new();
                         for _ in 0..50 {
-                            last = engine
-                                .evaluation(&NoClusterData)
-                                .validate(&crate::Prepared::new(EvalRequest::create(pod.clone())))
-                                .into_vec();
+                            last = validate(&engine, &NoClusterData, pod.clone());
                         }
                         last
                     })
@@ -1208,16 +1220,12 @@ mod tests {
                     "validate": {"cel": {"expressions": [{"expression": "true"}]}}})),
             ]}
         });
-        let mut engine = Engine::new();
-        assert!(engine.add_json(&policy).unwrap());
+        let engine = engine_with(&[policy]);
         let pod = Arc::new(json!({
             "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "a"},
             "spec": {"containers": [{"name": "c", "image": "x:1"}], "volumes": [{"name": "v", "emptyDir": {}}]}
         }));
-        let results = engine
-            .evaluation(&NoClusterData)
-            .validate(&crate::Prepared::new(EvalRequest::create(pod)))
-            .into_vec();
+        let results = validate(&engine, &NoClusterData, pod);
         // (The JMESPath error's own words are the jmespath crate's.)
         let got: Vec<(&str, Status, &str)> = results
             .iter()
@@ -1284,14 +1292,10 @@ mod tests {
         let secret_key = policy(json!({"imageReferences": ["*"],
             "attestors": [{"entries": [{"keys": {"publicKeys": "gcpkms://projects/p/locations/l/keyRings/r/cryptoKeys/k",
                 "rekor": {"ignoreTlog": true}}}]}]}));
-        let mut engine = Engine::new();
-        engine.add_json(&secret_key).unwrap();
+        let engine = engine_with(&[secret_key]);
         let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a", "namespace": "n"},
             "spec": {"containers": [{"name": "c", "image": "r.io/app:1"}]}});
-        let results = engine
-            .evaluation(&NoClusterData)
-            .validate(&crate::Prepared::new(EvalRequest::create(Arc::new(pod))))
-            .into_vec();
+        let results = validate(&engine, &NoClusterData, Arc::new(pod));
         assert_eq!(results[0].status, Status::Error, "{results:?}");
         assert!(
             results[0]
@@ -1320,10 +1324,10 @@ mod tests {
                 "credentials": {"secrets": ["a", "c"]},
                 "attestors": [{"name": "k", "cosign": {"key": {"data": "x"}}}],
                 "validations": [{"expression": "true"}]}});
-        let mut engine = Engine::new();
-        engine.add_json(&cpol).unwrap();
-        engine.add_json(&ivpol).unwrap();
-        assert_eq!(engine.registry_secrets(), ["a", "b", "c", "d"]);
+        assert_eq!(
+            engine_with(&[cpol, ivpol]).registry_secrets(),
+            ["a", "b", "c", "d"]
+        );
     }
 
     /// `useCache: false` asks the data to verify each image afresh
@@ -1361,15 +1365,8 @@ mod tests {
                         "mutateDigest": false, "verifyDigest": false,
                         "attestors": [{"entries": [{"keys": {"publicKeys": "-----BEGIN PUBLIC KEY-----\nx\n-----END PUBLIC KEY-----",
                             "rekor": {"ignoreTlog": true}}}]}]}]}]}});
-            let mut engine = Engine::new();
-            engine.add_json(&policy).unwrap();
             let data = Counting::default();
-            let results = engine
-                .evaluation(&data)
-                .validate(&crate::Prepared::new(EvalRequest::create(Arc::new(
-                    pod.clone(),
-                ))))
-                .into_vec();
+            let results = validate(&engine_with(&[policy]), &data, Arc::new(pod.clone()));
             assert_eq!(results[0].status, Status::Pass, "{results:?}");
             assert_eq!(*data.0.lock().unwrap(), fresh, "useCache: {use_cache}");
         }
@@ -1424,14 +1421,7 @@ mod tests {
             "metadata": {"name": "web", "namespace": "a"},
             "spec": {"containers": [{"name": "x"}, {"name": "y"}]}}));
         let evaluate = |policies: &[serde_json::Value]| {
-            let mut engine = Engine::new();
-            for p in policies {
-                assert!(engine.add_json(p).unwrap());
-            }
-            engine
-                .evaluation(&NoClusterData)
-                .validate(&crate::Prepared::new(EvalRequest::create(pod.clone())))
-                .into_vec()
+            validate(&engine_with(policies), &NoClusterData, pod.clone())
         };
         let together = evaluate(&policies);
         let alone: Vec<RuleResult> = policies

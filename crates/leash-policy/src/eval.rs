@@ -1930,56 +1930,41 @@ mod tests {
                 "spec": {"containers": [{"name": "c", "image": image,
                     "securityContext": {"privileged": privileged}}]}}))
         };
-        let run = |p: &Policy, old: Option<Arc<Value>>, new: Arc<Value>| {
-            let mut req = EvalRequest::create(new);
+        // An UPDATE of the pod's image and privileged from `old` (labelled
+        // x) to `new` (labelled b).
+        let run = |p: &Policy, old: Option<(&str, bool)>, (image, privileged): (&str, bool)| {
+            let mut req = EvalRequest::create(pod(image, "b", privileged));
             req.operation = Operation::Update;
-            req.old_object = old;
+            req.old_object = old.map(|(image, privileged)| pod(image, "x", privileged));
             p.evaluate(&Prepared::new(req), &NoClusterData, &Bindings::default())
                 .into_iter()
                 .map(|r| r.status)
                 .collect::<Vec<_>>()
         };
         let default = policy(None);
+        let violating = ("nginx:latest", true);
+        let compliant = ("nginx:1.27", false);
         // `kubectl label pod legacy a=b` on a pod that already violated both.
         assert_eq!(
-            run(
-                &default,
-                Some(pod("nginx:latest", "x", true)),
-                pod("nginx:latest", "b", true)
-            ),
+            run(&default, Some(violating), violating),
             [Status::Skip, Status::Skip]
         );
         // The edit introduces the violations.
         assert_eq!(
-            run(
-                &default,
-                Some(pod("nginx:1.27", "x", false)),
-                pod("nginx:latest", "b", true)
-            ),
+            run(&default, Some(compliant), violating),
             [Status::Fail, Status::Fail]
         );
         // Fixed by the edit.
         assert_eq!(
-            run(
-                &default,
-                Some(pod("nginx:latest", "x", true)),
-                pod("nginx:1.27", "b", false)
-            ),
+            run(&default, Some(violating), compliant),
             [Status::Pass, Status::Pass]
         );
         assert_eq!(
-            run(
-                &policy(Some(false)),
-                Some(pod("nginx:latest", "x", true)),
-                pod("nginx:latest", "b", true)
-            ),
+            run(&policy(Some(false)), Some(violating), violating),
             [Status::Fail, Status::Skip],
             "only the rule that says false (the pss rule keeps the default)"
         );
-        assert_eq!(
-            run(&default, None, pod("nginx:latest", "b", true)),
-            [Status::Fail, Status::Fail]
-        );
+        assert_eq!(run(&default, None, violating), [Status::Fail, Status::Fail]);
     }
 
     /// Kyverno skips pattern rules on a DELETE (only deny conditions see

@@ -1495,21 +1495,14 @@ mod tests {
 
     #[test]
     fn failure_policy_is_fail_ignore_or_an_error_naming_the_field() {
-        assert!(
-            !with_failure_policy(Value::Null)
-                .unwrap()
-                .ignores_webhook_failures()
-        );
-        assert!(
-            !with_failure_policy(json!("Fail"))
-                .unwrap()
-                .ignores_webhook_failures()
-        );
-        assert!(
-            with_failure_policy(json!("Ignore"))
-                .unwrap()
-                .ignores_webhook_failures()
-        );
+        for (v, ignores) in [
+            (Value::Null, false),
+            (json!("Fail"), false),
+            (json!("Ignore"), true),
+        ] {
+            let p = with_failure_policy(v.clone()).unwrap();
+            assert_eq!(p.ignores_webhook_failures(), ignores, "{v}");
+        }
         let err = with_failure_policy(json!("Sometimes"))
             .unwrap_err()
             .to_string();

@@ -1324,20 +1324,41 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn reads_of(rules: Value) -> ReadSet {
-        let doc = json!({
+    /// An engine with the policies `docs`.
+    fn engine_with(docs: impl IntoIterator<Item = Value>) -> crate::Engine {
+        let mut engine = crate::Engine::new();
+        for doc in docs {
+            engine.add(
+                crate::Document::compile(&doc)
+                    .expect("compiles")
+                    .expect("a policy"),
+            );
+        }
+        engine
+    }
+
+    /// An engine with the ClusterPolicy `p` of these rules.
+    fn classic_engine(rules: Value) -> crate::Engine {
+        engine_with([json!({
             "apiVersion": "kyverno.io/v1",
             "kind": "ClusterPolicy",
             "metadata": {"name": "p"},
             "spec": {"rules": rules},
-        });
-        let mut engine = crate::Engine::new();
-        engine.add(
-            crate::Document::compile(&doc)
-                .expect("compiles")
-                .expect("a policy"),
-        );
-        engine.reads()
+        })])
+    }
+
+    fn reads_of(rules: Value) -> ReadSet {
+        classic_engine(rules).reads()
+    }
+
+    /// What `engine` gives when it validates a CREATE of `object`.
+    fn validate(engine: &crate::Engine, object: Value) -> Vec<crate::RuleResult> {
+        engine
+            .evaluation(&crate::NoClusterData)
+            .validate(&crate::Prepared::new(crate::EvalRequest::create(
+                std::sync::Arc::new(object),
+            )))
+            .into_vec()
     }
 
     /// The memo key of a one-rule policy ([`ReadSet::key_of_rules`]).
@@ -1467,12 +1488,7 @@ mod tests {
                 "validations": [{"expression": "object.spec.containers.size() > 0"}],
             },
         });
-        let mut engine = crate::Engine::new();
-        engine.add(
-            crate::Document::compile(&vpol)
-                .expect("compiles")
-                .expect("a policy"),
-        );
+        let engine = engine_with([vpol]);
         let mut want = naming.clone();
         want["labels"] = json!({"x": "y"});
         assert_eq!(meta(&engine.reads()), want);
@@ -1502,7 +1518,6 @@ mod tests {
     }
 
     fn pod_security_set_on_narrowed_pods(dir: &str) {
-        let mut engine = crate::Engine::new();
         let mut files: Vec<_> = std::fs::read_dir(dir)
             .expect("bench policies")
             .map(|f| f.expect("entry").path())
@@ -1510,16 +1525,10 @@ mod tests {
             .collect();
         files.sort();
         assert_eq!(files.len(), 17);
-        for f in files {
+        let engine = engine_with(files.iter().flat_map(|f| {
             let text = std::fs::read_to_string(f).expect("readable");
-            for doc in serde_saphyr::from_multiple::<Value>(&text).expect("YAML") {
-                engine.add(
-                    crate::Document::compile(&doc)
-                        .expect("compiles")
-                        .expect("a policy"),
-                );
-            }
-        }
+            serde_saphyr::from_multiple::<Value>(&text).expect("YAML")
+        }));
         let reads = engine.reads();
         assert!(!reads.is_all());
         let container = |name: &str, security: Value| {
@@ -1569,27 +1578,12 @@ mod tests {
                     .get("securityContext")
                     .is_some()
             );
-            let results = |object: &Value| {
-                let req = crate::EvalRequest {
-                    object: std::sync::Arc::new(object.clone()),
-                    old_object: None,
-                    operation: crate::Operation::Create,
-                    user_info: Default::default(),
-                    namespace_labels: None,
-                    namespace_object: None,
-                    request_resource: None,
-                };
-                engine
-                    .evaluation(&crate::NoClusterData)
-                    .validate(&crate::Prepared::new(req))
-                    .into_vec()
-            };
-            let whole = results(&pod);
+            let whole = validate(&engine, pod.clone());
             failures += whole
                 .iter()
                 .filter(|r| r.status == crate::result::Status::Fail)
                 .count();
-            assert_eq!(results(&narrowed), whole, "pod {i}");
+            assert_eq!(validate(&engine, narrowed), whole, "pod {i}");
         }
         // The pods are built to fail many controls, not to pass vacuously.
         assert!(failures >= 15, "{failures} failures");
@@ -1655,18 +1649,15 @@ mod tests {
     /// of `object`, and its autogen rule the pod template's paths.
     #[test]
     fn a_classic_cel_rule_reads_what_its_expressions_select() {
-        let mut engine = crate::Engine::new();
-        engine.add(
-            crate::Document::compile(&json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+        let engine = engine_with([
+            json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
                 "metadata": {"name": "c"},
                 "spec": {"rules": [{"name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
                     "validate": {"cel": {
                         "variables": [{"name": "n", "expression": "object.spec.?nodeName.orValue('')"}],
                         "expressions": [{"expression": "variables.n != 'bad' && !has(object.spec.hostPID)",
-                                         "messageExpression": "'on ' + object.metadata.name"}]}}}]}}))
-            .expect("compiles")
-            .expect("a policy"),
-        );
+                                         "messageExpression": "'on ' + object.metadata.name"}]}}}]}}),
+        ]);
         let reads = engine.reads();
         let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
             "spec": {"nodeName": "bad", "hostPID": true, "containers": [{"name": "c"}]}, "status": {}});
@@ -1684,30 +1675,16 @@ mod tests {
             "{reads:?}"
         );
         for object in [pod, deployment] {
-            let run = |o: Value| {
-                engine
-                    .evaluation(&crate::NoClusterData)
-                    .validate(&crate::Prepared::new(crate::EvalRequest::create(
-                        std::sync::Arc::new(o),
-                    )))
-                    .into_vec()
-            };
-            let whole = run(object.clone());
+            let whole = validate(&engine, object.clone());
             assert_eq!(whole.len(), 1, "{object}");
             assert_eq!(whole[0].status, crate::result::Status::Fail);
-            assert_eq!(run(reads.prune(&object)), whole, "{object}");
+            assert_eq!(validate(&engine, reads.prune(&object)), whole, "{object}");
         }
     }
 
     fn vpol_engine(spec: Value) -> crate::Engine {
-        let mut engine = crate::Engine::new();
-        engine.add(
-            crate::Document::compile(&json!({"apiVersion": "policies.kyverno.io/v1",
-                "kind": "ValidatingPolicy", "metadata": {"name": "v"}, "spec": spec}))
-            .expect("compiles")
-            .expect("a policy"),
-        );
-        engine
+        engine_with([json!({"apiVersion": "policies.kyverno.io/v1",
+            "kind": "ValidatingPolicy", "metadata": {"name": "v"}, "spec": spec})])
     }
 
     /// A ValidatingPolicy reads the subtree at the end of each chain of
@@ -1775,18 +1752,8 @@ mod tests {
         skipped["metadata"]["labels"]["skip"] = json!("yes");
         for object in [pod, quiet, skipped, deployment] {
             let narrowed = reads.prune(&object);
-            let whole = engine
-                .evaluation(&crate::NoClusterData)
-                .validate(&crate::Prepared::new(crate::EvalRequest::create(
-                    std::sync::Arc::new(object.clone()),
-                )))
-                .into_vec();
-            let got = engine
-                .evaluation(&crate::NoClusterData)
-                .validate(&crate::Prepared::new(crate::EvalRequest::create(
-                    std::sync::Arc::new(narrowed),
-                )))
-                .into_vec();
+            let whole = validate(&engine, object.clone());
+            let got = validate(&engine, narrowed);
             assert!(!whole.is_empty(), "{object}");
             assert_eq!(format!("{got:?}"), format!("{whole:?}"), "{object}");
         }
@@ -1891,17 +1858,9 @@ mod tests {
                 let narrowed = reads.parse(&pod.to_string()).expect("parses");
                 assert_eq!(narrowed, reads.prune(&pod), "{expr}");
                 assert!(narrowed.get("status").is_none(), "{expr}");
-                let run = |o: Value| {
-                    engine
-                        .evaluation(&crate::NoClusterData)
-                        .validate(&crate::Prepared::new(crate::EvalRequest::create(
-                            std::sync::Arc::new(o),
-                        )))
-                        .into_vec()
-                };
                 // An error's message may print a CEL map, in no set order.
                 let outcome = |o: Value| -> Vec<(crate::result::Status, String)> {
-                    run(o)
+                    validate(&engine, o)
                         .into_iter()
                         .map(|r| match r.status {
                             crate::result::Status::Error => (r.status, String::new()),
@@ -1962,19 +1921,11 @@ mod tests {
             reads.parse(&mixed.to_string()).expect("parses"),
             reads.prune(&mixed)
         );
-        let mut engine = crate::Engine::new();
-        engine.add(
-            crate::Document::compile(
-                &json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
-                "metadata": {"name": "p"}, "spec": {"rules": [{"name": "r",
+        let engine = classic_engine(json!([{"name": "r",
                 "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
                 "validate": {"message": "only some volume types", "deny": {"conditions": {"any": [
                     {"key": "{{ request.object.spec.volumes[].keys(@)[] || `[]` }}",
-                     "operator": "AnyNotIn", "value": ["name", "emptyDir", "hostPath"]}]}}}}]}}),
-            )
-            .expect("compiles")
-            .expect("a policy"),
-        );
+                     "operator": "AnyNotIn", "value": ["name", "emptyDir", "hostPath"]}]}}}}]));
         let reads = engine.reads();
         let mut statuses = Vec::new();
         for p in [
@@ -1983,16 +1934,8 @@ mod tests {
             pod(json!([])),
             pod(json!({"name": "not a list"})),
         ] {
-            let run = |o: Value| {
-                engine
-                    .evaluation(&crate::NoClusterData)
-                    .validate(&crate::Prepared::new(crate::EvalRequest::create(
-                        std::sync::Arc::new(o),
-                    )))
-                    .into_vec()
-            };
-            let whole = run(p.clone());
-            assert_eq!(run(reads.prune(&p)), whole, "{p}");
+            let whole = validate(&engine, p.clone());
+            assert_eq!(validate(&engine, reads.prune(&p)), whole, "{p}");
             statuses.extend(whole.into_iter().map(|r| r.status));
         }
         use crate::result::Status;

@@ -7,17 +7,37 @@ use serde_json::json;
 use super::*;
 use crate::request::NoClusterData;
 
-fn eval_with(expr: &str, object: serde_json::Value) -> Result<Value, String> {
-    let req = EvalRequest::create(Arc::new(object));
-    let act = Activation::new(&req, &NoClusterData);
-    Expr::compile(expr)?.eval(&act)
+/// A request for the Pod `p`.
+fn pod_request() -> EvalRequest {
+    EvalRequest::create(Arc::new(
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}),
+    ))
+}
+
+fn eval_in(expr: &str, act: &Activation<'_, '_>) -> Result<Value, String> {
+    Expr::compile(expr)?.eval(act)
 }
 
 fn eval(expr: &str) -> Result<Value, String> {
-    eval_with(
-        expr,
-        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}),
-    )
+    eval_in(expr, &Activation::new(&pod_request(), &NoClusterData))
+}
+
+/// Each of `cases` is true in `act`.
+#[track_caller]
+fn assert_true_in(act: &Activation<'_, '_>, cases: &[&str]) {
+    for expr in cases {
+        assert_eq!(eval_in(expr, act), Ok(Value::Bool(true)), "{expr}");
+    }
+}
+
+/// `expr` fails in `act` with an error that contains `want`.
+#[track_caller]
+fn assert_fails_in(act: &Activation<'_, '_>, expr: &str, want: &str) {
+    let got = eval_in(expr, act);
+    assert!(
+        got.as_ref().is_err_and(|e| e.contains(want)),
+        "{expr}: {got:?}"
+    );
 }
 
 #[test]
@@ -215,11 +235,12 @@ fn quantities() {
     }
 }
 
-/// Cluster data holding the metadata of one image.
+/// Cluster data holding the metadata of one image, and answering every
+/// `http` call with what it was asked.
 #[derive(Debug)]
-struct OneImage;
+struct OneImageAndEcho;
 
-impl crate::request::ClusterData for OneImage {
+impl crate::request::ClusterData for OneImageAndEcho {
     fn get(&self, _: &str, _: &str, _: &str, _: &str) -> Option<Arc<serde_json::Value>> {
         None
     }
@@ -235,13 +256,22 @@ impl crate::request::ClusterData for OneImage {
             })
             .ok_or_else(|| format!("image data for {image} not found"))
     }
+    fn http_call(
+        &self,
+        method: &str,
+        url: &str,
+        body: Option<&serde_json::Value>,
+    ) -> Option<serde_json::Value> {
+        (url != "https://nowhere").then(
+            || json!({"statusCode": 200, "body": {"method": method, "url": url, "sent": body}}),
+        )
+    }
 }
 
 #[test]
 fn image_metadata() {
-    let object = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}});
-    let req = EvalRequest::create(Arc::new(object));
-    let act = Activation::new(&req, &OneImage);
+    let req = pod_request();
+    let act = Activation::new(&req, &OneImageAndEcho);
     let cases: [(&str, Result<Value, &str>); 5] = [
         (
             "image.GetMetadata('ghcr.io/x/app:1').config.architecture",
@@ -267,8 +297,7 @@ fn image_metadata() {
         ),
     ];
     for (expr, want) in cases {
-        let got = Expr::compile(expr).and_then(|e| e.eval(&act));
-        match (got, want) {
+        match (eval_in(expr, &act), want) {
             (Ok(v), Ok(w)) => assert_eq!(v, w, "{expr}"),
             (Err(e), Err(w)) => assert!(e.contains(w), "{expr}: {e}"),
             (got, want) => panic!("{expr}: got {got:?}, want {want:?}"),
@@ -307,9 +336,7 @@ impl crate::request::ClusterData for OneConfigMap {
 /// Kyverno accepts, are `resource.Get/List` and `generator.Apply`.
 #[test]
 fn lower_case_library_functions() {
-    let req = EvalRequest::create(Arc::new(
-        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}),
-    ));
+    let req = pod_request();
     let sink = super::libs::GeneratedSink::default();
     let mut act = Activation::new(&req, &OneConfigMap);
     act.bind_generator(&sink);
@@ -320,16 +347,9 @@ fn lower_case_library_functions() {
         "resource.list('v1', 'configmaps', 'other').items.size() == 0",
         "generator.apply('ns', [{'kind': 'ConfigMap'}]) == generator.Apply('ns', [{'kind': 'ConfigMap'}])",
     ];
-    for expr in cases {
-        let got = Expr::compile(expr).and_then(|e| e.eval(&act));
-        assert_eq!(got, Ok(Value::Bool(true)), "{expr}");
-    }
-    let missing = Expr::compile("resource.get('v1', 'configmaps', 'ns', 'missing')")
-        .and_then(|e| e.eval(&act));
-    assert!(
-        missing.as_ref().is_err_and(|e| e.contains("not found")),
-        "{missing:?}"
-    );
+    assert_true_in(&act, &cases);
+    let missing = "resource.get('v1', 'configmaps', 'ns', 'missing')";
+    assert_fails_in(&act, missing, "not found");
     drop(act);
     // Both spellings recorded their call.
     let calls = sink.into_inner().unwrap();
@@ -343,46 +363,15 @@ fn lower_case_library_functions() {
     );
     // Outside a GeneratingPolicy's evaluation nothing can be generated.
     let plain = Activation::new(&req, &OneConfigMap);
-    let refused = Expr::compile("generator.Apply('ns', [])").and_then(|e| e.eval(&plain));
-    assert!(
-        refused
-            .as_ref()
-            .is_err_and(|e| e.contains("GeneratingPolicy")),
-        "{refused:?}"
-    );
-}
-
-/// Answers every `http` call with what it was asked.
-#[derive(Debug)]
-struct Echo;
-
-impl ClusterData for Echo {
-    fn get(&self, _: &str, _: &str, _: &str, _: &str) -> Option<Arc<serde_json::Value>> {
-        None
-    }
-    fn list(&self, _: &str, _: &str, _: &str) -> Vec<Arc<serde_json::Value>> {
-        Vec::new()
-    }
-    fn http_call(
-        &self,
-        method: &str,
-        url: &str,
-        body: Option<&serde_json::Value>,
-    ) -> Option<serde_json::Value> {
-        (url != "https://nowhere").then(
-            || json!({"statusCode": 200, "body": {"method": method, "url": url, "sent": body}}),
-        )
-    }
+    assert_fails_in(&plain, "generator.Apply('ns', [])", "GeneratingPolicy");
 }
 
 /// Kyverno's `http` library: `Get` (with or without headers), `Post`
 /// (with or without headers) and `Client`, answered by the cluster data.
 #[test]
 fn http_library_calls_the_cluster_data() {
-    let req = EvalRequest::create(Arc::new(
-        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}),
-    ));
-    let act = Activation::new(&req, &Echo);
+    let req = pod_request();
+    let act = Activation::new(&req, &OneImageAndEcho);
     let cases = [
         "http.Get('https://a').body == {'method': 'GET', 'url': 'https://a', 'sent': null}",
         "http.Get('https://a', {'X': 'y'}).body.method == 'GET'",
@@ -390,23 +379,10 @@ fn http_library_calls_the_cluster_data() {
         "http.Post('https://b', {'k': 1}, {'X': 'y'}).body.method == 'POST'",
         "http.Client('pem').Get('https://c').statusCode == 200",
     ];
-    for expr in cases {
-        let got = Expr::compile(expr).and_then(|e| e.eval(&act));
-        assert_eq!(got, Ok(Value::Bool(true)), "{expr}");
-    }
+    assert_true_in(&act, &cases);
     // globalContext.Get keeps its meaning beside http.Get/2.
-    let global = Expr::compile("globalContext.Get('x', '')").and_then(|e| e.eval(&act));
-    assert!(
-        global
-            .as_ref()
-            .is_err_and(|e| e.contains("global context entry \"x\" not found")),
-        "{global:?}"
-    );
-    let unanswered = Expr::compile("http.Get('https://nowhere')").and_then(|e| e.eval(&act));
-    assert!(
-        unanswered
-            .as_ref()
-            .is_err_and(|e| e.contains("no answer from https://nowhere")),
-        "{unanswered:?}"
-    );
+    let global = "globalContext.Get('x', '')";
+    assert_fails_in(&act, global, "global context entry \"x\" not found");
+    let unanswered = "http.Get('https://nowhere')";
+    assert_fails_in(&act, unanswered, "no answer from https://nowhere");
 }

@@ -6,26 +6,14 @@
 //! `regex_match('...', '{{ request.object.spec.x || '''' }}')`) is then
 //! seen and compiled too. No `{{-` escaping exists in Kyverno.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use regex::Regex;
 use serde_json::Value;
 
-const CORPUS: &str = "/work/shared/kyverno-policies";
+use crate::vpol::tests::{files_under, is_yaml};
 
-fn yaml_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            yaml_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
-            out.push(path);
-        }
-    }
-}
+const CORPUS: &str = "/work/shared/kyverno-policies";
 
 fn strings<'a>(v: &'a Value, out: &mut Vec<&'a str>) {
     match v {
@@ -64,8 +52,7 @@ fn corpus_variables_compile() {
     }
     let re = Regex::new(r"(^|[^\\])(\{\{(?:\{[^{}]*\}|[^{}])*\}\})")
         .expect("Kyverno's variable pattern");
-    let mut files = Vec::new();
-    yaml_files(root, &mut files);
+    let mut files = files_under(root, is_yaml);
     files.sort();
     let mut exprs = std::collections::BTreeMap::<String, String>::new();
     let mut unparsed = 0;

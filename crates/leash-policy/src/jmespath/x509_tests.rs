@@ -5,65 +5,43 @@ use serde_json::Value;
 
 use super::decode;
 
-fn golden(json: &str) -> Value {
-    serde_json::from_str(json).expect("golden JSON")
+/// Decodes `testdata/x509/<name>.pem` and compares it, field by field, with
+/// what Go gives for it: `testdata/x509/<name>.json`.
+macro_rules! assert_golden {
+    ($name:literal) => {
+        assert_decodes_as(
+            $name,
+            include_str!(concat!("testdata/x509/", $name, ".pem")),
+            include_str!(concat!("testdata/x509/", $name, ".json")),
+        )
+    };
+}
+
+fn assert_decodes_as(name: &str, pem: &str, want: &str) {
+    let got = decode(pem).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let want: Value = serde_json::from_str(want).expect("golden JSON");
+    let (got, want) = (got.as_object().unwrap(), want.as_object().unwrap());
+    for (k, v) in want {
+        assert_eq!(got.get(k), Some(v), "{name}: field {k}");
+    }
+    assert_eq!(got.len(), want.len(), "{name}: the same fields");
 }
 
 /// Every field, as Go writes it, for a certificate with each extension Go
 /// interprets, a minimal one, and one valid past 2049.
 #[test]
 fn certificates_decode_as_go_marshals_them() {
-    for (name, pem, want) in [
-        (
-            "rich",
-            include_str!("testdata/x509/rich.pem"),
-            include_str!("testdata/x509/rich.json"),
-        ),
-        (
-            "plain",
-            include_str!("testdata/x509/plain.pem"),
-            include_str!("testdata/x509/plain.json"),
-        ),
-        (
-            "future",
-            include_str!("testdata/x509/future.pem"),
-            include_str!("testdata/x509/future.json"),
-        ),
-    ] {
-        let got = decode(pem).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let want = golden(want);
-        let (got, want) = (got.as_object().unwrap(), want.as_object().unwrap());
-        for (k, v) in want {
-            assert_eq!(got.get(k), Some(v), "{name}: field {k}");
-        }
-        assert_eq!(got.len(), want.len(), "{name}: the same fields");
-    }
+    assert_golden!("rich");
+    assert_golden!("plain");
+    assert_golden!("future");
 }
 
 /// Certificate requests, with no attributes and with an extension request
 /// (subject alternative names, a critical key usage).
 #[test]
 fn certificate_requests_decode_as_go_marshals_them() {
-    for (name, pem, want) in [
-        (
-            "csr-plain",
-            include_str!("testdata/x509/csr-plain.pem"),
-            include_str!("testdata/x509/csr-plain.json"),
-        ),
-        (
-            "csr-san",
-            include_str!("testdata/x509/csr-san.pem"),
-            include_str!("testdata/x509/csr-san.json"),
-        ),
-    ] {
-        let got = decode(pem).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let want = golden(want);
-        let (got, want) = (got.as_object().unwrap(), want.as_object().unwrap());
-        for (k, v) in want {
-            assert_eq!(got.get(k), Some(v), "{name}: field {k}");
-        }
-        assert_eq!(got.len(), want.len(), "{name}: the same fields");
-    }
+    assert_golden!("csr-plain");
+    assert_golden!("csr-san");
 }
 
 #[test]

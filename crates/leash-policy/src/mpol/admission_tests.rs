@@ -7,6 +7,7 @@ use serde_json::{Value as Json, json};
 
 use super::*;
 use crate::request::NoClusterData;
+use crate::vpol::tests::Data;
 
 fn policy(spec: Json) -> MutatingAdmissionPolicy {
     MutatingAdmissionPolicy::compile(&json!({
@@ -59,28 +60,6 @@ fn cm(name: &str, ns: &str, labels: Json) -> EvalRequest {
 fn team(out: &Option<(RuleResult, Json)>) -> Option<&str> {
     out.as_ref()
         .and_then(|(_, o)| o["metadata"]["labels"]["team"].as_str())
-}
-
-#[derive(Debug, Default)]
-struct Objects(Vec<Json>);
-
-impl ClusterData for Objects {
-    fn get(&self, api: &str, res: &str, ns: &str, name: &str) -> Option<Arc<Json>> {
-        self.list(api, res, ns)
-            .into_iter()
-            .find(|o| o["metadata"]["name"].as_str() == Some(name))
-    }
-    fn list(&self, api: &str, res: &str, ns: &str) -> Vec<Arc<Json>> {
-        self.0
-            .iter()
-            .filter(|o| {
-                o["apiVersion"].as_str() == Some(api)
-                    && o["kind"].as_str() == Some(res)
-                    && (ns.is_empty() || o["metadata"]["namespace"].as_str() == Some(ns))
-            })
-            .map(|o| Arc::new(o.clone()))
-            .collect()
-    }
 }
 
 #[test]
@@ -150,7 +129,7 @@ fn with_bindings_their_match_resources_decide() {
 
 #[test]
 fn params_by_name_and_by_selector() {
-    let data = Objects(vec![
+    let data = Data(vec![
         json!({"apiVersion": "v1", "kind": "ConfigMap",
                "metadata": {"name": "first", "namespace": "p", "labels": {"type": "param"}},
                "data": {"team": "one"}}),

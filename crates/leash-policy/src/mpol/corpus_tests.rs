@@ -5,7 +5,7 @@
 //! test fails on any row that differs.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -13,6 +13,7 @@ use serde_json::Value;
 use super::{MutatingPolicy, is_mutating_policy};
 use crate::request::{EvalRequest, NoClusterData};
 use crate::result::Status;
+use crate::vpol::tests::files_under;
 
 const CORPUS: &str = "/work/shared/kyverno-policies";
 
@@ -23,20 +24,6 @@ fn docs(path: &Path) -> Vec<Value> {
         .into_iter()
         .filter(|d| !d.is_null())
         .collect()
-}
-
-fn test_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            test_files(&path, out);
-        } else if path.file_name().is_some_and(|n| n == "kyverno-test.yaml") {
-            out.push(path);
-        }
-    }
 }
 
 /// Kyverno's `Tidy` before comparing: nulls, empty maps and empty lists
@@ -81,8 +68,9 @@ fn same_object(a: &Value, b: &Value) -> bool {
 
 #[test]
 fn corpus_mutating_policies() {
-    let mut tests = Vec::new();
-    test_files(Path::new(CORPUS), &mut tests);
+    let tests = files_under(Path::new(CORPUS), |p| {
+        p.file_name().is_some_and(|n| n == "kyverno-test.yaml")
+    });
     let mut rows = 0;
     let mut wrong = Vec::new();
     for test_path in tests {

@@ -348,12 +348,28 @@ fn json_patch_errors() {
 
 // ------------------------------------------------------------ policies
 
-fn policy(spec: Json) -> MutatingPolicy {
+fn compile(spec: Json) -> Result<MutatingPolicy> {
     MutatingPolicy::compile(&json!({
         "apiVersion": "policies.kyverno.io/v1alpha1", "kind": "MutatingPolicy",
         "metadata": {"name": "mp"}, "spec": spec,
     }))
-    .unwrap()
+}
+
+fn policy(spec: Json) -> MutatingPolicy {
+    compile(spec).unwrap()
+}
+
+/// A policy on pods with the one mutation `mutation`.
+fn pods_policy(mutation: Json) -> MutatingPolicy {
+    policy(json!({"matchConstraints": pods_only(), "mutations": [mutation]}))
+}
+
+fn json_patch(expression: &str) -> Json {
+    json!({"patchType": "JSONPatch", "jsonPatch": {"expression": expression}})
+}
+
+fn apply_configuration(expression: &str) -> Json {
+    json!({"patchType": "ApplyConfiguration", "applyConfiguration": {"expression": expression}})
 }
 
 fn pods_only() -> Json {
@@ -362,6 +378,14 @@ fn pods_only() -> Json {
 
 fn run_on(p: &MutatingPolicy, object: Json) -> Option<(RuleResult, Json)> {
     p.mutate(&EvalRequest::create(Arc::new(object)), &NoClusterData)
+}
+
+/// The object `p` gives for `object`, which it must match and pass.
+#[track_caller]
+fn passed(p: &MutatingPolicy, object: Json) -> Json {
+    let (r, out) = run_on(p, object).unwrap();
+    assert_eq!(r.status, Status::Pass, "{}", r.message);
+    out
 }
 
 #[test]
@@ -405,8 +429,7 @@ fn json_patch_mutations_chain_and_escape_keys() {
                 "[JSONPatch{op: 'add', path: '/metadata/annotations/' + jsonpatch.escapeKey('a.io/x~y'), value: string(size(object.metadata.annotations))}]"}},
         ],
     }));
-    let (result, out) = run_on(&p, pod(json!({}))).unwrap();
-    assert_eq!(result.status, Status::Pass, "{}", result.message);
+    let out = passed(&p, pod(json!({})));
     // The second mutation saw the annotations the first one added.
     assert_eq!(out["metadata"]["annotations"], json!({"a.io/x~y": "0"}));
 }
@@ -426,8 +449,7 @@ fn match_conditions_and_variables() {
     let with = pod(
         json!({"volumes": [{"name": "h", "hostPath": {"path": "/"}}, {"name": "e", "emptyDir": {}}]}),
     );
-    let (r, out) = run_on(&p, with).unwrap();
-    assert_eq!(r.status, Status::Pass, "{}", r.message);
+    let out = passed(&p, with);
     assert_eq!(
         out["spec"]["volumes"],
         json!([{"name": "e", "emptyDir": {}}])
@@ -445,27 +467,18 @@ fn match_conditions_and_variables() {
 
 #[test]
 fn a_failing_test_operation_leaves_the_object_and_passes() {
-    let p = policy(json!({
-        "matchConstraints": pods_only(),
-        "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression":
-            "[JSONPatch{op: 'test', path: '/metadata/name', value: 'other'}, JSONPatch{op: 'add', path: '/spec/x', value: 1}]"}}],
-    }));
+    let p = pods_policy(json_patch(
+        "[JSONPatch{op: 'test', path: '/metadata/name', value: 'other'}, JSONPatch{op: 'add', path: '/spec/x', value: 1}]",
+    ));
     let input = pod(json!({}));
-    let (r, out) = run_on(&p, input.clone()).unwrap();
-    assert_eq!(r.status, Status::Pass, "{}", r.message);
-    assert_eq!(out, input);
+    assert_eq!(passed(&p, input.clone()), input);
 }
 
 #[test]
 fn a_mutation_without_change_passes() {
-    let p = policy(json!({
-        "matchConstraints": pods_only(),
-        "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": "[]"}}],
-    }));
+    let p = pods_policy(json_patch("[]"));
     let input = pod(json!({}));
-    let (r, out) = run_on(&p, input.clone()).unwrap();
-    assert_eq!(r.status, Status::Pass);
-    assert_eq!(out, input);
+    assert_eq!(passed(&p, input.clone()), input);
 }
 
 #[test]
@@ -484,7 +497,7 @@ fn evaluation_errors_are_results() {
             "must build an Object",
         ),
     ] {
-        let p = policy(json!({"matchConstraints": pods_only(), "mutations": [mutation]}));
+        let p = pods_policy(mutation);
         let input = pod(json!({}));
         let (r, out) = run_on(&p, input.clone()).unwrap();
         assert_eq!(r.status, Status::Error, "{want}");
@@ -526,13 +539,9 @@ fn compile_errors_name_the_field() {
         ),
     ];
     for (mutation, want) in cases {
-        let err = MutatingPolicy::compile(&json!({
-            "apiVersion": "policies.kyverno.io/v1alpha1", "kind": "MutatingPolicy",
-            "metadata": {"name": "mp"},
-            "spec": {"matchConstraints": pods_only(), "mutations": [mutation]},
-        }))
-        .unwrap_err()
-        .to_string();
+        let err = compile(json!({"matchConstraints": pods_only(), "mutations": [mutation]}))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains(want), "{err}");
     }
 }
@@ -547,8 +556,7 @@ fn autogen_mutates_pod_templates() {
     }));
     let deploy = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "n"},
         "spec": {"template": {"spec": {"containers": [{"name": "a"}]}}}});
-    let (r, out) = run_on(&p, deploy).unwrap();
-    assert_eq!(r.status, Status::Pass, "{}", r.message);
+    let out = passed(&p, deploy);
     assert_eq!(out["spec"]["template"]["spec"]["runtimeClassName"], "prod");
     assert!(out["spec"].get("runtimeClassName").is_none());
 
@@ -562,10 +570,7 @@ fn autogen_mutates_pod_templates() {
     );
 
     // `controllers: []` turns autogen off.
-    let mut spec = json!({
-        "matchConstraints": pods_only(),
-        "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": "[]"}}],
-    });
+    let mut spec = json!({"matchConstraints": pods_only(), "mutations": [json_patch("[]")]});
     spec["autogen"] = json!({"podControllers": {"controllers": []}});
     let p = policy(spec);
     let deploy = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}, "spec": {}});
@@ -576,13 +581,10 @@ fn autogen_mutates_pod_templates() {
 fn a_broken_autogen_variant_errors_only_for_controllers() {
     // Kyverno's text rewrite leaves `Object.metadata` where the pod
     // template's metadata belongs: the variant is an Error, pods still work.
-    let p = policy(json!({
-        "matchConstraints": pods_only(),
-        "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {"expression":
-            "Object{metadata: Object.metadata{labels: {'x': 'y'}}}"}}],
-    }));
-    let (r, out) = run_on(&p, pod(json!({}))).unwrap();
-    assert_eq!(r.status, Status::Pass);
+    let p = pods_policy(apply_configuration(
+        "Object{metadata: Object.metadata{labels: {'x': 'y'}}}",
+    ));
+    let out = passed(&p, pod(json!({})));
     assert_eq!(out["metadata"]["labels"]["x"], "y");
     let deploy = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}, "spec": {}});
     let (r, _) = run_on(&p, deploy).unwrap();
@@ -626,11 +628,9 @@ fn seed_shared_mutating_policy_not_mutated() {
     // Seed 000 (shared objects mutated in place): one compiled policy and
     // one input shared by threads; each gets the same output and the input
     // stays as it was.
-    let p = Arc::new(policy(json!({
-        "matchConstraints": pods_only(),
-        "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {"expression":
-            "Object{metadata: Object.metadata{labels: {'x': 'y'}}}"}}],
-    })));
+    let p = Arc::new(pods_policy(apply_configuration(
+        "Object{metadata: Object.metadata{labels: {'x': 'y'}}}",
+    )));
     let input = Arc::new(pod(json!({})));
     let before = (*input).clone();
     let outs: Vec<Json> = std::thread::scope(|s| {
@@ -670,8 +670,7 @@ fn variables_are_evaluated_when_first_read() {
                 "[JSONPatch{op: 'add', path: '/metadata/annotations', value: {'before': string(variables.before), 'after': string(variables.after), 'derived': string(variables.derived)}}]"}},
         ],
     }));
-    let (r, out) = run_on(&p, pod(json!({}))).unwrap();
-    assert_eq!(r.status, Status::Pass, "{}", r.message);
+    let out = passed(&p, pod(json!({})));
     // `before` was read by the match condition (the original object),
     // `after` first by the second mutation (after the first one), and
     // `derived` reads the cached `before`.
@@ -705,13 +704,10 @@ fn lazy_schedule_table() {
 
 #[test]
 fn optional_fields_of_typed_literals() {
-    let p = policy(json!({
-        "matchConstraints": pods_only(),
-        "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {"expression":
-            "Object{spec: Object.spec{?runtimeClassName: optional.none(), ?priorityClassName: optional.of('high')}}"}}],
-    }));
-    let (r, out) = run_on(&p, pod(json!({"runtimeClassName": "keep"}))).unwrap();
-    assert_eq!(r.status, Status::Pass, "{}", r.message);
+    let p = pods_policy(apply_configuration(
+        "Object{spec: Object.spec{?runtimeClassName: optional.none(), ?priorityClassName: optional.of('high')}}",
+    ));
+    let out = passed(&p, pod(json!({"runtimeClassName": "keep"})));
     assert_eq!(
         out["spec"],
         json!({"runtimeClassName": "keep", "priorityClassName": "high"})
@@ -863,21 +859,18 @@ fn variables_may_build_typed_values() {
             {"patchType": "JSONPatch", "jsonPatch": {"expression": "[variables.patch]"}},
         ],
     }));
-    let (r, out) = run_on(
+    let out = passed(
         &p,
         pod(json!({"containers": [{"name": "app", "image": "a"}]})),
-    )
-    .unwrap();
-    assert_eq!(r.status, Status::Pass, "{}", r.message);
+    );
     assert_eq!(
         out["spec"]["containers"],
         json!([{"name": "app", "image": "a"}, {"name": "proxy", "image": "envoy"}])
     );
     assert_eq!(out["metadata"]["labels"], json!({"p": "x"}));
-    let err = MutatingPolicy::compile(&json!({
-        "apiVersion": "policies.kyverno.io/v1alpha1", "kind": "MutatingPolicy", "metadata": {"name": "mp"},
-        "spec": {"matchConstraints": pods_only(), "variables": [{"name": "v", "expression": "Pod{}"}]},
-    }))
+    let err = compile(
+        json!({"matchConstraints": pods_only(), "variables": [{"name": "v", "expression": "Pod{}"}]}),
+    )
     .unwrap_err()
     .to_string();
     assert!(
@@ -888,13 +881,10 @@ fn variables_may_build_typed_values() {
 
 #[test]
 fn json_patch_values_may_be_typed_objects() {
-    let p = policy(json!({
-        "matchConstraints": pods_only(),
-        "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression":
-            "[JSONPatch{op: 'add', path: '/spec/initContainers', value: []}, JSONPatch{op: 'add', path: '/spec/initContainers/-', value: Object.spec.initContainers{name: 'mesh-proxy', image: 'mesh/proxy:v1'}}]"}}],
-    }));
-    let (r, out) = run_on(&p, pod(json!({"containers": [{"name": "a"}]}))).unwrap();
-    assert_eq!(r.status, Status::Pass, "{}", r.message);
+    let p = pods_policy(json_patch(
+        "[JSONPatch{op: 'add', path: '/spec/initContainers', value: []}, JSONPatch{op: 'add', path: '/spec/initContainers/-', value: Object.spec.initContainers{name: 'mesh-proxy', image: 'mesh/proxy:v1'}}]",
+    ));
+    let out = passed(&p, pod(json!({"containers": [{"name": "a"}]})));
     assert_eq!(
         out["spec"]["initContainers"],
         json!([{"name": "mesh-proxy", "image": "mesh/proxy:v1"}])

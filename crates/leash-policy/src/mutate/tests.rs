@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use crate::{Bindings, Engine, EvalRequest, NoClusterData, Status};
+use crate::{Bindings, Engine, EvalRequest, Mutation, NoClusterData, Status};
 
 fn policy(name: &str, rules: Value) -> Value {
     json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": name},
@@ -14,6 +14,20 @@ fn policy(name: &str, rules: Value) -> Value {
 
 fn rule(name: &str, kinds: &[&str], mutate: Value) -> Value {
     json!({"name": name, "match": {"any": [{"resources": {"kinds": kinds}}]}, "mutate": mutate})
+}
+
+/// Policy "p" with one rule "r" that mutates Pods.
+fn pod_policy(mutate: Value) -> Value {
+    policy("p", json!([rule("r", &["Pod"], mutate)]))
+}
+
+/// `engine.mutate` of a create request, with no cluster data.
+fn mutate(engine: &Engine, resource: Arc<Value>) -> Mutation {
+    engine.mutate(
+        &EvalRequest::create(resource),
+        &NoClusterData,
+        &Bindings::default(),
+    )
 }
 
 fn pod() -> Value {
@@ -42,11 +56,7 @@ fn run(case: &Case) {
         assert!(engine.add_json(p).unwrap(), "{}", case.name);
     }
     let input = Arc::new(case.resource.clone());
-    let mutation = engine.mutate(
-        &EvalRequest::create(input.clone()),
-        &NoClusterData,
-        &Bindings::default(),
-    );
+    let mutation = mutate(&engine, input.clone());
     assert_eq!(
         *input, case.resource,
         "{}: the input is not changed",
@@ -86,13 +96,8 @@ fn mutate_rule_table() {
     let cases = vec![
         Case {
             name: "a patch that changes the resource passes",
-            policies: vec![policy(
-                "p",
-                json!([rule(
-                    "r",
-                    &["Pod"],
-                    json!({"patchStrategicMerge": {"metadata": {"labels": {"team": "x"}}}})
-                )]),
+            policies: vec![pod_policy(
+                json!({"patchStrategicMerge": {"metadata": {"labels": {"team": "x"}}}}),
             )],
             resource: pod(),
             results: vec![("r", Status::Pass, "mutated Pod/web in namespace default")],
@@ -103,13 +108,8 @@ fn mutate_rule_table() {
         },
         Case {
             name: "a patch that changes nothing skips",
-            policies: vec![policy(
-                "p",
-                json!([rule(
-                    "r",
-                    &["Pod"],
-                    json!({"patchStrategicMerge": {"metadata": {"labels": {"app": "web"}}}})
-                )]),
+            policies: vec![pod_policy(
+                json!({"patchStrategicMerge": {"metadata": {"labels": {"app": "web"}}}}),
             )],
             resource: pod(),
             results: vec![("r", Status::Skip, "no patches applied")],
@@ -145,13 +145,8 @@ fn mutate_rule_table() {
         },
         Case {
             name: "a failed conditional anchor skips",
-            policies: vec![policy(
-                "p",
-                json!([rule(
-                    "r",
-                    &["Pod"],
-                    json!({"patchStrategicMerge": {"metadata": {"labels": {"(app)": "db", "x": "y"}}}})
-                )]),
+            policies: vec![pod_policy(
+                json!({"patchStrategicMerge": {"metadata": {"labels": {"(app)": "db", "x": "y"}}}}),
             )],
             resource: pod(),
             results: vec![("r", Status::Skip, "no patches applied")],
@@ -159,13 +154,8 @@ fn mutate_rule_table() {
         },
         Case {
             name: "a conditional anchor in a list patches the matching elements",
-            policies: vec![policy(
-                "p",
-                json!([rule(
-                    "r",
-                    &["Pod"],
-                    json!({"patchStrategicMerge": {"spec": {"containers": [{"(image)": "corp.reg.com/*", "imagePullPolicy": "Always"}]}}})
-                )]),
+            policies: vec![pod_policy(
+                json!({"patchStrategicMerge": {"spec": {"containers": [{"(image)": "corp.reg.com/*", "imagePullPolicy": "Always"}]}}}),
             )],
             resource: pod(),
             results: vec![("r", Status::Pass, "mutated")],
@@ -176,17 +166,10 @@ fn mutate_rule_table() {
         },
         Case {
             name: "add-if-not-present per element (foreach) adds only where missing",
-            policies: vec![policy(
-                "p",
-                json!([rule(
-                    "r",
-                    &["Pod"],
-                    json!({"foreach": [{
-                        "list": "request.object.spec.containers",
-                        "patchStrategicMerge": {"spec": {"containers": [{"(name)": "{{element.name}}", "securityContext": {"+(runAsNonRoot)": true}}]}}
-                    }]})
-                )]),
-            )],
+            policies: vec![pod_policy(json!({"foreach": [{
+                "list": "request.object.spec.containers",
+                "patchStrategicMerge": {"spec": {"containers": [{"(name)": "{{element.name}}", "securityContext": {"+(runAsNonRoot)": true}}]}}
+            }]}))],
             resource: json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "default"},
                              "spec": {"containers": [{"name": "a"}, {"name": "b", "securityContext": {"runAsNonRoot": false}}]}}),
             results: vec![("r", Status::Pass, "mutated")],
@@ -206,13 +189,8 @@ fn mutate_rule_table() {
             // the first matching element (kyverno/kyverno#6750): a key the
             // first container has is then added to none.
             name: "add-if-not-present in a list is resolved against the first element",
-            policies: vec![policy(
-                "p",
-                json!([rule(
-                    "r",
-                    &["Pod"],
-                    json!({"patchStrategicMerge": {"spec": {"containers": [{"(name)": "*", "+(imagePullPolicy)": "IfNotPresent"}]}}})
-                )]),
+            policies: vec![pod_policy(
+                json!({"patchStrategicMerge": {"spec": {"containers": [{"(name)": "*", "+(imagePullPolicy)": "IfNotPresent"}]}}}),
             )],
             resource: json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "default"},
                              "spec": {"containers": [{"name": "a", "imagePullPolicy": "Never"}, {"name": "b"}]}}),
@@ -221,13 +199,8 @@ fn mutate_rule_table() {
         },
         Case {
             name: "a failed global anchor skips the whole patch",
-            policies: vec![policy(
-                "p",
-                json!([rule(
-                    "r",
-                    &["Pod"],
-                    json!({"patchStrategicMerge": {"spec": {"containers": [{"<(image)": "quay.io/*"}], "imagePullSecrets": [{"name": "s"}]}}})
-                )]),
+            policies: vec![pod_policy(
+                json!({"patchStrategicMerge": {"spec": {"containers": [{"<(image)": "quay.io/*"}], "imagePullSecrets": [{"name": "s"}]}}}),
             )],
             resource: pod(),
             results: vec![("r", Status::Skip, "no patches applied")],
@@ -235,13 +208,8 @@ fn mutate_rule_table() {
         },
         Case {
             name: "json6902 with variables, - append and ~1 escaping",
-            policies: vec![policy(
-                "p",
-                json!([rule(
-                    "r",
-                    &["Pod"],
-                    json!({"patchesJson6902": "- op: add\n  path: /metadata/annotations\n  value: {}\n- op: add\n  path: /metadata/annotations/example.com~1owner\n  value: \"{{request.object.metadata.labels.app}}\"\n- op: add\n  path: /spec/volumes/-\n  value: {name: v4, emptyDir: {}}\n"})
-                )]),
+            policies: vec![pod_policy(
+                json!({"patchesJson6902": "- op: add\n  path: /metadata/annotations\n  value: {}\n- op: add\n  path: /metadata/annotations/example.com~1owner\n  value: \"{{request.object.metadata.labels.app}}\"\n- op: add\n  path: /spec/volumes/-\n  value: {name: v4, emptyDir: {}}\n"}),
             )],
             resource: pod(),
             results: vec![("r", Status::Pass, "mutated")],
@@ -252,13 +220,8 @@ fn mutate_rule_table() {
         },
         Case {
             name: "json6902 on a missing path is an error",
-            policies: vec![policy(
-                "p",
-                json!([rule(
-                    "r",
-                    &["Pod"],
-                    json!({"patchesJson6902": "[{\"op\": \"replace\", \"path\": \"/spec/nope\", \"value\": 1}]"})
-                )]),
+            policies: vec![pod_policy(
+                json!({"patchesJson6902": "[{\"op\": \"replace\", \"path\": \"/spec/nope\", \"value\": 1}]"}),
             )],
             resource: pod(),
             results: vec![(
@@ -270,13 +233,8 @@ fn mutate_rule_table() {
         },
         Case {
             name: "an unresolvable variable is an error",
-            policies: vec![policy(
-                "p",
-                json!([rule(
-                    "r",
-                    &["Pod"],
-                    json!({"patchStrategicMerge": {"metadata": {"labels": {"x": "{{request.object.metadata.nope}}"}}}})
-                )]),
+            policies: vec![pod_policy(
+                json!({"patchStrategicMerge": {"metadata": {"labels": {"x": "{{request.object.metadata.nope}}"}}}}),
             )],
             resource: pod(),
             results: vec![("r", Status::Error, "variable substitution failed")],
@@ -284,18 +242,11 @@ fn mutate_rule_table() {
         },
         Case {
             name: "foreach: element and elementIndex, descending removal",
-            policies: vec![policy(
-                "p",
-                json!([rule(
-                    "r",
-                    &["Pod"],
-                    json!({"foreach": [{
-                        "list": "request.object.spec.volumes", "order": "Descending",
-                        "preconditions": {"all": [{"key": "hostPath", "operator": "AnyIn", "value": "{{ element.keys(@) }}"}]},
-                        "patchesJson6902": "- op: remove\n  path: /spec/volumes/{{elementIndex}}\n"
-                    }]})
-                )]),
-            )],
+            policies: vec![pod_policy(json!({"foreach": [{
+                "list": "request.object.spec.volumes", "order": "Descending",
+                "preconditions": {"all": [{"key": "hostPath", "operator": "AnyIn", "value": "{{ element.keys(@) }}"}]},
+                "patchesJson6902": "- op: remove\n  path: /spec/volumes/{{elementIndex}}\n"
+            }]}))],
             resource: pod(),
             results: vec![("r", Status::Pass, "mutated")],
             object: vec![
@@ -305,17 +256,10 @@ fn mutate_rule_table() {
         },
         Case {
             name: "foreach: strategic merge per element",
-            policies: vec![policy(
-                "p",
-                json!([rule(
-                    "r",
-                    &["Pod"],
-                    json!({"foreach": [{
-                        "list": "request.object.spec.containers",
-                        "patchStrategicMerge": {"metadata": {"annotations": {"img/{{element.name}}": "{{element.image}}"}}}
-                    }]})
-                )]),
-            )],
+            policies: vec![pod_policy(json!({"foreach": [{
+                "list": "request.object.spec.containers",
+                "patchStrategicMerge": {"metadata": {"annotations": {"img/{{element.name}}": "{{element.image}}"}}}
+            }]}))],
             resource: pod(),
             results: vec![("r", Status::Pass, "mutated")],
             object: vec![
@@ -325,18 +269,11 @@ fn mutate_rule_table() {
         },
         Case {
             name: "nested foreach: elementIndex0 and elementIndex1",
-            policies: vec![policy(
-                "p",
-                json!([rule(
-                    "r",
-                    &["Pod"],
-                    json!({"foreach": [{
-                        "list": "request.object.spec.containers",
-                        "foreach": [{"list": "[element.name, element.image]",
-                                     "patchesJson6902": "- op: add\n  path: /metadata/labels/c{{elementIndex0}}-{{elementIndex1}}\n  value: \"{{ length(element) }}\"\n"}]
-                    }]})
-                )]),
-            )],
+            policies: vec![pod_policy(json!({"foreach": [{
+                "list": "request.object.spec.containers",
+                "foreach": [{"list": "[element.name, element.image]",
+                             "patchesJson6902": "- op: add\n  path: /metadata/labels/c{{elementIndex0}}-{{elementIndex1}}\n  value: \"{{ length(element) }}\"\n"}]
+            }]}))],
             resource: pod(),
             results: vec![("r", Status::Pass, "mutated")],
             object: vec![
@@ -346,35 +283,21 @@ fn mutate_rule_table() {
         },
         Case {
             name: "foreach whose every element is filtered out skips",
-            policies: vec![policy(
-                "p",
-                json!([rule(
-                    "r",
-                    &["Pod"],
-                    json!({"foreach": [{
-                        "list": "request.object.spec.containers",
-                        "preconditions": {"all": [{"key": "{{element.name}}", "operator": "Equals", "value": "zzz"}]},
-                        "patchStrategicMerge": {"metadata": {"labels": {"x": "y"}}}
-                    }]})
-                )]),
-            )],
+            policies: vec![pod_policy(json!({"foreach": [{
+                "list": "request.object.spec.containers",
+                "preconditions": {"all": [{"key": "{{element.name}}", "operator": "Equals", "value": "zzz"}]},
+                "patchStrategicMerge": {"metadata": {"labels": {"x": "y"}}}
+            }]}))],
             resource: pod(),
             results: vec![("r", Status::Skip, "0 elements processed")],
             object: vec![("/metadata/labels/x", Value::Null)],
         },
         Case {
             name: "a later foreach declaration sees the earlier one's output",
-            policies: vec![policy(
-                "p",
-                json!([rule(
-                    "r",
-                    &["Pod"],
-                    json!({"foreach": [
-                        {"list": "['one']", "patchStrategicMerge": {"metadata": {"labels": {"first": "{{element}}"}}}},
-                        {"list": "['two']", "patchStrategicMerge": {"metadata": {"labels": {"second": "{{request.object.metadata.labels.first}}"}}}}
-                    ]})
-                )]),
-            )],
+            policies: vec![pod_policy(json!({"foreach": [
+                {"list": "['one']", "patchStrategicMerge": {"metadata": {"labels": {"first": "{{element}}"}}}},
+                {"list": "['two']", "patchStrategicMerge": {"metadata": {"labels": {"second": "{{request.object.metadata.labels.first}}"}}}}
+            ]}))],
             resource: pod(),
             results: vec![("r", Status::Pass, "mutated")],
             object: vec![("/metadata/labels/second", json!("one"))],
@@ -416,13 +339,8 @@ fn mutate_rule_table() {
         },
         Case {
             name: "autogen: a Pod rule patches a Deployment's pod template",
-            policies: vec![policy(
-                "p",
-                json!([rule(
-                    "r",
-                    &["Pod"],
-                    json!({"patchStrategicMerge": {"spec": {"containers": [{"(name)": "*", "imagePullPolicy": "Always"}]}}})
-                )]),
+            policies: vec![pod_policy(
+                json!({"patchStrategicMerge": {"spec": {"containers": [{"(name)": "*", "imagePullPolicy": "Always"}]}}}),
             )],
             resource: json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "default"},
                              "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}}}),
@@ -441,13 +359,8 @@ fn mutate_rule_table() {
         },
         Case {
             name: "{{@}} is the resource's value at the patch's path",
-            policies: vec![policy(
-                "p",
-                json!([rule(
-                    "r",
-                    &["Pod"],
-                    json!({"patchStrategicMerge": {"metadata": {"labels": {"app": "{{ to_upper('{{@}}') }}"}}}})
-                )]),
+            policies: vec![pod_policy(
+                json!({"patchStrategicMerge": {"metadata": {"labels": {"app": "{{ to_upper('{{@}}') }}"}}}}),
             )],
             resource: pod(),
             results: vec![("r", Status::Pass, "mutated")],
@@ -504,11 +417,7 @@ fn steps_keep_the_object_after_each_policy() {
             ))
             .unwrap();
     }
-    let m = engine.mutate(
-        &EvalRequest::create(Arc::new(pod())),
-        &NoClusterData,
-        &Bindings::default(),
-    );
+    let m = mutate(&engine, Arc::new(pod()));
     assert_eq!(m.steps.len(), 2);
     let first = m.object_after("first").unwrap();
     assert_eq!(first["metadata"]["labels"]["a"], "1");
@@ -659,13 +568,8 @@ fn mutate_existing_is_triggered_then_run_for_the_named_rules() {
 fn an_exception_skips_a_mutate_rule() {
     let mut engine = Engine::new();
     engine
-        .add_json(&policy(
-            "p",
-            json!([rule(
-                "r",
-                &["Pod"],
-                json!({"patchStrategicMerge": {"metadata": {"labels": {"x": "y"}}}})
-            )]),
+        .add_json(&pod_policy(
+            json!({"patchStrategicMerge": {"metadata": {"labels": {"x": "y"}}}}),
         ))
         .unwrap();
     let exception = json!({
@@ -674,11 +578,7 @@ fn an_exception_skips_a_mutate_rule() {
                  "match": {"any": [{"resources": {"kinds": ["Pod"], "names": ["web"]}}]}}
     });
     assert!(engine.add_json(&exception).unwrap());
-    let m = engine.mutate(
-        &EvalRequest::create(Arc::new(pod())),
-        &NoClusterData,
-        &Bindings::default(),
-    );
+    let m = mutate(&engine, Arc::new(pod()));
     let r: Vec<_> = m.results().collect();
     assert_eq!(r.len(), 1);
     assert_eq!(r[0].status, Status::Skip);

@@ -8,6 +8,15 @@ use crate::eval::{Bindings, Prepared};
 use crate::policy::Policy;
 use crate::request::{EvalRequest, NoClusterData, Operation};
 
+/// The field of the `Error::InvalidPolicy` that `result` must be.
+#[track_caller]
+fn invalid_field<T: std::fmt::Debug>(result: Result<T>, context: &str) -> String {
+    match result {
+        Err(Error::InvalidPolicy { field, .. }) => field,
+        other => panic!("{context}: {other:?}"),
+    }
+}
+
 fn compile(spec: Value) -> Result<PodSecurity> {
     let err = |field: String, message: String| Error::invalid("ClusterPolicy", "t", field, message);
     let doc = crate::model::parse(&spec, "validate.podSecurity", &err)?;
@@ -673,10 +682,8 @@ fn invalid_specs_name_the_field() {
         ),
     ];
     for (spec, want) in cases {
-        match compile(spec.clone()) {
-            Err(Error::InvalidPolicy { field, .. }) => assert_eq!(field, want, "{spec}"),
-            other => panic!("{spec}: {other:?}"),
-        }
+        let context = spec.to_string();
+        assert_eq!(invalid_field(compile(spec), &context), want, "{context}");
     }
     for ok in ["latest", "", "v1.0", "v1.19", "v1.34", "v1.40"] {
         assert!(
@@ -732,14 +739,31 @@ fn messages_follow_kyverno() {
     );
 }
 
-fn policy(rule: Value) -> Policy {
-    Policy::compile(&json!({
+/// ClusterPolicy `pss` with the one rule `rule`.
+fn policy_doc(rule: Value) -> Value {
+    json!({
         "apiVersion": "kyverno.io/v1",
         "kind": "ClusterPolicy",
         "metadata": {"name": "pss"},
         "spec": {"rules": [rule]}
-    }))
-    .unwrap()
+    })
+}
+
+/// A rule `name` on Pods with the podSecurity `pod_security`.
+fn pod_rule(name: &str, pod_security: Value) -> Value {
+    json!({
+        "name": name,
+        "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+        "validate": {"podSecurity": pod_security}
+    })
+}
+
+fn policy(rule: Value) -> Policy {
+    Policy::compile(&policy_doc(rule)).unwrap()
+}
+
+fn pod(spec: &Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"}, "spec": spec})
 }
 
 fn results(p: &Policy, object: Value, op: Operation) -> Vec<(String, Status)> {
@@ -756,12 +780,11 @@ fn results(p: &Policy, object: Value, op: Operation) -> Vec<(String, Status)> {
 
 #[test]
 fn autogen_rules_check_the_pod_template() {
-    let p = policy(json!({
-        "name": "baseline",
-        "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
-        "validate": {"podSecurity": {"level": "baseline", "version": "latest",
-                                     "exclude": [{"controlName": "Host Ports", "images": ["nginx*"]}]}}
-    }));
+    let p = policy(pod_rule(
+        "baseline",
+        json!({"level": "baseline", "version": "latest",
+               "exclude": [{"controlName": "Host Ports", "images": ["nginx*"]}]}),
+    ));
     let names: Vec<&str> = p.rule_names().collect();
     assert_eq!(
         names,
@@ -777,7 +800,6 @@ fn autogen_rules_check_the_pod_template() {
         json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "c", "namespace": "default"},
                                         "spec": {"schedule": "* * * * *", "jobTemplate": {"spec": {"template": {"spec": spec}}}}})
     };
-    let pod = |spec: &Value| json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"}, "spec": spec});
     let cases = [
         (pod(&privileged), "baseline", Status::Fail),
         (pod(&host_port), "baseline", Status::Pass),
@@ -810,23 +832,11 @@ fn autogen_rules_check_the_pod_template() {
 
 #[test]
 fn policy_compile_reports_the_rule_field() {
-    let err = Policy::compile(&json!({
-        "apiVersion": "kyverno.io/v1",
-        "kind": "ClusterPolicy",
-        "metadata": {"name": "pss"},
-        "spec": {"rules": [{
-            "name": "r",
-            "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
-            "validate": {"podSecurity": {"level": "baseline", "version": "next"}}
-        }]}
-    }))
-    .unwrap_err();
-    match err {
-        Error::InvalidPolicy { field, .. } => {
-            assert_eq!(field, "spec.rules[0].validate.podSecurity.version")
-        }
-        other => panic!("{other:?}"),
-    }
+    let rule = pod_rule("r", json!({"level": "baseline", "version": "next"}));
+    assert_eq!(
+        invalid_field(Policy::compile(&policy_doc(rule)), "the policy"),
+        "spec.rules[0].validate.podSecurity.version"
+    );
 }
 
 #[test]
@@ -868,18 +878,11 @@ fn exception(name: &str, pod_security: Option<Value>) -> Value {
 
 fn engine_results(exceptions: &[Value], object: Value) -> Vec<(String, Status, String)> {
     let mut engine = crate::Engine::new();
-    engine
-        .add_json(&json!({
-            "apiVersion": "kyverno.io/v1",
-            "kind": "ClusterPolicy",
-            "metadata": {"name": "pss"},
-            "spec": {"rules": [{
-                "name": "baseline",
-                "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
-                "validate": {"podSecurity": {"level": "baseline", "version": "latest"}}
-            }]}
-        }))
-        .unwrap();
+    let rule = pod_rule(
+        "baseline",
+        json!({"level": "baseline", "version": "latest"}),
+    );
+    engine.add_json(&policy_doc(rule)).unwrap();
     for e in exceptions {
         engine.add_json(e).unwrap();
     }
@@ -894,7 +897,6 @@ fn engine_results(exceptions: &[Value], object: Value) -> Vec<(String, Status, S
 
 #[test]
 fn policy_exceptions_exempt_the_controls_they_name() {
-    let pod = |spec: Value| json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"}, "spec": spec});
     let host_ipc = json!({"hostIPC": true, "containers": [{"name": "c", "image": "nginx"}]});
     let both = json!({"hostIPC": true, "containers": [{"name": "c", "image": "nginx", "securityContext": {"privileged": true}}]});
     let namespaces = exception("ns", Some(json!([{"controlName": "Host Namespaces"}])));
@@ -904,23 +906,23 @@ fn policy_exceptions_exempt_the_controls_they_name() {
     );
     let whole = exception("all", None);
 
-    let r = engine_results(std::slice::from_ref(&namespaces), pod(host_ipc.clone()));
+    let r = engine_results(std::slice::from_ref(&namespaces), pod(&host_ipc));
     assert_eq!(r[0].1, Status::Skip, "{r:?}");
     assert!(r[0].2.contains("default/ns"), "{r:?}");
     // A control the exception does not name still fails, and is the only
     // one reported.
-    let r = engine_results(std::slice::from_ref(&namespaces), pod(both.clone()));
+    let r = engine_results(std::slice::from_ref(&namespaces), pod(&both));
     assert_eq!(r[0].1, Status::Fail, "{r:?}");
     assert!(
         r[0].2.contains("Forbidden reason: privileged") && !r[0].2.contains("host namespaces"),
         "{r:?}"
     );
     // Several exceptions combine their exclusions.
-    let r = engine_results(&[namespaces.clone(), privileged], pod(both.clone()));
+    let r = engine_results(&[namespaces.clone(), privileged], pod(&both));
     assert_eq!(r[0].1, Status::Skip, "{r:?}");
     assert!(r[0].2.contains("default/ns, default/priv"), "{r:?}");
     // An exception without podSecurity skips the rule whatever fails.
-    let r = engine_results(&[namespaces.clone(), whole], pod(both));
+    let r = engine_results(&[namespaces.clone(), whole], pod(&both));
     assert_eq!(
         (r[0].1, r[0].2.as_str()),
         (
@@ -931,7 +933,7 @@ fn policy_exceptions_exempt_the_controls_they_name() {
     // A passing pod passes.
     let r = engine_results(
         std::slice::from_ref(&namespaces),
-        pod(json!({"containers": [{"name": "c"}]})),
+        pod(&json!({"containers": [{"name": "c"}]})),
     );
     assert_eq!(r[0].1, Status::Pass, "{r:?}");
     // The autogen rule of a controller is exempted too.
@@ -945,10 +947,8 @@ fn policy_exceptions_exempt_the_controls_they_name() {
     );
     // podSecurity exclusions are validated as a rule's are.
     let bad = exception("bad", Some(json!([{"controlName": "Capabilities"}])));
-    match crate::Document::compile(&bad) {
-        Err(Error::InvalidPolicy { field, .. }) => {
-            assert_eq!(field, "spec.podSecurity[0].controlName")
-        }
-        other => panic!("{other:?}"),
-    }
+    assert_eq!(
+        invalid_field(crate::Document::compile(&bad), "the exception"),
+        "spec.podSecurity[0].controlName"
+    );
 }

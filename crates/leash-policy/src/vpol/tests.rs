@@ -32,9 +32,12 @@ fn pod(name: &str, labels: Json, spec: Json) -> Json {
         "metadata": {"name": name, "namespace": "ns", "labels": labels}, "spec": spec})
 }
 
+fn evaluate(p: &ValidatingPolicy, obj: Json) -> Option<RuleResult> {
+    p.evaluate(&EvalRequest::create(Arc::new(obj)), &NoClusterData)
+}
+
 fn status(p: &ValidatingPolicy, obj: Json) -> Option<Status> {
-    let req = EvalRequest::create(Arc::new(obj));
-    p.evaluate(&req, &NoClusterData).map(|r| r.status)
+    evaluate(p, obj).map(|r| r.status)
 }
 
 fn pods_rule() -> Json {
@@ -247,18 +250,12 @@ fn messages() {
         {"expression": "true"},
         {"expression": "false", "message": "static", "messageExpression": "'name ' + object.metadata.name"},
     ]}));
-    let r = p.evaluate(
-        &EvalRequest::create(Arc::new(pod("a", json!({}), json!({})))),
-        &NoClusterData,
-    );
+    let r = evaluate(&p, pod("a", json!({}), json!({})));
     assert_eq!(r.as_ref().map(|r| r.message.as_str()), Some("name a"));
     assert_eq!(r.as_ref().map(|r| r.rule.as_str()), Some("p"));
     let p =
         policy(json!({"matchConstraints": pods_rule(), "validations": [{"expression": "false"}]}));
-    let r = p.evaluate(
-        &EvalRequest::create(Arc::new(pod("a", json!({}), json!({})))),
-        &NoClusterData,
-    );
+    let r = evaluate(&p, pod("a", json!({}), json!({})));
     assert_eq!(
         r.map(|r| r.message),
         Some("CEL expression validation failed at index 0".into())
@@ -362,8 +359,9 @@ fn classic_cel_rule() {
 
 const CORPUS: &str = "/work/shared/kyverno-policies";
 
+/// Objects listed by apiVersion, kind or plural, and namespace.
 #[derive(Debug, Default)]
-struct Data(Vec<Json>);
+pub(crate) struct Data(pub(crate) Vec<Json>);
 
 impl ClusterData for Data {
     fn get(&self, api: &str, res: &str, ns: &str, name: &str) -> Option<Arc<Json>> {
@@ -645,8 +643,8 @@ fn cel_policy_exceptions_exempt_the_policies_they_name() {
     assert!(err.contains("spec.policyRefs[0].name"), "{err}");
 }
 
-/// Every YAML document of the files under `dir`.
-pub(crate) fn yaml_docs(dir: &Path) -> Vec<Json> {
+/// The files under `dir`, at any depth, that `keep` accepts.
+pub(crate) fn files_under(dir: &Path, keep: impl Fn(&Path) -> bool) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut walk = vec![dir.to_path_buf()];
     while let Some(dir) = walk.pop() {
@@ -654,12 +652,42 @@ pub(crate) fn yaml_docs(dir: &Path) -> Vec<Json> {
             let path = entry.path();
             if path.is_dir() {
                 walk.push(path);
-            } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
-                out.extend(docs(&path));
+            } else if keep(&path) {
+                out.push(path);
             }
         }
     }
     out
+}
+
+pub(crate) fn is_yaml(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "yaml" || e == "yml")
+}
+
+/// Every YAML document of the files under `dir`.
+pub(crate) fn yaml_docs(dir: &Path) -> Vec<Json> {
+    files_under(dir, is_yaml)
+        .iter()
+        .flat_map(|p| docs(p))
+        .collect()
+}
+
+/// A document of a corpus folder that is a resource, not a Kyverno one.
+fn is_resource(doc: &Json) -> bool {
+    doc["metadata"].is_object()
+        && !doc["apiVersion"]
+            .as_str()
+            .unwrap_or("")
+            .contains("kyverno.io")
+}
+
+fn assert_none_differ(differ: &[String], compared: usize) {
+    assert!(
+        differ.is_empty(),
+        "{} of {compared} differ:\n{}",
+        differ.len(),
+        differ.join("\n")
+    );
 }
 
 /// A CREATE request for `object`, and an UPDATE of it from itself.
@@ -688,12 +716,7 @@ fn fast_path_agrees_with_the_interpreter() {
                 if let Ok(p) = ValidatingPolicy::compile(&doc) {
                     policies.push(p);
                 }
-            } else if doc["metadata"].is_object()
-                && !doc["apiVersion"]
-                    .as_str()
-                    .unwrap_or("")
-                    .contains("kyverno.io")
-            {
+            } else if is_resource(&doc) {
                 resources.push(doc);
             }
         }
@@ -773,12 +796,7 @@ fn fast_path_agrees_with_the_interpreter() {
             }
         }
     }
-    assert!(
-        differ.is_empty(),
-        "{} of {compared} differ:\n{}",
-        differ.len(),
-        differ.join("\n")
-    );
+    assert_none_differ(&differ, compared);
     println!("{compared} results compared, {answered} given by the fast path");
     for object in &written {
         let req = EvalRequest::create(Arc::new(object.clone()));
@@ -818,12 +836,7 @@ fn classic_cel_fast_path_agrees_with_the_interpreter() {
                         );
                     }
                 }
-            } else if doc["metadata"].is_object()
-                && !doc["apiVersion"]
-                    .as_str()
-                    .unwrap_or("")
-                    .contains("kyverno.io")
-            {
+            } else if is_resource(doc) {
                 resources.push(doc.clone());
             }
         }
@@ -843,12 +856,7 @@ fn classic_cel_fast_path_agrees_with_the_interpreter() {
             }
         }
     }
-    assert!(
-        differ.is_empty(),
-        "{} of {compared} differ:\n{}",
-        differ.len(),
-        differ.join("\n")
-    );
+    assert_none_differ(&differ, compared);
     println!("{compared} results compared");
 }
 
