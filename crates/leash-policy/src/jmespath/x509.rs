@@ -18,7 +18,7 @@
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value, json};
-use x509_cert::Certificate;
+use x509_cert::certificate::{CertificateInner, Raw};
 use x509_cert::der::asn1::{Any, ObjectIdentifier, UintRef};
 use x509_cert::der::{Decode, Encode, Reader as _, SliceReader, Tagged as _};
 use x509_cert::ext::Extension;
@@ -26,7 +26,7 @@ use x509_cert::ext::pkix::name::{DistributionPointName, GeneralName};
 use x509_cert::ext::pkix::{
     AuthorityInfoAccessSyntax, AuthorityKeyIdentifier, BasicConstraints, CertificatePolicies,
     CrlDistributionPoints, ExtendedKeyUsage, InhibitAnyPolicy, KeyUsage, NameConstraints,
-    PolicyConstraints, PolicyMappings, SubjectAltName, SubjectKeyIdentifier,
+    PolicyConstraints, PolicyMappings, SubjectKeyIdentifier,
 };
 use x509_cert::request::CertReq;
 use x509_cert::spki::{AlgorithmIdentifierOwned, SubjectPublicKeyInfoOwned};
@@ -294,6 +294,28 @@ fn general_names(names: &[GeneralName]) -> Result<GeneralNames> {
     Ok(out)
 }
 
+/// A subject alternative name extension, read as Go reads it: the name
+/// types it keeps, the others (an `x400Address`, which x509-cert cannot
+/// decode, among them) passed over.
+fn subject_alt_names(e: &Extension) -> Result<GeneralNames> {
+    let names: Vec<Any> = ext(e, "subject alt names")?;
+    let mut out = GeneralNames::default();
+    for n in &names {
+        let ia5 = || match std::str::from_utf8(n.value()) {
+            Ok(s) if s.is_ascii() => Ok(s.to_string()),
+            _ => Err("malformed subject alt name".to_string()),
+        };
+        match u8::from(n.tag()) {
+            0x81 => out.emails.push(ia5()?),
+            0x82 => out.dns.push(ia5()?),
+            0x86 => out.uris.push(ia5()?),
+            0x87 => out.ips.push(json!(ip_text(n.value())?)),
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
 fn ip_text(bytes: &[u8]) -> Result<String> {
     match bytes.len() {
         4 => Ok(std::net::Ipv4Addr::new(bytes[0], bytes[1], bytes[2], bytes[3]).to_string()),
@@ -405,7 +427,7 @@ fn extensions(exts: &[Extension], out: &mut Map<String, Value>) -> Result<Vec<Va
                 set("MaxPathLenZero", json!(path_len == Some(0)));
             }
             "2.5.29.17" => {
-                let names = general_names(&ext::<SubjectAltName>(e, "subject alt names")?.0)?;
+                let names = subject_alt_names(e)?;
                 set("DNSNames", strings_or_null(names.dns));
                 set("EmailAddresses", strings_or_null(names.emails));
                 set("IPAddresses", list_or_null(names.ips));
@@ -596,7 +618,8 @@ fn defaults() -> Map<String, Value> {
 }
 
 fn certificate(der: &[u8]) -> Result<Value> {
-    let cert = Certificate::from_der(der).map_err(der_err("certificate"))?;
+    // The `Raw` profile reads serial numbers of any length, as Go does.
+    let cert = CertificateInner::<Raw>::from_der(der).map_err(der_err("certificate"))?;
     let tbs = &cert.tbs_certificate;
     let public_key = rsa_public_key(&tbs.subject_public_key_info)?;
     let mut out = defaults();
@@ -696,7 +719,7 @@ fn certificate_request(der: &[u8]) -> Result<Value> {
             .map_err(der_err("extension request"))?;
         for e in &exts {
             if e.extn_id.to_string() == "2.5.29.17" {
-                sans = general_names(&ext::<SubjectAltName>(e, "subject alt names")?.0)?;
+                sans = subject_alt_names(e)?;
             }
             extension_list.push(extension_json(e));
         }

@@ -58,3 +58,18 @@ fn refusals_name_the_problem() {
         "PEM block neither contains a CERTIFICATE or CERTIFICATE REQUEST"
     );
 }
+
+/// What Go reads and x509-cert's strict types would refuse: an
+/// `x400Address` subject alternative name (passed over, the DNS name after
+/// it kept) and a 26-byte serial number (RFC 5280 says 20 at most; Go
+/// reads any length).
+#[test]
+fn names_go_passes_over_and_long_serials_decode() {
+    let cert = decode(include_str!("testdata/x509/x400-san.pem")).unwrap();
+    assert_eq!(cert["DNSNames"], serde_json::json!(["zzz.com"]));
+    let cert = decode(include_str!("testdata/x509/long-serial.pem")).unwrap();
+    assert_eq!(
+        cert["SerialNumber"],
+        serde_json::json!(1.619566192519142e60)
+    );
+}
