@@ -19,8 +19,8 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value, json};
 use x509_cert::certificate::{CertificateInner, Raw};
-use x509_cert::der::asn1::{Any, ObjectIdentifier, UintRef};
-use x509_cert::der::{Decode, Encode, Reader as _, SliceReader, Tagged as _};
+use x509_cert::der::asn1::{Any, ContextSpecific, ObjectIdentifier, UintRef};
+use x509_cert::der::{Decode, Encode, Reader as _, SliceReader, Tag, TagNumber, Tagged as _};
 use x509_cert::ext::Extension;
 use x509_cert::ext::pkix::name::{DistributionPointName, GeneralName};
 use x509_cert::ext::pkix::{
@@ -92,23 +92,10 @@ fn decimal(bytes: &[u8]) -> String {
     String::from_utf8(out).unwrap_or_default()
 }
 
-/// A DER INTEGER as Go's `big.Int` JSON number, read back as a double.
+/// A non-negative DER INTEGER as Go's `big.Int` JSON number, read back as
+/// a double.
 fn big_number(content: &[u8]) -> Value {
-    let negative = content.first().is_some_and(|b| b & 0x80 != 0);
-    let text = if negative {
-        // Two's complement: the magnitude is !x + 1.
-        let mut mag: Vec<u8> = content.iter().map(|b| !b).collect();
-        for b in mag.iter_mut().rev() {
-            let (v, carry) = b.overflowing_add(1);
-            *b = v;
-            if !carry {
-                break;
-            }
-        }
-        format!("-{}", decimal(&mag))
-    } else {
-        decimal(content)
-    };
+    let text = decimal(content);
     match text.parse::<f64>() {
         // Exactly representable: written as an integer.
         Ok(f) if f.fract() == 0.0 && f.abs() < 9_007_199_254_740_992.0 => json!(f as i64),
@@ -235,20 +222,39 @@ fn signature_algorithm(ai: &AlgorithmIdentifierOwned) -> i64 {
         "1.2.840.10045.4.3.3" => 11,
         "1.2.840.10045.4.3.4" => 12,
         "1.3.101.112" => 16,
-        // RSASSA-PSS: by the hash its parameters name.
-        "1.2.840.113549.1.1.10" => {
-            let params = ai
-                .parameters
-                .as_ref()
-                .and_then(|p| p.to_der().ok())
-                .unwrap_or_default();
-            let hash = |last: u8| {
-                let oid = [0x60, 0x86, 0x48, 0x01, 0x65, 0x03, 0x04, 0x02, last];
-                params.windows(oid.len()).any(|w| w == oid)
-            };
-            (1..=3).find(|i| hash(*i)).map_or(0, |i| 12 + i64::from(i))
-        }
+        "1.2.840.113549.1.1.10" => rsa_pss(ai.parameters.as_ref()).unwrap_or(0),
         _ => 0,
+    }
+}
+
+/// RSASSA-PSS as Go's `crypto/x509` names it: only the three shapes it
+/// knows (an MGF1 of the message's hash, a salt as long as the hash, the
+/// default trailer) have a name; any other parameters are
+/// `UnknownSignatureAlgorithm` (None).
+fn rsa_pss(params: Option<&Any>) -> Option<i64> {
+    type Explicit<T> = ContextSpecific<T>;
+    let mut r = SliceReader::new(params?.value()).ok()?;
+    let hash = Explicit::<AlgorithmIdentifierOwned>::decode_explicit(&mut r, TagNumber::N0);
+    let mgf = Explicit::<AlgorithmIdentifierOwned>::decode_explicit(&mut r, TagNumber::N1);
+    let salt = Explicit::<u32>::decode_explicit(&mut r, TagNumber::N2);
+    let trailer = Explicit::<u32>::decode_explicit(&mut r, TagNumber::N3);
+    let (hash, mgf, salt) = (hash.ok()??.value, mgf.ok()??.value, salt.ok()??.value);
+    let trailer = trailer.ok()?.map_or(1, |t| t.value);
+    let mgf_hash: AlgorithmIdentifierOwned = mgf.parameters.as_ref()?.decode_as().ok()?;
+    let null = |p: &Option<Any>| p.as_ref().is_none_or(|a| a.tag() == Tag::Null);
+    if !null(&hash.parameters)
+        || mgf.oid.to_string() != "1.2.840.113549.1.1.8"
+        || mgf_hash.oid != hash.oid
+        || !null(&mgf_hash.parameters)
+        || trailer != 1
+    {
+        return None;
+    }
+    match (hash.oid.to_string().as_str(), salt) {
+        ("2.16.840.1.101.3.4.2.1", 32) => Some(13),
+        ("2.16.840.1.101.3.4.2.2", 48) => Some(14),
+        ("2.16.840.1.101.3.4.2.3", 64) => Some(15),
+        _ => None,
     }
 }
 
@@ -621,6 +627,15 @@ fn certificate(der: &[u8]) -> Result<Value> {
     // The `Raw` profile reads serial numbers of any length, as Go does.
     let cert = CertificateInner::<Raw>::from_der(der).map_err(der_err("certificate"))?;
     let tbs = &cert.tbs_certificate;
+    // Go (1.23 and later, Kyverno's) refuses a negative serial number.
+    if tbs
+        .serial_number
+        .as_bytes()
+        .first()
+        .is_some_and(|b| b & 0x80 != 0)
+    {
+        return Err("x509: negative serial number".into());
+    }
     let public_key = rsa_public_key(&tbs.subject_public_key_info)?;
     let mut out = defaults();
     let ext_list = extensions(tbs.extensions.as_deref().unwrap_or_default(), &mut out)?;

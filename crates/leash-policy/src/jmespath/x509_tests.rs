@@ -52,6 +52,10 @@ fn refusals_name_the_problem() {
         decode("not a certificate").unwrap_err(),
         "failed to decode PEM block"
     );
+    assert_eq!(
+        decode(include_str!("testdata/x509/negative-serial.pem")).unwrap_err(),
+        "x509: negative serial number"
+    );
     let key = "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n";
     assert_eq!(
         decode(key).unwrap_err(),
@@ -72,4 +76,15 @@ fn names_go_passes_over_and_long_serials_decode() {
         cert["SerialNumber"],
         serde_json::json!(1.619566192519142e60)
     );
+}
+
+/// RSASSA-PSS is named only in the shapes Go names (the salt as long as
+/// the hash): SHA-384 with a 48-byte salt is SHA384WithRSAPSS (14), a
+/// longer salt `UnknownSignatureAlgorithm` (0), as Kyverno's CLI gives.
+#[test]
+fn rsa_pss_is_named_as_go_names_it() {
+    let cert = decode(include_str!("testdata/x509/pss-sha384.pem")).unwrap();
+    assert_eq!(cert["SignatureAlgorithm"], 14);
+    let cert = decode(include_str!("testdata/x509/pss-long-salt.pem")).unwrap();
+    assert_eq!(cert["SignatureAlgorithm"], 0);
 }
