@@ -194,11 +194,7 @@ impl Lookups {
     }
 
     fn keep(&self, key: Lookup, v: Option<Arc<Value>>) {
-        // `len` counts the live answers: past `max`, expired ones go, then all.
-        if self.answers.len() >= self.max {
-            self.answers.retain(|_, _| false);
-        }
-        self.answers.insert(key, v);
+        self.answers.insert_bounded(key, v, self.max);
     }
 
     /// Whether `key` is answered, being read by another worker, or this

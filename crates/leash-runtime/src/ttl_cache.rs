@@ -20,7 +20,8 @@
 //! 4. Memory is bounded by the live entries plus the expired entries since
 //!    the last sweep; a sweep runs whenever the map reaches twice its size
 //!    after the previous sweep (at least 64), so sweeping is amortized O(1)
-//!    per insert.
+//!    per insert. [`TtlCache::insert_bounded`] holds it to at most `max`
+//!    entries.
 //! 5. The lock is a `std::sync::Mutex` held only inside these synchronous
 //!    methods (never across an `.await`); values are cloned out, never
 //!    borrowed out.
@@ -89,10 +90,25 @@ impl<K: Hash + Eq, V: Clone> TtlCache<K, V> {
     /// Inserts or replaces `key`, valid for `ttl` from now. Returns the
     /// previous value if it had not expired.
     pub fn insert(&self, key: K, value: V) -> Option<V> {
+        self.insert_bounded(key, value, usize::MAX)
+    }
+
+    /// [`Self::insert`], keeping at most `max` entries: when `key` is new
+    /// and `max` are held, the expired ones go, then, if that is not
+    /// enough, all of them. One lock for all of it, so concurrent inserts
+    /// cannot pass the bound.
+    pub fn insert_bounded(&self, key: K, value: V, max: usize) -> Option<V> {
         let now = Instant::now();
         let mut inner = self.lock();
         if inner.map.len() >= inner.sweep_at {
             inner.sweep(now);
+        }
+        if inner.map.len() >= max && !inner.map.contains_key(&key) {
+            inner.sweep(now);
+            if inner.map.len() >= max {
+                inner.map.clear();
+                inner.sweep_at = MIN_SWEEP_AT;
+            }
         }
         let expires = now + self.ttl;
         inner

@@ -32,6 +32,33 @@ async fn ttl_expiry_under_paused_time() {
     assert_eq!(cache.ttl(), Duration::from_secs(30));
 }
 
+/// `insert_bounded` holds at most `max` entries: a new key past the bound
+/// drops the expired ones first, then, if none had expired, all; a key
+/// already held is replaced without dropping anything.
+#[tokio::test(start_paused = true)]
+async fn insert_bounded_keeps_at_most_max() {
+    let cache = TtlCache::new(Duration::from_secs(30));
+    cache.insert_bounded("old", 0, 3);
+    advance(Duration::from_secs(30)).await;
+    cache.insert_bounded("a", 1, 3);
+    cache.insert_bounded("b", 2, 3);
+    // "old" expired but is still stored: the bound sweeps it, not a.
+    cache.insert_bounded("c", 3, 3);
+    assert_eq!(
+        (cache.get("a"), cache.get("b"), cache.get("c")),
+        (Some(1), Some(2), Some(3))
+    );
+    assert_eq!(
+        cache.insert_bounded("a", 10, 3),
+        Some(1),
+        "replaced, nothing dropped"
+    );
+    assert_eq!(cache.len(), 3);
+    cache.insert_bounded("d", 4, 3);
+    assert_eq!(cache.len(), 1, "none expired: all dropped for the new key");
+    assert_eq!(cache.get("d"), Some(4));
+}
+
 /// Shared across tasks by `Arc`; every insert is seen.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shared_between_tasks() {
