@@ -22,11 +22,9 @@ use x509_cert::certificate::{CertificateInner, Raw};
 use x509_cert::der::asn1::{Any, ContextSpecific, ObjectIdentifier, UintRef};
 use x509_cert::der::{Decode, Encode, Reader as _, SliceReader, Tag, TagNumber, Tagged as _};
 use x509_cert::ext::Extension;
-use x509_cert::ext::pkix::name::{DistributionPointName, GeneralName};
 use x509_cert::ext::pkix::{
-    AuthorityInfoAccessSyntax, AuthorityKeyIdentifier, BasicConstraints, CertificatePolicies,
-    CrlDistributionPoints, ExtendedKeyUsage, InhibitAnyPolicy, KeyUsage, NameConstraints,
-    PolicyConstraints, PolicyMappings, SubjectKeyIdentifier,
+    AuthorityKeyIdentifier, BasicConstraints, CertificatePolicies, ExtendedKeyUsage,
+    InhibitAnyPolicy, KeyUsage, PolicyConstraints, PolicyMappings, SubjectKeyIdentifier,
 };
 use x509_cert::request::CertReq;
 use x509_cert::spki::{AlgorithmIdentifierOwned, SubjectPublicKeyInfoOwned};
@@ -286,20 +284,6 @@ struct GeneralNames {
     uris: Vec<String>,
 }
 
-fn general_names(names: &[GeneralName]) -> Result<GeneralNames> {
-    let mut out = GeneralNames::default();
-    for n in names {
-        match n {
-            GeneralName::Rfc822Name(s) => out.emails.push(s.to_string()),
-            GeneralName::DnsName(s) => out.dns.push(s.to_string()),
-            GeneralName::UniformResourceIdentifier(s) => out.uris.push(s.to_string()),
-            GeneralName::IpAddress(ip) => out.ips.push(json!(ip_text(ip.as_bytes())?)),
-            _ => {}
-        }
-    }
-    Ok(out)
-}
-
 /// A subject alternative name extension, read as Go reads it: the name
 /// types it keeps, the others (an `x400Address`, which x509-cert cannot
 /// decode, among them) passed over.
@@ -332,6 +316,232 @@ fn ip_text(bytes: &[u8]) -> Result<String> {
         }
         _ => Err("invalid IP address".into()),
     }
+}
+
+/// The TLVs one after another in `bytes` (the contents of a SEQUENCE, or
+/// of an implicitly tagged one); `err` when they are not well formed.
+fn tlvs(bytes: &[u8], err: &str) -> Result<Vec<Any>> {
+    let mut r = SliceReader::new(bytes).map_err(|_| err.to_string())?;
+    let mut out = Vec::new();
+    while !r.is_finished() {
+        out.push(Any::decode(&mut r).map_err(|_| err.to_string())?);
+    }
+    Ok(out)
+}
+
+/// An extension's value as the elements of its outer SEQUENCE.
+fn ext_elements(e: &Extension, err: &str) -> Result<Vec<Any>> {
+    Vec::<Any>::from_der(e.extn_value.as_bytes()).map_err(|_| err.to_string())
+}
+
+/// Whether Go's crypto/x509 takes `s` as a domain name (its
+/// `domainNameValid`): labels of printable ASCII, none empty, no trailing
+/// dot; a constraint may start with one dot, and may be empty.
+fn domain_valid(s: &str, constraint: bool) -> bool {
+    let s = match s.strip_prefix('.') {
+        _ if s.is_empty() => return true,
+        _ if s.ends_with('.') => return false,
+        Some(rest) if constraint => rest,
+        _ => s,
+    };
+    s.split('.')
+        .all(|label| !label.is_empty() && label.bytes().all(|b| (33..=126).contains(&b)))
+}
+
+/// Whether `s` is an RFC 2821 mailbox as Go's crypto/x509 reads an email
+/// constraint with an `@`: a quoted string or dot-separated atoms (a
+/// backslash escaping any character), then `@` and a domain.
+fn mailbox_valid(s: &str) -> bool {
+    let b = s.as_bytes();
+    let mut i = 0;
+    if b.first() == Some(&b'"') {
+        i = 1;
+        loop {
+            let Some(&c) = b.get(i) else { return false };
+            i += 1;
+            match c {
+                b'"' => break,
+                b'\\' => match b.get(i) {
+                    Some(1..=9 | 11 | 12 | 14..=127) => i += 1,
+                    _ => return false,
+                },
+                1..=8 | 11 | 12 | 14..=33 | 35..=91 | 93..=127 => {}
+                _ => return false,
+            }
+        }
+    } else {
+        let mut local = Vec::new();
+        while let Some(&c) = b.get(i) {
+            let atext = c.is_ascii_alphanumeric() || b"!#$%&'*+-/=?^_`{|}~.".contains(&c);
+            if c == b'\\' {
+                let Some(&escaped) = b.get(i + 1) else {
+                    return false;
+                };
+                local.push(escaped);
+                i += 2;
+            } else if atext {
+                local.push(c);
+                i += 1;
+            } else {
+                break;
+            }
+        }
+        if local.is_empty()
+            || local.starts_with(b".")
+            || local.ends_with(b".")
+            || local.windows(2).any(|w| w == b"..")
+        {
+            return false;
+        }
+    }
+    match s.get(i..).and_then(|rest| rest.strip_prefix('@')) {
+        Some(domain) => domain.is_empty() || domain_valid(domain, false),
+        None => false,
+    }
+}
+
+/// A name constraint's text: IA5 (ASCII), as Go requires.
+fn constraint_text(value: &[u8]) -> Result<String> {
+    let text = String::from_utf8_lossy(value);
+    if text.is_ascii() {
+        Ok(text.into_owned())
+    } else {
+        Err(format!(
+            "x509: invalid constraint value: x509: {text:?} cannot be encoded as an IA5String"
+        ))
+    }
+}
+
+/// The name constraints extension as Go reads it (RFC 5280 4.2.1.10):
+/// its DNS, IP, email and URI constraints checked as Go checks them, into
+/// `set`. Returns whether a constraint of another type (a directory name,
+/// an x400Address) left the extension unhandled.
+fn name_constraints(e: &Extension, set: &mut impl FnMut(&str, Value)) -> Result<bool> {
+    const INVALID: &str = "x509: invalid NameConstraints extension";
+    let top = ext_elements(e, INVALID)?;
+    let mut top = top.iter().peekable();
+    // [0] permittedSubtrees, then [1] excludedSubtrees, both optional.
+    let trees = [0xA0u8, 0xA1].map(|tag| {
+        top.next_if(|t| u8::from(t.tag()) == tag)
+            .map(|t| t.value().to_vec())
+    });
+    if top.next().is_some() {
+        return Err(INVALID.into());
+    }
+    if trees.iter().all(|t| t.as_ref().is_none_or(Vec::is_empty)) {
+        return Err("x509: empty name constraints extension".into());
+    }
+    let mut unhandled = false;
+    for (subtrees, prefix) in trees.iter().zip(["Permitted", "Excluded"]) {
+        let (mut dns, mut ips, mut emails, mut uris) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for subtree in tlvs(subtrees.as_deref().unwrap_or_default(), INVALID)? {
+            // GeneralSubtree ::= SEQUENCE { base GeneralName, ... }
+            let base = (u8::from(subtree.tag()) == 0x30)
+                .then(|| SliceReader::new(subtree.value()).ok())
+                .flatten()
+                .and_then(|mut r| Any::decode(&mut r).ok())
+                .ok_or(INVALID)?;
+            let value = base.value();
+            match u8::from(base.tag()) {
+                0x82 => {
+                    let domain = constraint_text(value)?;
+                    if !domain_valid(&domain, true) {
+                        return Err(format!(
+                            "x509: failed to parse dnsName constraint {domain:?}"
+                        ));
+                    }
+                    dns.push(domain);
+                }
+                0x87 => {
+                    let half = value.len() / 2;
+                    if value.len() != 8 && value.len() != 32 {
+                        return Err(format!(
+                            "x509: IP constraint contained value of length {}",
+                            value.len()
+                        ));
+                    }
+                    let mask = &value[half..];
+                    // Ones, then zeros.
+                    let bits = mask
+                        .iter()
+                        .flat_map(|b| (0..8).rev().map(move |i| b >> i & 1));
+                    if bits.skip_while(|&b| b == 1).any(|b| b == 1) {
+                        let hex: String = mask.iter().map(|b| format!("{b:02x}")).collect();
+                        return Err(format!("x509: IP constraint contained invalid mask {hex}"));
+                    }
+                    ips.push(json!({
+                        "IP": ip_text(&value[..half])?,
+                        "Mask": STANDARD.encode(mask),
+                    }));
+                }
+                0x81 => {
+                    let email = constraint_text(value)?;
+                    let valid = if email.contains('@') {
+                        mailbox_valid(&email)
+                    } else {
+                        domain_valid(&email, true)
+                    };
+                    if !valid {
+                        return Err(format!(
+                            "x509: failed to parse rfc822Name constraint {email:?}"
+                        ));
+                    }
+                    emails.push(email);
+                }
+                0x86 => {
+                    let domain = constraint_text(value)?;
+                    if domain.parse::<std::net::IpAddr>().is_ok() {
+                        return Err(format!(
+                            "x509: failed to parse URI constraint {domain:?}: cannot be IP address"
+                        ));
+                    }
+                    if !domain_valid(&domain, true) {
+                        return Err(format!("x509: failed to parse URI constraint {domain:?}"));
+                    }
+                    uris.push(domain);
+                }
+                _ => unhandled = true,
+            }
+        }
+        set(&format!("{prefix}DNSDomains"), strings_or_null(dns));
+        set(&format!("{prefix}IPRanges"), list_or_null(ips));
+        set(&format!("{prefix}EmailAddresses"), strings_or_null(emails));
+        set(&format!("{prefix}URIDomains"), strings_or_null(uris));
+    }
+    set("PermittedDNSDomainsCritical", json!(e.critical));
+    Ok(unhandled)
+}
+
+/// The URIs of CRL distribution points as Go reads them: of each point's
+/// full name, the URIs before any name of another type; a point named
+/// relative to its CRL issuer is an error, as in Go.
+fn crl_distribution_points(e: &Extension) -> Result<Vec<String>> {
+    const INVALID: &str = "x509: invalid CRL distribution point";
+    let mut urls = Vec::new();
+    for point in ext_elements(e, "x509: invalid CRL distribution points")? {
+        if u8::from(point.tag()) != 0x30 {
+            return Err(INVALID.into());
+        }
+        // DistributionPoint ::= SEQUENCE { distributionPoint [0] OPTIONAL, ... }
+        let Some(name) = tlvs(point.value(), INVALID)?
+            .into_iter()
+            .next()
+            .filter(|n| u8::from(n.tag()) == 0xA0)
+        else {
+            continue;
+        };
+        // DistributionPointName ::= CHOICE { fullName [0] GeneralNames, ... }
+        let full = tlvs(name.value(), INVALID)?
+            .into_iter()
+            .next()
+            .filter(|n| u8::from(n.tag()) == 0xA0)
+            .ok_or(INVALID)?;
+        let names = tlvs(full.value(), INVALID)?;
+        let leading_uris = names.iter().take_while(|n| u8::from(n.tag()) == 0x86);
+        urls.extend(leading_uris.map(|n| String::from_utf8_lossy(n.value()).into_owned()));
+    }
+    Ok(urls)
 }
 
 /// Go's `url.URL` JSON of a URI (as `url.Parse` splits it).
@@ -414,12 +624,25 @@ fn extension_json(e: &Extension) -> Value {
 
 /// The certificate's fields that its extensions set, in `out`.
 fn extensions(exts: &[Extension], out: &mut Map<String, Value>) -> Result<Vec<Value>> {
-    let mut unhandled = Vec::new();
+    let mut unhandled_critical = Vec::new();
     let mut set = |k: &str, v: Value| {
         out.insert(k.to_string(), v);
     };
     for e in exts {
-        match e.extn_id.to_string().as_str() {
+        // An extension Go does not interpret, or whose content it cannot
+        // take in full.
+        let mut unhandled = false;
+        let id = e.extn_id.to_string();
+        let must_not_be_critical = match id.as_str() {
+            "2.5.29.35" => Some("authority key identifier"),
+            "2.5.29.14" => Some("subject key identifier"),
+            "1.3.6.1.5.5.7.1.1" => Some("authority info access"),
+            _ => None,
+        };
+        if let Some(what) = must_not_be_critical.filter(|_| e.critical) {
+            return Err(format!("x509: {what} incorrectly marked critical"));
+        }
+        match id.as_str() {
             "2.5.29.15" => {
                 let usage: KeyUsage = ext(e, "key usage")?;
                 set("KeyUsage", json!(usage.0.bits()));
@@ -434,6 +657,10 @@ fn extensions(exts: &[Extension], out: &mut Map<String, Value>) -> Result<Vec<Va
             }
             "2.5.29.17" => {
                 let names = subject_alt_names(e)?;
+                unhandled = names.dns.is_empty()
+                    && names.emails.is_empty()
+                    && names.ips.is_empty()
+                    && names.uris.is_empty();
                 set("DNSNames", strings_or_null(names.dns));
                 set("EmailAddresses", strings_or_null(names.emails));
                 set("IPAddresses", list_or_null(names.ips));
@@ -442,50 +669,11 @@ fn extensions(exts: &[Extension], out: &mut Map<String, Value>) -> Result<Vec<Va
                     list_or_null(names.uris.iter().map(|u| url_json(u)).collect()),
                 );
             }
-            "2.5.29.30" => {
-                let nc: NameConstraints = ext(e, "name constraints")?;
-                for (trees, prefix) in [
-                    (nc.permitted_subtrees, "Permitted"),
-                    (nc.excluded_subtrees, "Excluded"),
-                ] {
-                    let Some(trees) = trees else { continue };
-                    let (mut dns, mut ips, mut emails, mut uris) =
-                        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-                    for tree in trees {
-                        match tree.base {
-                            GeneralName::DnsName(s) => dns.push(s.to_string()),
-                            GeneralName::Rfc822Name(s) => emails.push(s.to_string()),
-                            GeneralName::UniformResourceIdentifier(s) => uris.push(s.to_string()),
-                            GeneralName::IpAddress(range) => {
-                                let range = range.as_bytes();
-                                let half = range.len() / 2;
-                                if half != 4 && half != 16 {
-                                    return Err("invalid IP range".into());
-                                }
-                                ips.push(json!({
-                                    "IP": ip_text(&range[..half])?,
-                                    "Mask": STANDARD.encode(&range[half..]),
-                                }));
-                            }
-                            _ => {}
-                        }
-                    }
-                    set(&format!("{prefix}DNSDomains"), strings_or_null(dns));
-                    set(&format!("{prefix}IPRanges"), list_or_null(ips));
-                    set(&format!("{prefix}EmailAddresses"), strings_or_null(emails));
-                    set(&format!("{prefix}URIDomains"), strings_or_null(uris));
-                }
-                set("PermittedDNSDomainsCritical", json!(e.critical));
-            }
-            "2.5.29.31" => {
-                let mut urls = Vec::new();
-                for dp in ext::<CrlDistributionPoints>(e, "CRL points")?.0 {
-                    if let Some(DistributionPointName::FullName(names)) = dp.distribution_point {
-                        urls.extend(general_names(&names)?.uris);
-                    }
-                }
-                set("CRLDistributionPoints", strings_or_null(urls));
-            }
+            "2.5.29.30" => unhandled = name_constraints(e, &mut set)?,
+            "2.5.29.31" => set(
+                "CRLDistributionPoints",
+                strings_or_null(crl_distribution_points(e)?),
+            ),
             "2.5.29.35" => {
                 let akid: AuthorityKeyIdentifier = ext(e, "authority key id")?;
                 if let Some(id) = akid.key_identifier {
@@ -546,25 +734,41 @@ fn extensions(exts: &[Extension], out: &mut Map<String, Value>) -> Result<Vec<Va
                 set("InhibitAnyPolicyZero", json!(v == 0));
             }
             "1.3.6.1.5.5.7.1.1" => {
+                const INVALID: &str = "x509: invalid authority info access";
                 let (mut ocsp, mut issuers) = (Vec::new(), Vec::new());
-                for ad in ext::<AuthorityInfoAccessSyntax>(e, "authority info")?.0 {
-                    let GeneralName::UniformResourceIdentifier(url) = ad.access_location else {
+                // AccessDescription ::= SEQUENCE { accessMethod OID,
+                // accessLocation GeneralName }: only URI locations kept.
+                for ad in ext_elements(e, INVALID)? {
+                    let parts = tlvs(ad.value(), INVALID)?;
+                    let (Some(method), location) = (parts.first(), parts.get(1)) else {
+                        return Err(INVALID.into());
+                    };
+                    let method = method
+                        .decode_as::<ObjectIdentifier>()
+                        .map_err(|_| INVALID)?;
+                    let Some(url) = location.filter(|l| u8::from(l.tag()) == 0x86) else {
                         continue;
                     };
-                    match ad.access_method.to_string().as_str() {
-                        "1.3.6.1.5.5.7.48.1" => ocsp.push(url.to_string()),
-                        "1.3.6.1.5.5.7.48.2" => issuers.push(url.to_string()),
+                    let url = String::from_utf8_lossy(url.value()).into_owned();
+                    match method.to_string().as_str() {
+                        "1.3.6.1.5.5.7.48.1" => ocsp.push(url),
+                        "1.3.6.1.5.5.7.48.2" => issuers.push(url),
                         _ => {}
                     }
                 }
                 set("OCSPServer", strings_or_null(ocsp));
                 set("IssuingCertificateURL", strings_or_null(issuers));
             }
-            _ if e.critical => unhandled.push(arcs(&e.extn_id)),
-            _ => {}
+            _ => unhandled = true,
+        }
+        if unhandled && e.critical {
+            unhandled_critical.push(arcs(&e.extn_id));
         }
     }
-    set("UnhandledCriticalExtensions", list_or_null(unhandled));
+    set(
+        "UnhandledCriticalExtensions",
+        list_or_null(unhandled_critical),
+    );
     Ok(exts.iter().map(extension_json).collect())
 }
 

@@ -1,7 +1,7 @@
 //! `x509_decode` against what Go's `crypto/x509` and `encoding/json` give
 //! for the same certificates (`testdata/x509`).
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::decode;
 
@@ -87,4 +87,110 @@ fn rsa_pss_is_named_as_go_names_it() {
     assert_eq!(cert["SignatureAlgorithm"], 14);
     let cert = decode(include_str!("testdata/x509/pss-long-salt.pem")).unwrap();
     assert_eq!(cert["SignatureAlgorithm"], 0);
+}
+
+/// Extensions as Go reads them where it is lenient: a name constraint of
+/// a type Go does not interpret (a directory name, an x400Address) and a
+/// critical SAN with no name Go keeps leave the extension in
+/// `UnhandledCriticalExtensions`; of a CRL point only the URIs before a
+/// name of another type count; AIA locations that are not URIs are passed
+/// over. Each as Kyverno v1.19.1's CLI gives it (`bench/x509-vs-kyverno`).
+#[test]
+fn extensions_go_reads_leniently() {
+    let cert = |name: &str| {
+        let pem = std::fs::read_to_string(format!(
+            "{}/src/jmespath/testdata/x509/{name}.pem",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap();
+        decode(&pem).unwrap_or_else(|e| panic!("{name}: {e}"))
+    };
+    let nc = cert("nc-dirname");
+    assert_eq!(nc["PermittedDNSDomains"], json!([".ok.com"]));
+    assert_eq!(nc["UnhandledCriticalExtensions"], json!([[2, 5, 29, 30]]));
+    assert_eq!(nc["PermittedDNSDomainsCritical"], json!(true));
+    let x400 = cert("nc-x400-critical");
+    assert_eq!(x400["UnhandledCriticalExtensions"], json!([[2, 5, 29, 30]]));
+    assert_eq!(x400["ExcludedDNSDomains"], Value::Null);
+    let san = cert("san-dirname");
+    assert_eq!(san["UnhandledCriticalExtensions"], json!([[2, 5, 29, 17]]));
+    assert_eq!(san["DNSNames"], Value::Null);
+    assert_eq!(
+        cert("crl-mixed")["CRLDistributionPoints"],
+        json!(["http://b/"])
+    );
+    let aia = cert("aia-locations");
+    assert_eq!(aia["OCSPServer"], json!(["http://o/"]));
+    assert_eq!(aia["IssuingCertificateURL"], Value::Null);
+    assert_eq!(
+        cert("nc-email")["PermittedEmailAddresses"],
+        json!(["user@ex.com", "\"q u\"@ex.com", ".ex.com"])
+    );
+}
+
+/// What Go refuses in extensions, refused with Go's words.
+#[test]
+fn malformed_extensions_are_refused_as_go_refuses_them() {
+    for (name, want) in [
+        ("crl-relative", "x509: invalid CRL distribution point"),
+        ("nc-empty", "x509: empty name constraints extension"),
+        (
+            "nc-bad-mask",
+            "x509: IP constraint contained invalid mask ff00ff00",
+        ),
+        (
+            "skid-critical",
+            "x509: subject key identifier incorrectly marked critical",
+        ),
+    ] {
+        let pem = std::fs::read_to_string(format!(
+            "{}/src/jmespath/testdata/x509/{name}.pem",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap();
+        assert_eq!(decode(&pem).unwrap_err(), want, "{name}");
+    }
+}
+
+/// Domain names and mailboxes in name constraints, checked as Go checks
+/// them (its `domainNameValid` and `parseRFC2821Mailbox`).
+#[test]
+fn constraint_names_are_checked_as_go_checks_them() {
+    use super::{domain_valid, mailbox_valid};
+    for (domain, constraint, want) in [
+        ("", true, true),
+        ("ex.com", true, true),
+        (".ex.com", true, true),
+        (".ex.com", false, false),
+        ("ex.com.", true, false),
+        ("a..b", true, false),
+        ("..", true, false),
+        ("a b.com", true, false),
+        ("ü.com", true, false),
+    ] {
+        assert_eq!(
+            domain_valid(domain, constraint),
+            want,
+            "{domain:?} {constraint}"
+        );
+    }
+    for (mailbox, want) in [
+        ("user@ex.com", true),
+        ("a.b+c@ex.com", true),
+        ("\"q u\"@ex.com", true),
+        ("\"a\\\"b\"@ex.com", true),
+        ("a\\ b@ex.com", true),
+        ("user@", true),
+        (".a@ex.com", false),
+        ("a.@ex.com", false),
+        ("a..b@ex.com", false),
+        ("@ex.com", false),
+        ("a@.ex.com", false),
+        ("a@ex.com.", false),
+        ("\"open@ex.com", false),
+        ("a b@ex.com", false),
+        ("a\\", false),
+    ] {
+        assert_eq!(mailbox_valid(mailbox), want, "{mailbox:?}");
+    }
 }
