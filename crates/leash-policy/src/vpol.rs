@@ -661,6 +661,15 @@ impl ValidatingPolicy {
         out
     }
 
+    /// The resources of the policy's own match constraints, its autogen
+    /// variants left out: what its status's `RBACPermissionsGranted`
+    /// checks, as Kyverno's does.
+    pub fn declared_resources(&self) -> Vec<(String, String, String)> {
+        let mut out = Vec::new();
+        self.body.matching.resources(&mut out);
+        out
+    }
+
     /// [`ValidatingPolicy::matched_resources`], each with the admission
     /// operations its resource rule names: what the webhook registers.
     pub fn matched_resource_operations(&self) -> Vec<ResourceOperations> {

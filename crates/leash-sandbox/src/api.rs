@@ -246,6 +246,21 @@ impl App {
                     .ok_or_else(ApiError::no_route)?;
                 Ok(value_response(StatusCode::OK, &doc))
             }
+            [
+                "apis",
+                "authorization.k8s.io",
+                "v1",
+                "selfsubjectaccessreviews",
+            ] => {
+                if req.method() != Method::POST {
+                    return Err(ApiError::method_not_allowed(req.method().as_str()));
+                }
+                let review = self.read_json(req).await?;
+                Ok(value_response(
+                    StatusCode::CREATED,
+                    &self_subject_access_review(review)?,
+                ))
+            }
             ["api", "v1", rest @ ..] => self.resource_with_warnings("", "v1", rest, req).await,
             ["apis", group, version, rest @ ..] => {
                 self.resource_with_warnings(group, version, rest, req).await
@@ -980,6 +995,43 @@ fn parse_body(bytes: &[u8], yaml: bool) -> Result<Value, ApiError> {
             serde_saphyr::from_str::<Value>(text).map_err(|e| unknown(e.to_string()))
         }
     }
+}
+
+/// The answer to a `SelfSubjectAccessReview`: the review with
+/// `status.allowed: true`, since the sandbox authorizes every request of
+/// the one user it has (kube-apiserver's checks of the spec kept: exactly
+/// one of `resourceAttributes` and `nonResourceAttributes`).
+fn self_subject_access_review(mut review: Value) -> Result<Value, ApiError> {
+    let spec = review.get("spec");
+    let has = |field: &str| {
+        spec.and_then(|s| s.get(field))
+            .is_some_and(Value::is_object)
+    };
+    if has("resourceAttributes") == has("nonResourceAttributes") {
+        return Err(ApiError::invalid(
+            "SelfSubjectAccessReview.authorization.k8s.io",
+            "",
+            "spec.resourceAttributes: Invalid value: null: exactly one of nonResourceAttributes or resourceAttributes must be specified",
+        ));
+    }
+    let Some(object) = review.as_object_mut() else {
+        return Err(ApiError::bad_request(
+            "a SelfSubjectAccessReview must be an object",
+        ));
+    };
+    object.insert(
+        "apiVersion".into(),
+        Value::String("authorization.k8s.io/v1".into()),
+    );
+    object.insert(
+        "kind".into(),
+        Value::String("SelfSubjectAccessReview".into()),
+    );
+    object.insert(
+        "status".into(),
+        serde_json::json!({"allowed": true, "reason": "the sandbox authorizes every request"}),
+    );
+    Ok(review)
 }
 
 fn body_dry_run(opts: Option<&Value>) -> bool {

@@ -37,7 +37,9 @@
 //!   customresourcedefinitions (apiextensions.k8s.io/v1); validatingwebhookconfigurations,
 //!   mutatingwebhookconfigurations (admissionregistration.k8s.io/v1); roles, rolebindings,
 //!   clusterroles, clusterrolebindings (rbac.authorization.k8s.io/v1: stored and served, not
-//!   enforced). Creating a CRD registers every served version of its kind; deleting it
+//!   enforced; `selfsubjectaccessreviews` (authorization.k8s.io/v1, create only) answer
+//!   allowed, as the sandbox's one user may do everything). Creating a CRD registers every
+//!   served version of its kind; deleting it
 //!   removes the kind and its objects.
 //! - Admission webhooks, called as kube-apiserver calls them, on create, update (PUT, every
 //!   PATCH, the `status` subresource when a rule names it: `pods/status`, `pods/*`, `*/*`) and delete

@@ -60,7 +60,7 @@ pub use audit::{
 pub use ca_secret::shared_ca;
 pub use component::{AdmissionBuilder, AdmissionComponent};
 pub use error::{Error, Result};
-pub use recorder::{PolicyRef, Readiness, Recorder};
+pub use recorder::{Gvr, PolicyRef, Readiness, Recorder};
 pub use server::{
     AdmissionServer, FailurePolicy, Lookup, LookupSource, RequestKind, Trigger, TriggerSink,
 };

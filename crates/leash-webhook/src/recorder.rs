@@ -51,12 +51,20 @@ impl std::fmt::Display for PolicyRef {
     }
 }
 
+/// A resource as `(group, version, plural)`.
+pub type Gvr = (String, String, String);
+
 /// The served policies, each with the recorder generation at which it
 /// became served (a consumer compares generations to find new ones).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Readiness {
-    /// Served policies → generation at which they were (re)recorded.
+    /// Served policies → generation at which they were (re)recorded, or
+    /// their resources last changed.
     pub served: BTreeMap<PolicyRef, u64>,
+    /// Served policies → the resources of their match constraints that
+    /// the status checks leash may list and watch (the
+    /// `policies.kyverno.io` kinds; none for the others).
+    pub resources: BTreeMap<PolicyRef, Vec<Gvr>>,
     /// Policies that are not served because they are invalid → why
     /// (the compile error, naming the field).
     pub failed: BTreeMap<PolicyRef, String>,
@@ -106,6 +114,7 @@ impl Recorder {
     /// Marks `policy` not served.
     pub fn forget(&self, policy: &PolicyRef) {
         let changed = self.tx.send_if_modified(|s| {
+            s.resources.remove(policy);
             if s.served.remove(policy).is_none() {
                 return false;
             }
@@ -117,17 +126,24 @@ impl Recorder {
         }
     }
 
-    /// Makes the served set exactly `policies` (a new policy snapshot).
-    pub fn serve_exactly<'a>(&self, policies: impl IntoIterator<Item = &'a PolicyRef>) {
-        let wanted: std::collections::BTreeSet<&PolicyRef> = policies.into_iter().collect();
+    /// Makes the served set exactly `policies` (a new policy snapshot),
+    /// each with the resources its status checks; a served policy whose
+    /// resources changed is served anew (a new generation).
+    pub fn serve_exactly(&self, policies: &BTreeMap<PolicyRef, Vec<Gvr>>) {
         let changed = self.tx.send_if_modified(|s| {
             let before = s.served.len();
-            s.served.retain(|p, _| wanted.contains(p));
+            s.served.retain(|p, _| policies.contains_key(p));
+            s.resources.retain(|p, _| policies.contains_key(p));
             let mut changed = s.served.len() != before;
             let next = s.generation + 1;
-            for p in &wanted {
-                if !s.served.contains_key(*p) {
-                    s.served.insert((*p).clone(), next);
+            for (p, resources) in policies {
+                let same = s.served.contains_key(p)
+                    && s.resources
+                        .get(p)
+                        .map_or(resources.is_empty(), |r| r == resources);
+                if !same {
+                    s.served.insert(p.clone(), next);
+                    s.resources.insert(p.clone(), resources.clone());
                     changed = true;
                 }
             }
@@ -192,9 +208,24 @@ mod tests {
             "idempotent record changes nothing"
         );
         assert!(rx.has_changed().unwrap());
-        r.serve_exactly([&b]);
+        let pods = || ("".to_string(), "v1".to_string(), "pods".to_string());
+        r.serve_exactly(&[(b.clone(), vec![pods()])].into());
         assert!(!r.is_ready(&a));
         assert!(r.is_ready(&b));
+        let served_at = r.readiness().served[&b];
+        r.serve_exactly(&[(b.clone(), vec![pods()])].into());
+        assert_eq!(
+            r.readiness().served[&b],
+            served_at,
+            "the same set changes nothing"
+        );
+        let nodes = ("".to_string(), "v1".to_string(), "nodes".to_string());
+        r.serve_exactly(&[(b.clone(), vec![nodes.clone()])].into());
+        assert!(
+            r.readiness().served[&b] > served_at,
+            "new resources: served anew"
+        );
+        assert_eq!(r.readiness().resources[&b], [nodes]);
         r.forget(&b);
         assert!(r.readiness().served.is_empty());
         assert_eq!(b.to_string(), "Policy ns/b");

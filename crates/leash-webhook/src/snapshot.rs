@@ -5,14 +5,14 @@
 //! Everything here is immutable once built and shared as `Arc<Snapshot>`
 //! (seed 000: shared policy objects are never mutated; evaluation reads only).
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use leash_policy::vpol::{ValidatingPolicy, ValidationAction};
 use leash_policy::{Engine, FailureAction, Policy, RuleResult, Shared, Source, Status};
 
 use crate::memo::PatchMemo;
-use crate::recorder::PolicyRef;
+use crate::recorder::{Gvr, PolicyRef};
 
 /// A compiled policy the webhook serves.
 #[derive(Debug, Clone)]
@@ -43,7 +43,8 @@ pub(crate) struct Snapshot {
     /// mutate existing resources (their triggers are admitted through this
     /// webhook too; they give no verdict).
     generating: bool,
-    refs: BTreeSet<PolicyRef>,
+    /// The served policies, each with the resources its status checks.
+    refs: BTreeMap<PolicyRef, Vec<Gvr>>,
     /// What the mutating webhook runs.
     pub(crate) mutation: Mutators,
 }
@@ -65,7 +66,7 @@ pub(crate) struct Mutators {
 }
 
 impl Mutators {
-    fn build(engine: &Engine, refs: &mut BTreeSet<PolicyRef>) -> Mutators {
+    fn build(engine: &Engine, refs: &mut BTreeMap<PolicyRef, Vec<Gvr>>) -> Mutators {
         let (mut all, mut fail, mut ignore) = (Engine::new(), Engine::new(), Engine::new());
         let mut kinds = Some(HashSet::new());
         let mut resources = Vec::new();
@@ -92,7 +93,10 @@ impl Mutators {
             all.add_shared(Shared::Policy(p.clone()));
         }
         for m in engine.mutating_policies().iter().filter(|m| m.admission()) {
-            refs.insert(PolicyRef::new(m.kind(), m.namespace(), m.name()));
+            refs.insert(
+                PolicyRef::new(m.kind(), m.namespace(), m.name()),
+                m.declared_resources(),
+            );
             resources.extend(m.matched_resources());
             let side = if m.ignores_failures() {
                 &mut ignore
@@ -109,7 +113,10 @@ impl Mutators {
             .iter()
             .filter(|v| v.admission() && v.mutates_digests())
         {
-            refs.insert(PolicyRef::new(v.kind(), v.namespace(), v.name()));
+            refs.insert(
+                PolicyRef::new(v.kind(), v.namespace(), v.name()),
+                v.declared_resources(),
+            );
             resources.extend(v.matched_resources());
             let side = if v.ignores_webhook_failures() {
                 &mut ignore
@@ -212,13 +219,16 @@ impl Snapshot {
     pub(crate) fn build(engine: Arc<Engine>) -> Snapshot {
         let mut served = HashMap::new();
         let mut kinds = Some(HashSet::new());
-        let mut refs = BTreeSet::new();
+        let mut refs = BTreeMap::new();
         for p in engine.policies().iter().filter(|p| p.admission()) {
             served.insert(
                 (SourceKey::Kyverno, p.key().clone()),
                 Served::Kyverno(p.clone()),
             );
-            refs.insert(PolicyRef::new(p.kind(), p.namespace(), p.name()));
+            refs.insert(
+                PolicyRef::new(p.kind(), p.namespace(), p.name()),
+                Vec::new(),
+            );
             for spec in p.matched_kinds().into_iter().chain(p.trigger_kinds()) {
                 match (kind_of(&spec), kinds.as_mut()) {
                     (Some(k), Some(set)) => {
@@ -239,13 +249,19 @@ impl Snapshot {
                 (SourceKey::Validating, Arc::from(v.name())),
                 Served::Validating(v.clone()),
             );
-            refs.insert(PolicyRef::new(v.kind(), v.namespace(), v.name()));
+            refs.insert(
+                PolicyRef::new(v.kind(), v.namespace(), v.name()),
+                v.declared_resources(),
+            );
             resources.extend(v.matched_resources());
         }
         for g in engine.generating_policies() {
             // Served at admission (its triggers' UpdateRequests): its
             // status says so, as a ValidatingPolicy's does.
-            refs.insert(PolicyRef::new(g.kind(), g.namespace(), g.name()));
+            refs.insert(
+                PolicyRef::new(g.kind(), g.namespace(), g.name()),
+                g.matched_resources(),
+            );
             resources.extend(g.matched_resources());
         }
         // MutatingPolicies' mutate-existing triggers come through here too.
@@ -277,7 +293,7 @@ impl Snapshot {
     }
 
     /// The policies served, for the readiness recorder.
-    pub(crate) fn refs(&self) -> &BTreeSet<PolicyRef> {
+    pub(crate) fn refs(&self) -> &BTreeMap<PolicyRef, Vec<Gvr>> {
         &self.refs
     }
 

@@ -328,6 +328,15 @@ impl MutatingPolicy {
         out
     }
 
+    /// The resources of the policy's own match constraints, its autogen
+    /// variants left out: what its status's `RBACPermissionsGranted`
+    /// checks, as Kyverno's does.
+    pub fn declared_resources(&self) -> Vec<(String, String, String)> {
+        let mut out = Vec::new();
+        self.body.matching.resources(&mut out);
+        out
+    }
+
     /// The resources the policy (and its autogen variants) match, with the
     /// operations its rules name that the mutating webhook is sent (CREATE
     /// and UPDATE).

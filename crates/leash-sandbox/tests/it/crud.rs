@@ -507,3 +507,45 @@ async fn the_kinds_of_kyvernos_end_to_end_tests_are_served() {
     );
     sb.shutdown().await.unwrap();
 }
+
+/// `SelfSubjectAccessReview`s answer allowed (the sandbox's one user may do
+/// everything), with kube-apiserver's check of the spec; nothing else is
+/// served at that path.
+#[tokio::test]
+async fn self_subject_access_reviews_answer_allowed() {
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    };
+    let sb = start(vec![]).await;
+    let api: Api<SelfSubjectAccessReview> = Api::all(client(&sb));
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                group: Some("rbac.authorization.k8s.io".into()),
+                resource: Some("clusterrolebindings".into()),
+                verb: Some("watch".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let answer = api.create(&PostParams::default(), &review).await.unwrap();
+    let status = answer.status.expect("a status");
+    assert!(status.allowed, "{status:?}");
+    assert_eq!(
+        answer.spec.resource_attributes.unwrap().resource.as_deref(),
+        Some("clusterrolebindings")
+    );
+
+    let path = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
+    let json = [("Content-Type", "application/json")];
+    let empty = raw(sb.addr(), "POST", path, &json, br#"{"spec": {}}"#).await;
+    let body = String::from_utf8_lossy(&empty.body);
+    assert_eq!(empty.status, 422, "{body}");
+    assert!(
+        body.contains("exactly one of nonResourceAttributes or resourceAttributes"),
+        "{body}"
+    );
+    assert_eq!(raw(sb.addr(), "GET", path, &[], b"").await.status, 405);
+}

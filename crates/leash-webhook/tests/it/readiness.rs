@@ -259,3 +259,164 @@ spec:
   generate:
   - expression: "[]"
 "#;
+
+/// An API server that answers `SelfSubjectAccessReview`s with `allowed`
+/// (counted) and records the status patches of ValidatingPolicies.
+#[derive(Default)]
+struct Authorizer {
+    allowed: std::sync::atomic::AtomicBool,
+    reviews: std::sync::atomic::AtomicUsize,
+    patches: std::sync::Mutex<Vec<Value>>,
+}
+
+async fn serve_authorizer(
+    scope: &Scope,
+    token: CancellationToken,
+) -> (std::sync::Arc<Authorizer>, kube::Client) {
+    use axum::extract::{Path, State};
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
+    type Shared = Arc<Authorizer>;
+    type Reply = (
+        axum::http::StatusCode,
+        [(axum::http::HeaderName, &'static str); 1],
+        String,
+    );
+    let reply = |code, v: Value| -> Reply {
+        (
+            code,
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            v.to_string(),
+        )
+    };
+    let review = move |State(a): State<Shared>, body: String| async move {
+        a.reviews.fetch_add(1, Ordering::SeqCst);
+        let mut r: Value = serde_json::from_str(&body).unwrap();
+        r["status"] = json!({"allowed": a.allowed.load(Ordering::SeqCst)});
+        reply(axum::http::StatusCode::CREATED, r)
+    };
+    let patch = move |State(a): State<Shared>, Path(name): Path<String>, body: String| async move {
+        a.patches
+            .lock()
+            .unwrap()
+            .push(serde_json::from_str(&body).unwrap());
+        let policy = json!({"apiVersion": "policies.kyverno.io/v1", "kind": "ValidatingPolicy",
+            "metadata": {"name": name}});
+        reply(axum::http::StatusCode::OK, policy)
+    };
+    let state = Shared::default();
+    let app = axum::Router::new()
+        .route(
+            "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+            axum::routing::post(review),
+        )
+        .route(
+            "/apis/policies.kyverno.io/v1/validatingpolicies/{name}/status",
+            axum::routing::patch(patch),
+        )
+        .with_state(state.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    scope.spawn("authorizer", async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move { token.cancelled().await })
+            .await
+    });
+    let client = kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
+    (state, client)
+}
+
+/// `RBACPermissionsGranted` as the API server answers: `"False"` naming
+/// each verb and resource leash may not scan (the policy not ready), asked
+/// again while missing and rewritten only when the answer changes; once
+/// granted, `"True"`, and no more asking.
+#[tokio::test]
+async fn rbac_permissions_granted_follows_the_api_servers_answers() {
+    use std::sync::atomic::Ordering;
+    let scope = Scope::new();
+    let token = CancellationToken::new();
+    let (authorizer, client) = serve_authorizer(&scope, token.clone()).await;
+    let recorder = Recorder::new(&mut Registry::default());
+    let policy = PolicyRef::new("ValidatingPolicy", None, "roles");
+    let roles = (
+        "rbac.authorization.k8s.io".to_string(),
+        "v1".to_string(),
+        "clusterroles".to_string(),
+    );
+    recorder.serve_exactly(&[(policy, vec![roles])].into());
+    let writer = StatusWriter::new(client, &recorder)
+        .with_retry_interval(Duration::from_millis(50))
+        .with_recheck_interval(Duration::from_millis(50));
+    let t = token.clone();
+    let writer = scope.spawn_with_output(async move { writer.run(t).await });
+    let patch = |n: usize| {
+        let authorizer = authorizer.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                if let Some(p) = authorizer.patches.lock().unwrap().get(n) {
+                    return p["status"]["conditionStatus"].clone();
+                }
+                assert!(Instant::now() < deadline, "no status patch {n}");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    };
+    let first = patch(0).await;
+    assert_eq!(first["ready"], false, "{first}");
+    let rbac = &first["conditions"][1];
+    assert_eq!(
+        (
+            rbac["type"].as_str(),
+            rbac["status"].as_str(),
+            rbac["reason"].as_str()
+        ),
+        (
+            Some("RBACPermissionsGranted"),
+            Some("False"),
+            Some("Failed")
+        ),
+        "{first}"
+    );
+    assert_eq!(
+        rbac["message"],
+        "Policy is not ready for reporting, missing permissions: \
+        list rbac.authorization.k8s.io/v1, Resource=clusterroles; \
+        watch rbac.authorization.k8s.io/v1, Resource=clusterroles."
+    );
+    // Asked again while missing (two reviews a pass), not rewritten.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while authorizer.reviews.load(Ordering::SeqCst) < 6 {
+        assert!(
+            Instant::now() < deadline,
+            "the permissions were not asked again"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        authorizer.patches.lock().unwrap().len(),
+        1,
+        "an unchanged answer rewrote the status"
+    );
+
+    authorizer.allowed.store(true, Ordering::SeqCst);
+    let second = patch(1).await;
+    assert_eq!(second["ready"], true, "{second}");
+    assert_eq!(second["conditions"][1]["status"], "True", "{second}");
+    assert_eq!(
+        second["conditions"][1]["message"],
+        "Policy is ready for reporting."
+    );
+    let asked = authorizer.reviews.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        authorizer.reviews.load(Ordering::SeqCst),
+        asked,
+        "asked again with nothing missing"
+    );
+    assert_eq!(authorizer.patches.lock().unwrap().len(), 2);
+
+    token.cancel();
+    writer.await.unwrap().unwrap();
+    scope.join().await.unwrap();
+}

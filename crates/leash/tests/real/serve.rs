@@ -265,6 +265,100 @@ fn serve_with_the_deployed_service_account_admits_denies_reports_and_generates()
         "leash apply --cluster on the same Pod: {expected}"
     );
 
+    // RBACPermissionsGranted, asked of kube-apiserver: deploy/leash.yaml
+    // lets leash list and watch Pods, not ClusterRoles (the second policy
+    // scans nothing, so leash never tries).
+    cluster.apply(
+        r#"
+apiVersion: policies.kyverno.io/v1
+kind: ValidatingPolicy
+metadata: {name: real-rbac-pods}
+spec:
+  validationActions: [Audit]
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [pods]}
+  validations:
+  - expression: "true"
+---
+apiVersion: policies.kyverno.io/v1
+kind: ValidatingPolicy
+metadata: {name: real-rbac-roles}
+spec:
+  evaluation: {background: {enabled: false}}
+  validationActions: [Audit]
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [rbac.authorization.k8s.io]
+      apiVersions: [v1]
+      operations: [CREATE]
+      resources: [clusterroles]
+  validations:
+  - expression: "true"
+"#,
+    );
+    let granted = |name: &str| {
+        let policy: Value = serde_json::from_str(&cluster.kubectl_ok(&[
+            "get",
+            "validatingpolicies.policies.kyverno.io",
+            name,
+            "-o",
+            "json",
+        ]))
+        .ok()?;
+        let status = &policy["status"]["conditionStatus"];
+        let condition = status["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "RBACPermissionsGranted")?
+            .clone();
+        Some((status["ready"].as_bool()?, condition))
+    };
+    let (ready, pods) = eventually(
+        Duration::from_secs(30),
+        "real-rbac-pods' status",
+        || granted("real-rbac-pods"),
+        || serve.log_text(),
+    );
+    assert!(ready && pods["status"] == "True", "{pods}");
+    assert_eq!(pods["message"], "Policy is ready for reporting.");
+    let (ready, roles) = eventually(
+        Duration::from_secs(30),
+        "real-rbac-roles' status",
+        || granted("real-rbac-roles"),
+        || serve.log_text(),
+    );
+    assert!(!ready && roles["status"] == "False", "{roles}");
+    assert_eq!(roles["reason"], "Failed");
+    let message = roles["message"].as_str().unwrap();
+    for verb in ["list", "watch"] {
+        let what = format!("{verb} rbac.authorization.k8s.io/v1, Resource=clusterroles");
+        assert!(message.contains(&what), "{message}");
+    }
+    assert!(
+        message.starts_with("Policy is not ready for reporting, missing permissions: "),
+        "{message}"
+    );
+    // Not ready for reporting, still served at admission.
+    let configs = cluster.kubectl_ok(&["get", "validatingwebhookconfigurations", "-o", "json"]);
+    let configs: Value = serde_json::from_str(&configs).unwrap();
+    let registered = configs["items"].as_array().unwrap().iter().any(|c| {
+        c["webhooks"].as_array().into_iter().flatten().any(|w| {
+            w["rules"].as_array().into_iter().flatten().any(|r| {
+                r["resources"]
+                    .as_array()
+                    .is_some_and(|rs| rs.iter().any(|x| x == "clusterroles"))
+            })
+        })
+    });
+    assert!(registered, "no webhook rule for clusterroles: {configs}");
+    cluster.kubectl_ok(&[
+        "delete",
+        "validatingpolicies.policies.kyverno.io",
+        "real-rbac-pods",
+        "real-rbac-roles",
+    ]);
+
     // Generate: a labelled namespace gets its ConfigMap, recreated when
     // deleted.
     cluster.kubectl_ok(&["create", "namespace", "team-real"]);
