@@ -513,9 +513,12 @@ fn subject_matches(s: &Subject, user: &UserInfo) -> bool {
     match s.kind.as_str() {
         "User" => wildcard::matches(&s.name, &user.username),
         "Group" => user.groups.iter().any(|g| wildcard::matches(&s.name, g)),
-        "ServiceAccount" => {
-            user.username == format!("system:serviceaccount:{}:{}", s.namespace, s.name)
-        }
+        // The whole username as a pattern, as Kyverno's `CheckSubjects`:
+        // `name: ci-*` or `namespace: "*"` match.
+        "ServiceAccount" => wildcard::matches(
+            &format!("system:serviceaccount:{}:{}", s.namespace, s.name),
+            &user.username,
+        ),
         _ => false,
     }
 }
@@ -778,6 +781,32 @@ mod tests {
         let only_subjects = json!({"any": [{"subjects": [{"kind": "User", "name": "alice"}]}]});
         assert_eq!(check(only_subjects.clone(), &nobody), (false, false));
         assert_eq!(check(only_subjects, &alice), (true, true));
+    }
+
+    /// A ServiceAccount subject is a pattern of the whole username, as
+    /// in Kyverno's `CheckSubjects`: wildcards in its name and namespace.
+    #[test]
+    fn service_account_subjects_match_wildcards() {
+        let pod =
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "a"}});
+        let ci_bot = UserInfo {
+            username: "system:serviceaccount:build:ci-bot".into(),
+            ..UserInfo::default()
+        };
+        let t = Target::of(&pod, None, Operation::Create, &ci_bot);
+        let matches = |name: &str, namespace: &str| {
+            let block = json!({"any": [{"resources": {"kinds": ["Pod"]},
+                "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]}]});
+            crate::model::parse::<MatchBlock>(&block, "match", &err)
+                .unwrap()
+                .matches(&t)
+        };
+        assert!(matches("ci-bot", "build"));
+        assert!(matches("ci-*", "build"));
+        assert!(matches("*", "build"));
+        assert!(matches("ci-bot", "bu*"));
+        assert!(!matches("ci-*", "prod"));
+        assert!(!matches("cd-*", "build"));
     }
 
     #[test]
