@@ -94,7 +94,12 @@ fn check<T: DeserializeOwned>(value: &Value) -> Result<(), String> {
 /// Empty documents are skipped. `origin` names the text in errors.
 pub fn parse_entries(text: &str, origin: &str) -> Result<Vec<ContextEntry>> {
     let documents: Vec<Value> =
-        serde_saphyr::from_multiple(text).map_err(|e| Error::ParseFailed {
+        // `0644` is 420, as Kyverno reads YAML (1.1).
+        serde_saphyr::from_multiple_with_options(
+            text,
+            serde_saphyr::options! { legacy_octal_numbers: true },
+        )
+        .map_err(|e| Error::ParseFailed {
             origin: origin.to_owned(),
             document: 0,
             reason: e.to_string(),

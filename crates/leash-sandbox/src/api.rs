@@ -992,7 +992,10 @@ fn parse_body(bytes: &[u8], yaml: bool) -> Result<Value, ApiError> {
         Err(e) if !yaml => Err(unknown(e.to_string())),
         Err(_) => {
             let text = std::str::from_utf8(bytes).map_err(|e| unknown(e.to_string()))?;
-            serde_saphyr::from_str::<Value>(text).map_err(|e| unknown(e.to_string()))
+            // `0644` is 420, as kube-apiserver reads YAML (1.1).
+            let options = serde_saphyr::options! { legacy_octal_numbers: true };
+            serde_saphyr::from_str_with_options::<Value>(text, options)
+                .map_err(|e| unknown(e.to_string()))
         }
     }
 }

@@ -139,6 +139,8 @@ fn parse_yaml(path: &Path, text: &str) -> Result<Vec<(usize, Value)>> {
             max_reader_input_bytes: None,
         },
         with_snippet: false,
+        // `0644` is 420, as kube-apiserver and kubectl read YAML (1.1).
+        legacy_octal_numbers: true,
     };
     let documents =
         serde_saphyr::from_multiple_with_options::<serde_saphyr::Spanned<Value>>(text, options)

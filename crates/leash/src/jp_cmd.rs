@@ -95,7 +95,9 @@ pub(crate) fn run(args: Args) -> Result<()> {
                 .as_ref()
                 .map(|p| p.display().to_string())
                 .unwrap_or_else(|| "standard input".into());
-            let data: Value = serde_saphyr::from_str(&text)
+            // `0644` is 420, as Kyverno's CLI reads YAML (1.1).
+            let options = serde_saphyr::options! { legacy_octal_numbers: true };
+            let data: Value = serde_saphyr::from_str_with_options(&text, options)
                 .map_err(|e| usage(format!("{name} is not a JSON or YAML document: {e}")))?;
             for expr in &expressions {
                 println!("# {expr}\n{}", query(expr, &data, compact, unquoted)?);

@@ -266,7 +266,9 @@ fn parse_json(x: &[Rcvar]) -> Result<Rcvar, String> {
 }
 
 fn parse_yaml(x: &[Rcvar]) -> Result<Rcvar, String> {
-    let v: serde_json::Value = serde_saphyr::from_str(arg_str(x, 0))
+    // `0644` is 420, as Kyverno's sigs.k8s.io/yaml reads YAML (1.1).
+    let options = serde_saphyr::options! { legacy_octal_numbers: true };
+    let v: serde_json::Value = serde_saphyr::from_str_with_options(arg_str(x, 0), options)
         .map_err(|e| format!("error converting YAML to JSON: {e}"))?;
     Ok(from_json(&v))
 }

@@ -96,6 +96,9 @@ pub(crate) fn parse_text(text: &str, path: &Path) -> Result<Vec<Doc>> {
                 max_total_scalar_bytes: usize::MAX,
                 max_reader_input_bytes: None,
             },
+            // `defaultMode: 0644` is 420, as kubectl and Kyverno read it
+            // (sigs.k8s.io/yaml: YAML 1.1's octal), not 644.
+            legacy_octal_numbers: true,
         };
         serde_saphyr::from_multiple_with_options::<Value>(text, options)
             .map_err(|e| anyhow::anyhow!("{}: invalid YAML: {e}", path.display()))?
@@ -179,5 +182,23 @@ mod tests {
             .collect();
         let docs = super::parse_text(&text, Path::new("many.yaml")).unwrap();
         assert_eq!(docs.len(), 3000);
+    }
+
+    /// Numbers as kubectl and Kyverno read YAML (1.1, sigs.k8s.io/yaml):
+    /// a leading zero is octal (`defaultMode: 0644` is 420), a digit 8 or
+    /// 9 after it makes a decimal; quoted stays text.
+    #[test]
+    fn numbers_with_a_leading_zero_are_octal_as_kubectl_reads_them() {
+        let text = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n\
+                    spec: {a: 0644, b: 0777, c: -017, d: 08, e: '0644', f: 0, g: 0x1F}\n";
+        let docs = super::parse_text(text, Path::new("pod.yaml")).unwrap();
+        let spec = &docs[0].value["spec"];
+        assert_eq!(spec["a"], 420);
+        assert_eq!(spec["b"], 511);
+        assert_eq!(spec["c"], -15);
+        assert_eq!(spec["d"], 8.0);
+        assert_eq!(spec["e"], "0644");
+        assert_eq!(spec["f"], 0);
+        assert_eq!(spec["g"], 31);
     }
 }

@@ -40,7 +40,9 @@ overload!(json_unmarshal, |args| {
 });
 overload!(yaml_parse, |args| {
     let text = str_arg(args, 0, "yaml.parse")?;
-    let v: serde_json::Value = serde_saphyr::from_str(text)
+    // `0644` is 420, as Kyverno's sigs.k8s.io/yaml reads YAML (1.1).
+    let options = serde_saphyr::options! { legacy_octal_numbers: true };
+    let v: serde_json::Value = serde_saphyr::from_str_with_options(text, options)
         .map_err(|e| ferr("yaml.parse", format!("invalid YAML: {e}")))?;
     Ok(from_json(&v))
 });
