@@ -59,6 +59,17 @@ impl GenerateSpec {
                 .collect(doc)
                 .map_err(|e| err(format!("{field}.{f}"), e))
         };
+        if g.foreach.is_some() {
+            // Refused, not passed over: a rule that generated only its
+            // top-level downstream (or failed for lacking one) would
+            // silently differ from Kyverno's.
+            return Err(err(
+                format!("{field}.foreach"),
+                "is not supported by leash (Kyverno 1.13's generate foreach); \
+                 write one generate rule per downstream"
+                    .into(),
+            ));
+        }
         let sources = [g.data.is_some(), g.clone.is_some(), g.clone_list.is_some()];
         if sources.iter().filter(|s| **s).count() > 1 {
             return Err(err(
@@ -701,6 +712,14 @@ mod tests {
             (
                 json!({"namespace": "n", "cloneList": {"kinds": []}}),
                 "cloneList.kinds",
+            ),
+            // Not supported: refused, not passed over.
+            (
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "data": {},
+                    "foreach": [{"list": "request.object.metadata.labels | items(@, 'k', 'v')",
+                        "apiVersion": "v1", "kind": "ConfigMap", "name": "{{element.k}}",
+                        "data": {"data": {"v": "{{element.v}}"}}}]}),
+                "generate.foreach: is not supported",
             ),
         ];
         for (generate, want) in cases {

@@ -288,6 +288,8 @@ pub(crate) struct Generate {
     pub data: Option<Map<String, Value>>,
     pub clone: Option<CloneFrom>,
     pub clone_list: Option<CloneList>,
+    /// Read only to refuse it: leash does not generate per element yet.
+    pub foreach: Option<Value>,
 }
 
 /// `generate.clone`.
