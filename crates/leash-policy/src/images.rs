@@ -88,15 +88,20 @@ impl ImageRef {
         }
     }
 
-    fn to_json(&self) -> Value {
+    /// Kyverno's `ImageInfo` JSON, with `jsonPointer` the image's place
+    /// in the object; empty `tag` and `digest` left out (`omitempty`).
+    fn to_json(&self, pointer: String) -> Value {
         let mut m = Map::new();
         m.insert("registry".into(), json!(self.registry));
         m.insert("path".into(), json!(self.path));
         m.insert("name".into(), json!(self.name));
-        m.insert("tag".into(), json!(self.tag));
+        if !self.tag.is_empty() {
+            m.insert("tag".into(), json!(self.tag));
+        }
         if !self.digest.is_empty() {
             m.insert("digest".into(), json!(self.digest));
         }
+        m.insert("jsonPointer".into(), json!(pointer));
         m.insert("reference".into(), json!(self.reference()));
         m.insert(
             "referenceWithTag".into(),
@@ -106,25 +111,32 @@ impl ImageRef {
     }
 }
 
-/// The pod spec of a Pod, a pod controller or a CronJob.
-pub(crate) fn pod_spec(object: &Value) -> Option<&Value> {
+/// Where a Pod, a pod controller or a CronJob keeps its pod spec, as a
+/// JSON pointer.
+fn pod_spec_pointer(object: &Value) -> Option<&'static str> {
     match object["kind"].as_str()? {
-        "Pod" => Some(&object["spec"]),
-        "CronJob" => Some(&object["spec"]["jobTemplate"]["spec"]["template"]["spec"]),
+        "Pod" => Some("/spec"),
+        "CronJob" => Some("/spec/jobTemplate/spec/template/spec"),
         "Deployment"
         | "DaemonSet"
         | "StatefulSet"
         | "ReplicaSet"
         | "Job"
-        | "ReplicationController" => Some(&object["spec"]["template"]["spec"]),
+        | "ReplicationController" => Some("/spec/template/spec"),
         _ => None,
     }
-    .filter(|s| s.is_object())
+}
+
+/// The pod spec of a Pod, a pod controller or a CronJob.
+pub(crate) fn pod_spec(object: &Value) -> Option<&Value> {
+    object
+        .pointer(pod_spec_pointer(object)?)
+        .filter(|s| s.is_object())
 }
 
 /// The `images` variable of an object (null when it has no pod spec).
 pub(crate) fn of_object(object: &Value) -> Value {
-    let Some(spec) = pod_spec(object) else {
+    let (Some(spec), Some(at)) = (pod_spec(object), pod_spec_pointer(object)) else {
         return Value::Null;
     };
     let mut out = Map::new();
@@ -133,12 +145,13 @@ pub(crate) fn of_object(object: &Value) -> Value {
             continue;
         };
         let mut m = Map::new();
-        for c in list {
+        for (i, c) in list.iter().enumerate() {
             let (Some(name), Some(image)) = (c["name"].as_str(), c["image"].as_str()) else {
                 continue;
             };
             if let Some(r) = ImageRef::parse(image) {
-                m.insert(name.to_string(), r.to_json());
+                let pointer = format!("{at}/{field}/{i}/image");
+                m.insert(name.to_string(), r.to_json(pointer));
             }
         }
         if !m.is_empty() {
@@ -182,5 +195,36 @@ mod tests {
             );
         }
         assert_eq!(ImageRef::parse(""), None);
+    }
+
+    /// The `images` variable as Kyverno v1.19.1's CLI gives it: each
+    /// image's `jsonPointer`, no `tag` for a reference by digest alone.
+    #[test]
+    fn images_variable_as_kyverno_gives_it() {
+        let pod = json!({"kind": "Pod", "spec": {
+            "initContainers": [{"name": "i", "image": "busybox@sha256:11"}],
+            "containers": [{"name": "a", "image": "ghcr.io/org/nginx:1.2"},
+                           {"name": "b", "image": "localhost:5000/x"}]}});
+        let images = of_object(&pod);
+        assert_eq!(
+            images["containers"]["b"],
+            json!({"registry": "localhost:5000", "path": "x", "name": "x", "tag": "latest",
+                "jsonPointer": "/spec/containers/1/image",
+                "reference": "localhost:5000/x:latest",
+                "referenceWithTag": "localhost:5000/x:latest"})
+        );
+        assert_eq!(
+            images["initContainers"]["i"],
+            json!({"registry": "docker.io", "path": "busybox", "name": "busybox",
+                "digest": "sha256:11", "jsonPointer": "/spec/initContainers/0/image",
+                "reference": "docker.io/busybox@sha256:11",
+                "referenceWithTag": "docker.io/busybox:"})
+        );
+        let cronjob = json!({"kind": "CronJob", "spec": {"jobTemplate": {"spec": {"template": {
+            "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}}});
+        assert_eq!(
+            of_object(&cronjob)["containers"]["c"]["jsonPointer"],
+            "/spec/jobTemplate/spec/template/spec/containers/0/image"
+        );
     }
 }
