@@ -1276,7 +1276,13 @@ impl RuleCtx<'_> {
                         applied,
                     );
                 }
-                Status::Fail => return (Outcome::new(Status::Fail, r.message), applied),
+                // Kyverno's validateElements prefixes each level's failure
+                // (`validation failure: validation failure: low port` for
+                // a nested foreach).
+                Status::Fail => {
+                    let message = format!("validation failure: {}", r.message);
+                    return (Outcome::new(Status::Fail, message), applied);
+                }
             }
         }
         (Outcome::new(Status::Pass, ""), applied)
