@@ -13,7 +13,8 @@ use crate::value;
 use crate::vars::{ExprCache, Source, go_format, has_vars, substitute};
 use crate::wildcard;
 
-/// A condition operator (any case, as Kyverno reads it).
+/// A condition operator, spelled as Kyverno's policy validation accepts
+/// it (its `Duration...` forms compare durations, as the plain ones do).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(try_from = "String")]
 pub(crate) enum CondOp {
@@ -31,30 +32,43 @@ pub(crate) enum CondOp {
     LessThanOrEquals,
 }
 
+/// Each spelling Kyverno accepts, with its operator.
+const OPERATORS: [(&str, CondOp); 18] = [
+    ("Equals", CondOp::Equals),
+    ("Equal", CondOp::Equals),
+    ("NotEquals", CondOp::NotEquals),
+    ("NotEqual", CondOp::NotEquals),
+    ("In", CondOp::In),
+    ("AnyIn", CondOp::AnyIn),
+    ("AllIn", CondOp::AllIn),
+    ("NotIn", CondOp::NotIn),
+    ("AnyNotIn", CondOp::AnyNotIn),
+    ("AllNotIn", CondOp::AllNotIn),
+    ("GreaterThan", CondOp::GreaterThan),
+    ("GreaterThanOrEquals", CondOp::GreaterThanOrEquals),
+    ("LessThan", CondOp::LessThan),
+    ("LessThanOrEquals", CondOp::LessThanOrEquals),
+    ("DurationGreaterThan", CondOp::GreaterThan),
+    ("DurationGreaterThanOrEquals", CondOp::GreaterThanOrEquals),
+    ("DurationLessThan", CondOp::LessThan),
+    ("DurationLessThanOrEquals", CondOp::LessThanOrEquals),
+];
+
 impl TryFrom<String> for CondOp {
     type Error = String;
     fn try_from(op: String) -> Result<CondOp, String> {
-        CondOp::parse(&op).ok_or_else(|| format!("unknown operator {op:?}"))
+        CondOp::parse(&op).ok_or_else(|| {
+            let valid: Vec<&str> = OPERATORS.iter().map(|(n, _)| *n).collect();
+            format!("unknown operator {op:?} (valid: {})", valid.join(", "))
+        })
     }
 }
 
 impl CondOp {
+    /// The operator of a spelling, case and all (Kyverno's policy
+    /// validation refuses `equals`).
     pub(crate) fn parse(s: &str) -> Option<CondOp> {
-        Some(match s.to_ascii_lowercase().as_str() {
-            "equal" | "equals" => CondOp::Equals,
-            "notequal" | "notequals" => CondOp::NotEquals,
-            "in" => CondOp::In,
-            "anyin" => CondOp::AnyIn,
-            "allin" => CondOp::AllIn,
-            "notin" => CondOp::NotIn,
-            "anynotin" => CondOp::AnyNotIn,
-            "allnotin" => CondOp::AllNotIn,
-            "greaterthan" | "durationgreaterthan" => CondOp::GreaterThan,
-            "greaterthanorequals" | "durationgreaterthanorequals" => CondOp::GreaterThanOrEquals,
-            "lessthan" | "durationlessthan" => CondOp::LessThan,
-            "lessthanorequals" | "durationlessthanorequals" => CondOp::LessThanOrEquals,
-            _ => return None,
-        })
+        OPERATORS.iter().find(|(n, _)| *n == s).map(|(_, op)| *op)
     }
 }
 
@@ -599,7 +613,9 @@ mod tests {
     #[test]
     fn operator_names() {
         assert_eq!(CondOp::parse("AnyNotIn"), Some(CondOp::AnyNotIn));
-        assert_eq!(CondOp::parse("equals"), Some(CondOp::Equals));
+        assert_eq!(CondOp::parse("Equal"), Some(CondOp::Equals));
+        // Kyverno's policy validation refuses other cases.
+        assert_eq!(CondOp::parse("equals"), None);
         assert_eq!(
             CondOp::parse("DurationGreaterThan"),
             Some(CondOp::GreaterThan)

@@ -1,7 +1,7 @@
 //! Kyverno `ClusterPolicy` / `Policy` (`kyverno.io/v1`, `v2beta1`): parsed
 //! and compiled once into an immutable [`Policy`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -534,6 +534,7 @@ impl Policy {
             .enumerate()
             .map(|(i, r)| model::parse::<model::Rule>(r, &format!("spec.rules[{i}]"), &err))
             .collect::<Result<Vec<_>>>()?;
+        check_rule_shapes(raw_rules, &docs, &err)?;
         let policy_wide = spec.mutate_existing_on_policy_update == Some(true);
         let mutate_existing_on_update: Vec<String> = docs
             .iter()
@@ -641,6 +642,65 @@ pub(crate) fn credential_secrets(
 }
 
 pub(crate) type ErrFn<'a> = dyn Fn(String, String) -> Error + 'a;
+
+/// What Kyverno's policy validation refuses in the shape of the rules:
+/// two rules of one name, a rule of more than one kind (validate, mutate,
+/// generate, verifyImages), and `any`/`all` beside a match or exclude
+/// block's own `resources`, `subjects`, `roles` or `clusterRoles`.
+fn check_rule_shapes(raw: &[Value], docs: &[model::Rule], err: &ErrFn<'_>) -> Result<()> {
+    let mut names: HashMap<&str, usize> = HashMap::new();
+    for (i, (raw, rule)) in raw.iter().zip(docs).enumerate() {
+        let field = format!("spec.rules[{i}]");
+        if let Some(name) = rule.name.as_deref()
+            && let Some(first) = names.insert(name, i)
+        {
+            return Err(err(
+                format!("{field}.name"),
+                format!("duplicate rule name {name:?} (spec.rules[{first}] has it too)"),
+            ));
+        }
+        let kinds: Vec<&str> = [
+            ("validate", rule.validate.is_some()),
+            ("mutate", rule.mutate.is_some()),
+            ("generate", rule.generate.is_some()),
+            ("verifyImages", !rule.verify_images.is_empty()),
+        ]
+        .into_iter()
+        .filter_map(|(k, set)| set.then_some(k))
+        .collect();
+        if kinds.len() > 1 {
+            return Err(err(
+                field,
+                format!(
+                    "sets {}: a rule is one of validate, mutate, generate and verifyImages",
+                    kinds.join(" and ")
+                ),
+            ));
+        }
+        let set = |v: &Value| match v {
+            Value::Null => false,
+            Value::Object(m) => !m.is_empty(),
+            Value::Array(a) => !a.is_empty(),
+            _ => true,
+        };
+        for block in ["match", "exclude"] {
+            let b = &raw[block];
+            let any_all = set(&b["any"]) || set(&b["all"]);
+            let own = ["resources", "subjects", "roles", "clusterRoles"]
+                .into_iter()
+                .find(|k| set(&b[*k]));
+            if let (true, Some(own)) = (any_all, own) {
+                return Err(err(
+                    format!("{field}.{block}.{own}"),
+                    format!(
+                        "cannot be given beside {block}.any or {block}.all (move it into one of their entries)"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
 
 fn compile_rule(
     raw: model::Rule,

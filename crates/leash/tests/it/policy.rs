@@ -568,7 +568,10 @@ fn apply_names_a_policy_that_does_not_compile_and_exits_2() {
 /// a field indented under the wrong parent, `kind` for `kinds`), a value
 /// outside an enum, a CEL expression naming an undeclared variable or
 /// function, a label selector's unknown operator (it would never match), a
-/// value of the wrong type, a missing required field.
+/// value of the wrong type, a missing required field; and what Kyverno's
+/// policy validation refuses beyond its schema: a condition operator in
+/// the wrong case, two rules of one name, a rule of two kinds, a match
+/// block's own `resources` beside its `any`.
 #[test]
 fn typos_in_policies_are_refused_naming_the_field() {
     let vpol = |actions: &str| {
@@ -630,6 +633,31 @@ fn typos_in_policies_are_refused_naming_the_field() {
             "a missing required field",
             POLICY.replacen("  - name: require-tag\n    match:", "  - match:", 1),
             "spec.rules[0].name: Required value",
+        ),
+        // What Kyverno's policy validation refuses beyond the schema.
+        (
+            "an operator in the wrong case",
+            POLICY.replacen("operator: AnyIn", "operator: anyIn", 1),
+            r#"spec.rules[1].preconditions.all[0].operator: unknown operator "anyIn" (valid: Equals, Equal"#,
+        ),
+        (
+            "two rules of one name",
+            POLICY.replacen("- name: no-latest", "- name: require-tag", 1),
+            r#"spec.rules[1].name: duplicate rule name "require-tag" (spec.rules[0] has it too)"#,
+        ),
+        (
+            "a rule of two kinds",
+            POLICY.replacen(
+                "    validate:\n      message: \"An image",
+                "    mutate: {patchStrategicMerge: {metadata: {labels: {a: b}}}}\n    validate:\n      message: \"An image",
+                1,
+            ),
+            "spec.rules[0]: sets validate and mutate: a rule is one of validate, mutate, generate and verifyImages",
+        ),
+        (
+            "resources beside any",
+            POLICY.replacen("          kinds: [Pod]\n", "          kinds: [Pod]\n      resources: {kinds: [Pod]}\n", 1),
+            "spec.rules[0].match.resources: cannot be given beside match.any or match.all",
         ),
     ];
     for (what, policy, want) in cases {
