@@ -187,7 +187,13 @@ impl StatusWriter {
                 };
                 match bound {
                     Some(bound) => {
-                        let _ = tokio::time::timeout(bound, self.readiness.changed()).await;
+                        let changed = tokio::time::timeout(bound, self.readiness.changed()).await;
+                        if let Ok(Err(_)) = changed {
+                            // The recorder is gone (`changed` answers at
+                            // once from now on): wait the bound out, so a
+                            // retry or recheck never spins.
+                            tokio::time::sleep(bound).await;
+                        }
                     }
                     None => {
                         if self.readiness.changed().await.is_err() {

@@ -420,3 +420,41 @@ async fn rbac_permissions_granted_follows_the_api_servers_answers() {
     writer.await.unwrap().unwrap();
     scope.join().await.unwrap();
 }
+
+/// A writer whose recorder is gone, with a permission still missing, asks
+/// again at its recheck pace, not in a loop (`changed` fails at once).
+#[tokio::test]
+async fn a_writer_whose_recorder_is_gone_does_not_spin() {
+    use std::sync::atomic::Ordering;
+    let scope = Scope::new();
+    let token = CancellationToken::new();
+    let (authorizer, client) = serve_authorizer(&scope, token.clone()).await;
+    let recorder = Recorder::new(&mut Registry::default());
+    let policy = PolicyRef::new("ValidatingPolicy", None, "roles");
+    let roles = (
+        "rbac.authorization.k8s.io".to_string(),
+        "v1".to_string(),
+        "clusterroles".to_string(),
+    );
+    recorder.serve_exactly(&[(policy, vec![roles])].into());
+    let writer =
+        StatusWriter::new(client, &recorder).with_recheck_interval(Duration::from_millis(100));
+    let t = token.clone();
+    let writer = scope.spawn_with_output(async move { writer.run(t).await });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while authorizer.patches.lock().unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "no status written");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    drop(recorder);
+    let before = authorizer.reviews.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let asked = authorizer.reviews.load(Ordering::SeqCst) - before;
+    assert!(
+        asked <= 24,
+        "{asked} reviews in 500 ms with a 100 ms recheck"
+    );
+    token.cancel();
+    writer.await.unwrap().unwrap();
+    scope.join().await.unwrap();
+}
