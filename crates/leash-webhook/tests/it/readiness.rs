@@ -326,16 +326,19 @@ async fn serve_authorizer(
     (state, client)
 }
 
-/// `RBACPermissionsGranted` as the API server answers: `"False"` naming
-/// each verb and resource leash may not scan (the policy not ready), asked
-/// again while missing and rewritten only when the answer changes; once
-/// granted, `"True"`, and no more asking.
-#[tokio::test]
-async fn rbac_permissions_granted_follows_the_api_servers_answers() {
-    use std::sync::atomic::Ordering;
-    let scope = Scope::new();
-    let token = CancellationToken::new();
-    let (authorizer, client) = serve_authorizer(&scope, token.clone()).await;
+/// A recorder serving one ValidatingPolicy on ClusterRoles, and its
+/// status writer (retries and rechecks every `every`) against
+/// [`serve_authorizer`].
+async fn roles_policy_writer(
+    scope: &Scope,
+    token: &CancellationToken,
+    every: Duration,
+) -> (
+    std::sync::Arc<Authorizer>,
+    Recorder,
+    tokio::task::JoinHandle<leash_webhook::Result<()>>,
+) {
+    let (authorizer, client) = serve_authorizer(scope, token.clone()).await;
     let recorder = Recorder::new(&mut Registry::default());
     let policy = PolicyRef::new("ValidatingPolicy", None, "roles");
     let roles = (
@@ -345,10 +348,24 @@ async fn rbac_permissions_granted_follows_the_api_servers_answers() {
     );
     recorder.serve_exactly(&[(policy, vec![roles])].into());
     let writer = StatusWriter::new(client, &recorder)
-        .with_retry_interval(Duration::from_millis(50))
-        .with_recheck_interval(Duration::from_millis(50));
+        .with_retry_interval(every)
+        .with_recheck_interval(every);
     let t = token.clone();
     let writer = scope.spawn_with_output(async move { writer.run(t).await });
+    (authorizer, recorder, writer)
+}
+
+/// `RBACPermissionsGranted` as the API server answers: `"False"` naming
+/// each verb and resource leash may not scan (the policy not ready), asked
+/// again while missing and rewritten only when the answer changes; once
+/// granted, `"True"`, and no more asking.
+#[tokio::test]
+async fn rbac_permissions_granted_follows_the_api_servers_answers() {
+    use std::sync::atomic::Ordering;
+    let scope = Scope::new();
+    let token = CancellationToken::new();
+    let (authorizer, _recorder, writer) =
+        roles_policy_writer(&scope, &token, Duration::from_millis(50)).await;
     let patch = |n: usize| {
         let authorizer = authorizer.clone();
         async move {
@@ -428,19 +445,8 @@ async fn a_writer_whose_recorder_is_gone_does_not_spin() {
     use std::sync::atomic::Ordering;
     let scope = Scope::new();
     let token = CancellationToken::new();
-    let (authorizer, client) = serve_authorizer(&scope, token.clone()).await;
-    let recorder = Recorder::new(&mut Registry::default());
-    let policy = PolicyRef::new("ValidatingPolicy", None, "roles");
-    let roles = (
-        "rbac.authorization.k8s.io".to_string(),
-        "v1".to_string(),
-        "clusterroles".to_string(),
-    );
-    recorder.serve_exactly(&[(policy, vec![roles])].into());
-    let writer =
-        StatusWriter::new(client, &recorder).with_recheck_interval(Duration::from_millis(100));
-    let t = token.clone();
-    let writer = scope.spawn_with_output(async move { writer.run(t).await });
+    let (authorizer, recorder, writer) =
+        roles_policy_writer(&scope, &token, Duration::from_millis(100)).await;
     let deadline = Instant::now() + Duration::from_secs(10);
     while authorizer.patches.lock().unwrap().is_empty() {
         assert!(Instant::now() < deadline, "no status written");
