@@ -118,13 +118,13 @@ impl Lookup {
     }
 }
 
-/// When an answer was read, and what (`None`: no data, a failed read).
 /// The API server's answers, shared by the scan's workers. See the module docs.
 #[derive(Debug)]
 pub struct Lookups {
     max: usize,
     /// Whether a failed read is kept as "no data" (see the module docs).
     keep_failures: bool,
+    /// Answers kept `ttl`: `None` is a failed read kept as "no data".
     answers: TtlCache<Lookup, Option<Arc<Value>>>,
     /// The reads in progress: a waiter's receiver ends when the reader's
     /// [`Reading`] is dropped (read, failed or cancelled).

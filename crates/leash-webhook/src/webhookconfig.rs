@@ -133,7 +133,6 @@ fn rules_of_kind(spec: &str, ops: &[&'static str], out: &mut Rules) {
     }
 }
 
-/// Adds `resource` (and, for pods, `pods/ephemeralcontainers`) with `ops`.
 /// A CEL policy's resources and operations, in the rules of the webhook
 /// of its failure policy.
 fn add_cel(
@@ -149,6 +148,7 @@ fn add_cel(
     }
 }
 
+/// Adds `resource` (and, for pods, `pods/ephemeralcontainers`) with `ops`.
 fn insert(out: &mut Rules, key: RuleKey, resource: String, ops: &[&'static str]) {
     let resources = out.entry(key).or_default();
     if resource == "pods" {
